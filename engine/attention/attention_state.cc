@@ -1,0 +1,56 @@
+#include "engine/attention/attention_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/attention/abc_state.h"
+#include "engine/attention/linear_state.h"
+#include "engine/attention/softmax_state.h"
+#include "engine/core/status_macros.h"
+#include "engine/model/weights.h"
+
+namespace abcd {
+
+absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelConfig& config,
+                                                                   const AttentionSpec& spec,
+                                                                   const std::string& prefix,
+                                                                   WeightLoader& weights) {
+  const int heads = config.n_heads;
+  const int dh = config.head_dim();
+  switch (spec.type) {
+    case AttentionType::kSoftmax:
+      return std::make_unique<SoftmaxState>(heads, dh);
+    case AttentionType::kWindow:
+      return std::make_unique<WindowState>(heads, dh, spec.window);
+    case AttentionType::kAbc:
+      return std::make_unique<AbcState>(heads, dh, spec.slots);
+    case AttentionType::kRfa: {
+      const int64_t features = spec.features;
+      ABCD_ASSIGN_OR_RETURN(std::vector<float> projection,
+                            weights.Load(prefix + ".rfa.proj", {heads, features, dh}));
+      ABCD_ASSIGN_OR_RETURN(std::vector<float> sigma, weights.Load(prefix + ".rfa.sigma", {heads, dh}));
+      // w_i = sigma * w~_i, folded once.
+      for (int h = 0; h < heads; ++h) {
+        for (int64_t i = 0; i < features; ++i) {
+          float* row = projection.data() + (h * features + i) * dh;
+          for (int c = 0; c < dh; ++c) row[c] *= sigma[h * dh + c];
+        }
+      }
+      auto phi = std::make_unique<RandomFeatureMap>(heads, dh, spec.features, spec.kernel,
+                                                    std::move(projection));
+      return std::make_unique<LinearState>(heads, dh, std::move(phi), spec.gate, spec.eps);
+    }
+    case AttentionType::kT2r: {
+      const int64_t r = spec.features;
+      ABCD_ASSIGN_OR_RETURN(std::vector<float> w, weights.Load(prefix + ".t2r.weight", {heads, r, dh}));
+      ABCD_ASSIGN_OR_RETURN(std::vector<float> b, weights.Load(prefix + ".t2r.bias", {heads, r}));
+      auto phi = std::make_unique<LearnedReluFeatureMap>(dh, spec.features, std::move(w), std::move(b));
+      return std::make_unique<LinearState>(heads, dh, std::move(phi), false, spec.eps);
+    }
+    case AttentionType::kElu:
+      return std::make_unique<LinearState>(heads, dh, std::make_unique<EluFeatureMap>(dh), false,
+                                           spec.eps);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported attention type ", AttentionTypeName(spec.type)));
+}
+
+}  // namespace abcd

@@ -1,0 +1,122 @@
+#include "engine/attention/linear_state.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/container/inlined_vector.h"
+
+namespace abcd {
+
+LinearState::LinearState(int n_heads, int head_dim, std::unique_ptr<FeatureMap> phi, bool gated,
+                         float eps)
+    : n_heads_(n_heads), head_dim_(head_dim), phi_(std::move(phi)), gated_(gated), eps_(eps) {}
+
+int64_t LinearState::HeadFloats() const {
+  return static_cast<int64_t>(phi_->features()) * (head_dim_ + 1);
+}
+
+int64_t LinearState::FixedFloats() const { return n_heads_ * HeadFloats(); }
+
+void LinearState::Init(float* fixed) const { std::fill(fixed, fixed + FixedFloats(), 0.0f); }
+
+// Head layout: S [F, dh] then z [F].
+void LinearState::Update(const KeyValueRow& row, const StateRef& state) const {
+  const int f_count = phi_->features();
+  // Inline buffers: no heap allocation for the usual F, dh of a few hundred.
+  absl::InlinedVector<float, 512> phi(f_count), scratch(head_dim_);
+  for (int h = 0; h < n_heads_; ++h) {
+    float* s = state.fixed + h * HeadFloats();
+    float* z = s + static_cast<int64_t>(f_count) * head_dim_;
+    const float* v = row.v + h * head_dim_;
+    phi_->Apply(h, row.k + h * head_dim_, phi.data(), scratch.data());
+    if (gated_) {
+      const float g = 1.0f / (1.0f + std::exp(-row.extra[h]));
+      for (int f = 0; f < f_count; ++f) {
+        const float p = (1.0f - g) * phi[f];
+        float* s_row = s + static_cast<int64_t>(f) * head_dim_;
+        for (int c = 0; c < head_dim_; ++c) s_row[c] = g * s_row[c] + p * v[c];
+        z[f] = g * z[f] + p;
+      }
+    } else {
+      for (int f = 0; f < f_count; ++f) {
+        const float p = phi[f];
+        float* s_row = s + static_cast<int64_t>(f) * head_dim_;
+        for (int c = 0; c < head_dim_; ++c) s_row[c] += p * v[c];
+        z[f] += p;
+      }
+    }
+  }
+}
+
+void LinearState::Read(const float* q, const StateRef& state, float* out) const {
+  const int f_count = phi_->features();
+  absl::InlinedVector<float, 512> phi(f_count), scratch(head_dim_);
+  for (int h = 0; h < n_heads_; ++h) {
+    const float* s = state.fixed + h * HeadFloats();
+    const float* z = s + static_cast<int64_t>(f_count) * head_dim_;
+    float* o = out + h * head_dim_;
+    phi_->Apply(h, q + h * head_dim_, phi.data(), scratch.data());
+    std::fill(o, o + head_dim_, 0.0f);
+    float denominator = 0.0f;
+    for (int f = 0; f < f_count; ++f) {
+      const float p = phi[f];
+      denominator += p * z[f];
+      const float* s_row = s + static_cast<int64_t>(f) * head_dim_;
+      for (int c = 0; c < head_dim_; ++c) o[c] += p * s_row[c];
+    }
+    const float inv = 1.0f / std::max(denominator, eps_);
+    for (int c = 0; c < head_dim_; ++c) o[c] *= inv;
+  }
+}
+
+RandomFeatureMap::RandomFeatureMap(int n_heads, int head_dim, int random_features, RfaKernel kernel,
+                                   std::vector<float> scaled_projection)
+    : head_dim_(head_dim),
+      random_features_(random_features),
+      kernel_(kernel),
+      projection_(std::move(scaled_projection)) {}
+
+int RandomFeatureMap::features() const {
+  return kernel_ == RfaKernel::kGaussian ? 2 * random_features_ : random_features_;
+}
+
+void RandomFeatureMap::Apply(int head, const float* x, float* features, float* scratch) const {
+  float norm = 0.0f;
+  for (int c = 0; c < head_dim_; ++c) norm += x[c] * x[c];
+  const float inv_norm = 1.0f / std::max(std::sqrt(norm), 1e-12f);
+  for (int c = 0; c < head_dim_; ++c) scratch[c] = x[c] * inv_norm;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(random_features_));
+  const float* w = projection_.data() + static_cast<int64_t>(head) * random_features_ * head_dim_;
+  for (int i = 0; i < random_features_; ++i) {
+    float dot = 0.0f;
+    const float* w_row = w + static_cast<int64_t>(i) * head_dim_;
+    for (int c = 0; c < head_dim_; ++c) dot += w_row[c] * scratch[c];
+    if (kernel_ == RfaKernel::kGaussian) {
+      features[i] = scale * std::sin(dot);
+      features[random_features_ + i] = scale * std::cos(dot);
+    } else {
+      features[i] = scale * std::max(dot, 0.0f);
+    }
+  }
+}
+
+LearnedReluFeatureMap::LearnedReluFeatureMap(int head_dim, int features, std::vector<float> weight,
+                                             std::vector<float> bias)
+    : head_dim_(head_dim), features_(features), weight_(std::move(weight)), bias_(std::move(bias)) {}
+
+void LearnedReluFeatureMap::Apply(int head, const float* x, float* features, float*) const {
+  const float* w = weight_.data() + static_cast<int64_t>(head) * features_ * head_dim_;
+  const float* b = bias_.data() + static_cast<int64_t>(head) * features_;
+  for (int f = 0; f < features_; ++f) {
+    float dot = b[f];
+    const float* w_row = w + static_cast<int64_t>(f) * head_dim_;
+    for (int c = 0; c < head_dim_; ++c) dot += w_row[c] * x[c];
+    features[f] = std::max(dot, 0.0f);
+  }
+}
+
+void EluFeatureMap::Apply(int, const float* x, float* features, float*) const {
+  for (int c = 0; c < head_dim_; ++c) features[c] = x[c] > 0.0f ? x[c] + 1.0f : std::exp(x[c]);
+}
+
+}  // namespace abcd

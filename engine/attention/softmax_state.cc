@@ -1,0 +1,78 @@
+#include "engine/attention/softmax_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace abcd {
+
+void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
+                     int64_t stride, int head_dim, float* out) {
+  std::fill(out, out + head_dim, 0.0f);
+  if (count == 0) return;
+  // Online softmax: one pass, rescaling the running sum when the maximum grows.
+  float running_max = -std::numeric_limits<float>::infinity();
+  float denominator = 0.0f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float* key = keys + i * stride;
+    float score = 0.0f;
+    for (int c = 0; c < head_dim; ++c) score += q[c] * key[c];
+    if (score > running_max) {
+      const float rescale = std::exp(running_max - score);
+      denominator *= rescale;
+      for (int c = 0; c < head_dim; ++c) out[c] *= rescale;
+      running_max = score;
+    }
+    const float weight = std::exp(score - running_max);
+    denominator += weight;
+    const float* value = values + i * stride;
+    for (int c = 0; c < head_dim; ++c) out[c] += weight * value[c];
+  }
+  const float inv = 1.0f / denominator;
+  for (int c = 0; c < head_dim; ++c) out[c] *= inv;
+}
+
+void SoftmaxState::Update(const KeyValueRow& row, const StateRef& state) const {
+  KvCache& kv = *state.kv;
+  std::copy(row.k, row.k + kv.width, kv.key(kv.length));
+  std::copy(row.v, row.v + kv.width, kv.value(kv.length));
+  ++kv.length;
+}
+
+void SoftmaxState::Read(const float* q, const StateRef& state, float* out) const {
+  const KvCache& kv = *state.kv;
+  for (int h = 0; h < n_heads_; ++h) {
+    const int64_t offset = static_cast<int64_t>(h) * head_dim_;
+    SoftmaxReadHead(q + offset, kv.keys.data() + offset, kv.values.data() + offset, kv.length,
+                    kv.width, head_dim_, out + offset);
+  }
+}
+
+// Window layout: keys [window, d_model] then values [window, d_model]; token p lives in row
+// p % window.
+int64_t WindowState::FixedFloats() const {
+  return 2 * static_cast<int64_t>(window_) * n_heads_ * head_dim_;
+}
+
+void WindowState::Init(float* fixed) const { std::fill(fixed, fixed + FixedFloats(), 0.0f); }
+
+void WindowState::Update(const KeyValueRow& row, const StateRef& state) const {
+  const int64_t width = static_cast<int64_t>(n_heads_) * head_dim_;
+  const int64_t slot = state.position % window_;
+  std::copy(row.k, row.k + width, state.fixed + slot * width);
+  std::copy(row.v, row.v + width, state.fixed + (window_ + slot) * width);
+}
+
+void WindowState::Read(const float* q, const StateRef& state, float* out) const {
+  const int64_t width = static_cast<int64_t>(n_heads_) * head_dim_;
+  // Softmax is order-independent, so the ring can be read in storage order.
+  const int64_t count = std::min<int64_t>(state.position + 1, window_);
+  for (int h = 0; h < n_heads_; ++h) {
+    const int64_t offset = static_cast<int64_t>(h) * head_dim_;
+    SoftmaxReadHead(q + offset, state.fixed + offset, state.fixed + window_ * width + offset,
+                    count, width, head_dim_, out + offset);
+  }
+}
+
+}  // namespace abcd

@@ -1,0 +1,44 @@
+// Softmax attention over a growing KvCache: the baseline whose memory grows with every token.
+// Used causally (decoder), bidirectionally (encoder: all rows appended before any read) and for
+// cross attention (the cache holds the projected encoder outputs).
+#pragma once
+
+#include "engine/attention/attention_state.h"
+
+namespace abcd {
+
+class SoftmaxState final : public AttentionState {
+ public:
+  SoftmaxState(int n_heads, int head_dim) : n_heads_(n_heads), head_dim_(head_dim) {}
+  int64_t FixedFloats() const override { return 0; }
+  bool UsesKvCache() const override { return true; }
+  void Init(float*) const override {}
+  void Update(const KeyValueRow& row, const StateRef& state) const override;
+  void Read(const float* q, const StateRef& state, float* out) const override;
+
+ private:
+  int n_heads_;
+  int head_dim_;
+};
+
+// Softmax over the last `window` tokens, kept in a fixed ring of keys and values.
+class WindowState final : public AttentionState {
+ public:
+  WindowState(int n_heads, int head_dim, int window)
+      : n_heads_(n_heads), head_dim_(head_dim), window_(window) {}
+  int64_t FixedFloats() const override;
+  void Init(float* fixed) const override;
+  void Update(const KeyValueRow& row, const StateRef& state) const override;
+  void Read(const float* q, const StateRef& state, float* out) const override;
+
+ private:
+  int n_heads_;
+  int head_dim_;
+  int window_;
+};
+
+// out[dh] = sum_i softmax_i(q . keys[i]) values[i] over `count` rows `stride` floats apart.
+void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
+                     int64_t stride, int head_dim, float* out);
+
+}  // namespace abcd

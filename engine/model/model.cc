@@ -1,0 +1,262 @@
+#include "engine/model/model.h"
+
+#include <cmath>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/weights.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linear.h"
+
+namespace abcd {
+
+struct Model::Block {
+  std::vector<float> ln1_weight, ln1_bias, ln2_weight, ln2_bias;
+  std::vector<float> ln_cross_weight, ln_cross_bias;
+  std::unique_ptr<AttentionLayer> self_attention;
+  std::unique_ptr<AttentionLayer> cross_attention;
+  std::vector<float> fc1_weight, fc1_bias, fc2_weight, fc2_bias;
+};
+
+struct Model::Stack {
+  std::vector<Block> blocks;
+  std::vector<float> ln_f_weight, ln_f_bias;
+};
+
+Model::Model() = default;
+Model::~Model() = default;
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
+  std::unique_ptr<Model> model(new Model());
+  model->directory_ = dir;
+  ABCD_ASSIGN_OR_RETURN(model->config_, LoadModelConfig(dir + "/config.json"));
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                        SafetensorsFile::Open(dir + "/model.safetensors"));
+  for (const std::string& name : file->TensorNames()) {
+    model->weight_bytes_ += static_cast<int64_t>((*file->Get(name))->bytes.size());
+  }
+  WeightLoader weights(*file);
+  const ModelConfig& c = model->config_;
+  const int64_t vocab = c.vocab_size, d = c.d_model;
+  ABCD_ASSIGN_OR_RETURN(model->embedding_, weights.Load("embed.weight", {vocab, d}));
+  if (!c.tie_embeddings) {
+    ABCD_ASSIGN_OR_RETURN(model->lm_head_, weights.Load("lm_head.weight", {vocab, d}));
+  }
+  model->decoder_ = std::make_unique<Stack>();
+  ABCD_RETURN_IF_ERROR(model->LoadStack("decoder", c.decoder_layers, weights, *model->decoder_));
+  if (c.is_encoder_decoder()) {
+    model->encoder_ = std::make_unique<Stack>();
+    ABCD_RETURN_IF_ERROR(model->LoadStack("encoder", c.encoder_layers, weights, *model->encoder_));
+  }
+  ABCD_RETURN_IF_ERROR(weights.CheckAllUsed());
+  model->BuildLayout();
+  return model;
+}
+
+absl::Status Model::LoadStack(const std::string& name, const std::vector<LayerSpec>& layers,
+                              WeightLoader& weights, Stack& stack) {
+  const int64_t d = config_.d_model, ff = config_.d_ff;
+  const std::string shared = name + ".shared_control";
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string p = absl::StrCat(name, ".layers.", i);
+    Block block;
+    ABCD_ASSIGN_OR_RETURN(block.ln1_weight, weights.Load(p + ".ln1.weight", {d}));
+    ABCD_ASSIGN_OR_RETURN(block.ln1_bias, weights.Load(p + ".ln1.bias", {d}));
+    ABCD_ASSIGN_OR_RETURN(block.ln2_weight, weights.Load(p + ".ln2.weight", {d}));
+    ABCD_ASSIGN_OR_RETURN(block.ln2_bias, weights.Load(p + ".ln2.bias", {d}));
+    ABCD_ASSIGN_OR_RETURN(block.self_attention,
+                          AttentionLayer::Load(config_, layers[i].attention, p + ".attn", shared,
+                                               /*cross=*/false, weights));
+    if (layers[i].cross_attention) {
+      ABCD_ASSIGN_OR_RETURN(block.ln_cross_weight, weights.Load(p + ".ln_cross.weight", {d}));
+      ABCD_ASSIGN_OR_RETURN(block.ln_cross_bias, weights.Load(p + ".ln_cross.bias", {d}));
+      ABCD_ASSIGN_OR_RETURN(block.cross_attention,
+                            AttentionLayer::Load(config_, *layers[i].cross_attention, p + ".cross",
+                                                 "", /*cross=*/true, weights));
+    }
+    ABCD_ASSIGN_OR_RETURN(block.fc1_weight, weights.Load(p + ".ffn.fc1.weight", {ff, d}));
+    ABCD_ASSIGN_OR_RETURN(block.fc1_bias, weights.Load(p + ".ffn.fc1.bias", {ff}));
+    ABCD_ASSIGN_OR_RETURN(block.fc2_weight, weights.Load(p + ".ffn.fc2.weight", {d, ff}));
+    ABCD_ASSIGN_OR_RETURN(block.fc2_bias, weights.Load(p + ".ffn.fc2.bias", {d}));
+    stack.blocks.push_back(std::move(block));
+  }
+  ABCD_ASSIGN_OR_RETURN(stack.ln_f_weight, weights.Load(name + ".ln_f.weight", {d}));
+  ABCD_ASSIGN_OR_RETURN(stack.ln_f_bias, weights.Load(name + ".ln_f.bias", {d}));
+  return absl::OkStatus();
+}
+
+void Model::BuildLayout() {
+  std::string description = absl::StrCat("d=", config_.d_model, ";h=", config_.n_heads);
+  auto place = [&](const AttentionLayer& layer, bool cross) {
+    StateLayout::Slot slot;
+    const AttentionState& state = layer.state();
+    if (state.UsesKvCache()) {
+      slot.kv_index = static_cast<int>(layout_.kv_is_cross.size());
+      layout_.kv_is_cross.push_back(cross);
+    } else {
+      slot.fixed_offset = static_cast<int64_t>(layout_.initial_fixed.size());
+      slot.fixed_floats = state.FixedFloats();
+      layout_.initial_fixed.resize(slot.fixed_offset + slot.fixed_floats);
+      state.Init(layout_.initial_fixed.data() + slot.fixed_offset);
+    }
+    absl::StrAppend(&description, ";", DescribeAttention(layer.spec()));
+    return slot;
+  };
+  for (const Block& block : decoder_->blocks) {
+    layout_.self.push_back(place(*block.self_attention, /*cross=*/false));
+    if (block.cross_attention) layout_.cross.push_back(place(*block.cross_attention, /*cross=*/true));
+  }
+  layout_.kv_width = config_.d_model;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : description) hash = (hash ^ ch) * 1099511628211ull;
+  layout_.fingerprint = hash;
+}
+
+void Model::Embed(int32_t token, int64_t position, float* row) const {
+  const int64_t d = config_.d_model;
+  const float scale = config_.scale_embeddings ? std::sqrt(static_cast<float>(d)) : 1.0f;
+  const float* e = embedding_.data() + static_cast<int64_t>(token) * d;
+  for (int64_t i = 0; i < d; ++i) row[i] = e[i] * scale;
+  cpu::AddSinusoidalPosition(position, d, row);
+}
+
+void Model::FeedForward(const Block& block, const float* x_norm, int64_t rows, float* out) const {
+  const int64_t d = config_.d_model, ff = config_.d_ff;
+  std::vector<float> hidden(rows * ff);
+  cpu::Linear(x_norm, rows, d, block.fc1_weight.data(), block.fc1_bias.data(), ff, hidden.data());
+  cpu::Activate(config_.activation, hidden.data(), rows * ff);
+  cpu::Linear(hidden.data(), rows, ff, block.fc2_weight.data(), block.fc2_bias.data(), d, out);
+}
+
+namespace {
+
+absl::Status CheckToken(int32_t token, int vocab_size, absl::string_view what, size_t index) {
+  if (token < 0 || token >= vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "[", index, "] = ", token,
+                                                   " is outside the vocabulary [0, ", vocab_size,
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Model::Encode(std::span<const int32_t> source, SequenceId sequence,
+                           StatePool& pool) const {
+  if (!config_.is_encoder_decoder()) {
+    return absl::FailedPreconditionError("Encode needs an encoder-decoder model");
+  }
+  if (source.empty()) return absl::InvalidArgumentError("source is empty");
+  for (size_t i = 0; i < source.size(); ++i) {
+    ABCD_RETURN_IF_ERROR(CheckToken(source[i], config_.vocab_size, "source", i));
+  }
+  SequenceState* state = pool.Get(sequence);
+  if (state == nullptr) return absl::NotFoundError(absl::StrCat("no sequence ", sequence));
+  if (state->encoded) return absl::FailedPreconditionError("sequence is already encoded");
+  const int64_t rows = static_cast<int64_t>(source.size()), d = config_.d_model;
+  ABCD_RETURN_IF_ERROR(pool.ReserveSource(sequence, rows));
+
+  std::vector<float> x(rows * d), normed(rows * d), delta(rows * d);
+  for (int64_t r = 0; r < rows; ++r) Embed(source[r], r, x.data() + r * d);
+  const float eps = config_.layer_norm_eps;
+  for (const Block& block : encoder_->blocks) {
+    cpu::LayerNorm(x.data(), rows, d, block.ln1_weight.data(), block.ln1_bias.data(), eps,
+                   normed.data());
+    block.self_attention->ForwardBidirectional(normed.data(), rows, delta.data());
+    cpu::AddInPlace(x.data(), delta.data(), rows * d);
+    cpu::LayerNorm(x.data(), rows, d, block.ln2_weight.data(), block.ln2_bias.data(), eps,
+                   normed.data());
+    FeedForward(block, normed.data(), rows, delta.data());
+    cpu::AddInPlace(x.data(), delta.data(), rows * d);
+  }
+  cpu::LayerNorm(x.data(), rows, d, encoder_->ln_f_weight.data(), encoder_->ln_f_bias.data(), eps,
+                 normed.data());
+  for (size_t l = 0; l < decoder_->blocks.size(); ++l) {
+    const StateLayout::Slot& slot = layout_.cross[l];
+    StateRef ref{state->fixed.data() + slot.fixed_offset,
+                 slot.kv_index >= 0 ? &state->kv[slot.kv_index] : nullptr, 0};
+    decoder_->blocks[l].cross_attention->BuildMemory(normed.data(), rows, ref);
+  }
+  state->source_length = rows;
+  state->encoded = true;
+  return absl::OkStatus();
+}
+
+absl::Status Model::Decode(std::span<const DecodeRow> rows, StatePool& pool,
+                           std::vector<float>* logits) const {
+  const int64_t n = static_cast<int64_t>(rows.size()), d = config_.d_model;
+  if (n == 0) return absl::OkStatus();
+  // Validate everything and reserve KV pages before touching any state.
+  std::vector<SequenceState*> states(n);
+  std::vector<int64_t> positions(n);
+  absl::flat_hash_map<SequenceId, int64_t> next_position;
+  for (int64_t r = 0; r < n; ++r) {
+    ABCD_RETURN_IF_ERROR(CheckToken(rows[r].token, config_.vocab_size, "token", r));
+    states[r] = pool.Get(rows[r].sequence);
+    if (states[r] == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no sequence ", rows[r].sequence));
+    }
+    if (config_.is_encoder_decoder() && !states[r]->encoded) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sequence ", rows[r].sequence, " must be encoded before decoding"));
+    }
+    auto [it, inserted] = next_position.try_emplace(rows[r].sequence, states[r]->position);
+    positions[r] = it->second++;
+  }
+  for (const auto& [sequence, end] : next_position) {
+    ABCD_RETURN_IF_ERROR(pool.ReserveTokens(sequence, end));
+  }
+
+  std::vector<float> x(n * d), normed(n * d), delta(n * d);
+  for (int64_t r = 0; r < n; ++r) Embed(rows[r].token, positions[r], x.data() + r * d);
+  std::vector<StateRef> refs(n);
+  auto bind = [&](const StateLayout::Slot& slot) {
+    for (int64_t r = 0; r < n; ++r) {
+      SequenceState& s = *states[r];
+      refs[r] = {s.fixed.data() + slot.fixed_offset,
+                 slot.kv_index >= 0 ? &s.kv[slot.kv_index] : nullptr, positions[r]};
+    }
+    return std::span<const StateRef>(refs);
+  };
+  const float eps = config_.layer_norm_eps;
+  for (size_t l = 0; l < decoder_->blocks.size(); ++l) {
+    const Block& block = decoder_->blocks[l];
+    cpu::LayerNorm(x.data(), n, d, block.ln1_weight.data(), block.ln1_bias.data(), eps,
+                   normed.data());
+    block.self_attention->ForwardCausal(normed.data(), n, bind(layout_.self[l]), delta.data());
+    cpu::AddInPlace(x.data(), delta.data(), n * d);
+    if (block.cross_attention) {
+      cpu::LayerNorm(x.data(), n, d, block.ln_cross_weight.data(), block.ln_cross_bias.data(), eps,
+                     normed.data());
+      block.cross_attention->ForwardCross(normed.data(), n, bind(layout_.cross[l]), delta.data());
+      cpu::AddInPlace(x.data(), delta.data(), n * d);
+    }
+    cpu::LayerNorm(x.data(), n, d, block.ln2_weight.data(), block.ln2_bias.data(), eps,
+                   normed.data());
+    FeedForward(block, normed.data(), n, delta.data());
+    cpu::AddInPlace(x.data(), delta.data(), n * d);
+  }
+  for (const auto& [sequence, end] : next_position) pool.Get(sequence)->position = end;
+
+  // Logits only for the rows that asked: the vocabulary GEMM dominates small models.
+  std::vector<float> selected;
+  for (int64_t r = 0; r < n; ++r) {
+    if (rows[r].want_logits) selected.insert(selected.end(), x.begin() + r * d, x.begin() + (r + 1) * d);
+  }
+  const int64_t wanted = static_cast<int64_t>(selected.size()) / d;
+  if (wanted == 0) return absl::OkStatus();
+  std::vector<float> final_normed(selected.size());
+  cpu::LayerNorm(selected.data(), wanted, d, decoder_->ln_f_weight.data(),
+                 decoder_->ln_f_bias.data(), eps, final_normed.data());
+  const size_t offset = logits->size();
+  logits->resize(offset + static_cast<size_t>(wanted) * config_.vocab_size);
+  const std::vector<float>& head = config_.tie_embeddings ? embedding_ : lm_head_;
+  cpu::Linear(final_normed.data(), wanted, d, head.data(), nullptr, config_.vocab_size,
+              logits->data() + offset);
+  return absl::OkStatus();
+}
+
+}  // namespace abcd

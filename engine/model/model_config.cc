@@ -1,0 +1,282 @@
+#include "engine/model/model_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace abcd {
+namespace {
+
+using nlohmann::json;
+
+absl::Status FieldError(absl::string_view field, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("config field \"", field, "\": ", message));
+}
+
+// Typed field access that reports the JSON path on error.
+class Fields {
+ public:
+  Fields(const json& object, std::string prefix) : object_(object), prefix_(std::move(prefix)) {}
+
+  std::string Path(absl::string_view key) const {
+    return prefix_.empty() ? std::string(key) : absl::StrCat(prefix_, ".", key);
+  }
+  bool Has(absl::string_view key) const { return object_.contains(key); }
+
+  absl::StatusOr<int> Int(absl::string_view key, std::optional<int> fallback, int min_value) const {
+    const auto it = object_.find(key);
+    if (it == object_.end()) {
+      if (fallback) return *fallback;
+      return FieldError(Path(key), "is required");
+    }
+    if (!it->is_number_integer()) return FieldError(Path(key), "must be an integer");
+    const int64_t value = it->get<int64_t>();
+    if (value < min_value || value > (1 << 30)) {
+      return FieldError(Path(key), absl::StrCat("must be in [", min_value, ", 2^30], got ", value));
+    }
+    return static_cast<int>(value);
+  }
+  absl::StatusOr<float> Float(absl::string_view key, float fallback) const {
+    const auto it = object_.find(key);
+    if (it == object_.end()) return fallback;
+    if (!it->is_number()) return FieldError(Path(key), "must be a number");
+    const double value = it->get<double>();
+    if (!(value > 0.0) || value > 1.0) return FieldError(Path(key), "must be in (0, 1]");
+    return static_cast<float>(value);
+  }
+  absl::StatusOr<bool> Bool(absl::string_view key, bool fallback) const {
+    const auto it = object_.find(key);
+    if (it == object_.end()) return fallback;
+    if (!it->is_boolean()) return FieldError(Path(key), "must be true or false");
+    return it->get<bool>();
+  }
+  absl::StatusOr<std::string> String(absl::string_view key, std::optional<std::string> fallback) const {
+    const auto it = object_.find(key);
+    if (it == object_.end()) {
+      if (fallback) return *fallback;
+      return FieldError(Path(key), "is required");
+    }
+    if (!it->is_string()) return FieldError(Path(key), "must be a string");
+    return it->get<std::string>();
+  }
+
+ private:
+  const json& object_;
+  std::string prefix_;
+};
+
+enum class Role { kDecoderSelf, kEncoderSelf, kCross };
+
+absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string& path, Role role) {
+  if (!node.is_object()) return FieldError(path, "must be an object");
+  Fields f(node, path);
+  ABCD_ASSIGN_OR_RETURN(const std::string type, f.String("type", std::nullopt));
+  AttentionSpec spec;
+  if (type == "softmax") {
+    spec.type = AttentionType::kSoftmax;
+  } else if (type == "window") {
+    spec.type = AttentionType::kWindow;
+    ABCD_ASSIGN_OR_RETURN(spec.window, f.Int("window", std::nullopt, 1));
+  } else if (type == "abc") {
+    spec.type = AttentionType::kAbc;
+    ABCD_ASSIGN_OR_RETURN(spec.slots, f.Int("slots", std::nullopt, 1));
+    ABCD_ASSIGN_OR_RETURN(spec.shared_control, f.Bool("shared_control", false));
+  } else if (type == "rfa") {
+    spec.type = AttentionType::kRfa;
+    ABCD_ASSIGN_OR_RETURN(spec.features, f.Int("features", std::nullopt, 1));
+    ABCD_ASSIGN_OR_RETURN(const std::string kernel, f.String("kernel", "gaussian"));
+    if (kernel == "gaussian") {
+      spec.kernel = RfaKernel::kGaussian;
+    } else if (kernel == "arccos") {
+      spec.kernel = RfaKernel::kArccos;
+    } else {
+      return FieldError(f.Path("kernel"), absl::StrCat("must be \"gaussian\" or \"arccos\", got \"",
+                                                       kernel, "\""));
+    }
+    ABCD_ASSIGN_OR_RETURN(spec.gate, f.Bool("gate", false));
+    ABCD_ASSIGN_OR_RETURN(spec.eps, f.Float("eps", 1e-2f));
+  } else if (type == "t2r") {
+    spec.type = AttentionType::kT2r;
+    ABCD_ASSIGN_OR_RETURN(spec.features, f.Int("features", std::nullopt, 1));
+    ABCD_ASSIGN_OR_RETURN(spec.eps, f.Float("eps", 1e-6f));
+  } else if (type == "elu") {
+    spec.type = AttentionType::kElu;
+    ABCD_ASSIGN_OR_RETURN(spec.eps, f.Float("eps", 1e-6f));
+  } else {
+    return FieldError(f.Path("type"),
+                      absl::StrCat("unknown attention type \"", type,
+                                   "\" (expected softmax, window, abc, rfa, t2r or elu)"));
+  }
+  if (role == Role::kCross && spec.type != AttentionType::kSoftmax &&
+      spec.type != AttentionType::kAbc) {
+    return FieldError(f.Path("type"), "cross attention must be softmax or abc");
+  }
+  if (role == Role::kEncoderSelf && spec.type == AttentionType::kWindow) {
+    return FieldError(f.Path("type"), "window attention is causal-only (decoder)");
+  }
+  if (role == Role::kEncoderSelf && spec.gate) {
+    return FieldError(f.Path("gate"), "gated rfa is causal-only (decoder)");
+  }
+  if (spec.shared_control && role == Role::kCross) {
+    return FieldError(f.Path("shared_control"), "is only supported for self attention");
+  }
+  return spec;
+}
+
+absl::StatusOr<std::vector<LayerSpec>> ParseLayers(const json& root, const std::string& key,
+                                                   bool decoder, bool cross) {
+  const auto it = root.find(key);
+  if (it == root.end()) return FieldError(key, "is required");
+  if (!it->is_array() || it->empty()) return FieldError(key, "must be a non-empty array");
+  std::vector<LayerSpec> layers;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& layer = (*it)[i];
+    const std::string path = absl::StrCat(key, "[", i, "]");
+    if (!layer.is_object()) return FieldError(path, "must be an object");
+    if (!layer.contains("attention")) return FieldError(path + ".attention", "is required");
+    LayerSpec spec;
+    ABCD_ASSIGN_OR_RETURN(spec.attention,
+                          ParseAttention(layer["attention"], path + ".attention",
+                                         decoder ? Role::kDecoderSelf : Role::kEncoderSelf));
+    if (cross) {
+      if (!layer.contains("cross_attention")) {
+        return FieldError(path + ".cross_attention", "is required for encoder-decoder models");
+      }
+      ABCD_ASSIGN_OR_RETURN(spec.cross_attention,
+                            ParseAttention(layer["cross_attention"], path + ".cross_attention",
+                                           Role::kCross));
+    } else if (layer.contains("cross_attention")) {
+      return FieldError(path + ".cross_attention", "is only allowed in encoder-decoder decoders");
+    }
+    layers.push_back(spec);
+  }
+  // A shared control tensor has one shape, so every layer that uses it needs the same slots.
+  int shared_slots = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const AttentionSpec& a = layers[i].attention;
+    if (!a.shared_control) continue;
+    if (shared_slots != 0 && a.slots != shared_slots) {
+      return FieldError(absl::StrCat(key, "[", i, "].attention.slots"),
+                        "layers with shared_control must all have the same slots");
+    }
+    shared_slots = a.slots;
+  }
+  return layers;
+}
+
+}  // namespace
+
+absl::string_view AttentionTypeName(AttentionType type) {
+  switch (type) {
+    case AttentionType::kSoftmax: return "softmax";
+    case AttentionType::kWindow: return "window";
+    case AttentionType::kAbc: return "abc";
+    case AttentionType::kRfa: return "rfa";
+    case AttentionType::kT2r: return "t2r";
+    case AttentionType::kElu: return "elu";
+  }
+  return "?";
+}
+
+int AttentionSpec::FeatureDim(int head_dim) const {
+  switch (type) {
+    case AttentionType::kRfa: return kernel == RfaKernel::kGaussian ? 2 * features : features;
+    case AttentionType::kT2r: return features;
+    case AttentionType::kElu: return head_dim;
+    default: return 0;
+  }
+}
+
+std::string DescribeAttention(const AttentionSpec& spec) {
+  const std::string name(AttentionTypeName(spec.type));
+  switch (spec.type) {
+    case AttentionType::kSoftmax: return name;
+    case AttentionType::kWindow: return absl::StrCat(name, "(window=", spec.window, ")");
+    case AttentionType::kAbc:
+      return absl::StrCat(name, "(slots=", spec.slots, spec.shared_control ? ", shared control" : "",
+                          ")");
+    case AttentionType::kRfa:
+      return absl::StrCat(name, "(features=", spec.features, ", ",
+                          spec.kernel == RfaKernel::kGaussian ? "gaussian" : "arccos",
+                          spec.gate ? ", gated" : "", ")");
+    case AttentionType::kT2r: return absl::StrCat(name, "(features=", spec.features, ")");
+    case AttentionType::kElu: return name;
+  }
+  return name;
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
+  const json root = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
+  if (!root.is_object()) return absl::InvalidArgumentError("config.json must be a JSON object");
+  Fields f(root, "");
+  ModelConfig config;
+  ABCD_ASSIGN_OR_RETURN(const int version, f.Int("format_version", 1, 1));
+  if (version != 1) return FieldError("format_version", "only version 1 is supported");
+  ABCD_ASSIGN_OR_RETURN(const std::string arch, f.String("architecture", std::nullopt));
+  if (arch == "decoder") {
+    config.architecture = Architecture::kDecoder;
+  } else if (arch == "encoder-decoder") {
+    config.architecture = Architecture::kEncoderDecoder;
+  } else {
+    return FieldError("architecture", "must be \"decoder\" or \"encoder-decoder\"");
+  }
+  ABCD_ASSIGN_OR_RETURN(config.vocab_size, f.Int("vocab_size", std::nullopt, 1));
+  ABCD_ASSIGN_OR_RETURN(config.d_model, f.Int("d_model", std::nullopt, 1));
+  ABCD_ASSIGN_OR_RETURN(config.n_heads, f.Int("n_heads", std::nullopt, 1));
+  ABCD_ASSIGN_OR_RETURN(config.d_ff, f.Int("d_ff", std::nullopt, 1));
+  if (config.d_model % config.n_heads != 0) {
+    return FieldError("n_heads", absl::StrCat("must divide d_model (", config.d_model, ")"));
+  }
+  if (config.d_model % 2 != 0) return FieldError("d_model", "must be even (sinusoidal positions)");
+  ABCD_ASSIGN_OR_RETURN(const std::string activation, f.String("activation", "gelu"));
+  if (activation == "gelu") {
+    config.activation = Activation::kGelu;
+  } else if (activation == "relu") {
+    config.activation = Activation::kRelu;
+  } else {
+    return FieldError("activation", "must be \"gelu\" or \"relu\"");
+  }
+  ABCD_ASSIGN_OR_RETURN(config.layer_norm_eps, f.Float("layer_norm_eps", 1e-5f));
+  ABCD_ASSIGN_OR_RETURN(config.scale_embeddings, f.Bool("scale_embeddings", true));
+  ABCD_ASSIGN_OR_RETURN(config.tie_embeddings, f.Bool("tie_embeddings", true));
+  ABCD_ASSIGN_OR_RETURN(const std::string positional, f.String("positional", "sinusoidal"));
+  if (positional != "sinusoidal") return FieldError("positional", "must be \"sinusoidal\"");
+  for (auto [key, field] : {std::pair<const char*, int*>{"bos_id", &config.bos_id},
+                            {"eos_id", &config.eos_id},
+                            {"pad_id", &config.pad_id},
+                            {"unk_id", &config.unk_id}}) {
+    ABCD_ASSIGN_OR_RETURN(*field, f.Int(key, *field, 0));
+    if (*field >= config.vocab_size) {
+      return FieldError(key, absl::StrCat("must be below vocab_size (", config.vocab_size, ")"));
+    }
+  }
+  const bool enc_dec = config.is_encoder_decoder();
+  ABCD_ASSIGN_OR_RETURN(config.decoder_layers,
+                        ParseLayers(root, "decoder_layers", /*decoder=*/true, /*cross=*/enc_dec));
+  if (enc_dec) {
+    ABCD_ASSIGN_OR_RETURN(config.encoder_layers,
+                          ParseLayers(root, "encoder_layers", /*decoder=*/false, /*cross=*/false));
+  } else if (root.contains("encoder_layers")) {
+    return FieldError("encoder_layers", "is only allowed for encoder-decoder models");
+  }
+  return config;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(buffer.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(), absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+}  // namespace abcd

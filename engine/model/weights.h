@@ -1,0 +1,31 @@
+// Typed access to a checkpoint's tensors: checks each tensor's shape against what the config
+// implies, widens bf16/fp16 to fp32 once, and remembers which tensors were used so that
+// leftovers (a misspelt name, a config that does not match the file) are reported.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/safetensors.h"
+
+namespace abcd {
+
+class WeightLoader {
+ public:
+  explicit WeightLoader(const SafetensorsFile& file) : file_(file) {}
+
+  // The tensor as fp32; FailedPrecondition / NotFound naming the tensor and both shapes.
+  absl::StatusOr<std::vector<float>> Load(const std::string& name,
+                                          const std::vector<int64_t>& shape);
+  bool Contains(const std::string& name) const { return file_.Contains(name); }
+  // InvalidArgument listing tensors that no layer asked for.
+  absl::Status CheckAllUsed() const;
+
+ private:
+  const SafetensorsFile& file_;
+  std::set<std::string> used_;
+};
+
+}  // namespace abcd

@@ -1,0 +1,25 @@
+// Row-wise and element-wise CPU ops of the transformer block: LayerNorm, activations,
+// residual add, sinusoidal positions.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/model/model_config.h"
+
+namespace abcd::cpu {
+
+// y[r] = (x[r] - mean) / sqrt(var + eps) * gamma + beta for each of `rows` rows of width d.
+void LayerNorm(const float* x, int64_t rows, int64_t d, const float* gamma, const float* beta,
+               float eps, float* y);
+
+// In-place activation over n values (gelu is the erf form, as torch's default).
+void Activate(Activation activation, float* x, int64_t n);
+
+// y += x over n values.
+void AddInPlace(float* y, const float* x, int64_t n);
+
+// Adds the sinusoidal encoding of `position` to row (width d, even): pe[2i] = sin(p / 10000^(2i/d)),
+// pe[2i+1] = cos(...). Computed in double, so any position is exact to fp32 rounding.
+void AddSinusoidalPosition(int64_t position, int64_t d, float* row);
+
+}  // namespace abcd::cpu

@@ -1,0 +1,53 @@
+#include <cmath>
+
+#include "engine/ops/elementwise.h"
+
+namespace abcd::cpu {
+
+void LayerNorm(const float* x, int64_t rows, int64_t d, const float* gamma, const float* beta,
+               float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * d;
+    float* out = y + r * d;
+    double mean = 0.0;
+    for (int64_t i = 0; i < d; ++i) mean += in[i];
+    mean /= static_cast<double>(d);
+    double var = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+      const double c = in[i] - mean;
+      var += c * c;
+    }
+    var /= static_cast<double>(d);
+    const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+    const float m = static_cast<float>(mean);
+    for (int64_t i = 0; i < d; ++i) out[i] = (in[i] - m) * inv * gamma[i] + beta[i];
+  }
+}
+
+void Activate(Activation activation, float* x, int64_t n) {
+  switch (activation) {
+    case Activation::kRelu:
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      break;
+    case Activation::kGelu:
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * static_cast<float>(M_SQRT1_2)));
+      }
+      break;
+  }
+}
+
+void AddInPlace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void AddSinusoidalPosition(int64_t position, int64_t d, float* row) {
+  const double p = static_cast<double>(position);
+  for (int64_t i = 0; i < d / 2; ++i) {
+    const double angle = p / std::pow(10000.0, 2.0 * static_cast<double>(i) / static_cast<double>(d));
+    row[2 * i] += static_cast<float>(std::sin(angle));
+    row[2 * i + 1] += static_cast<float>(std::cos(angle));
+  }
+}
+
+}  // namespace abcd::cpu

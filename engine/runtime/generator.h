@@ -1,0 +1,47 @@
+// Single-sequence text generation over a Model and StatePool: tokenize, prefill the prompt in
+// one Decode call, then sample one token per step until max_tokens, EOS or a stop string.
+// This is the in-process path behind `abcd-cli generate`; the serving scheduler batches many
+// sequences through the same Model::Decode.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/model.h"
+#include "engine/sampling/sampler.h"
+#include "engine/state/state_pool.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace abcd {
+
+enum class FinishReason { kLength, kStop, kEos };
+absl::string_view FinishReasonName(FinishReason reason);
+
+struct GenerateOptions {
+  int max_tokens = 64;
+  SamplingParams sampling;
+  bool ignore_eos = false;
+  std::vector<std::string> stop;  // generation ends when the text contains one (not included)
+};
+
+struct GenerateResult {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> token_ids;
+  std::string text;
+  FinishReason finish_reason = FinishReason::kLength;
+  int64_t state_bytes = 0;  // attention-state bytes the sequence held at the end
+};
+
+// Called after each generated token with its id and the new text it added.
+using TokenCallback = std::function<void(int32_t id, absl::string_view new_text)>;
+
+absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tokenizer,
+                                        StatePool& pool, absl::string_view prompt,
+                                        const GenerateOptions& options,
+                                        const TokenCallback& on_token = nullptr);
+
+}  // namespace abcd

@@ -1,0 +1,239 @@
+#include "engine/state/state_pool.h"
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace abcd {
+namespace {
+
+constexpr char kSnapshotMagic[8] = {'A', 'B', 'C', 'D', 'S', 'E', 'Q', '1'};
+
+absl::Status NotFound(SequenceId id) {
+  return absl::NotFoundError(absl::StrCat("no sequence with id ", id));
+}
+
+class Writer {
+ public:
+  template <typename T>
+  void Put(const T& value) {
+    out_.append(reinterpret_cast<const char*>(&value), sizeof(T));
+  }
+  void PutFloats(const float* data, int64_t count) {
+    out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(count) * 4);
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(absl::string_view in) : in_(in) {}
+  template <typename T>
+  bool Get(T* value) {
+    if (in_.size() < sizeof(T)) return false;
+    std::memcpy(value, in_.data(), sizeof(T));
+    in_.remove_prefix(sizeof(T));
+    return true;
+  }
+  bool GetFloats(float* data, int64_t count) {
+    const size_t bytes = static_cast<size_t>(count) * 4;
+    if (count < 0 || in_.size() < bytes) return false;
+    std::memcpy(data, in_.data(), bytes);
+    in_.remove_prefix(bytes);
+    return true;
+  }
+  bool done() const { return in_.empty(); }
+
+ private:
+  absl::string_view in_;
+};
+
+int64_t RoundUpToPage(int64_t rows) {
+  return (rows + StatePool::kKvPageTokens - 1) / StatePool::kKvPageTokens *
+         StatePool::kKvPageTokens;
+}
+
+}  // namespace
+
+StatePool::StatePool(StateLayout layout, int64_t budget_bytes)
+    : layout_(std::move(layout)), budget_bytes_(budget_bytes) {}
+
+int64_t StatePool::ChargedBytes(const SequenceState& state) const {
+  int64_t bytes = layout_.FixedBytes();
+  for (const KvCache& kv : state.kv) bytes += kv.capacity() * layout_.KvBytesPerToken();
+  return bytes;
+}
+
+SequenceId StatePool::Insert(std::unique_ptr<SequenceState> state, int64_t bytes) {
+  const SequenceId id = next_id_++;
+  bytes_in_use_ += bytes;
+  sequences_.emplace(id, std::move(state));
+  return id;
+}
+
+absl::StatusOr<SequenceId> StatePool::Acquire() {
+  const int64_t bytes = layout_.FixedBytes();
+  if (bytes_in_use_ + bytes > budget_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "state pool full: ", bytes_in_use_, " of ", budget_bytes_, " bytes in use, a sequence needs ",
+        bytes));
+  }
+  auto state = std::make_unique<SequenceState>();
+  state->fixed = layout_.initial_fixed;
+  state->kv.resize(layout_.kv_is_cross.size());
+  for (KvCache& kv : state->kv) kv.width = layout_.kv_width;
+  return Insert(std::move(state), bytes);
+}
+
+void StatePool::Release(SequenceId id) {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return;
+  bytes_in_use_ -= ChargedBytes(*it->second);
+  sequences_.erase(it);
+}
+
+absl::StatusOr<SequenceId> StatePool::Fork(SequenceId id) {
+  const SequenceState* source = Get(id);
+  if (source == nullptr) return NotFound(id);
+  const int64_t bytes = ChargedBytes(*source);
+  if (bytes_in_use_ + bytes > budget_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("state pool full: cannot fork a sequence of ", bytes, " bytes"));
+  }
+  return Insert(std::make_unique<SequenceState>(*source), bytes);
+}
+
+absl::Status StatePool::Grow(SequenceId id, bool cross, int64_t rows) {
+  SequenceState* state = Get(id);
+  if (state == nullptr) return NotFound(id);
+  const int64_t target = RoundUpToPage(rows);
+  int64_t extra_bytes = 0;
+  for (size_t i = 0; i < state->kv.size(); ++i) {
+    if (layout_.kv_is_cross[i] != cross) continue;
+    const int64_t capacity = state->kv[i].capacity();
+    if (capacity < target) extra_bytes += (target - capacity) * layout_.KvBytesPerToken();
+  }
+  if (extra_bytes == 0) return absl::OkStatus();
+  if (bytes_in_use_ + extra_bytes > budget_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat("state pool full: KV cache growth to ", target,
+                                                     " tokens needs ", extra_bytes,
+                                                     " more bytes"));
+  }
+  for (size_t i = 0; i < state->kv.size(); ++i) {
+    if (layout_.kv_is_cross[i] != cross) continue;
+    KvCache& kv = state->kv[i];
+    if (kv.capacity() >= target) continue;
+    kv.keys.resize(target * kv.width);
+    kv.values.resize(target * kv.width);
+  }
+  bytes_in_use_ += extra_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status StatePool::ReserveTokens(SequenceId id, int64_t tokens) {
+  return Grow(id, /*cross=*/false, tokens);
+}
+
+absl::Status StatePool::ReserveSource(SequenceId id, int64_t source_tokens) {
+  return Grow(id, /*cross=*/true, source_tokens);
+}
+
+SequenceState* StatePool::Get(SequenceId id) {
+  const auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+const SequenceState* StatePool::Get(SequenceId id) const {
+  const auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<int64_t> StatePool::SequenceBytes(SequenceId id) const {
+  const SequenceState* state = Get(id);
+  if (state == nullptr) return NotFound(id);
+  return ChargedBytes(*state);
+}
+
+absl::StatusOr<std::string> StatePool::Snapshot(SequenceId id) const {
+  const SequenceState* state = Get(id);
+  if (state == nullptr) return NotFound(id);
+  Writer out;
+  for (char c : kSnapshotMagic) out.Put(c);
+  out.Put(layout_.fingerprint);
+  out.Put(state->position);
+  out.Put(state->source_length);
+  out.Put(static_cast<uint8_t>(state->encoded));
+  out.Put(static_cast<int64_t>(state->fixed.size()));
+  out.PutFloats(state->fixed.data(), static_cast<int64_t>(state->fixed.size()));
+  out.Put(static_cast<int64_t>(state->kv.size()));
+  for (const KvCache& kv : state->kv) {
+    out.Put(kv.length);
+    out.PutFloats(kv.keys.data(), kv.length * kv.width);
+    out.PutFloats(kv.values.data(), kv.length * kv.width);
+  }
+  return out.Take();
+}
+
+absl::StatusOr<SequenceId> StatePool::Restore(absl::string_view snapshot) {
+  auto invalid = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("snapshot: ", what));
+  };
+  Reader in(snapshot);
+  char magic[8];
+  for (char& c : magic) {
+    if (!in.Get(&c)) return invalid("truncated header");
+  }
+  if (std::memcmp(magic, kSnapshotMagic, 8) != 0) return invalid("not an abcd sequence snapshot");
+  uint64_t fingerprint;
+  auto state = std::make_unique<SequenceState>();
+  uint8_t encoded;
+  int64_t fixed_floats, kv_count;
+  if (!in.Get(&fingerprint) || !in.Get(&state->position) || !in.Get(&state->source_length) ||
+      !in.Get(&encoded) || !in.Get(&fixed_floats)) {
+    return invalid("truncated header");
+  }
+  if (fingerprint != layout_.fingerprint) return invalid("taken from a different model");
+  if (fixed_floats != static_cast<int64_t>(layout_.initial_fixed.size())) {
+    return invalid("fixed state size does not match the model");
+  }
+  if (state->position < 0 || state->source_length < 0) return invalid("negative position");
+  state->encoded = encoded != 0;
+  state->fixed.resize(fixed_floats);
+  if (!in.GetFloats(state->fixed.data(), fixed_floats) || !in.Get(&kv_count)) {
+    return invalid("truncated fixed state");
+  }
+  if (kv_count != static_cast<int64_t>(layout_.kv_is_cross.size())) {
+    return invalid("KV cache count does not match the model");
+  }
+  state->kv.resize(kv_count);
+  for (int64_t i = 0; i < kv_count; ++i) {
+    KvCache& kv = state->kv[i];
+    kv.width = layout_.kv_width;
+    if (!in.Get(&kv.length)) return invalid("truncated KV cache");
+    const int64_t expected = layout_.kv_is_cross[i] ? state->source_length : state->position;
+    if (kv.length != expected) return invalid("KV cache length does not match the position");
+    if (kv.length > static_cast<int64_t>(snapshot.size()) / (2 * 4 * kv.width)) {
+      return invalid("truncated KV cache");
+    }
+    const int64_t capacity = RoundUpToPage(kv.length);
+    kv.keys.resize(capacity * kv.width);
+    kv.values.resize(capacity * kv.width);
+    if (!in.GetFloats(kv.keys.data(), kv.length * kv.width) ||
+        !in.GetFloats(kv.values.data(), kv.length * kv.width)) {
+      return invalid("truncated KV cache");
+    }
+  }
+  if (!in.done()) return invalid("trailing bytes");
+  const int64_t bytes = ChargedBytes(*state);
+  if (bytes_in_use_ + bytes > budget_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("state pool full: cannot restore a sequence of ", bytes, " bytes"));
+  }
+  return Insert(std::move(state), bytes);
+}
+
+}  // namespace abcd

@@ -1,0 +1,97 @@
+// Per-sequence attention state, allocated against one byte budget.
+//
+// Every sequence owns one fixed block (all bounded layers: abc, rfa, t2r, elu, window, abc
+// cross attention) of exactly StateLayout::FixedBytes(), plus one KvCache per softmax layer
+// that grows in pages of kKvPageTokens tokens. All of it is charged to the same budget, so a
+// pool of B bytes admits B / FixedBytes() bounded sequences, and softmax models pay for every
+// token they keep; the two are directly comparable.
+//
+// Acquire/Release/Fork/Snapshot/Restore cost O(state bytes). Not thread-safe: one owner
+// (the engine loop) drives it; others read published copies of its counters.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "engine/state/kv_cache.h"
+
+namespace abcd {
+
+using SequenceId = int64_t;
+
+// Where each decoder layer keeps its state; produced by the model.
+struct StateLayout {
+  struct Slot {
+    int64_t fixed_offset = 0;  // into the fixed block, in floats
+    int64_t fixed_floats = 0;
+    int kv_index = -1;         // index of the layer's KvCache, -1 for bounded layers
+  };
+  std::vector<Slot> self;                // one per decoder layer
+  std::vector<Slot> cross;               // one per decoder layer (encoder-decoder only)
+  std::vector<float> initial_fixed;      // the empty fixed block
+  std::vector<bool> kv_is_cross;         // one per KvCache
+  int64_t kv_width = 0;                  // floats per key (and per value) row
+  uint64_t fingerprint = 0;              // identifies the model's state format in snapshots
+
+  int64_t FixedBytes() const { return static_cast<int64_t>(initial_fixed.size()) * 4; }
+  // Bytes a KvCache row (key + value) costs.
+  int64_t KvBytesPerToken() const { return 2 * kv_width * 4; }
+};
+
+struct SequenceState {
+  int64_t position = 0;        // decoder tokens folded in so far
+  int64_t source_length = 0;   // encoder tokens (encoder-decoder)
+  bool encoded = false;        // cross-attention memory built
+  std::vector<float> fixed;
+  std::vector<KvCache> kv;
+};
+
+class StatePool {
+ public:
+  static constexpr int64_t kKvPageTokens = 16;
+
+  StatePool(StateLayout layout, int64_t budget_bytes);
+
+  // RESOURCE_EXHAUSTED when the budget cannot hold another empty sequence.
+  absl::StatusOr<SequenceId> Acquire();
+  // Frees the sequence's bytes at once. Unknown ids are ignored.
+  void Release(SequenceId id);
+  // A new sequence with an identical state (beam search, shared prefixes).
+  absl::StatusOr<SequenceId> Fork(SequenceId id);
+  // A self-describing byte string of the state; Restore() turns it into a new sequence.
+  absl::StatusOr<std::string> Snapshot(SequenceId id) const;
+  absl::StatusOr<SequenceId> Restore(absl::string_view snapshot);
+
+  // Grows self-attention KvCaches to hold `tokens` rows, or cross ones to hold `source_tokens`.
+  // RESOURCE_EXHAUSTED (and no change) when the budget does not allow it.
+  absl::Status ReserveTokens(SequenceId id, int64_t tokens);
+  absl::Status ReserveSource(SequenceId id, int64_t source_tokens);
+
+  SequenceState* Get(SequenceId id);
+  const SequenceState* Get(SequenceId id) const;
+
+  const StateLayout& layout() const { return layout_; }
+  int64_t budget_bytes() const { return budget_bytes_; }
+  int64_t bytes_in_use() const { return bytes_in_use_; }
+  int64_t size() const { return static_cast<int64_t>(sequences_.size()); }
+  // Bytes charged to one sequence: fixed block plus reserved KvCache pages.
+  absl::StatusOr<int64_t> SequenceBytes(SequenceId id) const;
+
+ private:
+  absl::Status Grow(SequenceId id, bool cross, int64_t rows);
+  int64_t ChargedBytes(const SequenceState& state) const;
+  SequenceId Insert(std::unique_ptr<SequenceState> state, int64_t bytes);
+
+  StateLayout layout_;
+  int64_t budget_bytes_;
+  int64_t bytes_in_use_ = 0;
+  SequenceId next_id_ = 1;
+  absl::flat_hash_map<SequenceId, std::unique_ptr<SequenceState>> sequences_;
+};
+
+}  // namespace abcd

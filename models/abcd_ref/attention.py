@@ -1,0 +1,449 @@
+"""Attention modules of models/FORMAT.md, each in a parallel and a recurrent form.
+
+Self attention modules map a normalised layer input x [B, T, d] to o(attn(x)) [B, T, d]:
+  forward(x)                 parallel (training) form over the whole sequence,
+  init_state(batch)          empty decode state,
+  step(x_t, state)           recurrent form for one token x_t [B, d] -> (out [B, d], state),
+  forward_recurrent(x)       the recurrent form driven over a whole sequence (for parity checks).
+A step first updates the state with the current token, then reads it with the current query.
+Bidirectional (encoder) modules read every query against the state after the whole sequence.
+
+Cross attention modules build a memory once from the encoder output (`memory(enc_out)`) and
+attend to it with `forward(x, memory)` / `step(x_t, memory)`.
+
+Inside a module, per-head tensors are [B, H, T, ...]; a decode step uses T = 1.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def _causal_mask(t, device, window=None):
+    """Boolean [T, T] mask, True where query t may see key i (i <= t, and i > t - window)."""
+    pos = torch.arange(t, device=device)
+    allowed = pos[None, :] <= pos[:, None]
+    if window is not None:
+        allowed &= pos[None, :] > pos[:, None] - window
+    return allowed
+
+
+class _Projections(nn.Module):
+    """q, k, v, o projections and the head split/merge helpers shared by every module."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
+        self.o = nn.Linear(d_model, d_model)
+
+    def _heads(self, y, width=None):
+        """[B, T, H*w] -> [B, H, T, w] (w = head_dim unless given)."""
+        b, t, _ = y.shape
+        return y.view(b, t, self.n_heads, width or self.head_dim).transpose(1, 2)
+
+    def _output(self, heads):
+        """[B, H, T, dh] -> o(concatenated heads) [B, T, d]."""
+        b, h, t, dh = heads.shape
+        return self.o(heads.transpose(1, 2).reshape(b, t, h * dh))
+
+    def _query(self, x):
+        return self._heads(self.q(x)) / math.sqrt(self.head_dim)
+
+    def _state_zeros(self, *shape):
+        return torch.zeros(*shape, dtype=self.q.weight.dtype, device=self.q.weight.device)
+
+
+class SelfAttention(_Projections):
+    """Base of the self attention modules; subclasses define parallel/init_state/update/read."""
+
+    def __init__(self, d_model, n_heads, causal=True):
+        super().__init__(d_model, n_heads)
+        self.causal = causal
+
+    def forward(self, x):
+        return self._output(self.parallel(x))
+
+    def step(self, x_t, state):
+        x_t = x_t[:, None, :]
+        state = self.update(state, x_t)
+        return self._output(self.read(state, x_t))[:, 0], state
+
+    def forward_recurrent(self, x):
+        """Same as forward(x), computed through init_state/update/read one token at a time."""
+        state = self.init_state(x.shape[0])
+        steps = range(x.shape[1])
+        if self.causal:
+            outs = []
+            for t in steps:
+                out, state = self.step(x[:, t], state)
+                outs.append(out)
+            return torch.stack(outs, dim=1)
+        for t in steps:
+            state = self.update(state, x[:, t : t + 1])
+        return torch.cat([self._output(self.read(state, x[:, t : t + 1])) for t in steps], dim=1)
+
+    def parallel(self, x):
+        """Per-head output [B, H, T, dh] for the whole sequence x [B, T, d]."""
+        raise NotImplementedError
+
+    def init_state(self, batch):
+        raise NotImplementedError
+
+    def update(self, state, x_t):
+        """Fold one token x_t [B, 1, d] into the state; returns the new state."""
+        raise NotImplementedError
+
+    def read(self, state, x_t):
+        """Per-head output [B, H, 1, dh] of the query of x_t [B, 1, d] against the state."""
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- softmax, window
+
+
+def _softmax_attend(q, k, v, mask=None):
+    scores = q @ k.transpose(-1, -2)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+class SoftmaxAttention(SelfAttention):
+    """Exact softmax attention: causal (decoder) or bidirectional (encoder); state is a KV cache."""
+
+    window = None
+
+    def parallel(self, x):
+        q, k, v = self._query(x), self._heads(self.k(x)), self._heads(self.v(x))
+        mask = _causal_mask(x.shape[1], x.device, self.window) if self.causal else None
+        return _softmax_attend(q, k, v, mask)
+
+    def init_state(self, batch):
+        empty = self._state_zeros(batch, self.n_heads, 0, self.head_dim)
+        return {"k": empty, "v": empty}
+
+    def update(self, state, x_t):
+        k = torch.cat([state["k"], self._heads(self.k(x_t))], dim=2)
+        v = torch.cat([state["v"], self._heads(self.v(x_t))], dim=2)
+        if self.window is not None:
+            k, v = k[:, :, -self.window :], v[:, :, -self.window :]
+        return {"k": k, "v": v}
+
+    def read(self, state, x_t):
+        return _softmax_attend(self._query(x_t), state["k"], state["v"])
+
+
+class WindowAttention(SoftmaxAttention):
+    """Causal softmax attention over the last `window` keys (the current one included)."""
+
+    def __init__(self, d_model, n_heads, window):
+        super().__init__(d_model, n_heads, causal=True)
+        self.window = window
+
+
+# --------------------------------------------------------------------------------------- abc
+
+
+def abc_update(state, a, k, v):
+    """One causal ABC update. a: [B, H, n] control logits; k, v: [B, H, dh].
+
+    Per slot j: L' = logaddexp(L, a_j); w = exp(a_j - L'); K~_j += w (k - K~_j);
+    V~_j += w (v - V~_j). K~_j, V~_j stay the softmax_i(a_ij)-weighted averages of k_i, v_i.
+    """
+    log_norm = torch.logaddexp(state["L"], a)
+    w = torch.exp(a - log_norm)[..., None]
+    keys = state["K"] + w * (k[:, :, None, :] - state["K"])
+    values = state["V"] + w * (v[:, :, None, :] - state["V"])
+    return {"L": log_norm, "K": keys, "V": values}
+
+
+def abc_read(q, keys, values):
+    """out = sum_j softmax_j(K~_j . q) V~_j. q: [..., dh]; keys, values: [..., n, dh]."""
+    probs = torch.softmax((keys * q[..., None, :]).sum(-1), dim=-1)
+    return (probs[..., None] * values).sum(-2)
+
+
+class ABCAttention(SelfAttention):
+    """ABC: n slots per head, each a control-weighted running average of keys and values.
+
+    With `shared_control` the control projection belongs to the stack; this module only holds a
+    reference to it (so it is saved once, as `{decoder,encoder}.shared_control`).
+    """
+
+    def __init__(self, d_model, n_heads, slots, causal=True, shared_control=None):
+        super().__init__(d_model, n_heads, causal)
+        self.slots = slots
+        self.control = nn.Linear(d_model, n_heads * slots) if shared_control is None else None
+        object.__setattr__(self, "shared_control", shared_control)  # not registered: owned by the stack
+
+    def _control_logits(self, x):
+        """[B, T, d] -> a [B, H, T, n]."""
+        control = self.control if self.control is not None else self.shared_control
+        return self._heads(control(x), self.slots)
+
+    def parallel(self, x):
+        q, k, v = self._query(x), self._heads(self.k(x)), self._heads(self.v(x))
+        a = self._control_logits(x)
+        if self.causal:
+            # W[t, i, j] = softmax over i <= t of a[i, j]: a masked softmax per query position.
+            t = x.shape[1]
+            mask = _causal_mask(t, x.device)[:, :, None]
+            logits = a[:, :, None, :, :].expand(-1, -1, t, -1, -1).masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(logits, dim=3)  # [B, H, T(query), T(key), n]
+            keys = torch.einsum("bhtin,bhid->bhtnd", weights, k)
+            values = torch.einsum("bhtin,bhid->bhtnd", weights, v)
+        else:
+            weights = torch.softmax(a, dim=2)  # [B, H, T(key), n]
+            keys = torch.einsum("bhin,bhid->bhnd", weights, k)[:, :, None]
+            values = torch.einsum("bhin,bhid->bhnd", weights, v)[:, :, None]
+        return abc_read(q, keys, values)
+
+    def init_state(self, batch):
+        h, n, dh = self.n_heads, self.slots, self.head_dim
+        return {
+            "L": torch.full((batch, h, n), float("-inf"), dtype=self.q.weight.dtype, device=self.q.weight.device),
+            "K": self._state_zeros(batch, h, n, dh),
+            "V": self._state_zeros(batch, h, n, dh),
+        }
+
+    def update(self, state, x_t):
+        a = self._control_logits(x_t)[:, :, 0]
+        k, v = self._heads(self.k(x_t))[:, :, 0], self._heads(self.v(x_t))[:, :, 0]
+        return abc_update(state, a, k, v)
+
+    def read(self, state, x_t):
+        return abc_read(self._query(x_t), state["K"][:, :, None], state["V"][:, :, None])
+
+
+# ---------------------------------------------------------------------------- linear attention
+
+
+class LinearAttention(SelfAttention):
+    """Kernelised attention: S += phi(k) v^T, z += phi(k); out = S^T phi(q) / max(phi(q).z, eps).
+
+    Subclasses define the feature map (`features`, over [B, H, T, dh]) and the feature count.
+    """
+
+    def __init__(self, d_model, n_heads, eps, causal=True):
+        super().__init__(d_model, n_heads, causal)
+        self.eps = eps
+
+    def features(self, x):
+        raise NotImplementedError
+
+    def feature_count(self):
+        raise NotImplementedError
+
+    def _key(self, x):
+        return self._heads(self.k(x))
+
+    def _time_weights(self, x):
+        """Optional [B, H, T(query), T(key)] weights of each key per query (gated rfa)."""
+        return None
+
+    def _gate(self, x_t):
+        """Optional decay g [B, H] for the update S = g S + (1 - g) phi(k) v^T (gated rfa)."""
+        return None
+
+    def parallel(self, x):
+        fq, fk = self.features(self._query(x)), self.features(self._key(x))
+        v = self._heads(self.v(x))
+        scores = fq @ fk.transpose(-1, -2)  # phi(q_t) . phi(k_i)
+        time_weights = self._time_weights(x)
+        if time_weights is not None:
+            scores = scores * time_weights
+        if self.causal:
+            scores = scores.masked_fill(~_causal_mask(x.shape[1], x.device), 0.0)
+        denominator = scores.sum(-1, keepdim=True)
+        return (scores @ v) / denominator.clamp_min(self.eps)
+
+    def init_state(self, batch):
+        f = self.feature_count()
+        return {"S": self._state_zeros(batch, self.n_heads, f, self.head_dim), "z": self._state_zeros(batch, self.n_heads, f)}
+
+    def update(self, state, x_t):
+        fk = self.features(self._key(x_t))[:, :, 0]  # [B, H, F]
+        v = self._heads(self.v(x_t))[:, :, 0]  # [B, H, dh]
+        outer = fk[..., None] * v[:, :, None, :]
+        g = self._gate(x_t)
+        if g is None:
+            return {"S": state["S"] + outer, "z": state["z"] + fk}
+        return {
+            "S": g[..., None, None] * state["S"] + (1 - g)[..., None, None] * outer,
+            "z": g[..., None] * state["z"] + (1 - g)[..., None] * fk,
+        }
+
+    def read(self, state, x_t):
+        fq = self.features(self._query(x_t))  # [B, H, 1, F]
+        numerator = fq @ state["S"]
+        denominator = (fq * state["z"][:, :, None, :]).sum(-1, keepdim=True)
+        return numerator / denominator.clamp_min(self.eps)
+
+
+class RandomFeatureMap(nn.Module):
+    """RFA features: W = sigma * W~ per row; gaussian sqrt(1/D)[sin Wx, cos Wx], arccos sqrt(1/D) relu(Wx)."""
+
+    def __init__(self, n_heads, features, head_dim, kernel):
+        super().__init__()
+        self.kernel = kernel
+        self.register_buffer("proj", torch.randn(n_heads, features, head_dim))
+        self.sigma = nn.Parameter(torch.ones(n_heads, head_dim))
+
+    def forward(self, x):
+        w = self.proj * self.sigma[:, None, :]  # [H, D, dh]
+        wx = x @ w.transpose(-1, -2)  # [B, H, T, D]
+        scale = 1.0 / math.sqrt(self.proj.shape[1])
+        if self.kernel == "gaussian":
+            return scale * torch.cat([torch.sin(wx), torch.cos(wx)], dim=-1)
+        return scale * torch.relu(wx)
+
+
+class RFAAttention(LinearAttention):
+    """Random feature attention on l2-normalised q and k, optionally with a learned per-head gate."""
+
+    def __init__(self, d_model, n_heads, features, kernel, gate, eps, causal=True):
+        super().__init__(d_model, n_heads, eps, causal)
+        self.rfa = RandomFeatureMap(n_heads, features, self.head_dim, kernel)
+        self.gate = nn.Linear(d_model, n_heads) if gate else None
+
+    def features(self, x):
+        return self.rfa(x)
+
+    def feature_count(self):
+        d = self.rfa.proj.shape[1]
+        return 2 * d if self.rfa.kernel == "gaussian" else d
+
+    def _query(self, x):
+        return F.normalize(self._heads(self.q(x)), dim=-1, eps=1e-12)
+
+    def _key(self, x):
+        return F.normalize(self._heads(self.k(x)), dim=-1, eps=1e-12)
+
+    def _time_weights(self, x):
+        # Key i reaches query t >= i with weight (1 - g_i) prod_{i < m <= t} g_m, computed in log space
+        # from the cumulative sum c of log g: exp(c_t - c_i + log(1 - g_i)).
+        if self.gate is None:
+            return None
+        z = self.gate(x).transpose(1, 2)  # [B, H, T]
+        c = torch.cumsum(F.logsigmoid(z), dim=-1)
+        log_w = c[..., :, None] - c[..., None, :] + F.logsigmoid(-z)[..., None, :]
+        return log_w.masked_fill(~_causal_mask(x.shape[1], x.device), float("-inf")).exp()
+
+    def _gate(self, x_t):
+        return None if self.gate is None else torch.sigmoid(self.gate(x_t)[:, 0])
+
+
+class HeadLinear(nn.Module):
+    """Per-head affine map: weight [H, r, dh], bias [H, r]; [B, H, T, dh] -> [B, H, T, r]."""
+
+    def __init__(self, n_heads, features, head_dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_heads, features, head_dim))
+        self.bias = nn.Parameter(torch.zeros(n_heads, features))
+        nn.init.normal_(self.weight, std=head_dim**-0.5)
+
+    def forward(self, x):
+        return x @ self.weight.transpose(-1, -2) + self.bias[:, None, :]
+
+
+class T2RAttention(LinearAttention):
+    """T2R: learned feature map phi(x) = relu(W_h x + b_h) on the scaled q and on k."""
+
+    def __init__(self, d_model, n_heads, features, eps, causal=True):
+        super().__init__(d_model, n_heads, eps, causal)
+        self.t2r = HeadLinear(n_heads, features, self.head_dim)
+
+    def features(self, x):
+        return torch.relu(self.t2r(x))
+
+    def feature_count(self):
+        return self.t2r.weight.shape[1]
+
+
+class ELUAttention(LinearAttention):
+    """Linear attention with phi(x) = elu(x) + 1."""
+
+    def features(self, x):
+        return F.elu(x) + 1
+
+    def feature_count(self):
+        return self.head_dim
+
+
+def make_self_attention(spec, d_model, n_heads, causal, shared_control=None):
+    """Build the self attention module of an AttentionSpec."""
+    if spec.type == "softmax":
+        return SoftmaxAttention(d_model, n_heads, causal)
+    if spec.type == "window":
+        return WindowAttention(d_model, n_heads, spec.window)
+    if spec.type == "abc":
+        return ABCAttention(d_model, n_heads, spec.slots, causal, shared_control if spec.shared_control else None)
+    if spec.type == "rfa":
+        return RFAAttention(d_model, n_heads, spec.features, spec.kernel, spec.gate, spec.eps, causal)
+    if spec.type == "t2r":
+        return T2RAttention(d_model, n_heads, spec.features, spec.eps, causal)
+    if spec.type == "elu":
+        return ELUAttention(d_model, n_heads, spec.eps, causal)
+    raise ValueError(f"unknown attention type {spec.type!r}")
+
+
+# ------------------------------------------------------------------------------------- cross
+
+
+class CrossAttention(_Projections):
+    """Base of cross attention: queries from the decoder, memory from the encoder output."""
+
+    def forward(self, x, memory):
+        """x [B, T, d] against memory -> [B, T, d]."""
+        return self._output(self.attend(self._query(x), memory))
+
+    def step(self, x_t, memory):
+        return self.forward(x_t[:, None, :], memory)[:, 0]
+
+    def memory(self, enc_out):
+        raise NotImplementedError
+
+    def attend(self, q, memory):
+        raise NotImplementedError
+
+
+class SoftmaxCrossAttention(CrossAttention):
+    """Softmax over all encoder positions; the memory is the projected keys and values."""
+
+    def memory(self, enc_out):
+        return {"k": self._heads(self.k(enc_out)), "v": self._heads(self.v(enc_out))}
+
+    def attend(self, q, memory):
+        return _softmax_attend(q, memory["k"], memory["v"])
+
+
+class ABCCrossAttention(CrossAttention):
+    """ABC cross attention: K~, V~ built once from all source positions (control on enc_out)."""
+
+    def __init__(self, d_model, n_heads, slots):
+        super().__init__(d_model, n_heads)
+        self.slots = slots
+        self.control = nn.Linear(d_model, n_heads * slots)
+
+    def memory(self, enc_out):
+        weights = torch.softmax(self._heads(self.control(enc_out), self.slots), dim=2)  # [B, H, M, n]
+        k, v = self._heads(self.k(enc_out)), self._heads(self.v(enc_out))
+        return {"K": torch.einsum("bhmn,bhmd->bhnd", weights, k), "V": torch.einsum("bhmn,bhmd->bhnd", weights, v)}
+
+    def attend(self, q, memory):
+        return abc_read(q, memory["K"][:, :, None], memory["V"][:, :, None])
+
+
+def make_cross_attention(spec, d_model, n_heads):
+    """Build the cross attention module of an AttentionSpec."""
+    if spec.type == "softmax":
+        return SoftmaxCrossAttention(d_model, n_heads)
+    if spec.type == "abc":
+        return ABCCrossAttention(d_model, n_heads, spec.slots)
+    raise ValueError(f"attention type {spec.type!r} cannot be used for cross attention")

@@ -1,0 +1,258 @@
+"""Model configuration: the `config.json` of models/FORMAT.md (format version 1)."""
+
+import json
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+FORMAT_VERSION = 1
+ATTENTION_TYPES = ("softmax", "window", "abc", "rfa", "t2r", "elu")
+DEFAULT_EPS = {"rfa": 1e-2, "t2r": 1e-6, "elu": 1e-6}
+# Which attention types each position admits (FORMAT.md, "Attention specs").
+ALLOWED = {
+    "decoder self": set(ATTENTION_TYPES),
+    "encoder self": {"softmax", "abc", "rfa", "t2r", "elu"},
+    "cross": {"softmax", "abc"},
+}
+# JSON fields of each type besides "type".
+_FIELDS = {
+    "softmax": (),
+    "window": ("window",),
+    "abc": ("slots", "shared_control"),
+    "rfa": ("features", "kernel", "gate", "eps"),
+    "t2r": ("features", "eps"),
+    "elu": ("eps",),
+}
+
+
+class ConfigError(ValueError):
+    """Raised for an invalid or unsupported config."""
+
+
+def _require_int(where, name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: '{name}' must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass
+class AttentionSpec:
+    """One attention block: its type and the type's parameters."""
+
+    type: str
+    slots: Optional[int] = None  # abc
+    shared_control: bool = False  # abc
+    window: Optional[int] = None  # window
+    features: Optional[int] = None  # rfa (D), t2r (r)
+    kernel: Optional[str] = None  # rfa: "gaussian" | "arccos"
+    gate: bool = False  # rfa
+    eps: Optional[float] = None  # rfa, t2r, elu
+
+    def __post_init__(self):
+        if self.eps is None and self.type in DEFAULT_EPS:
+            self.eps = DEFAULT_EPS[self.type]
+
+    @classmethod
+    def from_dict(cls, d, where):
+        if not isinstance(d, dict) or "type" not in d:
+            raise ConfigError(f"{where}: attention spec must be an object with a 'type'")
+        kind = d["type"]
+        if kind not in _FIELDS:
+            raise ConfigError(f"{where}: unknown attention type {kind!r} (expected one of {ATTENTION_TYPES})")
+        unknown = set(d) - {"type", *_FIELDS[kind]}
+        if unknown:
+            raise ConfigError(f"{where}: fields {sorted(unknown)} are not valid for type {kind!r}")
+        return cls(**d)
+
+    def to_dict(self):
+        """JSON form with every field of the type written explicitly (eps included)."""
+        out = {"type": self.type}
+        for name in _FIELDS[self.type]:
+            out[name] = getattr(self, name)
+        return out
+
+    def validate(self, where, position):
+        if self.type not in ALLOWED[position]:
+            raise ConfigError(f"{where}: type {self.type!r} is not allowed in {position} attention")
+        if self.type == "window":
+            _require_int(where, "window", self.window, 1)
+        elif self.type == "abc":
+            _require_int(where, "slots", self.slots, 1)
+            if not isinstance(self.shared_control, bool):
+                raise ConfigError(f"{where}: 'shared_control' must be a bool")
+            if self.shared_control and position == "cross":
+                raise ConfigError(f"{where}: shared_control is only for self attention")
+        elif self.type in ("rfa", "t2r"):
+            _require_int(where, "features", self.features, 1)
+        if self.type == "rfa":
+            if self.kernel not in ("gaussian", "arccos"):
+                raise ConfigError(f"{where}: 'kernel' must be 'gaussian' or 'arccos', got {self.kernel!r}")
+            if not isinstance(self.gate, bool):
+                raise ConfigError(f"{where}: 'gate' must be a bool")
+            if self.gate and position == "encoder self":
+                raise ConfigError(f"{where}: gated rfa is not allowed in the encoder")
+        if self.type in DEFAULT_EPS:
+            if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not self.eps > 0:
+                raise ConfigError(f"{where}: 'eps' must be a positive number, got {self.eps!r}")
+
+
+@dataclass
+class LayerSpec:
+    """One transformer layer: self attention and (encoder-decoder decoder layers) cross attention."""
+
+    attention: AttentionSpec
+    cross_attention: Optional[AttentionSpec] = None
+
+    @classmethod
+    def from_dict(cls, d, where):
+        if not isinstance(d, dict) or "attention" not in d:
+            raise ConfigError(f"{where}: layer must be an object with an 'attention' spec")
+        unknown = set(d) - {"attention", "cross_attention"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown layer fields {sorted(unknown)}")
+        cross = d.get("cross_attention")
+        return cls(
+            attention=AttentionSpec.from_dict(d["attention"], f"{where}.attention"),
+            cross_attention=None if cross is None else AttentionSpec.from_dict(cross, f"{where}.cross_attention"),
+        )
+
+    def to_dict(self):
+        out = {"attention": self.attention.to_dict()}
+        if self.cross_attention is not None:
+            out["cross_attention"] = self.cross_attention.to_dict()
+        return out
+
+
+@dataclass
+class ModelConfig:
+    """Architecture, sizes, per-layer attention specs and special token ids."""
+
+    vocab_size: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    decoder_layers: List[LayerSpec]
+    encoder_layers: List[LayerSpec] = field(default_factory=list)
+    architecture: str = "decoder"
+    activation: str = "gelu"
+    layer_norm_eps: float = 1e-5
+    scale_embeddings: bool = True
+    tie_embeddings: bool = True
+    positional: str = "sinusoidal"
+    bos_id: int = 1
+    eos_id: int = 2
+    pad_id: int = 0
+    unk_id: int = 3
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def head_dim(self):
+        return self.d_model // self.n_heads
+
+    @property
+    def is_encoder_decoder(self):
+        return self.architecture == "encoder-decoder"
+
+    def validate(self):
+        """Raise ConfigError with a clear message if the config breaks FORMAT.md."""
+        if self.format_version != FORMAT_VERSION:
+            raise ConfigError(f"format_version {self.format_version!r} is not supported (expected {FORMAT_VERSION})")
+        if self.architecture not in ("decoder", "encoder-decoder"):
+            raise ConfigError(f"architecture must be 'decoder' or 'encoder-decoder', got {self.architecture!r}")
+        for name in ("vocab_size", "d_model", "n_heads", "d_ff"):
+            _require_int("config", name, getattr(self, name), 1)
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.d_model % 2:
+            raise ConfigError(f"d_model ({self.d_model}) must be even for sinusoidal positions")
+        if self.activation not in ("gelu", "relu"):
+            raise ConfigError(f"activation must be 'gelu' or 'relu', got {self.activation!r}")
+        if self.positional != "sinusoidal":
+            raise ConfigError(f"positional must be 'sinusoidal', got {self.positional!r}")
+        if not isinstance(self.layer_norm_eps, (int, float)) or not self.layer_norm_eps > 0:
+            raise ConfigError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
+        for name in ("scale_embeddings", "tie_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be a bool")
+        for name in ("bos_id", "eos_id", "pad_id", "unk_id"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.vocab_size:
+                raise ConfigError(f"{name} must be a token id in [0, {self.vocab_size}), got {value!r}")
+        if not self.decoder_layers:
+            raise ConfigError("decoder_layers must not be empty")
+        if self.is_encoder_decoder and not self.encoder_layers:
+            raise ConfigError("an encoder-decoder model needs encoder_layers")
+        if not self.is_encoder_decoder and self.encoder_layers:
+            raise ConfigError("a decoder model must not have encoder_layers")
+        for stack, layers, position in (
+            ("decoder_layers", self.decoder_layers, "decoder self"),
+            ("encoder_layers", self.encoder_layers, "encoder self"),
+        ):
+            shared_slots = set()
+            for i, layer in enumerate(layers):
+                where = f"{stack}[{i}]"
+                layer.attention.validate(f"{where}.attention", position)
+                if layer.attention.type == "abc" and layer.attention.shared_control:
+                    shared_slots.add(layer.attention.slots)
+                has_cross = layer.cross_attention is not None
+                if position == "decoder self" and self.is_encoder_decoder:
+                    if not has_cross:
+                        raise ConfigError(f"{where}: encoder-decoder decoder layers need 'cross_attention'")
+                    layer.cross_attention.validate(f"{where}.cross_attention", "cross")
+                elif has_cross:
+                    raise ConfigError(f"{where}: 'cross_attention' is only for encoder-decoder decoder layers")
+            if len(shared_slots) > 1:
+                raise ConfigError(f"{stack}: shared_control layers must all have the same slots, got {sorted(shared_slots)}")
+
+    @classmethod
+    def from_dict(cls, d):
+        if not isinstance(d, dict):
+            raise ConfigError("config must be a JSON object")
+        known = set(cls.__dataclass_fields__)
+        unknown = set(d) - known
+        if unknown:
+            raise ConfigError(f"unknown config fields {sorted(unknown)}")
+        missing = {"vocab_size", "d_model", "n_heads", "d_ff", "decoder_layers"} - set(d)
+        if missing:
+            raise ConfigError(f"missing config fields {sorted(missing)}")
+        fields = dict(d)
+        for stack in ("decoder_layers", "encoder_layers"):
+            if stack in fields:
+                if not isinstance(fields[stack], list):
+                    raise ConfigError(f"{stack} must be a list")
+                fields[stack] = [LayerSpec.from_dict(layer, f"{stack}[{i}]") for i, layer in enumerate(fields[stack])]
+        config = cls(**fields)
+        config.validate()
+        return config
+
+    def to_dict(self):
+        out = {
+            "format_version": self.format_version,
+            "architecture": self.architecture,
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "n_heads": self.n_heads,
+            "d_ff": self.d_ff,
+            "activation": self.activation,
+            "layer_norm_eps": self.layer_norm_eps,
+            "scale_embeddings": self.scale_embeddings,
+            "tie_embeddings": self.tie_embeddings,
+            "positional": self.positional,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+            "pad_id": self.pad_id,
+            "unk_id": self.unk_id,
+            "decoder_layers": [layer.to_dict() for layer in self.decoder_layers],
+        }
+        if self.is_encoder_decoder:
+            out["encoder_layers"] = [layer.to_dict() for layer in self.encoder_layers]
+        return out
+
+    @classmethod
+    def load(cls, path):
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+    def save(self, path):
+        self.validate()
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.write("\n")

@@ -1,0 +1,61 @@
+"""Build the untrained placeholder default model models/checkpoints/abc-lm-untrained/.
+
+A SentencePiece unigram tokenizer (vocab 1000) trained on the GPL-3 text shipped with Debian and a
+DecoderLM with 4 abc layers (32 slots) and random, seeded weights. Deterministic.
+Usage (from the repository root): /usr/bin/python3 models/make_default_model.py
+"""
+
+import io
+import tempfile
+from pathlib import Path
+
+import sentencepiece as spm
+
+from abcd_ref import AttentionSpec, LayerSpec, ModelConfig, build_model, export
+
+OUT_DIR = Path(__file__).resolve().parent / "checkpoints" / "abc-lm-untrained"
+TOKENIZER_TEXT = "/usr/share/common-licenses/GPL-3"
+VOCAB_SIZE = 1000
+SEED = 20240601
+
+
+def train_tokenizer():
+    """Serialized SentencePiece unigram model (single-threaded, hence deterministic)."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        input=TOKENIZER_TEXT,
+        model_writer=model,
+        model_type="unigram",
+        vocab_size=VOCAB_SIZE,
+        num_threads=1,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        minloglevel=2,
+    )
+    return model.getvalue()
+
+
+def main():
+    config = ModelConfig(
+        vocab_size=VOCAB_SIZE,
+        d_model=128,
+        n_heads=4,
+        d_ff=512,
+        decoder_layers=[LayerSpec(AttentionSpec(type="abc", slots=32)) for _ in range(4)],
+        bos_id=1,
+        eos_id=2,
+        pad_id=0,
+        unk_id=3,
+    )
+    model = build_model(config, seed=SEED)
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer_path = Path(tmp) / "tokenizer.model"
+        tokenizer_path.write_bytes(train_tokenizer())
+        export(model, config, OUT_DIR, dtype="float32", tokenizer_path=tokenizer_path)
+    print(f"wrote {OUT_DIR}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Generate the golden parity fixtures for the C++ engine into tests/fixtures/golden/<name>/.
+
+Each fixture has config.json, model.safetensors (fp32) and golden.safetensors with
+prompt_ids [12], source_ids [10] (encoder-decoder), prefill_logits [12, V] (parallel form),
+decode_ids [32] and decode_logits [32, V] (recurrent form, continuing after the prompt).
+Deterministic: fixed seeds. Usage (from the repository root): /usr/bin/python3 models/make_fixtures.py
+"""
+
+import json
+import sys
+import zlib
+from pathlib import Path
+
+import torch
+
+from abcd_ref import LayerSpec, ModelConfig, build_model, export
+from abcd_ref.config import AttentionSpec
+from abcd_ref.safetensors_io import save_file
+
+OUT_DIR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "golden"
+PROMPT_LEN, SOURCE_LEN, DECODE_LEN = 12, 10, 32
+FIRST_PLAIN_ID = 4  # random ids avoid pad 0, bos 1, eos 2, unk 3
+TOLERANCE = 1e-4
+
+SOFTMAX = {"type": "softmax"}
+ABC4 = {"type": "abc", "slots": 4}
+T2R8 = {"type": "t2r", "features": 8}
+RFA_GAUSSIAN_GATE8 = {"type": "rfa", "features": 8, "kernel": "gaussian", "gate": True}
+
+
+def decoder(*self_specs, **overrides):
+    return dict(decoder_layers=[LayerSpec(AttentionSpec(**s)) for s in self_specs], **overrides)
+
+
+def encoder_decoder(encoder_specs, decoder_specs):
+    """decoder_specs: (self attention, cross attention) per layer."""
+    return dict(
+        architecture="encoder-decoder",
+        encoder_layers=[LayerSpec(AttentionSpec(**s)) for s in encoder_specs],
+        decoder_layers=[LayerSpec(AttentionSpec(**s), AttentionSpec(**c)) for s, c in decoder_specs],
+    )
+
+
+FIXTURES = {
+    "dec_softmax": decoder(SOFTMAX, SOFTMAX),
+    "dec_window": decoder(*[{"type": "window", "window": 4}] * 2),
+    "dec_abc": decoder(ABC4, ABC4),
+    "dec_abc_shared": decoder(*[{"type": "abc", "slots": 4, "shared_control": True}] * 2),
+    "dec_rfa_gaussian_gate": decoder(RFA_GAUSSIAN_GATE8, RFA_GAUSSIAN_GATE8),
+    "dec_rfa_arccos": decoder(*[{"type": "rfa", "features": 8, "kernel": "arccos", "gate": False}] * 2),
+    "dec_t2r": decoder(T2R8, T2R8),
+    "dec_elu": decoder(*[{"type": "elu"}] * 2),
+    # Also covers the non-default flags: relu, untied lm_head, unscaled embeddings.
+    "dec_mixed": decoder(ABC4, SOFTMAX, activation="relu", tie_embeddings=False, scale_embeddings=False),
+    "encdec_abc": encoder_decoder([SOFTMAX] * 2, [(ABC4, {"type": "abc", "slots": 6})] * 2),
+    "encdec_softmax": encoder_decoder([SOFTMAX] * 2, [(SOFTMAX, SOFTMAX)] * 2),
+    "encdec_mixed": encoder_decoder([ABC4, {"type": "elu"}], [(T2R8, SOFTMAX), (RFA_GAUSSIAN_GATE8, ABC4)]),
+}
+
+
+def make_config(fields):
+    return ModelConfig(vocab_size=96, d_model=32, n_heads=4, d_ff=64, bos_id=1, eos_id=2, pad_id=0, unk_id=3, **fields)
+
+
+def run_recurrent(model, tokens, src):
+    """Logits [T, V] of the recurrent form fed tokens [T] one at a time."""
+    state = model.init_state(1) if src is None else model.init_state(model.encode(src[None]))
+    logits = []
+    for token in tokens:
+        out, state = model.step(token.view(1), state)
+        logits.append(out[0])
+    return torch.stack(logits)
+
+
+def run_parallel(model, tokens, src):
+    return (model(tokens[None]) if src is None else model(src[None], tokens[None]))[0]
+
+
+@torch.no_grad()
+def make_fixture(name, fields):
+    """Write one fixture; returns (max |parallel - recurrent|, max |golden - float64 parallel|)."""
+    seed = zlib.crc32(name.encode())
+    config = make_config(fields)
+    model = build_model(config, seed=seed)
+    out = OUT_DIR / name
+    export(model, config, out, dtype="float32")
+    generator = torch.Generator().manual_seed(seed)
+
+    def random_ids(n):
+        return torch.randint(FIRST_PLAIN_ID, config.vocab_size, (n,), generator=generator)
+
+    src = random_ids(SOURCE_LEN) if config.is_encoder_decoder else None
+    prompt = random_ids(PROMPT_LEN)
+    if config.is_encoder_decoder:
+        prompt[0] = config.bos_id
+    decode_ids = random_ids(DECODE_LEN)
+    tokens = torch.cat([prompt, decode_ids])
+
+    prefill_logits = run_parallel(model, prompt, src)
+    recurrent = run_recurrent(model, tokens, src)
+    decode_logits = recurrent[PROMPT_LEN:]
+    parallel_full = run_parallel(model, tokens, src)
+    parity = max((parallel_full - recurrent).abs().max().item(), (prefill_logits - recurrent[:PROMPT_LEN]).abs().max().item())
+    exact = run_parallel(model.double(), tokens, src)
+    conditioning = (torch.cat([prefill_logits, decode_logits]).double() - exact).abs().max().item()
+
+    golden_tensors = {
+        "prompt_ids": prompt.to(torch.int32),
+        "prefill_logits": prefill_logits.contiguous(),
+        "decode_ids": decode_ids.to(torch.int32),
+        "decode_logits": decode_logits.contiguous(),
+    }
+    if src is not None:
+        golden_tensors["source_ids"] = src.to(torch.int32)
+    save_file(golden_tensors, out / "golden.safetensors")
+    return parity, conditioning
+
+
+def main():
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for name, fields in FIXTURES.items():
+        parity, conditioning = make_fixture(name, fields)
+        print(f"{name:24s} max|parallel - recurrent| = {parity:.3e}   max|golden - float64| = {conditioning:.3e}")
+        if not parity <= TOLERANCE:
+            failed.append(name)
+    (OUT_DIR / "index.json").write_text(json.dumps(list(FIXTURES), indent=2) + "\n")
+    if failed:
+        sys.exit(f"parallel and recurrent forms differ by more than {TOLERANCE} in: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

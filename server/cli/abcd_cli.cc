@@ -1,0 +1,174 @@
+// abcd-cli: inspect a model directory and generate text with the in-process CPU engine.
+//
+//   abcd-cli info [--model DIR]
+//   abcd-cli generate [--model DIR] --prompt TEXT [--max-tokens N] [--temperature T]
+//                     [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]
+//                     [--stop STR] [--ignore-eos] [--json]
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/core/status_macros.h"
+#include "engine/model/model.h"
+#include "engine/runtime/generator.h"
+#include "engine/state/state_pool.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "server/cli/arguments.h"
+
+namespace abcd::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "  abcd-cli info [--model DIR]\n"
+    "  abcd-cli generate [--model DIR] --prompt TEXT [--max-tokens N] [--temperature T]\n"
+    "                    [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]\n"
+    "                    [--stop STR] [--ignore-eos] [--json]\n"
+    "Without --model, $ABCD_MODEL or the bundled default model is used.\n";
+
+constexpr int64_t kCliStateBudget = int64_t{1} << 32;
+
+std::string ModelDir(const Arguments& args) {
+  if (args.Has("model")) return args.String("model", "");
+  if (const char* env = std::getenv("ABCD_MODEL"); env != nullptr && *env != '\0') return env;
+  return ABCD_DEFAULT_MODEL_DIR;
+}
+
+std::string LayerStateDescription(const StateLayout::Slot& slot, int64_t kv_bytes_per_token) {
+  if (slot.kv_index >= 0) return absl::StrCat(kv_bytes_per_token, " bytes per token (grows)");
+  return absl::StrCat(slot.fixed_floats * 4, " bytes (fixed)");
+}
+
+absl::Status Info(const Arguments& args) {
+  const std::string dir = ModelDir(args);
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
+  const ModelConfig& c = model->config();
+  const StateLayout& layout = model->state_layout();
+  std::cout << "model: " << dir << "\n"
+            << "architecture: " << (c.is_encoder_decoder() ? "encoder-decoder" : "decoder") << "\n"
+            << absl::StrFormat("vocab %d, d_model %d, heads %d, head_dim %d, d_ff %d\n",
+                               c.vocab_size, c.d_model, c.n_heads, c.head_dim(), c.d_ff)
+            << "weights: " << model->weight_bytes() << " bytes\n";
+  for (size_t i = 0; i < c.encoder_layers.size(); ++i) {
+    std::cout << absl::StrFormat("encoder.layers.%d  self %-34s (no per-sequence state)\n", i,
+                                 DescribeAttention(c.encoder_layers[i].attention));
+  }
+  int64_t kv_layers = 0;
+  for (size_t i = 0; i < c.decoder_layers.size(); ++i) {
+    std::cout << absl::StrFormat("decoder.layers.%d  self  %-34s %s\n", i,
+                                 DescribeAttention(c.decoder_layers[i].attention),
+                                 LayerStateDescription(layout.self[i], layout.KvBytesPerToken()));
+    kv_layers += layout.self[i].kv_index >= 0;
+    if (c.decoder_layers[i].cross_attention) {
+      const std::string cross_kv =
+          absl::StrCat(layout.KvBytesPerToken(), " bytes per source token");
+      std::cout << absl::StrFormat(
+          "decoder.layers.%d  cross %-34s %s\n", i,
+          DescribeAttention(*c.decoder_layers[i].cross_attention),
+          layout.cross[i].kv_index >= 0 ? cross_kv
+                                        : LayerStateDescription(layout.cross[i], 0));
+    }
+  }
+  std::cout << "state per sequence: " << layout.FixedBytes() << " bytes fixed";
+  if (kv_layers > 0) {
+    std::cout << " + " << kv_layers * layout.KvBytesPerToken() << " bytes per decoded token";
+  }
+  std::cout << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunGenerate(const Arguments& args) {
+  if (!args.Has("prompt")) return absl::InvalidArgumentError("--prompt is required");
+  GenerateOptions options;
+  ABCD_ASSIGN_OR_RETURN(const int64_t max_tokens, args.Int("max-tokens", 64));
+  if (max_tokens < 0 || max_tokens > 1'000'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-tokens must be in [0, 1000000], got ", max_tokens));
+  }
+  options.max_tokens = static_cast<int>(max_tokens);
+  ABCD_ASSIGN_OR_RETURN(const double temperature, args.Double("temperature", 1.0));
+  ABCD_ASSIGN_OR_RETURN(const int64_t top_k, args.Int("top-k", 0));
+  ABCD_ASSIGN_OR_RETURN(const double top_p, args.Double("top-p", 1.0));
+  ABCD_ASSIGN_OR_RETURN(const double penalty, args.Double("repetition-penalty", 1.0));
+  ABCD_ASSIGN_OR_RETURN(const int64_t seed, args.Int("seed", 0));
+  options.sampling = {static_cast<float>(temperature), static_cast<int>(top_k),
+                      static_cast<float>(top_p), static_cast<float>(penalty),
+                      static_cast<uint64_t>(seed)};
+  if (top_k < 0 || top_k > (1 << 30)) return absl::InvalidArgumentError("--top-k must be >= 0");
+  options.ignore_eos = args.Has("ignore-eos");
+  if (args.Has("stop")) options.stop.push_back(args.String("stop", ""));
+  const bool json = args.Has("json");
+
+  const std::string dir = ModelDir(args);
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                        Tokenizer::Load(dir + "/tokenizer.model"));
+  StatePool pool(model->state_layout(), kCliStateBudget);
+  auto on_token = [json](int32_t id, absl::string_view text) {
+    if (json) {
+      std::cout << nlohmann::json{{"token_id", id}, {"text", text}}.dump(
+                       -1, ' ', false, nlohmann::json::error_handler_t::replace)
+                << "\n";
+    } else {
+      std::cout << text << std::flush;
+    }
+  };
+  ABCD_ASSIGN_OR_RETURN(GenerateResult result,
+                        Generate(*model, *tokenizer, pool, args.String("prompt", ""), options,
+                                 on_token));
+  if (json) {
+    nlohmann::json last{{"text", result.text},
+                        {"token_ids", result.token_ids},
+                        {"prompt_tokens", result.prompt_ids.size()},
+                        {"completion_tokens", result.token_ids.size()},
+                        {"finish_reason", FinishReasonName(result.finish_reason)},
+                        {"state_bytes", result.state_bytes}};
+    std::cout << last.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    std::cout << "\n";
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> rest(argv + 2, argv + argc);
+  absl::Status status;
+  if (command == "info") {
+    absl::StatusOr<Arguments> args = Arguments::Parse(rest, {"model"}, {});
+    status = args.ok() ? Info(*args) : args.status();
+  } else if (command == "generate") {
+    absl::StatusOr<Arguments> args = Arguments::Parse(
+        rest,
+        {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "repetition-penalty",
+         "seed", "stop"},
+        {"ignore-eos", "json"});
+    status = args.ok() ? RunGenerate(*args) : args.status();
+  } else if (command == "--help" || command == "help") {
+    std::cout << kUsage;
+    return 0;
+  } else {
+    std::cerr << "unknown command \"" << command << "\"\n" << kUsage;
+    return 2;
+  }
+  if (!status.ok()) {
+    std::cerr << "abcd-cli: " << status.message() << "\n";
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace abcd::cli
+
+int main(int argc, char** argv) { return abcd::cli::Main(argc, argv); }
