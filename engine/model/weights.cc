@@ -16,12 +16,12 @@ absl::StatusOr<std::vector<float>> WeightLoader::Load(const std::string& name,
                      absl::StrJoin(tensor->shape, ", "), "], config needs [",
                      absl::StrJoin(shape, ", "), "]"));
   }
-  used_.insert(name);
   absl::StatusOr<std::vector<float>> values = ToFloat32(*tensor);
   if (!values.ok()) {
     return absl::Status(values.status().code(),
                         absl::StrCat(file_.path(), ": ", values.status().message()));
   }
+  used_.insert(name);
   return values;
 }
 

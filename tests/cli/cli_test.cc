@@ -1,0 +1,72 @@
+// abcd-cli end to end on the bundled default model: `info` and `generate --json`.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string output;
+};
+
+Result RunCli(const std::string& args) {
+  const std::string command = std::string(ABCD_CLI) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WEXITSTATUS(status), output};
+}
+
+TEST(Cli, InfoPrintsLayersAndStateBytes) {
+  const Result r = RunCli("info");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("decoder.layers.0  self  abc(slots=32)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("state per sequence: 133120 bytes fixed"), std::string::npos) << r.output;
+}
+
+TEST(Cli, GenerateJsonIsReproducibleAndReportsState) {
+  const std::string args =
+      "generate --prompt 'free software' --max-tokens 12 --temperature 0.8 --top-k 50 "
+      "--top-p 0.95 --seed 5 --ignore-eos --json";
+  const Result first = RunCli(args);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::vector<std::string> lines = absl::StrSplit(first.output, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 13u) << first.output;  // 12 tokens + summary
+  const auto last = nlohmann::json::parse(lines.back());
+  EXPECT_EQ(last["token_ids"].size(), 12u);
+  EXPECT_EQ(last["finish_reason"], "length");
+  EXPECT_EQ(last["state_bytes"], 133120);
+  std::string streamed;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    const auto token = nlohmann::json::parse(lines[i]);
+    EXPECT_EQ(token["token_id"], last["token_ids"][i]);
+    streamed += token["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, last["text"]);
+  EXPECT_EQ(RunCli(args).output, first.output);  // same seed, same tokens
+}
+
+TEST(Cli, BadArgumentsNameTheOption) {
+  Result r = RunCli("generate --prompt hi --max-tokens -3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--max-tokens"), std::string::npos) << r.output;
+  r = RunCli("generate --prompt hi --top-p 2");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("top_p"), std::string::npos) << r.output;
+  r = RunCli("generate --prompt hi --bogus 1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--bogus"), std::string::npos) << r.output;
+  r = RunCli("info --model /nonexistent");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("/nonexistent/config.json"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,63 @@
+#include "tests/engine/fixtures.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "engine/model/safetensors.h"
+#include "nlohmann/json.hpp"
+
+namespace abcd::testing {
+
+std::string FixtureDir(const std::string& name) {
+  return std::string(ABCD_FIXTURE_DIR) + "/golden/" + name;
+}
+
+std::vector<std::string> FixtureNames() {
+  std::ifstream in(std::string(ABCD_FIXTURE_DIR) + "/golden/index.json");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const nlohmann::json index = nlohmann::json::parse(buffer.str(), nullptr, false);
+  std::vector<std::string> names;
+  if (index.is_array()) {
+    for (const auto& name : index) names.push_back(name.get<std::string>());
+  }
+  return names;
+}
+
+Golden LoadGolden(const std::string& name) {
+  Golden golden;
+  auto file = SafetensorsFile::Open(FixtureDir(name) + "/golden.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return golden;
+  auto ints = [&](const char* tensor) {
+    auto view = (*file)->Get(tensor);
+    return view.ok() ? *ToInt32(**view) : std::vector<int32_t>{};
+  };
+  auto floats = [&](const char* tensor) {
+    auto view = (*file)->Get(tensor);
+    return view.ok() ? *ToFloat32(**view) : std::vector<float>{};
+  };
+  golden.prompt_ids = ints("prompt_ids");
+  golden.source_ids = ints("source_ids");
+  golden.decode_ids = ints("decode_ids");
+  golden.prefill_logits = floats("prefill_logits");
+  golden.decode_logits = floats("decode_logits");
+  return golden;
+}
+
+float MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return INFINITY;
+  float worst = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float diff = std::abs(a[i] - b[i]);
+    if (std::isnan(diff)) return INFINITY;  // NaN never passes
+    worst = std::max(worst, diff);
+  }
+  return worst;
+}
+
+}  // namespace abcd::testing

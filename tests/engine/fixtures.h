@@ -1,0 +1,25 @@
+// Golden fixtures written by models/make_fixtures.py: tiny random models of every attention
+// type with the PyTorch reference's logits for a prompt and 32 teacher-forced decode steps.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace abcd::testing {
+
+struct Golden {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> source_ids;  // encoder-decoder only
+  std::vector<int32_t> decode_ids;
+  std::vector<float> prefill_logits;  // [prompt, vocab]
+  std::vector<float> decode_logits;   // [decode, vocab]
+};
+
+std::vector<std::string> FixtureNames();
+std::string FixtureDir(const std::string& name);
+Golden LoadGolden(const std::string& name);
+float MaxAbsDiff(std::span<const float> a, std::span<const float> b);
+
+}  // namespace abcd::testing

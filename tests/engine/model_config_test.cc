@@ -1,0 +1,89 @@
+// config.json validation: every bad field is reported by its JSON path.
+#include <gtest/gtest.h>
+
+#include "engine/model/model_config.h"
+#include "nlohmann/json.hpp"
+
+namespace abcd {
+namespace {
+
+nlohmann::json ValidDecoder() {
+  return nlohmann::json::parse(R"({
+    "format_version": 1, "architecture": "decoder", "vocab_size": 100, "d_model": 16,
+    "n_heads": 4, "d_ff": 32, "decoder_layers": [
+      {"attention": {"type": "abc", "slots": 8}},
+      {"attention": {"type": "rfa", "features": 4, "kernel": "arccos", "gate": true}}]})");
+}
+
+std::string ErrorFor(const nlohmann::json& config) {
+  auto parsed = ParseModelConfig(config.dump());
+  EXPECT_FALSE(parsed.ok());
+  return parsed.ok() ? "" : std::string(parsed.status().message());
+}
+
+TEST(ModelConfig, ParsesValidDecoder) {
+  auto config = ParseModelConfig(ValidDecoder().dump());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->head_dim(), 4);
+  EXPECT_EQ(config->decoder_layers[0].attention.slots, 8);
+  EXPECT_EQ(config->decoder_layers[1].attention.kernel, RfaKernel::kArccos);
+  EXPECT_FLOAT_EQ(config->decoder_layers[1].attention.eps, 1e-2f);
+  EXPECT_EQ(DescribeAttention(config->decoder_layers[1].attention),
+            "rfa(features=4, arccos, gated)");
+}
+
+struct BadCase {
+  const char* json_pointer;
+  nlohmann::json value;
+  const char* expected;
+};
+
+TEST(ModelConfig, NamesTheBadField) {
+  const BadCase cases[] = {
+      {"/decoder_layers/1/attention/features", 0, "decoder_layers[1].attention.features"},
+      {"/decoder_layers/0/attention/type", "lsh", "decoder_layers[0].attention.type"},
+      {"/decoder_layers/0/attention/slots", "8", "decoder_layers[0].attention.slots"},
+      {"/decoder_layers/1/attention/kernel", "laplace", "decoder_layers[1].attention.kernel"},
+      {"/n_heads", 3, "n_heads"},
+      {"/vocab_size", -1, "vocab_size"},
+      {"/architecture", "encoder", "architecture"},
+      {"/eos_id", 100, "eos_id"},
+      {"/activation", "swish", "activation"},
+      {"/layer_norm_eps", 0, "layer_norm_eps"},
+      {"/decoder_layers", nlohmann::json::array(), "decoder_layers"},
+      {"/decoder_layers/0/cross_attention", {{"type", "abc"}, {"slots", 2}},
+       "decoder_layers[0].cross_attention"},
+  };
+  for (const BadCase& c : cases) {
+    nlohmann::json config = ValidDecoder();
+    config[nlohmann::json::json_pointer(c.json_pointer)] = c.value;
+    EXPECT_NE(ErrorFor(config).find(c.expected), std::string::npos)
+        << c.json_pointer << " -> " << ErrorFor(config);
+  }
+}
+
+TEST(ModelConfig, RejectsMissingFieldsAndBadJson) {
+  nlohmann::json config = ValidDecoder();
+  config.erase("d_model");
+  EXPECT_NE(ErrorFor(config).find("d_model"), std::string::npos);
+  EXPECT_FALSE(ParseModelConfig("{\"architecture\": ").ok());
+  EXPECT_FALSE(ParseModelConfig("[1, 2]").ok());
+}
+
+TEST(ModelConfig, EncoderDecoderRules) {
+  nlohmann::json config = ValidDecoder();
+  config["architecture"] = "encoder-decoder";
+  EXPECT_NE(ErrorFor(config).find("decoder_layers[0].cross_attention"), std::string::npos);
+  config["decoder_layers"] = {{{"attention", {{"type", "window"}, {"window", 4}}},
+                               {"cross_attention", {{"type", "abc"}, {"slots", 4}}}}};
+  config["encoder_layers"] = {{{"attention", {{"type", "window"}, {"window", 4}}}}};
+  EXPECT_NE(ErrorFor(config).find("encoder_layers[0].attention.type"), std::string::npos);
+  config["encoder_layers"] = {{{"attention", {{"type", "softmax"}}}}};
+  config["decoder_layers"][0]["cross_attention"] = {{"type", "rfa"}, {"features", 4}};
+  EXPECT_NE(ErrorFor(config).find("decoder_layers[0].cross_attention.type"), std::string::npos);
+  config["decoder_layers"][0]["cross_attention"] = {{"type", "softmax"}};
+  EXPECT_TRUE(ParseModelConfig(config.dump()).ok());
+}
+
+}  // namespace
+}  // namespace abcd

@@ -1,0 +1,178 @@
+// StatePool accounting: budget / state bytes sequences fit, the next is refused; release
+// frees at once; KV growth is charged in pages and refused without side effects; snapshots
+// round-trip and reject corruption.
+#include <gtest/gtest.h>
+
+#include "engine/model/model.h"
+#include "engine/state/state_pool.h"
+#include "tests/engine/fixtures.h"
+
+namespace abcd {
+namespace {
+
+StateLayout BoundedLayout(int64_t floats) {
+  StateLayout layout;
+  layout.initial_fixed.assign(floats, 0.5f);
+  layout.kv_width = 8;
+  layout.fingerprint = 42;
+  return layout;
+}
+
+StateLayout SoftmaxLayout() {
+  StateLayout layout;
+  layout.kv_is_cross = {false, false};
+  layout.kv_width = 8;  // 64 bytes per key+value row
+  layout.fingerprint = 43;
+  return layout;
+}
+
+TEST(StatePool, AdmitsBudgetOverStateBytes) {
+  StatePool pool(BoundedLayout(250), 10'500);  // 1000 bytes each -> 10 sequences
+  std::vector<SequenceId> ids;
+  for (int i = 0; i < 10; ++i) {
+    auto id = pool.Acquire();
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+  }
+  EXPECT_EQ(pool.bytes_in_use(), 10'000);
+  auto refused = pool.Acquire();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  pool.Release(ids[3]);
+  EXPECT_EQ(pool.bytes_in_use(), 9'000);
+  EXPECT_TRUE(pool.Acquire().ok());
+  pool.Release(12345);  // unknown ids are ignored
+  EXPECT_EQ(pool.size(), 10);
+}
+
+TEST(StatePool, ForkCopiesAndIsCharged) {
+  StatePool pool(BoundedLayout(4), 40);
+  auto a = pool.Acquire();
+  ASSERT_TRUE(a.ok());
+  pool.Get(*a)->fixed[2] = 7.0f;
+  pool.Get(*a)->position = 5;
+  auto b = pool.Fork(*a);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(pool.Get(*b)->fixed[2], 7.0f);
+  EXPECT_EQ(pool.Get(*b)->position, 5);
+  pool.Get(*b)->fixed[2] = 1.0f;  // independent copies
+  EXPECT_EQ(pool.Get(*a)->fixed[2], 7.0f);
+  EXPECT_EQ(pool.bytes_in_use(), 32);
+  EXPECT_EQ(pool.Fork(*a).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool.Fork(999).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(StatePool, KvGrowthIsPagedAndRefusedAtomically) {
+  StatePool pool(SoftmaxLayout(), 2 * 64 * 32);  // room for 32 tokens in both layers
+  auto id = pool.Acquire();
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(pool.bytes_in_use(), 0);
+  ASSERT_TRUE(pool.ReserveTokens(*id, 1).ok());
+  EXPECT_EQ(pool.bytes_in_use(), 2 * 64 * StatePool::kKvPageTokens);
+  ASSERT_TRUE(pool.ReserveTokens(*id, 32).ok());
+  EXPECT_EQ(pool.bytes_in_use(), 2 * 64 * 32);
+  const absl::Status refused = pool.ReserveTokens(*id, 33);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool.bytes_in_use(), 2 * 64 * 32);
+  EXPECT_EQ(pool.Get(*id)->kv[0].capacity(), 32);
+  pool.Release(*id);
+  EXPECT_EQ(pool.bytes_in_use(), 0);
+}
+
+TEST(StatePool, SnapshotRejectsCorruptionAndOtherModels) {
+  StatePool pool(BoundedLayout(6), 1 << 20);
+  auto id = pool.Acquire();
+  ASSERT_TRUE(id.ok());
+  pool.Get(*id)->fixed[0] = 3.0f;
+  auto snapshot = pool.Snapshot(*id);
+  ASSERT_TRUE(snapshot.ok());
+  auto restored = pool.Restore(*snapshot);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(pool.Get(*restored)->fixed, pool.Get(*id)->fixed);
+
+  const int64_t before = pool.bytes_in_use();
+  for (size_t cut : {size_t{0}, size_t{4}, size_t{20}, snapshot->size() - 1}) {
+    EXPECT_EQ(pool.Restore(snapshot->substr(0, cut)).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << "cut at " << cut;
+  }
+  EXPECT_EQ(pool.Restore(*snapshot + "x").status().code(), absl::StatusCode::kInvalidArgument);
+  std::string bad_magic = *snapshot;
+  bad_magic[0] = 'Z';
+  EXPECT_EQ(pool.Restore(bad_magic).status().code(), absl::StatusCode::kInvalidArgument);
+  StatePool other(BoundedLayout(6), 1 << 20);
+  StateLayout different = BoundedLayout(6);
+  different.fingerprint = 7;
+  StatePool foreign(different, 1 << 20);
+  EXPECT_EQ(foreign.Restore(*snapshot).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(other.Restore(*snapshot).ok());
+  EXPECT_EQ(pool.bytes_in_use(), before);
+}
+
+TEST(StatePool, SoftmaxSnapshotKeepsCache) {
+  auto model = Model::Load(testing::FixtureDir("dec_softmax"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  StatePool pool((*model)->state_layout(), 1 << 24);
+  auto id = pool.Acquire();
+  ASSERT_TRUE(id.ok());
+  std::vector<DecodeRow> rows;
+  for (int32_t t = 4; t < 24; ++t) rows.push_back({*id, t, false});
+  std::vector<float> logits;
+  ASSERT_TRUE((*model)->Decode(rows, pool, &logits).ok());
+  auto snapshot = pool.Snapshot(*id);
+  ASSERT_TRUE(snapshot.ok());
+  auto restored = pool.Restore(*snapshot);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(pool.Get(*restored)->position, 20);
+  EXPECT_EQ(*pool.SequenceBytes(*restored), *pool.SequenceBytes(*id));
+  EXPECT_EQ(pool.Get(*restored)->kv[1].length, 20);
+}
+
+TEST(StatePool, DecodeRefusesOverBudgetWithoutChangingState) {
+  auto model = Model::Load(testing::FixtureDir("dec_softmax"));
+  ASSERT_TRUE(model.ok());
+  const int64_t page_bytes = (*model)->state_layout().KvBytesPerToken() * 2 * StatePool::kKvPageTokens;
+  StatePool pool((*model)->state_layout(), page_bytes);  // exactly one page per layer
+  auto id = pool.Acquire();
+  ASSERT_TRUE(id.ok());
+  std::vector<DecodeRow> rows;
+  for (int32_t t = 0; t < 17; ++t) rows.push_back({*id, 5, true});
+  std::vector<float> logits;
+  EXPECT_EQ((*model)->Decode(rows, pool, &logits).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(logits.empty());
+  EXPECT_EQ(pool.Get(*id)->position, 0);
+  rows.resize(16);
+  EXPECT_TRUE((*model)->Decode(rows, pool, &logits).ok());
+}
+
+TEST(Model, RejectsBadTokensAndUnknownSequences) {
+  auto model = Model::Load(testing::FixtureDir("dec_abc"));
+  ASSERT_TRUE(model.ok());
+  StatePool pool((*model)->state_layout(), 1 << 24);
+  auto id = pool.Acquire();
+  ASSERT_TRUE(id.ok());
+  std::vector<float> logits;
+  const DecodeRow out_of_vocab{*id, 96, true};
+  const absl::Status status = (*model)->Decode({&out_of_vocab, 1}, pool, &logits);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("token[0] = 96"), absl::string_view::npos) << status;
+  const DecodeRow unknown{777, 5, true};
+  EXPECT_EQ((*model)->Decode({&unknown, 1}, pool, &logits).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(pool.Get(*id)->position, 0);
+}
+
+TEST(Model, EncoderDecoderNeedsEncodeFirst) {
+  auto model = Model::Load(testing::FixtureDir("encdec_abc"));
+  ASSERT_TRUE(model.ok());
+  StatePool pool((*model)->state_layout(), 1 << 24);
+  auto id = pool.Acquire();
+  ASSERT_TRUE(id.ok());
+  std::vector<float> logits;
+  const DecodeRow row{*id, 1, true};
+  EXPECT_EQ((*model)->Decode({&row, 1}, pool, &logits).code(),
+            absl::StatusCode::kFailedPrecondition);
+  const std::vector<int32_t> empty;
+  EXPECT_EQ((*model)->Encode(empty, *id, pool).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace abcd
