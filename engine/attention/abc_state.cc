@@ -26,8 +26,9 @@ void AbcUpdateHead(const float* k, const float* v, const float* control, int slo
     const float a = control[j];
     const float old = log_norm[j];
     // L' = logaddexp(L, a); the first token (L = -inf) gets weight exactly 1.
-    const float updated =
-        std::isinf(old) && old < 0 ? a : std::max(old, a) + std::log1p(std::exp(-std::abs(old - a)));
+    const float updated = std::isinf(old) && old < 0
+                              ? a
+                              : std::max(old, a) + std::log1p(std::exp(-std::abs(old - a)));
     const float w = std::exp(a - updated);
     float* key = keys + static_cast<int64_t>(j) * head_dim;
     float* value = values + static_cast<int64_t>(j) * head_dim;

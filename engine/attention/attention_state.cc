@@ -26,7 +26,8 @@ absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelCo
       const int64_t features = spec.features;
       ABCD_ASSIGN_OR_RETURN(std::vector<float> projection,
                             weights.Load(prefix + ".rfa.proj", {heads, features, dh}));
-      ABCD_ASSIGN_OR_RETURN(std::vector<float> sigma, weights.Load(prefix + ".rfa.sigma", {heads, dh}));
+      ABCD_ASSIGN_OR_RETURN(std::vector<float> sigma,
+                            weights.Load(prefix + ".rfa.sigma", {heads, dh}));
       // w_i = sigma * w~_i, folded once.
       for (int h = 0; h < heads; ++h) {
         for (int64_t i = 0; i < features; ++i) {
@@ -40,9 +41,11 @@ absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelCo
     }
     case AttentionType::kT2r: {
       const int64_t r = spec.features;
-      ABCD_ASSIGN_OR_RETURN(std::vector<float> w, weights.Load(prefix + ".t2r.weight", {heads, r, dh}));
+      ABCD_ASSIGN_OR_RETURN(std::vector<float> w,
+                            weights.Load(prefix + ".t2r.weight", {heads, r, dh}));
       ABCD_ASSIGN_OR_RETURN(std::vector<float> b, weights.Load(prefix + ".t2r.bias", {heads, r}));
-      auto phi = std::make_unique<LearnedReluFeatureMap>(dh, spec.features, std::move(w), std::move(b));
+      auto phi =
+          std::make_unique<LearnedReluFeatureMap>(dh, spec.features, std::move(w), std::move(b));
       return std::make_unique<LinearState>(heads, dh, std::move(phi), false, spec.eps);
     }
     case AttentionType::kElu:

@@ -102,7 +102,10 @@ void RandomFeatureMap::Apply(int head, const float* x, float* features, float* s
 
 LearnedReluFeatureMap::LearnedReluFeatureMap(int head_dim, int features, std::vector<float> weight,
                                              std::vector<float> bias)
-    : head_dim_(head_dim), features_(features), weight_(std::move(weight)), bias_(std::move(bias)) {}
+    : head_dim_(head_dim),
+      features_(features),
+      weight_(std::move(weight)),
+      bias_(std::move(bias)) {}
 
 void LearnedReluFeatureMap::Apply(int head, const float* x, float* features, float*) const {
   const float* w = weight_.data() + static_cast<int64_t>(head) * features_ * head_dim_;

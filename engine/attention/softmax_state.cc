@@ -70,8 +70,8 @@ void WindowState::Read(const float* q, const StateRef& state, float* out) const 
   const int64_t count = std::min<int64_t>(state.position + 1, window_);
   for (int h = 0; h < n_heads_; ++h) {
     const int64_t offset = static_cast<int64_t>(h) * head_dim_;
-    SoftmaxReadHead(q + offset, state.fixed + offset, state.fixed + window_ * width + offset,
-                    count, width, head_dim_, out + offset);
+    SoftmaxReadHead(q + offset, state.fixed + offset, state.fixed + window_ * width + offset, count,
+                    width, head_dim_, out + offset);
   }
 }
 

@@ -8,11 +8,11 @@
 #define ABCD_CONCAT(a, b) ABCD_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` yields a non-OK status.
-#define ABCD_RETURN_IF_ERROR(expr)                 \
-  do {                                             \
+#define ABCD_RETURN_IF_ERROR(expr)                                \
+  do {                                                            \
     if (absl::Status abcd_status_ = (expr); !abcd_status_.ok()) { \
-      return abcd_status_;                         \
-    }                                              \
+      return abcd_status_;                                        \
+    }                                                             \
   } while (0)
 
 // `ABCD_ASSIGN_OR_RETURN(auto x, MakeX());` binds the value or returns the error.

@@ -107,7 +107,8 @@ void Model::BuildLayout() {
   };
   for (const Block& block : decoder_->blocks) {
     layout_.self.push_back(place(*block.self_attention, /*cross=*/false));
-    if (block.cross_attention) layout_.cross.push_back(place(*block.cross_attention, /*cross=*/true));
+    if (block.cross_attention)
+      layout_.cross.push_back(place(*block.cross_attention, /*cross=*/true));
   }
   layout_.kv_width = config_.d_model;
   uint64_t hash = 1469598103934665603ull;  // FNV-1a
@@ -135,9 +136,8 @@ namespace {
 
 absl::Status CheckToken(int32_t token, int vocab_size, absl::string_view what, size_t index) {
   if (token < 0 || token >= vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "[", index, "] = ", token,
-                                                   " is outside the vocabulary [0, ", vocab_size,
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "[", index, "] = ", token, " is outside the vocabulary [0, ", vocab_size, ")"));
   }
   return absl::OkStatus();
 }
@@ -244,7 +244,8 @@ absl::Status Model::Decode(std::span<const DecodeRow> rows, StatePool& pool,
   // Logits only for the rows that asked: the vocabulary GEMM dominates small models.
   std::vector<float> selected;
   for (int64_t r = 0; r < n; ++r) {
-    if (rows[r].want_logits) selected.insert(selected.end(), x.begin() + r * d, x.begin() + (r + 1) * d);
+    if (rows[r].want_logits)
+      selected.insert(selected.end(), x.begin() + r * d, x.begin() + (r + 1) * d);
   }
   const int64_t wanted = static_cast<int64_t>(selected.size()) / d;
   if (wanted == 0) return absl::OkStatus();

@@ -54,7 +54,8 @@ class Fields {
     if (!it->is_boolean()) return FieldError(Path(key), "must be true or false");
     return it->get<bool>();
   }
-  absl::StatusOr<std::string> String(absl::string_view key, std::optional<std::string> fallback) const {
+  absl::StatusOr<std::string> String(absl::string_view key,
+                                     std::optional<std::string> fallback) const {
     const auto it = object_.find(key);
     if (it == object_.end()) {
       if (fallback) return *fallback;
@@ -94,8 +95,8 @@ absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string
     } else if (kernel == "arccos") {
       spec.kernel = RfaKernel::kArccos;
     } else {
-      return FieldError(f.Path("kernel"), absl::StrCat("must be \"gaussian\" or \"arccos\", got \"",
-                                                       kernel, "\""));
+      return FieldError(f.Path("kernel"),
+                        absl::StrCat("must be \"gaussian\" or \"arccos\", got \"", kernel, "\""));
     }
     ABCD_ASSIGN_OR_RETURN(spec.gate, f.Bool("gate", false));
     ABCD_ASSIGN_OR_RETURN(spec.eps, f.Float("eps", 1e-2f));
@@ -146,9 +147,9 @@ absl::StatusOr<std::vector<LayerSpec>> ParseLayers(const json& root, const std::
       if (!layer.contains("cross_attention")) {
         return FieldError(path + ".cross_attention", "is required for encoder-decoder models");
       }
-      ABCD_ASSIGN_OR_RETURN(spec.cross_attention,
-                            ParseAttention(layer["cross_attention"], path + ".cross_attention",
-                                           Role::kCross));
+      ABCD_ASSIGN_OR_RETURN(
+          spec.cross_attention,
+          ParseAttention(layer["cross_attention"], path + ".cross_attention", Role::kCross));
     } else if (layer.contains("cross_attention")) {
       return FieldError(path + ".cross_attention", "is only allowed in encoder-decoder decoders");
     }
@@ -172,45 +173,60 @@ absl::StatusOr<std::vector<LayerSpec>> ParseLayers(const json& root, const std::
 
 absl::string_view AttentionTypeName(AttentionType type) {
   switch (type) {
-    case AttentionType::kSoftmax: return "softmax";
-    case AttentionType::kWindow: return "window";
-    case AttentionType::kAbc: return "abc";
-    case AttentionType::kRfa: return "rfa";
-    case AttentionType::kT2r: return "t2r";
-    case AttentionType::kElu: return "elu";
+    case AttentionType::kSoftmax:
+      return "softmax";
+    case AttentionType::kWindow:
+      return "window";
+    case AttentionType::kAbc:
+      return "abc";
+    case AttentionType::kRfa:
+      return "rfa";
+    case AttentionType::kT2r:
+      return "t2r";
+    case AttentionType::kElu:
+      return "elu";
   }
   return "?";
 }
 
 int AttentionSpec::FeatureDim(int head_dim) const {
   switch (type) {
-    case AttentionType::kRfa: return kernel == RfaKernel::kGaussian ? 2 * features : features;
-    case AttentionType::kT2r: return features;
-    case AttentionType::kElu: return head_dim;
-    default: return 0;
+    case AttentionType::kRfa:
+      return kernel == RfaKernel::kGaussian ? 2 * features : features;
+    case AttentionType::kT2r:
+      return features;
+    case AttentionType::kElu:
+      return head_dim;
+    default:
+      return 0;
   }
 }
 
 std::string DescribeAttention(const AttentionSpec& spec) {
   const std::string name(AttentionTypeName(spec.type));
   switch (spec.type) {
-    case AttentionType::kSoftmax: return name;
-    case AttentionType::kWindow: return absl::StrCat(name, "(window=", spec.window, ")");
+    case AttentionType::kSoftmax:
+      return name;
+    case AttentionType::kWindow:
+      return absl::StrCat(name, "(window=", spec.window, ")");
     case AttentionType::kAbc:
-      return absl::StrCat(name, "(slots=", spec.slots, spec.shared_control ? ", shared control" : "",
-                          ")");
+      return absl::StrCat(name, "(slots=", spec.slots,
+                          spec.shared_control ? ", shared control" : "", ")");
     case AttentionType::kRfa:
       return absl::StrCat(name, "(features=", spec.features, ", ",
                           spec.kernel == RfaKernel::kGaussian ? "gaussian" : "arccos",
                           spec.gate ? ", gated" : "", ")");
-    case AttentionType::kT2r: return absl::StrCat(name, "(features=", spec.features, ")");
-    case AttentionType::kElu: return name;
+    case AttentionType::kT2r:
+      return absl::StrCat(name, "(features=", spec.features, ")");
+    case AttentionType::kElu:
+      return name;
   }
   return name;
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
-  const json root = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  const json root =
+      json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
   if (!root.is_object()) return absl::InvalidArgumentError("config.json must be a JSON object");
   Fields f(root, "");
@@ -274,7 +290,8 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   buffer << in.rdbuf();
   absl::StatusOr<ModelConfig> config = ParseModelConfig(buffer.str());
   if (!config.ok()) {
-    return absl::Status(config.status().code(), absl::StrCat(path, ": ", config.status().message()));
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
   }
   return config;
 }

@@ -5,10 +5,10 @@
 
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace abcd {
 
@@ -26,8 +26,8 @@ struct AttentionSpec {
   bool shared_control = false;  // abc: control tensor shared by the stack
   int features = 0;             // rfa (D), t2r (r)
   RfaKernel kernel = RfaKernel::kGaussian;
-  bool gate = false;            // rfa
-  float eps = 0.0f;             // rfa, t2r, elu: denominator floor
+  bool gate = false;  // rfa
+  float eps = 0.0f;   // rfa, t2r, elu: denominator floor
 
   // True when the per-sequence state has a fixed size (everything but softmax).
   bool bounded() const { return type != AttentionType::kSoftmax; }

@@ -58,22 +58,32 @@ float HalfToFloat(uint16_t h) {
 
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
   }
   return "?";
 }
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   return 0;
 }
@@ -119,14 +129,14 @@ SafetensorsFile::~SafetensorsFile() {
 absl::Status SafetensorsFile::Parse() {
   const auto* base = static_cast<const std::byte*>(mapping_);
   if (mapping_size_ < 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("truncated file: ", mapping_size_, " bytes, need at least 8 for the header length"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "truncated file: ", mapping_size_, " bytes, need at least 8 for the header length"));
   }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(base[i]);
   if (header_len > kMaxHeaderBytes || header_len > mapping_size_ - 8) {
-    return absl::InvalidArgumentError(absl::StrCat("header length ", header_len,
-                                                   " exceeds the file size ", mapping_size_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("header length ", header_len, " exceeds the file size ", mapping_size_));
   }
   const char* header_begin = reinterpret_cast<const char*>(base + 8);
   const nlohmann::json header =

@@ -11,10 +11,9 @@ absl::StatusOr<std::vector<float>> WeightLoader::Load(const std::string& name,
                                                       const std::vector<int64_t>& shape) {
   ABCD_ASSIGN_OR_RETURN(const TensorView* tensor, file_.Get(name));
   if (tensor->shape != shape) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(file_.path(), ": tensor \"", name, "\" has shape [",
-                     absl::StrJoin(tensor->shape, ", "), "], config needs [",
-                     absl::StrJoin(shape, ", "), "]"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        file_.path(), ": tensor \"", name, "\" has shape [", absl::StrJoin(tensor->shape, ", "),
+        "], config needs [", absl::StrJoin(shape, ", "), "]"));
   }
   absl::StatusOr<std::vector<float>> values = ToFloat32(*tensor);
   if (!values.ok()) {
@@ -31,9 +30,8 @@ absl::Status WeightLoader::CheckAllUsed() const {
     if (!used_.contains(name)) unused.push_back(name);
   }
   if (unused.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(file_.path(),
-                                                 ": tensors not used by the config: ",
-                                                 absl::StrJoin(unused, ", ")));
+  return absl::InvalidArgumentError(absl::StrCat(
+      file_.path(), ": tensors not used by the config: ", absl::StrJoin(unused, ", ")));
 }
 
 }  // namespace abcd

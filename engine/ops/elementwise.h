@@ -18,8 +18,9 @@ void Activate(Activation activation, float* x, int64_t n);
 // y += x over n values.
 void AddInPlace(float* y, const float* x, int64_t n);
 
-// Adds the sinusoidal encoding of `position` to row (width d, even): pe[2i] = sin(p / 10000^(2i/d)),
-// pe[2i+1] = cos(...). Computed in double, so any position is exact to fp32 rounding.
+// Adds the sinusoidal encoding of `position` to row (width d, even): pe[2i] = sin(p /
+// 10000^(2i/d)), pe[2i+1] = cos(...). Computed in double, so any position is exact to fp32
+// rounding.
 void AddSinusoidalPosition(int64_t position, int64_t d, float* row);
 
 }  // namespace abcd::cpu

@@ -44,7 +44,8 @@ void AddInPlace(float* y, const float* x, int64_t n) {
 void AddSinusoidalPosition(int64_t position, int64_t d, float* row) {
   const double p = static_cast<double>(position);
   for (int64_t i = 0; i < d / 2; ++i) {
-    const double angle = p / std::pow(10000.0, 2.0 * static_cast<double>(i) / static_cast<double>(d));
+    const double angle =
+        p / std::pow(10000.0, 2.0 * static_cast<double>(i) / static_cast<double>(d));
     row[2 * i] += static_cast<float>(std::sin(angle));
     row[2 * i + 1] += static_cast<float>(std::cos(angle));
   }

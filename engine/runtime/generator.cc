@@ -9,9 +9,12 @@ namespace abcd {
 
 absl::string_view FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kEos: return "eos";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEos:
+      return "eos";
   }
   return "?";
 }
@@ -61,7 +64,8 @@ absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tok
       if (!stop.empty()) stop_at = std::min(stop_at, text.find(stop));
     }
     if (stop_at != std::string::npos) text.resize(stop_at);
-    const size_t common = text.compare(0, result.text.size(), result.text) == 0 ? result.text.size() : 0;
+    const size_t common =
+        text.compare(0, result.text.size(), result.text) == 0 ? result.text.size() : 0;
     if (on_token) on_token(next, absl::string_view(text).substr(common));
     result.text = std::move(text);
     if (stop_at != std::string::npos) {

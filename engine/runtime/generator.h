@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/model/model.h"
 #include "engine/sampling/sampler.h"
 #include "engine/state/state_pool.h"

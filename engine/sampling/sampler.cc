@@ -21,8 +21,8 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
         absl::StrCat("sampling.top_p must be in (0, 1], got ", p.top_p));
   }
   if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 10.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sampling.repetition_penalty must be in (0, 10], got ", p.repetition_penalty));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.repetition_penalty must be in (0, 10], got ", p.repetition_penalty));
   }
   return absl::OkStatus();
 }
@@ -68,7 +68,8 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   std::vector<double> probs(keep);
   double total = 0.0;
   for (int32_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp((static_cast<double>(scratch_[order_[i]]) - max_logit) / params_.temperature);
+    probs[i] =
+        std::exp((static_cast<double>(scratch_[order_[i]]) - max_logit) / params_.temperature);
     total += probs[i];
   }
   if (params_.top_p < 1.0f) {

@@ -8,8 +8,8 @@
 namespace abcd {
 
 struct KvCache {
-  int64_t width = 0;     // floats per key row (= d_model); value rows have the same width
-  int64_t length = 0;    // rows in use
+  int64_t width = 0;          // floats per key row (= d_model); value rows have the same width
+  int64_t length = 0;         // rows in use
   std::vector<float> keys;    // [capacity, width]
   std::vector<float> values;  // [capacity, width]
 

@@ -78,9 +78,9 @@ SequenceId StatePool::Insert(std::unique_ptr<SequenceState> state, int64_t bytes
 absl::StatusOr<SequenceId> StatePool::Acquire() {
   const int64_t bytes = layout_.FixedBytes();
   if (bytes_in_use_ + bytes > budget_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "state pool full: ", bytes_in_use_, " of ", budget_bytes_, " bytes in use, a sequence needs ",
-        bytes));
+    return absl::ResourceExhaustedError(absl::StrCat("state pool full: ", bytes_in_use_, " of ",
+                                                     budget_bytes_,
+                                                     " bytes in use, a sequence needs ", bytes));
   }
   auto state = std::make_unique<SequenceState>();
   state->fixed = layout_.initial_fixed;
@@ -120,8 +120,7 @@ absl::Status StatePool::Grow(SequenceId id, bool cross, int64_t rows) {
   if (extra_bytes == 0) return absl::OkStatus();
   if (bytes_in_use_ + extra_bytes > budget_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat("state pool full: KV cache growth to ", target,
-                                                     " tokens needs ", extra_bytes,
-                                                     " more bytes"));
+                                                     " tokens needs ", extra_bytes, " more bytes"));
   }
   for (size_t i = 0; i < state->kv.size(); ++i) {
     if (layout_.kv_is_cross[i] != cross) continue;

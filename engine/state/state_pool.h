@@ -13,11 +13,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/state/kv_cache.h"
 
 namespace abcd {
@@ -29,14 +29,14 @@ struct StateLayout {
   struct Slot {
     int64_t fixed_offset = 0;  // into the fixed block, in floats
     int64_t fixed_floats = 0;
-    int kv_index = -1;         // index of the layer's KvCache, -1 for bounded layers
+    int kv_index = -1;  // index of the layer's KvCache, -1 for bounded layers
   };
-  std::vector<Slot> self;                // one per decoder layer
-  std::vector<Slot> cross;               // one per decoder layer (encoder-decoder only)
-  std::vector<float> initial_fixed;      // the empty fixed block
-  std::vector<bool> kv_is_cross;         // one per KvCache
-  int64_t kv_width = 0;                  // floats per key (and per value) row
-  uint64_t fingerprint = 0;              // identifies the model's state format in snapshots
+  std::vector<Slot> self;            // one per decoder layer
+  std::vector<Slot> cross;           // one per decoder layer (encoder-decoder only)
+  std::vector<float> initial_fixed;  // the empty fixed block
+  std::vector<bool> kv_is_cross;     // one per KvCache
+  int64_t kv_width = 0;              // floats per key (and per value) row
+  uint64_t fingerprint = 0;          // identifies the model's state format in snapshots
 
   int64_t FixedBytes() const { return static_cast<int64_t>(initial_fixed.size()) * 4; }
   // Bytes a KvCache row (key + value) costs.
@@ -44,9 +44,9 @@ struct StateLayout {
 };
 
 struct SequenceState {
-  int64_t position = 0;        // decoder tokens folded in so far
-  int64_t source_length = 0;   // encoder tokens (encoder-decoder)
-  bool encoded = false;        // cross-attention memory built
+  int64_t position = 0;       // decoder tokens folded in so far
+  int64_t source_length = 0;  // encoder tokens (encoder-decoder)
+  bool encoded = false;       // cross-attention memory built
   std::vector<float> fixed;
   std::vector<KvCache> kv;
 };

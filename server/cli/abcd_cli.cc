@@ -71,8 +71,7 @@ absl::Status Info(const Arguments& args) {
       std::cout << absl::StrFormat(
           "decoder.layers.%d  cross %-34s %s\n", i,
           DescribeAttention(*c.decoder_layers[i].cross_attention),
-          layout.cross[i].kv_index >= 0 ? cross_kv
-                                        : LayerStateDescription(layout.cross[i], 0));
+          layout.cross[i].kv_index >= 0 ? cross_kv : LayerStateDescription(layout.cross[i], 0));
     }
   }
   std::cout << "state per sequence: " << layout.FixedBytes() << " bytes fixed";
@@ -119,9 +118,9 @@ absl::Status RunGenerate(const Arguments& args) {
       std::cout << text << std::flush;
     }
   };
-  ABCD_ASSIGN_OR_RETURN(GenerateResult result,
-                        Generate(*model, *tokenizer, pool, args.String("prompt", ""), options,
-                                 on_token));
+  ABCD_ASSIGN_OR_RETURN(
+      GenerateResult result,
+      Generate(*model, *tokenizer, pool, args.String("prompt", ""), options, on_token));
   if (json) {
     nlohmann::json last{{"text", result.text},
                         {"token_ids", result.token_ids},
@@ -148,11 +147,11 @@ int Main(int argc, char** argv) {
     absl::StatusOr<Arguments> args = Arguments::Parse(rest, {"model"}, {});
     status = args.ok() ? Info(*args) : args.status();
   } else if (command == "generate") {
-    absl::StatusOr<Arguments> args = Arguments::Parse(
-        rest,
-        {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "repetition-penalty",
-         "seed", "stop"},
-        {"ignore-eos", "json"});
+    absl::StatusOr<Arguments> args =
+        Arguments::Parse(rest,
+                         {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p",
+                          "repetition-penalty", "seed", "stop"},
+                         {"ignore-eos", "json"});
     status = args.ok() ? RunGenerate(*args) : args.status();
   } else if (command == "--help" || command == "help") {
     std::cout << kUsage;

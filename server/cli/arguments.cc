@@ -23,7 +23,8 @@ absl::StatusOr<Arguments> Arguments::Parse(const std::vector<std::string>& args,
       name.resize(equals);
     }
     if (flags.contains(name)) {
-      if (inline_value) return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
+      if (inline_value)
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
       parsed.values_[name] = "true";
     } else if (valued.contains(name)) {
       if (!inline_value) {

@@ -1,7 +1,8 @@
 // config.json validation: every bad field is reported by its JSON path.
+#include "engine/model/model_config.h"
+
 #include <gtest/gtest.h>
 
-#include "engine/model/model_config.h"
 #include "nlohmann/json.hpp"
 
 namespace abcd {
@@ -51,7 +52,8 @@ TEST(ModelConfig, NamesTheBadField) {
       {"/activation", "swish", "activation"},
       {"/layer_norm_eps", 0, "layer_norm_eps"},
       {"/decoder_layers", nlohmann::json::array(), "decoder_layers"},
-      {"/decoder_layers/0/cross_attention", {{"type", "abc"}, {"slots", 2}},
+      {"/decoder_layers/0/cross_attention",
+       {{"type", "abc"}, {"slots", 2}},
        "decoder_layers[0].cross_attention"},
   };
   for (const BadCase& c : cases) {

@@ -1,12 +1,13 @@
 // The safetensors loader against valid, truncated and malicious files. Built with ASan and
 // UBSan: every bad file must give a Status naming the problem, never a crash or overread.
+#include "engine/model/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
-#include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
 
 namespace abcd {
@@ -91,8 +92,7 @@ TEST_F(SafetensorsTest, RejectsBadEntries) {
   const std::string data = TwoFloats() + TwoFloats();
   ExpectError(Header(R"({"a":{"dtype":"F8","shape":[2],"data_offsets":[0,8]}})") + data,
               "unsupported dtype");
-  ExpectError(Header(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})") + data,
-              "shape");
+  ExpectError(Header(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})") + data, "shape");
   ExpectError(Header(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})") + data,
               "need 12");
   ExpectError(Header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})") + data,
@@ -102,9 +102,10 @@ TEST_F(SafetensorsTest, RejectsBadEntries) {
   ExpectError(Header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})") + data,
               "data_offsets");
   ExpectError(Header(R"({"a":{"shape":[2],"data_offsets":[0,8]}})") + data, "missing dtype");
-  ExpectError(Header(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})") +
-                  data,
-              "overflows");
+  ExpectError(
+      Header(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})") +
+          data,
+      "overflows");
   ExpectError(Header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})") +
                   data,
@@ -121,8 +122,9 @@ TEST_F(SafetensorsTest, WeightLoaderChecksShapesAndLeftovers) {
   WeightLoader loader(**st);
   auto misshaped = loader.Load("a", {1, 2});
   EXPECT_EQ(misshaped.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(std::string(misshaped.status().message()).find("\"a\" has shape [2], config needs [1, 2]"),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(misshaped.status().message()).find("\"a\" has shape [2], config needs [1, 2]"),
+      std::string::npos)
       << misshaped.status();
   EXPECT_EQ(loader.Load("missing", {2}).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(loader.Load("a", {2}).ok());

@@ -1,10 +1,10 @@
 // Sampling: greedy is argmax; seeds reproduce; top-k/top-p restrict the support; the
 // repetition penalty lowers repeated tokens; bad parameters name their field.
+#include "engine/sampling/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
-
-#include "engine/sampling/sampler.h"
 
 namespace abcd {
 namespace {

@@ -1,10 +1,11 @@
 // StatePool accounting: budget / state bytes sequences fit, the next is refused; release
 // frees at once; KV growth is charged in pages and refused without side effects; snapshots
 // round-trip and reject corruption.
+#include "engine/state/state_pool.h"
+
 #include <gtest/gtest.h>
 
 #include "engine/model/model.h"
-#include "engine/state/state_pool.h"
 #include "tests/engine/fixtures.h"
 
 namespace abcd {
@@ -130,7 +131,8 @@ TEST(StatePool, SoftmaxSnapshotKeepsCache) {
 TEST(StatePool, DecodeRefusesOverBudgetWithoutChangingState) {
   auto model = Model::Load(testing::FixtureDir("dec_softmax"));
   ASSERT_TRUE(model.ok());
-  const int64_t page_bytes = (*model)->state_layout().KvBytesPerToken() * 2 * StatePool::kKvPageTokens;
+  const int64_t page_bytes =
+      (*model)->state_layout().KvBytesPerToken() * 2 * StatePool::kKvPageTokens;
   StatePool pool((*model)->state_layout(), page_bytes);  // exactly one page per layer
   auto id = pool.Acquire();
   ASSERT_TRUE(id.ok());
