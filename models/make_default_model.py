@@ -1,7 +1,9 @@
-"""Build the untrained placeholder default model models/checkpoints/abc-lm-untrained/.
+"""Build the untrained placeholder default models under models/checkpoints/.
 
-A SentencePiece unigram tokenizer (vocab 1000) trained on the GPL-3 text shipped with Debian and a
-DecoderLM with 4 abc layers (32 slots) and random, seeded weights. Deterministic.
+A SentencePiece unigram tokenizer (vocab 1000) trained on the GPL-3 text shipped with Debian, and
+with random, seeded weights: abc-lm-untrained/ (DecoderLM, 4 abc layers of 32 slots) and
+abc-mt-untrained/ (encoder-decoder: 2 softmax encoder layers; 2 decoder layers with causal abc of
+8 slots and abc cross attention of 32 slots). Deterministic.
 Usage (from the repository root): /usr/bin/python3 models/make_default_model.py
 """
 
@@ -14,6 +16,7 @@ import sentencepiece as spm
 from abcd_ref import AttentionSpec, LayerSpec, ModelConfig, build_model, export
 
 OUT_DIR = Path(__file__).resolve().parent / "checkpoints" / "abc-lm-untrained"
+MT_OUT_DIR = Path(__file__).resolve().parent / "checkpoints" / "abc-mt-untrained"
 TOKENIZER_TEXT = "/usr/share/common-licenses/GPL-3"
 VOCAB_SIZE = 1000
 SEED = 20240601
@@ -50,11 +53,29 @@ def main():
         unk_id=3,
     )
     model = build_model(config, seed=SEED)
+    mt_config = ModelConfig(
+        architecture="encoder-decoder",
+        vocab_size=VOCAB_SIZE,
+        d_model=128,
+        n_heads=4,
+        d_ff=512,
+        encoder_layers=[LayerSpec(AttentionSpec(type="softmax")) for _ in range(2)],
+        decoder_layers=[
+            LayerSpec(AttentionSpec(type="abc", slots=8), AttentionSpec(type="abc", slots=32))
+            for _ in range(2)
+        ],
+        bos_id=1,
+        eos_id=2,
+        pad_id=0,
+        unk_id=3,
+    )
+    mt_model = build_model(mt_config, seed=SEED + 1)
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_path = Path(tmp) / "tokenizer.model"
         tokenizer_path.write_bytes(train_tokenizer())
         export(model, config, OUT_DIR, dtype="float32", tokenizer_path=tokenizer_path)
-    print(f"wrote {OUT_DIR}")
+        export(mt_model, mt_config, MT_OUT_DIR, dtype="float32", tokenizer_path=tokenizer_path)
+    print(f"wrote {OUT_DIR} and {MT_OUT_DIR}")
 
 
 if __name__ == "__main__":

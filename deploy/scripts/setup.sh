@@ -18,7 +18,7 @@ build_packages=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libsentencepiece-dev libopenblas-dev
 )
 # The tests also run the PyTorch reference's tests and a clang-format check.
-test_packages=(clang-format python3 python3-torch python3-numpy python3-sentencepiece)
+test_packages=(clang-format python3 python3-torch python3-numpy python3-sentencepiece python3-prometheus-client)
 
 install_dependencies() {
   local packages=("${build_packages[@]}") missing=()

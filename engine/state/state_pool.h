@@ -78,6 +78,8 @@ class StatePool {
   const StateLayout& layout() const { return layout_; }
   int64_t budget_bytes() const { return budget_bytes_; }
   int64_t bytes_in_use() const { return bytes_in_use_; }
+  // The KvCache (softmax layers) share of bytes_in_use().
+  int64_t kv_bytes_in_use() const { return bytes_in_use_ - size() * layout_.FixedBytes(); }
   int64_t size() const { return static_cast<int64_t>(sequences_.size()); }
   // Bytes charged to one sequence: fixed block plus reserved KvCache pages.
   absl::StatusOr<int64_t> SequenceBytes(SequenceId id) const;

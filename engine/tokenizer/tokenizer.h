@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/tokenizer/sentencepiece_adapter.h"
+#include "engine/tokenizer/sentencepiece_handle.h"
 
 namespace abcd {
 
@@ -20,11 +20,12 @@ class Tokenizer {
 
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const;
   absl::StatusOr<std::string> Decode(std::span<const int32_t> ids) const;
-  int vocab_size() const { return processor_.PieceCount(); }
+  int vocab_size() const { return sentencepiece_.backend().PieceCount(); }
 
  private:
-  Tokenizer() = default;
-  SentencePieceAdapter processor_;
+  explicit Tokenizer(SentencePieceHandle sentencepiece)
+      : sentencepiece_(std::move(sentencepiece)) {}
+  SentencePieceHandle sentencepiece_;
 };
 
 }  // namespace abcd

@@ -19,9 +19,9 @@
 #include "engine/state/state_pool.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "server/cli/arguments.h"
+#include "server/core/arguments.h"
 
-namespace abcd::cli {
+namespace abcd {
 namespace {
 
 constexpr char kUsage[] =
@@ -168,6 +168,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace abcd::cli
+}  // namespace abcd
 
-int main(int argc, char** argv) { return abcd::cli::Main(argc, argv); }
+int main(int argc, char** argv) { return abcd::Main(argc, argv); }

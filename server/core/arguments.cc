@@ -1,10 +1,10 @@
-#include "server/cli/arguments.h"
+#include "server/core/arguments.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace abcd::cli {
+namespace abcd {
 
 absl::StatusOr<Arguments> Arguments::Parse(const std::vector<std::string>& args,
                                            const std::set<std::string>& valued,
@@ -68,4 +68,4 @@ absl::StatusOr<double> Arguments::Double(const std::string& name, double fallbac
   return value;
 }
 
-}  // namespace abcd::cli
+}  // namespace abcd

@@ -1,4 +1,5 @@
-// Minimal command-line parsing for abcd-cli: a subcommand followed by `--name value`,
+// Minimal command-line parsing for abcd binaries: a subcommand (or none) followed by `--name
+// value`,
 // `--name=value` or boolean `--name` options. Unknown options are errors naming the option.
 #pragma once
 
@@ -9,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace abcd::cli {
+namespace abcd {
 
 class Arguments {
  public:
@@ -19,6 +20,10 @@ class Arguments {
                                          const std::set<std::string>& flags);
 
   bool Has(const std::string& name) const { return values_.contains(name); }
+  // Sets `name` unless the command line already did (config-file values).
+  void SetDefault(const std::string& name, const std::string& value) {
+    values_.try_emplace(name, value);
+  }
   std::string String(const std::string& name, const std::string& fallback) const;
   absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback) const;
   absl::StatusOr<double> Double(const std::string& name, double fallback) const;
@@ -27,4 +32,4 @@ class Arguments {
   std::map<std::string, std::string> values_;
 };
 
-}  // namespace abcd::cli
+}  // namespace abcd

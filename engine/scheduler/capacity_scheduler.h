@@ -1,0 +1,29 @@
+// Capacity scheduling: which waiting requests to admit this iteration. A request is admitted
+// only when its worst-case state bytes (fixed blocks for every sequence it may hold, plus KV
+// pages for prompt + max_tokens on softmax layers) fit beside what running requests have
+// reserved, so a running sequence is never preempted. First come, first served: the head of
+// the queue is never overtaken, so a large request cannot starve.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "engine/state/state_pool.h"
+
+namespace abcd {
+
+// Worst-case bytes for one request on `layout`.
+int64_t RequestStateBytes(const StateLayout& layout, int64_t prompt_tokens, int64_t source_tokens,
+                          int64_t max_new_tokens, int sequences);
+
+struct CapacityLimits {
+  int64_t budget_bytes = 0;
+  int64_t reserved_bytes = 0;  // held by admitted requests
+  int running_requests = 0;
+  int max_running = 0;
+};
+
+// How many requests from the front of `waiting_needs` (bytes each, in queue order) to admit.
+int PlanAdmission(std::span<const int64_t> waiting_needs, const CapacityLimits& limits);
+
+}  // namespace abcd

@@ -1,0 +1,557 @@
+// The Executor implementation: one engine thread, continuous batching over a StatePool.
+#include <deque>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/core/status_macros.h"
+#include "engine/scheduler/batch_planner.h"
+#include "engine/scheduler/beam_search.h"
+#include "engine/scheduler/capacity_scheduler.h"
+#include "engine/scheduler/executor.h"
+#include "engine/scheduler/text_stream.h"
+
+namespace abcd {
+namespace {
+
+constexpr int kMaxBeamSize = 16;
+constexpr int kMaxStopStrings = 16;
+constexpr size_t kMaxStopLength = 256;
+
+struct Beam {
+  SequenceId sequence = 0;
+  std::vector<int32_t> tokens;
+  double score = 0.0;
+};
+
+struct ActiveRequest {
+  RequestId id = 0;
+  GenerationRequest request;
+  EventCallback callback;
+  std::vector<int32_t> prompt_ids;  // decoder prompt, starts with bos
+  std::vector<int32_t> source_ids;  // encoder input, ends with eos (encoder-decoder)
+  int64_t reserved_bytes = 0;
+  absl::Time enqueued;
+  absl::Time last_token;
+  bool any_token = false;
+  bool admitted = false;  // reserved_bytes counted against the budget
+  bool done = false;
+
+  SequenceId sequence = 0;  // sampling path; beam path during prefill
+  bool has_sequence = false;
+  int64_t prefilled = 0;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TextStream> text;
+  std::vector<int32_t> context;  // prompt + generated, for the repetition penalty
+  int32_t pending_token = -1;    // sampled last step, fed in the next decode
+
+  std::vector<Beam> beams;  // beam path (beam_size > 1)
+  std::vector<Beam> finished_beams;
+  int beam_steps = 0;
+
+  bool beam_search() const { return request.beam_size > 1; }
+  bool prefill_done() const { return prefilled == static_cast<int64_t>(prompt_ids.size()); }
+  int prompt_tokens() const { return static_cast<int>(prompt_ids.size() + source_ids.size()); }
+};
+
+class ContinuousBatchingExecutor final : public Executor {
+ public:
+  ContinuousBatchingExecutor(const Model& model, const Tokenizer& tokenizer,
+                             const ExecutorOptions& options)
+      : model_(model),
+        tokenizer_(tokenizer),
+        options_(options),
+        pool_(model.state_layout(), options.state_budget_bytes) {
+    stats_.state_bytes_capacity = options.state_budget_bytes;
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ContinuousBatchingExecutor() override { Shutdown(); }
+
+  absl::StatusOr<RequestId> Enqueue(GenerationRequest request, EventCallback callback) override;
+  void Cancel(RequestId id) override {
+    absl::MutexLock lock(&mu_);
+    cancelled_.push_back(id);
+  }
+  void StartDraining() override {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    stats_.draining = true;
+  }
+  void Shutdown() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  ExecutorStats LatestStats() const override {
+    absl::MutexLock lock(&mu_);
+    return stats_;
+  }
+  const Model& model() const override { return model_; }
+
+ private:
+  absl::Status Validate(const GenerationRequest& request) const;
+  bool HasWork() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !incoming_.empty() || !cancelled_.empty();
+  }
+  void Loop();
+  void EndRequestsFromOutside(std::vector<RequestId> ids, const absl::Status& status);
+  void ExpireDeadlines();
+  void Admit();
+  void Step();
+  void Sample(ActiveRequest& r, std::span<const float> logits);
+  void BeamStepFor(ActiveRequest& r, std::span<const float> logits);
+  void FinishBeams(ActiveRequest& r);
+  void Emit(ActiveRequest& r, std::vector<int32_t> tokens, std::string text);
+  void Finish(ActiveRequest& r, absl::Status status, FinishReason reason,
+              std::vector<int32_t> tokens = {}, std::string text = {});
+  void ReleaseStates(ActiveRequest& r);
+  void RecordToken(ActiveRequest& r);
+  void Publish(int64_t batch_size);
+
+  const Model& model_;
+  const Tokenizer& tokenizer_;
+  const ExecutorOptions options_;
+  StatePool pool_;  // engine thread only
+
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<ActiveRequest>> incoming_ ABSL_GUARDED_BY(mu_);
+  std::vector<RequestId> cancelled_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // accepted, not yet admitted
+  RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  ExecutorStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Engine thread only.
+  std::deque<std::unique_ptr<ActiveRequest>> waiting_;
+  std::vector<std::unique_ptr<ActiveRequest>> running_;
+  int64_t reserved_bytes_ = 0;
+  int64_t iterations_ = 0;
+  std::thread thread_;
+};
+
+absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& request) const {
+  const bool encoder_decoder = model_.config().is_encoder_decoder();
+  if (encoder_decoder) {
+    if (request.source.empty()) return absl::InvalidArgumentError("text must not be empty");
+  } else if (request.prompt.empty()) {
+    return absl::InvalidArgumentError("prompt must not be empty");
+  }
+  if (request.max_tokens < 1 || request.max_tokens > options_.max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_tokens must be in [1, ", options_.max_new_tokens, "], got ", request.max_tokens));
+  }
+  ABCD_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  if (request.beam_size < 1 || request.beam_size > kMaxBeamSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("beam_size must be in [1, ", kMaxBeamSize, "], got ", request.beam_size));
+  }
+  if (request.stop.size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop has ", request.stop.size(), " strings, at most ", kMaxStopStrings));
+  }
+  for (size_t i = 0; i < request.stop.size(); ++i) {
+    if (request.stop[i].empty() || request.stop[i].size() > kMaxStopLength) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopLength, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RequestId> ContinuousBatchingExecutor::Enqueue(GenerationRequest request,
+                                                              EventCallback callback) {
+  ABCD_RETURN_IF_ERROR(Validate(request));
+  auto r = std::make_unique<ActiveRequest>();
+  const ModelConfig& config = model_.config();
+  r->prompt_ids.push_back(config.bos_id);
+  if (config.is_encoder_decoder()) {
+    ABCD_ASSIGN_OR_RETURN(r->source_ids, tokenizer_.Encode(request.source));
+    r->source_ids.push_back(config.eos_id);
+  } else {
+    ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_.Encode(request.prompt));
+    r->prompt_ids.insert(r->prompt_ids.end(), ids.begin(), ids.end());
+  }
+  const int64_t input_tokens = static_cast<int64_t>(r->prompt_ids.size() + r->source_ids.size());
+  if (input_tokens > options_.max_prompt_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.is_encoder_decoder() ? "text" : "prompt", " is ", input_tokens,
+                     " tokens, longer than the limit of ", options_.max_prompt_tokens));
+  }
+  const int sequences = request.beam_size > 1 ? 2 * request.beam_size : 1;
+  r->reserved_bytes =
+      RequestStateBytes(model_.state_layout(), static_cast<int64_t>(r->prompt_ids.size()),
+                        static_cast<int64_t>(r->source_ids.size()), request.max_tokens, sequences);
+  if (r->reserved_bytes > options_.state_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("request needs ", r->reserved_bytes,
+                                                     " bytes of attention state, the budget is ",
+                                                     options_.state_budget_bytes));
+  }
+  r->request = std::move(request);
+  r->callback = std::move(callback);
+  r->enqueued = absl::Now();
+  r->context = r->prompt_ids;
+  absl::MutexLock lock(&mu_);
+  if (draining_ || stopping_) return absl::UnavailableError("server is draining");
+  if (queued_ >= options_.max_waiting_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat("overloaded: ", queued_,
+                                                     " requests are already waiting (limit ",
+                                                     options_.max_waiting_requests, ")"));
+  }
+  r->id = next_id_++;
+  ++queued_;
+  const RequestId id = r->id;
+  incoming_.push_back(std::move(r));
+  return id;
+}
+
+void ContinuousBatchingExecutor::Loop() {
+  while (true) {
+    std::vector<RequestId> cancelled;
+    bool stopping;
+    {
+      absl::MutexLock lock(&mu_);
+      if (running_.empty() && waiting_.empty()) {
+        mu_.Await(absl::Condition(this, &ContinuousBatchingExecutor::HasWork));
+      }
+      stopping = stopping_;
+      while (!incoming_.empty()) {
+        waiting_.push_back(std::move(incoming_.front()));
+        incoming_.pop_front();
+      }
+      cancelled.swap(cancelled_);
+    }
+    if (stopping) break;
+    EndRequestsFromOutside(std::move(cancelled), absl::CancelledError("request cancelled"));
+    ExpireDeadlines();
+    Admit();
+    Step();
+  }
+  // Shutdown: whatever is left ends now.
+  std::vector<RequestId> all;
+  for (const auto& r : waiting_) all.push_back(r->id);
+  for (const auto& r : running_) all.push_back(r->id);
+  EndRequestsFromOutside(std::move(all), absl::UnavailableError("server shutting down"));
+  Publish(0);
+}
+
+void ContinuousBatchingExecutor::EndRequestsFromOutside(std::vector<RequestId> ids,
+                                                        const absl::Status& status) {
+  for (RequestId id : ids) {
+    for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+      if ((*it)->id != id) continue;
+      {
+        absl::MutexLock lock(&mu_);
+        --queued_;
+      }
+      Finish(**it, status, FinishReason::kLength);
+      waiting_.erase(it);
+      break;
+    }
+    for (auto& r : running_) {
+      if (r->id == id && !r->done) Finish(*r, status, FinishReason::kLength);
+    }
+  }
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+}
+
+void ContinuousBatchingExecutor::ExpireDeadlines() {
+  const absl::Time now = absl::Now();
+  std::vector<RequestId> expired;
+  for (const auto& r : waiting_) {
+    if (r->request.deadline < now) expired.push_back(r->id);
+  }
+  for (const auto& r : running_) {
+    if (r->request.deadline < now) expired.push_back(r->id);
+  }
+  if (!expired.empty()) {
+    EndRequestsFromOutside(std::move(expired), absl::DeadlineExceededError("deadline exceeded"));
+  }
+}
+
+void ContinuousBatchingExecutor::Admit() {
+  std::vector<int64_t> needs;
+  for (const auto& r : waiting_) needs.push_back(r->reserved_bytes);
+  const int admit =
+      PlanAdmission(needs, {options_.state_budget_bytes, reserved_bytes_,
+                            static_cast<int>(running_.size()), options_.max_running_sequences});
+  for (int i = 0; i < admit; ++i) {
+    std::unique_ptr<ActiveRequest> r = std::move(waiting_.front());
+    waiting_.pop_front();
+    {
+      absl::MutexLock lock(&mu_);
+      --queued_;
+    }
+    reserved_bytes_ += r->reserved_bytes;
+    r->admitted = true;
+    absl::StatusOr<SequenceId> sequence = pool_.Acquire();
+    if (!sequence.ok()) {
+      Finish(*r, sequence.status(), FinishReason::kLength);
+      continue;
+    }
+    r->sequence = *sequence;
+    r->has_sequence = true;
+    if (!r->source_ids.empty()) {
+      if (absl::Status status = model_.Encode(r->source_ids, r->sequence, pool_); !status.ok()) {
+        Finish(*r, status, FinishReason::kLength);
+        continue;
+      }
+    }
+    if (r->beam_search()) {
+      r->beams.push_back({r->sequence, {}, 0.0});
+    } else {
+      r->sampler = std::make_unique<Sampler>(r->request.sampling);
+      r->text = std::make_unique<TextStream>(tokenizer_, r->request.stop);
+    }
+    running_.push_back(std::move(r));
+  }
+}
+
+void ContinuousBatchingExecutor::Step() {
+  // Rows: one decode token per running sequence, then prefill chunks under the token budget.
+  std::vector<DecodeRow> rows;
+  std::vector<ActiveRequest*> owners;  // one per row with want_logits, in row order
+  for (const auto& r : running_) {
+    if (!r->prefill_done()) continue;
+    if (r->beam_search()) {
+      for (const Beam& beam : r->beams) {
+        rows.push_back({beam.sequence, beam.tokens.back(), true});
+        owners.push_back(r.get());
+      }
+    } else {
+      rows.push_back({r->sequence, r->pending_token, true});
+      owners.push_back(r.get());
+    }
+  }
+  std::vector<int64_t> remaining;
+  for (const auto& r : running_) {
+    remaining.push_back(static_cast<int64_t>(r->prompt_ids.size()) - r->prefilled);
+  }
+  for (const PrefillChunk& chunk : PlanPrefill(remaining, options_.prefill_token_budget)) {
+    ActiveRequest& r = *running_[chunk.index];
+    for (int64_t t = r.prefilled; t < r.prefilled + chunk.tokens; ++t) {
+      const bool last = t + 1 == static_cast<int64_t>(r.prompt_ids.size());
+      rows.push_back({r.sequence, r.prompt_ids[t], last});
+      if (last) owners.push_back(&r);
+    }
+    r.prefilled += chunk.tokens;
+  }
+  if (rows.empty()) {
+    Publish(0);
+    return;
+  }
+  std::vector<float> logits;
+  if (absl::Status status = model_.Decode(rows, pool_, &logits); !status.ok()) {
+    for (ActiveRequest* r : owners) {
+      if (!r->done) Finish(*r, status, FinishReason::kLength);
+    }
+    std::erase_if(running_, [](const auto& r) { return r->done; });
+    Publish(0);
+    return;
+  }
+  int64_t batch_sequences = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    batch_sequences += i == 0 || rows[i].sequence != rows[i - 1].sequence;
+  }
+  const int vocab = model_.config().vocab_size;
+  for (size_t i = 0; i < owners.size();) {
+    ActiveRequest& r = *owners[i];
+    size_t end = i + 1;
+    while (end < owners.size() && owners[end] == owners[i]) ++end;
+    const std::span<const float> slice(logits.data() + i * vocab, (end - i) * vocab);
+    if (r.beam_search()) {
+      BeamStepFor(r, slice);
+    } else {
+      Sample(r, slice);
+    }
+    i = end;
+  }
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+  Publish(batch_sequences);
+}
+
+void ContinuousBatchingExecutor::RecordToken(ActiveRequest& r) {
+  const absl::Time now = absl::Now();
+  if (options_.observer != nullptr) {
+    if (r.any_token) {
+      options_.observer->OnToken(absl::ToDoubleSeconds(now - r.last_token));
+    } else {
+      options_.observer->OnFirstToken(absl::ToDoubleSeconds(now - r.enqueued));
+    }
+  }
+  r.any_token = true;
+  r.last_token = now;
+}
+
+void ContinuousBatchingExecutor::Sample(ActiveRequest& r, std::span<const float> logits) {
+  const int32_t token = r.sampler->Sample(logits, r.context);
+  if (token == model_.config().eos_id && !r.request.ignore_eos) {
+    Finish(r, absl::OkStatus(), FinishReason::kEos, {}, r.text->Flush());
+    return;
+  }
+  RecordToken(r);
+  r.context.push_back(token);
+  absl::StatusOr<std::string> text = r.text->Append(token);
+  if (!text.ok()) {
+    Finish(r, text.status(), FinishReason::kLength);
+    return;
+  }
+  if (r.text->stopped()) {
+    Finish(r, absl::OkStatus(), FinishReason::kStop, {token}, *std::move(text));
+  } else if (static_cast<int>(r.text->tokens().size()) >= r.request.max_tokens) {
+    Finish(r, absl::OkStatus(), FinishReason::kLength, {token}, *text + r.text->Flush());
+  } else {
+    r.pending_token = token;
+    Emit(r, {token}, *std::move(text));
+  }
+}
+
+void ContinuousBatchingExecutor::BeamStepFor(ActiveRequest& r, std::span<const float> logits) {
+  std::vector<double> scores;
+  for (const Beam& beam : r.beams) scores.push_back(beam.score);
+  const BeamStep step = SelectBeams(scores, logits, model_.config().vocab_size, r.request.beam_size,
+                                    model_.config().eos_id);
+  ++r.beam_steps;
+  for (const BeamChoice& f : step.finished) {
+    r.finished_beams.push_back({0, r.beams[f.parent].tokens, f.score});
+  }
+  // The first child of a beam keeps its sequence; further children fork it.
+  std::vector<bool> kept(r.beams.size(), false);
+  std::vector<Beam> next;
+  for (const BeamChoice& c : step.continuing) {
+    const Beam& parent = r.beams[c.parent];
+    SequenceId sequence = parent.sequence;
+    if (kept[c.parent]) {
+      absl::StatusOr<SequenceId> fork = pool_.Fork(parent.sequence);
+      if (!fork.ok()) {
+        for (const Beam& b : next) {
+          if (b.sequence != parent.sequence) pool_.Release(b.sequence);
+        }
+        Finish(r, fork.status(), FinishReason::kLength);
+        return;
+      }
+      sequence = *fork;
+    }
+    kept[c.parent] = true;
+    Beam child{sequence, parent.tokens, c.score};
+    child.tokens.push_back(c.token);
+    next.push_back(std::move(child));
+  }
+  for (size_t b = 0; b < r.beams.size(); ++b) {
+    if (!kept[b]) pool_.Release(r.beams[b].sequence);
+  }
+  r.beams = std::move(next);
+  const bool enough = static_cast<int>(r.finished_beams.size()) >= r.request.beam_size;
+  if (enough || r.beams.empty() || r.beam_steps >= r.request.max_tokens) FinishBeams(r);
+}
+
+void ContinuousBatchingExecutor::FinishBeams(ActiveRequest& r) {
+  // Best by length-normalised log-probability (EOS counts as a token); finished hypotheses win
+  // over unfinished ones.
+  const bool any_finished = !r.finished_beams.empty();
+  const std::vector<Beam>& candidates = any_finished ? r.finished_beams : r.beams;
+  auto normalized = [any_finished](const Beam& b) {
+    return NormalizedScore(b.score, static_cast<int64_t>(b.tokens.size()) + (any_finished ? 1 : 0));
+  };
+  const Beam* best = nullptr;
+  for (const Beam& b : candidates) {
+    if (best == nullptr || normalized(b) > normalized(*best)) best = &b;
+  }
+  std::vector<int32_t> tokens = best != nullptr ? best->tokens : std::vector<int32_t>{};
+  const FinishReason reason = any_finished ? FinishReason::kEos : FinishReason::kLength;
+  TextStream text(tokenizer_, r.request.stop);
+  std::string out;
+  for (int32_t t : tokens) {
+    absl::StatusOr<std::string> piece = text.Append(t);
+    if (!piece.ok()) {
+      Finish(r, piece.status(), FinishReason::kLength);
+      return;
+    }
+    out += *piece;
+    if (text.stopped()) break;
+  }
+  out += text.Flush();
+  RecordToken(r);
+  Finish(r, absl::OkStatus(), text.stopped() ? FinishReason::kStop : reason, text.tokens(),
+         std::move(out));
+}
+
+void ContinuousBatchingExecutor::Emit(ActiveRequest& r, std::vector<int32_t> tokens,
+                                      std::string text) {
+  GenerationEvent event;
+  event.token_ids = std::move(tokens);
+  event.text = std::move(text);
+  event.prompt_tokens = r.prompt_tokens();
+  event.completion_tokens = static_cast<int>(r.context.size() - r.prompt_ids.size());
+  r.callback(std::move(event));
+}
+
+void ContinuousBatchingExecutor::ReleaseStates(ActiveRequest& r) {
+  for (const Beam& beam : r.beams) pool_.Release(beam.sequence);
+  if (r.has_sequence && r.beams.empty()) pool_.Release(r.sequence);
+  r.beams.clear();
+  r.has_sequence = false;
+}
+
+void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, FinishReason reason,
+                                        std::vector<int32_t> tokens, std::string text) {
+  if (r.done) return;
+  r.done = true;
+  ReleaseStates(r);
+  if (r.admitted) reserved_bytes_ -= r.reserved_bytes;
+  GenerationEvent event;
+  event.token_ids = std::move(tokens);
+  event.text = std::move(text);
+  event.finished = true;
+  event.finish_reason = reason;
+  event.status = std::move(status);
+  event.prompt_tokens = r.prompt_tokens();
+  event.completion_tokens = r.beam_search()
+                                ? static_cast<int>(event.token_ids.size())
+                                : static_cast<int>(r.context.size() - r.prompt_ids.size());
+  if (options_.observer != nullptr) {
+    options_.observer->OnRequestFinished(event.status, event.prompt_tokens, event.completion_tokens,
+                                         absl::ToDoubleSeconds(absl::Now() - r.enqueued));
+  }
+  r.callback(std::move(event));
+}
+
+void ContinuousBatchingExecutor::Publish(int64_t batch_size) {
+  ++iterations_;
+  ExecutorStats stats;
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.running_sequences = pool_.size();
+    stats_.waiting_requests = queued_;
+    stats_.state_bytes_in_use = pool_.bytes_in_use();
+    stats_.state_bytes_capacity = pool_.budget_bytes();
+    stats_.kv_cache_bytes = pool_.kv_bytes_in_use();
+    stats_.iterations = iterations_;
+    stats_.draining = draining_;
+    stats = stats_;
+  }
+  if (options_.observer != nullptr) options_.observer->OnIteration(batch_size, stats);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Model& model,
+                                                           const Tokenizer& tokenizer,
+                                                           const ExecutorOptions& options) {
+  if (options.state_budget_bytes <= 0) {
+    return absl::InvalidArgumentError("state budget must be positive");
+  }
+  if (options.max_waiting_requests < 0 || options.max_running_sequences < 1 ||
+      options.prefill_token_budget < 1 || options.max_prompt_tokens < 1 ||
+      options.max_new_tokens < 1) {
+    return absl::InvalidArgumentError("executor limits must be positive");
+  }
+  return std::unique_ptr<Executor>(new ContinuousBatchingExecutor(model, tokenizer, options));
+}
+
+}  // namespace abcd

@@ -1,0 +1,113 @@
+// Executor: the small surface a frontend needs to serve one model with continuous batching.
+//
+//   Enqueue(request, callback) -> id   Cancel(id)   Shutdown()   LatestStats()
+//
+// One engine thread owns the model's StatePool and runs iterations: admit waiting requests
+// that fit (CapacityScheduler), prefill them under a per-iteration token budget so running
+// streams are not stalled, run one batched decode step for every running sequence, sample,
+// emit events and retire finished or cancelled sequences (their state is released in that same
+// iteration). Frontends never block the loop: callbacks run on the engine thread and must only
+// hand the event over (e.g. queue it and wake a writer).
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/model/model.h"
+#include "engine/runtime/generator.h"
+#include "engine/sampling/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace abcd {
+
+using RequestId = int64_t;
+
+struct GenerationRequest {
+  std::string prompt;             // decoder-only: the text to continue
+  std::string source;             // encoder-decoder: the text to translate
+  int max_tokens = 16;            // tokens to generate, >= 1
+  SamplingParams sampling;        // temperature 0 = greedy
+  std::vector<std::string> stop;  // end when the text contains one (not returned)
+  bool ignore_eos = false;
+  int beam_size = 1;  // > 1: beam search (encoder-decoder only), one final event
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+// What a request produced since its previous event. The last event has finished = true and
+// either an OK status with the finish reason, or the error (CANCELLED, DEADLINE_EXCEEDED, ...).
+struct GenerationEvent {
+  std::vector<int32_t> token_ids;
+  std::string text;  // new text; text that may begin a stop string is held back until resolved
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kLength;
+  absl::Status status;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+using EventCallback = std::function<void(GenerationEvent event)>;
+
+// Published once per iteration by the engine thread; read without touching the loop.
+struct ExecutorStats {
+  int64_t running_sequences = 0;
+  int64_t waiting_requests = 0;
+  int64_t state_bytes_in_use = 0;
+  int64_t state_bytes_capacity = 0;
+  int64_t kv_cache_bytes = 0;  // softmax layers' share of state_bytes_in_use
+  int64_t iterations = 0;
+  bool draining = false;
+};
+
+// Per-request and per-iteration figures for metrics; called on the engine thread, must be cheap.
+class ExecutorObserver {
+ public:
+  virtual ~ExecutorObserver() = default;
+  virtual void OnIteration(int64_t batch_size, const ExecutorStats& stats) {}
+  virtual void OnFirstToken(double seconds_since_enqueue) {}
+  virtual void OnToken(double seconds_since_previous_token) {}
+  virtual void OnRequestFinished(const absl::Status& status, int prompt_tokens,
+                                 int completion_tokens, double seconds) {}
+};
+
+struct ExecutorOptions {
+  int64_t state_budget_bytes = int64_t{1} << 30;
+  int max_waiting_requests = 256;        // beyond this Enqueue answers RESOURCE_EXHAUSTED
+  int max_running_sequences = 256;       // batch size cap
+  int prefill_token_budget = 512;        // prompt tokens prefilled per iteration (chunked prefill)
+  int max_prompt_tokens = 4096;          // longer prompts are INVALID_ARGUMENT
+  int max_new_tokens = 4096;             // max_tokens above this is INVALID_ARGUMENT
+  ExecutorObserver* observer = nullptr;  // not owned; may be null
+};
+
+class Executor {
+ public:
+  // `model` and `tokenizer` must outlive the executor. Starts the engine thread.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const Model& model,
+                                                          const Tokenizer& tokenizer,
+                                                          const ExecutorOptions& options);
+  virtual ~Executor() = default;
+
+  // Validates (INVALID_ARGUMENT naming the field), tokenizes and queues the request.
+  // RESOURCE_EXHAUSTED when the waiting queue is full or the request can never fit the state
+  // budget; UNAVAILABLE once draining. `callback` receives every event, the last with
+  // finished = true, exactly once per request that was accepted.
+  virtual absl::StatusOr<RequestId> Enqueue(GenerationRequest request, EventCallback callback) = 0;
+  // Ends the request with CANCELLED and frees its state within one iteration. Unknown or
+  // finished ids are ignored.
+  virtual void Cancel(RequestId id) = 0;
+  // Stop accepting new requests (UNAVAILABLE); running and waiting ones continue.
+  virtual void StartDraining() = 0;
+  // Cancels whatever is left and joins the engine thread.
+  virtual void Shutdown() = 0;
+  virtual ExecutorStats LatestStats() const = 0;
+  virtual const Model& model() const = 0;
+};
+
+}  // namespace abcd

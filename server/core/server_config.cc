@@ -1,0 +1,133 @@
+#include "server/core/server_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/core/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "server/core/arguments.h"
+
+namespace abcd {
+namespace {
+
+const std::set<std::string> kValued = {"config",
+                                       "host",
+                                       "grpc_port",
+                                       "http_port",
+                                       "models",
+                                       "state_budget_mb",
+                                       "max_waiting_requests",
+                                       "max_running_sequences",
+                                       "prefill_token_budget",
+                                       "max_prompt_tokens",
+                                       "max_tokens_limit",
+                                       "http_threads",
+                                       "drain_grace_seconds",
+                                       "max_connection_age_seconds",
+                                       "keepalive_time_seconds",
+                                       "max_message_bytes",
+                                       "port_file"};
+
+absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--config: cannot open ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  const nlohmann::json root = nlohmann::json::parse(text, nullptr, false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("--config: ", path, " is not a JSON object"));
+  }
+  for (const auto& [key, value] : root.items()) {
+    if (!kValued.contains(key) || key == "config") {
+      return absl::InvalidArgumentError(absl::StrCat("--config: unknown key \"", key, "\""));
+    }
+    if (value.is_string()) {
+      args.SetDefault(key, value.get<std::string>());
+    } else if (value.is_number()) {
+      args.SetDefault(key, value.dump());
+    } else if (key == "models" && value.is_array()) {
+      std::string joined;
+      for (const auto& m : value) {
+        if (!m.is_string()) return absl::InvalidArgumentError("--config: models must be strings");
+        absl::StrAppend(&joined, joined.empty() ? "" : ",", m.get<std::string>());
+      }
+      args.SetDefault(key, joined);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--config: \"", key, "\" must be a string or a number"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Ranged(const Arguments& args, const std::string& name, int64_t fallback,
+                               int64_t low, int64_t high) {
+  ABCD_ASSIGN_OR_RETURN(const int64_t value, args.Int(name, fallback));
+  if (value < low || value > high) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " must be in [", low, ", ", high, "], got ", value));
+  }
+  return value;
+}
+
+}  // namespace
+
+std::string ServerUsage() {
+  return "usage: abcd-server [--config FILE] [--host H] [--grpc_port P] [--http_port P]\n"
+         "  [--models DIR[,DIR...]] [--state_budget_mb MB] [--max_waiting_requests N]\n"
+         "  [--max_running_sequences N] [--prefill_token_budget N] [--max_prompt_tokens N]\n"
+         "  [--max_tokens_limit N] [--http_threads N] [--drain_grace_seconds S]\n"
+         "  [--max_connection_age_seconds S] [--keepalive_time_seconds S]\n"
+         "  [--max_message_bytes N] [--port_file FILE]\n"
+         "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
+}
+
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& argv,
+                                               const std::vector<std::string>& default_models) {
+  ABCD_ASSIGN_OR_RETURN(Arguments args, Arguments::Parse(argv, kValued, {}));
+  if (args.Has("config")) ABCD_RETURN_IF_ERROR(ApplyConfigFile(args.String("config", ""), args));
+  ServerConfig c;
+  c.host = args.String("host", c.host);
+  if (c.host.empty()) return absl::InvalidArgumentError("--host must not be empty");
+  ABCD_ASSIGN_OR_RETURN(c.grpc_port, Ranged(args, "grpc_port", c.grpc_port, 0, 65535));
+  ABCD_ASSIGN_OR_RETURN(c.http_port, Ranged(args, "http_port", c.http_port, 0, 65535));
+  if (args.Has("models")) {
+    c.models = absl::StrSplit(args.String("models", ""), ',', absl::SkipEmpty());
+    if (c.models.empty()) return absl::InvalidArgumentError("--models must name a directory");
+  } else {
+    c.models = default_models;
+  }
+  ABCD_ASSIGN_OR_RETURN(c.state_budget_mb,
+                        Ranged(args, "state_budget_mb", c.state_budget_mb, 1, int64_t{1} << 20));
+  ABCD_ASSIGN_OR_RETURN(c.max_waiting_requests,
+                        Ranged(args, "max_waiting_requests", c.max_waiting_requests, 0, 1 << 20));
+  ABCD_ASSIGN_OR_RETURN(c.max_running_sequences,
+                        Ranged(args, "max_running_sequences", c.max_running_sequences, 1, 1 << 16));
+  ABCD_ASSIGN_OR_RETURN(c.prefill_token_budget,
+                        Ranged(args, "prefill_token_budget", c.prefill_token_budget, 1, 1 << 20));
+  ABCD_ASSIGN_OR_RETURN(c.max_prompt_tokens,
+                        Ranged(args, "max_prompt_tokens", c.max_prompt_tokens, 1, 1 << 20));
+  ABCD_ASSIGN_OR_RETURN(c.max_tokens_limit,
+                        Ranged(args, "max_tokens_limit", c.max_tokens_limit, 1, 1 << 20));
+  ABCD_ASSIGN_OR_RETURN(c.http_threads, Ranged(args, "http_threads", c.http_threads, 1, 1024));
+  ABCD_ASSIGN_OR_RETURN(c.drain_grace_seconds,
+                        args.Double("drain_grace_seconds", c.drain_grace_seconds));
+  if (!(c.drain_grace_seconds >= 0 && c.drain_grace_seconds <= 3600)) {
+    return absl::InvalidArgumentError("--drain_grace_seconds must be in [0, 3600]");
+  }
+  ABCD_ASSIGN_OR_RETURN(
+      c.max_connection_age_seconds,
+      Ranged(args, "max_connection_age_seconds", c.max_connection_age_seconds, 1, 1 << 24));
+  ABCD_ASSIGN_OR_RETURN(c.keepalive_time_seconds, Ranged(args, "keepalive_time_seconds",
+                                                         c.keepalive_time_seconds, 1, 1 << 24));
+  ABCD_ASSIGN_OR_RETURN(c.max_message_bytes,
+                        Ranged(args, "max_message_bytes", c.max_message_bytes, 1024, 1 << 30));
+  c.port_file = args.String("port_file", "");
+  return c;
+}
+
+}  // namespace abcd

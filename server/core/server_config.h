@@ -1,0 +1,40 @@
+// abcd-server settings: command-line flags (`--name value` or `--name=value`), optionally on top
+// of a JSON config file (`--config FILE`, same keys; the command line wins). Every value is
+// range-checked and errors name the flag.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace abcd {
+
+struct ServerConfig {
+  std::string host = "0.0.0.0";
+  int grpc_port = 50051;
+  int http_port = 8080;
+  std::vector<std::string> models;  // model directories; the first of each kind is default
+  int64_t state_budget_mb = 1024;   // attention-state memory per model
+  int max_waiting_requests = 256;   // per model; beyond it requests are refused
+  int max_running_sequences = 256;  // per model batch cap
+  int prefill_token_budget = 512;   // prompt tokens prefilled per iteration
+  int max_prompt_tokens = 4096;
+  int max_tokens_limit = 4096;  // largest max_tokens a request may ask for
+  int http_threads = 8;
+  double drain_grace_seconds = 30;       // SIGTERM: in-flight requests get this long to finish
+  int max_connection_age_seconds = 300;  // gRPC: clients reconnect, so load rebalances
+  int keepalive_time_seconds = 60;
+  int max_message_bytes = 4 << 20;
+  std::string port_file;  // if set, {"grpc_port":..,"http_port":..} is written here
+};
+
+// `default_models` is used when neither flags nor the config file name models.
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args,
+                                               const std::vector<std::string>& default_models);
+
+// The flags, for --help.
+std::string ServerUsage();
+
+}  // namespace abcd

@@ -1,0 +1,267 @@
+#include "server/grpc/generator_service.h"
+
+#include <deque>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace abcd {
+namespace {
+
+constexpr int kDefaultMaxTokens = 16;
+constexpr int kDefaultBeamSize = 4;
+constexpr int kDefaultTranslateMaxTokens = 128;
+
+abcd::v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return abcd::v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return abcd::v1::FINISH_REASON_STOP;
+    case FinishReason::kEos:
+      return abcd::v1::FINISH_REASON_EOS;
+  }
+  return abcd::v1::FINISH_REASON_UNSPECIFIED;
+}
+
+absl::Time Deadline(const grpc::CallbackServerContext& context) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
+absl::StatusOr<const ServedModel*> FindModel(const ServedModels& models, const std::string& name,
+                                             ModelKind kind) {
+  const ServedModel* model = models.Find(name, kind);
+  if (model != nullptr) return model;
+  if (name.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no ", ModelKindName(kind), " model is being served"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("model \"", name, "\" is not a served ", ModelKindName(kind), " model"));
+}
+
+absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRequest& in,
+                                                      absl::Time deadline) {
+  GenerationRequest out;
+  out.prompt = in.prompt();
+  if (in.max_tokens() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be >= 1 (0 = default), got ", in.max_tokens()));
+  }
+  out.max_tokens = in.max_tokens() == 0 ? kDefaultMaxTokens : in.max_tokens();
+  const abcd::v1::SamplingParams& s = in.sampling();
+  if (s.has_temperature()) out.sampling.temperature = s.temperature();
+  if (s.has_top_k()) out.sampling.top_k = s.top_k();
+  if (s.has_top_p()) out.sampling.top_p = s.top_p();
+  if (s.has_repetition_penalty()) out.sampling.repetition_penalty = s.repetition_penalty();
+  if (s.has_seed()) out.sampling.seed = s.seed();
+  out.stop.assign(in.stop().begin(), in.stop().end());
+  out.deadline = deadline;
+  return out;
+}
+
+// Streams one Generate call. Lives until OnDone; the executor's final event always arrives
+// before Finish is called, so no callback can outlive the reactor.
+class GenerateReactor final : public grpc::ServerWriteReactor<abcd::v1::GenerateResponse> {
+ public:
+  GenerateReactor(grpc::CallbackServerContext* context, const abcd::v1::GenerateRequest& request,
+                  const ServedModels& models, const GrpcHooks& hooks)
+      : hooks_(hooks) {
+    absl::StatusOr<const ServedModel*> model =
+        FindModel(models, request.model(), ModelKind::kLanguageModel);
+    absl::StatusOr<GenerationRequest> generation =
+        model.ok() ? ToGenerationRequest(request, Deadline(*context)) : model.status();
+    absl::StatusOr<RequestId> id = generation.status();
+    if (generation.ok()) {
+      executor_ = (*model)->executor.get();
+      std::lock_guard<std::mutex> lock(mu_);
+      id = executor_->Enqueue(*std::move(generation),
+                              [this](GenerationEvent event) { OnEvent(std::move(event)); });
+      if (id.ok()) id_ = *id;
+    }
+    if (!id.ok()) EndCall(id.status());
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {  // the client is gone: stop generating for it
+      executor_->Cancel(id_);
+      client_gone_ = true;
+    }
+    WriteNextLocked();
+  }
+  void OnCancel() override {
+    if (executor_ != nullptr) executor_->Cancel(id_);
+  }
+  void OnDone() override {
+    // Finish may be called under mu_ on another thread: wait for it to let go before deleting.
+    { std::lock_guard<std::mutex> lock(mu_); }
+    delete this;
+  }
+
+ private:
+  void OnEvent(GenerationEvent event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(event));
+    WriteNextLocked();
+  }
+
+  void WriteNextLocked() {
+    if (writing_ || finished_ || events_.empty()) return;
+    GenerationEvent event = std::move(events_.front());
+    events_.pop_front();
+    if (event.finished && !event.status.ok()) {
+      finished_ = true;
+      EndCall(event.status);
+      return;
+    }
+    if (client_gone_) {
+      if (event.finished) {
+        finished_ = true;
+        EndCall(absl::CancelledError("client went away"));
+      }
+      return;
+    }
+    response_.Clear();
+    response_.set_text(event.text);
+    for (int32_t id : event.token_ids) response_.add_token_ids(id);
+    if (event.finished) {
+      response_.set_finish_reason(ToProto(event.finish_reason));
+      response_.mutable_usage()->set_prompt_tokens(event.prompt_tokens);
+      response_.mutable_usage()->set_completion_tokens(event.completion_tokens);
+      finished_ = true;
+      if (hooks_.count_request) hooks_.count_request("generate", absl::OkStatus());
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+      return;
+    }
+    writing_ = true;
+    StartWrite(&response_);
+  }
+
+  void EndCall(const absl::Status& status) {
+    if (hooks_.count_request) hooks_.count_request("generate", status);
+    Finish(ToGrpcStatus(status));
+  }
+
+  const GrpcHooks& hooks_;
+  Executor* executor_ = nullptr;
+  RequestId id_ = 0;
+  std::mutex mu_;
+  std::deque<GenerationEvent> events_;
+  abcd::v1::GenerateResponse response_;
+  bool writing_ = false;
+  bool finished_ = false;
+  bool client_gone_ = false;
+};
+
+// One Translate call: beam search in the translation model's executor, answered once.
+class TranslateReactor final : public grpc::ServerUnaryReactor {
+ public:
+  TranslateReactor(grpc::CallbackServerContext* context, const abcd::v1::TranslateRequest& request,
+                   abcd::v1::TranslateResponse* response, const ServedModels& models,
+                   const GrpcHooks& hooks)
+      : response_(response), hooks_(hooks) {
+    absl::StatusOr<const ServedModel*> model =
+        FindModel(models, request.model(), ModelKind::kTranslation);
+    absl::Status status = model.status();
+    if (status.ok() && (request.beam_size() < 0 || request.max_tokens() < 0)) {
+      status = absl::InvalidArgumentError(request.beam_size() < 0
+                                              ? "beam_size must be >= 1 (0 = default)"
+                                              : "max_tokens must be >= 1 (0 = default)");
+    }
+    if (status.ok()) {
+      GenerationRequest generation;
+      generation.source = request.text();
+      generation.beam_size = request.beam_size() == 0 ? kDefaultBeamSize : request.beam_size();
+      generation.max_tokens =
+          request.max_tokens() == 0 ? kDefaultTranslateMaxTokens : request.max_tokens();
+      generation.sampling.temperature = 0.0f;
+      generation.deadline = Deadline(*context);
+      executor_ = (*model)->executor.get();
+      std::lock_guard<std::mutex> lock(mu_);
+      absl::StatusOr<RequestId> id = executor_->Enqueue(
+          std::move(generation), [this](GenerationEvent event) { OnEvent(std::move(event)); });
+      if (id.ok()) {
+        id_ = *id;
+      } else {
+        status = id.status();
+      }
+    }
+    if (!status.ok()) End(status);
+  }
+  void OnCancel() override {
+    if (executor_ != nullptr) executor_->Cancel(id_);
+  }
+  void OnDone() override {
+    // Finish may be called under mu_ on another thread: wait for it to let go before deleting.
+    { std::lock_guard<std::mutex> lock(mu_); }
+    delete this;
+  }
+
+ private:
+  void OnEvent(GenerationEvent event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    translation_ += event.text;
+    if (!event.finished) return;
+    if (event.status.ok()) {
+      response_->set_translation(translation_);
+      response_->set_finish_reason(ToProto(event.finish_reason));
+      response_->mutable_usage()->set_prompt_tokens(event.prompt_tokens);
+      response_->mutable_usage()->set_completion_tokens(event.completion_tokens);
+    }
+    End(event.status);
+  }
+  void End(const absl::Status& status) {
+    if (hooks_.count_request) hooks_.count_request("translate", status);
+    Finish(ToGrpcStatus(status));
+  }
+
+  abcd::v1::TranslateResponse* response_;
+  const GrpcHooks& hooks_;
+  Executor* executor_ = nullptr;
+  RequestId id_ = 0;
+  std::mutex mu_;
+  std::string translation_;
+};
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+grpc::ServerWriteReactor<abcd::v1::GenerateResponse>* GeneratorService::Generate(
+    grpc::CallbackServerContext* context, const abcd::v1::GenerateRequest* request) {
+  return new GenerateReactor(context, *request, models_, hooks_);
+}
+
+grpc::ServerUnaryReactor* GeneratorService::Translate(grpc::CallbackServerContext* context,
+                                                      const abcd::v1::TranslateRequest* request,
+                                                      abcd::v1::TranslateResponse* response) {
+  return new TranslateReactor(context, *request, response, models_, hooks_);
+}
+
+grpc::ServerUnaryReactor* GeneratorService::ListModels(grpc::CallbackServerContext* context,
+                                                       const abcd::v1::ListModelsRequest*,
+                                                       abcd::v1::ListModelsResponse* response) {
+  for (const ServedModel* model : models_.All()) {
+    abcd::v1::ModelInfo* info = response->add_models();
+    info->set_name(model->name);
+    info->set_kind(std::string(ModelKindName(model->kind)));
+    info->set_state_bytes_per_sequence(model->state_bytes_per_sequence);
+    int64_t kv_layers = 0;
+    for (bool cross : model->model->state_layout().kv_is_cross) kv_layers += !cross;
+    info->set_kv_bytes_per_token(kv_layers * model->model->state_layout().KvBytesPerToken());
+  }
+  if (hooks_.count_request) hooks_.count_request("list_models", absl::OkStatus());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace abcd

@@ -1,0 +1,73 @@
+#include "server/http/http_errors.h"
+
+#include <array>
+
+#include "absl/strings/str_replace.h"
+#include "nlohmann/json.hpp"
+
+namespace abcd::http {
+namespace {
+
+// Every field the JSON requests accept; a message that starts with one of them names it.
+constexpr std::array<absl::string_view, 16> kRequestFields = {
+    "model",   "prompt",    "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
+    "seed",    "stop",      "stream",     "text",        "texts", "n",     "beam_size",
+    "best_of", "ignore_eos"};
+
+}  // namespace
+
+ErrorMapping MapStatusCode(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return {200, "", "ok"};
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+      return {400, "invalid_request_error", "invalid_argument"};
+    case absl::StatusCode::kNotFound:
+      return {404, "not_found_error", "not_found"};
+    case absl::StatusCode::kResourceExhausted:
+      return {429, "overloaded_error", "resource_exhausted"};
+    case absl::StatusCode::kUnavailable:
+      return {503, "unavailable_error", "unavailable"};
+    case absl::StatusCode::kCancelled:
+      return {503, "cancelled_error", "cancelled"};
+    case absl::StatusCode::kDeadlineExceeded:
+      return {504, "timeout_error", "deadline_exceeded"};
+    default:
+      return {500, "server_error", "internal"};
+  }
+}
+
+std::string WireMessage(absl::string_view message) {
+  return absl::StrReplaceAll(message, {{"sampling.", ""}});
+}
+
+std::string ParamFromMessage(absl::string_view message) {
+  std::string wire = WireMessage(message);
+  size_t end = 0;
+  while (end < wire.size() && ((wire[end] >= 'a' && wire[end] <= 'z') || wire[end] == '_')) ++end;
+  if (end == wire.size() || (wire[end] != ' ' && wire[end] != '[')) return "";
+  absl::string_view word(wire.data(), end);
+  for (absl::string_view field : kRequestFields) {
+    if (word == field) return std::string(word);
+  }
+  return "";
+}
+
+std::string ErrorBody(absl::string_view message, absl::string_view type, absl::string_view param) {
+  nlohmann::json error = {{"message", std::string(message)},
+                          {"type", std::string(type)},
+                          {"param", nullptr},
+                          {"code", nullptr}};
+  if (!param.empty()) error["param"] = std::string(param);
+  return nlohmann::json{{"error", std::move(error)}}.dump(-1, ' ', false,
+                                                          nlohmann::json::error_handler_t::replace);
+}
+
+std::string ErrorBody(const absl::Status& status) {
+  const ErrorMapping mapping = MapStatusCode(status.code());
+  return ErrorBody(WireMessage(status.message()), mapping.type, ParamFromMessage(status.message()));
+}
+
+}  // namespace abcd::http

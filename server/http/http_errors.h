@@ -1,0 +1,41 @@
+// How abcd's absl::Status codes appear on the HTTP/JSON wire (DESIGN.md section 6): the HTTP
+// status, the OpenAI-style error `type`, and the low-cardinality status label used by
+// abcd_requests_total. Every mapping lives in MapStatusCode so the frontends cannot drift.
+//
+// Error bodies look like {"error": {"message": ..., "type": ..., "param": ..., "code": null}};
+// `param` names the offending request field when the message starts with one (all of abcd's
+// validation messages do, e.g. "max_tokens must be ..."), else null.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace abcd::http {
+
+struct ErrorMapping {
+  int http_status;          // 200 for OK
+  absl::string_view type;   // e.g. "invalid_request_error"; empty for OK
+  absl::string_view label;  // "ok", "invalid_argument", "resource_exhausted", ...
+};
+
+// INVALID_ARGUMENT/OUT_OF_RANGE/FAILED_PRECONDITION -> 400, NOT_FOUND -> 404,
+// RESOURCE_EXHAUSTED -> 429, UNAVAILABLE/CANCELLED -> 503, DEADLINE_EXCEEDED -> 504,
+// anything else -> 500.
+ErrorMapping MapStatusCode(absl::StatusCode code);
+
+// The request field a validation message names: its leading identifier when that is a known
+// request field ("sampling.top_p must be ..." -> "top_p", "texts[2] must be ..." -> "texts"),
+// else empty.
+std::string ParamFromMessage(absl::string_view message);
+
+// Rewrites the engine's field names to the JSON request's ("sampling.top_p" -> "top_p").
+std::string WireMessage(absl::string_view message);
+
+// The JSON error body for `status` (not OK), with `message` run through WireMessage.
+std::string ErrorBody(const absl::Status& status);
+// An error body with an explicit type and param (empty param -> null).
+std::string ErrorBody(absl::string_view message, absl::string_view type, absl::string_view param);
+
+}  // namespace abcd::http

@@ -1,0 +1,285 @@
+#include "server/http/request_parser.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/sampling/sampler.h"
+#include "nlohmann/json.hpp"
+#include "server/http/http_errors.h"
+
+namespace abcd::http {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kDescribedStringBytes = 40;
+
+// A short rendering of a client's value for error messages. Arrays and objects are named, not
+// dumped: a deeply nested value would make dump() recurse deeply.
+std::string Describe(const json& value) {
+  switch (value.type()) {
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::string: {
+      const std::string& s = value.get_ref<const std::string&>();
+      if (s.size() <= kDescribedStringBytes) {
+        return value.dump(-1, ' ', false, json::error_handler_t::replace);
+      }
+      return absl::StrCat(json(s.substr(0, kDescribedStringBytes))
+                              .dump(-1, ' ', false, json::error_handler_t::replace),
+                          "...");
+    }
+    default:
+      return value.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+}
+
+absl::Status FieldError(absl::string_view field, absl::string_view expectation, const json& value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " must be ", expectation, ", got ", Describe(value)));
+}
+
+// The field's value, or null when absent; JSON null counts as absent.
+const json* Field(const json& object, absl::string_view name) {
+  auto it = object.find(std::string(name));
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+absl::StatusOr<json> ParseObject(absl::string_view body) {
+  json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return absl::InvalidArgumentError("request body is not valid JSON");
+  }
+  if (!parsed.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request body must be a JSON object, got ", Describe(parsed)));
+  }
+  return parsed;
+}
+
+// An integer in [lo, hi]; absent keeps *out.
+absl::Status ReadInt(const json& object, absl::string_view name, int64_t lo, int64_t hi,
+                     int64_t* out) {
+  const json* value = Field(object, name);
+  if (value == nullptr) return absl::OkStatus();
+  const std::string expectation = absl::StrCat("an integer in [", lo, ", ", hi, "]");
+  if (!value->is_number_integer()) return FieldError(name, expectation, *value);
+  if (value->is_number_unsigned()) {
+    const uint64_t v = value->get<uint64_t>();
+    if (v > static_cast<uint64_t>(hi)) return FieldError(name, expectation, *value);
+    *out = static_cast<int64_t>(v);
+  } else {
+    const int64_t v = value->get<int64_t>();
+    if (v < lo || v > hi) return FieldError(name, expectation, *value);
+    *out = v;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadInt(const json& object, absl::string_view name, int lo, int hi, int* out) {
+  int64_t v = *out;
+  if (absl::Status s = ReadInt(object, name, int64_t{lo}, int64_t{hi}, &v); !s.ok()) return s;
+  *out = static_cast<int>(v);
+  return absl::OkStatus();
+}
+
+// Any JSON number; the range is left to ValidateSamplingParams. Values beyond float's range
+// become +-inf (which validation rejects) rather than an undefined conversion.
+absl::Status ReadFloat(const json& object, absl::string_view name, float* out) {
+  const json* value = Field(object, name);
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_number()) return FieldError(name, "a number", *value);
+  const double v = value->get<double>();
+  if (std::isnan(v)) return FieldError(name, "a number", *value);
+  if (std::fabs(v) > static_cast<double>(std::numeric_limits<float>::max())) {
+    *out = v > 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  } else {
+    *out = static_cast<float>(v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const json& object, absl::string_view name, bool* out) {
+  const json* value = Field(object, name);
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_boolean()) return FieldError(name, "a boolean", *value);
+  *out = value->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadModel(const json& object, std::string* out) {
+  const json* value = Field(object, "model");
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_string()) return FieldError("model", "a string", *value);
+  *out = value->get<std::string>();
+  return absl::OkStatus();
+}
+
+// OpenAI's n / best_of: accepted only as 1.
+absl::Status RequireOne(const json& object, absl::string_view name) {
+  const json* value = Field(object, name);
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_number_integer() || value->get<int64_t>() != 1) {
+    return FieldError(name, "1 (one choice per request)", *value);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadPrompt(const json& object, std::string* out) {
+  const json* value = Field(object, "prompt");
+  if (value == nullptr) return absl::InvalidArgumentError("prompt is required");
+  const json* text = value;
+  if (value->is_array()) {
+    if (value->size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt must be a string or an array of exactly one string, got an array "
+                       "of ",
+                       value->size(), " elements"));
+    }
+    text = &(*value)[0];
+  }
+  if (!text->is_string()) {
+    return FieldError("prompt", "a non-empty string (or an array of one)", *value);
+  }
+  if (text->get_ref<const std::string&>().empty()) {
+    return absl::InvalidArgumentError("prompt must be a non-empty string, got \"\"");
+  }
+  *out = text->get<std::string>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadStop(const json& object, int max_strings, std::vector<std::string>* out) {
+  const json* value = Field(object, "stop");
+  if (value == nullptr) return absl::OkStatus();
+  const std::string expectation =
+      absl::StrCat("a non-empty string or an array of at most ", max_strings, " of them");
+  if (value->is_string()) {
+    if (value->get_ref<const std::string&>().empty()) {
+      return FieldError("stop", expectation, *value);
+    }
+    out->push_back(value->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!value->is_array() || value->size() > static_cast<size_t>(max_strings)) {
+    return FieldError("stop", expectation, *value);
+  }
+  for (size_t i = 0; i < value->size(); ++i) {
+    const json& item = (*value)[i];
+    if (!item.is_string() || item.get_ref<const std::string&>().empty()) {
+      return FieldError(absl::StrCat("stop[", i, "]"), "a non-empty string", item);
+    }
+    out->push_back(item.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadSampling(const json& object, SamplingParams* sampling) {
+  if (absl::Status s = ReadFloat(object, "temperature", &sampling->temperature); !s.ok()) return s;
+  if (absl::Status s = ReadFloat(object, "top_p", &sampling->top_p); !s.ok()) return s;
+  if (absl::Status s =
+          ReadInt(object, "top_k", 0, std::numeric_limits<int>::max(), &sampling->top_k);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadFloat(object, "repetition_penalty", &sampling->repetition_penalty);
+      !s.ok()) {
+    return s;
+  }
+  if (const json* seed = Field(object, "seed"); seed != nullptr) {
+    if (!seed->is_number_unsigned()) {
+      return FieldError("seed", "a non-negative integer below 2^64", *seed);
+    }
+    sampling->seed = seed->get<uint64_t>();
+  }
+  // The engine's own check, so the door and the engine agree; its "sampling." prefix is
+  // renamed to the JSON field names by WireMessage.
+  if (absl::Status s = ValidateSamplingParams(*sampling); !s.ok()) {
+    return absl::InvalidArgumentError(WireMessage(s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
+                                                         const ParseLimits& limits) {
+  absl::StatusOr<json> object = ParseObject(body);
+  if (!object.ok()) return object.status();
+  const json& o = *object;
+
+  CompletionRequest request;
+  GenerationRequest& g = request.generation;
+  g.max_tokens = 16;
+  if (absl::Status s = ReadModel(o, &request.model); !s.ok()) return s;
+  if (absl::Status s = ReadPrompt(o, &g.prompt); !s.ok()) return s;
+  if (absl::Status s = ReadInt(o, "max_tokens", 1, limits.max_tokens_limit, &g.max_tokens);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadSampling(o, &g.sampling); !s.ok()) return s;
+  if (absl::Status s = ReadStop(o, limits.max_stop_strings, &g.stop); !s.ok()) return s;
+  if (absl::Status s = ReadBool(o, "stream", &request.stream); !s.ok()) return s;
+  if (absl::Status s = ReadBool(o, "ignore_eos", &g.ignore_eos); !s.ok()) return s;
+  if (absl::Status s = RequireOne(o, "n"); !s.ok()) return s;
+  if (absl::Status s = RequireOne(o, "best_of"); !s.ok()) return s;
+  return request;
+}
+
+absl::StatusOr<TranslateRequest> ParseTranslateRequest(absl::string_view body,
+                                                       const ParseLimits& limits) {
+  absl::StatusOr<json> object = ParseObject(body);
+  if (!object.ok()) return object.status();
+  const json& o = *object;
+
+  TranslateRequest request;
+  if (absl::Status s = ReadModel(o, &request.model); !s.ok()) return s;
+  const json* text = Field(o, "text");
+  const json* texts = Field(o, "texts");
+  if (text != nullptr && texts != nullptr) {
+    return absl::InvalidArgumentError("text and texts are mutually exclusive; send one of them");
+  }
+  if (text == nullptr && texts == nullptr) {
+    return absl::InvalidArgumentError("text is required (or texts, an array, for a batch)");
+  }
+  if (text != nullptr) {
+    if (!text->is_string() || text->get_ref<const std::string&>().empty()) {
+      return FieldError("text", "a non-empty string", *text);
+    }
+    request.texts.push_back(text->get<std::string>());
+  } else {
+    request.batch = true;
+    if (!texts->is_array() || texts->empty() ||
+        texts->size() > static_cast<size_t>(limits.max_batch_texts)) {
+      std::string got = Describe(*texts);
+      if (texts->is_array()) got = absl::StrCat("an array of ", texts->size());
+      return absl::InvalidArgumentError(absl::StrCat("texts must be an array of 1 to ",
+                                                     limits.max_batch_texts,
+                                                     " non-empty strings, got ", got));
+    }
+    for (size_t i = 0; i < texts->size(); ++i) {
+      const json& item = (*texts)[i];
+      if (!item.is_string() || item.get_ref<const std::string&>().empty()) {
+        return FieldError(absl::StrCat("texts[", i, "]"), "a non-empty string", item);
+      }
+      request.texts.push_back(item.get<std::string>());
+    }
+  }
+  if (absl::Status s = ReadInt(o, "beam_size", 1, limits.max_beam_size, &request.beam_size);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadInt(o, "max_tokens", 1, limits.max_tokens_limit, &request.max_tokens);
+      !s.ok()) {
+    return s;
+  }
+  return request;
+}
+
+}  // namespace abcd::http

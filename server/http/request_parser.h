@@ -1,0 +1,55 @@
+// Validation at the door for the HTTP/JSON API: request bodies -> engine requests.
+//
+// Bodies are parsed without exceptions and every field is type- and range-checked, so nothing a
+// client sends reaches the engine unchecked. Errors are INVALID_ARGUMENT with a message that
+// starts with the JSON field's name (e.g. "max_tokens must be an integer in [1, 4096], got -5");
+// unknown fields are ignored, as OpenAI clients send many optional ones.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/scheduler/executor.h"
+
+namespace abcd::http {
+
+struct ParseLimits {
+  int max_tokens_limit = 4096;  // upper bound of max_tokens (the executor's max_new_tokens)
+  int max_batch_texts = 64;     // upper bound of len(texts) in /v1/translate
+  int max_beam_size = 16;
+  int max_stop_strings = 16;
+};
+
+// POST /v1/completions.
+struct CompletionRequest {
+  std::string model;  // empty: the default language model
+  GenerationRequest generation;
+  bool stream = false;
+};
+
+// POST /v1/translate: {"text": ...} or {"texts": [...]} (batch = true).
+struct TranslateRequest {
+  std::string model;  // empty: the default translation model
+  std::vector<std::string> texts;
+  bool batch = false;
+  int beam_size = 4;
+  int max_tokens = 128;
+};
+
+// OpenAI completion fields: model, prompt (string or [string]), max_tokens (default 16),
+// temperature (1.0), top_p, top_k, repetition_penalty, seed, stop (string or [string]), stream;
+// n and best_of must be 1 when given; ignore_eos (bool) is an extension. Sampling fields are
+// also checked with ValidateSamplingParams (messages use the JSON names).
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
+                                                         const ParseLimits& limits);
+
+// text | texts (1..max_batch_texts non-empty strings), beam_size (default 4, 1..max_beam_size),
+// max_tokens (default 128), model.
+absl::StatusOr<TranslateRequest> ParseTranslateRequest(absl::string_view body,
+                                                       const ParseLimits& limits);
+
+}  // namespace abcd::http

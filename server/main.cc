@@ -1,0 +1,178 @@
+// abcd-server: serves the configured models over gRPC (abcd.v1.Generator, health, reflection)
+// and HTTP/JSON, with Prometheus metrics. SIGTERM/SIGINT drain: health turns NOT_SERVING,
+// /readyz 503, new requests UNAVAILABLE, in-flight requests get --drain_grace_seconds to finish,
+// then the process exits 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "engine/core/status_macros.h"
+#include "server/core/log.h"
+#include "server/core/served_models.h"
+#include "server/core/server_config.h"
+#include "server/grpc/generator_service.h"
+#include "server/http/http_service.h"
+#include "server/metrics/server_metrics.h"
+
+namespace abcd {
+namespace {
+
+absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& dir,
+                                                             const ServerConfig& config,
+                                                             ServerMetrics& metrics) {
+  auto served = std::make_unique<ServedModel>();
+  served->name = std::filesystem::path(dir).lexically_normal().filename().string();
+  if (served->name.empty()) {
+    served->name = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
+  }
+  ABCD_ASSIGN_OR_RETURN(served->model, Model::Load(dir));
+  ABCD_ASSIGN_OR_RETURN(served->tokenizer, Tokenizer::Load(dir + "/tokenizer.model"));
+  served->kind = served->model->config().is_encoder_decoder() ? ModelKind::kTranslation
+                                                              : ModelKind::kLanguageModel;
+  served->state_bytes_per_sequence = served->model->state_layout().FixedBytes();
+  ExecutorOptions options;
+  options.state_budget_bytes = config.state_budget_mb << 20;
+  options.max_waiting_requests = config.max_waiting_requests;
+  options.max_running_sequences = config.max_running_sequences;
+  options.prefill_token_budget = config.prefill_token_budget;
+  options.max_prompt_tokens = config.max_prompt_tokens;
+  options.max_new_tokens = config.max_tokens_limit;
+  options.observer = metrics.AddModel(served->name, served->state_bytes_per_sequence);
+  ABCD_ASSIGN_OR_RETURN(served->executor,
+                        Executor::Create(*served->model, *served->tokenizer, options));
+  LogEvent("model_loaded",
+           {{"name", served->name},
+            {"kind", std::string(ModelKindName(served->kind))},
+            {"dir", dir},
+            {"state_bytes_per_sequence", absl::StrCat(served->state_bytes_per_sequence)},
+            {"weight_bytes", absl::StrCat(served->model->weight_bytes())}});
+  return served;
+}
+
+bool AllIdle(const ServedModels& models) {
+  for (const ServedModel* m : models.All()) {
+    const ExecutorStats stats = m->executor->LatestStats();
+    if (stats.running_sequences > 0 || stats.waiting_requests > 0) return false;
+  }
+  return true;
+}
+
+int Run(int argc, char** argv) {
+  // Signals are taken synchronously by sigwait below; every thread started later inherits the
+  // mask. SIGPIPE is ignored: a closed client socket is an error return, not a crash.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << ServerUsage();
+    return 0;
+  }
+  absl::StatusOr<ServerConfig> config =
+      ParseServerConfig(args, absl::StrSplit(ABCD_DEFAULT_MODELS, ','));
+  if (!config.ok()) {
+    std::cerr << "abcd-server: " << config.status().message() << "\n" << ServerUsage();
+    return 2;
+  }
+
+  ServerMetrics metrics;
+  ServedModels models;
+  for (const std::string& dir : config->models) {
+    absl::StatusOr<std::unique_ptr<ServedModel>> served = LoadServedModel(dir, *config, metrics);
+    if (!served.ok()) {
+      LogEvent("fatal", {{"error", std::string(served.status().message())}});
+      return 1;
+    }
+    models.Add(*std::move(served));
+  }
+
+  GeneratorService service(models, {[&metrics](absl::string_view kind, const absl::Status& s) {
+                             metrics.CountRequest(kind, s);
+                           }});
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  builder.AddListeningPort(absl::StrCat(config->host, ":", config->grpc_port),
+                           grpc::InsecureServerCredentials(), &grpc_port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(config->max_message_bytes);
+  builder.SetMaxSendMessageSize(config->max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                             config->max_connection_age_seconds * 1000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, 30 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, config->keepalive_time_seconds * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
+  if (grpc_server == nullptr || grpc_port == 0) {
+    LogEvent("fatal",
+             {{"error", absl::StrCat("cannot listen on ", config->host, ":", config->grpc_port)}});
+    return 1;
+  }
+  grpc::HealthCheckServiceInterface* health = grpc_server->GetHealthCheckService();
+
+  http::HttpOptions http_options;
+  http_options.thread_count = config->http_threads;
+  http_options.max_tokens_limit = config->max_tokens_limit;
+  http::HttpService http_service(models,
+                                 {[&metrics] { return metrics.Render(); },
+                                  [&metrics](absl::string_view kind, absl::string_view status) {
+                                    metrics.CountRequest(kind, status);
+                                  }},
+                                 http_options);
+  if (absl::Status status = http_service.Start(config->host, config->http_port); !status.ok()) {
+    LogEvent("fatal", {{"error", std::string(status.message())}});
+    grpc_server->Shutdown();
+    return 1;
+  }
+
+  models.set_ready(true);
+  health->SetServingStatus(true);
+  if (!config->port_file.empty()) {
+    const std::string tmp = config->port_file + ".tmp";
+    std::ofstream(tmp) << "{\"grpc_port\": " << grpc_port
+                       << ", \"http_port\": " << http_service.port() << "}\n";
+    std::filesystem::rename(tmp, config->port_file);
+  }
+  LogEvent("serving", {{"host", config->host},
+                       {"grpc_port", absl::StrCat(grpc_port)},
+                       {"http_port", absl::StrCat(http_service.port())},
+                       {"models", absl::StrCat(config->models.size())}});
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  LogEvent("draining", {{"signal", absl::StrCat(signal_number)},
+                        {"grace_seconds", absl::StrCat(config->drain_grace_seconds)}});
+  models.set_draining(true);
+  health->SetServingStatus(false);
+  for (const ServedModel* m : models.All()) m->executor->StartDraining();
+  const absl::Time grace_end = absl::Now() + absl::Seconds(config->drain_grace_seconds);
+  while (!AllIdle(models) && absl::Now() < grace_end) absl::SleepFor(absl::Milliseconds(20));
+  const bool clean = AllIdle(models);
+  // Cut whatever is left, then stop the frontends and the engines.
+  grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  http_service.Stop();
+  for (const ServedModel* m : models.All()) m->executor->Shutdown();
+  LogEvent("stopped", {{"drained", clean ? "true" : "false"}});
+  return 0;
+}
+
+}  // namespace
+}  // namespace abcd
+
+int main(int argc, char** argv) { return abcd::Run(argc, argv); }

@@ -1,0 +1,103 @@
+// The server's Prometheus metrics. The names below are a wire contract (dashboards and alerts
+// depend on them): base units, low-cardinality labels only.
+//
+//   abcd_requests_total{kind,status}          counter    CountRequest()
+//   abcd_prompt_tokens_total                  counter    observers: OnRequestFinished
+//   abcd_generated_tokens_total               counter    observers: OnRequestFinished
+//   abcd_time_to_first_token_seconds          histogram  observers: OnFirstToken
+//   abcd_inter_token_latency_seconds          histogram  observers: OnToken
+//   abcd_request_duration_seconds             histogram  observers: OnRequestFinished
+//   abcd_batch_size                           histogram  observers: OnIteration (batch > 0)
+//   abcd_running_sequences                    gauge      } latest ExecutorStats of every
+//   abcd_waiting_requests                     gauge      } model, summed at Render()
+//   abcd_state_bytes_in_use                   gauge      }
+//   abcd_state_bytes_capacity                 gauge      }
+//   abcd_kv_cache_bytes                       gauge      }
+//   abcd_state_bytes_per_sequence{model}      gauge      AddModel()
+//
+// Every {kind,status} pair is registered up front, so CountRequest() is a lookup in a fixed
+// table; values outside the sets map to kind "other" / status "internal". Observers only touch
+// atomics, and Render() only reads them, so a scrape never waits for the engine and the engine
+// never waits for a scrape.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/scheduler/executor.h"
+#include "server/metrics/metrics_registry.h"
+
+namespace abcd {
+
+class ServerMetrics {
+ public:
+  static constexpr std::array<absl::string_view, 5> kRequestKinds = {
+      "generate", "translate", "completions", "list_models", "other"};
+  static constexpr std::array<absl::string_view, 8> kRequestStatuses = {
+      "ok",        "invalid_argument",  "resource_exhausted",
+      "cancelled", "deadline_exceeded", "unavailable",
+      "not_found", "internal"};
+
+  // Registers every family of the contract. Registration of these fixed names cannot fail at
+  // run time; a programming error (e.g. a clashing name) aborts with a message at start-up.
+  ServerMetrics();
+  ~ServerMetrics();
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  // kind: one of kRequestKinds (else "other"); status: one of kRequestStatuses (else
+  // "internal").
+  void CountRequest(absl::string_view kind, absl::string_view status);
+  void CountRequest(absl::string_view kind, const absl::Status& status) {
+    CountRequest(kind, StatusLabel(status.code()));
+  }
+  // The `status` label for a code: its snake_case name when listed in kRequestStatuses,
+  // "internal" for every other code.
+  static absl::string_view StatusLabel(absl::StatusCode code);
+
+  // Sets abcd_state_bytes_per_sequence{model=model_name} and returns the observer to put in
+  // that model's ExecutorOptions::observer. Owned by this object, valid for its lifetime.
+  // Bytes of `model_name` that are not UTF-8 are replaced with '?'.
+  ExecutorObserver* AddModel(const std::string& model_name, int64_t state_bytes_per_sequence);
+
+  // Sums the models' latest stats into the gauges and returns the text exposition (format
+  // 0.0.4, Content-Type MetricsRegistry::kContentType).
+  std::string Render() const;
+
+  // For metrics a frontend wants to add beside the contract.
+  MetricsRegistry& registry() { return registry_; }
+
+ private:
+  class ModelObserver;
+  struct Instruments {
+    Counter* prompt_tokens = nullptr;
+    Counter* generated_tokens = nullptr;
+    Histogram* time_to_first_token = nullptr;
+    Histogram* inter_token_latency = nullptr;
+    Histogram* request_duration = nullptr;
+    Histogram* batch_size = nullptr;
+  };
+
+  MetricsRegistry registry_;
+  Instruments instruments_;
+  std::array<std::array<Counter*, kRequestStatuses.size()>, kRequestKinds.size()> requests_{};
+  Gauge* running_sequences_ = nullptr;
+  Gauge* waiting_requests_ = nullptr;
+  Gauge* state_bytes_in_use_ = nullptr;
+  Gauge* state_bytes_capacity_ = nullptr;
+  Gauge* kv_cache_bytes_ = nullptr;
+
+  mutable absl::Mutex mu_;  // AddModel vs Render only; never held by an observer
+  std::vector<std::unique_ptr<ModelObserver>> models_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace abcd

@@ -1,0 +1,295 @@
+// The continuous-batching Executor on the bundled default models: greedy equals the
+// single-sequence generator, seeded sampling is reproducible among 64 other streams, cancel
+// frees state at once, overload is refused, beam search translates and releases its forks.
+#include "engine/scheduler/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+
+#include "engine/runtime/generator.h"
+
+namespace abcd {
+namespace {
+
+const std::string kLmDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained";
+const std::string kMtDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-mt-untrained";
+
+// Collects one request's events; Wait() returns when the final event arrived.
+class Collector {
+ public:
+  EventCallback Callback() {
+    return [this](GenerationEvent event) {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(event);
+      if (event.finished) done_.notify_all();
+    };
+  }
+  std::vector<GenerationEvent> Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return !events_.empty() && events_.back().finished; });
+    return events_;
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_;
+  std::vector<GenerationEvent> events_;
+};
+
+std::vector<int32_t> Tokens(const std::vector<GenerationEvent>& events) {
+  std::vector<int32_t> out;
+  for (const auto& e : events) out.insert(out.end(), e.token_ids.begin(), e.token_ids.end());
+  return out;
+}
+
+std::string Text(const std::vector<GenerationEvent>& events) {
+  std::string out;
+  for (const auto& e : events) out += e.text;
+  return out;
+}
+
+class ExecutorTest : public ::testing::Test {
+ protected:
+  void Load(const std::string& dir) {
+    auto model = Model::Load(dir);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    auto tokenizer = Tokenizer::Load(dir + "/tokenizer.model");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = std::move(*tokenizer);
+  }
+  void Start(ExecutorOptions options = {}) {
+    auto executor = Executor::Create(*model_, *tokenizer_, options);
+    ASSERT_TRUE(executor.ok()) << executor.status();
+    executor_ = std::move(*executor);
+  }
+  void WaitForIdle() {
+    for (int i = 0; i < 2000; ++i) {
+      const ExecutorStats stats = executor_->LatestStats();
+      if (stats.running_sequences == 0 && stats.waiting_requests == 0 &&
+          stats.state_bytes_in_use == 0) {
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    FAIL() << "executor did not become idle";
+  }
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Executor> executor_;
+};
+
+TEST_F(ExecutorTest, GreedyEqualsSingleSequenceGenerator) {
+  Load(kLmDir);
+  Start();
+  GenerationRequest request;
+  request.prompt = "This program is free software";
+  request.max_tokens = 24;
+  request.sampling.temperature = 0.0f;
+  request.ignore_eos = true;
+  Collector collector;
+  ASSERT_TRUE(executor_->Enqueue(request, collector.Callback()).ok());
+  const auto events = collector.Wait();
+  ASSERT_TRUE(events.back().status.ok()) << events.back().status;
+  EXPECT_EQ(events.back().finish_reason, FinishReason::kLength);
+  EXPECT_EQ(events.size(), 24u);  // streamed token by token
+
+  StatePool pool(model_->state_layout(), int64_t{1} << 30);
+  GenerateOptions options;
+  options.max_tokens = 24;
+  options.sampling.temperature = 0.0f;
+  options.ignore_eos = true;
+  auto reference = Generate(*model_, *tokenizer_, pool, request.prompt, options);
+  ASSERT_TRUE(reference.ok());
+  EXPECT_EQ(Tokens(events), reference->token_ids);
+  EXPECT_EQ(Text(events), reference->text);
+  EXPECT_EQ(events.back().completion_tokens, 24);
+  EXPECT_EQ(events.back().prompt_tokens, static_cast<int>(reference->prompt_ids.size()));
+}
+
+TEST_F(ExecutorTest, SeededSamplingIsReproducibleAmongOtherStreams) {
+  Load(kLmDir);
+  ExecutorOptions options;
+  options.prefill_token_budget = 16;  // forces chunked prefill beside decoding streams
+  Start(options);
+  GenerationRequest request;
+  request.prompt = "the terms of the GNU General Public License";
+  request.max_tokens = 20;
+  request.sampling.temperature = 0.9f;
+  request.sampling.top_p = 0.9f;
+  request.sampling.seed = 1234;
+  request.ignore_eos = true;
+  Collector alone;
+  ASSERT_TRUE(executor_->Enqueue(request, alone.Callback()).ok());
+  const std::vector<int32_t> expected = Tokens(alone.Wait());
+
+  std::vector<std::unique_ptr<Collector>> others;
+  for (int i = 0; i < 64; ++i) {
+    GenerationRequest other = request;
+    other.prompt = "copies of the software " + std::to_string(i);
+    other.sampling.seed = i;
+    other.max_tokens = 10 + i % 20;
+    others.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(executor_->Enqueue(other, others.back()->Callback()).ok());
+  }
+  Collector crowded;
+  ASSERT_TRUE(executor_->Enqueue(request, crowded.Callback()).ok());
+  EXPECT_EQ(Tokens(crowded.Wait()), expected);
+  for (auto& other : others) EXPECT_TRUE(other->Wait().back().status.ok());
+  WaitForIdle();
+}
+
+TEST_F(ExecutorTest, CancelFreesStateWithinAnIteration) {
+  Load(kLmDir);
+  Start();
+  GenerationRequest request;
+  request.prompt = "a long generation";
+  request.max_tokens = 4000;
+  request.ignore_eos = true;
+  Collector collector;
+  auto id = executor_->Enqueue(request, collector.Callback());
+  ASSERT_TRUE(id.ok());
+  while (collector.count() < 3) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_GT(executor_->LatestStats().state_bytes_in_use, 0);
+  executor_->Cancel(*id);
+  const auto events = collector.Wait();
+  EXPECT_EQ(events.back().status.code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(events.size(), 100u);
+  WaitForIdle();
+  executor_->Cancel(*id);  // finished ids are ignored
+  executor_->Cancel(987654);
+}
+
+TEST_F(ExecutorTest, OverloadIsRefusedAndServingContinues) {
+  Load(kLmDir);
+  ExecutorOptions options;
+  options.state_budget_bytes = model_->state_layout().FixedBytes();  // one sequence at a time
+  options.max_waiting_requests = 3;
+  Start(options);
+  GenerationRequest request;
+  request.prompt = "hold the only slot";
+  request.max_tokens = 200;
+  request.ignore_eos = true;
+  std::vector<std::unique_ptr<Collector>> accepted;
+  int refused = 0;
+  for (int i = 0; i < 10; ++i) {
+    accepted.push_back(std::make_unique<Collector>());
+    auto id = executor_->Enqueue(request, accepted.back()->Callback());
+    if (!id.ok()) {
+      EXPECT_EQ(id.status().code(), absl::StatusCode::kResourceExhausted) << id.status();
+      accepted.pop_back();
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 5);
+  for (auto& c : accepted) EXPECT_TRUE(c->Wait().back().status.ok());
+  Collector after;
+  request.max_tokens = 3;
+  ASSERT_TRUE(executor_->Enqueue(request, after.Callback()).ok());
+  EXPECT_TRUE(after.Wait().back().status.ok());
+}
+
+TEST_F(ExecutorTest, RejectsBadRequestsNamingTheField) {
+  Load(kLmDir);
+  ExecutorOptions options;
+  options.max_prompt_tokens = 8;
+  Start(options);
+  auto expect = [&](GenerationRequest r, absl::StatusCode code, const std::string& fragment) {
+    auto id = executor_->Enqueue(r, [](GenerationEvent) {});
+    ASSERT_FALSE(id.ok());
+    EXPECT_EQ(id.status().code(), code);
+    EXPECT_NE(std::string(id.status().message()).find(fragment), std::string::npos) << id.status();
+  };
+  GenerationRequest ok;
+  ok.prompt = "hi";
+  GenerationRequest r = ok;
+  r.prompt = "";
+  expect(r, absl::StatusCode::kInvalidArgument, "prompt");
+  r = ok;
+  r.max_tokens = -5;
+  expect(r, absl::StatusCode::kInvalidArgument, "max_tokens");
+  r = ok;
+  r.max_tokens = 1 << 30;
+  expect(r, absl::StatusCode::kInvalidArgument, "max_tokens");
+  r = ok;
+  r.sampling.top_p = 0.0f;
+  expect(r, absl::StatusCode::kInvalidArgument, "top_p");
+  r = ok;
+  r.stop = {""};
+  expect(r, absl::StatusCode::kInvalidArgument, "stop[0]");
+  r = ok;
+  r.prompt = "a prompt that is far longer than eight tokens of the tokenizer";
+  expect(r, absl::StatusCode::kInvalidArgument, "prompt is");
+  executor_->StartDraining();
+  expect(ok, absl::StatusCode::kUnavailable, "draining");
+}
+
+TEST_F(ExecutorTest, DeadlineEndsTheRequest) {
+  Load(kLmDir);
+  Start();
+  GenerationRequest request;
+  request.prompt = "slow";
+  request.max_tokens = 4000;
+  request.ignore_eos = true;
+  request.deadline = absl::Now() + absl::Milliseconds(30);
+  Collector collector;
+  ASSERT_TRUE(executor_->Enqueue(request, collector.Callback()).ok());
+  EXPECT_EQ(collector.Wait().back().status.code(), absl::StatusCode::kDeadlineExceeded);
+  WaitForIdle();
+}
+
+TEST_F(ExecutorTest, BeamSearchTranslatesAndReleasesForks) {
+  Load(kMtDir);
+  Start();
+  GenerationRequest request;
+  request.source = "Open file";
+  request.max_tokens = 12;
+  request.beam_size = 4;
+  Collector beams;
+  ASSERT_TRUE(executor_->Enqueue(request, beams.Callback()).ok());
+  const auto events = beams.Wait();
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(events[0].status.ok()) << events[0].status;
+  EXPECT_FALSE(events[0].token_ids.empty());
+  EXPECT_LE(events[0].token_ids.size(), 12u);
+  EXPECT_EQ(events[0].prompt_tokens,
+            1 + static_cast<int>(tokenizer_->Encode("Open file")->size()) + 1);
+  WaitForIdle();
+  Collector again;
+  ASSERT_TRUE(executor_->Enqueue(request, again.Callback()).ok());
+  EXPECT_EQ(again.Wait()[0].token_ids, events[0].token_ids);  // deterministic
+  request.source = "";
+  EXPECT_EQ(executor_->Enqueue(request, [](GenerationEvent) {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ExecutorTest, ShutdownEndsEverythingOnce) {
+  Load(kLmDir);
+  Start();
+  GenerationRequest request;
+  request.prompt = "forever";
+  request.max_tokens = 4000;
+  request.ignore_eos = true;
+  std::atomic<int> finals{0};
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(executor_
+                    ->Enqueue(request,
+                              [&finals](GenerationEvent e) {
+                                if (e.finished) finals++;
+                              })
+                    .ok());
+  }
+  executor_->Shutdown();
+  EXPECT_EQ(finals.load(), 5);
+  executor_->Shutdown();  // idempotent
+}
+
+}  // namespace
+}  // namespace abcd
