@@ -169,6 +169,46 @@ def abc_read(q, keys, values):
     return (probs[..., None] * values).sum(-2)
 
 
+def abc_causal_chunked(q, k, v, a, chunk):
+    """Causal ABC output [B, H, T, dh], equal to the masked T x T form, in matrix products only.
+
+    q, k, v: [B, H, T, dh]; a: [B, H, T, n]. The sequence is cut into chunks of `chunk` tokens and
+    the state after the previous chunks (log normaliser L, slot averages K~, V~: [B, H, n(, dh)])
+    is carried from chunk to chunk, as abc_update does a token at a time. Inside a chunk every
+    exponential is taken relative to one stabiliser per slot, m = max(L_prev, max_i a_i), so with
+    e_i = exp(a_i - m), c = exp(L_prev - m) and Z_t = c + sum_{i <= t} e_i (the running normaliser):
+      K~_t . q_t = (c (K~_prev . q_t) + sum_{i <= t} e_i (q_t . k_i)) / Z_t
+      out_t = sum_j p_tj / Z_tj (c_j V~_prev,j + sum_{i <= t} e_ij v_i),  p_t = softmax_j(K~_tj . q_t).
+    Cost O(T * chunk * (n + dh)) per head instead of O(T^2 n dh). The only approximation is fp32
+    underflow: if every a_i (i <= t) of a chunk lay more than ~80 below the chunk's maximum, Z_t would
+    underflow (clamped at 1e-30); with control logits of trained models this does not happen.
+    """
+    b, h, t, dh = k.shape
+    n = a.shape[-1]
+    log_norm = torch.full((b, h, 1, n), float("-inf"), dtype=a.dtype, device=a.device)
+    keys = torch.zeros(b, h, n, dh, dtype=k.dtype, device=k.device)
+    values = torch.zeros_like(keys)
+    outs = []
+    for start in range(0, t, chunk):
+        end = min(start + chunk, t)
+        ac, qc, kc, vc = a[:, :, start:end], q[:, :, start:end], k[:, :, start:end], v[:, :, start:end]
+        mask = _causal_mask(end - start, a.device)
+        m = torch.maximum(log_norm, ac.max(dim=2, keepdim=True).values)  # [B, H, 1, n]
+        e = torch.exp(ac - m)  # [B, H, C, n]
+        c = torch.exp(log_norm - m)  # [B, H, 1, n]; 0 in the first chunk
+        z = (c + torch.cumsum(e, dim=2)).clamp_min(1e-30)  # Z_t
+        qk = (qc @ kc.transpose(-1, -2)).masked_fill(~mask, 0.0)  # [B, H, C, C]
+        scores = (c * (qc @ keys.transpose(-1, -2)) + qk @ e) / z
+        pz = torch.softmax(scores, dim=-1) / z  # p_t / Z_t
+        mixed = (pz @ e.transpose(-1, -2)).masked_fill(~mask, 0.0)  # [B, H, C(query), C(key)]
+        outs.append((pz * c) @ values + mixed @ vc)
+        z_last = z[:, :, -1:]  # [B, H, 1, n]
+        keys = ((c * keys.transpose(-1, -2) + kc.transpose(-1, -2) @ e) / z_last).transpose(-1, -2)
+        values = ((c * values.transpose(-1, -2) + vc.transpose(-1, -2) @ e) / z_last).transpose(-1, -2)
+        log_norm = m + torch.log(z_last)
+    return torch.cat(outs, dim=2)
+
+
 class ABCAttention(SelfAttention):
     """ABC: n slots per head, each a control-weighted running average of keys and values.
 
@@ -187,9 +227,14 @@ class ABCAttention(SelfAttention):
         control = self.control if self.control is not None else self.shared_control
         return self._heads(control(x), self.slots)
 
+    # Chunk length of the causal training path (abc_causal_chunked); None = the masked T x T form.
+    chunk = None
+
     def parallel(self, x):
         q, k, v = self._query(x), self._heads(self.k(x)), self._heads(self.v(x))
         a = self._control_logits(x)
+        if self.causal and self.chunk:
+            return abc_causal_chunked(q, k, v, a, self.chunk)
         if self.causal:
             # W[t, i, j] = softmax over i <= t of a[i, j]: a masked softmax per query position.
             t = x.shape[1]

@@ -74,15 +74,20 @@ class GenerateReactor final : public grpc::ServerWriteReactor<abcd::v1::Generate
         FindModel(models, request.model(), ModelKind::kLanguageModel);
     absl::StatusOr<GenerationRequest> generation =
         model.ok() ? ToGenerationRequest(request, Deadline(*context)) : model.status();
-    absl::StatusOr<RequestId> id = generation.status();
-    if (generation.ok()) {
+    absl::Status status = generation.status();
+    if (status.ok()) {
       executor_ = (*model)->executor.get();
       std::lock_guard<std::mutex> lock(mu_);
-      id = executor_->Enqueue(*std::move(generation),
-                              [this](GenerationEvent event) { OnEvent(std::move(event)); });
-      if (id.ok()) id_ = *id;
+      absl::StatusOr<RequestId> id = executor_->Enqueue(
+          *std::move(generation), [this](GenerationEvent event) { OnEvent(std::move(event)); });
+      if (id.ok()) {
+        id_ = *id;
+      } else {
+        status = id.status();
+        executor_ = nullptr;
+      }
     }
-    if (!id.ok()) EndCall(id.status());
+    if (!status.ok()) EndCall(status);
   }
 
   void OnWriteDone(bool ok) override {
@@ -189,6 +194,7 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
         id_ = *id;
       } else {
         status = id.status();
+        executor_ = nullptr;
       }
     }
     if (!status.ok()) End(status);

@@ -9,14 +9,16 @@ EventCallback EventChannel::Callback(std::shared_ptr<EventChannel> channel) {
 }
 
 void EventChannel::Push(GenerationEvent event) {
-  absl::MutexLock lock(&mu_);
-  events_.push_back(std::move(event));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_one();
 }
 
 bool EventChannel::Take(std::vector<GenerationEvent>* out, absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto has_events = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
-  mu_.AwaitWithTimeout(absl::Condition(&has_events), timeout);
+  std::unique_lock<std::mutex> lock(mu_);
+  ready_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return !events_.empty(); });
   if (events_.empty()) return false;
   for (GenerationEvent& event : events_) out->push_back(std::move(event));
   events_.clear();

@@ -8,12 +8,13 @@
 // Thread-safety: Push from any thread; Take from one consumer thread at a time.
 #pragma once
 
+#include <condition_variable>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/scheduler/executor.h"
 
@@ -31,7 +32,8 @@ class EventChannel {
   bool Take(std::vector<GenerationEvent>* out, absl::Duration timeout);
 
  private:
-  absl::Mutex mu_;
+  std::mutex mu_;
+  std::condition_variable ready_;
   std::deque<GenerationEvent> events_ ABSL_GUARDED_BY(mu_);
 };
 

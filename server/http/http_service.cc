@@ -295,6 +295,24 @@ void HttpService::Impl::Configure() {
                     kMetricsContentType);
   });
 
+  // httplib enforces max_body_bytes only on Content-Length bodies: a chunked body would be read
+  // whole, however large. Refuse chunked bodies (clients send JSON with a length) before
+  // anything is read, and close the connection since the body stays unread.
+  httplib::Server::HandlerWithResponse pre_routing = [this](const Request& req, Response& res) {
+    if (!req.has_header("Transfer-Encoding")) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 411;
+    res.set_header("Connection", "close");
+    res.set_content(ErrorBody("request bodies must have a Content-Length (chunked transfer "
+                              "encoding is not accepted)",
+                              "invalid_request_error", ""),
+                    kJson);
+    if (absl::string_view kind = KindOfPath(req.path); !kind.empty()) {
+      Count(kind, "invalid_argument");
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  };
+  server_.set_pre_routing_handler(std::move(pre_routing));
+
   // Errors httplib raises itself (no route, body too large, malformed request) get JSON
   // bodies too; our handlers' errors already have one.
   httplib::Server::HandlerWithResponse on_error = [this](const Request& req, Response& res) {

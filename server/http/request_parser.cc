@@ -73,7 +73,9 @@ absl::Status ReadInt(const json& object, absl::string_view name, int64_t lo, int
   if (!value->is_number_integer()) return FieldError(name, expectation, *value);
   if (value->is_number_unsigned()) {
     const uint64_t v = value->get<uint64_t>();
-    if (v > static_cast<uint64_t>(hi)) return FieldError(name, expectation, *value);
+    if (v > static_cast<uint64_t>(hi) || static_cast<int64_t>(v) < lo) {
+      return FieldError(name, expectation, *value);
+    }
     *out = static_cast<int64_t>(v);
   } else {
     const int64_t v = value->get<int64_t>();

@@ -211,12 +211,15 @@ class RawClient {
     fd_ = -1;
   }
   bool SendPost(const std::string& path, const std::string& body) {
-    const std::string request =
-        absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: ",
-                     "application/json\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
-    return send(fd_, request.data(), request.size(), MSG_NOSIGNAL) ==
-           static_cast<ssize_t>(request.size());
+    return SendRaw(absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: ",
+                                "application/json\r\nContent-Length: ", body.size(), "\r\n\r\n",
+                                body));
   }
+  bool SendRaw(const std::string& bytes) {
+    return send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  const std::string& received() const { return received_; }
   // Reads until `needle` was received; false on timeout or EOF.
   bool ReadUntil(const std::string& needle, absl::Duration timeout) {
     const absl::Time give_up = absl::Now() + timeout;
@@ -715,7 +718,7 @@ TEST_F(HttpServiceTest, BadInputTable) {
     ASSERT_TRUE(result);
     EXPECT_EQ(result->status, c.status);
     json body = json::parse(result->body, nullptr, false);
-    ASSERT_TRUE(body.is_object()) << result->body;
+    ASSERT_TRUE(body.is_object() && body.contains("error")) << result->body;
     const json& error = body["error"];
     EXPECT_TRUE(error["message"].is_string());
     const std::string message = error["message"].is_string() ? error["message"] : "";
@@ -738,6 +741,19 @@ TEST_F(HttpServiceTest, BadInputTable) {
   const auto completions = std::count_if(cases.begin(), cases.end(),
                                          [](const Case& c) { return c.path == "/v1/completions"; });
   EXPECT_EQ(Count("completions/invalid_argument"), completions);
+}
+
+TEST_F(HttpServiceTest, ChunkedRequestBodyIsRefusedUnread) {
+  // httplib applies max_body_bytes to Content-Length bodies only; chunked ones are refused.
+  RawClient client(service_->port());
+  ASSERT_TRUE(client.connected());
+  ASSERT_TRUE(client.SendRaw(
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "10\r\n{\"prompt\": \"x\"} \r\n0\r\n\r\n"));
+  ASSERT_TRUE(client.ReadUntil("\r\n\r\n", absl::Seconds(3)));
+  EXPECT_TRUE(absl::StartsWith(client.received(), "HTTP/1.1 411")) << client.received();
+  EXPECT_TRUE(WaitFor([&] { return Count("completions/invalid_argument") == 1; }));
+  EXPECT_TRUE(lm_->requests().empty());
 }
 
 TEST_F(HttpServiceTest, WrongMethodIs405) {

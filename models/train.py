@@ -1,0 +1,437 @@
+"""Train a decoder LM (Brown) or an encoder-decoder EN->DE model (Debian gettext) and export it.
+
+Usage (from the repository root, Debian's python with python3-torch):
+
+  nice -n 19 /usr/bin/python3 models/train.py --preset lm-abc32 --out models/runs/abc32-lm
+  nice -n 19 /usr/bin/python3 models/train.py --config my.json --out DIR   # JSON: {"model": {...}, "train": {...}}
+  /usr/bin/python3 models/train.py --list-presets
+
+The output directory gets the engine's model directory (config.json, model.safetensors in
+--dtype, tokenizer.model copied from the task's tokenizer), checkpoint.pt (fp32 weights,
+optimizer state, the resolved training settings) and train_log.json (losses, timings).
+
+Data (models/data/out/, see models/data/README.md):
+  LM: every line of lm.train.txt (one Brown sentence) is encoded with the lm tokenizer and
+      prefixed with bos; the lines are concatenated in file order into one stream, which is cut
+      into non-overlapping windows of seq_len + 1 tokens (inputs = window[:-1], targets =
+      window[1:]); the windows are shuffled each epoch with the fixed seed.
+  MT: encoder input = source pieces + [eos]; decoder input = [bos] + target pieces; targets =
+      target pieces + [eos] (the convention of the server). Batches hold pairs of one source
+      length (no source padding, so the reference model needs no masks); targets are padded
+      with pad_id at the end and the padding is left out of the loss.
+Optimiser: AdamW (betas 0.9/0.98), linear warmup then cosine decay to min_lr_ratio * lr,
+gradient clipping at 1.0, fixed seed.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from abcd_ref import AttentionSpec, LayerSpec, ModelConfig, build_model, export  # noqa: E402
+from abcd_ref.attention import ABCAttention, RandomFeatureMap, HeadLinear  # noqa: E402
+from abcd_ref.export import load as load_model_dir  # noqa: E402
+
+DATA = ROOT / "data" / "out"
+TOKENIZERS = {"lm": ROOT / "tokenizers" / "lm.model", "mt": ROOT / "tokenizers" / "mt.model"}
+
+# ----------------------------------------------------------------------------- presets
+
+LM_SIZE = dict(vocab_size=8000, d_model=256, n_heads=4, d_ff=1024, layers=4)
+MT_SIZE = dict(vocab_size=8000, d_model=256, n_heads=4, d_ff=1024, encoder_layers=3, layers=3)
+
+LM_ATTENTION = {
+    "softmax": {"type": "softmax"},
+    "abc32": {"type": "abc", "slots": 32},
+    "abc64": {"type": "abc", "slots": 64},
+    "rfa": {"type": "rfa", "features": 32, "kernel": "gaussian", "gate": True},
+    "t2r": {"type": "t2r", "features": 32},
+    "elu": {"type": "elu"},
+}
+
+
+@dataclass
+class TrainConfig:
+    task: str = "lm"  # "lm" | "mt"
+    steps: int = 1000
+    batch_size: int = 16  # LM: windows per step; MT: max pairs per batch
+    batch_tokens: int = 0  # MT: max (source + target) tokens per batch (0 = no limit)
+    seq_len: int = 128  # LM window length
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    seed: int = 1234
+    eval_every: int = 200
+    eval_batches: int = 20  # valid batches for the periodic check; the final check uses the whole valid set
+    abc_chunk: int = 32  # chunk length of the causal abc training path
+    threads: int = 2  # torch threads (0 = torch default)
+    init_from: str = ""  # model directory: copy every tensor whose name and shape match
+    max_src_len: int = 128
+    max_tgt_len: int = 128
+
+
+def lm_config(attention):
+    s = LM_SIZE
+    return ModelConfig(
+        vocab_size=s["vocab_size"], d_model=s["d_model"], n_heads=s["n_heads"], d_ff=s["d_ff"],
+        decoder_layers=[LayerSpec(AttentionSpec.from_dict(attention, "preset")) for _ in range(s["layers"])],
+    )
+
+
+def mt_config(decoder_self, cross):
+    s = MT_SIZE
+    return ModelConfig(
+        architecture="encoder-decoder",
+        vocab_size=s["vocab_size"], d_model=s["d_model"], n_heads=s["n_heads"], d_ff=s["d_ff"],
+        encoder_layers=[LayerSpec(AttentionSpec(type="softmax")) for _ in range(s["encoder_layers"])],
+        decoder_layers=[
+            LayerSpec(AttentionSpec.from_dict(decoder_self, "preset"), AttentionSpec.from_dict(cross, "preset"))
+            for _ in range(s["layers"])
+        ],
+    )
+
+
+LM_STEPS = 1200
+MT_STEPS = 1200
+
+
+def presets():
+    out = {}
+    for name, attention in LM_ATTENTION.items():
+        out[f"lm-{name}"] = (lm_config(attention), TrainConfig(task="lm", steps=LM_STEPS))
+    # T2R the way its paper does it: a short finetune of the trained softmax LM (see convert.py).
+    out["lm-t2r"] = (lm_config(LM_ATTENTION["t2r"]), TrainConfig(task="lm", steps=300, warmup=30, lr=5e-4, init_from="models/runs/softmax-lm"))
+    mt_train = dict(task="mt", steps=MT_STEPS, batch_size=96, batch_tokens=2400, warmup=100, lr=1e-3)
+    out["mt-abc"] = (mt_config({"type": "abc", "slots": 8}, {"type": "abc", "slots": 32}), TrainConfig(**mt_train))
+    out["mt-softmax"] = (mt_config({"type": "softmax"}, {"type": "softmax"}), TrainConfig(**mt_train))
+    return out
+
+
+# -------------------------------------------------------------------------------- data
+
+
+def tokenizer(task):
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_file=str(TOKENIZERS[task]))
+
+
+def lm_stream(sp, path, bos_id):
+    """bos + pieces of every line of `path`, concatenated in file order (a flat list of ids)."""
+    ids = []
+    with open(path, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    for pieces in sp.encode(lines):
+        ids.append(bos_id)
+        ids.extend(pieces)
+    return ids
+
+
+def lm_windows(stream, seq_len):
+    """Non-overlapping windows [N, seq_len + 1] (the tail shorter than a window is dropped)."""
+    t = torch.tensor(stream, dtype=torch.long)
+    n = (len(t) - 1) // seq_len
+    idx = torch.arange(n)[:, None] * seq_len + torch.arange(seq_len + 1)[None, :]
+    return t[idx]
+
+
+def read_pairs(split):
+    with open(DATA / f"mt.{split}.en", encoding="utf-8") as f:
+        en = [line.rstrip("\n") for line in f]
+    with open(DATA / f"mt.{split}.de", encoding="utf-8") as f:
+        de = [line.rstrip("\n") for line in f]
+    assert len(en) == len(de)
+    return en, de
+
+
+def mt_examples(sp, split, config, tc):
+    """(source ids + eos, target ids) per pair, over-long pairs truncated."""
+    en, de = read_pairs(split)
+    src = sp.encode(en)
+    tgt = sp.encode(de)
+    out = []
+    for s, t in zip(src, tgt):
+        out.append((s[: tc.max_src_len - 1] + [config.eos_id], t[: tc.max_tgt_len - 1]))
+    return out
+
+
+def mt_batches(examples, tc, config, rng):
+    """Batches of pairs with one source length; shuffled order (rng) or file order (rng None)."""
+    groups = {}
+    order = list(range(len(examples)))
+    if rng is not None:
+        rng.shuffle(order)
+    for i in order:
+        groups.setdefault(len(examples[i][0]), []).append(i)
+    batches = []
+    for length, items in sorted(groups.items()):
+        if rng is None:
+            items.sort(key=lambda i: len(examples[i][1]))
+        else:
+            items.sort(key=lambda i: (len(examples[i][1]), rng.random()))
+        cur = []
+        cur_max = 0
+        for i in items:
+            tl = len(examples[i][1]) + 1
+            new_max = max(cur_max, tl)
+            if cur and (len(cur) >= tc.batch_size or (tc.batch_tokens and (len(cur) + 1) * (length + new_max) > tc.batch_tokens)):
+                batches.append(cur)
+                cur, new_max = [], tl
+            cur.append(i)
+            cur_max = new_max
+        if cur:
+            batches.append(cur)
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches
+
+
+def mt_tensors(examples, batch, config):
+    src = torch.tensor([examples[i][0] for i in batch], dtype=torch.long)
+    tl = max(len(examples[i][1]) for i in batch) + 1
+    dec_in = torch.full((len(batch), tl), config.pad_id, dtype=torch.long)
+    target = torch.full((len(batch), tl), -100, dtype=torch.long)
+    for row, i in enumerate(batch):
+        t = examples[i][1]
+        dec_in[row, : len(t) + 1] = torch.tensor([config.bos_id] + t)
+        target[row, : len(t) + 1] = torch.tensor(t + [config.eos_id])
+    return src, dec_in, target
+
+
+# ------------------------------------------------------------------------------- model
+
+
+@torch.no_grad()
+def init_for_training(model, config, seed):
+    """Standard transformer init: N(0, 0.02) matrices, zero biases, embeddings N(0, d^-1/2)."""
+    torch.manual_seed(seed)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            torch.nn.init.normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, torch.nn.LayerNorm):
+            torch.nn.init.ones_(module.weight)
+            torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, RandomFeatureMap):
+            module.proj.normal_()
+            module.sigma.fill_(1.0)
+        elif isinstance(module, HeadLinear):
+            torch.nn.init.normal_(module.weight, std=module.weight.shape[-1] ** -0.5)
+            torch.nn.init.zeros_(module.bias)
+    torch.nn.init.normal_(model.embed.weight, std=config.d_model ** -0.5)
+    # the residual output projections get the GPT-2 style 1/sqrt(2 * layers) scaling
+    n_layers = len(config.decoder_layers) + len(config.encoder_layers)
+    for name, p in model.named_parameters():
+        if name.endswith(("attn.o.weight", "cross.o.weight", "ffn.fc2.weight")):
+            p.mul_(1 / math.sqrt(2 * n_layers))
+
+
+@torch.no_grad()
+def copy_matching(model, source_dir):
+    """Copy the tensors of a model directory whose name and shape match; returns (copied, kept)."""
+    source = load_model_dir(source_dir).state_dict()
+    own = model.state_dict()
+    copied, kept = [], []
+    for name, tensor in own.items():
+        if name in source and tuple(source[name].shape) == tuple(tensor.shape):
+            tensor.copy_(source[name])
+            copied.append(name)
+        else:
+            kept.append(name)
+    return copied, kept
+
+
+def set_abc_chunk(model, chunk):
+    for module in model.modules():
+        if isinstance(module, ABCAttention):
+            module.chunk = chunk or None
+
+
+def lm_loss(model, batch):
+    logits = model(batch[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"), batch[:, 1:].numel()
+
+
+def mt_loss(model, src, dec_in, target):
+    logits = model(src, dec_in)
+    n = int((target != -100).sum())
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum"), n
+
+
+def lr_at(step, tc):
+    if step < tc.warmup:
+        return tc.lr * (step + 1) / tc.warmup
+    progress = (step - tc.warmup) / max(1, tc.steps - tc.warmup)
+    return tc.lr * (tc.min_lr_ratio + (1 - tc.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+# -------------------------------------------------------------------------------- main
+
+
+def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    torch.manual_seed(tc.seed)
+    random.seed(tc.seed)
+    config.validate()
+    model = build_model(config, seed=tc.seed)
+    init_for_training(model, config, tc.seed)
+    if tc.init_from:
+        copied, kept = copy_matching(model, tc.init_from)
+        log(f"init_from {tc.init_from}: copied {len(copied)} tensors, new: {kept}")
+    set_abc_chunk(model, tc.abc_chunk)
+    model.to(device)
+    params = sum(p.numel() for p in model.parameters())
+    log(f"parameters: {params:,}; device {device}; threads {torch.get_num_threads()}")
+
+    sp = tokenizer(tc.task)
+    rng = random.Random(tc.seed)
+    t_data = time.time()
+    if tc.task == "lm":
+        train_windows = lm_windows(lm_stream(sp, DATA / "lm.train.txt", config.bos_id), tc.seq_len)
+        valid_windows = lm_windows(lm_stream(sp, DATA / "lm.valid.txt", config.bos_id), tc.seq_len)
+        log(f"lm data: {len(train_windows)} train windows of {tc.seq_len + 1}, {len(valid_windows)} valid ({time.time() - t_data:.1f}s)")
+
+        def batches_forever():
+            epoch = 0
+            while True:
+                g = torch.Generator().manual_seed(tc.seed + epoch)
+                perm = torch.randperm(len(train_windows), generator=g)
+                for i in range(0, len(perm) - tc.batch_size + 1, tc.batch_size):
+                    yield (train_windows[perm[i : i + tc.batch_size]].to(device),)
+                epoch += 1
+
+        valid_batches = [(valid_windows[i : i + tc.batch_size].to(device),) for i in range(0, len(valid_windows), tc.batch_size)]
+        loss_fn = lm_loss
+    else:
+        train_ex = mt_examples(sp, "train", config, tc)
+        valid_ex = mt_examples(sp, "valid", config, tc)
+        log(f"mt data: {len(train_ex)} train pairs, {len(valid_ex)} valid ({time.time() - t_data:.1f}s)")
+
+        def batches_forever():
+            while True:
+                for b in mt_batches(train_ex, tc, config, rng):
+                    yield tuple(t.to(device) for t in mt_tensors(train_ex, b, config))
+
+        vb = mt_batches(valid_ex, tc, config, None)
+        valid_batches = [tuple(t.to(device) for t in mt_tensors(valid_ex, b, config)) for b in vb]
+        loss_fn = mt_loss
+
+    def evaluate(batches):
+        model.eval()
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for b in batches:
+                loss, n = loss_fn(model, *b)
+                total += float(loss)
+                count += n
+        model.train()
+        return total / max(1, count)
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "rfa.sigma" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "rfa.sigma" not in n)]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=tc.lr, betas=(0.9, 0.98), eps=1e-8,
+    )
+    history = {"train": [], "valid": []}
+    tokens_seen = 0
+    t0 = time.time()
+    stream = batches_forever()
+    run_loss, run_n = 0.0, 0
+    model.train()
+    for step in range(tc.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, tc)
+        batch = next(stream)
+        loss, n = loss_fn(model, *batch)
+        opt.zero_grad(set_to_none=True)
+        (loss / n).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
+        opt.step()
+        tokens_seen += n
+        run_loss += float(loss)
+        run_n += n
+        if (step + 1) % 50 == 0 or step == 0:
+            elapsed = time.time() - t0
+            log(f"step {step + 1}/{tc.steps} loss {run_loss / run_n:.4f} lr {lr_at(step, tc):.2e} tokens {tokens_seen} {elapsed:.0f}s ({elapsed / (step + 1):.2f}s/step)")
+            history["train"].append({"step": step + 1, "loss": run_loss / run_n, "elapsed_s": elapsed})
+            run_loss, run_n = 0.0, 0
+        if tc.eval_every and (step + 1) % tc.eval_every == 0 and step + 1 < tc.steps:
+            v = evaluate(valid_batches[: tc.eval_batches])
+            log(f"step {step + 1} valid loss (first {tc.eval_batches} batches) {v:.4f} ppl {math.exp(v):.2f}")
+            history["valid"].append({"step": step + 1, "loss": v, "batches": tc.eval_batches})
+    train_s = time.time() - t0
+    v = evaluate(valid_batches)
+    log(f"final valid loss {v:.4f} ppl {math.exp(v):.2f} (whole valid set); train time {train_s:.0f}s, {tokens_seen} target tokens")
+    history["valid"].append({"step": tc.steps, "loss": v, "batches": len(valid_batches)})
+    model.to("cpu")
+    torch.save({"model": model.state_dict(), "config": config.to_dict(), "train": asdict(tc)}, out_dir / "checkpoint.pt")
+    export(model, config, out_dir, dtype=dtype, tokenizer_path=TOKENIZERS[tc.task])
+    summary = {
+        "train": asdict(tc), "parameters": params, "train_seconds": round(train_s, 1), "target_tokens_seen": tokens_seen,
+        "final_valid_loss": v, "final_valid_ppl": math.exp(v), "dtype": dtype, "device": device,
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "history": history,
+    }
+    with open(out_dir / "train_log.json", "w") as f:
+        json.dump(summary, f, indent=2)
+    log(f"wrote {out_dir}")
+    return model, summary
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", help="one of --list-presets")
+    p.add_argument("--config", help='JSON file {"model": <config.json of FORMAT.md>, "train": {TrainConfig fields}}')
+    p.add_argument("--out", help="output directory")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--list-presets", action="store_true")
+    for f in TrainConfig.__dataclass_fields__.values():
+        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None, help=f"override TrainConfig.{f.name}")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    table = presets()
+    if args.list_presets:
+        for name, (config, tc) in table.items():
+            print(name, json.dumps(config.decoder_layers[0].to_dict()), f"steps={tc.steps}", f"init_from={tc.init_from or '-'}")
+        return
+    if bool(args.preset) == bool(args.config):
+        sys.exit("give exactly one of --preset and --config")
+    if args.preset:
+        config, tc = table[args.preset]
+    else:
+        with open(args.config) as f:
+            spec = json.load(f)
+        config = ModelConfig.from_dict(spec["model"])
+        tc = TrainConfig(**spec.get("train", {}))
+    for name in TrainConfig.__dataclass_fields__:
+        value = getattr(args, name)
+        if value is not None:
+            setattr(tc, name, value)
+    if not args.out:
+        sys.exit("--out is required")
+    train(config, tc, args.out, dtype=args.dtype, device=args.device)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,385 @@
+// abcd-server end to end: the real binary on ephemeral loopback ports, driven over gRPC and
+// HTTP. Streaming, reproducibility under load, concurrency and batching, cancellation, overload,
+// graceful drain on SIGTERM and the bad-input table.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "abcd/v1/generator.grpc.pb.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "tests/e2e/server_process.h"
+
+namespace abcd {
+namespace {
+
+using abcd::v1::GenerateRequest;
+using abcd::v1::GenerateResponse;
+using testing::ServerProcess;
+
+struct StreamResult {
+  grpc::Status status;
+  std::vector<GenerateResponse> responses;
+  std::vector<int32_t> tokens() const {
+    std::vector<int32_t> out;
+    for (const auto& r : responses)
+      out.insert(out.end(), r.token_ids().begin(), r.token_ids().end());
+    return out;
+  }
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> args = {}) {
+    server_ = std::make_unique<ServerProcess>(ABCD_SERVER, std::move(args));
+    ASSERT_TRUE(server_->started()) << server_->Log();
+    channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
+    stub_ = abcd::v1::Generator::NewStub(channel_);
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
+    http_->set_read_timeout(30, 0);
+  }
+
+  StreamResult Stream(const GenerateRequest& request, int cancel_after = -1) {
+    grpc::ClientContext context;
+    StreamResult result;
+    auto reader = stub_->Generate(&context, request);
+    GenerateResponse response;
+    while (reader->Read(&response)) {
+      result.responses.push_back(response);
+      if (static_cast<int>(result.responses.size()) == cancel_after) context.TryCancel();
+    }
+    result.status = reader->Finish();
+    return result;
+  }
+
+  // The value of one exposition sample (exact name incl. labels), or -1.
+  double Metric(const std::string& sample) {
+    auto response = http_->Get("/metrics");
+    if (!response || response->status != 200) return -1;
+    for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
+      if (line.substr(0, sample.size()) == sample && line.size() > sample.size() &&
+          line[sample.size()] == ' ') {
+        double value;
+        if (absl::SimpleAtod(line.substr(sample.size() + 1), &value)) return value;
+      }
+    }
+    return -1;
+  }
+
+  // Polls until the server holds no sequence and no state bytes.
+  bool EventuallyIdle() {
+    for (int i = 0; i < 200; ++i) {
+      if (Metric("abcd_running_sequences") == 0 && Metric("abcd_state_bytes_in_use") == 0) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  grpc::health::v1::HealthCheckResponse::ServingStatus Health() {
+    auto health = grpc::health::v1::Health::NewStub(channel_);
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status status = health->Check(&context, {}, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.status();
+  }
+
+  std::unique_ptr<ServerProcess> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<abcd::v1::Generator::Stub> stub_;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+GenerateRequest Greedy(const std::string& prompt, int max_tokens) {
+  GenerateRequest request;
+  request.set_prompt(prompt);
+  request.set_max_tokens(max_tokens);
+  request.mutable_sampling()->set_temperature(0.0f);
+  return request;
+}
+
+std::vector<int32_t> CliGreedyTokens(const std::string& prompt, int max_tokens) {
+  const std::string command = std::string(ABCD_CLI) + " generate --prompt '" + prompt +
+                              "' --max-tokens " + std::to_string(max_tokens) +
+                              " --temperature 0 --json";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+  pclose(pipe);
+  std::vector<std::string> lines = absl::StrSplit(output, '\n', absl::SkipEmpty());
+  if (lines.empty()) return {};
+  return nlohmann::json::parse(lines.back())["token_ids"].get<std::vector<int32_t>>();
+}
+
+TEST_F(ServerTest, StreamsTokenByTokenAndGreedyMatchesCli) {
+  Start();
+  EXPECT_EQ(Health(), grpc::health::v1::HealthCheckResponse::SERVING);
+  const StreamResult result = Stream(Greedy("This program is free software", 12));
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_FALSE(result.responses.empty());
+  for (size_t i = 0; i + 1 < result.responses.size(); ++i) {
+    EXPECT_EQ(result.responses[i].token_ids_size(), 1);
+    EXPECT_EQ(result.responses[i].finish_reason(), abcd::v1::FINISH_REASON_UNSPECIFIED);
+  }
+  const GenerateResponse& last = result.responses.back();
+  EXPECT_NE(last.finish_reason(), abcd::v1::FINISH_REASON_UNSPECIFIED);
+  EXPECT_EQ(last.usage().completion_tokens(), static_cast<int>(result.tokens().size()));
+  EXPECT_GT(last.usage().prompt_tokens(), 1);
+  EXPECT_EQ(result.tokens(), CliGreedyTokens("This program is free software", 12));
+}
+
+TEST_F(ServerTest, SeededSamplingIsReproducibleWithSixtyFourOtherStreams) {
+  Start();
+  GenerateRequest seeded;
+  seeded.set_prompt("the freedom to share and change it");
+  seeded.set_max_tokens(24);
+  seeded.mutable_sampling()->set_temperature(0.8f);
+  seeded.mutable_sampling()->set_top_p(0.95f);
+  seeded.mutable_sampling()->set_seed(424242);
+  const StreamResult alone = Stream(seeded);
+  ASSERT_TRUE(alone.status.ok());
+
+  std::atomic<int> failures{0};
+  std::vector<std::thread> others;
+  for (int i = 0; i < 64; ++i) {
+    others.emplace_back([this, i, &failures] {
+      GenerateRequest other;
+      other.set_prompt("other stream " + std::to_string(i));
+      other.set_max_tokens(32);
+      other.mutable_sampling()->set_seed(i);
+      if (!Stream(other).status.ok()) failures++;
+    });
+  }
+  const StreamResult crowded = Stream(seeded);
+  for (auto& t : others) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_TRUE(crowded.status.ok());
+  EXPECT_EQ(crowded.tokens(), alone.tokens());
+}
+
+TEST_F(ServerTest, HundredTwentyEightConcurrentStreamsBatchTogether) {
+  Start();
+  std::atomic<int> ok{0};
+  std::vector<std::thread> streams;
+  for (int i = 0; i < 128; ++i) {
+    streams.emplace_back([this, i, &ok] {
+      GenerateRequest request;
+      request.set_prompt("stream number " + std::to_string(i));
+      request.set_max_tokens(16);
+      const StreamResult r = Stream(request);
+      if (r.status.ok() && !r.responses.empty()) ok++;
+    });
+  }
+  for (auto& t : streams) t.join();
+  EXPECT_EQ(ok.load(), 128);
+  const double count = Metric("abcd_batch_size_count");
+  const double singles = Metric("abcd_batch_size_bucket{le=\"1\"}");
+  ASSERT_GT(count, 0);
+  EXPECT_LT(singles, count) << "no batch larger than one sequence was observed";
+  EXPECT_GT(Metric("abcd_batch_size_sum") / count, 1.0);
+  EXPECT_GE(Metric("abcd_requests_total{kind=\"generate\",status=\"ok\"}"), 128);
+  EXPECT_TRUE(EventuallyIdle());
+}
+
+TEST_F(ServerTest, CancelMidStreamFreesStateAtOnce) {
+  Start();
+  GenerateRequest request;
+  request.set_prompt("a very long answer");
+  request.set_max_tokens(4000);
+  const StreamResult result = Stream(request, /*cancel_after=*/3);
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_LT(result.responses.size(), 200u);
+  EXPECT_TRUE(EventuallyIdle());
+}
+
+TEST_F(ServerTest, OverloadIsRefusedAndTheServerKeepsServing) {
+  Start({"--max_waiting_requests", "1", "--max_running_sequences", "1"});
+  std::atomic<int> exhausted{0}, ok{0};
+  std::vector<std::thread> streams;
+  for (int i = 0; i < 8; ++i) {
+    streams.emplace_back([this, &exhausted, &ok] {
+      GenerateRequest request;
+      request.set_prompt("occupy the server");
+      request.set_max_tokens(400);
+      const StreamResult r = Stream(request);
+      if (r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) exhausted++;
+      if (r.status.ok()) ok++;
+    });
+  }
+  // Over HTTP at the same time: 429 with an error body.
+  int http_429 = 0;
+  for (int i = 0; i < 20 && http_429 == 0; ++i) {
+    auto response = http_->Post("/v1/completions", R"({"prompt": "more", "max_tokens": 400})",
+                                "application/json");
+    if (response && response->status == 429) http_429++;
+  }
+  for (auto& t : streams) t.join();
+  EXPECT_GT(exhausted.load(), 0);
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_GT(http_429, 0);
+  EXPECT_TRUE(Stream(Greedy("still serving", 4)).status.ok());
+  EXPECT_GT(Metric("abcd_requests_total{kind=\"generate\",status=\"resource_exhausted\"}"), 0);
+}
+
+TEST_F(ServerTest, SigtermDrainsInFlightStreamsThenExitsZero) {
+  Start({"--drain_grace_seconds", "20"});
+  GenerateRequest request;
+  request.set_prompt("finish me");
+  request.set_max_tokens(3000);
+  StreamResult in_flight;
+  std::atomic<int> received{0};
+  std::thread reader([&] {
+    grpc::ClientContext context;
+    auto stream = stub_->Generate(&context, request);
+    GenerateResponse response;
+    while (stream->Read(&response)) {
+      in_flight.responses.push_back(response);
+      received++;
+    }
+    in_flight.status = stream->Finish();
+  });
+  while (received.load() < 5) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  server_->SendSignal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(Health(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  auto ready = http_->Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_EQ(http_->Get("/healthz")->status, 200);
+  const StreamResult refused = Stream(Greedy("too late", 4));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  reader.join();
+  EXPECT_TRUE(in_flight.status.ok()) << in_flight.status.error_message();
+  ASSERT_FALSE(in_flight.responses.empty());
+  EXPECT_EQ(in_flight.responses.back().usage().completion_tokens() > 0, true);
+  EXPECT_EQ(server_->WaitForExit(30), 0) << server_->Log();
+}
+
+TEST_F(ServerTest, BadInputOverGrpcNamesTheField) {
+  Start({"--max_prompt_tokens", "32"});
+  struct Case {
+    GenerateRequest request;
+    const char* field;
+  };
+  std::vector<Case> cases;
+  auto add = [&](const char* field, auto mutate) {
+    GenerateRequest r = Greedy("valid prompt", 4);
+    mutate(r);
+    cases.push_back({r, field});
+  };
+  add("prompt", [](GenerateRequest& r) { r.set_prompt(""); });
+  add("max_tokens", [](GenerateRequest& r) { r.set_max_tokens(-1); });
+  add("max_tokens", [](GenerateRequest& r) { r.set_max_tokens(1 << 30); });
+  add("temperature", [](GenerateRequest& r) { r.mutable_sampling()->set_temperature(-1); });
+  add("top_p", [](GenerateRequest& r) { r.mutable_sampling()->set_top_p(1.5f); });
+  add("top_k", [](GenerateRequest& r) { r.mutable_sampling()->set_top_k(-3); });
+  add("repetition_penalty",
+      [](GenerateRequest& r) { r.mutable_sampling()->set_repetition_penalty(0); });
+  add("model", [](GenerateRequest& r) { r.set_model("no-such-model"); });
+  add("stop[0]", [](GenerateRequest& r) { r.add_stop(""); });
+  add("prompt", [](GenerateRequest& r) { r.set_prompt(std::string(4000, 'x') + " many words"); });
+  for (const Case& c : cases) {
+    const StreamResult r = Stream(c.request);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_NE(r.status.error_message().find(c.field), std::string::npos)
+        << c.field << ": " << r.status.error_message();
+  }
+  abcd::v1::TranslateRequest translate;
+  abcd::v1::TranslateResponse response;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->Translate(&context, translate, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("text"), std::string::npos);
+  }
+  translate.set_text("Open file");
+  translate.set_beam_size(100);
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->Translate(&context, translate, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("beam_size"), std::string::npos);
+  }
+  // The server is unharmed.
+  EXPECT_TRUE(Stream(Greedy("valid prompt", 4)).status.ok());
+}
+
+TEST_F(ServerTest, BadInputOverHttpNamesTheField) {
+  Start({"--max_prompt_tokens", "32"});
+  struct Case {
+    const char* path;
+    std::string body;
+    int status;
+    const char* fragment;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/completions", R"({"prompt": ""})", 400, "prompt"},
+      {"/v1/completions", R"({"max_tokens": 4})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": 7})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": -5})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 100000000})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": "ten"})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "x", "temperature": 500})", 400, "temperature"},
+      {"/v1/completions", R"({"prompt": "x", "top_p": 2})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt": "x", "model": "nope"})", 400, "model"},
+      {"/v1/completions", R"({"prompt": "x", "max_tok)", 400, "JSON"},
+      {"/v1/completions", std::string("{\"prompt\": \"") + std::string(2 << 20, 'a') + "\"}", 413,
+       "bytes"},
+      {"/v1/completions", R"({"prompt": ")" + std::string(3000, 'y') + R"( z"})", 400, "prompt"},
+      {"/v1/translate", R"({"text": ""})", 400, "text"},
+      {"/v1/translate", R"({"text": "x", "beam_size": 0})", 400, "beam_size"},
+      {"/v1/translate", R"({"texts": []})", 400, "texts"},
+  };
+  for (const Case& c : cases) {
+    auto response = http_->Post(c.path, c.body, "application/json");
+    ASSERT_TRUE(response) << c.body.substr(0, 80);
+    EXPECT_EQ(response->status, c.status) << c.body.substr(0, 80) << " -> " << response->body;
+    const auto error = nlohmann::json::parse(response->body, nullptr, false);
+    ASSERT_TRUE(error.is_object() && error.contains("error")) << response->body;
+    EXPECT_TRUE(error["error"]["message"].is_string());
+    EXPECT_TRUE(error["error"]["type"].is_string());
+    EXPECT_NE(error["error"]["message"].get<std::string>().find(c.fragment), std::string::npos)
+        << c.fragment << ": " << response->body;
+  }
+  auto ok =
+      http_->Post("/v1/completions", R"({"prompt": "fine", "max_tokens": 2})", "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST_F(ServerTest, HttpTranslateCompletionsAndModels) {
+  Start();
+  auto models = http_->Get("/v1/models");
+  ASSERT_TRUE(models);
+  const auto list = nlohmann::json::parse(models->body);
+  ASSERT_EQ(list["data"].size(), 2u);
+  auto translated =
+      http_->Post("/v1/translate", R"({"text": "Open file", "max_tokens": 8})", "application/json");
+  ASSERT_TRUE(translated);
+  EXPECT_EQ(translated->status, 200) << translated->body;
+  EXPECT_TRUE(nlohmann::json::parse(translated->body)["translation"].is_string());
+  auto batch =
+      http_->Post("/v1/translate", R"({"texts": ["Open file", "Save changes?"], "max_tokens": 8})",
+                  "application/json");
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(nlohmann::json::parse(batch->body)["translations"].size(), 2u);
+  auto stream = http_->Post("/v1/completions",
+                            R"({"prompt": "free software", "max_tokens": 5, "stream": true})",
+                            "application/json");
+  ASSERT_TRUE(stream);
+  EXPECT_NE(stream->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  EXPECT_NE(stream->body.find("data: [DONE]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace abcd

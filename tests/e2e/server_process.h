@@ -1,0 +1,35 @@
+// Starts the real abcd-server binary on ephemeral loopback ports for end-to-end tests and
+// stops it with SIGTERM, reporting the exit code.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace abcd::testing {
+
+class ServerProcess {
+ public:
+  // Starts `binary` with `args` plus loopback/ephemeral-port flags; waits until it serves.
+  ServerProcess(const std::string& binary, std::vector<std::string> args);
+  ~ServerProcess();
+
+  bool started() const { return grpc_port_ > 0; }
+  int grpc_port() const { return grpc_port_; }
+  int http_port() const { return http_port_; }
+  std::string grpc_target() const;
+  void SendSignal(int signal) const;
+  // Waits for exit (up to `timeout_seconds`); returns the exit code, or -1 on timeout/crash.
+  int WaitForExit(double timeout_seconds);
+  // Everything the server logged so far.
+  std::string Log() const;
+
+ private:
+  pid_t pid_ = -1;
+  int grpc_port_ = 0;
+  int http_port_ = 0;
+  std::string dir_;
+};
+
+}  // namespace abcd::testing
