@@ -48,8 +48,8 @@ TOKENIZERS = {"lm": ROOT / "tokenizers" / "lm.model", "mt": ROOT / "tokenizers" 
 
 # ----------------------------------------------------------------------------- presets
 
-LM_SIZE = dict(vocab_size=8000, d_model=256, n_heads=4, d_ff=1024, layers=4)
-MT_SIZE = dict(vocab_size=8000, d_model=256, n_heads=4, d_ff=1024, encoder_layers=3, layers=3)
+LM_SIZE = dict(vocab_size=8000, d_model=128, n_heads=4, d_ff=512, layers=4)
+MT_SIZE = dict(vocab_size=8000, d_model=192, n_heads=4, d_ff=768, encoder_layers=2, layers=2)
 
 LM_ATTENTION = {
     "softmax": {"type": "softmax"},
@@ -65,17 +65,19 @@ LM_ATTENTION = {
 class TrainConfig:
     task: str = "lm"  # "lm" | "mt"
     steps: int = 1000
-    batch_size: int = 16  # LM: windows per step; MT: max pairs per batch
+    max_minutes: float = 0.0  # wall-clock cap (0 = none): the schedule runs on max(step/steps, elapsed/cap)
+    batch_size: int = 8  # LM: windows per step; MT: max pairs per batch
     batch_tokens: int = 0  # MT: max (source + target) tokens per batch (0 = no limit)
     seq_len: int = 128  # LM window length
-    lr: float = 1e-3
+    lr: float = 1.5e-3
     min_lr_ratio: float = 0.1
-    warmup: int = 100
+    warmup: int = 50
     weight_decay: float = 0.01
     clip: float = 1.0
     seed: int = 1234
     eval_every: int = 200
-    eval_batches: int = 20  # valid batches for the periodic check; the final check uses the whole valid set
+    eval_batches: int = 10  # valid batches for the periodic check
+    final_eval_batches: int = 25  # valid batches for the final check (0 = the whole valid set)
     abc_chunk: int = 32  # chunk length of the causal abc training path
     threads: int = 2  # torch threads (0 = torch default)
     init_from: str = ""  # model directory: copy every tensor whose name and shape match
@@ -104,17 +106,19 @@ def mt_config(decoder_self, cross):
     )
 
 
-LM_STEPS = 1200
-MT_STEPS = 1200
+LM_STEPS = 800
+MT_STEPS = 1000
+LM_MINUTES = 5.0
+MT_MINUTES = 7.0
 
 
 def presets():
     out = {}
     for name, attention in LM_ATTENTION.items():
-        out[f"lm-{name}"] = (lm_config(attention), TrainConfig(task="lm", steps=LM_STEPS))
+        out[f"lm-{name}"] = (lm_config(attention), TrainConfig(task="lm", steps=LM_STEPS, max_minutes=LM_MINUTES))
     # T2R the way its paper does it: a short finetune of the trained softmax LM (see convert.py).
-    out["lm-t2r"] = (lm_config(LM_ATTENTION["t2r"]), TrainConfig(task="lm", steps=300, warmup=30, lr=5e-4, init_from="models/runs/softmax-lm"))
-    mt_train = dict(task="mt", steps=MT_STEPS, batch_size=96, batch_tokens=2400, warmup=100, lr=1e-3)
+    out["lm-t2r"] = (lm_config(LM_ATTENTION["t2r"]), TrainConfig(task="lm", steps=300, max_minutes=2.5, warmup=20, lr=7e-4, init_from="models/runs/softmax-lm"))
+    mt_train = dict(task="mt", steps=MT_STEPS, max_minutes=MT_MINUTES, batch_size=64, batch_tokens=1200, warmup=50, lr=1.5e-3)
     out["mt-abc"] = (mt_config({"type": "abc", "slots": 8}, {"type": "abc", "slots": 32}), TrainConfig(**mt_train))
     out["mt-softmax"] = (mt_config({"type": "softmax"}, {"type": "softmax"}), TrainConfig(**mt_train))
     return out
@@ -272,10 +276,11 @@ def mt_loss(model, src, dec_in, target):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum"), n
 
 
-def lr_at(step, tc):
+def lr_at(step, tc, time_progress=0.0):
+    """Linear warmup over `warmup` steps, then cosine decay; progress = max(step fraction, time fraction)."""
     if step < tc.warmup:
         return tc.lr * (step + 1) / tc.warmup
-    progress = (step - tc.warmup) / max(1, tc.steps - tc.warmup)
+    progress = max((step - tc.warmup) / max(1, tc.steps - tc.warmup), time_progress)
     return tc.lr * (tc.min_lr_ratio + (1 - tc.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
@@ -356,21 +361,27 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
     stream = batches_forever()
     run_loss, run_n = 0.0, 0
     model.train()
+    steps_done = 0
     for step in range(tc.steps):
+        time_progress = (time.time() - t0) / (60 * tc.max_minutes) if tc.max_minutes else 0.0
+        if time_progress >= 1.0:
+            log(f"wall-clock cap of {tc.max_minutes} min reached after {step} steps")
+            break
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, tc)
+            group["lr"] = lr_at(step, tc, time_progress)
         batch = next(stream)
         loss, n = loss_fn(model, *batch)
         opt.zero_grad(set_to_none=True)
         (loss / n).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
         opt.step()
+        steps_done = step + 1
         tokens_seen += n
         run_loss += float(loss)
         run_n += n
         if (step + 1) % 50 == 0 or step == 0:
             elapsed = time.time() - t0
-            log(f"step {step + 1}/{tc.steps} loss {run_loss / run_n:.4f} lr {lr_at(step, tc):.2e} tokens {tokens_seen} {elapsed:.0f}s ({elapsed / (step + 1):.2f}s/step)")
+            log(f"step {step + 1}/{tc.steps} loss {run_loss / run_n:.4f} lr {opt.param_groups[0]['lr']:.2e} tokens {tokens_seen} {elapsed:.0f}s ({elapsed / (step + 1):.2f}s/step)")
             history["train"].append({"step": step + 1, "loss": run_loss / run_n, "elapsed_s": elapsed})
             run_loss, run_n = 0.0, 0
         if tc.eval_every and (step + 1) % tc.eval_every == 0 and step + 1 < tc.steps:
@@ -378,14 +389,15 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
             log(f"step {step + 1} valid loss (first {tc.eval_batches} batches) {v:.4f} ppl {math.exp(v):.2f}")
             history["valid"].append({"step": step + 1, "loss": v, "batches": tc.eval_batches})
     train_s = time.time() - t0
-    v = evaluate(valid_batches)
-    log(f"final valid loss {v:.4f} ppl {math.exp(v):.2f} (whole valid set); train time {train_s:.0f}s, {tokens_seen} target tokens")
-    history["valid"].append({"step": tc.steps, "loss": v, "batches": len(valid_batches)})
+    final_batches = valid_batches[: tc.final_eval_batches] if tc.final_eval_batches else valid_batches
+    v = evaluate(final_batches)
+    log(f"final valid loss {v:.4f} ppl {math.exp(v):.2f} ({len(final_batches)} valid batches); train time {train_s:.0f}s, {tokens_seen} target tokens")
+    history["valid"].append({"step": steps_done, "loss": v, "batches": len(final_batches)})
     model.to("cpu")
     torch.save({"model": model.state_dict(), "config": config.to_dict(), "train": asdict(tc)}, out_dir / "checkpoint.pt")
     export(model, config, out_dir, dtype=dtype, tokenizer_path=TOKENIZERS[tc.task])
     summary = {
-        "train": asdict(tc), "parameters": params, "train_seconds": round(train_s, 1), "target_tokens_seen": tokens_seen,
+        "train": asdict(tc), "parameters": params, "train_seconds": round(train_s, 1), "steps_done": steps_done, "target_tokens_seen": tokens_seen,
         "final_valid_loss": v, "final_valid_ppl": math.exp(v), "dtype": dtype, "device": device,
         "torch": torch.__version__, "threads": torch.get_num_threads(), "history": history,
     }

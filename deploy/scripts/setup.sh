@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine (run as root):
-#   deploy/scripts/setup.sh run    install dependencies, build, generate text with the bundled model
+#   deploy/scripts/setup.sh run    install dependencies, build, start abcd-server on the bundled models
 #   deploy/scripts/setup.sh test   install dependencies, build with -Werror, run every test
 #   deploy/scripts/setup.sh build  install dependencies and build only
-# Environment: BUILD_DIR (default build), JOBS (default nproc), PROMPT, MAX_TOKENS.
+# Environment: BUILD_DIR (default build), JOBS (default nproc). Extra arguments after `run` go
+# to abcd-server (e.g. `setup.sh run --grpc_port 50052`).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -46,9 +47,8 @@ install_dependencies
 case "$mode" in
   run)
     build OFF
-    "$build_dir/server/abcd-cli" info
-    "$build_dir/server/abcd-cli" generate --prompt "${PROMPT:-This program is free software}" \
-      --max-tokens "${MAX_TOKENS:-32}" --temperature 0.8 --top-p 0.95 --seed 1
+    if (($#)); then shift; fi
+    exec "$build_dir/server/abcd-server" "$@"
     ;;
   test)
     build ON

@@ -1,17 +1,22 @@
 // The HTTP/JSON frontend (DESIGN.md section 6), default port 8080:
 //
-//   POST /v1/completions   OpenAI-compatible completions; "stream": true -> server-sent events
-//   POST /v1/translate     {"text": ...} -> {"translation": ...}; {"texts": [...]} ->
-//   {"translations": [...]} GET  /v1/models        OpenAI-style model list (+ kind,
-//   state_bytes_per_sequence) GET  /healthz          200 while the process is up GET  /readyz 200
-//   when models.ready(), else 503 (loading or draining) GET  /metrics hooks.render_metrics(),
-//   Prometheus text format 0.0.4
+//   POST /v1/completions  OpenAI-compatible completions; "stream": true -> server-sent events
+//   POST /v1/translate    {"text": ...} -> {"translation": ...};
+//                         {"texts": [...]} -> {"translations": [...]}
+//   GET  /v1/models       OpenAI-style model list (+ kind, state_bytes_per_sequence)
+//   GET  /v1/models/NAME  one model object
+//   GET  /healthz         200 while the process is up
+//   GET  /readyz          200 when models.ready(), else 503 (loading or draining)
+//   GET  /metrics         hooks.render_metrics(), Prometheus text format 0.0.4
 //
 // Bodies are validated at the door (request_parser.h); errors are
 // {"error": {"message", "type", "param", "code"}} with the status from MapStatusCode
 // (http_errors.h). Each request waits on its own EventChannel fed by the executor's callback,
 // so the engine thread never blocks on a client; a streaming client that disconnects has its
-// request cancelled at once. /healthz, /readyz and /metrics never touch an executor.
+// request cancelled at once (a non-streaming one is only noticed when its answer is written:
+// httplib 0.11 gives handlers no view of the socket). /healthz, /readyz and /metrics never
+// touch an executor. Request bodies need a Content-Length (chunked ones get 411: httplib
+// enforces max_body_bytes on Content-Length bodies only).
 //
 // Connections are served by a pool that keeps `thread_count` threads and grows to
 // `max_threads` (a streaming request holds its thread), so probes are not starved by streams.
@@ -21,7 +26,6 @@
 // outlive the service, and the hooks must be callable from any thread.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "reflection.grpc.pb.h"
 #include "tests/e2e/server_process.h"
 
 namespace abcd {
@@ -76,7 +77,8 @@ class ServerTest : public ::testing::Test {
   // Polls until the server holds no sequence and no state bytes.
   bool EventuallyIdle() {
     for (int i = 0; i < 200; ++i) {
-      if (Metric("abcd_running_sequences") == 0 && Metric("abcd_state_bytes_in_use") == 0) {
+      if (Metric("abcd_running_sequences") == 0 && Metric("abcd_waiting_requests") == 0 &&
+          Metric("abcd_state_bytes_in_use") == 0) {
         return true;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -136,6 +138,26 @@ TEST_F(ServerTest, StreamsTokenByTokenAndGreedyMatchesCli) {
   EXPECT_EQ(last.usage().completion_tokens(), static_cast<int>(result.tokens().size()));
   EXPECT_GT(last.usage().prompt_tokens(), 1);
   EXPECT_EQ(result.tokens(), CliGreedyTokens("This program is free software", 12));
+}
+
+TEST_F(ServerTest, ReflectionListsTheServices) {
+  Start();
+  auto reflection = grpc::reflection::v1alpha::ServerReflection::NewStub(channel_);
+  grpc::ClientContext context;
+  auto stream = reflection->ServerReflectionInfo(&context);
+  grpc::reflection::v1alpha::ServerReflectionRequest request;
+  request.set_list_services("*");
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  grpc::reflection::v1alpha::ServerReflectionResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  std::vector<std::string> services;
+  for (const auto& s : response.list_services_response().service()) services.push_back(s.name());
+  EXPECT_NE(std::find(services.begin(), services.end(), "abcd.v1.Generator"), services.end());
+  EXPECT_NE(std::find(services.begin(), services.end(), "grpc.health.v1.Health"), services.end());
+  while (stream->Read(&response)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 TEST_F(ServerTest, SeededSamplingIsReproducibleWithSixtyFourOtherStreams) {
@@ -204,31 +226,51 @@ TEST_F(ServerTest, CancelMidStreamFreesStateAtOnce) {
 
 TEST_F(ServerTest, OverloadIsRefusedAndTheServerKeepsServing) {
   Start({"--max_waiting_requests", "1", "--max_running_sequences", "1"});
-  std::atomic<int> exhausted{0}, ok{0};
-  std::vector<std::thread> streams;
-  for (int i = 0; i < 8; ++i) {
-    streams.emplace_back([this, &exhausted, &ok] {
-      GenerateRequest request;
-      request.set_prompt("occupy the server");
-      request.set_max_tokens(400);
-      const StreamResult r = Stream(request);
-      if (r.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) exhausted++;
-      if (r.status.ok()) ok++;
-    });
+  // One running stream and one waiting request fill the server.
+  GenerateRequest long_request;
+  long_request.set_prompt("occupy the server");
+  long_request.set_max_tokens(4000);
+  grpc::ClientContext running_context, waiting_context;
+  std::atomic<int> running_received{0};
+  grpc::Status running_status, waiting_status;
+  std::thread running([&] {
+    auto stream = stub_->Generate(&running_context, long_request);
+    GenerateResponse response;
+    while (stream->Read(&response)) running_received++;
+    running_status = stream->Finish();
+  });
+  while (running_received.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::thread waiting([&] {
+    auto stream = stub_->Generate(&waiting_context, long_request);
+    GenerateResponse response;
+    while (stream->Read(&response)) {
+    }
+    waiting_status = stream->Finish();
+  });
+  bool queued = false;
+  for (int i = 0; i < 500 && !queued; ++i) {
+    queued = Metric("abcd_waiting_requests") == 1;
+    if (!queued) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  // Over HTTP at the same time: 429 with an error body.
-  int http_429 = 0;
-  for (int i = 0; i < 20 && http_429 == 0; ++i) {
-    auto response = http_->Post("/v1/completions", R"({"prompt": "more", "max_tokens": 400})",
-                                "application/json");
-    if (response && response->status == 429) http_429++;
-  }
-  for (auto& t : streams) t.join();
-  EXPECT_GT(exhausted.load(), 0);
-  EXPECT_GT(ok.load(), 0);
-  EXPECT_GT(http_429, 0);
+  ASSERT_TRUE(queued);
+
+  const StreamResult refused = Stream(Greedy("one too many", 4));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.status.error_message();
+  auto http_refused =
+      http_->Post("/v1/completions", R"({"prompt": "more", "max_tokens": 4})", "application/json");
+  ASSERT_TRUE(http_refused);
+  EXPECT_EQ(http_refused->status, 429) << http_refused->body;
+  EXPECT_NE(http_refused->body.find("\"error\""), std::string::npos);
+
+  running_context.TryCancel();
+  waiting_context.TryCancel();
+  running.join();
+  waiting.join();
+  EXPECT_EQ(running_status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(EventuallyIdle());  // cancelled requests free their place within an iteration
   EXPECT_TRUE(Stream(Greedy("still serving", 4)).status.ok());
-  EXPECT_GT(Metric("abcd_requests_total{kind=\"generate\",status=\"resource_exhausted\"}"), 0);
+  EXPECT_EQ(Metric("abcd_requests_total{kind=\"generate\",status=\"resource_exhausted\"}"), 1);
 }
 
 TEST_F(ServerTest, SigtermDrainsInFlightStreamsThenExitsZero) {

@@ -1,0 +1,54 @@
+// Shared pieces of abcd-bench: the memory-bandwidth probe behind every step-time floor
+// (DESIGN.md section 7: floor = (weight_bytes + 2 * batch * state_bytes) / bandwidth),
+// deterministic token streams, model loading and small formatting helpers.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/model.h"
+#include "nlohmann/json.hpp"
+
+namespace abcd::bench {
+
+using BenchClock = std::chrono::steady_clock;
+
+struct Bandwidth {
+  double bytes_per_second = 0;  // (read + written bytes) / time of the best copy
+  int64_t buffer_bytes = 0;
+  int repeats = 0;
+};
+// Times memcpy of a `megabytes` MiB buffer (touched first) `repeats` times; keeps the best.
+Bandwidth MeasureCopyBandwidth(int megabytes, int repeats);
+
+// Seconds the step needs at least if it only streams its bytes: DESIGN.md section 7.
+double FloorSeconds(int64_t weight_bytes, int64_t batch, int64_t state_bytes,
+                    const Bandwidth& bandwidth);
+
+// `count` token ids in [4, vocab) from a fixed generator (ids 0..3 are the specials).
+std::vector<int32_t> Tokens(uint64_t seed, int64_t count, int vocab);
+
+double Seconds(BenchClock::duration d);
+double Median(std::vector<double> values);
+
+// Short name of a model directory's attention: "abc", "rfa", ... of its first decoder layer.
+std::string AttentionName(const Model& model);
+
+std::string HumanBytes(double bytes);
+
+// Comma-separated integers ("1,4,16"); INVALID_ARGUMENT naming `flag` otherwise.
+absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& flag, const std::string& text);
+std::vector<std::string> SplitList(const std::string& text);
+
+// Sets the BLAS thread count for the process (OpenBLAS); `threads` <= 0 leaves it alone.
+void SetBlasThreads(int threads);
+int BlasThreads();
+
+// lscpu's model name and the CPU count, for labelling results.
+nlohmann::json MachineInfo();
+
+}  // namespace abcd::bench

@@ -1,0 +1,147 @@
+// abcd-bench: engine benchmarks without a server (memory per sequence, decode throughput
+// against batch size, engine vs the PyTorch reference) and the serving overhead. See
+// loadtest/README.md for the commands that produced the published numbers.
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/core/status_macros.h"
+#include "loadtest/bench/benchmarks.h"
+#include "loadtest/lib/report.h"
+#include "server/core/arguments.h"
+
+namespace abcd::bench {
+namespace {
+
+constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
+  bandwidth  [--bandwidth_mb 256]
+  memory     --models DIR[,DIR..] [--lengths 128,256,...,32768] [--confirm_length 2048]
+  decode     --models DIR[,DIR..] [--batches 1,4,16,64] [--contexts 128,512,2048] [--steps 8]
+  reference  --models DIR[,DIR..] [--reference_batches 1,32] [--reference_steps 64] [--repeats 3]
+             [--python /usr/bin/python3] [--script loadtest/bench_reference.py]
+  overhead   --model DIR [--server build/server/abcd-server] [--requests 48] [--concurrency 8]
+             [--max_tokens 32] [--prompts loadtest/prompts/brown_test.jsonl]
+  all        everything above with --models_dir DIR (holding abc/ rfa/ t2r/ softmax/ ...)
+Common: --threads N (BLAS threads, and torch threads for reference; default 1)  --json FILE
+)";
+
+const std::set<std::string> kValued = {
+    "models",  "model",   "models_dir", "lengths",  "confirm_length", "batches",     "contexts",
+    "steps",   "repeats", "python",     "script",   "server",         "requests",    "concurrency",
+    "max_tokens", "prompts", "threads", "json",     "bandwidth_mb",   "memory_types", "decode_types",
+    "reference_types", "overhead_type", "reference_batches", "reference_steps"};
+
+std::vector<std::string> ModelsIn(const std::string& dir, const std::string& types) {
+  std::vector<std::string> out;
+  for (const std::string& t : SplitList(types)) out.push_back(absl::StrCat(dir, "/", t));
+  return out;
+}
+
+absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
+  ABCD_ASSIGN_OR_RETURN(const int64_t threads, args.Int("threads", 1));
+  SetBlasThreads(static_cast<int>(threads));
+  nlohmann::json out;
+  out["machine"] = MachineInfo();
+  out["command"] = command;
+  const bool all = command == "all";
+  const std::string models_dir = args.String("models_dir", "");
+  if (all && models_dir.empty()) return absl::InvalidArgumentError("all needs --models_dir");
+  auto models_for = [&](const std::string& types_flag,
+                        const std::string& default_types) -> std::vector<std::string> {
+    if (args.Has("models")) return SplitList(args.String("models", ""));
+    return ModelsIn(models_dir, args.String(types_flag, default_types));
+  };
+
+  ABCD_ASSIGN_OR_RETURN(const int64_t bandwidth_mb, args.Int("bandwidth_mb", 256));
+  Bandwidth bandwidth;
+  if (all || command == "bandwidth" || command == "decode") {
+    bandwidth = MeasureCopyBandwidth(static_cast<int>(bandwidth_mb), 5);
+    std::cout << absl::StrFormat(
+        "== memory bandwidth: memcpy of %d MiB, best of 5: %.2f GB/s (read + write) ==\n\n",
+        bandwidth_mb, bandwidth.bytes_per_second / 1e9);
+    out["bandwidth"] = {{"bytes_per_second", bandwidth.bytes_per_second},
+                        {"buffer_bytes", bandwidth.buffer_bytes}};
+  }
+  if (all || command == "memory") {
+    MemoryOptions o;
+    o.models = models_for("memory_types", "softmax,window,abc,rfa,t2r,elu");
+    ABCD_ASSIGN_OR_RETURN(
+        o.lengths,
+        ParseInts("lengths", args.String("lengths", "128,256,512,1024,2048,4096,8192,16384,32768")));
+    ABCD_ASSIGN_OR_RETURN(o.confirm_length, args.Int("confirm_length", 2048));
+    ABCD_ASSIGN_OR_RETURN(out["memory"], RunMemory(o));
+  }
+  if (all || command == "decode") {
+    DecodeOptions o;
+    o.models = models_for("decode_types", "abc,rfa,t2r,softmax");
+    ABCD_ASSIGN_OR_RETURN(o.batches, ParseInts("batches", args.String("batches", "1,4,16,64")));
+    ABCD_ASSIGN_OR_RETURN(o.contexts,
+                          ParseInts("contexts", args.String("contexts", "128,512,2048")));
+    ABCD_ASSIGN_OR_RETURN(const int64_t steps, args.Int("steps", 8));
+    o.steps = static_cast<int>(steps);
+    o.bandwidth = bandwidth;
+    ABCD_ASSIGN_OR_RETURN(out["decode"], RunDecode(o));
+  }
+  if (all || command == "reference") {
+    ReferenceOptions o;
+    o.models = models_for("reference_types", "abc");
+    ABCD_ASSIGN_OR_RETURN(
+        o.batches, ParseInts("reference_batches", args.String("reference_batches", "1,32")));
+    ABCD_ASSIGN_OR_RETURN(const int64_t steps, args.Int("reference_steps", 64));
+    o.steps = static_cast<int>(steps);
+    ABCD_ASSIGN_OR_RETURN(const int64_t repeats, args.Int("repeats", 3));
+    o.repeats = static_cast<int>(repeats);
+    o.threads = static_cast<int>(threads);
+    o.python = args.String("python", "/usr/bin/python3");
+    o.script = args.String("script", absl::StrCat(ABCD_SOURCE_DIR, "/loadtest/bench_reference.py"));
+    ABCD_ASSIGN_OR_RETURN(out["reference"], RunReference(o));
+  }
+  if (all || command == "overhead") {
+    OverheadOptions o;
+    o.model = args.String("model", all ? absl::StrCat(models_dir, "/",
+                                                      args.String("overhead_type", "abc"))
+                                       : "");
+    if (o.model.empty()) return absl::InvalidArgumentError("overhead needs --model");
+    o.server = args.String("server", ABCD_SERVER_BINARY);
+    o.prompts =
+        args.String("prompts", absl::StrCat(ABCD_SOURCE_DIR, "/loadtest/prompts/brown_test.jsonl"));
+    ABCD_ASSIGN_OR_RETURN(const int64_t requests, args.Int("requests", 48));
+    ABCD_ASSIGN_OR_RETURN(const int64_t concurrency, args.Int("concurrency", 8));
+    ABCD_ASSIGN_OR_RETURN(const int64_t max_tokens, args.Int("max_tokens", 32));
+    o.requests = static_cast<int>(requests);
+    o.concurrency = static_cast<int>(concurrency);
+    o.max_tokens = static_cast<int>(max_tokens);
+    ABCD_ASSIGN_OR_RETURN(out["overhead"], RunOverhead(o));
+  }
+  if (!out.contains("bandwidth") && !out.contains("memory") && !out.contains("decode") &&
+      !out.contains("reference") && !out.contains("overhead")) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown command \"", command, "\""));
+  }
+  if (args.Has("json")) {
+    ABCD_RETURN_IF_ERROR(loadtest::WriteJsonFile(args.String("json", ""), out));
+    std::cout << "wrote " << args.String("json", "") << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace abcd::bench
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << abcd::bench::kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  absl::StatusOr<abcd::Arguments> args =
+      abcd::Arguments::Parse({argv + 2, argv + argc}, abcd::bench::kValued, {});
+  if (!args.ok()) {
+    std::cerr << "abcd-bench: " << args.status().message() << "\n" << abcd::bench::kUsage;
+    return 2;
+  }
+  absl::StatusOr<int> rc = abcd::bench::Run(argv[1], *args);
+  if (!rc.ok()) {
+    std::cerr << "abcd-bench: " << rc.status().message() << "\n";
+    return 1;
+  }
+  return *rc;
+}

@@ -1,0 +1,63 @@
+// The abcd-bench benchmarks. Each prints a human table to stdout and returns its numbers as
+// JSON (abcd-bench --json FILE writes them; loadtest/plot.py draws them).
+//
+//   memory     bytes of attention state per sequence against generated length, per layer type:
+//              StatePool arithmetic up to 32768 tokens, confirmed by a real decode to a shorter
+//              length.
+//   decode     decode step time and tokens/s against batch size at several context lengths, each
+//              next to its memory-bandwidth floor; speed-up of each bounded type over softmax.
+//   reference  the engine against the PyTorch reference (loadtest/bench_reference.py) on the
+//              same checkpoint and tokens, both recurrent decode, in one run.
+//   overhead   one greedy workload through the in-process Executor, then through abcd-server
+//              over gRPC and HTTP/SSE.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "loadtest/bench/bench_common.h"
+#include "nlohmann/json.hpp"
+
+namespace abcd::bench {
+
+struct MemoryOptions {
+  std::vector<std::string> models;
+  std::vector<int64_t> lengths;  // generated tokens
+  int64_t confirm_length = 2048;
+};
+absl::StatusOr<nlohmann::json> RunMemory(const MemoryOptions& options);
+
+struct DecodeOptions {
+  std::vector<std::string> models;
+  std::vector<int64_t> batches;
+  std::vector<int64_t> contexts;
+  int steps = 8;
+  Bandwidth bandwidth;
+};
+absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options);
+
+struct ReferenceOptions {
+  std::vector<std::string> models;
+  std::vector<int64_t> batches;
+  int steps = 64;  // decode steps per pass (from an empty state)
+  int repeats = 3;
+  int threads = 1;
+  std::string python = "/usr/bin/python3";
+  std::string script;  // loadtest/bench_reference.py
+};
+absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options);
+
+struct OverheadOptions {
+  std::string model;
+  std::string server;   // abcd-server binary
+  std::string prompts;  // JSONL prompts file
+  int requests = 48;
+  int concurrency = 8;
+  int max_tokens = 32;
+  int warmup = 4;
+};
+absl::StatusOr<nlohmann::json> RunOverhead(const OverheadOptions& options);
+
+}  // namespace abcd::bench

@@ -1,0 +1,95 @@
+#include "loadtest/lib/executor_driver.h"
+
+#include <cctype>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace abcd::loadtest {
+namespace {
+
+std::string CodeName(absl::StatusCode code) {
+  std::string name = absl::StatusCodeToString(code);
+  for (char& c : name) c = c == ' ' ? '_' : static_cast<char>(std::toupper(c));
+  return name;
+}
+
+class ExecutorDriver final : public Driver {
+ public:
+  explicit ExecutorDriver(Executor& executor) : executor_(executor) {}
+
+  void Start(const RequestSpec& spec, DoneCallback done) override {
+    GenerationRequest request;
+    request.prompt = spec.prompt;
+    request.max_tokens = spec.max_tokens;
+    request.sampling.temperature = spec.temperature;
+    request.sampling.seed = spec.seed;
+    request.ignore_eos = spec.ignore_eos;
+    request.deadline = absl::Now() + absl::Seconds(spec.timeout_s);
+
+    // The callback runs on the engine thread; the record is its own until the last event.
+    auto state = std::make_shared<State>();
+    state->record.index = spec.index;
+    state->record.prompt_tokens = spec.prompt_tokens;
+    state->done = std::move(done);
+    state->record.send = Clock::now();
+    absl::StatusOr<RequestId> id = executor_.Enqueue(
+        std::move(request), [this, state](GenerationEvent event) { OnEvent(*state, event); });
+    if (!id.ok()) {
+      state->record.end = Clock::now();
+      state->record.status = CodeName(id.status().code());
+      state->record.error = std::string(id.status().message());
+      DoneCallback callback = std::move(state->done);
+      callback(std::move(state->record));
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.insert(*id);
+  }
+
+  void CancelAll() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (RequestId id : live_) executor_.Cancel(id);
+  }
+
+  Endpoint endpoint() const override { return Endpoint::kInProcess; }
+
+ private:
+  struct State {
+    RequestRecord record;
+    DoneCallback done;
+  };
+
+  void OnEvent(State& state, const GenerationEvent& event) {
+    const Clock::time_point now = Clock::now();
+    RequestRecord& r = state.record;
+    if (!event.token_ids.empty()) {
+      r.chunk_times.push_back(now);
+      r.chunk_tokens.push_back(static_cast<int>(event.token_ids.size()));
+    }
+    r.text += event.text;
+    if (!event.finished) return;
+    r.end = now;
+    r.ok = event.status.ok();
+    r.status = CodeName(event.status.code());
+    if (!r.ok) r.error = std::string(event.status.message());
+    r.output_tokens = event.completion_tokens;
+    if (event.prompt_tokens > 0) r.prompt_tokens = event.prompt_tokens;
+    DoneCallback callback = std::move(state.done);
+    callback(std::move(r));
+  }
+
+  Executor& executor_;
+  std::mutex mu_;
+  std::set<RequestId> live_;  // every id started; Cancel ignores the ones already finished
+};
+
+}  // namespace
+
+std::unique_ptr<Driver> MakeExecutorDriver(Executor& executor) {
+  return std::make_unique<ExecutorDriver>(executor);
+}
+
+}  // namespace abcd::loadtest
