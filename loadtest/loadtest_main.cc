@@ -73,14 +73,17 @@ Output
   --grpc_channels N (default 1)  --http_max_threads N (default 1024)
 )";
 
-const std::set<std::string> kValued = {
-    "endpoint",       "host",          "grpc_port",   "http_port",       "launch_server",
-    "server_args",    "model_dir",     "model",       "concurrency",     "request_rate",
-    "burstiness",     "max_concurrency", "num_requests", "duration",     "warmup",
-    "drain_timeout",  "prompts",       "prompt_tokens", "output_tokens", "tokenizer",
-    "temperature",    "seed",          "beam_size",   "request_timeout", "result_json",
-    "requests_jsonl", "label",         "poll_ms",     "grpc_channels",   "http_max_threads",
-    "goodput"};
+const std::set<std::string> kValued = {"endpoint",      "host",           "grpc_port",
+                                       "http_port",     "launch_server",  "server_args",
+                                       "model_dir",     "model",          "concurrency",
+                                       "request_rate",  "burstiness",     "max_concurrency",
+                                       "num_requests",  "duration",       "warmup",
+                                       "drain_timeout", "prompts",        "prompt_tokens",
+                                       "output_tokens", "tokenizer",      "temperature",
+                                       "seed",          "beam_size",      "request_timeout",
+                                       "result_json",   "requests_jsonl", "label",
+                                       "poll_ms",       "grpc_channels",  "http_max_threads",
+                                       "goodput"};
 const std::set<std::string> kFlags = {"ignore_eos", "save_texts", "no_metrics", "help"};
 
 absl::StatusOr<std::vector<double>> ParseList(const Arguments& args, const std::string& name) {
@@ -167,9 +170,9 @@ absl::StatusOr<int> Run(const Arguments& args) {
 
   // ---- workload
   WorkloadOptions wo;
-  wo.prompts_file = args.String(
-      "prompts", absl::StrCat(ABCD_SOURCE_DIR, "/loadtest/prompts/",
-                              translation ? "mt_test.jsonl" : "brown_test.jsonl"));
+  wo.prompts_file =
+      args.String("prompts", absl::StrCat(ABCD_SOURCE_DIR, "/loadtest/prompts/",
+                                          translation ? "mt_test.jsonl" : "brown_test.jsonl"));
   if (args.Has("prompt_tokens")) {
     ABCD_ASSIGN_OR_RETURN(wo.prompt_tokens,
                           ParseLengthRange("prompt_tokens", args.String("prompt_tokens", "")));
@@ -256,17 +259,20 @@ absl::StatusOr<int> Run(const Arguments& args) {
   ABCD_ASSIGN_OR_RETURN(const double drain_timeout, args.Double("drain_timeout", 300));
   ABCD_ASSIGN_OR_RETURN(const int64_t poll_ms, args.Int("poll_ms", 200));
   Slo slo;
-  if (args.Has("goodput")) ABCD_ASSIGN_OR_RETURN(slo, ParseSlo(args.String("goodput", "")));
+  if (args.Has("goodput")) {
+    ABCD_ASSIGN_OR_RETURN(slo, ParseSlo(args.String("goodput", "")));
+  }
   const bool watch_metrics = !args.Has("no_metrics") && endpoint != Endpoint::kInProcess;
 
   RunInfo info;
   info.label = args.String("label", "");
   info.endpoint = endpoint;
   info.target = target;
-  info.model_id = wo.base.model.empty() && endpoint != Endpoint::kInProcess
-                      ? ServedModelName(address, static_cast<int>(http_port), translation)
-                      : (wo.base.model.empty() ? std::filesystem::path(model_dir).filename().string()
-                                               : wo.base.model);
+  info.model_id =
+      wo.base.model.empty() && endpoint != Endpoint::kInProcess
+          ? ServedModelName(address, static_cast<int>(http_port), translation)
+          : (wo.base.model.empty() ? std::filesystem::path(model_dir).filename().string()
+                                   : wo.base.model);
   info.tokenizer_id = tokenizer_path;
   info.closed_loop = closed;
   info.burstiness = burstiness;
@@ -299,9 +305,8 @@ absl::StatusOr<int> Run(const Arguments& args) {
     if (warmup > 0) {
       PhaseOptions w;
       w.num_requests = warmup;
-      w.concurrency = static_cast<int>(
-          std::min<int64_t>(warmup, closed ? info.concurrency
-                                           : (max_concurrency > 0 ? max_concurrency : 4)));
+      w.concurrency = static_cast<int>(std::min<int64_t>(
+          warmup, closed ? info.concurrency : (max_concurrency > 0 ? max_concurrency : 4)));
       w.drain_timeout_s = drain_timeout;
       PhaseResult warm = RunPhase(*driver, workload, w, int64_t{1} << 40);
       int64_t failed = 0;
@@ -310,9 +315,8 @@ absl::StatusOr<int> Run(const Arguments& args) {
         if (!r.ok && failed++ == 0) first_error = absl::StrCat(r.status, ": ", r.error);
       }
       if (failed == static_cast<int64_t>(warm.records.size())) {
-        return absl::UnavailableError(
-            absl::StrCat("every warm-up request failed (", first_error, "); is the server up at ",
-                         target, "?"));
+        return absl::UnavailableError(absl::StrCat("every warm-up request failed (", first_error,
+                                                   "); is the server up at ", target, "?"));
       }
     }
     std::unique_ptr<MetricsWatcher> watcher;
@@ -363,8 +367,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<abcd::Arguments> args = abcd::Arguments::Parse(
       {argv + 1, argv + argc}, abcd::loadtest::kValued, abcd::loadtest::kFlags);
   if (!args.ok()) {
-    std::cerr << "abcd-loadtest: " << args.status().message() << "\n"
-              << abcd::loadtest::kUsage;
+    std::cerr << "abcd-loadtest: " << args.status().message() << "\n" << abcd::loadtest::kUsage;
     return 2;
   }
   if (args->Has("help")) {

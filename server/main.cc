@@ -113,7 +113,8 @@ int Run(int argc, char** argv) {
   builder.SetMaxSendMessageSize(config->max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
                              config->max_connection_age_seconds * 1000);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, 30 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                             config->max_connection_age_grace_seconds * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, config->keepalive_time_seconds * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);

@@ -10,6 +10,7 @@ set -euo pipefail
 (($#)) || { echo "usage: $0 FILE..." >&2; exit 2; }
 
 libraries=$(ldd "$@" | awk '
+  /:$/ { next }  # "FILE:" headers when ldd is given several files
   /not found/ { print "MISSING " $1; next }
   $2 == "=>" && $3 ~ /^\// { print $3 }
   $1 ~ /^\// { print $1 }' | sort -u)

@@ -5,7 +5,8 @@
 //
 // Prints a JSON array, one entry per expression:
 //   {"expr": ..., "errors": ["syntax error at 12: ..."],
-//    "selectors": [{"metric": "abcd_x", "labels": ["status"]}],   // vector selectors
+//    "selectors": [{"metric": "abcd_x", "labels": ["status"],      // vector selectors, with
+//                   "range": true, "function": "rate"}],            // [range] and enclosing call
 //    "groupings": [{"labels": ["le"], "metrics": ["abcd_x_bucket"]}]}  // by/without (...)
 // Grafana macros ($__rate_interval, $var) must be substituted by the caller.
 import { readFileSync } from "node:fs";
@@ -56,7 +57,15 @@ function analyse(expr) {
         }
       }
     }
-    return { metric, labels };
+    const range = node.parent?.name === "MatrixSelector";
+    let fn = "";
+    for (let p = node.parent; p; p = p.parent) {
+      if (p.name === "FunctionCall") {
+        fn = text(expr, p.getChild("FunctionIdentifier"));
+        break;
+      }
+    }
+    return { metric, labels, range, function: fn };
   };
   tree.iterate({
     enter(ref) {

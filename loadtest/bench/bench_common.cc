@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -68,6 +70,12 @@ std::string AttentionName(const Model& model) {
   return std::string(AttentionTypeName(layers.front().attention.type));
 }
 
+std::string ModelLabel(const std::string& dir) {
+  std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();
+  return path.filename().string();
+}
+
 std::string HumanBytes(double b) {
   if (b >= 1 << 30) return absl::StrFormat("%.2f GiB", b / (1 << 30));
   if (b >= 1 << 20) return absl::StrFormat("%.2f MiB", b / (1 << 20));
@@ -94,7 +102,10 @@ absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& flag, const st
 }
 
 void SetBlasThreads(int threads) {
-  if (threads > 0) openblas_set_num_threads(threads);
+  if (threads <= 0) return;
+  openblas_set_num_threads(threads);
+  // Servers this process starts (abcd-bench overhead) use the same count.
+  setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
 }
 
 int BlasThreads() { return openblas_get_num_threads(); }

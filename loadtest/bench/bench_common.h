@@ -37,6 +37,8 @@ double Median(std::vector<double> values);
 
 // Short name of a model directory's attention: "abc", "rfa", ... of its first decoder layer.
 std::string AttentionName(const Model& model);
+// A model directory's base name ("build/bench-models/abc/" -> "abc"), for table columns.
+std::string ModelLabel(const std::string& dir);
 
 std::string HumanBytes(double bytes);
 
@@ -44,7 +46,8 @@ std::string HumanBytes(double bytes);
 absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& flag, const std::string& text);
 std::vector<std::string> SplitList(const std::string& text);
 
-// Sets the BLAS thread count for the process (OpenBLAS); `threads` <= 0 leaves it alone.
+// Sets the BLAS thread count of this process (OpenBLAS) and, through OPENBLAS_NUM_THREADS, of
+// the servers it starts; `threads` <= 0 leaves both alone.
 void SetBlasThreads(int threads);
 int BlasThreads();
 

@@ -26,10 +26,11 @@ Common: --threads N (BLAS threads, and torch threads for reference; default 1)  
 )";
 
 const std::set<std::string> kValued = {
-    "models",  "model",   "models_dir", "lengths",  "confirm_length", "batches",     "contexts",
-    "steps",   "repeats", "python",     "script",   "server",         "requests",    "concurrency",
-    "max_tokens", "prompts", "threads", "json",     "bandwidth_mb",   "memory_types", "decode_types",
-    "reference_types", "overhead_type", "reference_batches", "reference_steps"};
+    "models",       "model",           "models_dir",    "lengths",           "confirm_length",
+    "batches",      "contexts",        "steps",         "repeats",           "python",
+    "script",       "server",          "requests",      "concurrency",       "max_tokens",
+    "prompts",      "threads",         "json",          "bandwidth_mb",      "memory_types",
+    "decode_types", "reference_types", "overhead_type", "reference_batches", "reference_steps"};
 
 std::vector<std::string> ModelsIn(const std::string& dir, const std::string& types) {
   std::vector<std::string> out;
@@ -67,7 +68,8 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     o.models = models_for("memory_types", "softmax,window,abc,rfa,t2r,elu");
     ABCD_ASSIGN_OR_RETURN(
         o.lengths,
-        ParseInts("lengths", args.String("lengths", "128,256,512,1024,2048,4096,8192,16384,32768")));
+        ParseInts("lengths",
+                  args.String("lengths", "128,256,512,1024,2048,4096,8192,16384,32768")));
     ABCD_ASSIGN_OR_RETURN(o.confirm_length, args.Int("confirm_length", 2048));
     ABCD_ASSIGN_OR_RETURN(out["memory"], RunMemory(o));
   }
@@ -85,8 +87,8 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
   if (all || command == "reference") {
     ReferenceOptions o;
     o.models = models_for("reference_types", "abc");
-    ABCD_ASSIGN_OR_RETURN(
-        o.batches, ParseInts("reference_batches", args.String("reference_batches", "1,32")));
+    ABCD_ASSIGN_OR_RETURN(o.batches,
+                          ParseInts("reference_batches", args.String("reference_batches", "1,32")));
     ABCD_ASSIGN_OR_RETURN(const int64_t steps, args.Int("reference_steps", 64));
     o.steps = static_cast<int>(steps);
     ABCD_ASSIGN_OR_RETURN(const int64_t repeats, args.Int("repeats", 3));
@@ -98,9 +100,8 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
   }
   if (all || command == "overhead") {
     OverheadOptions o;
-    o.model = args.String("model", all ? absl::StrCat(models_dir, "/",
-                                                      args.String("overhead_type", "abc"))
-                                       : "");
+    o.model = args.String(
+        "model", all ? absl::StrCat(models_dir, "/", args.String("overhead_type", "abc")) : "");
     if (o.model.empty()) return absl::InvalidArgumentError("overhead needs --model");
     o.server = args.String("server", ABCD_SERVER_BINARY);
     o.prompts =

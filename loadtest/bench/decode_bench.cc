@@ -4,7 +4,6 @@
 // identical sequences (a memcpy of the state; exact), and `steps` batched decode steps of all B
 // are timed (after one untimed step). Logits are computed for every row, as serving needs them
 // for sampling.
-#include <algorithm>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -84,19 +83,21 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   // tokens/s by [context][batch][attention], for the speed-up table.
   std::map<int64_t, std::map<int64_t, std::map<std::string, double>>> speed;
   std::vector<std::string> order;
+  std::string softmax;  // label of the softmax model, the baseline
   std::cout << "== decode step time vs batch size (floor = (weights + 2 * batch * state) / "
             << absl::StrFormat("%.1f GB/s copy bandwidth", options.bandwidth.bytes_per_second / 1e9)
             << ") ==\n";
   std::cout << absl::StrFormat("%-8s %7s %6s %12s %10s %12s %10s %8s\n", "model", "context",
-                               "batch", "state/seq", "step ms", "tokens/s", "floor ms",
-                               "x floor");
+                               "batch", "state/seq", "step ms", "tokens/s", "floor ms", "x floor");
   for (const std::string& dir : options.models) {
     ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
-    const std::string name = AttentionName(*model);
+    const std::string name = ModelLabel(dir);
     order.push_back(name);
+    if (AttentionName(*model) == "softmax" && softmax.empty()) softmax = name;
     nlohmann::json m;
     m["model"] = dir;
-    m["attention"] = name;
+    m["label"] = name;
+    m["attention"] = AttentionName(*model);
     m["description"] = DescribeAttention(model->config().decoder_layers.front().attention);
     m["weight_bytes"] = model->weight_bytes();
     nlohmann::json points = nlohmann::json::array();
@@ -126,7 +127,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   out["models"] = std::move(models);
 
   // Speed-up of every type over softmax (same size, same context, same batch).
-  if (std::find(order.begin(), order.end(), "softmax") != order.end()) {
+  if (!softmax.empty()) {
     nlohmann::json speedups = nlohmann::json::array();
     std::cout << "\n== decode tokens/s relative to softmax (same size, context, batch) ==\n";
     std::cout << absl::StrFormat("%-8s %6s", "context", "batch");
@@ -135,7 +136,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
     for (const auto& [context, by_batch] : speed) {
       for (const auto& [batch, by_name] : by_batch) {
         std::cout << absl::StrFormat("%-8d %6d", context, batch);
-        const double base = by_name.at("softmax");
+        const double base = by_name.at(softmax);
         nlohmann::json row = {{"context", context}, {"batch", batch}};
         for (const std::string& n : order) {
           const double ratio = by_name.at(n) / base;

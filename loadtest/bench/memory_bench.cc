@@ -52,6 +52,7 @@ absl::StatusOr<nlohmann::json> RunMemory(const MemoryOptions& options) {
     const StateLayout& layout = model->state_layout();
     nlohmann::json m;
     m["model"] = dir;
+    m["label"] = ModelLabel(dir);
     m["attention"] = AttentionName(*model);
     m["description"] = DescribeAttention(model->config().decoder_layers.front().attention);
     m["fixed_bytes"] = layout.FixedBytes();
@@ -73,7 +74,7 @@ absl::StatusOr<nlohmann::json> RunMemory(const MemoryOptions& options) {
                     {"pool_bytes", predicted},
                     {"match", decoded == predicted},
                     {"seconds", Seconds(BenchClock::now() - start)}};
-    names.push_back(m["attention"].get<std::string>());
+    names.push_back(m["label"].get<std::string>());
     table.push_back(bytes);
     models.push_back(std::move(m));
   }
@@ -90,15 +91,15 @@ absl::StatusOr<nlohmann::json> RunMemory(const MemoryOptions& options) {
   }
   std::cout << absl::StrFormat("%-10s", "growth");
   for (const auto& column : table) {
-    std::cout << absl::StrFormat(" %11.1fx",
-                                 static_cast<double>(column.back()) / static_cast<double>(column[0]));
+    std::cout << absl::StrFormat(
+        " %11.1fx", static_cast<double>(column.back()) / static_cast<double>(column[0]));
   }
   std::cout << "   (" << options.lengths.back() << " vs " << options.lengths.front()
             << " tokens)\n";
   for (const nlohmann::json& m : models) {
     std::cout << absl::StrFormat(
         "confirm %-8s decoded %6d tokens: %s, pool arithmetic %s -> %s (%.1f s)\n",
-        m["attention"].get<std::string>(), options.confirm_length,
+        m["label"].get<std::string>(), options.confirm_length,
         HumanBytes(m["confirm"]["decoded_bytes"].get<double>()),
         HumanBytes(m["confirm"]["pool_bytes"].get<double>()),
         m["confirm"]["match"].get<bool>() ? "match" : "MISMATCH",

@@ -96,7 +96,7 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
                                "speedup", "argmax=", "max|dlog|");
   for (const std::string& dir : options.models) {
     ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
-    const std::string name = AttentionName(*model);
+    const std::string name = ModelLabel(dir);
     // The same tokens for both sides, through a file.
     std::map<int64_t, std::vector<std::vector<int32_t>>> tokens;
     nlohmann::json file;
@@ -108,10 +108,9 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
       }
       file["batches"][std::to_string(batch)] = rows;
     }
-    const std::string tokens_path =
-        (std::filesystem::temp_directory_path() / absl::StrCat("abcd-bench-tokens-", getpid(),
-                                                               ".json"))
-            .string();
+    const std::string tokens_path = (std::filesystem::temp_directory_path() /
+                                     absl::StrCat("abcd-bench-tokens-", getpid(), ".json"))
+                                        .string();
     std::ofstream(tokens_path) << file.dump();
 
     std::map<int64_t, std::vector<Pass>> engine;
@@ -152,14 +151,15 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
       const std::vector<float> ref_logits = ref["last_logits"].get<std::vector<float>>();
       double max_diff = 0;
       for (size_t i = 0; i < ref_logits.size() && i < first.last_logits.size(); ++i) {
-        max_diff = std::max(max_diff, static_cast<double>(std::abs(ref_logits[i] -
-                                                                   first.last_logits[i])));
+        max_diff =
+            std::max(max_diff, static_cast<double>(std::abs(ref_logits[i] - first.last_logits[i])));
       }
       std::cout << absl::StrFormat("%-8s %6d %14.3f %14.3f %12.1f %12.1f %7.2fx %4d/%-3d %10.2e\n",
-                                   name, batch, e, t, batch / (e / 1000), batch / (t / 1000),
-                                   t / e, agree, static_cast<int>(ref_argmax.size()), max_diff);
+                                   name, batch, e, t, batch / (e / 1000), batch / (t / 1000), t / e,
+                                   agree, static_cast<int>(ref_argmax.size()), max_diff);
       results.push_back({{"model", dir},
-                         {"attention", name},
+                         {"label", name},
+                         {"attention", AttentionName(*model)},
                          {"weight_bytes", model->weight_bytes()},
                          {"batch", batch},
                          {"engine_step_ms", e},

@@ -234,8 +234,7 @@ void GrpcDriver::Start(const RequestSpec& spec, DoneCallback done) {
 
 }  // namespace
 
-std::unique_ptr<Driver> MakeGrpcDriver(const std::string& target, Endpoint endpoint,
-                                       int channels) {
+std::unique_ptr<Driver> MakeGrpcDriver(const std::string& target, Endpoint endpoint, int channels) {
   return std::make_unique<GrpcDriver>(target, endpoint, channels);
 }
 

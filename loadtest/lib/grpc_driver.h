@@ -13,7 +13,6 @@
 namespace abcd::loadtest {
 
 // `target` is "ADDRESS:PORT" with a loopback address (see host_check.h).
-std::unique_ptr<Driver> MakeGrpcDriver(const std::string& target, Endpoint endpoint,
-                                       int channels);
+std::unique_ptr<Driver> MakeGrpcDriver(const std::string& target, Endpoint endpoint, int channels);
 
 }  // namespace abcd::loadtest

@@ -220,9 +220,9 @@ RequestRecord HttpDriver::Translate(httplib::Client& client, const RequestSpec& 
   client.set_write_timeout(timeout, 0);
   const uint64_t epoch = cancel_epoch_.load();
   record.send = Clock::now();
-  httplib::Result result = client.Post("/v1/translate",
-                                       body.dump(-1, ' ', false, json::error_handler_t::replace),
-                                       "application/json");
+  httplib::Result result =
+      client.Post("/v1/translate", body.dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
   record.end = Clock::now();
   if (!result) {
     FailTransport(record, result.error(), cancel_epoch_.load() != epoch);

@@ -42,7 +42,9 @@ nlohmann::json ServerMetricsReport::ToJson() const {
 }
 
 MetricsWatcher::MetricsWatcher(std::string address, int port, int poll_interval_ms)
-    : address_(std::move(address)), port_(port), poll_interval_ms_(std::max(10, poll_interval_ms)) {}
+    : address_(std::move(address)),
+      port_(port),
+      poll_interval_ms_(std::max(10, poll_interval_ms)) {}
 
 MetricsWatcher::~MetricsWatcher() {
   stop_.store(true);
@@ -81,7 +83,8 @@ void MetricsWatcher::ObservePeaks(const MetricSnapshot& s) {
 
 void MetricsWatcher::Poll() {
   while (!stop_.load()) {
-    const auto next = std::chrono::steady_clock::now() + std::chrono::milliseconds(poll_interval_ms_);
+    const auto next =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(poll_interval_ms_);
     MetricSnapshot snapshot;
     std::string error;
     if (Scrape(&snapshot, &error)) ObservePeaks(snapshot);

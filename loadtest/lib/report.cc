@@ -145,8 +145,8 @@ std::string HumanTable(const RunInfo& info, const BenchmarkMetrics& m,
   std::string out = absl::StrCat(std::string(10, '='), title);
   if (out.size() < 72) out.append(72 - out.size(), '=');
   out += "\n";
-  out += Row("Target:", absl::StrCat(info.target, info.model_id.empty() ? "" : " model ",
-                                     info.model_id));
+  out += Row("Target:",
+             absl::StrCat(info.target, info.model_id.empty() ? "" : " model ", info.model_id));
   out += Row("Successful requests:", absl::StrCat(m.completed));
   out += Row("Failed requests:", absl::StrCat(m.failed));
   if (!info.closed_loop && info.max_concurrency > 0) {

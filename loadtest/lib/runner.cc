@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -83,9 +83,8 @@ PhaseResult RunPhase(Driver& driver, const Workload& workload, const PhaseOption
   result.start = Clock::now();
   std::optional<Clock::time_point> deadline;
   if (options.duration_s > 0) {
-    deadline = result.start +
-               std::chrono::duration_cast<Clock::duration>(
-                   std::chrono::duration<double>(options.duration_s));
+    deadline = result.start + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(options.duration_s));
   }
   const auto time_up = [&] { return deadline && Clock::now() >= *deadline; };
 

@@ -31,8 +31,8 @@ class ArrivalProcess {
 };
 
 struct PhaseOptions {
-  int concurrency = 0;       // closed loop when request_rate <= 0
-  double request_rate = 0;   // open loop, requests per second
+  int concurrency = 0;      // closed loop when request_rate <= 0
+  double request_rate = 0;  // open loop, requests per second
   double burstiness = 1.0;
   int max_concurrency = 0;   // open loop cap; 0 = none
   int64_t num_requests = 0;  // 0 = no count bound

@@ -28,11 +28,11 @@ struct CompletionChunk {
   bool error = false;  // an {"error": {...}} event
   std::string error_type;
   std::string error_message;
-  std::string text;              // choices[0].text
-  bool has_usage = false;        // the last chunk carries usage
-  int prompt_tokens = 0;         // usage.prompt_tokens
-  int completion_tokens = 0;     // usage.completion_tokens
-  bool malformed = false;        // not JSON, or not the expected shape
+  std::string text;           // choices[0].text
+  bool has_usage = false;     // the last chunk carries usage
+  int prompt_tokens = 0;      // usage.prompt_tokens
+  int completion_tokens = 0;  // usage.completion_tokens
+  bool malformed = false;     // not JSON, or not the expected shape
 };
 
 CompletionChunk ParseCompletionChunk(absl::string_view data);

@@ -58,7 +58,7 @@ struct BenchmarkMetrics {
   Distribution tpot_ms;
   Distribution itl_ms;
   Distribution e2el_ms;
-  Distribution queue_ms;  // arrival -> send: time a request waited for a client slot
+  Distribution queue_ms;               // arrival -> send: time a request waited for a client slot
   double max_output_tokens_per_s = 0;  // busiest one-second bucket
   int64_t max_concurrent_requests = 0;
   std::map<std::string, int64_t> errors_by_status;  // failed requests by RequestRecord::status

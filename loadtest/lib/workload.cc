@@ -71,8 +71,8 @@ absl::StatusOr<Workload> Workload::Create(const WorkloadOptions& options,
       const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
       const char* key = j.is_object() && j.contains("prompt") ? "prompt" : "text";
       if (!j.is_object() || !j.contains(key) || !j[key].is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            options.prompts_file, ":", line_number, ": expected {\"prompt\": \"...\"}"));
+        return absl::InvalidArgumentError(absl::StrCat(options.prompts_file, ":", line_number,
+                                                       ": expected {\"prompt\": \"...\"}"));
       }
       prompt.text = j[key].get<std::string>();
       if (j.contains("output_tokens") && j["output_tokens"].is_number_integer()) {
@@ -99,9 +99,9 @@ absl::StatusOr<Workload> Workload::Create(const WorkloadOptions& options,
       return absl::InvalidArgumentError("--prompt_tokens needs a tokenizer (--tokenizer)");
     }
     if (static_cast<int>(w.corpus_.size()) < options.prompt_tokens.max) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--prompt_tokens: the prompts file has only ", w.corpus_.size(),
-                       " tokens, fewer than ", options.prompt_tokens.max));
+      return absl::InvalidArgumentError(absl::StrCat("--prompt_tokens: the prompts file has only ",
+                                                     w.corpus_.size(), " tokens, fewer than ",
+                                                     options.prompt_tokens.max));
     }
   }
   w.order_.resize(w.prompts_.size());

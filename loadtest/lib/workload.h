@@ -50,7 +50,7 @@ class Workload {
 
   WorkloadOptions options_;
   std::vector<Prompt> prompts_;
-  std::vector<size_t> order_;   // seeded permutation of prompts_
+  std::vector<size_t> order_;    // seeded permutation of prompts_
   std::vector<int32_t> corpus_;  // every prompt's tokens, for cut-to-length prompts
   const Tokenizer* tokenizer_ = nullptr;
 };

@@ -4,15 +4,28 @@
 //   abcd-cli generate [--model DIR] --prompt TEXT [--max-tokens N] [--temperature T]
 //                     [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]
 //                     [--stop STR] [--ignore-eos] [--json]
+//   abcd-cli eval [--model DIR] --text FILE [--chunk N] [--json]
+//
+// eval: perplexity of a decoder-only model on FILE, chunked exactly like
+// `models/evaluate.py lm` (see its docstring): every line (without its newline) is encoded and
+// prefixed with bos, the lines are concatenated, the stream is cut into non-overlapping chunks of
+// N tokens (default 128; a last chunk of one token is dropped), each chunk is scored from an empty
+// state, and every token of a chunk but the first is predicted. ppl = exp(mean NLL), in double.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/model.h"
 #include "engine/runtime/generator.h"
@@ -30,6 +43,7 @@ constexpr char kUsage[] =
     "  abcd-cli generate [--model DIR] --prompt TEXT [--max-tokens N] [--temperature T]\n"
     "                    [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]\n"
     "                    [--stop STR] [--ignore-eos] [--json]\n"
+    "  abcd-cli eval [--model DIR] --text FILE [--chunk N] [--json]\n"
     "Without --model, $ABCD_MODEL or the bundled default model is used.\n";
 
 constexpr int64_t kCliStateBudget = int64_t{1} << 32;
@@ -135,6 +149,87 @@ absl::Status RunGenerate(const Arguments& args) {
   return absl::OkStatus();
 }
 
+// Perplexity of `--text` (see the header comment for the chunking).
+absl::Status RunEval(const Arguments& args) {
+  if (!args.Has("text")) return absl::InvalidArgumentError("--text is required");
+  ABCD_ASSIGN_OR_RETURN(const int64_t chunk, args.Int("chunk", 128));
+  if (chunk < 2 || chunk > 1'000'000) {
+    return absl::InvalidArgumentError(absl::StrCat("--chunk must be in [2, 1000000], got ", chunk));
+  }
+  const std::string text_path = args.String("text", "");
+  const bool json = args.Has("json");
+  const std::string dir = ModelDir(args);
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
+  const ModelConfig& config = model->config();
+  if (config.is_encoder_decoder()) {
+    return absl::FailedPreconditionError("eval needs a decoder-only model");
+  }
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                        Tokenizer::Load(dir + "/tokenizer.model"));
+  std::ifstream file(text_path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot read --text ", text_path));
+  std::stringstream contents;
+  contents << file.rdbuf();
+  std::vector<std::string> lines = absl::StrSplit(contents.str(), '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();  // the final newline
+  std::vector<int32_t> stream;
+  for (const std::string& line : lines) {
+    stream.push_back(config.bos_id);
+    ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(line));
+    stream.insert(stream.end(), ids.begin(), ids.end());
+  }
+  const int64_t total = static_cast<int64_t>(stream.size());
+  StatePool pool(model->state_layout(), kCliStateBudget);
+  double nll = 0.0;
+  int64_t predicted = 0;
+  int64_t chunks = 0;
+  std::vector<float> logits;
+  std::vector<DecodeRow> rows;
+  for (int64_t start = 0; start < total; start += chunk) {
+    const int64_t length = std::min<int64_t>(chunk, total - start);
+    if (length < 2) continue;
+    ++chunks;
+    ABCD_ASSIGN_OR_RETURN(const SequenceId sequence, pool.Acquire());
+    absl::Cleanup release = [&] { pool.Release(sequence); };
+    rows.clear();
+    for (int64_t i = 0; i < length; ++i) {
+      rows.push_back({sequence, stream[start + i], i + 1 < length});
+    }
+    logits.clear();
+    ABCD_RETURN_IF_ERROR(model->Decode(rows, pool, &logits));
+    const int64_t vocab = config.vocab_size;
+    for (int64_t i = 0; i + 1 < length; ++i) {
+      const float* row = logits.data() + i * vocab;
+      double max_logit = row[0];
+      for (int64_t v = 1; v < vocab; ++v) max_logit = std::max<double>(max_logit, row[v]);
+      double sum = 0.0;
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - max_logit);
+      const int32_t target = stream[start + i + 1];
+      nll += max_logit + std::log(sum) - static_cast<double>(row[target]);
+      ++predicted;
+    }
+  }
+  if (predicted == 0) return absl::InvalidArgumentError("--text has fewer than 2 tokens");
+  const double perplexity = std::exp(nll / static_cast<double>(predicted));
+  if (json) {
+    std::cout << nlohmann::json{{"perplexity", perplexity},
+                                {"nll_sum", nll},
+                                {"predicted_tokens", predicted},
+                                {"chunks", chunks},
+                                {"chunk", chunk},
+                                {"lines", lines.size()},
+                                {"model", dir},
+                                {"text", text_path}}
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+  } else {
+    std::cout << absl::StrFormat(
+        "%s: perplexity %.4f over %d predicted tokens (%d chunks of <= %d) of %s\n", dir,
+        perplexity, predicted, chunks, chunk, text_path);
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << kUsage;
@@ -153,6 +248,9 @@ int Main(int argc, char** argv) {
                           "repetition-penalty", "seed", "stop"},
                          {"ignore-eos", "json"});
     status = args.ok() ? RunGenerate(*args) : args.status();
+  } else if (command == "eval") {
+    absl::StatusOr<Arguments> args = Arguments::Parse(rest, {"model", "text", "chunk"}, {"json"});
+    status = args.ok() ? RunEval(*args) : args.status();
   } else if (command == "--help" || command == "help") {
     std::cout << kUsage;
     return 0;

@@ -27,6 +27,7 @@ const std::set<std::string> kValued = {"config",
                                        "http_threads",
                                        "drain_grace_seconds",
                                        "max_connection_age_seconds",
+                                       "max_connection_age_grace_seconds",
                                        "keepalive_time_seconds",
                                        "max_message_bytes",
                                        "port_file"};
@@ -81,7 +82,8 @@ std::string ServerUsage() {
          "  [--models DIR[,DIR...]] [--state_budget_mb MB] [--max_waiting_requests N]\n"
          "  [--max_running_sequences N] [--prefill_token_budget N] [--max_prompt_tokens N]\n"
          "  [--max_tokens_limit N] [--http_threads N] [--drain_grace_seconds S]\n"
-         "  [--max_connection_age_seconds S] [--keepalive_time_seconds S]\n"
+         "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
+         "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE]\n"
          "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
 }
@@ -122,6 +124,9 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   ABCD_ASSIGN_OR_RETURN(
       c.max_connection_age_seconds,
       Ranged(args, "max_connection_age_seconds", c.max_connection_age_seconds, 1, 1 << 24));
+  ABCD_ASSIGN_OR_RETURN(c.max_connection_age_grace_seconds,
+                        Ranged(args, "max_connection_age_grace_seconds",
+                               c.max_connection_age_grace_seconds, 1, 1 << 24));
   ABCD_ASSIGN_OR_RETURN(c.keepalive_time_seconds, Ranged(args, "keepalive_time_seconds",
                                                          c.keepalive_time_seconds, 1, 1 << 24));
   ABCD_ASSIGN_OR_RETURN(c.max_message_bytes,

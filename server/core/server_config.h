@@ -25,6 +25,7 @@ struct ServerConfig {
   int http_threads = 8;
   double drain_grace_seconds = 30;       // SIGTERM: in-flight requests get this long to finish
   int max_connection_age_seconds = 300;  // gRPC: clients reconnect, so load rebalances
+  int max_connection_age_grace_seconds = 600;  // streams open at max age get this long
   int keepalive_time_seconds = 60;
   int max_message_bytes = 4 << 20;
   std::string port_file;  // if set, {"grpc_port":..,"http_port":..} is written here

@@ -69,4 +69,42 @@ TEST(Cli, BadArgumentsNameTheOption) {
   EXPECT_NE(r.output.find("/nonexistent/config.json"), std::string::npos) << r.output;
 }
 
+// The repository root, from this file's path (<root>/tests/cli/cli_test.cc).
+std::string SourceDir() {
+  std::string dir = __FILE__;
+  dir.resize(dir.size() - std::string("tests/cli/cli_test.cc").size());
+  return dir;
+}
+
+// `abcd-cli eval` must reproduce the PyTorch reference perplexity (same chunking) within 0.5%.
+TEST(Cli, EvalPerplexityMatchesPytorchReference) {
+  const std::string model = SourceDir() + "models/checkpoints/abc-lm";
+  const std::string text = SourceDir() + "tests/fixtures/eval/small.txt";
+  const Result r = RunCli("eval --model " + model + " --text " + text + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto result = nlohmann::json::parse(r.output);
+  // From the repository root:
+  //   /usr/bin/python3 models/evaluate.py lm --model models/checkpoints/abc-lm
+  //       --text tests/fixtures/eval/small.txt --json
+  // -> {"perplexity": 719.083, "predicted_tokens": 394, "chunks": 4, "chunk": 128, ...}
+  constexpr double kPytorchPerplexity = 719.083;
+  EXPECT_EQ(result["predicted_tokens"], 394);
+  EXPECT_EQ(result["chunks"], 4);
+  EXPECT_NEAR(result["perplexity"].get<double>(), kPytorchPerplexity, 0.005 * kPytorchPerplexity)
+      << r.output;
+}
+
+TEST(Cli, EvalRejectsEncoderDecoderAndMissingText) {
+  Result r = RunCli("eval");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--text"), std::string::npos) << r.output;
+  r = RunCli("eval --text /nonexistent/file.txt");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("/nonexistent/file.txt"), std::string::npos) << r.output;
+  r = RunCli("eval --model " + SourceDir() + "models/checkpoints/abc-mt-untrained --text " +
+             SourceDir() + "tests/fixtures/eval/small.txt");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("decoder-only"), std::string::npos) << r.output;
+}
+
 }  // namespace

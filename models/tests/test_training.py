@@ -1,0 +1,135 @@
+"""Fast checks of the training code: chunked abc == masked abc form, batching conventions, convert.
+
+No training is run (CI stays free of training). Run: /usr/bin/python3 -m unittest discover -s models/tests
+"""
+
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import convert  # noqa: E402
+import evaluate  # noqa: E402
+import train  # noqa: E402
+from abcd_ref import AttentionSpec, LayerSpec, ModelConfig, build_model, export, load  # noqa: E402
+from abcd_ref.attention import ABCAttention  # noqa: E402
+
+
+class ChunkedAbc(unittest.TestCase):
+    def check(self, t, chunk, scale=1.0, slots=5):
+        torch.manual_seed(t * 100 + chunk)
+        module = ABCAttention(32, 4, slots).double()
+        with torch.no_grad():
+            module.control.weight.mul_(scale)
+        x = torch.randn(2, t, 32, dtype=torch.float64, requires_grad=True)
+        module.chunk = None
+        reference = module(x)
+        (g_ref,) = torch.autograd.grad(reference.square().sum(), x)
+        module.chunk = chunk
+        out = module(x)
+        (g_out,) = torch.autograd.grad(out.square().sum(), x)
+        torch.testing.assert_close(out, reference, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(g_out, g_ref, rtol=1e-9, atol=1e-9)
+        recurrent = module.forward_recurrent(x)
+        torch.testing.assert_close(out, recurrent, rtol=1e-10, atol=1e-10)
+
+    def test_chunk_sizes(self):
+        for t, chunk in ((1, 4), (7, 1), (13, 4), (16, 16), (20, 32)):
+            with self.subTest(t=t, chunk=chunk):
+                self.check(t, chunk)
+
+    def test_large_control_logits(self):
+        self.check(24, 8, scale=20.0)
+
+    def test_fp32_model_logits(self):
+        config = ModelConfig(vocab_size=50, d_model=32, n_heads=2, d_ff=64,
+                             decoder_layers=[LayerSpec(AttentionSpec(type="abc", slots=4)) for _ in range(2)])
+        model = build_model(config, seed=3)
+        tokens = torch.randint(0, 50, (2, 40), generator=torch.Generator().manual_seed(0))
+        reference = model(tokens)
+        train.set_abc_chunk(model, 16)
+        torch.testing.assert_close(model(tokens), reference, rtol=1e-5, atol=1e-5)
+
+
+class Data(unittest.TestCase):
+    def test_mt_convention(self):
+        config = ModelConfig(vocab_size=50, d_model=8, n_heads=2, d_ff=8, architecture="encoder-decoder",
+                             encoder_layers=[LayerSpec(AttentionSpec(type="softmax"))],
+                             decoder_layers=[LayerSpec(AttentionSpec(type="softmax"), AttentionSpec(type="softmax"))])
+        examples = [([10, 11, config.eos_id], [20, 21, 22]), ([12, 13, config.eos_id], [23])]
+        src, dec_in, target = train.mt_tensors(examples, [0, 1], config)
+        self.assertEqual(src.tolist(), [[10, 11, 2], [12, 13, 2]])
+        self.assertEqual(dec_in.tolist(), [[1, 20, 21, 22], [1, 23, 0, 0]])
+        self.assertEqual(target.tolist(), [[20, 21, 22, 2], [23, 2, -100, -100]])
+
+    def test_mt_batches_have_one_source_length(self):
+        examples = [([1] * (i % 5 + 1), [2] * (i % 3)) for i in range(200)]
+        tc = train.TrainConfig(task="mt", batch_size=16, batch_tokens=60)
+        import random
+
+        batches = train.mt_batches(examples, tc, None, random.Random(0))
+        self.assertEqual(sorted(i for b in batches for i in b), list(range(200)))
+        for b in batches:
+            self.assertEqual(len({len(examples[i][0]) for i in b}), 1)
+            self.assertLessEqual(len(b), 16)
+
+    def test_lr_schedule(self):
+        tc = train.TrainConfig(steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1)
+        self.assertAlmostEqual(train.lr_at(0, tc), 0.1)
+        self.assertAlmostEqual(train.lr_at(10, tc), 1.0)
+        self.assertAlmostEqual(train.lr_at(100, tc), 0.1)
+        self.assertAlmostEqual(train.lr_at(20, tc, time_progress=1.0), 0.1)
+
+
+class Convert(unittest.TestCase):
+    def test_softmax_to_t2r_and_abc_keep_weights(self):
+        config = ModelConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32,
+                             decoder_layers=[LayerSpec(AttentionSpec(type="softmax")) for _ in range(2)])
+        model = build_model(config, seed=1)
+        for target, extra in (("t2r", "attn.t2r.weight"), ("abc", "attn.control.weight")):
+            new_config = convert.converted_config(config, AttentionSpec(type=target, features=4) if target == "t2r"
+                                                  else AttentionSpec(type="abc", slots=4))
+            new_model = build_model(new_config, seed=2)
+            with tempfile.TemporaryDirectory() as tmp:
+                export(model, config, tmp)
+                copied, kept = train.copy_matching(new_model, tmp)
+            self.assertEqual(sorted(copied), sorted(model.state_dict()))
+            self.assertTrue(all(extra.split(".")[1] in name for name in kept), kept)
+            torch.testing.assert_close(new_model.decoder.layers[1].attn.q.weight, model.decoder.layers[1].attn.q.weight)
+
+
+class Evaluate(unittest.TestCase):
+    def test_lm_chunks(self):
+        class FakeSp:
+            def encode(self, lines):
+                return [[10 + len(line)] * len(line) for line in lines]
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "t.txt"
+            path.write_text("ab\n\nabc\n", encoding="utf-8")
+            chunks, n_lines = evaluate.lm_chunks(FakeSp(), path, 1, 4)
+        # stream: 1 12 12 | 1 | 1 13 13 13 -> [1,12,12,1] [1,13,13,13]
+        self.assertEqual(n_lines, 3)
+        self.assertEqual(chunks, [[1, 12, 12, 1], [1, 13, 13, 13]])
+
+    def test_greedy_equals_beam_1_and_beam_runs(self):
+        config = ModelConfig(vocab_size=30, d_model=16, n_heads=2, d_ff=32, architecture="encoder-decoder",
+                             encoder_layers=[LayerSpec(AttentionSpec(type="softmax"))],
+                             decoder_layers=[LayerSpec(AttentionSpec(type="abc", slots=3), AttentionSpec(type="abc", slots=4))])
+        model = build_model(config, seed=4).eval()
+        sources = [[5, 6, 7, 2], [8, 9, 10, 2]]
+        greedy = evaluate.translate_batch(model, sources, beam=1, max_len=6)
+        beam = evaluate.translate_batch(model, sources, beam=3, max_len=6)
+        self.assertEqual(len(greedy), 2)
+        self.assertEqual(len(beam), 2)
+        for ids in greedy + beam:
+            self.assertTrue(all(0 <= i < 30 and i != config.eos_id for i in ids))
+            self.assertLessEqual(len(ids), 6)
+
+
+if __name__ == "__main__":
+    unittest.main()
