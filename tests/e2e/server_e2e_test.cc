@@ -25,6 +25,9 @@ using abcd::v1::GenerateRequest;
 using abcd::v1::GenerateResponse;
 using testing::ServerProcess;
 
+constexpr char kLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm-untrained";
+constexpr char kMtDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-mt-untrained";
+
 struct StreamResult {
   grpc::Status status;
   std::vector<GenerateResponse> responses;
@@ -38,7 +41,9 @@ struct StreamResult {
 
 class ServerTest : public ::testing::Test {
  protected:
+  // Runs on the small untrained models: fast, and independent of which trained models ship.
   void Start(std::vector<std::string> args = {}) {
+    args.insert(args.begin(), {"--models", std::string(kLmDir) + "," + kMtDir});
     server_ = std::make_unique<ServerProcess>(ABCD_SERVER, std::move(args));
     ASSERT_TRUE(server_->started()) << server_->Log();
     channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
@@ -110,9 +115,9 @@ GenerateRequest Greedy(const std::string& prompt, int max_tokens) {
 }
 
 std::vector<int32_t> CliGreedyTokens(const std::string& prompt, int max_tokens) {
-  const std::string command = std::string(ABCD_CLI) + " generate --prompt '" + prompt +
-                              "' --max-tokens " + std::to_string(max_tokens) +
-                              " --temperature 0 --json";
+  const std::string command = std::string(ABCD_CLI) + " generate --model " + kLmDir +
+                              " --prompt '" + prompt + "' --max-tokens " +
+                              std::to_string(max_tokens) + " --temperature 0 --json";
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   char buffer[4096];
