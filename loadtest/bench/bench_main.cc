@@ -17,20 +17,24 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
   bandwidth  [--bandwidth_mb 256]
   memory     --models DIR[,DIR..] [--lengths 128,256,...,32768] [--confirm_length 2048]
   decode     --models DIR[,DIR..] [--batches 1,4,16,64] [--contexts 128,512,2048] [--steps 8]
+             [--rounds 3]
   reference  --models DIR[,DIR..] [--reference_batches 1,32] [--reference_steps 64] [--repeats 3]
              [--python /usr/bin/python3] [--script loadtest/bench_reference.py]
-  overhead   --model DIR [--server build/server/abcd-server] [--requests 48] [--concurrency 8]
-             [--max_tokens 32] [--prompts loadtest/prompts/brown_test.jsonl]
-  all        everything above with --models_dir DIR (holding abc/ rfa/ t2r/ softmax/ ...)
+  overhead   --model DIR[,DIR..] [--server build/server/abcd-server] [--requests 48] [--concurrency 8]
+             [--max_tokens 32] [--prompts loadtest/prompts/brown_test.jsonl] [--rounds 3]
+  all        everything above with --models_dir DIR (holding abc/ rfa/ t2r/ softmax/ ...):
+             --memory_types, --decode_types, --reference_types (or --reference_models DIR,..),
+             --overhead_type pick the subdirectories
 Common: --threads N (BLAS threads, and torch threads for reference; default 1)  --json FILE
 )";
 
 const std::set<std::string> kValued = {
-    "models",       "model",           "models_dir",    "lengths",           "confirm_length",
-    "batches",      "contexts",        "steps",         "repeats",           "python",
-    "script",       "server",          "requests",      "concurrency",       "max_tokens",
-    "prompts",      "threads",         "json",          "bandwidth_mb",      "memory_types",
-    "decode_types", "reference_types", "overhead_type", "reference_batches", "reference_steps"};
+    "models",           "model",           "models_dir",    "lengths",           "confirm_length",
+    "batches",          "contexts",        "steps",         "repeats",           "python",
+    "script",           "server",          "requests",      "concurrency",       "max_tokens",
+    "prompts",          "threads",         "json",          "bandwidth_mb",      "memory_types",
+    "decode_types",     "reference_types", "overhead_type", "reference_batches", "reference_steps",
+    "reference_models", "rounds"};
 
 std::vector<std::string> ModelsIn(const std::string& dir, const std::string& types) {
   std::vector<std::string> out;
@@ -55,7 +59,7 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
 
   ABCD_ASSIGN_OR_RETURN(const int64_t bandwidth_mb, args.Int("bandwidth_mb", 256));
   Bandwidth bandwidth;
-  if (all || command == "bandwidth" || command == "decode") {
+  if (all || command == "bandwidth" || command == "decode" || command == "reference") {
     bandwidth = MeasureCopyBandwidth(static_cast<int>(bandwidth_mb), 5);
     std::cout << absl::StrFormat(
         "== memory bandwidth: memcpy of %d MiB, best of 5: %.2f GB/s (read + write) ==\n\n",
@@ -81,12 +85,15 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
                           ParseInts("contexts", args.String("contexts", "128,512,2048")));
     ABCD_ASSIGN_OR_RETURN(const int64_t steps, args.Int("steps", 8));
     o.steps = static_cast<int>(steps);
+    ABCD_ASSIGN_OR_RETURN(const int64_t rounds, args.Int("rounds", 3));
+    o.rounds = static_cast<int>(rounds);
     o.bandwidth = bandwidth;
     ABCD_ASSIGN_OR_RETURN(out["decode"], RunDecode(o));
   }
   if (all || command == "reference") {
     ReferenceOptions o;
-    o.models = models_for("reference_types", "abc");
+    o.models = args.Has("reference_models") ? SplitList(args.String("reference_models", ""))
+                                            : models_for("reference_types", "abc");
     ABCD_ASSIGN_OR_RETURN(o.batches,
                           ParseInts("reference_batches", args.String("reference_batches", "1,32")));
     ABCD_ASSIGN_OR_RETURN(const int64_t steps, args.Int("reference_steps", 64));
@@ -94,25 +101,33 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     ABCD_ASSIGN_OR_RETURN(const int64_t repeats, args.Int("repeats", 3));
     o.repeats = static_cast<int>(repeats);
     o.threads = static_cast<int>(threads);
+    o.bandwidth = bandwidth;
     o.python = args.String("python", "/usr/bin/python3");
     o.script = args.String("script", absl::StrCat(ABCD_SOURCE_DIR, "/loadtest/bench_reference.py"));
     ABCD_ASSIGN_OR_RETURN(out["reference"], RunReference(o));
   }
   if (all || command == "overhead") {
     OverheadOptions o;
-    o.model = args.String(
-        "model", all ? absl::StrCat(models_dir, "/", args.String("overhead_type", "abc")) : "");
-    if (o.model.empty()) return absl::InvalidArgumentError("overhead needs --model");
     o.server = args.String("server", ABCD_SERVER_BINARY);
     o.prompts =
         args.String("prompts", absl::StrCat(ABCD_SOURCE_DIR, "/loadtest/prompts/brown_test.jsonl"));
     ABCD_ASSIGN_OR_RETURN(const int64_t requests, args.Int("requests", 48));
     ABCD_ASSIGN_OR_RETURN(const int64_t concurrency, args.Int("concurrency", 8));
     ABCD_ASSIGN_OR_RETURN(const int64_t max_tokens, args.Int("max_tokens", 32));
+    ABCD_ASSIGN_OR_RETURN(const int64_t rounds, args.Int("rounds", 3));
     o.requests = static_cast<int>(requests);
     o.concurrency = static_cast<int>(concurrency);
     o.max_tokens = static_cast<int>(max_tokens);
-    ABCD_ASSIGN_OR_RETURN(out["overhead"], RunOverhead(o));
+    o.rounds = static_cast<int>(rounds);
+    const std::vector<std::string> models = SplitList(args.String(
+        "model", all ? absl::StrCat(models_dir, "/", args.String("overhead_type", "abc")) : ""));
+    if (models.empty()) return absl::InvalidArgumentError("overhead needs --model");
+    out["overhead"] = nlohmann::json::array();
+    for (const std::string& model : models) {
+      o.model = model;
+      ABCD_ASSIGN_OR_RETURN(nlohmann::json result, RunOverhead(o));
+      out["overhead"].push_back(std::move(result));
+    }
   }
   if (!out.contains("bandwidth") && !out.contains("memory") && !out.contains("decode") &&
       !out.contains("reference") && !out.contains("overhead")) {

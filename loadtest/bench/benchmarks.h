@@ -33,7 +33,8 @@ struct DecodeOptions {
   std::vector<std::string> models;
   std::vector<int64_t> batches;
   std::vector<int64_t> contexts;
-  int steps = 8;
+  int steps = 8;   // timed decode steps per measurement (median taken)
+  int rounds = 3;  // measurements per point, the models interleaved (median taken)
   Bandwidth bandwidth;
 };
 absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options);
@@ -44,6 +45,7 @@ struct ReferenceOptions {
   int steps = 64;  // decode steps per pass (from an empty state)
   int repeats = 3;
   int threads = 1;
+  Bandwidth bandwidth;  // for the floor column
   std::string python = "/usr/bin/python3";
   std::string script;  // loadtest/bench_reference.py
 };
@@ -57,6 +59,7 @@ struct OverheadOptions {
   int concurrency = 8;
   int max_tokens = 32;
   int warmup = 4;
+  int rounds = 3;  // the paths take turns; each reports its median round
 };
 absl::StatusOr<nlohmann::json> RunOverhead(const OverheadOptions& options);
 

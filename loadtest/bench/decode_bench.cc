@@ -7,6 +7,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -78,52 +79,81 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   out["batches"] = options.batches;
   out["contexts"] = options.contexts;
   out["steps"] = options.steps;
+  out["rounds"] = options.rounds;
   out["bandwidth_gb_s"] = options.bandwidth.bytes_per_second / 1e9;
-  nlohmann::json models = nlohmann::json::array();
-  // tokens/s by [context][batch][attention], for the speed-up table.
+  // tokens/s by [context][batch][label], for the speed-up table.
   std::map<int64_t, std::map<int64_t, std::map<std::string, double>>> speed;
   std::vector<std::string> order;
   std::string softmax;  // label of the softmax model, the baseline
+  struct Entry {
+    std::unique_ptr<Model> model;
+    std::string label;
+    nlohmann::json json;
+    std::unique_ptr<StatePool> pool;
+    SequenceId base = 0;
+  };
+  std::vector<Entry> entries;
+  for (const std::string& dir : options.models) {
+    Entry e;
+    ABCD_ASSIGN_OR_RETURN(e.model, Model::Load(dir));
+    e.label = ModelLabel(dir);
+    order.push_back(e.label);
+    if (AttentionName(*e.model) == "softmax" && softmax.empty()) softmax = e.label;
+    e.json["model"] = dir;
+    e.json["label"] = e.label;
+    e.json["attention"] = AttentionName(*e.model);
+    e.json["description"] = DescribeAttention(e.model->config().decoder_layers.front().attention);
+    e.json["weight_bytes"] = e.model->weight_bytes();
+    e.json["points"] = nlohmann::json::array();
+    entries.push_back(std::move(e));
+  }
   std::cout << "== decode step time vs batch size (floor = (weights + 2 * batch * state) / "
             << absl::StrFormat("%.1f GB/s copy bandwidth", options.bandwidth.bytes_per_second / 1e9)
-            << ") ==\n";
-  std::cout << absl::StrFormat("%-8s %7s %6s %12s %10s %12s %10s %8s\n", "model", "context",
-                               "batch", "state/seq", "step ms", "tokens/s", "floor ms", "x floor");
-  for (const std::string& dir : options.models) {
-    ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
-    const std::string name = ModelLabel(dir);
-    order.push_back(name);
-    if (AttentionName(*model) == "softmax" && softmax.empty()) softmax = name;
-    nlohmann::json m;
-    m["model"] = dir;
-    m["label"] = name;
-    m["attention"] = AttentionName(*model);
-    m["description"] = DescribeAttention(model->config().decoder_layers.front().attention);
-    m["weight_bytes"] = model->weight_bytes();
-    nlohmann::json points = nlohmann::json::array();
-    for (int64_t context : options.contexts) {
-      StatePool pool(model->state_layout(), kUnlimited);
-      ABCD_ASSIGN_OR_RETURN(const SequenceId base, pool.Acquire());
-      ABCD_RETURN_IF_ERROR(Prefill(*model, pool, base, context));
-      for (int64_t batch : options.batches) {
-        ABCD_ASSIGN_OR_RETURN(const Point p,
-                              Measure(*model, pool, base, batch, options.steps, options.bandwidth));
-        speed[context][batch][name] = p.tokens_per_s;
-        std::cout << absl::StrFormat("%-8s %7d %6d %12s %10.3f %12.1f %10.3f %8.2f\n", name,
-                                     context, batch, HumanBytes(p.state_bytes), p.step_ms,
+            << "; median of " << options.rounds << " rounds of " << options.steps
+            << " steps, models interleaved) ==\n";
+  std::cout << absl::StrFormat("%7s %6s %-8s %12s %10s %12s %10s %8s\n", "context", "batch",
+                               "model", "state/seq", "step ms", "tokens/s", "floor ms", "x floor");
+  for (int64_t context : options.contexts) {
+    for (Entry& e : entries) {
+      e.pool = std::make_unique<StatePool>(e.model->state_layout(), kUnlimited);
+      ABCD_ASSIGN_OR_RETURN(e.base, e.pool->Acquire());
+      ABCD_RETURN_IF_ERROR(Prefill(*e.model, *e.pool, e.base, context));
+    }
+    for (int64_t batch : options.batches) {
+      // Round-robin over the models, so load from elsewhere on the machine hits all of them.
+      std::vector<std::vector<double>> rounds(entries.size());
+      std::vector<Point> points(entries.size());
+      for (int r = 0; r < options.rounds; ++r) {
+        for (size_t i = 0; i < entries.size(); ++i) {
+          Entry& e = entries[i];
+          ABCD_ASSIGN_OR_RETURN(points[i], Measure(*e.model, *e.pool, e.base, batch, options.steps,
+                                                   options.bandwidth));
+          rounds[i].push_back(points[i].step_ms);
+        }
+      }
+      for (size_t i = 0; i < entries.size(); ++i) {
+        Entry& e = entries[i];
+        Point p = points[i];
+        p.step_ms = Median(rounds[i]);
+        p.tokens_per_s = static_cast<double>(batch) / (p.step_ms / 1000);
+        speed[context][batch][e.label] = p.tokens_per_s;
+        std::cout << absl::StrFormat("%7d %6d %-8s %12s %10.3f %12.1f %10.3f %8.2f\n", context,
+                                     batch, e.label, HumanBytes(p.state_bytes), p.step_ms,
                                      p.tokens_per_s, p.floor_ms, p.step_ms / p.floor_ms)
                   << std::flush;
-        points.push_back({{"context", context},
-                          {"batch", batch},
-                          {"state_bytes", p.state_bytes},
-                          {"step_ms", p.step_ms},
-                          {"tokens_per_s", p.tokens_per_s},
-                          {"floor_ms", p.floor_ms}});
+        e.json["points"].push_back({{"context", context},
+                                    {"batch", batch},
+                                    {"state_bytes", p.state_bytes},
+                                    {"step_ms", p.step_ms},
+                                    {"step_ms_rounds", rounds[i]},
+                                    {"tokens_per_s", p.tokens_per_s},
+                                    {"floor_ms", p.floor_ms}});
       }
     }
-    m["points"] = std::move(points);
-    models.push_back(std::move(m));
+    for (Entry& e : entries) e.pool.reset();
   }
+  nlohmann::json models = nlohmann::json::array();
+  for (Entry& e : entries) models.push_back(std::move(e.json));
   out["models"] = std::move(models);
 
   // Speed-up of every type over softmax (same size, same context, same batch).

@@ -4,7 +4,8 @@
 // steps, logits for every row, argmax of row 0 taken every step. The engine is timed for
 // `repeats` passes before and `repeats` passes after the reference (which runs in one Python
 // process in between), so drift from other load on the machine hits both sides; each side
-// reports the median pass. The argmax sequences and the last logits of row 0 are compared, so
+// reports the median pass. The engine's floor (DESIGN.md section 7) uses the state size after
+// the last step. The argmax sequences and the last logits of row 0 are compared, so
 // the two sides provably computed the same thing.
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ struct Pass {
   double step_ms = 0;
   std::vector<int> argmax;
   std::vector<float> last_logits;
+  int64_t state_bytes = 0;  // per sequence after the last step (softmax grows with every step)
 };
 
 absl::StatusOr<Pass> EnginePass(const Model& model, const std::vector<std::vector<int32_t>>& rows,
@@ -58,6 +60,7 @@ absl::StatusOr<Pass> EnginePass(const Model& model, const std::vector<std::vecto
   }
   pass.step_ms = Seconds(BenchClock::now() - start) / steps * 1000;
   pass.last_logits.assign(logits.begin(), logits.begin() + vocab);
+  ABCD_ASSIGN_OR_RETURN(pass.state_bytes, pool.SequenceBytes(ids[0]));
   return pass;
 }
 
@@ -91,9 +94,9 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
   nlohmann::json results = nlohmann::json::array();
   std::cout << "== engine vs PyTorch reference (recurrent decode from an empty state, "
             << options.steps << " steps, " << options.threads << " thread(s) each) ==\n";
-  std::cout << absl::StrFormat("%-8s %6s %14s %14s %12s %12s %8s %8s %10s\n", "model", "batch",
-                               "engine ms/step", "torch ms/step", "engine tok/s", "torch tok/s",
-                               "speedup", "argmax=", "max|dlog|");
+  std::cout << absl::StrFormat("%-8s %6s %14s %9s %14s %12s %12s %8s %8s %10s\n", "model", "batch",
+                               "engine ms/step", "floor ms", "torch ms/step", "engine tok/s",
+                               "torch tok/s", "speedup", "argmax=", "max|dlog|");
   for (const std::string& dir : options.models) {
     ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
     const std::string name = ModelLabel(dir);
@@ -154,9 +157,12 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
         max_diff =
             std::max(max_diff, static_cast<double>(std::abs(ref_logits[i] - first.last_logits[i])));
       }
-      std::cout << absl::StrFormat("%-8s %6d %14.3f %14.3f %12.1f %12.1f %7.2fx %4d/%-3d %10.2e\n",
-                                   name, batch, e, t, batch / (e / 1000), batch / (t / 1000), t / e,
-                                   agree, static_cast<int>(ref_argmax.size()), max_diff);
+      const double floor_ms =
+          FloorSeconds(model->weight_bytes(), batch, first.state_bytes, options.bandwidth) * 1000;
+      std::cout << absl::StrFormat(
+          "%-8s %6d %14.3f %9.3f %14.3f %12.1f %12.1f %7.2fx %4d/%-3d %10.2e\n", name, batch, e,
+          floor_ms, t, batch / (e / 1000), batch / (t / 1000), t / e, agree,
+          static_cast<int>(ref_argmax.size()), max_diff);
       results.push_back({{"model", dir},
                          {"label", name},
                          {"attention", AttentionName(*model)},
@@ -164,6 +170,8 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
                          {"batch", batch},
                          {"engine_step_ms", e},
                          {"engine_step_ms_passes", engine_ms},
+                         {"floor_ms", floor_ms},
+                         {"state_bytes", first.state_bytes},
                          {"reference_step_ms", t},
                          {"reference_step_ms_passes", ref["step_ms"]},
                          {"speedup", t / e},

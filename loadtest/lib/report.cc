@@ -168,8 +168,12 @@ std::string HumanTable(const RunInfo& info, const BenchmarkMetrics& m,
                            d.p99);
   };
   line("TTFT", m.ttft_ms);
-  line("TPOT (excl. 1st)", m.tpot_ms);
-  line("ITL", m.itl_ms);
+  if (IsStreaming(info.endpoint)) {
+    line("TPOT (excl. 1st)", m.tpot_ms);
+    line("ITL", m.itl_ms);
+  } else {
+    out += "TPOT, ITL               n/a: the answer arrives whole (TTFT = E2EL)\n";
+  }
   line("E2EL", m.e2el_ms);
   if (m.queue_ms.mean > 0.01) line("Client queue", m.queue_ms);
   if (!m.errors_by_status.empty()) {

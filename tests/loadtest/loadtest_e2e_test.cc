@@ -44,8 +44,13 @@ json ReadJson(const std::string& path) {
 
 class LoadtestE2E : public ::testing::Test {
  protected:
+  // The small untrained models: fast, and independent of which trained models ship.
   static void SetUpTestSuite() {
-    server_ = new testing::ServerProcess(ABCD_SERVER, {"--drain_grace_seconds", "1"});
+    const std::string models = std::string(ABCD_SOURCE_DIR) +
+                               "/models/checkpoints/abc-lm-untrained," + ABCD_SOURCE_DIR +
+                               "/models/checkpoints/abc-mt-untrained";
+    server_ =
+        new testing::ServerProcess(ABCD_SERVER, {"--models", models, "--drain_grace_seconds", "1"});
   }
   static void TearDownTestSuite() {
     delete server_;
