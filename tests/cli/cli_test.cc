@@ -1,4 +1,5 @@
-// abcd-cli end to end on the bundled default model: `info` and `generate --json`.
+// abcd-cli end to end: `info` and `generate --json` on the small untrained model (passed with
+// --model so the expected sizes hold whatever the compiled default is), plus `eval`.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -25,17 +26,30 @@ Result RunCli(const std::string& args) {
   return {WEXITSTATUS(status), output};
 }
 
+// The small untrained decoder-only model, named explicitly so these expectations do not depend
+// on ABCD_DEFAULT_MODEL_DIR.
+const std::string kUntrainedModelArg =
+    std::string(" --model ") + ABCD_SOURCE_DIR + "/models/checkpoints/abc-lm-untrained";
+
 TEST(Cli, InfoPrintsLayersAndStateBytes) {
-  const Result r = RunCli("info");
+  const Result r = RunCli("info" + kUntrainedModelArg);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("decoder.layers.0  self  abc(slots=32)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("state per sequence: 133120 bytes fixed"), std::string::npos) << r.output;
 }
 
+// With no --model, `info` loads the compiled default model, whichever it is.
+TEST(Cli, InfoWithoutModelUsesTheDefault) {
+  const Result r = RunCli("info");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("state per sequence:"), std::string::npos) << r.output;
+}
+
 TEST(Cli, GenerateJsonIsReproducibleAndReportsState) {
   const std::string args =
       "generate --prompt 'free software' --max-tokens 12 --temperature 0.8 --top-k 50 "
-      "--top-p 0.95 --seed 5 --ignore-eos --json";
+      "--top-p 0.95 --seed 5 --ignore-eos --json" +
+      kUntrainedModelArg;
   const Result first = RunCli(args);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   std::vector<std::string> lines = absl::StrSplit(first.output, '\n', absl::SkipEmpty());
