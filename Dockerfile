@@ -65,7 +65,7 @@ COPY --from=build /src/build/server/abcd-server /src/build/server/abcd-client \
 COPY --from=build /src/models/checkpoints/ /opt/abcd/models/
 
 ENV PATH=/opt/abcd/bin:$PATH \
-    ABCD_MODEL=/opt/abcd/models/abc-lm-untrained
+    ABCD_MODEL=/opt/abcd/models/abc-lm
 USER 1000:1000
 WORKDIR /opt/abcd
 EXPOSE 50051 8080
@@ -76,4 +76,4 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
   CMD ["/opt/abcd/bin/abcd-client", "health", "--target", "127.0.0.1:50051", "--timeout_seconds", "3"]
 ENTRYPOINT ["/opt/abcd/bin/abcd-server"]
 # The model list; replace the command to serve others (see deploy/README.md).
-CMD ["--models", "/opt/abcd/models/abc-lm-untrained,/opt/abcd/models/abc-mt-untrained"]
+CMD ["--models", "/opt/abcd/models/abc-lm,/opt/abcd/models/abc-en-de"]
