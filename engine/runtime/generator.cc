@@ -4,6 +4,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/scheduler/text_stream.h"
 
 namespace abcd {
 
@@ -48,27 +49,23 @@ absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tok
   ABCD_RETURN_IF_ERROR(model.Decode(rows, pool, &logits));
 
   Sampler sampler(options.sampling);
+  TextStream text(tokenizer, options.stop);
   std::vector<int32_t> context = result.prompt_ids;
   while (static_cast<int>(result.token_ids.size()) < options.max_tokens) {
     const int32_t next = sampler.Sample(logits, context);
     if (next == config.eos_id && !options.ignore_eos) {
       result.finish_reason = FinishReason::kEos;
+      // Text held back as a possible stop-string prefix is final now.
+      const std::string rest = text.Flush();
+      if (on_token && !rest.empty()) on_token(next, rest);
       break;
     }
     result.token_ids.push_back(next);
     context.push_back(next);
-    ABCD_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(result.token_ids));
-    // Stop strings may span token boundaries, so match against the whole text.
-    size_t stop_at = std::string::npos;
-    for (const std::string& stop : options.stop) {
-      if (!stop.empty()) stop_at = std::min(stop_at, text.find(stop));
-    }
-    if (stop_at != std::string::npos) text.resize(stop_at);
-    const size_t common =
-        text.compare(0, result.text.size(), result.text) == 0 ? result.text.size() : 0;
-    if (on_token) on_token(next, absl::string_view(text).substr(common));
-    result.text = std::move(text);
-    if (stop_at != std::string::npos) {
+    ABCD_ASSIGN_OR_RETURN(std::string released, text.Append(next));
+    if (static_cast<int>(result.token_ids.size()) == options.max_tokens) released += text.Flush();
+    if (on_token) on_token(next, released);
+    if (text.stopped()) {
       result.finish_reason = FinishReason::kStop;
       break;
     }
@@ -77,6 +74,7 @@ absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tok
     const DecodeRow step{sequence, next, true};
     ABCD_RETURN_IF_ERROR(model.Decode({&step, 1}, pool, &logits));
   }
+  result.text = text.text();
   ABCD_ASSIGN_OR_RETURN(result.state_bytes, pool.SequenceBytes(sequence));
   return result;
 }

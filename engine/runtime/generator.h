@@ -36,7 +36,8 @@ struct GenerateResult {
   int64_t state_bytes = 0;  // attention-state bytes the sequence held at the end
 };
 
-// Called after each generated token with its id and the new text it added.
+// Called after each generated token with its id and the text it released (text that may start
+// a stop string is held back until decided). At EOS, held-back text arrives with the eos id.
 using TokenCallback = std::function<void(int32_t id, absl::string_view new_text)>;
 
 absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tokenizer,
