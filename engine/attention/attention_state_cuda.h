@@ -1,0 +1,79 @@
+// Decode-step kernels of the attention types on the device (the CUDA twins of AbcState,
+// LinearState and SoftmaxState): ONE launch per layer per step for the whole running batch.
+// Each kernel reads a sequence's state once, folds the new token in, writes it back and reads
+// the attention output in the same pass. When batch x heads is too small to fill the GPU, the
+// slots (abc), features (rfa/t2r/elu) or cached tokens (softmax) of a head are split across
+// blocks and the partial results combined by a second small kernel (flash-decoding style).
+//
+// State layouts are exactly the CPU ones (abc_state.h, linear_state.h), so a state block can
+// be copied between backends. Every pointer here is a device pointer. The rows of one call must
+// belong to different sequences.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/device/cuda_context.h"
+
+namespace abcd::cuda {
+
+// Where one step's rows live. Row b reads its query at q + b * q_stride and its key, value and
+// type-specific extra columns at kv + b * kv_stride (k = [0, d), v = [d, 2d), extra from 2d:
+// the layout of the fused projection), writes out + b * out_stride, and owns states[b] (the
+// address of its state block for this layer; 16-byte aligned).
+struct StepRows {
+  int64_t batch = 0;
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  const float* kv = nullptr;
+  int64_t kv_stride = 0;
+  float* const* states = nullptr;  // [batch]
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+// Copies the `floats`-long `empty_state` (an Init()ed block) into each of `batch` states.
+absl::Status FillStates(CudaContext& context, float* const* states, int64_t batch,
+                        const float* empty_state, int64_t floats);
+
+// ---- abc: per head K~ [n, dh], V~ [n, dh], L [n] (abc_state.h); extra = H*n control logits.
+struct AbcShape {
+  int n_heads = 0;
+  int head_dim = 0;
+  int slots = 0;
+};
+// update = true: self attention (fold k/v in with the control weights, then read);
+// update = false: read only (cross attention over a memory built by the encoder).
+absl::Status AbcStep(CudaContext& context, const AbcShape& shape, const StepRows& rows,
+                     bool update);
+
+// ---- rfa / t2r / elu: per head S [F, dh] then z [F] (linear_state.h).
+enum class FeatureMapKind { kRfaGaussian, kRfaArccos, kT2r, kElu };
+struct LinearAttentionParams {
+  int n_heads = 0;
+  int head_dim = 0;
+  FeatureMapKind kind = FeatureMapKind::kElu;
+  int random_features = 0;            // rfa: D (F = 2D gaussian, D arccos)
+  int learned_features = 0;           // t2r: r (F = r)
+  const float* projection = nullptr;  // rfa: sigma-scaled W [H, D, dh]; t2r: W [H, r, dh]
+  const float* bias = nullptr;        // t2r: b [H, r]
+  bool gated = false;                 // rfa gate: the first H extra columns are gate logits
+  float eps = 0.0f;                   // denominator guard
+  int Features() const;
+};
+absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionParams& params,
+                                 const StepRows& rows);
+
+// ---- softmax with a KV cache (the fair baseline): row b appends its key/value at
+// lengths[b] of keys[b] / values[b] ([capacity, d] each, capacity > lengths[b]) and attends
+// over lengths[b] + 1 rows with a split-K kernel. The caller advances its lengths.
+struct KvCacheRows {
+  float* const* keys = nullptr;      // [batch]
+  float* const* values = nullptr;    // [batch]
+  const int32_t* lengths = nullptr;  // [batch], before this step's token
+  int32_t max_length = 0;            // host-side max over lengths (sizes the grid)
+};
+absl::Status SoftmaxStep(CudaContext& context, int n_heads, int head_dim, const StepRows& rows,
+                         const KvCacheRows& cache);
+
+}  // namespace abcd::cuda

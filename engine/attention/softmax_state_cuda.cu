@@ -1,0 +1,242 @@
+// Softmax attention over a KV cache on the device, the fair baseline for the bounded types:
+// append the new key/value, then split-K (flash-decoding) over the cached tokens: per (row,
+// head, token chunk) one block computes the chunk's scores, its max m, weight sum l and the
+// weighted value sum o; a combine kernel merges the chunks. Also: FillStates and the combine
+// kernel the abc step shares.
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/attention/attention_cuda_common.cuh"
+#include "engine/attention/attention_state_cuda.h"
+
+namespace abcd::cuda {
+namespace {
+
+using internal::GroupSum;
+using internal::kThreads;
+using internal::LoadVec;
+using internal::WarpMax;
+
+constexpr int kMaxChunk = 512;  // tokens per block at most
+constexpr int kMinChunk = 64;   // tokens per block at least (when splitting to fill the GPU)
+
+__global__ void FillStatesKernel(float* const* states, const float* empty_state, int64_t floats) {
+  float* state = states[blockIdx.y];
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < floats;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    state[i] = empty_state[i];
+  }
+}
+
+__global__ void AppendKeyValueKernel(StepRows rows, KvCacheRows cache, int64_t d) {
+  const int64_t b = blockIdx.x;
+  const float* k = rows.kv + b * rows.kv_stride;
+  const int64_t offset = static_cast<int64_t>(cache.lengths[b]) * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    cache.keys[b][offset + c] = k[c];
+    cache.values[b][offset + c] = k[d + c];
+  }
+}
+
+// Dynamic shared memory: q [dh] | scores [chunk] | value partials [groups, dh] | stats [2].
+template <int kVec>
+__global__ void __launch_bounds__(kThreads)
+    SoftmaxSplitKernel(int n_heads, int head_dim, StepRows rows, KvCacheRows cache, int chunk,
+                       int lanes, float* partials) {
+  extern __shared__ float shared[];
+  const int h = blockIdx.x;
+  const int64_t b = blockIdx.y;
+  const int split = blockIdx.z, splits = gridDim.z;
+  const int dh = head_dim;
+  const int64_t d = static_cast<int64_t>(n_heads) * dh;
+  const int length = cache.lengths[b] + 1;
+  const int t0 = split * chunk;
+  const int local = max(0, min(length, t0 + chunk) - t0);
+  const int columns = dh / kVec;
+  const int value_groups = kThreads / columns;
+
+  float* q_s = shared;
+  float* score_s = q_s + dh;
+  float* reduce_s = score_s + chunk;
+  float* stats_s = reduce_s + value_groups * dh;
+
+  const float* q = rows.q + b * rows.q_stride + static_cast<int64_t>(h) * dh;
+  const float* keys = cache.keys[b] + static_cast<int64_t>(h) * dh;
+  const float* values = cache.values[b] + static_cast<int64_t>(h) * dh;
+  for (int c = threadIdx.x; c < dh; c += kThreads) q_s[c] = q[c];
+  __syncthreads();
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int sub = lane % lanes;
+  const int groups_per_warp = 32 / lanes;
+  const int groups = (kThreads / 32) * groups_per_warp;
+  const int group = warp * groups_per_warp + lane / lanes;
+  for (int base = 0; base < local; base += groups) {
+    const int tt = base + group;
+    float dot = 0.0f;
+    if (tt < local) {
+      const float* key_row = keys + static_cast<int64_t>(t0 + tt) * d;
+      for (int c4 = sub; c4 < columns; c4 += lanes) {
+        float key[kVec];
+        LoadVec<kVec>(key_row + c4 * kVec, key);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) dot += q_s[c4 * kVec + e] * key[e];
+      }
+    }
+    dot = GroupSum(dot, lanes);
+    if (tt < local && sub == 0) score_s[tt] = dot;
+  }
+  __syncthreads();
+
+  if (warp == 0) {
+    float m = -INFINITY;
+    for (int tt = lane; tt < local; tt += 32) m = fmaxf(m, score_s[tt]);
+    m = WarpMax(m);
+    float l = 0.0f;
+    for (int tt = lane; tt < local; tt += 32) {
+      const float e = expf(score_s[tt] - m);
+      score_s[tt] = e;
+      l += e;
+    }
+    l = GroupSum(l, 32);
+    if (lane == 0) {
+      stats_s[0] = m;
+      stats_s[1] = l;
+    }
+  }
+  __syncthreads();
+
+  const int column = threadIdx.x % columns, value_group = threadIdx.x / columns;
+  if (value_group < value_groups) {
+    float acc[kVec] = {};
+    for (int tt = value_group; tt < local; tt += value_groups) {
+      float value[kVec];
+      LoadVec<kVec>(values + static_cast<int64_t>(t0 + tt) * d + column * kVec, value);
+      const float p = score_s[tt];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[e] += p * value[e];
+    }
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) reduce_s[value_group * dh + column * kVec + e] = acc[e];
+  }
+  __syncthreads();
+
+  const float m = stats_s[0], l = stats_s[1];
+  for (int c = threadIdx.x; c < dh; c += kThreads) {
+    float o = 0.0f;
+    for (int g = 0; g < value_groups; ++g) o += reduce_s[g * dh + c];
+    if (splits == 1) {
+      rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = o / l;
+    } else {
+      // An empty chunk (past this row's length) leaves m = -inf, l = 0, o = 0.
+      float* partial = partials + ((b * n_heads + h) * splits + split) * (dh + 2);
+      partial[c] = o;
+      if (c == 0) {
+        partial[dh] = m;
+        partial[dh + 1] = l;
+      }
+    }
+  }
+}
+
+__global__ void CombineSoftmaxKernel(const float* partials, int n_heads, int head_dim, int splits,
+                                     float* out, int64_t out_stride) {
+  const int h = blockIdx.x;
+  const int64_t b = blockIdx.y;
+  const int dh = head_dim;
+  const float* first = partials + (b * n_heads + h) * splits * (dh + 2);
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, first[s * (dh + 2) + dh]);
+  float l = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float* partial = first + s * (dh + 2);
+    if (partial[dh + 1] > 0.0f) l += partial[dh + 1] * expf(partial[dh] - m);
+  }
+  for (int c = threadIdx.x; c < dh; c += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float* partial = first + s * (dh + 2);
+      if (partial[dh + 1] > 0.0f) o += partial[c] * expf(partial[dh] - m);
+    }
+    out[b * out_stride + static_cast<int64_t>(h) * dh + c] = o / l;
+  }
+}
+
+}  // namespace
+
+namespace internal {
+
+absl::Status CombineSoftmaxPartials(CudaContext& context, const float* partials, int64_t batch,
+                                    int n_heads, int head_dim, int splits, float* out,
+                                    int64_t out_stride) {
+  const dim3 grid(n_heads, static_cast<unsigned>(batch));
+  const int threads = head_dim < kThreads ? ((head_dim + 31) / 32) * 32 : kThreads;
+  CombineSoftmaxKernel<<<grid, threads, 0, context.stream()>>>(partials, n_heads, head_dim, splits,
+                                                               out, out_stride);
+  return CheckLaunch("CombineSoftmaxKernel");
+}
+
+}  // namespace internal
+
+absl::Status FillStates(CudaContext& context, float* const* states, int64_t batch,
+                        const float* empty_state, int64_t floats) {
+  if (batch == 0 || floats == 0) return absl::OkStatus();
+  const int64_t blocks = (floats + 255) / 256;
+  const dim3 grid(static_cast<unsigned>(blocks < 1024 ? blocks : 1024),
+                  static_cast<unsigned>(batch));
+  FillStatesKernel<<<grid, 256, 0, context.stream()>>>(states, empty_state, floats);
+  return CheckLaunch("FillStatesKernel");
+}
+
+absl::Status SoftmaxStep(CudaContext& context, int n_heads, int head_dim, const StepRows& rows,
+                         const KvCacheRows& cache) {
+  if (rows.batch == 0) return absl::OkStatus();
+  if (n_heads <= 0 || head_dim <= 0 || cache.max_length < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("softmax shape: heads ", n_heads, ", head_dim ",
+                                                   head_dim, ", max_length ", cache.max_length));
+  }
+  const int vec = head_dim % 4 == 0 ? 4 : 1;
+  if (head_dim / vec > kThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("softmax on CUDA: head_dim ", head_dim, " too large"));
+  }
+  const int64_t d = static_cast<int64_t>(n_heads) * head_dim;
+  AppendKeyValueKernel<<<static_cast<unsigned>(rows.batch), 128, 0, context.stream()>>>(rows, cache,
+                                                                                        d);
+  absl::Status status = CheckLaunch("AppendKeyValueKernel");
+  if (!status.ok()) return status;
+
+  // Chunks of kMinChunk..kMaxChunk tokens: more of them when batch x heads is small.
+  const int tokens = cache.max_length + 1;
+  const int wanted = internal::ChooseSplits(rows.batch * n_heads, context.sm_count(),
+                                            (tokens + kMinChunk - 1) / kMinChunk);
+  int chunk = (tokens + wanted - 1) / wanted;
+  if (chunk > kMaxChunk) chunk = kMaxChunk;
+  const int splits = (tokens + chunk - 1) / chunk;
+
+  float* partials = nullptr;
+  if (splits > 1) {
+    absl::StatusOr<void*> workspace = context.Workspace(static_cast<size_t>(rows.batch) * n_heads *
+                                                        splits * (head_dim + 2) * sizeof(float));
+    if (!workspace.ok()) return workspace.status();
+    partials = static_cast<float*>(*workspace);
+  }
+  const int lanes = internal::LanesPerRow(head_dim, vec);
+  const int value_groups = kThreads / (head_dim / vec);
+  const size_t shared_bytes = sizeof(float) * (head_dim + chunk + value_groups * head_dim + 2);
+  const dim3 grid(n_heads, static_cast<unsigned>(rows.batch), splits);
+  if (vec == 4) {
+    SoftmaxSplitKernel<4><<<grid, kThreads, shared_bytes, context.stream()>>>(
+        n_heads, head_dim, rows, cache, chunk, lanes, partials);
+  } else {
+    SoftmaxSplitKernel<1><<<grid, kThreads, shared_bytes, context.stream()>>>(
+        n_heads, head_dim, rows, cache, chunk, lanes, partials);
+  }
+  status = CheckLaunch("SoftmaxSplitKernel");
+  if (!status.ok() || splits == 1) return status;
+  return internal::CombineSoftmaxPartials(context, partials, rows.batch, n_heads, head_dim, splits,
+                                          rows.out, rows.out_stride);
+}
+
+}  // namespace abcd::cuda

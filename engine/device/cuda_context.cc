@@ -1,0 +1,79 @@
+#include "engine/device/cuda_context.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace abcd::cuda {
+
+int DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+absl::Status Check(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")"));
+}
+
+absl::Status Check(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(status), " (",
+                                          cublasGetStatusString(status), ")"));
+}
+
+absl::Status CheckLaunch(const char* kernel) { return Check(cudaGetLastError(), kernel); }
+
+absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
+  const int count = DeviceCount();
+  if (device < 0 || device >= count) {
+    return absl::NotFoundError(
+        absl::StrCat("CUDA device ", device, " not found (", count, " usable devices)"));
+  }
+  std::unique_ptr<CudaContext> context(new CudaContext());
+  context->device_ = device;
+  absl::Status status = Check(cudaSetDevice(device), "cudaSetDevice");
+  cudaDeviceProp properties{};
+  if (status.ok()) status = Check(cudaGetDeviceProperties(&properties, device), "properties");
+  if (!status.ok()) return status;
+  context->device_name_ = properties.name;
+  context->sm_count_ = properties.multiProcessorCount;
+  status = Check(cudaStreamCreateWithFlags(&context->stream_, cudaStreamNonBlocking),
+                 "cudaStreamCreate");
+  if (status.ok()) status = Check(cublasCreate(&context->cublas_), "cublasCreate");
+  if (status.ok()) status = Check(cublasSetStream(context->cublas_, context->stream_), "stream");
+  // Deterministic results: no split-K atomics in cuBLAS reductions.
+  if (status.ok()) {
+    status = Check(cublasSetAtomicsMode(context->cublas_, CUBLAS_ATOMICS_NOT_ALLOWED), "atomics");
+  }
+  if (!status.ok()) return status;
+  return context;
+}
+
+CudaContext::~CudaContext() {
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (workspace_ != nullptr) cudaFree(workspace_);
+}
+
+absl::StatusOr<void*> CudaContext::Workspace(size_t bytes) {
+  if (bytes <= workspace_bytes_) return workspace_;
+  absl::Status status = Synchronize();  // the old buffer may still be in use by queued work
+  if (!status.ok()) return status;
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  workspace_ = nullptr;
+  workspace_bytes_ = 0;
+  status = Check(cudaMalloc(&workspace_, bytes), "cudaMalloc workspace");
+  if (!status.ok()) return status;
+  workspace_bytes_ = bytes;
+  return workspace_;
+}
+
+absl::Status CudaContext::Synchronize() {
+  return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+}  // namespace abcd::cuda

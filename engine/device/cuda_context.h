@@ -1,0 +1,132 @@
+// The CUDA context the CUDA ops take explicitly: one device, one stream, one cuBLAS handle and a
+// reusable workspace. There are no global handles: every op gets its context as an argument, so
+// several engines (or tests) can share a process. Built only when ABCD_WITH_CUDA finds nvcc;
+// Create() fails cleanly (and callers fall back to the CPU) when there is no driver or GPU.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace abcd::cuda {
+
+// Usable CUDA devices: 0 without a driver or without a GPU (never an error).
+int DeviceCount();
+
+// OK, or an Internal error naming `what` and the CUDA / cuBLAS error.
+absl::Status Check(cudaError_t error, const char* what);
+absl::Status Check(cublasStatus_t status, const char* what);
+
+// Checks the last kernel launch on the calling thread.
+absl::Status CheckLaunch(const char* kernel);
+
+class CudaContext {
+ public:
+  // Fails with NotFound when `device` does not exist (including "no GPU at all").
+  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(int device = 0);
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  int device() const { return device_; }
+  const std::string& device_name() const { return device_name_; }
+  int sm_count() const { return sm_count_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+
+  // A device buffer of at least `bytes`, owned by the context and valid until the next call.
+  // Grows (never shrinks); must not be called while a CUDA graph is being captured.
+  absl::StatusOr<void*> Workspace(size_t bytes);
+
+  absl::Status Synchronize();
+
+ private:
+  CudaContext() = default;
+
+  int device_ = 0;
+  std::string device_name_;
+  int sm_count_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+// Owning device array of T (move-only). Copies go through the context's stream.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  static absl::StatusOr<DeviceArray> Allocate(int64_t count) {
+    DeviceArray array;
+    if (count > 0) {
+      void* data = nullptr;
+      absl::Status status =
+          Check(cudaMalloc(&data, static_cast<size_t>(count) * sizeof(T)), "cudaMalloc");
+      if (!status.ok()) return status;
+      array.data_ = static_cast<T*>(data);
+    }
+    array.size_ = count;
+    return array;
+  }
+  static absl::StatusOr<DeviceArray> FromHost(CudaContext& context, const std::vector<T>& host) {
+    absl::StatusOr<DeviceArray> array = Allocate(static_cast<int64_t>(host.size()));
+    if (!array.ok()) return array.status();
+    absl::Status status = array->CopyFromHost(context, host.data(), array->size());
+    if (!status.ok()) return status;
+    return array;
+  }
+  DeviceArray(DeviceArray&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  DeviceArray& operator=(DeviceArray&& other) noexcept {
+    if (this != &other) {
+      Free();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  ~DeviceArray() { Free(); }
+
+  T* data() const { return data_; }
+  int64_t size() const { return size_; }
+
+  absl::Status CopyFromHost(CudaContext& context, const T* host, int64_t count) {
+    if (count > size_) return absl::OutOfRangeError("copy larger than the device array");
+    return Check(cudaMemcpyAsync(data_, host, static_cast<size_t>(count) * sizeof(T),
+                                 cudaMemcpyHostToDevice, context.stream()),
+                 "cudaMemcpyAsync to device");
+  }
+  // Copies and waits: the host vector is ready on return.
+  absl::StatusOr<std::vector<T>> ToHost(CudaContext& context) const {
+    std::vector<T> host(static_cast<size_t>(size_));
+    absl::Status status =
+        Check(cudaMemcpyAsync(host.data(), data_, static_cast<size_t>(size_) * sizeof(T),
+                              cudaMemcpyDeviceToHost, context.stream()),
+              "cudaMemcpyAsync to host");
+    if (status.ok()) status = context.Synchronize();
+    if (!status.ok()) return status;
+    return host;
+  }
+
+ private:
+  void Free() {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  T* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+}  // namespace abcd::cuda

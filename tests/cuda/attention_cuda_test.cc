@@ -1,0 +1,280 @@
+// Every attention type's CUDA decode step against the CPU AttentionState (Update then Read, row
+// by row) on random inputs: outputs and updated states, over several consecutive steps, at
+// batch sizes that do and do not split heads across blocks, with vectorised (dh % 4 == 0) and
+// scalar shapes. Skipped without a GPU.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/attention/abc_state.h"
+#include "engine/attention/attention_state_cuda.h"
+#include "engine/attention/linear_state.h"
+#include "engine/attention/softmax_state.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace abcd::cuda {
+namespace {
+
+constexpr float kTolerance = 1e-5f;
+
+// Host mirror of one step's inputs in the fused-projection layout [q | k | v | extra].
+struct StepInputs {
+  int64_t width = 0;        // floats per fused row
+  std::vector<float> rows;  // [batch, width]
+};
+
+StepInputs RandomStep(int64_t batch, int64_t d, int64_t extra, uint32_t seed) {
+  StepInputs inputs;
+  inputs.width = 3 * d + extra;
+  inputs.rows = RandomFloats(batch * inputs.width, seed, -2.0f, 2.0f);
+  return inputs;
+}
+
+KeyValueRow RowOf(const StepInputs& inputs, int64_t b, int64_t d) {
+  const float* row = inputs.rows.data() + b * inputs.width;
+  return KeyValueRow{row + d, row + 2 * d, row + 3 * d};
+}
+
+// A batch of fixed-size states on the device (contiguous blocks) and its pointer array.
+class DeviceStates {
+ public:
+  DeviceStates(CudaContext& context, const std::vector<float>& host, int64_t batch,
+               int64_t floats) {
+    absl::StatusOr<DeviceArray<float>> blocks = DeviceArray<float>::FromHost(context, host);
+    EXPECT_TRUE(blocks.ok()) << blocks.status();
+    if (!blocks.ok()) return;
+    blocks_ = std::move(*blocks);
+    std::vector<float*> pointers;
+    for (int64_t b = 0; b < batch; ++b) pointers.push_back(blocks_.data() + b * floats);
+    absl::StatusOr<DeviceArray<float*>> array = DeviceArray<float*>::FromHost(context, pointers);
+    EXPECT_TRUE(array.ok()) << array.status();
+    if (array.ok()) pointers_ = std::move(*array);
+  }
+  float* const* pointers() const { return pointers_.data(); }
+  const DeviceArray<float>& blocks() const { return blocks_; }
+
+ private:
+  DeviceArray<float> blocks_;
+  DeviceArray<float*> pointers_;
+};
+
+class AttentionCudaTest : public CudaTest {
+ protected:
+  // Runs `steps` steps of `state` on `batch` sequences on both backends and compares.
+  // `device_step` launches the CUDA kernel for one step.
+  template <typename DeviceStep>
+  void CompareSteps(const AttentionState& state, int64_t d, int64_t batch, int steps,
+                    const DeviceStep& device_step, const std::string& what) {
+    const int64_t floats = state.FixedFloats();
+    std::vector<float> host_states(batch * floats);
+    for (int64_t b = 0; b < batch; ++b) state.Init(host_states.data() + b * floats);
+    DeviceStates device_states(context(), host_states, batch, floats);
+    for (int step = 0; step < steps; ++step) {
+      const StepInputs inputs = RandomStep(batch, d, state.ExtraColumns(), 1000 + step);
+      std::vector<float> expected(batch * d);
+      for (int64_t b = 0; b < batch; ++b) {
+        StateRef ref{host_states.data() + b * floats, nullptr, step};
+        state.Update(RowOf(inputs, b, d), ref);
+        state.Read(inputs.rows.data() + b * inputs.width, ref, expected.data() + b * d);
+      }
+      DeviceArray<float> rows = Upload(inputs.rows);
+      DeviceArray<float> out = Upload(std::vector<float>(batch * d, NAN));
+      const StepRows step_rows{batch,        rows.data(),
+                               inputs.width, rows.data() + d,
+                               inputs.width, device_states.pointers(),
+                               out.data(),   d};
+      ASSERT_TRUE(device_step(step_rows).ok()) << what;
+      ExpectClose(Download(out), expected, kTolerance,
+                  what + " step " + std::to_string(step) + " output");
+      if (HasFatalFailure()) return;
+    }
+    ExpectClose(Download(device_states.blocks()), host_states, kTolerance, what + " state");
+  }
+};
+
+struct Shape {
+  int heads, head_dim, size;  // size: abc slots / rfa random features / t2r features
+};
+
+const Shape kShapes[] = {{4, 32, 32}, {2, 64, 8}, {3, 20, 6}};
+const int64_t kBatches[] = {1, 7, 300};
+
+TEST_F(AttentionCudaTest, AbcSelfMatchesCpu) {
+  for (const Shape& shape : kShapes) {
+    for (int64_t batch : kBatches) {
+      AbcState cpu(shape.heads, shape.head_dim, shape.size);
+      const AbcShape device_shape{shape.heads, shape.head_dim, shape.size};
+      CompareSteps(
+          cpu, static_cast<int64_t>(shape.heads) * shape.head_dim, batch, 5,
+          [&](const StepRows& rows) { return AbcStep(context(), device_shape, rows, true); },
+          "abc h" + std::to_string(shape.heads) + " dh" + std::to_string(shape.head_dim) + " n" +
+              std::to_string(shape.size) + " batch " + std::to_string(batch));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Cross attention reads a built memory without changing it.
+TEST_F(AttentionCudaTest, AbcReadOnlyMatchesCpuAndKeepsState) {
+  for (const Shape& shape : kShapes) {
+    const int64_t d = static_cast<int64_t>(shape.heads) * shape.head_dim, batch = 9;
+    AbcState cpu(shape.heads, shape.head_dim, shape.size);
+    const int64_t floats = cpu.FixedFloats();
+    std::vector<float> host_states(batch * floats);
+    for (int64_t b = 0; b < batch; ++b) {
+      StateRef ref{host_states.data() + b * floats, nullptr, 0};
+      cpu.Init(ref.fixed);
+      for (int t = 0; t < 6; ++t) {  // a memory of 6 source tokens
+        const StepInputs source = RandomStep(1, d, cpu.ExtraColumns(), 50 + 7 * b + t);
+        cpu.Update(RowOf(source, 0, d), ref);
+      }
+    }
+    DeviceStates device_states(context(), host_states, batch, floats);
+    const StepInputs queries = RandomStep(batch, d, cpu.ExtraColumns(), 99);
+    std::vector<float> expected(batch * d);
+    for (int64_t b = 0; b < batch; ++b) {
+      cpu.Read(queries.rows.data() + b * queries.width,
+               StateRef{host_states.data() + b * floats, nullptr, 6}, expected.data() + b * d);
+    }
+    DeviceArray<float> rows = Upload(queries.rows);
+    DeviceArray<float> out = Upload(std::vector<float>(batch * d, NAN));
+    const StepRows step_rows{batch,         rows.data(),
+                             queries.width, rows.data() + d,
+                             queries.width, device_states.pointers(),
+                             out.data(),    d};
+    ASSERT_TRUE(
+        AbcStep(context(), AbcShape{shape.heads, shape.head_dim, shape.size}, step_rows, false)
+            .ok());
+    ExpectClose(Download(out), expected, kTolerance, "abc cross output");
+    ExpectClose(Download(device_states.blocks()), host_states, 0.0f, "abc cross state");
+  }
+}
+
+struct LinearCase {
+  std::string name;
+  FeatureMapKind kind;
+  bool gated;
+};
+
+TEST_F(AttentionCudaTest, LinearTypesMatchCpu) {
+  const LinearCase cases[] = {{"rfa gaussian", FeatureMapKind::kRfaGaussian, false},
+                              {"rfa gaussian gated", FeatureMapKind::kRfaGaussian, true},
+                              {"rfa arccos", FeatureMapKind::kRfaArccos, false},
+                              {"t2r", FeatureMapKind::kT2r, false},
+                              {"elu", FeatureMapKind::kElu, false}};
+  for (const LinearCase& test_case : cases) {
+    for (const Shape& shape : kShapes) {
+      const int h = shape.heads, dh = shape.head_dim, r = shape.size;
+      std::vector<float> projection = RandomFloats(static_cast<int64_t>(h) * r * dh, 7, -1, 1);
+      std::vector<float> bias = RandomFloats(static_cast<int64_t>(h) * r, 8, -0.5f, 0.5f);
+      std::unique_ptr<FeatureMap> phi;
+      LinearAttentionParams params;
+      params.n_heads = h;
+      params.head_dim = dh;
+      params.kind = test_case.kind;
+      params.gated = test_case.gated;
+      params.eps = test_case.kind == FeatureMapKind::kRfaGaussian ? 0.01f : 1e-6f;
+      switch (test_case.kind) {
+        case FeatureMapKind::kRfaGaussian:
+        case FeatureMapKind::kRfaArccos:
+          params.random_features = r;
+          phi = std::make_unique<RandomFeatureMap>(h, dh, r,
+                                                   test_case.kind == FeatureMapKind::kRfaGaussian
+                                                       ? RfaKernel::kGaussian
+                                                       : RfaKernel::kArccos,
+                                                   projection);
+          break;
+        case FeatureMapKind::kT2r:
+          params.learned_features = r;
+          phi = std::make_unique<LearnedReluFeatureMap>(dh, r, projection, bias);
+          break;
+        case FeatureMapKind::kElu:
+          phi = std::make_unique<EluFeatureMap>(dh);
+          break;
+      }
+      DeviceArray<float> device_projection = Upload(projection);
+      DeviceArray<float> device_bias = Upload(bias);
+      params.projection = device_projection.data();
+      params.bias = device_bias.data();
+      LinearState cpu(h, dh, std::move(phi), test_case.gated, params.eps);
+      for (int64_t batch : kBatches) {
+        CompareSteps(
+            cpu, static_cast<int64_t>(h) * dh, batch, 5,
+            [&](const StepRows& rows) { return LinearAttentionStep(context(), params, rows); },
+            test_case.name + " h" + std::to_string(h) + " dh" + std::to_string(dh) + " r" +
+                std::to_string(r) + " batch " + std::to_string(batch));
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Softmax: rows with very different cache lengths in one batch (0, short, one and several
+// chunks), so the split-K grid has empty chunks for the short rows.
+TEST_F(AttentionCudaTest, SoftmaxSplitKMatchesCpu) {
+  for (const Shape& shape : {Shape{4, 32, 0}, Shape{2, 64, 0}, Shape{3, 20, 0}}) {
+    const int h = shape.heads, dh = shape.head_dim;
+    const int64_t d = static_cast<int64_t>(h) * dh;
+    const std::vector<int32_t> lengths = {0, 5, 511, 512, 3000, 17};
+    const int64_t batch = static_cast<int64_t>(lengths.size());
+    const int64_t capacity = 3001;
+    SoftmaxState cpu(h, dh);
+    std::vector<KvCache> caches(batch);
+    std::vector<DeviceArray<float>> device_keys, device_values;
+    std::vector<float*> key_pointers, value_pointers;
+    for (int64_t b = 0; b < batch; ++b) {
+      KvCache& cache = caches[b];
+      cache.width = d;
+      cache.keys = RandomFloats(capacity * d, 300 + b, -1, 1);
+      cache.values = RandomFloats(capacity * d, 400 + b, -1, 1);
+      cache.length = lengths[b];
+      device_keys.push_back(Upload(cache.keys));
+      device_values.push_back(Upload(cache.values));
+      key_pointers.push_back(device_keys.back().data());
+      value_pointers.push_back(device_values.back().data());
+    }
+    DeviceArray<float*> keys = Upload(key_pointers), values = Upload(value_pointers);
+    DeviceArray<int32_t> device_lengths = Upload(lengths);
+    const StepInputs inputs = RandomStep(batch, d, 0, 5);
+    std::vector<float> expected(batch * d);
+    for (int64_t b = 0; b < batch; ++b) {
+      StateRef ref{nullptr, &caches[b], lengths[b]};
+      cpu.Update(RowOf(inputs, b, d), ref);
+      cpu.Read(inputs.rows.data() + b * inputs.width, ref, expected.data() + b * d);
+    }
+    DeviceArray<float> rows = Upload(inputs.rows);
+    DeviceArray<float> out = Upload(std::vector<float>(batch * d, NAN));
+    const StepRows step_rows{batch,        rows.data(), inputs.width, rows.data() + d,
+                             inputs.width, nullptr,     out.data(),   d};
+    const KvCacheRows cache_rows{keys.data(), values.data(), device_lengths.data(), 3000};
+    ASSERT_TRUE(SoftmaxStep(context(), h, dh, step_rows, cache_rows).ok());
+    ExpectClose(Download(out), expected, kTolerance, "softmax dh " + std::to_string(dh));
+    for (int64_t b = 0; b < batch; ++b) {  // the new key and value were appended
+      std::vector<float> keys_after = Download(device_keys[b]);
+      ExpectClose(std::vector<float>(keys_after.begin() + lengths[b] * d,
+                                     keys_after.begin() + (lengths[b] + 1) * d),
+                  std::vector<float>(caches[b].key(lengths[b]), caches[b].key(lengths[b]) + d),
+                  0.0f, "appended key");
+    }
+  }
+}
+
+TEST_F(AttentionCudaTest, FillStatesCopiesTheEmptyState) {
+  AbcState cpu(2, 8, 4);
+  std::vector<float> empty(cpu.FixedFloats());
+  cpu.Init(empty.data());
+  const int64_t batch = 3;
+  DeviceStates states(context(), RandomFloats(batch * cpu.FixedFloats(), 1), batch,
+                      cpu.FixedFloats());
+  DeviceArray<float> device_empty = Upload(empty);
+  ASSERT_TRUE(
+      FillStates(context(), states.pointers(), batch, device_empty.data(), cpu.FixedFloats()).ok());
+  const std::vector<float> filled = Download(states.blocks());
+  for (int64_t i = 0; i < batch * cpu.FixedFloats(); ++i) {
+    ASSERT_EQ(filled[i], empty[i % cpu.FixedFloats()]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace abcd::cuda

@@ -1,0 +1,38 @@
+#include "tests/cuda/cuda_test_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace abcd::cuda {
+
+void CudaTest::SetUp() {
+  if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the CPU backend is used";
+  absl::StatusOr<std::unique_ptr<CudaContext>> context = CudaContext::Create(0);
+  ASSERT_TRUE(context.ok()) << context.status();
+  context_ = std::move(*context);
+}
+
+std::vector<float> RandomFloats(int64_t n, uint32_t seed, float low, float high) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(low, high);
+  std::vector<float> values(static_cast<size_t>(n));
+  for (float& value : values) value = distribution(generator);
+  return values;
+}
+
+void ExpectClose(const std::vector<float>& actual, const std::vector<float>& expected,
+                 float tolerance, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  float worst = 0.0f;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(actual[i])) << what << ": element " << i << " is " << actual[i];
+    const float error = std::abs(actual[i] - expected[i]) / std::max(1.0f, std::abs(expected[i]));
+    ASSERT_LE(error, tolerance) << what << ": element " << i << " is " << actual[i] << ", expected "
+                                << expected[i];
+    worst = std::max(worst, error);
+  }
+  ::testing::Test::RecordProperty(what + "_max_relative_error", std::to_string(worst));
+}
+
+}  // namespace abcd::cuda
