@@ -4,7 +4,7 @@ abcd-bench reference runs this script between its own timed passes on the same c
 the same token ids, so both numbers come from one run on one machine:
 
   /usr/bin/python3 loadtest/bench_reference.py --model DIR --tokens TOKENS.json \
-      [--threads 1] [--repeats 3]
+      [--threads 1] [--repeats 3] [--device cpu|cuda] [--dtype float32|bfloat16]
 
 TOKENS.json: {"batches": {"1": [[t0, t1, ...]], "32": [[...], ... 32 rows]}}; every row has the
 same length T. For each batch the script feeds token column t to DecoderLM.step (the recurrent
@@ -34,10 +34,13 @@ def main():
     parser.add_argument("--tokens", required=True, help="JSON file with the token ids per batch size")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per batch size")
+    parser.add_argument("--device", default="cpu", help="torch device (cuda: eager PyTorch on the GPU)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="weights and activations")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    model = load(args.model).eval()
+    device = torch.device(args.device)
+    model = load(args.model).eval().to(device=device, dtype=getattr(torch, args.dtype))
     if model.config.is_encoder_decoder:
         sys.exit("bench_reference.py: decoder-only models only")
     with open(args.tokens, encoding="utf-8") as f:
@@ -46,7 +49,7 @@ def main():
     results = []
     with torch.inference_mode():
         for key in sorted(batches, key=int):
-            ids = torch.tensor(batches[key], dtype=torch.long)  # [B, T]
+            ids = torch.tensor(batches[key], dtype=torch.long, device=device)  # [B, T]
             batch, steps = ids.shape
             step_ms, argmax, last = [], [], None
             for repeat in range(args.repeats):
@@ -55,12 +58,12 @@ def main():
                 start = time.perf_counter()
                 for t in range(steps):
                     logits, state = model.step(ids[:, t], state)
-                    picks.append(int(logits[0].argmax()))
+                    picks.append(int(logits[0].argmax()))  # the host needs the token: syncs the GPU
                 step_ms.append((time.perf_counter() - start) / steps * 1000)
                 if repeat == 0:
-                    argmax, last = picks, logits[0].tolist()
+                    argmax, last = picks, logits[0].float().tolist()
             results.append({"batch": batch, "steps": steps, "step_ms": step_ms, "argmax": argmax, "last_logits": last})
-    json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(), "results": results}, sys.stdout)
+    json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(device), "results": results}, sys.stdout)
     print()
 
 

@@ -31,6 +31,14 @@ class AttentionLayer {
 
   const AttentionSpec& spec() const { return spec_; }
   const AttentionState& state() const { return *state_; }
+  // Weights as loaded, for backends that keep their own copy. Self attention: fused rows
+  // [q; k; v; extra] (q scaled by 1/sqrt(dh)); cross: query_* = q, fused = [k; v; extra].
+  const std::vector<float>& fused_weight() const { return fused_weight_; }
+  const std::vector<float>& fused_bias() const { return fused_bias_; }
+  const std::vector<float>& query_weight() const { return query_weight_; }
+  const std::vector<float>& query_bias() const { return query_bias_; }
+  const std::vector<float>& out_weight() const { return out_weight_; }
+  const std::vector<float>& out_bias() const { return out_bias_; }
 
   // x: [rows, d] (normalised layer input), out: [rows, d].
   void ForwardCausal(const float* x, int64_t rows, std::span<const StateRef> states,

@@ -30,6 +30,9 @@ class LinearState final : public AttentionState {
   void Init(float* fixed) const override;
   void Update(const KeyValueRow& row, const StateRef& state) const override;
   void Read(const float* q, const StateRef& state, float* out) const override;
+  const FeatureMap& feature_map() const { return *phi_; }
+  bool gated() const { return gated_; }
+  float eps() const { return eps_; }
 
  private:
   int64_t HeadFloats() const;
@@ -48,6 +51,9 @@ class RandomFeatureMap final : public FeatureMap {
                    std::vector<float> scaled_projection);
   int features() const override;
   void Apply(int head, const float* x, float* features, float* scratch) const override;
+  int random_features() const { return random_features_; }
+  RfaKernel kernel() const { return kernel_; }
+  const std::vector<float>& projection() const { return projection_; }  // [H, D, dh]
 
  private:
   int head_dim_;
@@ -63,6 +69,8 @@ class LearnedReluFeatureMap final : public FeatureMap {
                         std::vector<float> bias);
   int features() const override { return features_; }
   void Apply(int head, const float* x, float* features, float* scratch) const override;
+  const std::vector<float>& weight() const { return weight_; }  // [H, r, dh]
+  const std::vector<float>& bias() const { return bias_; }      // [H, r]
 
  private:
   int head_dim_;

@@ -45,6 +45,16 @@ absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
                  "cudaStreamCreate");
   if (status.ok()) status = Check(cublasCreate(&context->cublas_), "cublasCreate");
   if (status.ok()) status = Check(cublasSetStream(context->cublas_, context->stream_), "stream");
+  constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+  if (status.ok()) {
+    status = Check(cudaMalloc(&context->cublas_workspace_, kCublasWorkspaceBytes),
+                   "cudaMalloc cuBLAS workspace");
+  }
+  if (status.ok()) {
+    status = Check(
+        cublasSetWorkspace(context->cublas_, context->cublas_workspace_, kCublasWorkspaceBytes),
+        "cublasSetWorkspace");
+  }
   // Deterministic results: no split-K atomics in cuBLAS reductions.
   if (status.ok()) {
     status = Check(cublasSetAtomicsMode(context->cublas_, CUBLAS_ATOMICS_NOT_ALLOWED), "atomics");
@@ -56,18 +66,18 @@ absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
 CudaContext::~CudaContext() {
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   if (workspace_ != nullptr) cudaFree(workspace_);
+  for (void* retired : retired_workspaces_) cudaFree(retired);
 }
 
 absl::StatusOr<void*> CudaContext::Workspace(size_t bytes) {
   if (bytes <= workspace_bytes_) return workspace_;
-  absl::Status status = Synchronize();  // the old buffer may still be in use by queued work
+  void* grown = nullptr;
+  absl::Status status = Check(cudaMalloc(&grown, bytes), "cudaMalloc workspace");
   if (!status.ok()) return status;
-  if (workspace_ != nullptr) cudaFree(workspace_);
-  workspace_ = nullptr;
-  workspace_bytes_ = 0;
-  status = Check(cudaMalloc(&workspace_, bytes), "cudaMalloc workspace");
-  if (!status.ok()) return status;
+  if (workspace_ != nullptr) retired_workspaces_.push_back(workspace_);
+  workspace_ = grown;
   workspace_bytes_ = bytes;
   return workspace_;
 }

@@ -43,8 +43,10 @@ class CudaContext {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
 
-  // A device buffer of at least `bytes`, owned by the context and valid until the next call.
-  // Grows (never shrinks); must not be called while a CUDA graph is being captured.
+  // A device buffer of at least `bytes` for one op's scratch, owned by the context. Ops on the
+  // stream share it in stream order. Growing allocates a larger buffer and keeps the old ones
+  // until the context dies, because captured CUDA graphs keep the addresses they saw. Must not
+  // grow during a capture (run the captured work once eagerly first).
   absl::StatusOr<void*> Workspace(size_t bytes);
 
   absl::Status Synchronize();
@@ -57,8 +59,10 @@ class CudaContext {
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;  // fixed, so cuBLAS never allocates inside a CUDA graph
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  std::vector<void*> retired_workspaces_;
 };
 
 // Owning device array of T (move-only). Copies go through the context's stream.

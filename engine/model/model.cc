@@ -13,19 +13,6 @@
 
 namespace abcd {
 
-struct Model::Block {
-  std::vector<float> ln1_weight, ln1_bias, ln2_weight, ln2_bias;
-  std::vector<float> ln_cross_weight, ln_cross_bias;
-  std::unique_ptr<AttentionLayer> self_attention;
-  std::unique_ptr<AttentionLayer> cross_attention;
-  std::vector<float> fc1_weight, fc1_bias, fc2_weight, fc2_bias;
-};
-
-struct Model::Stack {
-  std::vector<Block> blocks;
-  std::vector<float> ln_f_weight, ln_f_bias;
-};
-
 Model::Model() = default;
 Model::~Model() = default;
 

@@ -45,9 +45,27 @@ class Model {
   absl::Status Decode(std::span<const DecodeRow> rows, StatePool& pool,
                       std::vector<float>* logits) const;
 
+  // The parameters as loaded (fp32, 1/sqrt(dh) folded into the query projections), read by
+  // backends that keep their own copy (the CUDA decoder).
+  struct Block {
+    std::vector<float> ln1_weight, ln1_bias, ln2_weight, ln2_bias;
+    std::vector<float> ln_cross_weight, ln_cross_bias;
+    std::unique_ptr<AttentionLayer> self_attention;
+    std::unique_ptr<AttentionLayer> cross_attention;
+    std::vector<float> fc1_weight, fc1_bias, fc2_weight, fc2_bias;
+  };
+  struct Stack {
+    std::vector<Block> blocks;
+    std::vector<float> ln_f_weight, ln_f_bias;
+  };
+  const Stack& decoder() const { return *decoder_; }
+  const std::vector<float>& embedding() const { return embedding_; }
+  // The output projection [V, d]: the embedding when tied.
+  const std::vector<float>& lm_head() const {
+    return config_.tie_embeddings ? embedding_ : lm_head_;
+  }
+
  private:
-  struct Block;
-  struct Stack;
   Model();
   absl::Status LoadStack(const std::string& name, const std::vector<LayerSpec>& layers,
                          class WeightLoader& weights, Stack& stack);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/ops/elementwise_cuda.h"
 #include "engine/ops/linear_cuda.h"
 
 namespace abcd::cuda {
@@ -40,15 +41,6 @@ __global__ void RoundActivations(const float* __restrict__ x, int64_t n, Half* _
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[i] = RoundTo<Half>(x[i]);
-  }
-}
-
-__global__ void AddRowBias(float* __restrict__ y, int64_t rows, int64_t width,
-                           const float* __restrict__ bias) {
-  const int64_t n = rows * width;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    y[i] += bias[i % width];
   }
 }
 
@@ -126,9 +118,7 @@ absl::Status Linear(CudaContext& context, const float* x, int64_t rows, const De
                          CUDA_R_32F, static_cast<int>(out), compute, CUBLAS_GEMM_DEFAULT),
             "cublasGemmEx");
   if (!status.ok() || bias == nullptr) return status;
-  constexpr int kThreads = 256;
-  AddRowBias<<<GridFor(rows * out, kThreads), kThreads, 0, context.stream()>>>(y, rows, out, bias);
-  return CheckLaunch("AddRowBias");
+  return AddBias(context, y, rows, out, bias);
 }
 
 }  // namespace abcd::cuda

@@ -1,0 +1,492 @@
+#include "engine/model/model_cuda.h"
+
+#include <cmath>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "engine/attention/abc_state.h"
+#include "engine/attention/attention_state_cuda.h"
+#include "engine/attention/linear_state.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/elementwise_cuda.h"
+
+namespace abcd::cuda {
+
+struct CudaModel::Layer {
+  AttentionType type = AttentionType::kSoftmax;
+  DeviceArray<float> ln1_weight, ln1_bias, ln2_weight, ln2_bias;
+  DeviceMatrix fused, out, fc1, fc2;
+  DeviceArray<float> fused_bias, out_bias, fc1_bias, fc2_bias;
+  int64_t fused_width = 0;
+  int64_t state_offset = 0;  // floats into a sequence's state block (bounded types)
+  AbcShape abc;
+  LinearAttentionParams linear;  // projection / bias point into feature_*
+  DeviceArray<float> feature_projection, feature_bias;
+  int softmax_index = -1;
+};
+
+struct CudaModel::Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~Graph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
+namespace {
+
+absl::StatusOr<DeviceArray<float>> ToDevice(CudaContext& context, const std::vector<float>& host,
+                                            int64_t* bytes) {
+  *bytes += static_cast<int64_t>(host.size()) * 4;
+  return DeviceArray<float>::FromHost(context, host);
+}
+
+absl::StatusOr<DeviceMatrix> MatrixToDevice(CudaContext& context, const std::vector<float>& host,
+                                            int64_t out, WeightType type, int64_t* bytes) {
+  const int64_t in = static_cast<int64_t>(host.size()) / out;
+  ABCD_ASSIGN_OR_RETURN(DeviceMatrix matrix,
+                        DeviceMatrix::Upload(context, host.data(), out, in, type));
+  *bytes += matrix.bytes();
+  return matrix;
+}
+
+template <typename T>
+absl::Status CopyToDevice(CudaContext& context, const std::vector<T>& host, T* device) {
+  if (host.empty()) return absl::OkStatus();
+  // Pageable host memory is staged before cudaMemcpyAsync returns: `host` may die afterwards.
+  return Check(cudaMemcpyAsync(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice,
+                               context.stream()),
+               "cudaMemcpyAsync step inputs");
+}
+
+int64_t RoundUp4(int64_t floats) { return (floats + 3) / 4 * 4; }
+
+}  // namespace
+
+CudaModel::CudaModel(CudaContext& context, const ModelConfig& config)
+    : context_(context), config_(config) {}
+
+CudaModel::~CudaModel() = default;
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
+                                                             CudaContext& context,
+                                                             const CudaModelOptions& options) {
+  if (model.config().is_encoder_decoder()) {
+    return absl::UnimplementedError(
+        "the CUDA backend runs decoder-only models; encoder-decoder models use the CPU");
+  }
+  if (options.max_sequences <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_sequences must be positive, got ", options.max_sequences));
+  }
+  std::unique_ptr<CudaModel> cuda_model(new CudaModel(context, model.config()));
+  cuda_model->options_ = options;
+  if (cuda_model->options_.max_context <= 0) cuda_model->options_.max_context = 2048;
+  ABCD_RETURN_IF_ERROR(cuda_model->Upload(model, cuda_model->options_));
+  if (options.cuda_graphs && cuda_model->kv_keys_.empty()) {
+    ABCD_RETURN_IF_ERROR(cuda_model->CaptureGraphs());
+  }
+  return cuda_model;
+}
+
+absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& options) {
+  const ModelConfig& c = config_;
+  const int64_t d = c.d_model, ff = c.d_ff, vocab = c.vocab_size;
+  const int heads = c.n_heads, dh = static_cast<int>(c.head_dim());
+  const WeightType type = options.weights;
+  int64_t& bytes = weight_bytes_;
+  embed_scale_ = c.scale_embeddings ? std::sqrt(static_cast<float>(d)) : 1.0f;
+  ABCD_ASSIGN_OR_RETURN(embedding_, ToDevice(context_, model.embedding(), &bytes));
+  ABCD_ASSIGN_OR_RETURN(lm_head_, MatrixToDevice(context_, model.lm_head(), vocab, type, &bytes));
+  ABCD_ASSIGN_OR_RETURN(ln_f_weight_, ToDevice(context_, model.decoder().ln_f_weight, &bytes));
+  ABCD_ASSIGN_OR_RETURN(ln_f_bias_, ToDevice(context_, model.decoder().ln_f_bias, &bytes));
+
+  std::vector<float> empty_state;
+  int64_t max_width = 0;
+  for (size_t l = 0; l < model.decoder().blocks.size(); ++l) {
+    const Model::Block& block = model.decoder().blocks[l];
+    const AttentionLayer& attention = *block.self_attention;
+    const AttentionSpec& spec = attention.spec();
+    Layer layer;
+    layer.type = spec.type;
+    layer.fused_width = static_cast<int64_t>(attention.fused_bias().size());
+    max_width = std::max(max_width, layer.fused_width);
+    ABCD_ASSIGN_OR_RETURN(layer.ln1_weight, ToDevice(context_, block.ln1_weight, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.ln1_bias, ToDevice(context_, block.ln1_bias, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.ln2_weight, ToDevice(context_, block.ln2_weight, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.ln2_bias, ToDevice(context_, block.ln2_bias, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.fused, MatrixToDevice(context_, attention.fused_weight(),
+                                                      layer.fused_width, type, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.fused_bias, ToDevice(context_, attention.fused_bias(), &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.out,
+                          MatrixToDevice(context_, attention.out_weight(), d, type, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.out_bias, ToDevice(context_, attention.out_bias(), &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.fc1, MatrixToDevice(context_, block.fc1_weight, ff, type, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.fc1_bias, ToDevice(context_, block.fc1_bias, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.fc2, MatrixToDevice(context_, block.fc2_weight, d, type, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.fc2_bias, ToDevice(context_, block.fc2_bias, &bytes));
+
+    const AttentionState& state = attention.state();
+    switch (spec.type) {
+      case AttentionType::kSoftmax:
+        layer.softmax_index = static_cast<int>(kv_keys_.size());
+        kv_keys_.emplace_back();
+        kv_values_.emplace_back();
+        kv_bytes_per_token_ += 2 * d * 4;
+        break;
+      case AttentionType::kAbc:
+        layer.abc = AbcShape{heads, dh, spec.slots};
+        break;
+      case AttentionType::kRfa:
+      case AttentionType::kT2r:
+      case AttentionType::kElu: {
+        const auto& linear = dynamic_cast<const LinearState&>(state);
+        LinearAttentionParams& params = layer.linear;
+        params.n_heads = heads;
+        params.head_dim = dh;
+        params.gated = linear.gated();
+        params.eps = linear.eps();
+        if (const auto* rfa = dynamic_cast<const RandomFeatureMap*>(&linear.feature_map())) {
+          params.kind = rfa->kernel() == RfaKernel::kGaussian ? FeatureMapKind::kRfaGaussian
+                                                              : FeatureMapKind::kRfaArccos;
+          params.random_features = rfa->random_features();
+          ABCD_ASSIGN_OR_RETURN(layer.feature_projection,
+                                ToDevice(context_, rfa->projection(), &bytes));
+        } else if (const auto* t2r =
+                       dynamic_cast<const LearnedReluFeatureMap*>(&linear.feature_map())) {
+          params.kind = FeatureMapKind::kT2r;
+          params.learned_features = t2r->features();
+          ABCD_ASSIGN_OR_RETURN(layer.feature_projection,
+                                ToDevice(context_, t2r->weight(), &bytes));
+          ABCD_ASSIGN_OR_RETURN(layer.feature_bias, ToDevice(context_, t2r->bias(), &bytes));
+        } else {
+          params.kind = FeatureMapKind::kElu;
+        }
+        params.projection = layer.feature_projection.data();
+        params.bias = layer.feature_bias.data();
+        break;
+      }
+      case AttentionType::kWindow:
+        return absl::UnimplementedError(absl::StrCat(
+            "decoder_layers[", l, "]: window attention has no CUDA kernel; use the CPU backend"));
+    }
+    if (!state.UsesKvCache()) {
+      // Each layer's block starts 16-byte aligned (the kernels use float4 loads).
+      layer.state_offset = static_cast<int64_t>(empty_state.size());
+      empty_state.resize(RoundUp4(layer.state_offset + state.FixedFloats()));
+      state.Init(empty_state.data() + layer.state_offset);
+    }
+    layers_.push_back(std::move(layer));
+  }
+  state_floats_ = static_cast<int64_t>(empty_state.size());
+
+  const int64_t slots = options.max_sequences + 1;  // + the scratch slot of padding rows
+  ABCD_ASSIGN_OR_RETURN(empty_state_, DeviceArray<float>::FromHost(context_, empty_state));
+  ABCD_ASSIGN_OR_RETURN(states_, DeviceArray<float>::Allocate(slots * state_floats_));
+  for (size_t i = 0; i < kv_keys_.size(); ++i) {
+    ABCD_ASSIGN_OR_RETURN(kv_keys_[i],
+                          DeviceArray<float>::Allocate(slots * options.max_context * d));
+    ABCD_ASSIGN_OR_RETURN(kv_values_[i],
+                          DeviceArray<float>::Allocate(slots * options.max_context * d));
+  }
+  positions_.assign(slots, 0);
+  in_use_.assign(slots, false);
+
+  const int64_t rows = options.max_sequences;
+  const int64_t n_layers = static_cast<int64_t>(layers_.size());
+  const int64_t n_softmax = static_cast<int64_t>(kv_keys_.size());
+  ABCD_ASSIGN_OR_RETURN(tokens_, DeviceArray<int32_t>::Allocate(rows));
+  ABCD_ASSIGN_OR_RETURN(token_positions_, DeviceArray<int64_t>::Allocate(rows));
+  ABCD_ASSIGN_OR_RETURN(lengths_, DeviceArray<int32_t>::Allocate(rows));
+  ABCD_ASSIGN_OR_RETURN(state_pointers_, DeviceArray<float*>::Allocate(n_layers * rows));
+  ABCD_ASSIGN_OR_RETURN(key_pointers_, DeviceArray<float*>::Allocate(n_softmax * rows));
+  ABCD_ASSIGN_OR_RETURN(value_pointers_, DeviceArray<float*>::Allocate(n_softmax * rows));
+  ABCD_ASSIGN_OR_RETURN(x_, DeviceArray<float>::Allocate(rows * d));
+  ABCD_ASSIGN_OR_RETURN(normed_, DeviceArray<float>::Allocate(rows * d));
+  ABCD_ASSIGN_OR_RETURN(fused_, DeviceArray<float>::Allocate(rows * max_width));
+  ABCD_ASSIGN_OR_RETURN(attended_, DeviceArray<float>::Allocate(rows * d));
+  ABCD_ASSIGN_OR_RETURN(delta_, DeviceArray<float>::Allocate(rows * d));
+  ABCD_ASSIGN_OR_RETURN(hidden_, DeviceArray<float>::Allocate(rows * ff));
+  ABCD_ASSIGN_OR_RETURN(logits_, DeviceArray<float>::Allocate(rows * vocab));
+  ABCD_ASSIGN_OR_RETURN(sampling_params_, DeviceArray<DeviceSamplingParams>::Allocate(rows));
+  ABCD_ASSIGN_OR_RETURN(sampled_, DeviceArray<int32_t>::Allocate(rows));
+  // The scratch slot starts (and stays) a valid state.
+  ABCD_RETURN_IF_ERROR(Check(
+      cudaMemcpyAsync(states_.data() + options.max_sequences * state_floats_, empty_state_.data(),
+                      state_floats_ * 4, cudaMemcpyDeviceToDevice, context_.stream()),
+      "reset scratch slot"));
+  return context_.Synchronize();
+}
+
+absl::StatusOr<int> CudaModel::Acquire() {
+  for (int slot = 0; slot < options_.max_sequences; ++slot) {
+    if (in_use_[slot]) continue;
+    if (state_floats_ > 0) {
+      ABCD_RETURN_IF_ERROR(
+          Check(cudaMemcpyAsync(states_.data() + slot * state_floats_, empty_state_.data(),
+                                state_floats_ * 4, cudaMemcpyDeviceToDevice, context_.stream()),
+                "reset state slot"));
+    }
+    in_use_[slot] = true;
+    positions_[slot] = 0;
+    return slot;
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("all ", options_.max_sequences, " CUDA sequence slots are in use"));
+}
+
+void CudaModel::Release(int slot) {
+  if (slot >= 0 && slot < options_.max_sequences) in_use_[slot] = false;
+}
+
+absl::Status CudaModel::SetPositionForBenchmark(int slot, int64_t position) {
+  if (slot < 0 || slot >= options_.max_sequences || !in_use_[slot]) {
+    return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not in use"));
+  }
+  if (!kv_keys_.empty() && position >= options_.max_context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("position ", position, " >= max_context ", options_.max_context));
+  }
+  positions_[slot] = position;
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::Validate(std::span<const int> slots,
+                                 std::span<const int32_t> tokens) const {
+  if (slots.empty() || slots.size() != tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("a step needs one token per slot, got ",
+                                                   slots.size(), " slots and ", tokens.size(),
+                                                   " tokens"));
+  }
+  if (static_cast<int64_t>(slots.size()) > options_.max_sequences) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch ", slots.size(), " > max_sequences ", options_.max_sequences));
+  }
+  absl::flat_hash_set<int> seen;
+  for (size_t b = 0; b < slots.size(); ++b) {
+    const int slot = slots[b];
+    if (slot < 0 || slot >= options_.max_sequences || !in_use_[slot]) {
+      return absl::InvalidArgumentError(absl::StrCat("slots[", b, "] = ", slot, " is not in use"));
+    }
+    if (!seen.insert(slot).second) {
+      return absl::InvalidArgumentError(absl::StrCat("slots[", b, "] = ", slot, " repeats"));
+    }
+    if (tokens[b] < 0 || tokens[b] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("tokens[", b, "] = ", tokens[b],
+                                                     " is outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+    if (!kv_keys_.empty() && positions_[slot] >= options_.max_context) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "slots[", b, "]: the KV cache holds max_context = ", options_.max_context, " tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
+                                    int64_t rows) {
+  const int64_t stride = options_.max_sequences;
+  const int64_t d = config_.d_model, capacity = options_.max_context;
+  const int scratch = options_.max_sequences;
+  std::vector<int32_t> token_ids(rows, 0), lengths(rows, 0);
+  std::vector<int64_t> positions(rows, 0);
+  std::vector<float*> state_pointers(layers_.size() * stride, nullptr);
+  std::vector<float*> key_pointers(kv_keys_.size() * stride, nullptr);
+  std::vector<float*> value_pointers(kv_keys_.size() * stride, nullptr);
+  for (int64_t b = 0; b < rows; ++b) {
+    const bool real = b < static_cast<int64_t>(slots.size());
+    const int slot = real ? slots[b] : scratch;
+    if (real) {
+      token_ids[b] = tokens[b];
+      positions[b] = positions_[slot];
+      lengths[b] = static_cast<int32_t>(positions_[slot]);
+    }
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& layer = layers_[l];
+      if (layer.softmax_index < 0) {
+        state_pointers[l * stride + b] = states_.data() + slot * state_floats_ + layer.state_offset;
+      } else {
+        const int64_t cache = static_cast<int64_t>(slot) * capacity * d;
+        key_pointers[layer.softmax_index * stride + b] =
+            kv_keys_[layer.softmax_index].data() + cache;
+        value_pointers[layer.softmax_index * stride + b] =
+            kv_values_[layer.softmax_index].data() + cache;
+      }
+    }
+  }
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, token_ids, tokens_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, positions, token_positions_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, lengths, lengths_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, state_pointers, state_pointers_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, key_pointers, key_pointers_.data()));
+  return CopyToDevice(context_, value_pointers, value_pointers_.data());
+}
+
+absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length) {
+  CudaContext& ctx = context_;
+  const int64_t d = config_.d_model, ff = config_.d_ff, stride = options_.max_sequences;
+  const float eps = config_.layer_norm_eps;
+  ABCD_RETURN_IF_ERROR(Embed(ctx, embedding_.data(), tokens_.data(), token_positions_.data(), rows,
+                             d, embed_scale_, x_.data()));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    ABCD_RETURN_IF_ERROR(LayerNorm(ctx, x_.data(), rows, d, layer.ln1_weight.data(),
+                                   layer.ln1_bias.data(), eps, normed_.data()));
+    ABCD_RETURN_IF_ERROR(
+        Linear(ctx, normed_.data(), rows, layer.fused, layer.fused_bias.data(), fused_.data()));
+    const StepRows step{rows,
+                        fused_.data(),
+                        layer.fused_width,
+                        fused_.data() + d,
+                        layer.fused_width,
+                        state_pointers_.data() + l * stride,
+                        attended_.data(),
+                        d};
+    switch (layer.type) {
+      case AttentionType::kAbc:
+        ABCD_RETURN_IF_ERROR(AbcStep(ctx, layer.abc, step, /*update=*/true));
+        break;
+      case AttentionType::kRfa:
+      case AttentionType::kT2r:
+      case AttentionType::kElu:
+        ABCD_RETURN_IF_ERROR(LinearAttentionStep(ctx, layer.linear, step));
+        break;
+      case AttentionType::kSoftmax: {
+        const KvCacheRows cache{key_pointers_.data() + layer.softmax_index * stride,
+                                value_pointers_.data() + layer.softmax_index * stride,
+                                lengths_.data(), max_length};
+        ABCD_RETURN_IF_ERROR(
+            SoftmaxStep(ctx, config_.n_heads, static_cast<int>(config_.head_dim()), step, cache));
+        break;
+      }
+      case AttentionType::kWindow:
+        return absl::InternalError("window attention reached the CUDA forward pass");
+    }
+    ABCD_RETURN_IF_ERROR(
+        Linear(ctx, attended_.data(), rows, layer.out, layer.out_bias.data(), delta_.data()));
+    ABCD_RETURN_IF_ERROR(AddInPlace(ctx, x_.data(), delta_.data(), rows * d));
+    ABCD_RETURN_IF_ERROR(LayerNorm(ctx, x_.data(), rows, d, layer.ln2_weight.data(),
+                                   layer.ln2_bias.data(), eps, normed_.data()));
+    ABCD_RETURN_IF_ERROR(
+        Linear(ctx, normed_.data(), rows, layer.fc1, layer.fc1_bias.data(), hidden_.data()));
+    ABCD_RETURN_IF_ERROR(Activate(ctx, config_.activation, hidden_.data(), rows * ff));
+    ABCD_RETURN_IF_ERROR(
+        Linear(ctx, hidden_.data(), rows, layer.fc2, layer.fc2_bias.data(), delta_.data()));
+    ABCD_RETURN_IF_ERROR(AddInPlace(ctx, x_.data(), delta_.data(), rows * d));
+  }
+  ABCD_RETURN_IF_ERROR(LayerNorm(ctx, x_.data(), rows, d, ln_f_weight_.data(), ln_f_bias_.data(),
+                                 eps, normed_.data()));
+  return Linear(ctx, normed_.data(), rows, lm_head_, nullptr, logits_.data());
+}
+
+void CudaModel::Advance(std::span<const int> slots) {
+  for (int slot : slots) ++positions_[slot];
+}
+
+absl::Status CudaModel::StepLogits(std::span<const int> slots, std::span<const int32_t> tokens,
+                                   std::vector<float>* logits) {
+  ABCD_RETURN_IF_ERROR(Validate(slots, tokens));
+  const int64_t rows = static_cast<int64_t>(slots.size());
+  int32_t max_length = 0;
+  for (int slot : slots) max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
+  ABCD_RETURN_IF_ERROR(StageInputs(slots, tokens, rows));
+  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length));
+  const size_t offset = logits->size();
+  logits->resize(offset + static_cast<size_t>(rows * config_.vocab_size));
+  ABCD_RETURN_IF_ERROR(
+      Check(cudaMemcpyAsync(logits->data() + offset, logits_.data(),
+                            static_cast<size_t>(rows * config_.vocab_size) * sizeof(float),
+                            cudaMemcpyDeviceToHost, context_.stream()),
+            "copy logits"));
+  ABCD_RETURN_IF_ERROR(context_.Synchronize());
+  Advance(slots);
+  return absl::OkStatus();
+}
+
+int64_t CudaModel::BucketFor(int64_t batch) const {
+  int64_t bucket = 1;
+  while (bucket < batch) bucket *= 2;
+  return std::min<int64_t>(bucket, options_.max_sequences);
+}
+
+absl::Status CudaModel::CaptureGraphs() {
+  std::vector<int64_t> buckets;
+  for (int64_t b = 1;; b *= 2) {
+    buckets.push_back(std::min<int64_t>(b, options_.max_sequences));
+    if (b >= options_.max_sequences) break;
+  }
+  // Every bucket once eagerly first (on the scratch slot), so that the context workspace has
+  // its final size before any capture: a graph keeps the addresses it was captured with.
+  for (int64_t rows : buckets) {
+    ABCD_RETURN_IF_ERROR(StageInputs({}, {}, rows));
+    ABCD_RETURN_IF_ERROR(CopyToDevice(
+        context_, std::vector<DeviceSamplingParams>(rows, DeviceSamplingParams{0, 0, 1, 0, 0}),
+        sampling_params_.data()));
+    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, 0));
+    ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
+                                      sampling_params_.data(), sampled_.data()));
+  }
+  ABCD_RETURN_IF_ERROR(context_.Synchronize());
+  graphs_.resize(buckets.size());
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    auto graph = std::make_unique<Graph>();
+    ABCD_RETURN_IF_ERROR(
+        Check(cudaStreamBeginCapture(context_.stream(), cudaStreamCaptureModeThreadLocal),
+              "cudaStreamBeginCapture"));
+    absl::Status status = EnqueueForward(buckets[i], 0);
+    if (status.ok()) {
+      status = SampleTokens(context_, logits_.data(), buckets[i], config_.vocab_size,
+                            sampling_params_.data(), sampled_.data());
+    }
+    const absl::Status end =
+        Check(cudaStreamEndCapture(context_.stream(), &graph->graph), "cudaStreamEndCapture");
+    ABCD_RETURN_IF_ERROR(status);
+    ABCD_RETURN_IF_ERROR(end);
+    ABCD_RETURN_IF_ERROR(
+        Check(cudaGraphInstantiate(&graph->exec, graph->graph, 0), "cudaGraphInstantiate"));
+    graphs_[i] = std::move(graph);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::StepSample(std::span<const int> slots, std::span<const int32_t> tokens,
+                                   std::span<const DeviceSamplingParams> params,
+                                   std::vector<int32_t>* next) {
+  ABCD_RETURN_IF_ERROR(Validate(slots, tokens));
+  if (params.size() != slots.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("params has ", params.size(), " rows for ", slots.size(), " slots"));
+  }
+  const int64_t batch = static_cast<int64_t>(slots.size());
+  const int64_t rows = graphs_.empty() ? batch : BucketFor(batch);
+  std::vector<DeviceSamplingParams> staged(params.begin(), params.end());
+  staged.resize(rows, DeviceSamplingParams{0, 0, 1, 0, 0});  // padding rows: greedy
+  ABCD_RETURN_IF_ERROR(StageInputs(slots, tokens, rows));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, staged, sampling_params_.data()));
+  if (graphs_.empty()) {
+    int32_t max_length = 0;
+    for (int slot : slots) {
+      max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
+    }
+    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length));
+    ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
+                                      sampling_params_.data(), sampled_.data()));
+  } else {
+    size_t index = 0;
+    while ((int64_t{1} << index) < rows && index + 1 < graphs_.size()) ++index;
+    ABCD_RETURN_IF_ERROR(
+        Check(cudaGraphLaunch(graphs_[index]->exec, context_.stream()), "cudaGraphLaunch"));
+  }
+  next->resize(static_cast<size_t>(batch));
+  ABCD_RETURN_IF_ERROR(Check(
+      cudaMemcpyAsync(next->data(), sampled_.data(), static_cast<size_t>(batch) * sizeof(int32_t),
+                      cudaMemcpyDeviceToHost, context_.stream()),
+      "copy sampled tokens"));
+  ABCD_RETURN_IF_ERROR(context_.Synchronize());
+  Advance(slots);
+  return absl::OkStatus();
+}
+
+}  // namespace abcd::cuda

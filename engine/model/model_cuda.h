@@ -1,0 +1,121 @@
+// A decoder-only model on one GPU (the CUDA twin of Model::Decode for single-token steps).
+//
+// Built from a loaded CPU Model: its parameters are uploaded once (projections in fp32, bf16
+// or fp16 for cuBLAS; LayerNorm, biases and the embedding gather table in fp32) and every
+// sequence gets a fixed slot in a device state slab (bounded types) or a KV cache of
+// `max_context` tokens (softmax, the baseline). A step feeds one token to each of a batch of
+// slots and runs the whole forward pass on the device: embedding, per layer LayerNorm, ONE
+// fused q|k|v|extra GEMM, the fused per-type state kernel, output projection, residuals, FFN,
+// final LayerNorm, LM head, and either copies the logits back (parity, evaluation) or samples
+// on the device so that only token ids cross to the host. With `cuda_graphs`, bounded models
+// replay one captured graph per bucketed batch size (1, 2, 4, ... max_sequences); rows of a
+// bucket beyond the batch run on a scratch slot and are discarded.
+//
+// Prompts are fed one token per step (equal to a prefill by construction); encoder-decoder
+// models and window attention stay on the CPU backend (Create returns Unimplemented).
+// Not thread-safe: one engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/device/cuda_context.h"
+#include "engine/model/model.h"
+#include "engine/ops/linear_cuda.h"
+#include "engine/sampling/sampler_cuda.h"
+
+namespace abcd::cuda {
+
+struct CudaModelOptions {
+  int max_sequences = 64;   // state slots (the largest batch)
+  int64_t max_context = 0;  // softmax layers: KV capacity per sequence in tokens (0: 2048)
+  WeightType weights = WeightType::kBF16;
+  bool cuda_graphs = true;  // bounded models only
+};
+
+class CudaModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const Model& model, CudaContext& context,
+                                                           const CudaModelOptions& options);
+  ~CudaModel();
+
+  const ModelConfig& config() const { return config_; }
+  // Device bytes of the parameters as stored (projections in the chosen type).
+  int64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes one sequence's bounded state occupies (excludes softmax KV caches).
+  int64_t state_bytes_per_sequence() const { return state_floats_ * 4; }
+  // Bytes one token adds to a sequence's softmax KV caches (0 for bounded models).
+  int64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
+  bool uses_graphs() const { return !graphs_.empty(); }
+
+  // A free slot, reset to the empty state; ResourceExhausted when all are in use.
+  absl::StatusOr<int> Acquire();
+  void Release(int slot);
+  int64_t position(int slot) const { return positions_[slot]; }
+
+  // Feeds tokens[b] to slots[b] (distinct acquired slots) and appends the next-token logits of
+  // every row ([batch, vocab], row order) to `logits`.
+  absl::Status StepLogits(std::span<const int> slots, std::span<const int32_t> tokens,
+                          std::vector<float>* logits);
+  // The same step, then samples row b with params[b] on the device; next[b] = the token.
+  absl::Status StepSample(std::span<const int> slots, std::span<const int32_t> tokens,
+                          std::span<const DeviceSamplingParams> params, std::vector<int32_t>* next);
+
+  // Benchmarks only: declares that `slot` already holds `position` tokens, without computing
+  // them (softmax caches then attend over whatever their memory holds). Lets decode at a 32k
+  // context be timed without 32k steps first.
+  absl::Status SetPositionForBenchmark(int slot, int64_t position);
+
+ private:
+  struct Layer;
+  struct Graph;
+  CudaModel(CudaContext& context, const ModelConfig& config);
+  absl::Status Upload(const Model& model, const CudaModelOptions& options);
+  absl::Status Validate(std::span<const int> slots, std::span<const int32_t> tokens) const;
+  // Copies the step's inputs into the device input buffers for `rows` rows (>= slots.size();
+  // extra rows use the scratch slot).
+  absl::Status StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
+                           int64_t rows);
+  // Enqueues the forward pass over the staged rows, leaving logits in logits_.
+  absl::Status EnqueueForward(int64_t rows, int32_t max_length);
+  absl::Status CaptureGraphs();
+  int64_t BucketFor(int64_t batch) const;
+  void Advance(std::span<const int> slots);
+
+  CudaContext& context_;
+  ModelConfig config_;
+  CudaModelOptions options_;
+  int64_t weight_bytes_ = 0;
+  int64_t state_floats_ = 0;  // per sequence, each layer's block padded to 16 bytes
+  int64_t kv_bytes_per_token_ = 0;
+  float embed_scale_ = 1.0f;
+
+  std::vector<Layer> layers_;
+  DeviceArray<float> embedding_;  // [V, d] fp32 gather table
+  DeviceMatrix lm_head_;
+  DeviceArray<float> ln_f_weight_, ln_f_bias_;
+
+  // Per sequence slot (+1 scratch slot at index max_sequences).
+  DeviceArray<float> states_;                            // [slots + 1, state_floats_]
+  DeviceArray<float> empty_state_;                       // [state_floats_]
+  std::vector<DeviceArray<float>> kv_keys_, kv_values_;  // per softmax layer [slots + 1, cap, d]
+  std::vector<int64_t> positions_;
+  std::vector<bool> in_use_;
+
+  // Step buffers sized for max_sequences rows.
+  DeviceArray<int32_t> tokens_;
+  DeviceArray<int64_t> token_positions_;
+  DeviceArray<int32_t> lengths_;
+  DeviceArray<float*> state_pointers_;  // [layers, rows]: each layer's block of each row
+  DeviceArray<float*> key_pointers_, value_pointers_;  // [softmax layers, rows]
+  DeviceArray<float> x_, normed_, fused_, attended_, delta_, hidden_, logits_;
+  DeviceArray<DeviceSamplingParams> sampling_params_;
+  DeviceArray<int32_t> sampled_;
+
+  std::vector<std::unique_ptr<Graph>> graphs_;  // by bucket index
+};
+
+}  // namespace abcd::cuda

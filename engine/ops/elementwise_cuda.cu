@@ -1,0 +1,241 @@
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "engine/ops/elementwise_cuda.h"
+
+namespace abcd::cuda {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kMaxWarps = 32;  // 1024 threads
+constexpr int kElementwiseThreads = 256;
+constexpr int kLayerNormMaxThreads = 512;
+constexpr int kEmbedThreads = 256;
+constexpr float kSqrtHalf = 0.707106781186547524f;  // float(M_SQRT1_2), as the CPU uses
+
+absl::Status CheckCount(int64_t value, const char* what) {
+  if (value >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " must be >= 0, got ", value));
+}
+
+// Blocks for a grid-stride loop over n items: enough to fill the GPU, never more than needed.
+int GridStrideBlocks(const CudaContext& context, int64_t n, int threads) {
+  const int64_t needed = (n + threads - 1) / threads;
+  const int64_t fill = static_cast<int64_t>(std::max(context.sm_count(), 1)) * 8;
+  return static_cast<int>(std::max<int64_t>(1, std::min(needed, fill)));
+}
+
+// The sum of `value` over the block, returned to every thread. blockDim.x must be a multiple
+// of 32 (at most 1024); `shared` holds kMaxWarps + 1 floats and may be reused by the next call.
+__device__ float BlockSum(float value, float* shared) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
+  __syncthreads();  // a previous call may still be reading `shared`
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  if (warp == 0) {
+    float partial = lane < warps ? shared[lane] : 0.0f;
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+      partial += __shfl_xor_sync(0xffffffffu, partial, offset);
+    }
+    if (lane == 0) shared[kMaxWarps] = partial;
+  }
+  __syncthreads();
+  return shared[kMaxWarps];
+}
+
+// One block per row. kVector reads and writes float4 (d % 4 == 0, 16-byte aligned pointers).
+// x and y may alias: each element is read before the same thread writes it, and the
+// statistics are complete (block barriers) before any write.
+template <bool kVector>
+__global__ void LayerNormKernel(const float* x, int64_t d, const float* __restrict__ gamma,
+                                const float* __restrict__ beta, float eps, float* y) {
+  __shared__ float shared[kMaxWarps + 1];
+  const int64_t row = blockIdx.x;
+  const float* in = x + row * d;
+  float* out = y + row * d;
+  const int64_t stride = blockDim.x;
+  const int64_t vectors = d / 4;
+
+  float sum = 0.0f;
+  if constexpr (kVector) {
+    const float4* in4 = reinterpret_cast<const float4*>(in);
+    for (int64_t i = threadIdx.x; i < vectors; i += stride) {
+      const float4 v = in4[i];
+      sum += (v.x + v.y) + (v.z + v.w);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < d; i += stride) sum += in[i];
+  }
+  const float mean = BlockSum(sum, shared) / static_cast<float>(d);
+
+  float squares = 0.0f;
+  if constexpr (kVector) {
+    const float4* in4 = reinterpret_cast<const float4*>(in);
+    for (int64_t i = threadIdx.x; i < vectors; i += stride) {
+      const float4 v = in4[i];
+      const float cx = v.x - mean, cy = v.y - mean, cz = v.z - mean, cw = v.w - mean;
+      squares += (cx * cx + cy * cy) + (cz * cz + cw * cw);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < d; i += stride) {
+      const float c = in[i] - mean;
+      squares += c * c;
+    }
+  }
+  const float variance = BlockSum(squares, shared) / static_cast<float>(d);
+  const float inv = 1.0f / sqrtf(variance + eps);  // IEEE sqrt and division, as the CPU
+
+  if constexpr (kVector) {
+    const float4* in4 = reinterpret_cast<const float4*>(in);
+    const float4* gamma4 = reinterpret_cast<const float4*>(gamma);
+    const float4* beta4 = reinterpret_cast<const float4*>(beta);
+    float4* out4 = reinterpret_cast<float4*>(out);
+    for (int64_t i = threadIdx.x; i < vectors; i += stride) {
+      const float4 v = in4[i], g = gamma4[i], b = beta4[i];
+      out4[i] = make_float4((v.x - mean) * inv * g.x + b.x, (v.y - mean) * inv * g.y + b.y,
+                            (v.z - mean) * inv * g.z + b.z, (v.w - mean) * inv * g.w + b.w);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < d; i += stride) {
+      out[i] = (in[i] - mean) * inv * gamma[i] + beta[i];
+    }
+  }
+}
+
+template <Activation kActivation>
+__global__ void ActivateKernel(float* __restrict__ x, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = x[i];
+    if constexpr (kActivation == Activation::kRelu) {
+      x[i] = v > 0.0f ? v : 0.0f;
+    } else {
+      x[i] = 0.5f * v * (1.0f + erff(v * kSqrtHalf));
+    }
+  }
+}
+
+__global__ void AddInPlaceKernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    y[i] += x[i];
+  }
+}
+
+// grid.x strides over columns, grid.y over rows (no per-element division).
+__global__ void AddBiasKernel(float* __restrict__ y, int64_t rows, int64_t width,
+                              const float* __restrict__ bias) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < width;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float b = bias[c];
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) y[r * width + c] += b;
+  }
+}
+
+// One block per row; thread j owns the pair (2j, 2j + 1). Mirrors Model::Embed followed by
+// cpu::AddSinusoidalPosition operation by operation: the scaled embedding is rounded to fp32,
+// then the fp32-rounded sin / cos is added (__fmul_rn / __fadd_rn forbid FMA contraction).
+__global__ void EmbedKernel(const float* __restrict__ table, const int32_t* __restrict__ tokens,
+                            const int64_t* __restrict__ positions, int64_t d, float scale,
+                            float* __restrict__ out) {
+  const int64_t row = blockIdx.x;
+  const float* embedding = table + static_cast<int64_t>(tokens[row]) * d;
+  float* destination = out + row * d;
+  const double position = static_cast<double>(positions[row]);
+  const int64_t pairs = d / 2;
+  for (int64_t j = threadIdx.x; j < (d + 1) / 2; j += blockDim.x) {
+    const int64_t even = 2 * j;
+    const float scaled_even = __fmul_rn(embedding[even], scale);
+    if (j < pairs) {
+      const double angle =
+          position / pow(10000.0, 2.0 * static_cast<double>(j) / static_cast<double>(d));
+      double sine, cosine;
+      sincos(angle, &sine, &cosine);
+      destination[even] = __fadd_rn(scaled_even, static_cast<float>(sine));
+      destination[even + 1] =
+          __fadd_rn(__fmul_rn(embedding[even + 1], scale), static_cast<float>(cosine));
+    } else {
+      destination[even] = scaled_even;  // odd d: the last element has no position term
+    }
+  }
+}
+
+bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+}  // namespace
+
+absl::Status LayerNorm(CudaContext& context, const float* x, int64_t rows, int64_t d,
+                       const float* gamma, const float* beta, float eps, float* y) {
+  if (absl::Status status = CheckCount(rows, "LayerNorm rows"); !status.ok()) return status;
+  if (d <= 0) return absl::InvalidArgumentError(absl::StrCat("LayerNorm d must be > 0, got ", d));
+  if (rows > INT32_MAX) return absl::InvalidArgumentError("LayerNorm: too many rows");
+  if (rows == 0) return absl::OkStatus();
+  const bool vector =
+      d % 4 == 0 && Aligned16(x) && Aligned16(y) && Aligned16(gamma) && Aligned16(beta);
+  const int64_t work = vector ? d / 4 : d;
+  const int threads = static_cast<int>(std::clamp<int64_t>(
+      (work + kWarpSize - 1) / kWarpSize * kWarpSize, kWarpSize, kLayerNormMaxThreads));
+  const dim3 grid(static_cast<unsigned>(rows));
+  if (vector) {
+    LayerNormKernel<true><<<grid, threads, 0, context.stream()>>>(x, d, gamma, beta, eps, y);
+  } else {
+    LayerNormKernel<false><<<grid, threads, 0, context.stream()>>>(x, d, gamma, beta, eps, y);
+  }
+  return CheckLaunch("LayerNormKernel");
+}
+
+absl::Status Activate(CudaContext& context, Activation activation, float* x, int64_t n) {
+  if (absl::Status status = CheckCount(n, "Activate n"); !status.ok()) return status;
+  if (n == 0) return absl::OkStatus();
+  const int blocks = GridStrideBlocks(context, n, kElementwiseThreads);
+  switch (activation) {
+    case Activation::kRelu:
+      ActivateKernel<Activation::kRelu><<<blocks, kElementwiseThreads, 0, context.stream()>>>(x, n);
+      break;
+    case Activation::kGelu:
+      ActivateKernel<Activation::kGelu><<<blocks, kElementwiseThreads, 0, context.stream()>>>(x, n);
+      break;
+  }
+  return CheckLaunch("ActivateKernel");
+}
+
+absl::Status AddInPlace(CudaContext& context, float* y, const float* x, int64_t n) {
+  if (absl::Status status = CheckCount(n, "AddInPlace n"); !status.ok()) return status;
+  if (n == 0) return absl::OkStatus();
+  const int blocks = GridStrideBlocks(context, n, kElementwiseThreads);
+  AddInPlaceKernel<<<blocks, kElementwiseThreads, 0, context.stream()>>>(y, x, n);
+  return CheckLaunch("AddInPlaceKernel");
+}
+
+absl::Status AddBias(CudaContext& context, float* y, int64_t rows, int64_t width,
+                     const float* bias) {
+  if (absl::Status status = CheckCount(rows, "AddBias rows"); !status.ok()) return status;
+  if (absl::Status status = CheckCount(width, "AddBias width"); !status.ok()) return status;
+  if (rows == 0 || width == 0) return absl::OkStatus();
+  const int64_t column_blocks = (width + kElementwiseThreads - 1) / kElementwiseThreads;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(column_blocks, 1024)),
+                  static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  AddBiasKernel<<<grid, kElementwiseThreads, 0, context.stream()>>>(y, rows, width, bias);
+  return CheckLaunch("AddBiasKernel");
+}
+
+absl::Status Embed(CudaContext& context, const float* table, const int32_t* tokens,
+                   const int64_t* positions, int64_t rows, int64_t d, float scale, float* out) {
+  if (absl::Status status = CheckCount(rows, "Embed rows"); !status.ok()) return status;
+  if (d <= 0) return absl::InvalidArgumentError(absl::StrCat("Embed d must be > 0, got ", d));
+  if (rows > INT32_MAX) return absl::InvalidArgumentError("Embed: too many rows");
+  if (rows == 0) return absl::OkStatus();
+  const int threads = static_cast<int>(
+      std::min<int64_t>(kEmbedThreads, ((d + 1) / 2 + kWarpSize - 1) / kWarpSize * kWarpSize));
+  EmbedKernel<<<static_cast<unsigned>(rows), threads, 0, context.stream()>>>(
+      table, tokens, positions, d, scale, out);
+  return CheckLaunch("EmbedKernel");
+}
+
+}  // namespace abcd::cuda

@@ -1,0 +1,183 @@
+// The CUDA element-wise ops against their CPU twins (elementwise_cpu.cc, Model::Embed) on
+// random inputs: shapes with d a multiple of 4 (float4 path) and not, one row and many.
+#include "engine/ops/elementwise_cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/ops/elementwise.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace abcd::cuda {
+namespace {
+
+constexpr float kTolerance = 1e-5f;
+
+struct Shape {
+  int64_t rows;
+  int64_t d;
+};
+
+// rows 1 and 300; d a multiple of 4, d = 2 mod 4, odd, tiny, and wider than one block pass.
+const Shape kShapes[] = {{1, 512}, {300, 512}, {7, 130}, {300, 130}, {5, 67},
+                         {1, 1},   {3, 2},     {2, 4},   {4, 4100},  {1, 5001}};
+
+std::string Name(const char* op, const Shape& shape) {
+  return absl::StrCat(op, "_rows", shape.rows, "_d", shape.d);
+}
+
+class ElementwiseCudaTest : public CudaTest {};
+
+TEST_F(ElementwiseCudaTest, LayerNormMatchesCpu) {
+  uint32_t seed = 1;
+  for (const Shape& shape : kShapes) {
+    // An offset of 3 makes a one-pass E[x^2] - E[x]^2 variance visibly wrong.
+    std::vector<float> x = RandomFloats(shape.rows * shape.d, seed++, 2.0f, 4.0f);
+    const std::vector<float> gamma = RandomFloats(shape.d, seed++, 0.5f, 1.5f);
+    const std::vector<float> beta = RandomFloats(shape.d, seed++, -0.5f, 0.5f);
+    std::vector<float> expected(x.size());
+    cpu::LayerNorm(x.data(), shape.rows, shape.d, gamma.data(), beta.data(), 1e-5f,
+                   expected.data());
+
+    DeviceArray<float> x_device = Upload(x);
+    DeviceArray<float> gamma_device = Upload(gamma);
+    DeviceArray<float> beta_device = Upload(beta);
+    DeviceArray<float> y_device = Upload(std::vector<float>(x.size(), NAN));
+    ASSERT_TRUE(LayerNorm(context(), x_device.data(), shape.rows, shape.d, gamma_device.data(),
+                          beta_device.data(), 1e-5f, y_device.data())
+                    .ok());
+    ExpectClose(Download(y_device), expected, kTolerance, Name("layer_norm", shape));
+
+    // In place (x == y), as the header allows.
+    ASSERT_TRUE(LayerNorm(context(), x_device.data(), shape.rows, shape.d, gamma_device.data(),
+                          beta_device.data(), 1e-5f, x_device.data())
+                    .ok());
+    ExpectClose(Download(x_device), expected, kTolerance, Name("layer_norm_in_place", shape));
+  }
+}
+
+// d % 4 == 0 but the rows start one float past a 16-byte boundary: the scalar path must run.
+TEST_F(ElementwiseCudaTest, LayerNormMisalignedRows) {
+  const Shape shape{9, 64};
+  std::vector<float> x = RandomFloats(shape.rows * shape.d + 1, 11, -2.0f, 2.0f);
+  const std::vector<float> gamma = RandomFloats(shape.d + 1, 12, 0.5f, 1.5f);
+  const std::vector<float> beta = RandomFloats(shape.d + 1, 13, -0.5f, 0.5f);
+  std::vector<float> expected(shape.rows * shape.d);
+  cpu::LayerNorm(x.data() + 1, shape.rows, shape.d, gamma.data() + 1, beta.data() + 1, 1e-5f,
+                 expected.data());
+  DeviceArray<float> x_device = Upload(x);
+  DeviceArray<float> gamma_device = Upload(gamma);
+  DeviceArray<float> beta_device = Upload(beta);
+  DeviceArray<float> y_device = Upload(std::vector<float>(x.size(), NAN));
+  ASSERT_TRUE(LayerNorm(context(), x_device.data() + 1, shape.rows, shape.d,
+                        gamma_device.data() + 1, beta_device.data() + 1, 1e-5f, y_device.data() + 1)
+                  .ok());
+  std::vector<float> y = Download(y_device);
+  ASSERT_EQ(y.size(), x.size());
+  EXPECT_TRUE(std::isnan(y[0])) << "wrote before the output";
+  ExpectClose(std::vector<float>(y.begin() + 1, y.end()), expected, kTolerance,
+              "layer_norm_misaligned");
+}
+
+TEST_F(ElementwiseCudaTest, ActivateMatchesCpu) {
+  uint32_t seed = 100;
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}, 300 * int64_t{512},
+                          int64_t{3} << 20}) {
+    for (const Activation activation : {Activation::kRelu, Activation::kGelu}) {
+      std::vector<float> x = RandomFloats(n, seed++, -6.0f, 6.0f);
+      DeviceArray<float> x_device = Upload(x);
+      cpu::Activate(activation, x.data(), n);
+      ASSERT_TRUE(Activate(context(), activation, x_device.data(), n).ok());
+      ExpectClose(Download(x_device), x, kTolerance,
+                  absl::StrCat(activation == Activation::kRelu ? "relu" : "gelu", "_n", n));
+    }
+  }
+}
+
+TEST_F(ElementwiseCudaTest, AddInPlaceMatchesCpu) {
+  uint32_t seed = 200;
+  for (const int64_t n :
+       {int64_t{1}, int64_t{5}, int64_t{1027}, 300 * int64_t{130}, int64_t{3} << 20}) {
+    std::vector<float> y = RandomFloats(n, seed++);
+    const std::vector<float> x = RandomFloats(n, seed++);
+    DeviceArray<float> y_device = Upload(y);
+    DeviceArray<float> x_device = Upload(x);
+    cpu::AddInPlace(y.data(), x.data(), n);
+    ASSERT_TRUE(AddInPlace(context(), y_device.data(), x_device.data(), n).ok());
+    ExpectClose(Download(y_device), y, kTolerance, absl::StrCat("add_in_place_n", n));
+  }
+}
+
+TEST_F(ElementwiseCudaTest, AddBiasMatchesCpu) {
+  uint32_t seed = 300;
+  // Includes more rows than one grid.y pass (65535) and a width over one grid.x pass.
+  for (const Shape& shape : {Shape{1, 1}, Shape{1, 512}, Shape{300, 130}, Shape{300, 3},
+                             Shape{70000, 5}, Shape{3, 300000}}) {
+    std::vector<float> y = RandomFloats(shape.rows * shape.d, seed++);
+    const std::vector<float> bias = RandomFloats(shape.d, seed++);
+    DeviceArray<float> y_device = Upload(y);
+    DeviceArray<float> bias_device = Upload(bias);
+    for (int64_t r = 0; r < shape.rows; ++r) {
+      for (int64_t c = 0; c < shape.d; ++c) y[r * shape.d + c] += bias[c];
+    }
+    ASSERT_TRUE(AddBias(context(), y_device.data(), shape.rows, shape.d, bias_device.data()).ok());
+    ExpectClose(Download(y_device), y, kTolerance, Name("add_bias", shape));
+  }
+}
+
+TEST_F(ElementwiseCudaTest, EmbedMatchesModelEmbed) {
+  constexpr int64_t kVocab = 97;
+  uint32_t seed = 400;
+  for (const Shape& shape : kShapes) {
+    const std::vector<float> table = RandomFloats(kVocab * shape.d, seed++);
+    std::mt19937 generator(seed++);
+    std::vector<int32_t> tokens(shape.rows);
+    std::vector<int64_t> positions(shape.rows);
+    for (int64_t r = 0; r < shape.rows; ++r) {
+      tokens[r] = static_cast<int32_t>(generator() % kVocab);
+      positions[r] = r;
+    }
+    // Long positions too: the angle is computed in double on both sides.
+    if (shape.rows > 2) {
+      positions[shape.rows - 1] = 10'000'000;
+      positions[shape.rows - 2] = 123'457;
+      positions[shape.rows / 2] = 1 << 20;
+    }
+    const float scale = std::sqrt(static_cast<float>(shape.d));
+    // Model::Embed: the scaled row, then cpu::AddSinusoidalPosition.
+    std::vector<float> expected(shape.rows * shape.d);
+    for (int64_t r = 0; r < shape.rows; ++r) {
+      float* row = expected.data() + r * shape.d;
+      for (int64_t i = 0; i < shape.d; ++i) row[i] = table[tokens[r] * shape.d + i] * scale;
+      cpu::AddSinusoidalPosition(positions[r], shape.d, row);
+    }
+    DeviceArray<float> table_device = Upload(table);
+    DeviceArray<int32_t> tokens_device = Upload(tokens);
+    DeviceArray<int64_t> positions_device = Upload(positions);
+    DeviceArray<float> out_device = Upload(std::vector<float>(expected.size(), NAN));
+    ASSERT_TRUE(Embed(context(), table_device.data(), tokens_device.data(), positions_device.data(),
+                      shape.rows, shape.d, scale, out_device.data())
+                    .ok());
+    ExpectClose(Download(out_device), expected, kTolerance, Name("embed", shape));
+  }
+}
+
+TEST_F(ElementwiseCudaTest, EmptyInputsAreNoOps) {
+  EXPECT_TRUE(LayerNorm(context(), nullptr, 0, 8, nullptr, nullptr, 1e-5f, nullptr).ok());
+  EXPECT_TRUE(Activate(context(), Activation::kGelu, nullptr, 0).ok());
+  EXPECT_TRUE(AddInPlace(context(), nullptr, nullptr, 0).ok());
+  EXPECT_TRUE(AddBias(context(), nullptr, 0, 8, nullptr).ok());
+  EXPECT_TRUE(Embed(context(), nullptr, nullptr, nullptr, 0, 8, 1.0f, nullptr).ok());
+  EXPECT_FALSE(LayerNorm(context(), nullptr, 1, 0, nullptr, nullptr, 1e-5f, nullptr).ok());
+  EXPECT_FALSE(Activate(context(), Activation::kRelu, nullptr, -1).ok());
+  EXPECT_TRUE(context().Synchronize().ok());
+}
+
+}  // namespace
+}  // namespace abcd::cuda
