@@ -24,7 +24,10 @@ __global__ void __launch_bounds__(kThreads)
                   float* partials) {
   extern __shared__ float shared[];
   const int h = blockIdx.x;
-  const int64_t b = blockIdx.y;
+  const int64_t sequence = blockIdx.y;
+  // Decode: row = sequence. Prefill: the sequence's rows in order, a scan over its state.
+  const int64_t first = rows.first != nullptr ? rows.first[sequence] : sequence;
+  const int64_t count = rows.first != nullptr ? rows.count[sequence] : 1;
   const int split = blockIdx.z, splits = gridDim.z;
   const int n = shape.slots, dh = shape.head_dim;
   const int64_t d = static_cast<int64_t>(shape.n_heads) * dh;
@@ -41,120 +44,123 @@ __global__ void __launch_bounds__(kThreads)
   float* reduce_s = score_s + chunk;
   float* stats_s = reduce_s + value_groups * dh;
 
-  float* head = rows.states[b] + static_cast<int64_t>(h) * n * (2 * dh + 1);
+  float* head = rows.states[sequence] + static_cast<int64_t>(h) * n * (2 * dh + 1);
   float* keys = head;
   float* values = head + static_cast<int64_t>(n) * dh;
   float* log_norm = head + 2 * static_cast<int64_t>(n) * dh;
-  const float* q = rows.q + b * rows.q_stride + static_cast<int64_t>(h) * dh;
-  const float* kv = rows.kv + b * rows.kv_stride;
-  const float* k = kv + static_cast<int64_t>(h) * dh;
-  const float* v = kv + d + static_cast<int64_t>(h) * dh;
-  const float* control = kv + 2 * d + static_cast<int64_t>(h) * n;
+  for (int64_t b = first; b < first + count; ++b) {
+    const float* q = rows.q + b * rows.q_stride + static_cast<int64_t>(h) * dh;
+    const float* kv = rows.kv + b * rows.kv_stride;
+    const float* k = kv + static_cast<int64_t>(h) * dh;
+    const float* v = kv + d + static_cast<int64_t>(h) * dh;
+    const float* control = kv + 2 * d + static_cast<int64_t>(h) * n;
 
-  for (int c = threadIdx.x; c < dh; c += kThreads) {
-    q_s[c] = q[c];
-    k_s[c] = update ? k[c] : 0.0f;
-    v_s[c] = update ? v[c] : 0.0f;
-  }
-  // L' = logaddexp(L, a) (the first token, L = -inf, gets weight exactly 1); weight e^(a - L').
-  for (int jj = threadIdx.x; jj < local; jj += kThreads) {
-    float weight = 0.0f;
-    if (update) {
-      const int j = j0 + jj;
-      const float a = control[j];
-      const float old = log_norm[j];
-      const float updated =
-          isinf(old) && old < 0.0f ? a : fmaxf(old, a) + log1pf(expf(-fabsf(old - a)));
-      weight = expf(a - updated);
-      log_norm[j] = updated;
+    for (int c = threadIdx.x; c < dh; c += kThreads) {
+      q_s[c] = q[c];
+      k_s[c] = update ? k[c] : 0.0f;
+      v_s[c] = update ? v[c] : 0.0f;
     }
-    weight_s[jj] = weight;
-  }
-  __syncthreads();
+    // L' = logaddexp(L, a) (the first token, L = -inf, gets weight exactly 1); weight e^(a - L').
+    for (int jj = threadIdx.x; jj < local; jj += kThreads) {
+      float weight = 0.0f;
+      if (update) {
+        const int j = j0 + jj;
+        const float a = control[j];
+        const float old = log_norm[j];
+        const float updated =
+            isinf(old) && old < 0.0f ? a : fmaxf(old, a) + log1pf(expf(-fabsf(old - a)));
+        weight = expf(a - updated);
+        log_norm[j] = updated;
+      }
+      weight_s[jj] = weight;
+    }
+    __syncthreads();
 
-  // Keys: a group of `lanes` lanes per slot updates the slot's key row and scores it.
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int sub = lane % lanes;
-  const int groups_per_warp = 32 / lanes;
-  const int groups = (kThreads / 32) * groups_per_warp;
-  const int group = warp * groups_per_warp + lane / lanes;
-  for (int base = 0; base < local; base += groups) {
-    const int jj = base + group;
-    float dot = 0.0f;
-    if (jj < local) {
-      const float weight = weight_s[jj];
-      float* key_row = keys + static_cast<int64_t>(j0 + jj) * dh;
-      for (int c4 = sub; c4 < columns; c4 += lanes) {
-        float key[kVec];
-        LoadVec<kVec>(key_row + c4 * kVec, key);
+    // Keys: a group of `lanes` lanes per slot updates the slot's key row and scores it.
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int sub = lane % lanes;
+    const int groups_per_warp = 32 / lanes;
+    const int groups = (kThreads / 32) * groups_per_warp;
+    const int group = warp * groups_per_warp + lane / lanes;
+    for (int base = 0; base < local; base += groups) {
+      const int jj = base + group;
+      float dot = 0.0f;
+      if (jj < local) {
+        const float weight = weight_s[jj];
+        float* key_row = keys + static_cast<int64_t>(j0 + jj) * dh;
+        for (int c4 = sub; c4 < columns; c4 += lanes) {
+          float key[kVec];
+          LoadVec<kVec>(key_row + c4 * kVec, key);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            const int c = c4 * kVec + e;
+            if (update) key[e] += weight * (k_s[c] - key[e]);
+            dot += q_s[c] * key[e];
+          }
+          if (update) StoreVec<kVec>(key_row + c4 * kVec, key);
+        }
+      }
+      dot = GroupSum(dot, lanes);
+      if (jj < local && sub == 0) score_s[jj] = dot;
+    }
+    __syncthreads();
+
+    // Softmax over this block's slots: m = max score, weights e^(s - m), l = their sum.
+    if (warp == 0) {
+      float m = -INFINITY;
+      for (int jj = lane; jj < local; jj += 32) m = fmaxf(m, score_s[jj]);
+      m = WarpMax(m);
+      float l = 0.0f;
+      for (int jj = lane; jj < local; jj += 32) {
+        const float e = expf(score_s[jj] - m);
+        score_s[jj] = e;
+        l += e;
+      }
+      l = GroupSum(l, 32);
+      if (lane == 0) {
+        stats_s[0] = m;
+        stats_s[1] = l;
+      }
+    }
+    __syncthreads();
+
+    // Values: thread (group g, column c4) updates rows g, g + groups, ... and accumulates them.
+    const int column = threadIdx.x % columns, value_group = threadIdx.x / columns;
+    if (value_group < value_groups) {
+      float acc[kVec] = {};
+      for (int jj = value_group; jj < local; jj += value_groups) {
+        float* value_row = values + static_cast<int64_t>(j0 + jj) * dh + column * kVec;
+        float value[kVec];
+        LoadVec<kVec>(value_row, value);
+        const float weight = weight_s[jj], p = score_s[jj];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
-          const int c = c4 * kVec + e;
-          if (update) key[e] += weight * (k_s[c] - key[e]);
-          dot += q_s[c] * key[e];
+          if (update) value[e] += weight * (v_s[column * kVec + e] - value[e]);
+          acc[e] += p * value[e];
         }
-        if (update) StoreVec<kVec>(key_row + c4 * kVec, key);
+        if (update) StoreVec<kVec>(value_row, value);
       }
-    }
-    dot = GroupSum(dot, lanes);
-    if (jj < local && sub == 0) score_s[jj] = dot;
-  }
-  __syncthreads();
-
-  // Softmax over this block's slots: m = max score, weights e^(s - m), l = their sum.
-  if (warp == 0) {
-    float m = -INFINITY;
-    for (int jj = lane; jj < local; jj += 32) m = fmaxf(m, score_s[jj]);
-    m = WarpMax(m);
-    float l = 0.0f;
-    for (int jj = lane; jj < local; jj += 32) {
-      const float e = expf(score_s[jj] - m);
-      score_s[jj] = e;
-      l += e;
-    }
-    l = GroupSum(l, 32);
-    if (lane == 0) {
-      stats_s[0] = m;
-      stats_s[1] = l;
-    }
-  }
-  __syncthreads();
-
-  // Values: thread (group g, column c4) updates rows g, g + groups, ... and accumulates them.
-  const int column = threadIdx.x % columns, value_group = threadIdx.x / columns;
-  if (value_group < value_groups) {
-    float acc[kVec] = {};
-    for (int jj = value_group; jj < local; jj += value_groups) {
-      float* value_row = values + static_cast<int64_t>(j0 + jj) * dh + column * kVec;
-      float value[kVec];
-      LoadVec<kVec>(value_row, value);
-      const float weight = weight_s[jj], p = score_s[jj];
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        if (update) value[e] += weight * (v_s[column * kVec + e] - value[e]);
-        acc[e] += p * value[e];
-      }
-      if (update) StoreVec<kVec>(value_row, value);
+      for (int e = 0; e < kVec; ++e) reduce_s[value_group * dh + column * kVec + e] = acc[e];
     }
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) reduce_s[value_group * dh + column * kVec + e] = acc[e];
-  }
-  __syncthreads();
+    __syncthreads();
 
-  const float m = stats_s[0], l = stats_s[1];
-  for (int c = threadIdx.x; c < dh; c += kThreads) {
-    float o = 0.0f;
-    for (int g = 0; g < value_groups; ++g) o += reduce_s[g * dh + c];
-    if (splits == 1) {
-      rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = o / l;
-    } else {
-      float* partial = partials + ((b * shape.n_heads + h) * splits + split) * (dh + 2);
-      partial[c] = o;
-      if (c == 0) {
-        partial[dh] = m;
-        partial[dh + 1] = l;
+    const float m = stats_s[0], l = stats_s[1];
+    for (int c = threadIdx.x; c < dh; c += kThreads) {
+      float o = 0.0f;
+      for (int g = 0; g < value_groups; ++g) o += reduce_s[g * dh + c];
+      if (splits == 1) {
+        rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = o / l;
+      } else {
+        float* partial = partials + ((b * shape.n_heads + h) * splits + split) * (dh + 2);
+        partial[c] = o;
+        if (c == 0) {
+          partial[dh] = m;
+          partial[dh + 1] = l;
+        }
       }
     }
+    __syncthreads();  // the next row reuses shared memory and reads this state
   }
 }
 
@@ -163,6 +169,8 @@ __global__ void __launch_bounds__(kThreads)
 absl::Status AbcStep(CudaContext& context, const AbcShape& shape, const StepRows& rows,
                      bool update) {
   if (rows.batch == 0) return absl::OkStatus();
+  // One block row per sequence: a row each when decoding, a scan over its rows in a prefill.
+  const int64_t sequences = rows.first != nullptr ? rows.sequences : rows.batch;
   const int dh = shape.head_dim, n = shape.slots;
   if (shape.n_heads <= 0 || dh <= 0 || n <= 0) {
     return absl::InvalidArgumentError(
@@ -175,7 +183,7 @@ absl::Status AbcStep(CudaContext& context, const AbcShape& shape, const StepRows
   const int lanes = internal::LanesPerRow(dh, vec);
   // Splits of at least 4 slots each.
   const int max_splits = n / 4 > 1 ? n / 4 : 1;
-  int splits = internal::ChooseSplits(rows.batch * shape.n_heads, context.sm_count(), max_splits);
+  int splits = internal::ChooseSplits(sequences * shape.n_heads, context.sm_count(), max_splits);
   const int chunk = (n + splits - 1) / splits;
   splits = (n + chunk - 1) / chunk;  // every split non-empty
 
@@ -188,7 +196,7 @@ absl::Status AbcStep(CudaContext& context, const AbcShape& shape, const StepRows
   }
   const int value_groups = internal::kThreads / (dh / vec);
   const size_t shared_bytes = sizeof(float) * (3 * dh + 2 * chunk + value_groups * dh + 2);
-  const dim3 grid(shape.n_heads, static_cast<unsigned>(rows.batch), splits);
+  const dim3 grid(shape.n_heads, static_cast<unsigned>(sequences), splits);
   if (vec == 4) {
     AbcStepKernel<4><<<grid, internal::kThreads, shared_bytes, context.stream()>>>(
         shape, rows, update, chunk, lanes, partials);

@@ -19,17 +19,23 @@ namespace abcd::cuda {
 
 // Where one step's rows live. Row b reads its query at q + b * q_stride and its key, value and
 // type-specific extra columns at kv + b * kv_stride (k = [0, d), v = [d, 2d), extra from 2d:
-// the layout of the fused projection), writes out + b * out_stride, and owns states[b] (the
-// address of its state block for this layer; 16-byte aligned).
+// the layout of the fused projection) and writes out + b * out_stride. Decode: one row per
+// sequence, row b owns states[b] (the address of its state block for this layer; 16-byte
+// aligned). Prefill (scan): sequence s owns rows first[s] .. first[s] + count[s] - 1, in
+// order, and states[s]; the kernel folds them in one after the other, each row reading the
+// state that includes itself, exactly as that many decode steps would.
 struct StepRows {
-  int64_t batch = 0;
+  int64_t batch = 0;  // rows
   const float* q = nullptr;
   int64_t q_stride = 0;
   const float* kv = nullptr;
   int64_t kv_stride = 0;
-  float* const* states = nullptr;  // [batch]
+  float* const* states = nullptr;  // [batch], or [sequences] for a prefill
   float* out = nullptr;
   int64_t out_stride = 0;
+  int64_t sequences = 0;           // prefill only: number of sequences
+  const int32_t* first = nullptr;  // prefill only: [sequences] first row of each sequence
+  const int32_t* count = nullptr;  // prefill only: [sequences] rows of each sequence
 };
 
 // Copies the `floats`-long `empty_state` (an Init()ed block) into each of `batch` states.
@@ -66,7 +72,9 @@ absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionPara
 
 // ---- softmax with a KV cache (the fair baseline): row b appends its key/value at
 // lengths[b] of keys[b] / values[b] ([capacity, d] each, capacity > lengths[b]) and attends
-// over lengths[b] + 1 rows with a split-K kernel. The caller advances its lengths.
+// over lengths[b] + 1 rows with a split-K kernel. The caller advances its lengths. All appends
+// land before any row attends, so a prefill is T rows sharing one cache with lengths
+// start, start + 1, ... (causal by construction; rows.first/count are not used).
 struct KvCacheRows {
   float* const* keys = nullptr;      // [batch]
   float* const* values = nullptr;    // [batch]

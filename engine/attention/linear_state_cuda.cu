@@ -25,7 +25,10 @@ __global__ void __launch_bounds__(kThreads)
                      float* partials) {
   extern __shared__ float shared[];
   const int h = blockIdx.x;
-  const int64_t b = blockIdx.y;
+  const int64_t sequence = blockIdx.y;
+  // Decode: row = sequence. Prefill: the sequence's rows in order, a scan over its state.
+  const int64_t first = rows.first != nullptr ? rows.first[sequence] : sequence;
+  const int64_t count = rows.first != nullptr ? rows.count[sequence] : 1;
   const int split = blockIdx.z, splits = gridDim.z;
   const int dh = params.head_dim;
   const int64_t d = static_cast<int64_t>(params.n_heads) * dh;
@@ -42,147 +45,150 @@ __global__ void __launch_bounds__(kThreads)
   float* reduce_s = phi_q + chunk;
   float* scalars = reduce_s + value_groups * dh;
 
-  const float* q = rows.q + b * rows.q_stride + static_cast<int64_t>(h) * dh;
-  const float* kv = rows.kv + b * rows.kv_stride;
-  for (int c = threadIdx.x; c < dh; c += kThreads) {
-    k_s[c] = kv[static_cast<int64_t>(h) * dh + c];
-    v_s[c] = kv[d + static_cast<int64_t>(h) * dh + c];
-    q_s[c] = q[c];
-  }
-  __syncthreads();
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const bool rfa =
-      params.kind == FeatureMapKind::kRfaGaussian || params.kind == FeatureMapKind::kRfaArccos;
-  if (warp == 0) {
-    float kk = 0.0f, qq = 0.0f;
-    if (rfa) {
-      for (int c = lane; c < dh; c += 32) {
-        kk += k_s[c] * k_s[c];
-        qq += q_s[c] * q_s[c];
-      }
-      kk = GroupSum(kk, 32);
-      qq = GroupSum(qq, 32);
-    }
-    if (lane == 0) {
-      scalars[0] = 1.0f / fmaxf(sqrtf(kk), 1e-12f);
-      scalars[1] = 1.0f / fmaxf(sqrtf(qq), 1e-12f);
-      scalars[2] = params.gated ? 1.0f / (1.0f + expf(-kv[2 * d + h])) : 0.0f;
-    }
-  }
-  __syncthreads();
-  if (rfa) {  // rfa projects the l2-normalised input
+  for (int64_t b = first; b < first + count; ++b) {
+    const float* q = rows.q + b * rows.q_stride + static_cast<int64_t>(h) * dh;
+    const float* kv = rows.kv + b * rows.kv_stride;
     for (int c = threadIdx.x; c < dh; c += kThreads) {
-      k_s[c] *= scalars[0];
-      q_s[c] *= scalars[1];
+      k_s[c] = kv[static_cast<int64_t>(h) * dh + c];
+      v_s[c] = kv[d + static_cast<int64_t>(h) * dh + c];
+      q_s[c] = q[c];
     }
     __syncthreads();
-  }
-
-  // Features f0 .. f0 + local of phi(k) and phi(q).
-  if (params.kind == FeatureMapKind::kElu) {
-    for (int ff = threadIdx.x; ff < local; ff += kThreads) {
-      const float x = k_s[f0 + ff], y = q_s[f0 + ff];
-      phi_k[ff] = x > 0.0f ? x + 1.0f : expf(x);
-      phi_q[ff] = y > 0.0f ? y + 1.0f : expf(y);
-    }
-  } else {
-    // One lane group per feature: a dot product of a projection row with k and with q.
-    const int sub = lane % lanes;
-    const int groups_per_warp = 32 / lanes;
-    const int groups = (kThreads / 32) * groups_per_warp;
-    const int group = warp * groups_per_warp + lane / lanes;
-    const int rf = params.random_features;
-    for (int base = 0; base < local; base += groups) {
-      const int ff = base + group;
-      const int f = f0 + ff;
-      float dot_k = 0.0f, dot_q = 0.0f;
-      if (ff < local) {
-        const int row = rfa && f >= rf ? f - rf : f;  // gaussian: cos features reuse the rows
-        const int rows_per_head = rfa ? rf : params.learned_features;
-        const float* w = params.projection + (static_cast<int64_t>(h) * rows_per_head + row) * dh;
-        for (int c = sub; c < dh; c += lanes) {
-          dot_k += w[c] * k_s[c];
-          dot_q += w[c] * q_s[c];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const bool rfa =
+        params.kind == FeatureMapKind::kRfaGaussian || params.kind == FeatureMapKind::kRfaArccos;
+    if (warp == 0) {
+      float kk = 0.0f, qq = 0.0f;
+      if (rfa) {
+        for (int c = lane; c < dh; c += 32) {
+          kk += k_s[c] * k_s[c];
+          qq += q_s[c] * q_s[c];
         }
+        kk = GroupSum(kk, 32);
+        qq = GroupSum(qq, 32);
       }
-      dot_k = GroupSum(dot_k, lanes);
-      dot_q = GroupSum(dot_q, lanes);
-      if (ff < local && sub == 0) {
-        if (params.kind == FeatureMapKind::kT2r) {
-          const float bias = params.bias[static_cast<int64_t>(h) * params.learned_features + f];
-          phi_k[ff] = fmaxf(dot_k + bias, 0.0f);
-          phi_q[ff] = fmaxf(dot_q + bias, 0.0f);
-        } else {
-          const float scale = 1.0f / sqrtf(static_cast<float>(rf));
-          if (params.kind == FeatureMapKind::kRfaArccos) {
-            phi_k[ff] = scale * fmaxf(dot_k, 0.0f);
-            phi_q[ff] = scale * fmaxf(dot_q, 0.0f);
-          } else if (f < rf) {
-            phi_k[ff] = scale * sinf(dot_k);
-            phi_q[ff] = scale * sinf(dot_q);
+      if (lane == 0) {
+        scalars[0] = 1.0f / fmaxf(sqrtf(kk), 1e-12f);
+        scalars[1] = 1.0f / fmaxf(sqrtf(qq), 1e-12f);
+        scalars[2] = params.gated ? 1.0f / (1.0f + expf(-kv[2 * d + h])) : 0.0f;
+      }
+    }
+    __syncthreads();
+    if (rfa) {  // rfa projects the l2-normalised input
+      for (int c = threadIdx.x; c < dh; c += kThreads) {
+        k_s[c] *= scalars[0];
+        q_s[c] *= scalars[1];
+      }
+      __syncthreads();
+    }
+
+    // Features f0 .. f0 + local of phi(k) and phi(q).
+    if (params.kind == FeatureMapKind::kElu) {
+      for (int ff = threadIdx.x; ff < local; ff += kThreads) {
+        const float x = k_s[f0 + ff], y = q_s[f0 + ff];
+        phi_k[ff] = x > 0.0f ? x + 1.0f : expf(x);
+        phi_q[ff] = y > 0.0f ? y + 1.0f : expf(y);
+      }
+    } else {
+      // One lane group per feature: a dot product of a projection row with k and with q.
+      const int sub = lane % lanes;
+      const int groups_per_warp = 32 / lanes;
+      const int groups = (kThreads / 32) * groups_per_warp;
+      const int group = warp * groups_per_warp + lane / lanes;
+      const int rf = params.random_features;
+      for (int base = 0; base < local; base += groups) {
+        const int ff = base + group;
+        const int f = f0 + ff;
+        float dot_k = 0.0f, dot_q = 0.0f;
+        if (ff < local) {
+          const int row = rfa && f >= rf ? f - rf : f;  // gaussian: cos features reuse the rows
+          const int rows_per_head = rfa ? rf : params.learned_features;
+          const float* w = params.projection + (static_cast<int64_t>(h) * rows_per_head + row) * dh;
+          for (int c = sub; c < dh; c += lanes) {
+            dot_k += w[c] * k_s[c];
+            dot_q += w[c] * q_s[c];
+          }
+        }
+        dot_k = GroupSum(dot_k, lanes);
+        dot_q = GroupSum(dot_q, lanes);
+        if (ff < local && sub == 0) {
+          if (params.kind == FeatureMapKind::kT2r) {
+            const float bias = params.bias[static_cast<int64_t>(h) * params.learned_features + f];
+            phi_k[ff] = fmaxf(dot_k + bias, 0.0f);
+            phi_q[ff] = fmaxf(dot_q + bias, 0.0f);
           } else {
-            phi_k[ff] = scale * cosf(dot_k);
-            phi_q[ff] = scale * cosf(dot_q);
+            const float scale = 1.0f / sqrtf(static_cast<float>(rf));
+            if (params.kind == FeatureMapKind::kRfaArccos) {
+              phi_k[ff] = scale * fmaxf(dot_k, 0.0f);
+              phi_q[ff] = scale * fmaxf(dot_q, 0.0f);
+            } else if (f < rf) {
+              phi_k[ff] = scale * sinf(dot_k);
+              phi_q[ff] = scale * sinf(dot_q);
+            } else {
+              phi_k[ff] = scale * cosf(dot_k);
+              phi_q[ff] = scale * cosf(dot_q);
+            }
           }
         }
       }
     }
-  }
-  __syncthreads();
+    __syncthreads();
 
-  float* s = rows.states[b] + static_cast<int64_t>(h) * f_count * (dh + 1);
-  float* z = s + static_cast<int64_t>(f_count) * dh;
-  const float gate = scalars[2];
+    float* s = rows.states[sequence] + static_cast<int64_t>(h) * f_count * (dh + 1);
+    float* z = s + static_cast<int64_t>(f_count) * dh;
+    const float gate = scalars[2];
 
-  // z and the denominator (warp 0), then S and the numerator (every thread).
-  if (warp == 0) {
-    float denominator = 0.0f;
-    for (int ff = lane; ff < local; ff += 32) {
-      const int f = f0 + ff;
-      const float updated =
-          params.gated ? gate * z[f] + (1.0f - gate) * phi_k[ff] : z[f] + phi_k[ff];
-      z[f] = updated;
-      denominator += phi_q[ff] * updated;
-    }
-    denominator = GroupSum(denominator, 32);
-    if (lane == 0) scalars[3] = denominator;
-  }
-  const int column = threadIdx.x % columns, value_group = threadIdx.x / columns;
-  if (value_group < value_groups) {
-    float acc[kVec] = {};
-    float v[kVec];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) v[e] = v_s[column * kVec + e];
-    for (int ff = value_group; ff < local; ff += value_groups) {
-      float* s_row = s + static_cast<int64_t>(f0 + ff) * dh + column * kVec;
-      float state[kVec];
-      LoadVec<kVec>(s_row, state);
-      const float pk = phi_k[ff], pq = phi_q[ff];
-      const float mixed = (1.0f - gate) * pk;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        state[e] = params.gated ? gate * state[e] + mixed * v[e] : state[e] + pk * v[e];
-        acc[e] += pq * state[e];
+    // z and the denominator (warp 0), then S and the numerator (every thread).
+    if (warp == 0) {
+      float denominator = 0.0f;
+      for (int ff = lane; ff < local; ff += 32) {
+        const int f = f0 + ff;
+        const float updated =
+            params.gated ? gate * z[f] + (1.0f - gate) * phi_k[ff] : z[f] + phi_k[ff];
+        z[f] = updated;
+        denominator += phi_q[ff] * updated;
       }
-      StoreVec<kVec>(s_row, state);
+      denominator = GroupSum(denominator, 32);
+      if (lane == 0) scalars[3] = denominator;
     }
+    const int column = threadIdx.x % columns, value_group = threadIdx.x / columns;
+    if (value_group < value_groups) {
+      float acc[kVec] = {};
+      float v[kVec];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) reduce_s[value_group * dh + column * kVec + e] = acc[e];
-  }
-  __syncthreads();
-
-  const float denominator = scalars[3];
-  for (int c = threadIdx.x; c < dh; c += kThreads) {
-    float numerator = 0.0f;
-    for (int g = 0; g < value_groups; ++g) numerator += reduce_s[g * dh + c];
-    if (splits == 1) {
-      rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] =
-          numerator / fmaxf(denominator, params.eps);
-    } else {
-      float* partial = partials + ((b * params.n_heads + h) * splits + split) * (dh + 1);
-      partial[c] = numerator;
-      if (c == 0) partial[dh] = denominator;
+      for (int e = 0; e < kVec; ++e) v[e] = v_s[column * kVec + e];
+      for (int ff = value_group; ff < local; ff += value_groups) {
+        float* s_row = s + static_cast<int64_t>(f0 + ff) * dh + column * kVec;
+        float state[kVec];
+        LoadVec<kVec>(s_row, state);
+        const float pk = phi_k[ff], pq = phi_q[ff];
+        const float mixed = (1.0f - gate) * pk;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          state[e] = params.gated ? gate * state[e] + mixed * v[e] : state[e] + pk * v[e];
+          acc[e] += pq * state[e];
+        }
+        StoreVec<kVec>(s_row, state);
+      }
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) reduce_s[value_group * dh + column * kVec + e] = acc[e];
     }
+    __syncthreads();
+
+    const float denominator = scalars[3];
+    for (int c = threadIdx.x; c < dh; c += kThreads) {
+      float numerator = 0.0f;
+      for (int g = 0; g < value_groups; ++g) numerator += reduce_s[g * dh + c];
+      if (splits == 1) {
+        rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] =
+            numerator / fmaxf(denominator, params.eps);
+      } else {
+        float* partial = partials + ((b * params.n_heads + h) * splits + split) * (dh + 1);
+        partial[c] = numerator;
+        if (c == 0) partial[dh] = denominator;
+      }
+    }
+    __syncthreads();  // the next row reuses shared memory and reads this state
   }
 }
 
@@ -221,6 +227,8 @@ int LinearAttentionParams::Features() const {
 absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionParams& params,
                                  const StepRows& rows) {
   if (rows.batch == 0) return absl::OkStatus();
+  // One block row per sequence: a row each when decoding, a scan over its rows in a prefill.
+  const int64_t sequences = rows.first != nullptr ? rows.sequences : rows.batch;
   const int dh = params.head_dim, f_count = params.Features();
   const bool needs_projection = params.kind != FeatureMapKind::kElu;
   if (params.n_heads <= 0 || dh <= 0 || f_count <= 0 ||
@@ -238,7 +246,7 @@ absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionPara
   }
   const int lanes = internal::LanesPerRow(dh, 1);
   const int max_splits = f_count / 8 > 1 ? f_count / 8 : 1;
-  int splits = internal::ChooseSplits(rows.batch * params.n_heads, context.sm_count(), max_splits);
+  int splits = internal::ChooseSplits(sequences * params.n_heads, context.sm_count(), max_splits);
   const int chunk = (f_count + splits - 1) / splits;
   splits = (f_count + chunk - 1) / chunk;
 
@@ -251,7 +259,7 @@ absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionPara
   }
   const int value_groups = kThreads / (dh / vec);
   const size_t shared_bytes = sizeof(float) * (3 * dh + 2 * chunk + value_groups * dh + 4);
-  const dim3 grid(params.n_heads, static_cast<unsigned>(rows.batch), splits);
+  const dim3 grid(params.n_heads, static_cast<unsigned>(sequences), splits);
   if (vec == 4) {
     LinearStepKernel<4><<<grid, kThreads, shared_bytes, context.stream()>>>(params, f_count, rows,
                                                                             chunk, lanes, partials);

@@ -193,7 +193,12 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   positions_.assign(slots, 0);
   in_use_.assign(slots, false);
 
-  const int64_t rows = options.max_sequences;
+  if (options.max_prefill_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_prefill_tokens must be positive, got ", options.max_prefill_tokens));
+  }
+  max_rows_ = std::max<int64_t>(options.max_sequences, options.max_prefill_tokens);
+  const int64_t rows = max_rows_;
   const int64_t n_layers = static_cast<int64_t>(layers_.size());
   const int64_t n_softmax = static_cast<int64_t>(kv_keys_.size());
   ABCD_ASSIGN_OR_RETURN(tokens_, DeviceArray<int32_t>::Allocate(rows));
@@ -211,6 +216,8 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   ABCD_ASSIGN_OR_RETURN(logits_, DeviceArray<float>::Allocate(rows * vocab));
   ABCD_ASSIGN_OR_RETURN(sampling_params_, DeviceArray<DeviceSamplingParams>::Allocate(rows));
   ABCD_ASSIGN_OR_RETURN(sampled_, DeviceArray<int32_t>::Allocate(rows));
+  ABCD_ASSIGN_OR_RETURN(prefill_first_, DeviceArray<int32_t>::FromHost(context_, {0}));
+  ABCD_ASSIGN_OR_RETURN(prefill_count_, DeviceArray<int32_t>::Allocate(1));
   // The scratch slot starts (and stays) a valid state.
   ABCD_RETURN_IF_ERROR(Check(
       cudaMemcpyAsync(states_.data() + options.max_sequences * state_floats_, empty_state_.data(),
@@ -285,10 +292,23 @@ absl::Status CudaModel::Validate(std::span<const int> slots,
   return absl::OkStatus();
 }
 
+float* CudaModel::StatePointer(int slot, const Layer& layer) const {
+  return states_.data() + slot * state_floats_ + layer.state_offset;
+}
+
+float* CudaModel::KeyCache(int slot, const Layer& layer) const {
+  return kv_keys_[layer.softmax_index].data() +
+         static_cast<int64_t>(slot) * options_.max_context * config_.d_model;
+}
+
+float* CudaModel::ValueCache(int slot, const Layer& layer) const {
+  return kv_values_[layer.softmax_index].data() +
+         static_cast<int64_t>(slot) * options_.max_context * config_.d_model;
+}
+
 absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
                                     int64_t rows) {
-  const int64_t stride = options_.max_sequences;
-  const int64_t d = config_.d_model, capacity = options_.max_context;
+  const int64_t stride = max_rows_;
   const int scratch = options_.max_sequences;
   std::vector<int32_t> token_ids(rows, 0), lengths(rows, 0);
   std::vector<int64_t> positions(rows, 0);
@@ -306,13 +326,10 @@ absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const 
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& layer = layers_[l];
       if (layer.softmax_index < 0) {
-        state_pointers[l * stride + b] = states_.data() + slot * state_floats_ + layer.state_offset;
+        state_pointers[l * stride + b] = StatePointer(slot, layer);
       } else {
-        const int64_t cache = static_cast<int64_t>(slot) * capacity * d;
-        key_pointers[layer.softmax_index * stride + b] =
-            kv_keys_[layer.softmax_index].data() + cache;
-        value_pointers[layer.softmax_index * stride + b] =
-            kv_values_[layer.softmax_index].data() + cache;
+        key_pointers[layer.softmax_index * stride + b] = KeyCache(slot, layer);
+        value_pointers[layer.softmax_index * stride + b] = ValueCache(slot, layer);
       }
     }
   }
@@ -324,9 +341,88 @@ absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const 
   return CopyToDevice(context_, value_pointers, value_pointers_.data());
 }
 
-absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length) {
+absl::Status CudaModel::StagePrefill(int slot, std::span<const int32_t> tokens) {
+  const int64_t stride = max_rows_, rows = static_cast<int64_t>(tokens.size());
+  const int64_t start = positions_[slot];
+  std::vector<int32_t> token_ids(tokens.begin(), tokens.end()), lengths(rows);
+  std::vector<int64_t> positions(rows);
+  for (int64_t t = 0; t < rows; ++t) {
+    positions[t] = start + t;
+    lengths[t] = static_cast<int32_t>(start + t);  // softmax row t attends over start + t + 1
+  }
+  // Bounded layers: the sequence's block once (the scan walks its rows); softmax: every row
+  // appends to and reads the same cache.
+  std::vector<float*> state_pointers(layers_.size() * stride, nullptr);
+  std::vector<float*> key_pointers(kv_keys_.size() * stride, nullptr);
+  std::vector<float*> value_pointers(kv_keys_.size() * stride, nullptr);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    if (layer.softmax_index < 0) {
+      state_pointers[l * stride] = StatePointer(slot, layer);
+      continue;
+    }
+    for (int64_t t = 0; t < rows; ++t) {
+      key_pointers[layer.softmax_index * stride + t] = KeyCache(slot, layer);
+      value_pointers[layer.softmax_index * stride + t] = ValueCache(slot, layer);
+    }
+  }
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, token_ids, tokens_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, positions, token_positions_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, lengths, lengths_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, std::vector<int32_t>{static_cast<int32_t>(rows)},
+                                    prefill_count_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, state_pointers, state_pointers_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, key_pointers, key_pointers_.data()));
+  return CopyToDevice(context_, value_pointers, value_pointers_.data());
+}
+
+absl::Status CudaModel::Prefill(int slot, std::span<const int32_t> tokens, bool last_only,
+                                std::vector<float>* logits) {
+  if (slot < 0 || slot >= options_.max_sequences || !in_use_[slot]) {
+    return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not in use"));
+  }
+  if (tokens.empty()) return absl::InvalidArgumentError("a prefill needs at least one token");
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    if (tokens[t] < 0 || tokens[t] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("tokens[", t, "] = ", tokens[t],
+                                                     " is outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  if (!kv_keys_.empty() &&
+      positions_[slot] + static_cast<int64_t>(tokens.size()) > options_.max_context) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the prompt does not fit the KV cache of max_context = ", options_.max_context));
+  }
+  const int64_t vocab = config_.vocab_size;
+  for (size_t begin = 0; begin < tokens.size(); begin += options_.max_prefill_tokens) {
+    const std::span<const int32_t> chunk =
+        tokens.subspan(begin, std::min<size_t>(options_.max_prefill_tokens, tokens.size() - begin));
+    const int64_t rows = static_cast<int64_t>(chunk.size());
+    ABCD_RETURN_IF_ERROR(StagePrefill(slot, chunk));
+    ABCD_RETURN_IF_ERROR(
+        EnqueueForward(rows, static_cast<int32_t>(positions_[slot] + rows - 1), true));
+    const bool last_chunk = begin + chunk.size() == tokens.size();
+    if (!last_only || last_chunk) {
+      const int64_t first_row = last_only ? rows - 1 : 0;
+      const int64_t copied = rows - first_row;
+      const size_t offset = logits->size();
+      logits->resize(offset + static_cast<size_t>(copied * vocab));
+      ABCD_RETURN_IF_ERROR(
+          Check(cudaMemcpyAsync(logits->data() + offset, logits_.data() + first_row * vocab,
+                                static_cast<size_t>(copied * vocab) * sizeof(float),
+                                cudaMemcpyDeviceToHost, context_.stream()),
+                "copy prefill logits"));
+    }
+    ABCD_RETURN_IF_ERROR(context_.Synchronize());
+    positions_[slot] += rows;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, bool prefill) {
   CudaContext& ctx = context_;
-  const int64_t d = config_.d_model, ff = config_.d_ff, stride = options_.max_sequences;
+  const int64_t d = config_.d_model, ff = config_.d_ff, stride = max_rows_;
   const float eps = config_.layer_norm_eps;
   ABCD_RETURN_IF_ERROR(Embed(ctx, embedding_.data(), tokens_.data(), token_positions_.data(), rows,
                              d, embed_scale_, x_.data()));
@@ -336,14 +432,19 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length) {
                                    layer.ln1_bias.data(), eps, normed_.data()));
     ABCD_RETURN_IF_ERROR(
         Linear(ctx, normed_.data(), rows, layer.fused, layer.fused_bias.data(), fused_.data()));
-    const StepRows step{rows,
-                        fused_.data(),
-                        layer.fused_width,
-                        fused_.data() + d,
-                        layer.fused_width,
-                        state_pointers_.data() + l * stride,
-                        attended_.data(),
-                        d};
+    StepRows step{rows,
+                  fused_.data(),
+                  layer.fused_width,
+                  fused_.data() + d,
+                  layer.fused_width,
+                  state_pointers_.data() + l * stride,
+                  attended_.data(),
+                  d};
+    if (prefill && layer.softmax_index < 0) {
+      step.sequences = 1;
+      step.first = prefill_first_.data();
+      step.count = prefill_count_.data();
+    }
     switch (layer.type) {
       case AttentionType::kAbc:
         ABCD_RETURN_IF_ERROR(AbcStep(ctx, layer.abc, step, /*update=*/true));
@@ -392,7 +493,7 @@ absl::Status CudaModel::StepLogits(std::span<const int> slots, std::span<const i
   int32_t max_length = 0;
   for (int slot : slots) max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
   ABCD_RETURN_IF_ERROR(StageInputs(slots, tokens, rows));
-  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length));
+  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, false));
   const size_t offset = logits->size();
   logits->resize(offset + static_cast<size_t>(rows * config_.vocab_size));
   ABCD_RETURN_IF_ERROR(
@@ -424,7 +525,7 @@ absl::Status CudaModel::CaptureGraphs() {
     ABCD_RETURN_IF_ERROR(CopyToDevice(
         context_, std::vector<DeviceSamplingParams>(rows, DeviceSamplingParams{0, 0, 1, 0, 0}),
         sampling_params_.data()));
-    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, 0));
+    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, 0, false));
     ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
                                       sampling_params_.data(), sampled_.data()));
   }
@@ -435,7 +536,7 @@ absl::Status CudaModel::CaptureGraphs() {
     ABCD_RETURN_IF_ERROR(
         Check(cudaStreamBeginCapture(context_.stream(), cudaStreamCaptureModeThreadLocal),
               "cudaStreamBeginCapture"));
-    absl::Status status = EnqueueForward(buckets[i], 0);
+    absl::Status status = EnqueueForward(buckets[i], 0, false);
     if (status.ok()) {
       status = SampleTokens(context_, logits_.data(), buckets[i], config_.vocab_size,
                             sampling_params_.data(), sampled_.data());
@@ -470,7 +571,7 @@ absl::Status CudaModel::StepSample(std::span<const int> slots, std::span<const i
     for (int slot : slots) {
       max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
     }
-    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length));
+    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, false));
     ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
                                       sampling_params_.data(), sampled_.data()));
   } else {

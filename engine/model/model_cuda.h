@@ -11,7 +11,9 @@
 // replay one captured graph per bucketed batch size (1, 2, 4, ... max_sequences); rows of a
 // bucket beyond the batch run on a scratch slot and are discarded.
 //
-// Prompts are fed one token per step (equal to a prefill by construction); encoder-decoder
+// A prompt is prefilled in chunks of rows of one sequence: every GEMM over all its rows, the
+// bounded states by the scan form of the state kernels, softmax by causal split-K over the
+// appended rows; the result equals feeding the tokens one step at a time. Encoder-decoder
 // models and window attention stay on the CPU backend (Create returns Unimplemented).
 // Not thread-safe: one engine thread owns it.
 #pragma once
@@ -30,8 +32,9 @@
 namespace abcd::cuda {
 
 struct CudaModelOptions {
-  int max_sequences = 64;   // state slots (the largest batch)
-  int64_t max_context = 0;  // softmax layers: KV capacity per sequence in tokens (0: 2048)
+  int max_sequences = 64;        // state slots (the largest batch)
+  int max_prefill_tokens = 512;  // rows of one prefill chunk (longer prompts take several)
+  int64_t max_context = 0;       // softmax layers: KV capacity per sequence in tokens (0: 2048)
   WeightType weights = WeightType::kBF16;
   bool cuda_graphs = true;  // bounded models only
 };
@@ -56,6 +59,11 @@ class CudaModel {
   void Release(int slot);
   int64_t position(int slot) const { return positions_[slot]; }
 
+  // Folds `tokens` into `slot` (in chunks of max_prefill_tokens) and appends the logits after
+  // every token ([tokens, vocab]) to `logits`, or only after the last one with `last_only`.
+  absl::Status Prefill(int slot, std::span<const int32_t> tokens, bool last_only,
+                       std::vector<float>* logits);
+
   // Feeds tokens[b] to slots[b] (distinct acquired slots) and appends the next-token logits of
   // every row ([batch, vocab], row order) to `logits`.
   absl::Status StepLogits(std::span<const int> slots, std::span<const int32_t> tokens,
@@ -79,8 +87,14 @@ class CudaModel {
   // extra rows use the scratch slot).
   absl::Status StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
                            int64_t rows);
-  // Enqueues the forward pass over the staged rows, leaving logits in logits_.
-  absl::Status EnqueueForward(int64_t rows, int32_t max_length);
+  // Stages the rows of one prefill chunk: tokens of `slot` from its current position.
+  absl::Status StagePrefill(int slot, std::span<const int32_t> tokens);
+  float* StatePointer(int slot, const Layer& layer) const;
+  float* KeyCache(int slot, const Layer& layer) const;
+  float* ValueCache(int slot, const Layer& layer) const;
+  // Enqueues the forward pass over the staged rows, leaving logits in logits_. `prefill`: the
+  // rows are one sequence's consecutive tokens (scan form of the state kernels).
+  absl::Status EnqueueForward(int64_t rows, int32_t max_length, bool prefill);
   absl::Status CaptureGraphs();
   int64_t BucketFor(int64_t batch) const;
   void Advance(std::span<const int> slots);
@@ -105,7 +119,9 @@ class CudaModel {
   std::vector<int64_t> positions_;
   std::vector<bool> in_use_;
 
-  // Step buffers sized for max_sequences rows.
+  // Step buffers sized for max_rows_ = max(max_sequences, max_prefill_tokens) rows.
+  int64_t max_rows_ = 0;
+  DeviceArray<int32_t> prefill_first_, prefill_count_;  // [1]: the prefill's one sequence
   DeviceArray<int32_t> tokens_;
   DeviceArray<int64_t> token_positions_;
   DeviceArray<int32_t> lengths_;

@@ -93,6 +93,69 @@ class AttentionCudaTest : public CudaTest {
   }
 };
 
+// Prefill: sequences of several rows each, folded in by the scan form of the kernel, against
+// the CPU doing the same rows one at a time.
+class PrefillCudaTest : public CudaTest {
+ protected:
+  template <typename DeviceStep>
+  void ComparePrefill(const AttentionState& state, int64_t d, const std::vector<int32_t>& counts,
+                      const DeviceStep& device_step, const std::string& what) {
+    const int64_t floats = state.FixedFloats();
+    const int64_t sequences = static_cast<int64_t>(counts.size());
+    std::vector<int32_t> first;
+    int32_t rows = 0;
+    for (int32_t count : counts) {
+      first.push_back(rows);
+      rows += count;
+    }
+    std::vector<float> host_states(sequences * floats);
+    for (int64_t s = 0; s < sequences; ++s) state.Init(host_states.data() + s * floats);
+    DeviceStates device_states(context(), host_states, sequences, floats);
+    const StepInputs inputs = RandomStep(rows, d, state.ExtraColumns(), 77);
+    std::vector<float> expected(rows * d);
+    for (int64_t s = 0; s < sequences; ++s) {
+      for (int32_t t = 0; t < counts[s]; ++t) {
+        const int64_t r = first[s] + t;
+        StateRef ref{host_states.data() + s * floats, nullptr, t};
+        state.Update(RowOf(inputs, r, d), ref);
+        state.Read(inputs.rows.data() + r * inputs.width, ref, expected.data() + r * d);
+      }
+    }
+    DeviceArray<float> device_rows = Upload(inputs.rows);
+    DeviceArray<float> out = Upload(std::vector<float>(rows * d, NAN));
+    DeviceArray<int32_t> device_first = Upload(first), device_count = Upload(counts);
+    StepRows step_rows{rows,         device_rows.data(),       inputs.width, device_rows.data() + d,
+                       inputs.width, device_states.pointers(), out.data(),   d};
+    step_rows.sequences = sequences;
+    step_rows.first = device_first.data();
+    step_rows.count = device_count.data();
+    ASSERT_TRUE(device_step(step_rows).ok()) << what;
+    ExpectClose(Download(out), expected, kTolerance, what + " prefill output");
+    ExpectClose(Download(device_states.blocks()), host_states, kTolerance, what + " prefill state");
+  }
+};
+
+TEST_F(PrefillCudaTest, ScanEqualsStepByStep) {
+  const std::vector<int32_t> counts = {1, 17, 3, 64};
+  for (int slots : {32, 6}) {
+    AbcState abc(4, 32, slots);
+    const AbcShape shape{4, 32, slots};
+    ComparePrefill(
+        abc, 128, counts,
+        [&](const StepRows& rows) { return AbcStep(context(), shape, rows, true); },
+        "abc n" + std::to_string(slots));
+  }
+  LinearState elu(4, 32, std::make_unique<EluFeatureMap>(32), /*gated=*/false, 1e-6f);
+  LinearAttentionParams params;
+  params.n_heads = 4;
+  params.head_dim = 32;
+  params.kind = FeatureMapKind::kElu;
+  params.eps = 1e-6f;
+  ComparePrefill(
+      elu, 128, counts,
+      [&](const StepRows& rows) { return LinearAttentionStep(context(), params, rows); }, "elu");
+}
+
 struct Shape {
   int heads, head_dim, size;  // size: abc slots / rfa random features / t2r features
 };

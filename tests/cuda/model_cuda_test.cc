@@ -30,7 +30,8 @@ class ModelCudaTest : public CudaTest {
  protected:
   // The CUDA model of fixture `name`, or null when the backend does not run it (then the
   // error must say Unimplemented).
-  std::unique_ptr<CudaModel> Make(const std::string& name, bool graphs) {
+  std::unique_ptr<CudaModel> Make(const std::string& name, bool graphs,
+                                  int max_prefill_tokens = 512) {
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(FixtureDir(name));
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return nullptr;
@@ -40,6 +41,7 @@ class ModelCudaTest : public CudaTest {
     options.max_context = 128;
     options.weights = WeightType::kF32;
     options.cuda_graphs = graphs;
+    options.max_prefill_tokens = max_prefill_tokens;
     absl::StatusOr<std::unique_ptr<CudaModel>> cuda_model =
         CudaModel::Create(*cpu_models_.back(), context(), options);
     if (!cuda_model.ok()) {
@@ -62,7 +64,7 @@ TEST_F(ModelCudaTest, MatchesGoldenLogitsAloneAndBatched) {
     const Golden golden = LoadGolden(name);
     const int64_t vocab = model->config().vocab_size;
     std::vector<int32_t> inputs = golden.prompt_ids;
-    inputs.insert(inputs.end(), golden.decode_ids.begin(), golden.decode_ids.end() - 1);
+    inputs.insert(inputs.end(), golden.decode_ids.begin(), golden.decode_ids.end());
     // Row i of the expected logits follows inputs[i].
     std::vector<float> expected = golden.prefill_logits;
     expected.insert(expected.end(), golden.decode_logits.begin(), golden.decode_logits.end());
@@ -88,6 +90,36 @@ TEST_F(ModelCudaTest, MatchesGoldenLogitsAloneAndBatched) {
     }
   }
   EXPECT_GE(checked, 7) << "every decoder-only fixture without window attention";
+}
+
+// The prompt in chunks of 5 rows (12 tokens: chunks of 5, 5, 2), then decode steps.
+TEST_F(ModelCudaTest, ChunkedPrefillMatchesGoldenLogits) {
+  int checked = 0;
+  for (const std::string& name : FixtureNames()) {
+    std::unique_ptr<CudaModel> model = Make(name, /*graphs=*/false, /*max_prefill_tokens=*/5);
+    if (model == nullptr) continue;
+    ++checked;
+    const Golden golden = LoadGolden(name);
+    const int64_t vocab = model->config().vocab_size;
+    const int slot = *model->Acquire();
+    std::vector<float> prefill;
+    ASSERT_TRUE(model->Prefill(slot, golden.prompt_ids, /*last_only=*/false, &prefill).ok());
+    ExpectClose(prefill, golden.prefill_logits, kGoldenTolerance, name + " prefill");
+    std::vector<float> last;
+    const int other = *model->Acquire();
+    ASSERT_TRUE(model->Prefill(other, golden.prompt_ids, /*last_only=*/true, &last).ok());
+    ExpectClose(last, Row(golden.prefill_logits, golden.prompt_ids.size() - 1, vocab),
+                kGoldenTolerance, name + " prefill last row");
+    for (size_t i = 0; i < golden.decode_ids.size(); ++i) {
+      std::vector<float> logits;
+      const int slots[] = {slot};
+      ASSERT_TRUE(model->StepLogits(slots, {&golden.decode_ids[i], 1}, &logits).ok());
+      ExpectClose(logits, Row(golden.decode_logits, i, vocab), kGoldenTolerance,
+                  name + " decode " + std::to_string(i) + " after prefill");
+      if (HasFatalFailure()) return;
+    }
+  }
+  EXPECT_GE(checked, 7);
 }
 
 TEST_F(ModelCudaTest, GraphGreedySamplingEqualsEagerArgmax) {
