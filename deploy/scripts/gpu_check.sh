@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Runs the CUDA tests and benchmarks on a GPU machine that cannot build abcd itself (no Debian
+# -dev packages, no network: the `device` machines of this workplace). Two halves:
+#
+#   deploy/scripts/gpu_check.sh bundle   # here: build, then pack the CUDA test and benchmark
+#                                        # binaries with the non-CUDA shared libraries they load
+#                                        # into .gpu/bundle.tar.xz (git-ignored via .git/info/exclude)
+#   deploy/scripts/gpu_check.sh run      # there, from the repository root (with .gpu carried):
+#                                        # unpack, run cuda_ops_test, compute-sanitizer memcheck,
+#                                        # make the GPU-size bench models, run abcd-bench-cuda all
+#
+# On a machine with a GPU and the build dependencies, skip the bundle: build with
+# `cmake -DABCD_WITH_CUDA=ON` and run build/tests/cuda_ops_test and build/loadtest/abcd-bench-cuda.
+# Results go to ${OUT:-.gpu/out}: test log, memcheck log, benchmark table and JSON.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root="$PWD"
+mode="${1:-}"
+build_dir="${BUILD_DIR:-build}"
+
+case "$mode" in
+  bundle)
+    cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WITH_CUDA=ON >/dev/null
+    cmake --build "$build_dir" --target cuda_ops_test abcd-bench-cuda
+    grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
+    staging="$(mktemp -d)"
+    mkdir -p "$staging/bin" "$staging/lib"
+    cp "$build_dir/tests/cuda_ops_test" "$build_dir/loadtest/abcd-bench-cuda" "$staging/bin/"
+    # Every shared library but the C and C++ runtimes (the GPU machine's are newer) and CUDA's
+    # own (it has its driver and toolkit; the bundle must not shadow them).
+    for binary in "$staging"/bin/*; do
+      ldd "$binary" | awk '$3 ~ /^\// {print $3}'
+    done | sort -u | grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/libcu(da|dart|blas|blasLt)\.so' |
+      while read -r library; do cp -L "$library" "$staging/lib/"; done
+    echo "$root" >"$staging/source_root"  # compiled-in paths (fixtures) point here
+    mkdir -p .gpu
+    tar -C "$staging" -cJf .gpu/bundle.tar.xz bin lib source_root
+    rm -rf "$staging"
+    echo "wrote .gpu/bundle.tar.xz ($(du -h .gpu/bundle.tar.xz | cut -f1)); carry .gpu and run:"
+    echo "  deploy/scripts/gpu_check.sh run"
+    ;;
+  run)
+    out="${OUT:-$root/.gpu/out}"
+    mkdir -p "$out" /tmp/abcd-gpu
+    tar -C /tmp/abcd-gpu -xJf .gpu/bundle.tar.xz
+    cublas="$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -n 1)")"
+    export LD_LIBRARY_PATH="/tmp/abcd-gpu/lib:${cublas}:${LD_LIBRARY_PATH:-}"
+    # The binaries carry the absolute source path of the build machine (fixtures, models).
+    source_root="$(cat /tmp/abcd-gpu/source_root)"
+    if [[ "$root" != "$source_root" ]]; then
+      mkdir -p "$(dirname "$source_root")" && ln -sfn "$root" "$source_root"
+    fi
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+    status=0
+    /tmp/abcd-gpu/bin/cuda_ops_test 2>&1 | tee "$out/cuda_ops_test.log" || status=1
+    if command -v compute-sanitizer >/dev/null; then
+      compute-sanitizer --tool memcheck --error-exitcode 3 /tmp/abcd-gpu/bin/cuda_ops_test \
+        --gtest_filter='AttentionCudaTest.*:PrefillCudaTest.*:ModelCudaTest.*:ElementwiseCudaTest.*' \
+        >"$out/memcheck.log" 2>&1 || status=1
+      tail -n 3 "$out/memcheck.log"
+    fi
+    python3 loadtest/make_bench_models.py --size gpu --dtype bfloat16 --types abc,rfa,t2r,softmax \
+      --out /tmp/abcd-gpu/models
+    /tmp/abcd-gpu/bin/abcd-bench-cuda all \
+      --models /tmp/abcd-gpu/models/abc,/tmp/abcd-gpu/models/rfa,/tmp/abcd-gpu/models/t2r,/tmp/abcd-gpu/models/softmax \
+      --json "$out/cuda_bench.json" 2>&1 | tee "$out/cuda_bench.txt" || status=1
+    exit "$status"
+    ;;
+  *)
+    echo "usage: $0 bundle|run" >&2
+    exit 2
+    ;;
+esac
