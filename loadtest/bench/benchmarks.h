@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,17 @@ struct DecodeOptions {
 };
 absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options);
 
+// One timed pass of an engine over `rows` (B sequences x `steps` tokens, from an empty state):
+// mean step time, argmax of row 0 after every step, row 0's last logits.
+struct ReferencePass {
+  double step_ms = 0;
+  std::vector<int> argmax;
+  std::vector<float> last_logits;
+  int64_t state_bytes = 0;  // per sequence after the last step (softmax grows with every step)
+};
+using EnginePassFunction = std::function<absl::StatusOr<ReferencePass>(
+    const Model& model, const std::vector<std::vector<int32_t>>& rows, int steps)>;
+
 struct ReferenceOptions {
   std::vector<std::string> models;
   std::vector<int64_t> batches;
@@ -47,7 +59,9 @@ struct ReferenceOptions {
   int threads = 1;
   Bandwidth bandwidth;  // for the floor column
   std::string python = "/usr/bin/python3";
-  std::string script;  // loadtest/bench_reference.py
+  std::string script;              // loadtest/bench_reference.py
+  std::string script_args;         // extra arguments, e.g. "--device cuda --dtype bfloat16"
+  EnginePassFunction engine_pass;  // default: the CPU engine (Model::Decode)
 };
 absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options);
 

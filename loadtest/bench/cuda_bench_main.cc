@@ -4,6 +4,8 @@
 //   decode     whole decode steps (device sampling, CUDA graphs for bounded models) vs batch,
 //              softmax at several contexts, each next to the floor
 //              (weight_bytes + 2 * batch * state_bytes) / copy_bandwidth, and memory per sequence
+//   reference  CudaModel against the PyTorch reference (bench_reference.py --device cuda) on
+//              the same checkpoint, tokens and GPU, as `abcd-bench reference` does on the CPU
 // Absolute times only mean something on the GPU they were taken on: the output names it.
 #include <cuda_runtime_api.h>
 
@@ -20,6 +22,7 @@
 #include "engine/model/model.h"
 #include "engine/model/model_cuda.h"
 #include "loadtest/bench/bench_common.h"
+#include "loadtest/bench/benchmarks.h"
 #include "loadtest/lib/report.h"
 #include "server/core/arguments.h"
 
@@ -36,7 +39,10 @@ constexpr char kUsage[] = R"(usage: abcd-bench-cuda COMMAND [options]
              [--features 32] [--contexts 512,4096,32768] [--iterations 50]
   decode     --models DIR[,DIR..] [--batches 1,2,4,...,1024] [--contexts 512,4096,32768]
              [--steps 50] [--weights bf16|fp16|fp32] [--no_graphs] [--memory_gb 60]
-  all        bandwidth + kernels + decode
+  reference  --models DIR[,DIR..] [--reference_batches 1,256] [--reference_steps 64]
+             [--repeats 3] [--weights bf16|fp32] [--python python3]
+             [--script loadtest/bench_reference.py]
+  all        bandwidth + kernels + decode (+ reference with --models)
 Common: --device N  --json FILE
 Models: loadtest/make_bench_models.py --size gpu writes same-size abc/rfa/t2r/softmax models.
 )";
@@ -219,8 +225,17 @@ absl::StatusOr<nlohmann::json> RunKernels(CudaContext& context, const Arguments&
   return results;
 }
 
-absl::StatusOr<nlohmann::json> RunDecode(CudaContext& context, const Arguments& args,
-                                         const Bandwidth& bandwidth) {
+absl::StatusOr<cuda::WeightType> WeightTypeFlag(const Arguments& args) {
+  const std::string weights = args.String("weights", "bf16");
+  if (weights == "bf16") return cuda::WeightType::kBF16;
+  if (weights == "fp16") return cuda::WeightType::kF16;
+  if (weights == "fp32") return cuda::WeightType::kF32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--weights must be bf16, fp16 or fp32, got \"", weights, "\""));
+}
+
+absl::StatusOr<nlohmann::json> RunCudaDecode(CudaContext& context, const Arguments& args,
+                                             const Bandwidth& bandwidth) {
   const std::vector<std::string> models = SplitList(args.String("models", ""));
   if (models.empty()) return absl::InvalidArgumentError("decode needs --models");
   ABCD_ASSIGN_OR_RETURN(
@@ -230,18 +245,8 @@ absl::StatusOr<nlohmann::json> RunDecode(CudaContext& context, const Arguments& 
                         ParseInts("contexts", args.String("contexts", "512,4096,32768")));
   ABCD_ASSIGN_OR_RETURN(const int64_t steps, args.Int("steps", 50));
   ABCD_ASSIGN_OR_RETURN(const double memory_gb, args.Double("memory_gb", 60));
-  const std::string weights = args.String("weights", "bf16");
   cuda::CudaModelOptions options;
-  if (weights == "bf16") {
-    options.weights = cuda::WeightType::kBF16;
-  } else if (weights == "fp16") {
-    options.weights = cuda::WeightType::kF16;
-  } else if (weights == "fp32") {
-    options.weights = cuda::WeightType::kF32;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--weights must be bf16, fp16 or fp32, got \"", weights, "\""));
-  }
+  ABCD_ASSIGN_OR_RETURN(options.weights, WeightTypeFlag(args));
   options.cuda_graphs = !args.Has("no_graphs");
   std::cout << "== decode steps (greedy, sampling on the device; time per step incl. the host "
                "round trip) ==\n";
@@ -313,6 +318,72 @@ absl::StatusOr<nlohmann::json> RunDecode(CudaContext& context, const Arguments& 
   return results;
 }
 
+// One pass of CudaModel over the reference's tokens: greedy device sampling every step (the
+// serving path: only ids come back), logits copied back at the last step for the comparison.
+absl::StatusOr<ReferencePass> CudaEnginePass(CudaContext& context, cuda::WeightType weights,
+                                             const Model& model,
+                                             const std::vector<std::vector<int32_t>>& rows,
+                                             int steps) {
+  cuda::CudaModelOptions options;
+  options.max_sequences = static_cast<int>(rows.size());
+  options.max_context = steps + 8;
+  options.weights = weights;
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> cuda_model,
+                        CudaModel::Create(model, context, options));
+  std::vector<int> slots;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    ABCD_ASSIGN_OR_RETURN(const int slot, cuda_model->Acquire());
+    slots.push_back(slot);
+  }
+  const std::vector<cuda::DeviceSamplingParams> greedy(rows.size(),
+                                                       cuda::DeviceSamplingParams{0, 0, 1, 0, 0});
+  const int64_t vocab = model.config().vocab_size;
+  ReferencePass pass;
+  std::vector<int32_t> column(rows.size()), next;
+  std::vector<float> logits;
+  const auto start = BenchClock::now();
+  for (int t = 0; t < steps; ++t) {
+    for (size_t b = 0; b < rows.size(); ++b) column[b] = rows[b][static_cast<size_t>(t)];
+    if (t + 1 < steps) {
+      ABCD_RETURN_IF_ERROR(cuda_model->StepSample(slots, column, greedy, &next));
+      pass.argmax.push_back(next[0]);
+    } else {
+      ABCD_RETURN_IF_ERROR(cuda_model->StepLogits(slots, column, &logits));
+      pass.argmax.push_back(static_cast<int>(
+          std::max_element(logits.begin(), logits.begin() + vocab) - logits.begin()));
+    }
+  }
+  pass.step_ms = Seconds(BenchClock::now() - start) / steps * 1000;
+  pass.last_logits.assign(logits.begin(), logits.begin() + vocab);
+  pass.state_bytes =
+      cuda_model->state_bytes_per_sequence() + steps * cuda_model->kv_bytes_per_token();
+  return pass;
+}
+
+absl::StatusOr<nlohmann::json> RunCudaReference(CudaContext& context, const Arguments& args,
+                                                const Bandwidth& bandwidth) {
+  ReferenceOptions o;
+  o.models = SplitList(args.String("models", ""));
+  if (o.models.empty()) return absl::InvalidArgumentError("reference needs --models");
+  ABCD_ASSIGN_OR_RETURN(o.batches,
+                        ParseInts("reference_batches", args.String("reference_batches", "1,256")));
+  ABCD_ASSIGN_OR_RETURN(const int64_t steps, args.Int("reference_steps", 64));
+  ABCD_ASSIGN_OR_RETURN(const int64_t repeats, args.Int("repeats", 3));
+  o.steps = static_cast<int>(steps);
+  o.repeats = static_cast<int>(repeats);
+  o.bandwidth = bandwidth;
+  o.python = args.String("python", "python3");
+  o.script = args.String("script", absl::StrCat(ABCD_SOURCE_DIR, "/loadtest/bench_reference.py"));
+  ABCD_ASSIGN_OR_RETURN(const cuda::WeightType weights, WeightTypeFlag(args));
+  o.script_args = absl::StrCat("--device cuda --dtype ",
+                               weights == cuda::WeightType::kBF16 ? "bfloat16" : "float32");
+  o.engine_pass = [&context, weights](const Model& model,
+                                      const std::vector<std::vector<int32_t>>& rows, int n) {
+    return CudaEnginePass(context, weights, model, rows, n);
+  };
+  return RunReference(o);
+}
+
 absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
   ABCD_ASSIGN_OR_RETURN(const int64_t device, args.Int("device", 0));
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> context,
@@ -325,7 +396,8 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
   std::cout << absl::StrFormat("device %d: %s, %d SMs, %s\n\n", device, context->device_name(),
                                context->sm_count(), date);
   const bool all = command == "all";
-  if (!all && command != "bandwidth" && command != "kernels" && command != "decode") {
+  if (!all && command != "bandwidth" && command != "kernels" && command != "decode" &&
+      command != "reference") {
     return absl::InvalidArgumentError(absl::StrCat("unknown command \"", command, "\""));
   }
   ABCD_ASSIGN_OR_RETURN(const int64_t megabytes, args.Int("bandwidth_mb", 1024));
@@ -340,7 +412,10 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     ABCD_ASSIGN_OR_RETURN(out["kernels"], RunKernels(*context, args, bandwidth));
   }
   if (all || command == "decode") {
-    ABCD_ASSIGN_OR_RETURN(out["decode"], RunDecode(*context, args, bandwidth));
+    ABCD_ASSIGN_OR_RETURN(out["decode"], RunCudaDecode(*context, args, bandwidth));
+  }
+  if ((all && args.Has("models")) || command == "reference") {
+    ABCD_ASSIGN_OR_RETURN(out["reference"], RunCudaReference(*context, args, bandwidth));
   }
   if (args.Has("json")) {
     ABCD_RETURN_IF_ERROR(loadtest::WriteJsonFile(args.String("json", ""), out));

@@ -29,15 +29,10 @@ namespace {
 
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
 
-struct Pass {
-  double step_ms = 0;
-  std::vector<int> argmax;
-  std::vector<float> last_logits;
-  int64_t state_bytes = 0;  // per sequence after the last step (softmax grows with every step)
-};
+using Pass = ReferencePass;
 
-absl::StatusOr<Pass> EnginePass(const Model& model, const std::vector<std::vector<int32_t>>& rows,
-                                int steps) {
+absl::StatusOr<Pass> CpuEnginePass(const Model& model,
+                                   const std::vector<std::vector<int32_t>>& rows, int steps) {
   StatePool pool(model.state_layout(), kUnlimited);
   std::vector<SequenceId> ids;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -116,22 +111,25 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
                                         .string();
     std::ofstream(tokens_path) << file.dump();
 
+    const EnginePassFunction engine_pass =
+        options.engine_pass ? options.engine_pass : EnginePassFunction(CpuEnginePass);
     std::map<int64_t, std::vector<Pass>> engine;
     for (int64_t batch : options.batches) {
       for (int r = 0; r < options.repeats; ++r) {
-        ABCD_ASSIGN_OR_RETURN(Pass p, EnginePass(*model, tokens[batch], options.steps));
+        ABCD_ASSIGN_OR_RETURN(Pass p, engine_pass(*model, tokens[batch], options.steps));
         engine[batch].push_back(std::move(p));
       }
     }
-    const std::string command = absl::StrCat(
-        Quote(options.python), " ", Quote(options.script), " --model ", Quote(dir), " --tokens ",
-        Quote(tokens_path), " --threads ", options.threads, " --repeats ", options.repeats);
+    const std::string command =
+        absl::StrCat(Quote(options.python), " ", Quote(options.script), " --model ", Quote(dir),
+                     " --tokens ", Quote(tokens_path), " --threads ", options.threads,
+                     " --repeats ", options.repeats, " ", options.script_args);
     absl::StatusOr<std::string> output = RunCommand(command);
     std::filesystem::remove(tokens_path);
     if (!output.ok()) return output.status();
     for (int64_t batch : options.batches) {
       for (int r = 0; r < options.repeats; ++r) {
-        ABCD_ASSIGN_OR_RETURN(Pass p, EnginePass(*model, tokens[batch], options.steps));
+        ABCD_ASSIGN_OR_RETURN(Pass p, engine_pass(*model, tokens[batch], options.steps));
         engine[batch].push_back(std::move(p));
       }
     }
