@@ -34,6 +34,24 @@ __global__ void __launch_bounds__(kThreads)
   const int j0 = split * chunk;
   const int local = min(n, j0 + chunk) - j0;
   const int columns = dh / kVec;
+  if (rows.states[sequence] == nullptr) {
+    // A padding row of a CUDA-graph bucket: no state to touch; its output is zero.
+    for (int64_t b = first; b < first + count; ++b) {
+      for (int c = threadIdx.x; c < dh; c += kThreads) {
+        if (splits == 1) {
+          rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = 0.0f;
+        } else {
+          float* partial = partials + ((b * shape.n_heads + h) * splits + split) * (dh + 2);
+          partial[c] = 0.0f;
+          if (c == 0) {
+            partial[dh] = 0.0f;      // m
+            partial[dh + 1] = 1.0f;  // l: the combine then yields 0
+          }
+        }
+      }
+    }
+    return;
+  }
   const int value_groups = kThreads / columns;
 
   float* q_s = shared;

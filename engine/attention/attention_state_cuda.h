@@ -30,7 +30,8 @@ struct StepRows {
   int64_t q_stride = 0;
   const float* kv = nullptr;
   int64_t kv_stride = 0;
-  float* const* states = nullptr;  // [batch], or [sequences] for a prefill
+  float* const* states = nullptr;  // [batch], or [sequences] for a prefill; a null entry
+                                   // (abc, rfa/t2r/elu) is a padding row: output 0, no state
   float* out = nullptr;
   int64_t out_stride = 0;
   int64_t sequences = 0;           // prefill only: number of sequences

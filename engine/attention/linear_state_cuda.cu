@@ -35,6 +35,21 @@ __global__ void __launch_bounds__(kThreads)
   const int f0 = split * chunk;
   const int local = min(f_count, f0 + chunk) - f0;
   const int columns = dh / kVec;
+  if (rows.states[sequence] == nullptr) {
+    // A padding row of a CUDA-graph bucket: no state to touch; its output is zero.
+    for (int64_t b = first; b < first + count; ++b) {
+      for (int c = threadIdx.x; c < dh; c += kThreads) {
+        if (splits == 1) {
+          rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = 0.0f;
+        } else {
+          float* partial = partials + ((b * params.n_heads + h) * splits + split) * (dh + 1);
+          partial[c] = 0.0f;
+          if (c == 0) partial[dh] = 1.0f;  // denominator: the combine then yields 0
+        }
+      }
+    }
+    return;
+  }
   const int value_groups = kThreads / columns;
 
   float* k_s = shared;

@@ -181,7 +181,7 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   }
   state_floats_ = static_cast<int64_t>(empty_state.size());
 
-  const int64_t slots = options.max_sequences + 1;  // + the scratch slot of padding rows
+  const int64_t slots = options.max_sequences + 1;  // + a scratch slot (softmax padding rows)
   ABCD_ASSIGN_OR_RETURN(empty_state_, DeviceArray<float>::FromHost(context_, empty_state));
   ABCD_ASSIGN_OR_RETURN(states_, DeviceArray<float>::Allocate(slots * state_floats_));
   for (size_t i = 0; i < kv_keys_.size(); ++i) {
@@ -326,7 +326,8 @@ absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const 
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& layer = layers_[l];
       if (layer.softmax_index < 0) {
-        state_pointers[l * stride + b] = StatePointer(slot, layer);
+        // Padding rows of a graph bucket have no state (the kernels write 0 and skip them).
+        state_pointers[l * stride + b] = real ? StatePointer(slot, layer) : nullptr;
       } else {
         key_pointers[layer.softmax_index * stride + b] = KeyCache(slot, layer);
         value_pointers[layer.softmax_index * stride + b] = ValueCache(slot, layer);
@@ -518,7 +519,7 @@ absl::Status CudaModel::CaptureGraphs() {
     buckets.push_back(std::min<int64_t>(b, options_.max_sequences));
     if (b >= options_.max_sequences) break;
   }
-  // Every bucket once eagerly first (on the scratch slot), so that the context workspace has
+  // Every bucket once eagerly first (padding rows only), so that the context workspace has
   // its final size before any capture: a graph keeps the addresses it was captured with.
   for (int64_t rows : buckets) {
     ABCD_RETURN_IF_ERROR(StageInputs({}, {}, rows));

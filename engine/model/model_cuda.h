@@ -9,7 +9,7 @@
 // final LayerNorm, LM head, and either copies the logits back (parity, evaluation) or samples
 // on the device so that only token ids cross to the host. With `cuda_graphs`, bounded models
 // replay one captured graph per bucketed batch size (1, 2, 4, ... max_sequences); rows of a
-// bucket beyond the batch run on a scratch slot and are discarded.
+// bucket beyond the batch carry no state (the kernels skip them) and are discarded.
 //
 // A prompt is prefilled in chunks of rows of one sequence: every GEMM over all its rows, the
 // bounded states by the scan form of the state kernels, softmax by causal split-K over the
@@ -84,7 +84,7 @@ class CudaModel {
   absl::Status Upload(const Model& model, const CudaModelOptions& options);
   absl::Status Validate(std::span<const int> slots, std::span<const int32_t> tokens) const;
   // Copies the step's inputs into the device input buffers for `rows` rows (>= slots.size();
-  // extra rows use the scratch slot).
+  // extra rows are padding: no state for bounded layers, the scratch slot for softmax).
   absl::Status StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
                            int64_t rows);
   // Stages the rows of one prefill chunk: tokens of `slot` from its current position.

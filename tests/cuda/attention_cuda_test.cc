@@ -323,6 +323,39 @@ TEST_F(AttentionCudaTest, SoftmaxSplitKMatchesCpu) {
   }
 }
 
+// CUDA-graph buckets pad the batch with rows whose state pointer is null: they output zeros
+// and leave every real row's output and state as if they were absent.
+TEST_F(AttentionCudaTest, NullStateRowsArePadding) {
+  for (int64_t batch : {3, 301}) {  // split and unsplit grids
+    AbcState cpu(4, 32, 32);
+    const int64_t d = 128, floats = cpu.FixedFloats();
+    std::vector<float> host_states(batch * floats);
+    for (int64_t b = 0; b < batch; ++b) cpu.Init(host_states.data() + b * floats);
+    DeviceStates device_states(context(), host_states, batch, floats);
+    std::vector<float*> pointers(batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      pointers[b] = b % 2 == 1 ? nullptr : device_states.blocks().data() + b * floats;
+    }
+    DeviceArray<float*> device_pointers = Upload(pointers);
+    const StepInputs inputs = RandomStep(batch, d, cpu.ExtraColumns(), 12);
+    std::vector<float> expected(batch * d, 0.0f);
+    for (int64_t b = 0; b < batch; b += 2) {
+      StateRef ref{host_states.data() + b * floats, nullptr, 0};
+      cpu.Update(RowOf(inputs, b, d), ref);
+      cpu.Read(inputs.rows.data() + b * inputs.width, ref, expected.data() + b * d);
+    }
+    DeviceArray<float> rows = Upload(inputs.rows);
+    DeviceArray<float> out = Upload(std::vector<float>(batch * d, NAN));
+    const StepRows step_rows{batch,        rows.data(),
+                             inputs.width, rows.data() + d,
+                             inputs.width, device_pointers.data(),
+                             out.data(),   d};
+    ASSERT_TRUE(AbcStep(context(), AbcShape{4, 32, 32}, step_rows, true).ok());
+    ExpectClose(Download(out), expected, kTolerance, "padded abc output");
+    ExpectClose(Download(device_states.blocks()), host_states, kTolerance, "padded abc state");
+  }
+}
+
 TEST_F(AttentionCudaTest, FillStatesCopiesTheEmptyState) {
   AbcState cpu(2, 8, 4);
   std::vector<float> empty(cpu.FixedFloats());
