@@ -51,6 +51,7 @@ TOKENIZERS = {"lm": ROOT / "tokenizers" / "lm.model", "mt": ROOT / "tokenizers" 
 LM_SIZE = dict(vocab_size=8000, d_model=128, n_heads=4, d_ff=512, layers=4)
 MT_SIZE = dict(vocab_size=8000, d_model=128, n_heads=4, d_ff=512, encoder_layers=2, layers=2)
 MT_BASE_SIZE = dict(vocab_size=8000, d_model=256, n_heads=4, d_ff=1024, encoder_layers=3, layers=3)
+LM_BASE_SIZE = dict(vocab_size=8000, d_model=256, n_heads=4, d_ff=1024, layers=4)
 
 LM_ATTENTION = {
     "softmax": {"type": "softmax"},
@@ -86,8 +87,8 @@ class TrainConfig:
     max_tgt_len: int = 128  # MT: the same for targets (with bos/eos)
 
 
-def lm_config(attention):
-    s = LM_SIZE
+def lm_config(attention, size=None):
+    s = size or LM_SIZE
     return ModelConfig(
         vocab_size=s["vocab_size"], d_model=s["d_model"], n_heads=s["n_heads"], d_ff=s["d_ff"],
         decoder_layers=[LayerSpec(AttentionSpec.from_dict(attention, "preset")) for _ in range(s["layers"])],
@@ -133,6 +134,11 @@ def presets():
     out["mt-abc-base"] = (
         mt_config({"type": "abc", "slots": 8}, {"type": "abc", "slots": 32}, MT_BASE_SIZE),
         TrainConfig(**base),
+    )
+    # The shipped abc-lm: twice the width of the table's LMs, abc n = 32, a wall-clock budget.
+    out["lm-abc32-base"] = (
+        lm_config(LM_ATTENTION["abc32"], LM_BASE_SIZE),
+        TrainConfig(task="lm", steps=100000, max_minutes=100.0, batch_size=16, warmup=300, lr=1e-3, eval_every=500),
     )
     return out
 

@@ -5,6 +5,10 @@
 //                     [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]
 //                     [--stop STR] [--ignore-eos] [--json]
 //   abcd-cli eval [--model DIR] --text FILE [--chunk N] [--json]
+//   abcd-cli translate [--model DIR] --text TEXT [--beam-size N] [--max-tokens N] [--json]
+//
+// translate: an encoder-decoder model through the same Executor (beam search over forked
+// states) that serves Translate in abcd-server, so the CLI output is the server's output.
 //
 // eval: perplexity of a decoder-only model on FILE, chunked exactly like
 // `models/evaluate.py lm` (see its docstring): every line (without its newline) is encoded and
@@ -26,9 +30,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/model.h"
 #include "engine/runtime/generator.h"
+#include "engine/scheduler/executor.h"
 #include "engine/state/state_pool.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -44,14 +50,17 @@ constexpr char kUsage[] =
     "                    [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]\n"
     "                    [--stop STR] [--ignore-eos] [--json]\n"
     "  abcd-cli eval [--model DIR] --text FILE [--chunk N] [--json]\n"
-    "Without --model, $ABCD_MODEL or the bundled default model is used.\n";
+    "  abcd-cli translate [--model DIR] --text TEXT [--beam-size N] [--max-tokens N] [--json]\n"
+    "Without --model, $ABCD_MODEL or the bundled default model (translate: the bundled\n"
+    "translation model) is used.\n";
 
 constexpr int64_t kCliStateBudget = int64_t{1} << 32;
 
-std::string ModelDir(const Arguments& args) {
+// --model, else $ABCD_MODEL, else the bundled default (the LM; translate: the EN->DE model).
+std::string ModelDir(const Arguments& args, const char* bundled = ABCD_DEFAULT_MODEL_DIR) {
   if (args.Has("model")) return args.String("model", "");
   if (const char* env = std::getenv("ABCD_MODEL"); env != nullptr && *env != '\0') return env;
-  return ABCD_DEFAULT_MODEL_DIR;
+  return bundled;
 }
 
 std::string LayerStateDescription(const StateLayout::Slot& slot, int64_t kv_bytes_per_token) {
@@ -230,6 +239,66 @@ absl::Status RunEval(const Arguments& args) {
   return absl::OkStatus();
 }
 
+// One translation through an in-process Executor (greedy with --beam-size 1).
+absl::Status RunTranslate(const Arguments& args) {
+  if (!args.Has("text")) return absl::InvalidArgumentError("--text is required");
+  ABCD_ASSIGN_OR_RETURN(const int64_t beam_size, args.Int("beam-size", 4));
+  if (beam_size < 1 || beam_size > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--beam-size must be in [1, 64], got ", beam_size));
+  }
+  ABCD_ASSIGN_OR_RETURN(const int64_t max_tokens, args.Int("max-tokens", 128));
+  if (max_tokens < 1 || max_tokens > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-tokens must be in [1, 4096], got ", max_tokens));
+  }
+  const std::string dir = ModelDir(args, ABCD_DEFAULT_TRANSLATION_MODEL_DIR);
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
+  if (!model->config().is_encoder_decoder()) {
+    return absl::FailedPreconditionError("translate needs an encoder-decoder model");
+  }
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                        Tokenizer::Load(dir + "/tokenizer.model"));
+  ExecutorOptions options;
+  options.state_budget_bytes = kCliStateBudget;
+  options.max_new_tokens = 4096;
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
+                        Executor::Create(*model, *tokenizer, options));
+  absl::Cleanup shutdown = [&] { executor->Shutdown(); };
+
+  GenerationRequest request;
+  request.source = args.String("text", "");
+  request.beam_size = static_cast<int>(beam_size);
+  request.max_tokens = static_cast<int>(max_tokens);
+  request.sampling.temperature = 0.0f;
+  std::string translation;
+  GenerationEvent last;
+  absl::Notification done;
+  ABCD_RETURN_IF_ERROR(executor
+                           ->Enqueue(std::move(request),
+                                     [&](GenerationEvent event) {
+                                       translation += event.text;
+                                       if (!event.finished) return;
+                                       last = std::move(event);
+                                       done.Notify();
+                                     })
+                           .status());
+  done.WaitForNotification();
+  ABCD_RETURN_IF_ERROR(last.status);
+  if (args.Has("json")) {
+    std::cout << nlohmann::json{{"translation", translation},
+                                {"finish_reason", FinishReasonName(last.finish_reason)},
+                                {"prompt_tokens", last.prompt_tokens},
+                                {"completion_tokens", last.completion_tokens},
+                                {"beam_size", beam_size}}
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+  } else {
+    std::cout << translation << "\n";
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << kUsage;
@@ -251,6 +320,10 @@ int Main(int argc, char** argv) {
   } else if (command == "eval") {
     absl::StatusOr<Arguments> args = Arguments::Parse(rest, {"model", "text", "chunk"}, {"json"});
     status = args.ok() ? RunEval(*args) : args.status();
+  } else if (command == "translate") {
+    absl::StatusOr<Arguments> args =
+        Arguments::Parse(rest, {"model", "text", "beam-size", "max-tokens"}, {"json"});
+    status = args.ok() ? RunTranslate(*args) : args.status();
   } else if (command == "--help" || command == "help") {
     std::cout << kUsage;
     return 0;

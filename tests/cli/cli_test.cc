@@ -121,4 +121,34 @@ TEST(Cli, EvalRejectsEncoderDecoderAndMissingText) {
   EXPECT_NE(r.output.find("decoder-only"), std::string::npos) << r.output;
 }
 
+// `translate` runs the server's Executor in-process: beam search on the untrained MT model
+// returns a JSON summary whose token counts agree with max_tokens.
+TEST(Cli, TranslateJsonThroughTheExecutor) {
+  const Result r = RunCli("translate --model " + SourceDir() +
+                          "models/checkpoints/abc-mt-untrained --text 'Open file' --beam-size 2 "
+                          "--max-tokens 5 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto result = nlohmann::json::parse(r.output);
+  EXPECT_GE(result["prompt_tokens"].get<int>(), 2) << r.output;  // pieces + eos
+  EXPECT_GE(result["completion_tokens"].get<int>(), 1) << r.output;
+  EXPECT_LE(result["completion_tokens"].get<int>(), 5) << r.output;
+  EXPECT_EQ(result["beam_size"], 2);
+  EXPECT_TRUE(result["translation"].is_string());
+}
+
+TEST(Cli, TranslateRejectsBadArgumentsAndDecoderOnlyModels) {
+  Result r = RunCli("translate");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--text"), std::string::npos) << r.output;
+  r = RunCli("translate --text hi --beam-size 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--beam-size"), std::string::npos) << r.output;
+  r = RunCli("translate --text hi --max-tokens 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--max-tokens"), std::string::npos) << r.output;
+  r = RunCli("translate --text hi" + kUntrainedModelArg);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("encoder-decoder"), std::string::npos) << r.output;
+}
+
 }  // namespace
