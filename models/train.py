@@ -129,7 +129,7 @@ def presets():
     out["mt-softmax"] = (mt_config({"type": "softmax"}, {"type": "softmax"}), TrainConfig(**mt_train))
     # The shipped abc-en-de: twice the width, 3 + 3 layers, larger batches, a wall-clock budget
     # (the schedule runs on elapsed time; see checkpoints/abc-en-de/README.md for the run).
-    base = dict(mt_train, steps=100000, max_minutes=105.0, batch_size=128, batch_tokens=1600, warmup=300, lr=1e-3,
+    base = dict(mt_train, steps=100000, max_minutes=110.0, batch_size=128, batch_tokens=1600, warmup=300, lr=1e-3,
                 eval_every=500)
     out["mt-abc-base"] = (
         mt_config({"type": "abc", "slots": 8}, {"type": "abc", "slots": 32}, MT_BASE_SIZE),
@@ -138,7 +138,7 @@ def presets():
     # The shipped abc-lm: twice the width of the table's LMs, abc n = 32, a wall-clock budget.
     out["lm-abc32-base"] = (
         lm_config(LM_ATTENTION["abc32"], LM_BASE_SIZE),
-        TrainConfig(task="lm", steps=100000, max_minutes=100.0, batch_size=16, warmup=300, lr=1e-3, eval_every=500),
+        TrainConfig(task="lm", steps=100000, max_minutes=110.0, batch_size=16, warmup=300, lr=1e-3, eval_every=500),
     )
     return out
 

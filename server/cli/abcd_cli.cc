@@ -247,10 +247,12 @@ absl::Status RunTranslate(const Arguments& args) {
     return absl::InvalidArgumentError(
         absl::StrCat("--beam-size must be in [1, 64], got ", beam_size));
   }
+  ExecutorOptions options;
+  options.state_budget_bytes = kCliStateBudget;
   ABCD_ASSIGN_OR_RETURN(const int64_t max_tokens, args.Int("max-tokens", 128));
-  if (max_tokens < 1 || max_tokens > 4096) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max-tokens must be in [1, 4096], got ", max_tokens));
+  if (max_tokens < 1 || max_tokens > options.max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-tokens must be in [1, ",
+                                                   options.max_new_tokens, "], got ", max_tokens));
   }
   const std::string dir = ModelDir(args, ABCD_DEFAULT_TRANSLATION_MODEL_DIR);
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
@@ -259,9 +261,6 @@ absl::Status RunTranslate(const Arguments& args) {
   }
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
                         Tokenizer::Load(dir + "/tokenizer.model"));
-  ExecutorOptions options;
-  options.state_budget_bytes = kCliStateBudget;
-  options.max_new_tokens = 4096;
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
                         Executor::Create(*model, *tokenizer, options));
   absl::Cleanup shutdown = [&] { executor->Shutdown(); };
