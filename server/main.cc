@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/core/status_macros.h"
 #include "server/core/log.h"
 #include "server/core/served_models.h"
@@ -38,7 +39,21 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   ABCD_ASSIGN_OR_RETURN(served->tokenizer, Tokenizer::Load(dir + "/tokenizer.model"));
   served->kind = served->model->config().is_encoder_decoder() ? ModelKind::kTranslation
                                                               : ModelKind::kLanguageModel;
-  served->state_bytes_per_sequence = served->model->state_layout().FixedBytes();
+  BackendOptions backend_options;
+  ABCD_ASSIGN_OR_RETURN(backend_options.device, ParseDeviceChoice(config.device, "--device"));
+  backend_options.state_budget_bytes = config.state_budget_mb << 20;
+  backend_options.max_sequences = config.max_running_sequences;
+  backend_options.max_prefill_tokens = config.prefill_token_budget;
+  backend_options.max_context =
+      static_cast<int64_t>(config.max_prompt_tokens) + config.max_tokens_limit;
+  backend_options.device_weights = config.device_weights;
+  ABCD_ASSIGN_OR_RETURN(CreatedBackend created,
+                        CreateDecodeBackend(*served->model, backend_options));
+  if (!created.fallback_reason.empty()) {
+    LogEvent("cuda_unavailable", {{"name", served->name}, {"reason", created.fallback_reason}});
+  }
+  const DecodeBackend& backend = *created.backend;
+  served->state_bytes_per_sequence = backend.state_bytes_per_sequence();
   ExecutorOptions options;
   options.state_budget_bytes = config.state_budget_mb << 20;
   options.max_waiting_requests = config.max_waiting_requests;
@@ -47,14 +62,17 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   options.max_prompt_tokens = config.max_prompt_tokens;
   options.max_new_tokens = config.max_tokens_limit;
   options.observer = metrics.AddModel(served->name, served->state_bytes_per_sequence);
-  ABCD_ASSIGN_OR_RETURN(served->executor,
-                        Executor::Create(*served->model, *served->tokenizer, options));
   LogEvent("model_loaded",
            {{"name", served->name},
             {"kind", std::string(ModelKindName(served->kind))},
             {"dir", dir},
+            {"backend", backend.name()},
+            {"device", backend.device_description()},
             {"state_bytes_per_sequence", absl::StrCat(served->state_bytes_per_sequence)},
-            {"weight_bytes", absl::StrCat(served->model->weight_bytes())}});
+            {"state_capacity_bytes", absl::StrCat(backend.capacity_bytes())},
+            {"weight_bytes", absl::StrCat(backend.weight_bytes())}});
+  ABCD_ASSIGN_OR_RETURN(served->executor,
+                        Executor::Create(std::move(created.backend), *served->tokenizer, options));
   return served;
 }
 

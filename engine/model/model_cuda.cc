@@ -226,21 +226,54 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   return context_.Synchronize();
 }
 
-absl::StatusOr<int> CudaModel::Acquire() {
+absl::StatusOr<int> CudaModel::FreeSlot() const {
   for (int slot = 0; slot < options_.max_sequences; ++slot) {
-    if (in_use_[slot]) continue;
-    if (state_floats_ > 0) {
-      ABCD_RETURN_IF_ERROR(
-          Check(cudaMemcpyAsync(states_.data() + slot * state_floats_, empty_state_.data(),
-                                state_floats_ * 4, cudaMemcpyDeviceToDevice, context_.stream()),
-                "reset state slot"));
-    }
-    in_use_[slot] = true;
-    positions_[slot] = 0;
-    return slot;
+    if (!in_use_[slot]) return slot;
   }
   return absl::ResourceExhaustedError(
       absl::StrCat("all ", options_.max_sequences, " CUDA sequence slots are in use"));
+}
+
+absl::StatusOr<int> CudaModel::Acquire() {
+  ABCD_ASSIGN_OR_RETURN(const int slot, FreeSlot());
+  if (state_floats_ > 0) {
+    ABCD_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(states_.data() + slot * state_floats_, empty_state_.data(),
+                              state_floats_ * 4, cudaMemcpyDeviceToDevice, context_.stream()),
+              "reset state slot"));
+  }
+  in_use_[slot] = true;
+  positions_[slot] = 0;
+  return slot;
+}
+
+absl::StatusOr<int> CudaModel::Fork(int slot) {
+  if (slot < 0 || slot >= options_.max_sequences || !in_use_[slot]) {
+    return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not in use"));
+  }
+  ABCD_ASSIGN_OR_RETURN(const int copy, FreeSlot());
+  if (state_floats_ > 0) {
+    ABCD_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(states_.data() + copy * state_floats_,
+                              states_.data() + slot * state_floats_, state_floats_ * 4,
+                              cudaMemcpyDeviceToDevice, context_.stream()),
+              "fork state slot"));
+  }
+  const int64_t kv_floats = positions_[slot] * config_.d_model;
+  for (const Layer& layer : layers_) {
+    if (layer.softmax_index < 0 || kv_floats == 0) continue;
+    ABCD_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(KeyCache(copy, layer), KeyCache(slot, layer), kv_floats * 4,
+                              cudaMemcpyDeviceToDevice, context_.stream()),
+              "fork key cache"));
+    ABCD_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(ValueCache(copy, layer), ValueCache(slot, layer), kv_floats * 4,
+                              cudaMemcpyDeviceToDevice, context_.stream()),
+              "fork value cache"));
+  }
+  in_use_[copy] = true;
+  positions_[copy] = positions_[slot];
+  return copy;
 }
 
 void CudaModel::Release(int slot) {

@@ -57,7 +57,12 @@ class CudaModel {
   // A free slot, reset to the empty state; ResourceExhausted when all are in use.
   absl::StatusOr<int> Acquire();
   void Release(int slot);
+  // A free slot holding a copy of `slot`'s state (and KV cache rows): beam search.
+  absl::StatusOr<int> Fork(int slot);
   int64_t position(int slot) const { return positions_[slot]; }
+  int max_sequences() const { return options_.max_sequences; }
+  // Softmax layers' KV capacity per sequence in tokens (unused by bounded models).
+  int64_t max_context() const { return options_.max_context; }
 
   // Folds `tokens` into `slot` (in chunks of max_prefill_tokens) and appends the logits after
   // every token ([tokens, vocab]) to `logits`, or only after the last one with `last_only`.
@@ -83,6 +88,8 @@ class CudaModel {
   CudaModel(CudaContext& context, const ModelConfig& config);
   absl::Status Upload(const Model& model, const CudaModelOptions& options);
   absl::Status Validate(std::span<const int> slots, std::span<const int32_t> tokens) const;
+  // The lowest free slot, not reset; ResourceExhausted when all are in use.
+  absl::StatusOr<int> FreeSlot() const;
   // Copies the step's inputs into the device input buffers for `rows` rows (>= slots.size();
   // extra rows are padding: no state for bounded layers, the scratch slot for softmax).
   absl::Status StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,

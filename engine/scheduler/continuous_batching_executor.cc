@@ -1,4 +1,4 @@
-// The Executor implementation: one engine thread, continuous batching over a StatePool.
+// The Executor implementation: one engine thread, continuous batching over a DecodeBackend.
 #include <deque>
 #include <thread>
 
@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/backend/cpu_backend.h"
 #include "engine/core/status_macros.h"
 #include "engine/scheduler/batch_planner.h"
 #include "engine/scheduler/beam_search.h"
@@ -59,13 +60,14 @@ struct ActiveRequest {
 
 class ContinuousBatchingExecutor final : public Executor {
  public:
-  ContinuousBatchingExecutor(const Model& model, const Tokenizer& tokenizer,
+  ContinuousBatchingExecutor(std::unique_ptr<DecodeBackend> backend, const Tokenizer& tokenizer,
                              const ExecutorOptions& options)
-      : model_(model),
+      : backend_(std::move(backend)),
+        config_(backend_->config()),
         tokenizer_(tokenizer),
         options_(options),
-        pool_(model.state_layout(), options.state_budget_bytes) {
-    stats_.state_bytes_capacity = options.state_budget_bytes;
+        capacity_bytes_(backend_->capacity_bytes()) {
+    stats_.state_bytes_capacity = capacity_bytes_;
     thread_ = std::thread([this] { Loop(); });
   }
   ~ContinuousBatchingExecutor() override { Shutdown(); }
@@ -91,7 +93,7 @@ class ContinuousBatchingExecutor final : public Executor {
     absl::MutexLock lock(&mu_);
     return stats_;
   }
-  const Model& model() const override { return model_; }
+  const DecodeBackend& backend() const override { return *backend_; }
 
  private:
   absl::Status Validate(const GenerationRequest& request) const;
@@ -113,10 +115,11 @@ class ContinuousBatchingExecutor final : public Executor {
   void RecordToken(ActiveRequest& r);
   void Publish(int64_t batch_size);
 
-  const Model& model_;
+  const std::unique_ptr<DecodeBackend> backend_;  // engine thread only (but constant accessors)
+  const ModelConfig& config_;
   const Tokenizer& tokenizer_;
   const ExecutorOptions options_;
-  StatePool pool_;  // engine thread only
+  const int64_t capacity_bytes_;
 
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<ActiveRequest>> incoming_ ABSL_GUARDED_BY(mu_);
@@ -136,7 +139,7 @@ class ContinuousBatchingExecutor final : public Executor {
 };
 
 absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& request) const {
-  const bool encoder_decoder = model_.config().is_encoder_decoder();
+  const bool encoder_decoder = config_.is_encoder_decoder();
   if (encoder_decoder) {
     if (request.source.empty()) return absl::InvalidArgumentError("text must not be empty");
   } else if (request.prompt.empty()) {
@@ -168,7 +171,7 @@ absl::StatusOr<RequestId> ContinuousBatchingExecutor::Enqueue(GenerationRequest 
                                                               EventCallback callback) {
   ABCD_RETURN_IF_ERROR(Validate(request));
   auto r = std::make_unique<ActiveRequest>();
-  const ModelConfig& config = model_.config();
+  const ModelConfig& config = config_;
   r->prompt_ids.push_back(config.bos_id);
   if (config.is_encoder_decoder()) {
     ABCD_ASSIGN_OR_RETURN(r->source_ids, tokenizer_.Encode(request.source));
@@ -184,14 +187,11 @@ absl::StatusOr<RequestId> ContinuousBatchingExecutor::Enqueue(GenerationRequest 
                      " tokens, longer than the limit of ", options_.max_prompt_tokens));
   }
   const int sequences = request.beam_size > 1 ? 2 * request.beam_size : 1;
-  r->reserved_bytes =
-      RequestStateBytes(model_.state_layout(), static_cast<int64_t>(r->prompt_ids.size()),
-                        static_cast<int64_t>(r->source_ids.size()), request.max_tokens, sequences);
-  if (r->reserved_bytes > options_.state_budget_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("request needs ", r->reserved_bytes,
-                                                     " bytes of attention state, the budget is ",
-                                                     options_.state_budget_bytes));
-  }
+  // RequestBytes() only reads constants of the backend, so this thread may call it.
+  ABCD_ASSIGN_OR_RETURN(r->reserved_bytes,
+                        backend_->RequestBytes(static_cast<int64_t>(r->prompt_ids.size()),
+                                               static_cast<int64_t>(r->source_ids.size()),
+                                               request.max_tokens, sequences));
   r->request = std::move(request);
   r->callback = std::move(callback);
   r->enqueued = absl::Now();
@@ -278,8 +278,8 @@ void ContinuousBatchingExecutor::Admit() {
   std::vector<int64_t> needs;
   for (const auto& r : waiting_) needs.push_back(r->reserved_bytes);
   const int admit =
-      PlanAdmission(needs, {options_.state_budget_bytes, reserved_bytes_,
-                            static_cast<int>(running_.size()), options_.max_running_sequences});
+      PlanAdmission(needs, {capacity_bytes_, reserved_bytes_, static_cast<int>(running_.size()),
+                            options_.max_running_sequences});
   for (int i = 0; i < admit; ++i) {
     std::unique_ptr<ActiveRequest> r = std::move(waiting_.front());
     waiting_.pop_front();
@@ -289,7 +289,7 @@ void ContinuousBatchingExecutor::Admit() {
     }
     reserved_bytes_ += r->reserved_bytes;
     r->admitted = true;
-    absl::StatusOr<SequenceId> sequence = pool_.Acquire();
+    absl::StatusOr<SequenceId> sequence = backend_->Acquire();
     if (!sequence.ok()) {
       Finish(*r, sequence.status(), FinishReason::kLength);
       continue;
@@ -297,7 +297,7 @@ void ContinuousBatchingExecutor::Admit() {
     r->sequence = *sequence;
     r->has_sequence = true;
     if (!r->source_ids.empty()) {
-      if (absl::Status status = model_.Encode(r->source_ids, r->sequence, pool_); !status.ok()) {
+      if (absl::Status status = backend_->Encode(r->source_ids, r->sequence); !status.ok()) {
         Finish(*r, status, FinishReason::kLength);
         continue;
       }
@@ -346,7 +346,7 @@ void ContinuousBatchingExecutor::Step() {
     return;
   }
   std::vector<float> logits;
-  if (absl::Status status = model_.Decode(rows, pool_, &logits); !status.ok()) {
+  if (absl::Status status = backend_->Decode(rows, &logits); !status.ok()) {
     for (ActiveRequest* r : owners) {
       if (!r->done) Finish(*r, status, FinishReason::kLength);
     }
@@ -358,7 +358,7 @@ void ContinuousBatchingExecutor::Step() {
   for (size_t i = 0; i < rows.size(); ++i) {
     batch_sequences += i == 0 || rows[i].sequence != rows[i - 1].sequence;
   }
-  const int vocab = model_.config().vocab_size;
+  const int vocab = config_.vocab_size;
   for (size_t i = 0; i < owners.size();) {
     ActiveRequest& r = *owners[i];
     size_t end = i + 1;
@@ -390,7 +390,7 @@ void ContinuousBatchingExecutor::RecordToken(ActiveRequest& r) {
 
 void ContinuousBatchingExecutor::Sample(ActiveRequest& r, std::span<const float> logits) {
   const int32_t token = r.sampler->Sample(logits, r.context);
-  if (token == model_.config().eos_id && !r.request.ignore_eos) {
+  if (token == config_.eos_id && !r.request.ignore_eos) {
     Finish(r, absl::OkStatus(), FinishReason::kEos, {}, r.text->Flush());
     return;
   }
@@ -414,8 +414,8 @@ void ContinuousBatchingExecutor::Sample(ActiveRequest& r, std::span<const float>
 void ContinuousBatchingExecutor::BeamStepFor(ActiveRequest& r, std::span<const float> logits) {
   std::vector<double> scores;
   for (const Beam& beam : r.beams) scores.push_back(beam.score);
-  const BeamStep step = SelectBeams(scores, logits, model_.config().vocab_size, r.request.beam_size,
-                                    model_.config().eos_id);
+  const BeamStep step =
+      SelectBeams(scores, logits, config_.vocab_size, r.request.beam_size, config_.eos_id);
   ++r.beam_steps;
   for (const BeamChoice& f : step.finished) {
     r.finished_beams.push_back({0, r.beams[f.parent].tokens, f.score});
@@ -427,10 +427,10 @@ void ContinuousBatchingExecutor::BeamStepFor(ActiveRequest& r, std::span<const f
     const Beam& parent = r.beams[c.parent];
     SequenceId sequence = parent.sequence;
     if (kept[c.parent]) {
-      absl::StatusOr<SequenceId> fork = pool_.Fork(parent.sequence);
+      absl::StatusOr<SequenceId> fork = backend_->Fork(parent.sequence);
       if (!fork.ok()) {
         for (const Beam& b : next) {
-          if (b.sequence != parent.sequence) pool_.Release(b.sequence);
+          if (b.sequence != parent.sequence) backend_->Release(b.sequence);
         }
         Finish(r, fork.status(), FinishReason::kLength);
         return;
@@ -443,7 +443,7 @@ void ContinuousBatchingExecutor::BeamStepFor(ActiveRequest& r, std::span<const f
     next.push_back(std::move(child));
   }
   for (size_t b = 0; b < r.beams.size(); ++b) {
-    if (!kept[b]) pool_.Release(r.beams[b].sequence);
+    if (!kept[b]) backend_->Release(r.beams[b].sequence);
   }
   r.beams = std::move(next);
   const bool enough = static_cast<int>(r.finished_beams.size()) >= r.request.beam_size;
@@ -492,8 +492,8 @@ void ContinuousBatchingExecutor::Emit(ActiveRequest& r, std::vector<int32_t> tok
 }
 
 void ContinuousBatchingExecutor::ReleaseStates(ActiveRequest& r) {
-  for (const Beam& beam : r.beams) pool_.Release(beam.sequence);
-  if (r.has_sequence && r.beams.empty()) pool_.Release(r.sequence);
+  for (const Beam& beam : r.beams) backend_->Release(beam.sequence);
+  if (r.has_sequence && r.beams.empty()) backend_->Release(r.sequence);
   r.beams.clear();
   r.has_sequence = false;
 }
@@ -523,14 +523,15 @@ void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, F
 
 void ContinuousBatchingExecutor::Publish(int64_t batch_size) {
   ++iterations_;
+  const BackendMemory memory = backend_->memory();
   ExecutorStats stats;
   {
     absl::MutexLock lock(&mu_);
-    stats_.running_sequences = pool_.size();
+    stats_.running_sequences = memory.sequences;
     stats_.waiting_requests = queued_;
-    stats_.state_bytes_in_use = pool_.bytes_in_use();
-    stats_.state_bytes_capacity = pool_.budget_bytes();
-    stats_.kv_cache_bytes = pool_.kv_bytes_in_use();
+    stats_.state_bytes_in_use = memory.bytes_in_use;
+    stats_.state_bytes_capacity = capacity_bytes_;
+    stats_.kv_cache_bytes = memory.kv_bytes_in_use;
     stats_.iterations = iterations_;
     stats_.draining = draining_;
     stats = stats_;
@@ -540,18 +541,27 @@ void ContinuousBatchingExecutor::Publish(int64_t batch_size) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::unique_ptr<DecodeBackend> backend,
+                                                           const Tokenizer& tokenizer,
+                                                           const ExecutorOptions& options) {
+  if (backend == nullptr) return absl::InvalidArgumentError("backend must not be null");
+  if (options.max_waiting_requests < 0 || options.max_running_sequences < 1 ||
+      options.prefill_token_budget < 1 || options.max_prompt_tokens < 1 ||
+      options.max_new_tokens < 1) {
+    return absl::InvalidArgumentError("executor limits must be positive");
+  }
+  return std::unique_ptr<Executor>(
+      new ContinuousBatchingExecutor(std::move(backend), tokenizer, options));
+}
+
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Model& model,
                                                            const Tokenizer& tokenizer,
                                                            const ExecutorOptions& options) {
   if (options.state_budget_bytes <= 0) {
     return absl::InvalidArgumentError("state budget must be positive");
   }
-  if (options.max_waiting_requests < 0 || options.max_running_sequences < 1 ||
-      options.prefill_token_budget < 1 || options.max_prompt_tokens < 1 ||
-      options.max_new_tokens < 1) {
-    return absl::InvalidArgumentError("executor limits must be positive");
-  }
-  return std::unique_ptr<Executor>(new ContinuousBatchingExecutor(model, tokenizer, options));
+  return Create(std::make_unique<CpuBackend>(model, options.state_budget_bytes), tokenizer,
+                options);
 }
 
 }  // namespace abcd

@@ -2,12 +2,13 @@
 //
 //   Enqueue(request, callback) -> id   Cancel(id)   Shutdown()   LatestStats()
 //
-// One engine thread owns the model's StatePool and runs iterations: admit waiting requests
-// that fit (CapacityScheduler), prefill them under a per-iteration token budget so running
-// streams are not stalled, run one batched decode step for every running sequence, sample,
-// emit events and retire finished or cancelled sequences (their state is released in that same
-// iteration). Frontends never block the loop: callbacks run on the engine thread and must only
-// hand the event over (e.g. queue it and wake a writer).
+// One engine thread owns the model's DecodeBackend (CPU: Model + StatePool; CUDA: CudaModel)
+// and runs iterations: admit waiting requests that fit the backend's capacity (CapacityScheduler),
+// prefill them under a per-iteration token budget so running streams are not stalled, run one
+// batched decode step for every running sequence, sample, emit events and retire finished or
+// cancelled sequences (their state is released in that same iteration). Frontends never block the
+// loop: callbacks run on the engine thread and must only hand the event over (e.g. queue it and
+// wake a writer).
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
@@ -20,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/backend/decode_backend.h"
 #include "engine/model/model.h"
 #include "engine/runtime/generator.h"
 #include "engine/sampling/sampler.h"
@@ -77,9 +79,9 @@ class ExecutorObserver {
 };
 
 struct ExecutorOptions {
-  int64_t state_budget_bytes = int64_t{1} << 30;
-  int max_waiting_requests = 256;        // beyond this Enqueue answers RESOURCE_EXHAUSTED
-  int max_running_sequences = 256;       // batch size cap
+  int64_t state_budget_bytes = int64_t{1} << 30;  // Create(Model&): the CPU backend's pool
+  int max_waiting_requests = 256;                 // beyond this Enqueue answers RESOURCE_EXHAUSTED
+  int max_running_sequences = 256;                // batch size cap
   int prefill_token_budget = 512;        // prompt tokens prefilled per iteration (chunked prefill)
   int max_prompt_tokens = 4096;          // longer prompts are INVALID_ARGUMENT
   int max_new_tokens = 4096;             // max_tokens above this is INVALID_ARGUMENT
@@ -88,7 +90,12 @@ struct ExecutorOptions {
 
 class Executor {
  public:
-  // `model` and `tokenizer` must outlive the executor. Starts the engine thread.
+  // Runs on `backend`; `tokenizer` must outlive the executor. Starts the engine thread.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(std::unique_ptr<DecodeBackend> backend,
+                                                          const Tokenizer& tokenizer,
+                                                          const ExecutorOptions& options);
+  // The CPU backend over `model` with a pool of options.state_budget_bytes; `model` and
+  // `tokenizer` must outlive the executor.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(const Model& model,
                                                           const Tokenizer& tokenizer,
                                                           const ExecutorOptions& options);
@@ -107,7 +114,9 @@ class Executor {
   // Cancels whatever is left and joins the engine thread.
   virtual void Shutdown() = 0;
   virtual ExecutorStats LatestStats() const = 0;
-  virtual const Model& model() const = 0;
+  // Any thread may call the backend's constant accessors (see decode_backend.h); the rest
+  // belongs to the engine thread.
+  virtual const DecodeBackend& backend() const = 0;
 };
 
 }  // namespace abcd

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/core/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/core/arguments.h"
@@ -30,7 +31,9 @@ const std::set<std::string> kValued = {"config",
                                        "max_connection_age_grace_seconds",
                                        "keepalive_time_seconds",
                                        "max_message_bytes",
-                                       "port_file"};
+                                       "port_file",
+                                       "device",
+                                       "device_weights"};
 
 absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
   std::ifstream in(path);
@@ -84,7 +87,8 @@ std::string ServerUsage() {
          "  [--max_tokens_limit N] [--http_threads N] [--drain_grace_seconds S]\n"
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
          "  [--keepalive_time_seconds S]\n"
-         "  [--max_message_bytes N] [--port_file FILE]\n"
+         "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda]\n"
+         "  [--device_weights bf16|fp16|fp32]\n"
          "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
 }
 
@@ -132,6 +136,10 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   ABCD_ASSIGN_OR_RETURN(c.max_message_bytes,
                         Ranged(args, "max_message_bytes", c.max_message_bytes, 1024, 1 << 30));
   c.port_file = args.String("port_file", "");
+  c.device = args.String("device", c.device);
+  ABCD_RETURN_IF_ERROR(ParseDeviceChoice(c.device, "--device").status());
+  c.device_weights = args.String("device_weights", c.device_weights);
+  ABCD_RETURN_IF_ERROR(ValidateDeviceWeightType(c.device_weights, "--device_weights"));
   return c;
 }
 

@@ -29,6 +29,10 @@ struct ServerConfig {
   int keepalive_time_seconds = 60;
   int max_message_bytes = 4 << 20;
   std::string port_file;  // if set, {"grpc_port":..,"http_port":..} is written here
+  // auto: the CUDA backend when this build has it, a GPU is present, the model runs there and
+  // its start-up parity probe against the CPU passes; else the CPU. cuda: that or fail.
+  std::string device = "auto";
+  std::string device_weights = "bf16";  // CUDA projections: bf16, fp16 or fp32
 };
 
 // `default_models` is used when neither flags nor the config file name models.

@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -42,7 +43,11 @@ struct StreamResult {
 class ServerTest : public ::testing::Test {
  protected:
   // Runs on the small untrained models: fast, and independent of which trained models ship.
+  // On the CPU backend unless `args` picks a device: several tests compare with abcd-cli.
   void Start(std::vector<std::string> args = {}) {
+    if (std::find(args.begin(), args.end(), "--device") == args.end()) {
+      args.insert(args.begin(), {"--device", "cpu"});
+    }
     args.insert(args.begin(), {"--models", std::string(kLmDir) + "," + kMtDir});
     server_ = std::make_unique<ServerProcess>(ABCD_SERVER, std::move(args));
     ASSERT_TRUE(server_->started()) << server_->Log();
@@ -143,6 +148,28 @@ TEST_F(ServerTest, StreamsTokenByTokenAndGreedyMatchesCli) {
   EXPECT_EQ(last.usage().completion_tokens(), static_cast<int>(result.tokens().size()));
   EXPECT_GT(last.usage().prompt_tokens(), 1);
   EXPECT_EQ(result.tokens(), CliGreedyTokens("This program is free software", 12));
+}
+
+TEST_F(ServerTest, DeviceAutoServesOnABackendItLogs) {
+  Start({"--device", "auto"});
+  const std::string log = server_->Log();
+  // The translation model has no CUDA path, so it is on the CPU whatever the machine.
+  EXPECT_NE(log.find("event=model_loaded name=abc-mt-untrained kind=translation"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("backend=cpu"), std::string::npos) << log;
+  EXPECT_NE(log.find("event=cuda_unavailable name=abc-mt-untrained"), std::string::npos) << log;
+  const StreamResult result = Stream(Greedy("This program is free software", 8));
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_EQ(result.tokens().size(), 8u);
+}
+
+TEST(ServerFlags, BadDeviceIsRefusedNamingTheFlag) {
+  ServerProcess server(ABCD_SERVER, {"--device", "tpu"});
+  EXPECT_FALSE(server.started());
+  EXPECT_EQ(server.WaitForExit(10), 2);
+  EXPECT_NE(server.Log().find("--device must be auto, cpu or cuda"), std::string::npos)
+      << server.Log();
 }
 
 TEST_F(ServerTest, ReflectionListsTheServices) {

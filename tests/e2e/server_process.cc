@@ -48,6 +48,7 @@ ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string>
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -72,6 +73,7 @@ void ServerProcess::SendSignal(int signal) const {
 int ServerProcess::WaitForExit(double timeout_seconds) {
   const auto end = std::chrono::steady_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+  if (pid_ <= 0) return exit_code_;
   while (pid_ > 0 && std::chrono::steady_clock::now() < end) {
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {

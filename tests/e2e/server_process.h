@@ -21,6 +21,7 @@ class ServerProcess {
   std::string grpc_target() const;
   void SendSignal(int signal) const;
   // Waits for exit (up to `timeout_seconds`); returns the exit code, or -1 on timeout/crash.
+  // A server that exited while starting reports that exit code.
   int WaitForExit(double timeout_seconds);
   // Everything the server logged so far.
   std::string Log() const;
@@ -29,6 +30,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int grpc_port_ = 0;
   int http_port_ = 0;
+  int exit_code_ = -1;
   std::string dir_;
 };
 

@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/backend/cpu_backend.h"
 #include "engine/model/model.h"
 #include "engine/scheduler/executor.h"
 #include "httplib.h"
@@ -59,7 +60,7 @@ class FakeExecutor final : public Executor {
     int hold_until_enqueued = 0;   // emit nothing until this many requests were enqueued
   };
 
-  explicit FakeExecutor(const Model& model) : model_(model) {}
+  explicit FakeExecutor(const Model& model) : backend_(model, 1 << 20) {}
   ~FakeExecutor() override { Shutdown(); }
 
   void set_behavior(Behavior behavior) {
@@ -107,7 +108,7 @@ class FakeExecutor final : public Executor {
     for (std::thread& t : threads) t.join();
   }
   ExecutorStats LatestStats() const override { return {}; }
-  const Model& model() const override { return model_; }
+  const DecodeBackend& backend() const override { return backend_; }
 
  private:
   void Run(RequestId id, const GenerationRequest& request, const Behavior& behavior,
@@ -163,7 +164,7 @@ class FakeExecutor final : public Executor {
     callback(std::move(last));
   }
 
-  const Model& model_;
+  CpuBackend backend_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Behavior behavior_;

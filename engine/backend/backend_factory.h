@@ -1,0 +1,47 @@
+// Picks and builds the DecodeBackend a served model runs on: `cpu`, `cuda`, or `auto` (CUDA when
+// this build has it, a GPU is present, the model runs there and the parity probe passes;
+// otherwise the CPU, with the reason kept for the log).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/backend/decode_backend.h"
+#include "engine/model/model.h"
+
+namespace abcd {
+
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+
+// "auto", "cpu" or "cuda"; INVALID_ARGUMENT naming `field` otherwise.
+absl::StatusOr<DeviceChoice> ParseDeviceChoice(absl::string_view value, absl::string_view field);
+// "bf16", "fp16" or "fp32"; INVALID_ARGUMENT naming `field` otherwise.
+absl::Status ValidateDeviceWeightType(absl::string_view value, absl::string_view field);
+
+struct BackendOptions {
+  DeviceChoice device = DeviceChoice::kAuto;
+  int64_t state_budget_bytes = int64_t{1} << 30;  // CPU pool; CUDA slots are sized to it too
+  int max_sequences = 256;                        // CUDA state slots
+  int max_prefill_tokens = 512;                   // CUDA prefill chunk rows
+  int64_t max_context = 8192;                     // CUDA softmax KV tokens per sequence
+  std::string device_weights = "bf16";            // CUDA projections: bf16, fp16 or fp32
+  bool cuda_graphs = true;
+};
+
+struct CreatedBackend {
+  std::unique_ptr<DecodeBackend> backend;
+  // `auto` only: why CUDA was not used (empty when it was, or when the CPU was asked for).
+  std::string fallback_reason;
+};
+
+// True when this binary was built with the CUDA backend.
+bool BuiltWithCuda();
+
+// `model` must outlive the backend. With `cuda`, any reason CUDA cannot serve is the error.
+absl::StatusOr<CreatedBackend> CreateDecodeBackend(const Model& model,
+                                                   const BackendOptions& options);
+
+}  // namespace abcd

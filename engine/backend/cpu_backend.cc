@@ -1,0 +1,27 @@
+#include "engine/backend/cpu_backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/scheduler/capacity_scheduler.h"
+
+namespace abcd {
+
+CpuBackend::CpuBackend(const Model& model, int64_t budget_bytes)
+    : model_(model), pool_(model.state_layout(), budget_bytes) {}
+
+absl::StatusOr<int64_t> CpuBackend::RequestBytes(int64_t prompt_tokens, int64_t source_tokens,
+                                                 int64_t max_new_tokens, int sequences) const {
+  const int64_t bytes = RequestStateBytes(model_.state_layout(), prompt_tokens, source_tokens,
+                                          max_new_tokens, sequences);
+  if (bytes > pool_.budget_bytes()) {
+    return absl::ResourceExhaustedError(absl::StrCat("request needs ", bytes,
+                                                     " bytes of attention state, the budget is ",
+                                                     pool_.budget_bytes()));
+  }
+  return bytes;
+}
+
+BackendMemory CpuBackend::memory() const {
+  return {pool_.size(), pool_.bytes_in_use(), pool_.kv_bytes_in_use()};
+}
+
+}  // namespace abcd

@@ -1,0 +1,46 @@
+// The CPU backend: the loaded Model computes, a StatePool of `budget_bytes` holds the states.
+// The reference every other backend is compared against, and the fallback without a GPU.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend/decode_backend.h"
+#include "engine/model/model.h"
+#include "engine/state/state_pool.h"
+
+namespace abcd {
+
+class CpuBackend final : public DecodeBackend {
+ public:
+  // `model` must outlive the backend.
+  CpuBackend(const Model& model, int64_t budget_bytes);
+
+  std::string name() const override { return "cpu"; }
+  std::string device_description() const override { return "cpu"; }
+  const ModelConfig& config() const override { return model_.config(); }
+  int64_t weight_bytes() const override { return model_.weight_bytes(); }
+  int64_t state_bytes_per_sequence() const override { return model_.state_layout().FixedBytes(); }
+  absl::StatusOr<int64_t> RequestBytes(int64_t prompt_tokens, int64_t source_tokens,
+                                       int64_t max_new_tokens, int sequences) const override;
+  int64_t capacity_bytes() const override { return pool_.budget_bytes(); }
+  BackendMemory memory() const override;
+
+  absl::StatusOr<SequenceId> Acquire() override { return pool_.Acquire(); }
+  void Release(SequenceId id) override { pool_.Release(id); }
+  absl::StatusOr<SequenceId> Fork(SequenceId id) override { return pool_.Fork(id); }
+  absl::Status Encode(std::span<const int32_t> source, SequenceId id) override {
+    return model_.Encode(source, id, pool_);
+  }
+  absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) override {
+    return model_.Decode(rows, pool_, logits);
+  }
+
+ private:
+  const Model& model_;
+  StatePool pool_;
+};
+
+}  // namespace abcd

@@ -1,0 +1,80 @@
+// The CUDA backend: a CudaModel on one GPU behind the DecodeBackend interface.
+//
+// Sequence ids map to the CudaModel's fixed state slots (one per sequence, preallocated, so
+// capacity is max_sequences slots and a softmax slot always holds max_context tokens of KV).
+// Decode() runs every single-token row of a batch as ONE batched device step and each
+// multi-row prompt chunk through the prefill scan, then returns the logits in row order.
+// Create() ends with a parity probe against the CPU Model (a prefill and batched steps on a
+// fixed token sequence); a backend whose logits disagree is refused, so callers fall back to
+// the CPU instead of serving wrong tokens. Decoder-only models; encoder-decoder models are
+// Unimplemented here and stay on the CPU backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "engine/backend/decode_backend.h"
+#include "engine/device/cuda_context.h"
+#include "engine/model/model_cuda.h"
+
+namespace abcd::cuda {
+
+struct CudaBackendOptions {
+  int device = 0;
+  int max_sequences = 256;         // state slots: the largest batch, beams included
+  int max_prefill_tokens = 512;    // rows of one device prefill chunk
+  int64_t max_context = 0;         // softmax layers: KV tokens per sequence (0: 2048)
+  int64_t state_budget_bytes = 0;  // > 0: fewer slots when max_sequences would exceed it
+  WeightType weights = WeightType::kBF16;
+  bool cuda_graphs = true;
+  bool parity_probe = true;  // compare against the CPU model before serving
+};
+
+class CudaBackend final : public DecodeBackend {
+ public:
+  // `model` must outlive the backend. NotFound without a GPU, Unimplemented for models the
+  // device path does not run, Internal when the parity probe fails.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const Model& model,
+                                                             const CudaBackendOptions& options);
+
+  std::string name() const override { return "cuda"; }
+  std::string device_description() const override { return context_->device_name(); }
+  const ModelConfig& config() const override { return model_.config(); }
+  int64_t weight_bytes() const override { return cuda_model_->weight_bytes(); }
+  int64_t state_bytes_per_sequence() const override {
+    return cuda_model_->state_bytes_per_sequence();
+  }
+  absl::StatusOr<int64_t> RequestBytes(int64_t prompt_tokens, int64_t source_tokens,
+                                       int64_t max_new_tokens, int sequences) const override;
+  int64_t capacity_bytes() const override { return cuda_model_->max_sequences() * slot_bytes_; }
+  BackendMemory memory() const override;
+
+  absl::StatusOr<SequenceId> Acquire() override;
+  void Release(SequenceId id) override;
+  absl::StatusOr<SequenceId> Fork(SequenceId id) override;
+  absl::Status Encode(std::span<const int32_t> source, SequenceId id) override;
+  absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) override;
+
+  // Largest |logit difference| / max(1, max |CPU logit|) the parity probe measured.
+  double probe_relative_error() const { return probe_relative_error_; }
+
+ private:
+  CudaBackend(const Model& model, std::unique_ptr<CudaContext> context)
+      : model_(model), context_(std::move(context)) {}
+  absl::Status RunParityProbe(double tolerance);
+
+  const Model& model_;
+  std::unique_ptr<CudaContext> context_;
+  std::unique_ptr<CudaModel> cuda_model_;
+  int64_t slot_bytes_ = 0;  // state + preallocated KV of one slot
+  int64_t kv_slot_bytes_ = 0;
+  absl::flat_hash_map<SequenceId, int> slots_;
+  SequenceId next_id_ = 1;
+  double probe_relative_error_ = 0.0;
+};
+
+}  // namespace abcd::cuda

@@ -1,0 +1,25 @@
+#include "engine/backend/decode_backend.h"
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace abcd {
+
+absl::StatusOr<std::vector<SequenceRun>> SplitIntoSequenceRuns(std::span<const DecodeRow> rows) {
+  std::vector<SequenceRun> runs;
+  absl::flat_hash_set<SequenceId> seen;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!runs.empty() && runs.back().sequence == rows[i].sequence) {
+      ++runs.back().rows;
+      continue;
+    }
+    if (!seen.insert(rows[i].sequence).second) {
+      return absl::InvalidArgumentError(absl::StrCat("rows[", i, "]: sequence ", rows[i].sequence,
+                                                     " already had rows that are not adjacent"));
+    }
+    runs.push_back({rows[i].sequence, static_cast<int64_t>(i), 1});
+  }
+  return runs;
+}
+
+}  // namespace abcd

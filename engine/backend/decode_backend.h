@@ -1,0 +1,80 @@
+// DecodeBackend: where one model's sequences live and where their tokens are computed.
+//
+// The scheduler (Executor) drives a backend through sequence ids only: acquire a sequence,
+// encode a source (encoder-decoder), decode a batch of rows that mixes single decode tokens and
+// prompt chunks, fork (beam search), release. Admission is in the backend's own bytes:
+// RequestBytes() is a request's worst case and capacity_bytes() the total, so the scheduler never
+// admits what the backend cannot hold. Two implementations side by side: CpuBackend (Model +
+// StatePool, the reference) and CudaBackend (CudaModel, one GPU).
+// Not thread-safe: one engine thread owns a backend. Exceptions: the accessors of constants
+// (name, device_description, config, weight_bytes, state_bytes_per_sequence, RequestBytes,
+// capacity_bytes) may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/model/model.h"
+#include "engine/state/state_pool.h"
+
+namespace abcd {
+
+struct BackendMemory {
+  int64_t sequences = 0;        // live sequences
+  int64_t bytes_in_use = 0;     // state (and KV cache) bytes charged to live sequences
+  int64_t kv_bytes_in_use = 0;  // the softmax KV caches' share of bytes_in_use
+};
+
+class DecodeBackend {
+ public:
+  virtual ~DecodeBackend() = default;
+
+  // "cpu" or "cuda"; for logs and metrics labels.
+  virtual std::string name() const = 0;
+  // The device in words (e.g. "NVIDIA H100 80GB HBM3"), "cpu" for the CPU backend.
+  virtual std::string device_description() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  // Parameter bytes as the backend stores them.
+  virtual int64_t weight_bytes() const = 0;
+  // Bytes of one sequence's constant-size state (softmax layers add KV bytes per token).
+  virtual int64_t state_bytes_per_sequence() const = 0;
+
+  // Worst-case bytes for a request holding `sequences` sequences of `prompt_tokens` decoder
+  // tokens, `source_tokens` encoder tokens and up to `max_new_tokens` generated tokens;
+  // RESOURCE_EXHAUSTED when such a request can never fit this backend.
+  virtual absl::StatusOr<int64_t> RequestBytes(int64_t prompt_tokens, int64_t source_tokens,
+                                               int64_t max_new_tokens, int sequences) const = 0;
+  // What RequestBytes() of all running requests together may reach.
+  virtual int64_t capacity_bytes() const = 0;
+  virtual BackendMemory memory() const = 0;
+
+  // A new empty sequence; RESOURCE_EXHAUSTED when there is no room.
+  virtual absl::StatusOr<SequenceId> Acquire() = 0;
+  // Frees the sequence at once. Unknown ids are ignored.
+  virtual void Release(SequenceId id) = 0;
+  // A new sequence with an identical state (beam search).
+  virtual absl::StatusOr<SequenceId> Fork(SequenceId id) = 0;
+  // Encoder-decoder: encodes `source` into `id`'s cross-attention memory.
+  virtual absl::Status Encode(std::span<const int32_t> source, SequenceId id) = 0;
+  // Folds `rows` into their sequences (a sequence's rows are consecutive and in order) and
+  // appends the logits of the rows with want_logits, in row order, vocab_size floats each.
+  virtual absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) = 0;
+};
+
+// A maximal stretch of consecutive rows of one sequence.
+struct SequenceRun {
+  SequenceId sequence = 0;
+  int64_t first_row = 0;
+  int64_t rows = 0;
+};
+
+// Splits `rows` into runs of one sequence each; INVALID_ARGUMENT (naming the row) when a
+// sequence's rows are not consecutive. Backends that compute a sequence's rows in one call
+// (CUDA prefill) use it.
+absl::StatusOr<std::vector<SequenceRun>> SplitIntoSequenceRuns(std::span<const DecodeRow> rows);
+
+}  // namespace abcd

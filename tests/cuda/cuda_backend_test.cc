@@ -1,0 +1,243 @@
+// The CUDA backend under the Executor, against the CPU backend: the start-up parity probe
+// passes on every decoder-only fixture, mixed batches (prompt chunks next to single decode
+// rows, forks) give the CPU's logits row for row, bad rows are refused naming the row with no
+// state changed, and the Executor on CUDA generates the CPU Executor's greedy tokens for
+// concurrent requests. fp32 weights, so the CPU tolerance applies. Skipped without a GPU.
+#include "engine/backend/cuda_backend.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu_backend.h"
+#include "engine/model/model.h"
+#include "engine/scheduler/executor.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/engine/fixtures.h"
+
+namespace abcd::cuda {
+namespace {
+
+using abcd::testing::FixtureDir;
+using abcd::testing::FixtureNames;
+
+constexpr float kTolerance = 1e-4f;
+
+CudaBackendOptions Fp32Options() {
+  CudaBackendOptions options;
+  options.max_sequences = 8;
+  options.max_context = 256;
+  options.weights = WeightType::kF32;
+  options.cuda_graphs = false;
+  return options;
+}
+
+class CudaBackendTest : public CudaTest {
+ protected:
+  // The CPU model of fixture `name` and its CUDA backend; null backend when the CUDA path does
+  // not run the model (then the error must be Unimplemented).
+  std::unique_ptr<CudaBackend> Make(const std::string& dir) {
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return nullptr;
+    models_.push_back(std::move(*model));
+    absl::StatusOr<std::unique_ptr<CudaBackend>> backend =
+        CudaBackend::Create(*models_.back(), Fp32Options());
+    if (!backend.ok()) {
+      EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnimplemented)
+          << dir << ": " << backend.status();
+      return nullptr;
+    }
+    return std::move(*backend);
+  }
+  std::vector<std::unique_ptr<Model>> models_;
+};
+
+std::vector<DecodeRow> Rows(SequenceId sequence, std::vector<int32_t> tokens,
+                            std::vector<bool> want) {
+  std::vector<DecodeRow> rows;
+  for (size_t i = 0; i < tokens.size(); ++i) rows.push_back({sequence, tokens[i], want[i]});
+  return rows;
+}
+
+TEST_F(CudaBackendTest, ParityProbePassesOnEveryDecoderFixture) {
+  int checked = 0;
+  for (const std::string& name : FixtureNames()) {
+    std::unique_ptr<CudaBackend> backend = Make(FixtureDir(name));
+    if (backend == nullptr) continue;
+    ++checked;
+    EXPECT_LE(backend->probe_relative_error(), kTolerance) << name;
+    EXPECT_EQ(backend->name(), "cuda");
+    EXPECT_EQ(backend->memory().sequences, 0) << name << ": the probe must release its slots";
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST_F(CudaBackendTest, MixedBatchesAndForksEqualTheCpuBackend) {
+  int checked = 0;
+  for (const std::string& name : FixtureNames()) {
+    std::unique_ptr<CudaBackend> cuda = Make(FixtureDir(name));
+    if (cuda == nullptr) continue;
+    ++checked;
+    CpuBackend cpu(*models_.back(), int64_t{1} << 30);
+    const int32_t vocab = cuda->config().vocab_size;
+    auto token = [vocab](int i) { return static_cast<int32_t>((i * 37 + 11) % vocab); };
+    DecodeBackend* backends[] = {&cpu, cuda.get()};
+    std::vector<float> logits[2];
+    for (int b = 0; b < 2; ++b) {
+      DecodeBackend& backend = *backends[b];
+      const SequenceId a = backend.Acquire().value();
+      const SequenceId s = backend.Acquire().value();
+      const SequenceId c = backend.Acquire().value();
+      // 1: three prompt chunks of 6, 1 and 3 rows (logits on the last, the only, every row).
+      std::vector<DecodeRow> rows =
+          Rows(a, {token(1), token(2), token(3), token(4), token(5), token(6)},
+               {false, false, false, false, false, true});
+      for (const DecodeRow& r : Rows(s, {token(7)}, {true})) rows.push_back(r);
+      for (const DecodeRow& r : Rows(c, {token(8), token(9), token(10)}, {true, true, true})) {
+        rows.push_back(r);
+      }
+      ASSERT_TRUE(backend.Decode(rows, &logits[b]).ok()) << name;
+      // 2: single rows next to a 4-row chunk with logits on its first and last rows.
+      rows = Rows(a, {token(11)}, {true});
+      for (const DecodeRow& r :
+           Rows(s, {token(12), token(13), token(14), token(15)}, {true, false, false, true})) {
+        rows.push_back(r);
+      }
+      for (const DecodeRow& r : Rows(c, {token(16)}, {true})) rows.push_back(r);
+      ASSERT_TRUE(backend.Decode(rows, &logits[b]).ok()) << name;
+      // 3: a fork of `a` continues differently from `a`.
+      const SequenceId fork = backend.Fork(a).value();
+      rows = {{a, token(17), true}, {fork, token(18), true}, {c, token(19), true}};
+      ASSERT_TRUE(backend.Decode(rows, &logits[b]).ok()) << name;
+      rows = {{fork, token(20), true}, {a, token(21), true}};
+      ASSERT_TRUE(backend.Decode(rows, &logits[b]).ok()) << name;
+      for (SequenceId id : {a, s, c, fork}) backend.Release(id);
+      EXPECT_EQ(backend.memory().sequences, 0);
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size()) << name;
+    ExpectClose(logits[1], logits[0], kTolerance, name + " mixed batches");
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST_F(CudaBackendTest, BadRowsAreRefusedNamingTheRowAndChangeNothing) {
+  std::unique_ptr<CudaBackend> cuda =
+      Make(std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained");
+  ASSERT_NE(cuda, nullptr);
+  CpuBackend cpu(*models_.back(), int64_t{1} << 30);
+  const int32_t vocab = cuda->config().vocab_size;
+  const SequenceId on_cuda = cuda->Acquire().value();
+  const SequenceId on_cpu = cpu.Acquire().value();
+  std::vector<float> ignored;
+  const absl::Status unknown =
+      cuda->Decode(std::vector<DecodeRow>{{on_cuda, 5, true}, {on_cuda + 100, 5, true}}, &ignored);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.message().find("rows[1]"), std::string::npos) << unknown;
+  const absl::Status token = cuda->Decode(std::vector<DecodeRow>{{on_cuda, vocab, true}}, &ignored);
+  EXPECT_EQ(token.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(token.message().find("rows[0].token"), std::string::npos) << token;
+  // The refused batches left the sequence empty: the next row is its first.
+  std::vector<float> expected, actual;
+  ASSERT_TRUE(cpu.Decode(std::vector<DecodeRow>{{on_cpu, 5, true}}, &expected).ok());
+  ASSERT_TRUE(cuda->Decode(std::vector<DecodeRow>{{on_cuda, 5, true}}, &actual).ok());
+  ExpectClose(actual, expected, kTolerance, "after refused rows");
+}
+
+TEST_F(CudaBackendTest, SoftmaxRequestsBeyondTheKvCapacityAreRefused) {
+  int checked = 0;
+  for (const std::string& name : FixtureNames()) {
+    std::unique_ptr<CudaBackend> cuda = Make(FixtureDir(name));
+    if (cuda == nullptr) continue;
+    auto fits = cuda->RequestBytes(100, 0, 156, 1);
+    ASSERT_TRUE(fits.ok()) << name << ": " << fits.status();
+    if (*fits == cuda->state_bytes_per_sequence()) continue;  // bounded: no KV
+    ++checked;
+    EXPECT_EQ(cuda->RequestBytes(100, 0, 157, 1).status().code(),
+              absl::StatusCode::kResourceExhausted)
+        << name;
+    EXPECT_EQ(cuda->RequestBytes(1, 0, 1, 9).status().code(), absl::StatusCode::kResourceExhausted)
+        << name << ": more sequences than slots";
+  }
+  EXPECT_GT(checked, 0) << "no softmax fixture ran on the CUDA backend";
+}
+
+// Collects one request's events until the final one.
+class Collector {
+ public:
+  EventCallback Callback() {
+    return [this](GenerationEvent event) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int32_t t : event.token_ids) tokens_.push_back(t);
+      if (event.finished) {
+        status_ = event.status;
+        finished_ = true;
+        done_.notify_all();
+      }
+    };
+  }
+  std::vector<int32_t> Wait(absl::Status* status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return finished_; });
+    *status = status_;
+    return tokens_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_;
+  bool finished_ = false;
+  absl::Status status_;
+  std::vector<int32_t> tokens_;
+};
+
+TEST_F(CudaBackendTest, ExecutorOnCudaGeneratesTheCpuExecutorsGreedyTokens) {
+  const std::string dir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained";
+  std::unique_ptr<CudaBackend> cuda = Make(dir);
+  ASSERT_NE(cuda, nullptr);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(dir + "/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ExecutorOptions options;
+  options.max_running_sequences = 8;
+  options.prefill_token_budget = 7;  // prompts arrive in chunks next to decode rows
+  auto on_cuda = Executor::Create(std::move(cuda), **tokenizer, options);
+  ASSERT_TRUE(on_cuda.ok()) << on_cuda.status();
+  auto on_cpu = Executor::Create(*models_.back(), **tokenizer, options);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  EXPECT_EQ((*on_cuda)->backend().name(), "cuda");
+
+  const std::vector<std::string> prompts = {
+      "This program is free software",
+      "Open file",
+      "The quick brown fox jumps over the dog",
+      "a",
+      "You should have received a copy of the GNU General Public License",
+      "Save changes?"};
+  std::vector<std::vector<int32_t>> tokens[2];
+  Executor* executors[] = {on_cpu->get(), on_cuda->get()};
+  for (int e = 0; e < 2; ++e) {
+    std::vector<std::unique_ptr<Collector>> collectors;
+    for (const std::string& prompt : prompts) {
+      GenerationRequest request;
+      request.prompt = prompt;
+      request.max_tokens = 16;
+      request.sampling.temperature = 0.0f;
+      request.ignore_eos = true;
+      collectors.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE(executors[e]->Enqueue(request, collectors.back()->Callback()).ok());
+    }
+    for (auto& collector : collectors) {
+      absl::Status status;
+      tokens[e].push_back(collector->Wait(&status));
+      EXPECT_TRUE(status.ok()) << status;
+    }
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(tokens[1][i], tokens[0][i]) << prompts[i];
+    EXPECT_EQ(tokens[1][i].size(), 16u) << prompts[i];
+  }
+}
+
+}  // namespace
+}  // namespace abcd::cuda
