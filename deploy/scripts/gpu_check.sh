@@ -7,7 +7,8 @@
 #                                        # into .gpu/bundle.tar.xz (git-ignored via .git/info/exclude)
 #   deploy/scripts/gpu_check.sh run      # there, from the repository root (with .gpu carried):
 #                                        # unpack, run cuda_ops_test, compute-sanitizer memcheck,
-#                                        # make the GPU-size bench models, run abcd-bench-cuda all
+#                                        # make the GPU-size bench models, run abcd-bench-cuda all,
+#                                        # then abcd-server under abcd-loadtest (--device cuda, cpu)
 #
 # On a machine with a GPU and the build dependencies, skip the bundle: build with
 # `cmake -DABCD_WITH_CUDA=ON` and run build/tests/cuda_ops_test and build/loadtest/abcd-bench-cuda.
@@ -21,14 +22,17 @@ build_dir="${BUILD_DIR:-build}"
 case "$mode" in
   bundle)
     cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WITH_CUDA=ON >/dev/null
-    cmake --build "$build_dir" --target cuda_ops_test abcd-bench-cuda
+    cmake --build "$build_dir" --target cuda_ops_test abcd-bench-cuda abcd-server abcd-loadtest
     grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
     staging="$(mktemp -d)"
     mkdir -p "$staging/bin" "$staging/lib"
-    cp "$build_dir/tests/cuda_ops_test" "$build_dir/loadtest/abcd-bench-cuda" "$staging/bin/"
+    cp "$build_dir/tests/cuda_ops_test" "$build_dir/loadtest/abcd-bench-cuda" \
+      "$build_dir/server/abcd-server" "$build_dir/loadtest/abcd-loadtest" "$staging/bin/"
+    # The tokenizer plugin is found in ../lib next to the binaries (sentencepiece_handle.cc).
+    cp "$build_dir/bin/libabcd_sentencepiece.so" "$staging/lib/"
     # Every shared library but the C and C++ runtimes (the GPU machine's are newer) and CUDA's
     # own (it has its driver and toolkit; the bundle must not shadow them).
-    for binary in "$staging"/bin/*; do
+    for binary in "$staging"/bin/* "$staging/lib/libabcd_sentencepiece.so"; do
       ldd "$binary" | awk '$3 ~ /^\// {print $3}'
     done | sort -u | grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/libcu(da|dart|blas|blasLt)\.so' |
       while read -r library; do cp -L "$library" "$staging/lib/"; done
@@ -64,6 +68,15 @@ case "$mode" in
     /tmp/abcd-gpu/bin/abcd-bench-cuda all \
       --models /tmp/abcd-gpu/models/abc,/tmp/abcd-gpu/models/rfa,/tmp/abcd-gpu/models/t2r,/tmp/abcd-gpu/models/softmax \
       --json "$out/cuda_bench.json" 2>&1 | tee "$out/cuda_bench.txt" || status=1
+    # The server end to end on the shipped LM, CUDA and then the CPU of the same machine, with
+    # the same closed-loop workload (greedy, 64 new tokens, 1 and 64 streams in flight).
+    for device in cuda cpu; do
+      /tmp/abcd-gpu/bin/abcd-loadtest --launch_server /tmp/abcd-gpu/bin/abcd-server \
+        --server_args "--device $device --models $root/models/checkpoints/abc-lm" \
+        --concurrency 1,64 --duration 10 --warmup 4 --output_tokens 64 --ignore_eos \
+        --endpoint http-completions --label "abc-lm-$device" \
+        --result_json "$out/server_$device.json" 2>&1 | tee "$out/server_$device.txt" || status=1
+    done
     exit "$status"
     ;;
   *)

@@ -242,4 +242,38 @@ absl::Status CudaBackend::Decode(std::span<const DecodeRow> rows, std::vector<fl
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::DecodeAndSample(std::span<const SampledRow> rows,
+                                          std::vector<int32_t>* tokens) {
+  const ModelConfig& config = model_.config();
+  std::vector<int> slots;
+  std::vector<int32_t> inputs;
+  std::vector<DeviceSamplingParams> params;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    auto it = slots_.find(rows[i].sequence);
+    if (it == slots_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rows[", i, "]: unknown sequence ", rows[i].sequence));
+    }
+    if (rows[i].token < 0 || rows[i].token >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("rows[", i, "].token = ", rows[i].token,
+                                                     " is outside the vocabulary [0, ",
+                                                     config.vocab_size, ")"));
+    }
+    if (rows[i].sampling.repetition_penalty != 1.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rows[", i, "]: the repetition penalty is applied on the host, not by DecodeAndSample"));
+    }
+    ABCD_RETURN_IF_ERROR(ValidateSamplingParams(rows[i].sampling));
+    slots.push_back(it->second);
+    inputs.push_back(rows[i].token);
+    params.push_back(MakeDeviceSamplingParams(rows[i].sampling, rows[i].step));
+  }
+  if (rows.empty()) return absl::OkStatus();
+  // StepSample refuses repeated slots and full KV caches before it changes anything.
+  std::vector<int32_t> next;
+  ABCD_RETURN_IF_ERROR(cuda_model_->StepSample(slots, inputs, params, &next));
+  tokens->insert(tokens->end(), next.begin(), next.end());
+  return absl::OkStatus();
+}
+
 }  // namespace abcd::cuda

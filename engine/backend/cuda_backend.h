@@ -58,6 +58,11 @@ class CudaBackend final : public DecodeBackend {
   absl::StatusOr<SequenceId> Fork(SequenceId id) override;
   absl::Status Encode(std::span<const int32_t> source, SequenceId id) override;
   absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) override;
+  // One batched step, sampled on the device (a captured CUDA graph per batch bucket when the
+  // model has them); the random stream differs from the CPU Sampler's (sampler_cuda.h).
+  bool samples_tokens() const override { return true; }
+  absl::Status DecodeAndSample(std::span<const SampledRow> rows,
+                               std::vector<int32_t>* tokens) override;
 
   // Largest |logit difference| / max(1, max |CPU logit|) the parity probe measured.
   double probe_relative_error() const { return probe_relative_error_; }

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
+#include "engine/sampling/sampler.h"
 #include "engine/state/state_pool.h"
 
 namespace abcd {
@@ -27,6 +28,14 @@ struct BackendMemory {
   int64_t sequences = 0;        // live sequences
   int64_t bytes_in_use = 0;     // state (and KV cache) bytes charged to live sequences
   int64_t kv_bytes_in_use = 0;  // the softmax KV caches' share of bytes_in_use
+};
+
+// One decode token of one sequence whose next token the backend samples itself.
+struct SampledRow {
+  SequenceId sequence = 0;
+  int32_t token = 0;
+  SamplingParams sampling;  // repetition_penalty must be 1 (it needs the host's context)
+  uint64_t step = 0;        // the draw's index within its request (seeds the draw)
 };
 
 class DecodeBackend {
@@ -63,6 +72,15 @@ class DecodeBackend {
   // Folds `rows` into their sequences (a sequence's rows are consecutive and in order) and
   // appends the logits of the rows with want_logits, in row order, vocab_size floats each.
   virtual absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) = 0;
+
+  // Optional decode fast path: feeds each row's token to its sequence (one row per sequence)
+  // and samples the next token where the logits are, so only token ids come back (the CUDA
+  // backend: device sampling, CUDA graphs). Appends one id per row, in row order.
+  virtual bool samples_tokens() const { return false; }
+  virtual absl::Status DecodeAndSample(std::span<const SampledRow> rows,
+                                       std::vector<int32_t>* tokens) {
+    return absl::UnimplementedError(name() + " backend does not sample tokens itself");
+  }
 };
 
 // A maximal stretch of consecutive rows of one sequence.

@@ -66,7 +66,8 @@ class ContinuousBatchingExecutor final : public Executor {
         config_(backend_->config()),
         tokenizer_(tokenizer),
         options_(options),
-        capacity_bytes_(backend_->capacity_bytes()) {
+        capacity_bytes_(backend_->capacity_bytes()),
+        backend_samples_(backend_->samples_tokens()) {
     stats_.state_bytes_capacity = capacity_bytes_;
     thread_ = std::thread([this] { Loop(); });
   }
@@ -106,6 +107,12 @@ class ContinuousBatchingExecutor final : public Executor {
   void Admit();
   void Step();
   void Sample(ActiveRequest& r, std::span<const float> logits);
+  // Takes `token` as r's next generated token: finish, or emit it and feed it next step.
+  void Accept(ActiveRequest& r, int32_t token);
+  // The backend samples r's next token itself (no host-side penalty needs the logits).
+  bool SampledByBackend(const ActiveRequest& r) const {
+    return backend_samples_ && !r.beam_search() && r.request.sampling.repetition_penalty == 1.0f;
+  }
   void BeamStepFor(ActiveRequest& r, std::span<const float> logits);
   void FinishBeams(ActiveRequest& r);
   void Emit(ActiveRequest& r, std::vector<int32_t> tokens, std::string text);
@@ -120,6 +127,7 @@ class ContinuousBatchingExecutor final : public Executor {
   const Tokenizer& tokenizer_;
   const ExecutorOptions options_;
   const int64_t capacity_bytes_;
+  const bool backend_samples_;
 
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<ActiveRequest>> incoming_ ABSL_GUARDED_BY(mu_);
@@ -314,11 +322,18 @@ void ContinuousBatchingExecutor::Admit() {
 
 void ContinuousBatchingExecutor::Step() {
   // Rows: one decode token per running sequence, then prefill chunks under the token budget.
+  // Decode tokens the backend samples itself go apart: only their ids come back.
   std::vector<DecodeRow> rows;
   std::vector<ActiveRequest*> owners;  // one per row with want_logits, in row order
+  std::vector<SampledRow> sampled_rows;
+  std::vector<ActiveRequest*> sampled_owners;
   for (const auto& r : running_) {
     if (!r->prefill_done()) continue;
-    if (r->beam_search()) {
+    if (SampledByBackend(*r)) {
+      const auto generated = static_cast<uint64_t>(r->context.size() - r->prompt_ids.size());
+      sampled_rows.push_back({r->sequence, r->pending_token, r->request.sampling, generated});
+      sampled_owners.push_back(r.get());
+    } else if (r->beam_search()) {
       for (const Beam& beam : r->beams) {
         rows.push_back({beam.sequence, beam.tokens.back(), true});
         owners.push_back(r.get());
@@ -341,11 +356,28 @@ void ContinuousBatchingExecutor::Step() {
     }
     r.prefilled += chunk.tokens;
   }
-  if (rows.empty()) {
+  if (rows.empty() && sampled_rows.empty()) {
     Publish(0);
     return;
   }
+  int64_t batch_sequences = static_cast<int64_t>(sampled_rows.size());
+  if (!sampled_rows.empty()) {
+    std::vector<int32_t> tokens;
+    const absl::Status status = backend_->DecodeAndSample(sampled_rows, &tokens);
+    for (size_t i = 0; i < sampled_owners.size(); ++i) {
+      if (status.ok()) {
+        Accept(*sampled_owners[i], tokens[i]);
+      } else {
+        Finish(*sampled_owners[i], status, FinishReason::kLength);
+      }
+    }
+  }
   std::vector<float> logits;
+  if (rows.empty()) {
+    std::erase_if(running_, [](const auto& r) { return r->done; });
+    Publish(batch_sequences);
+    return;
+  }
   if (absl::Status status = backend_->Decode(rows, &logits); !status.ok()) {
     for (ActiveRequest* r : owners) {
       if (!r->done) Finish(*r, status, FinishReason::kLength);
@@ -354,7 +386,6 @@ void ContinuousBatchingExecutor::Step() {
     Publish(0);
     return;
   }
-  int64_t batch_sequences = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     batch_sequences += i == 0 || rows[i].sequence != rows[i - 1].sequence;
   }
@@ -389,7 +420,10 @@ void ContinuousBatchingExecutor::RecordToken(ActiveRequest& r) {
 }
 
 void ContinuousBatchingExecutor::Sample(ActiveRequest& r, std::span<const float> logits) {
-  const int32_t token = r.sampler->Sample(logits, r.context);
+  Accept(r, r.sampler->Sample(logits, r.context));
+}
+
+void ContinuousBatchingExecutor::Accept(ActiveRequest& r, int32_t token) {
   if (token == config_.eos_id && !r.request.ignore_eos) {
     Finish(r, absl::OkStatus(), FinishReason::kEos, {}, r.text->Flush());
     return;

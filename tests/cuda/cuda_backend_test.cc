@@ -5,6 +5,7 @@
 // concurrent requests. fp32 weights, so the CPU tolerance applies. Skipped without a GPU.
 #include "engine/backend/cuda_backend.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -143,6 +144,52 @@ TEST_F(CudaBackendTest, BadRowsAreRefusedNamingTheRowAndChangeNothing) {
   ASSERT_TRUE(cpu.Decode(std::vector<DecodeRow>{{on_cpu, 5, true}}, &expected).ok());
   ASSERT_TRUE(cuda->Decode(std::vector<DecodeRow>{{on_cuda, 5, true}}, &actual).ok());
   ExpectClose(actual, expected, kTolerance, "after refused rows");
+}
+
+TEST_F(CudaBackendTest, DeviceSampledGreedyTokensAreTheCpuArgmax) {
+  int checked = 0;
+  for (const std::string& name : FixtureNames()) {
+    std::unique_ptr<CudaBackend> cuda = Make(FixtureDir(name));
+    if (cuda == nullptr) continue;
+    ++checked;
+    CpuBackend cpu(*models_.back(), int64_t{1} << 30);
+    const int32_t vocab = cuda->config().vocab_size;
+    std::vector<SequenceId> on_cuda, on_cpu;
+    for (int i = 0; i < 5; ++i) {
+      on_cuda.push_back(cuda->Acquire().value());
+      on_cpu.push_back(cpu.Acquire().value());
+    }
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    std::vector<int32_t> inputs = {1, 2, 3, 4, 5};
+    for (int step = 0; step < 12; ++step) {
+      std::vector<SampledRow> sampled;
+      std::vector<DecodeRow> rows;
+      for (int i = 0; i < 5; ++i) {
+        sampled.push_back({on_cuda[i], inputs[i] % vocab, greedy, static_cast<uint64_t>(step)});
+        rows.push_back({on_cpu[i], inputs[i] % vocab, true});
+      }
+      std::vector<int32_t> tokens;
+      ASSERT_TRUE(cuda->DecodeAndSample(sampled, &tokens).ok()) << name;
+      std::vector<float> logits;
+      ASSERT_TRUE(cpu.Decode(rows, &logits).ok()) << name;
+      ASSERT_EQ(tokens.size(), 5u);
+      for (int i = 0; i < 5; ++i) {
+        const float* row = logits.data() + static_cast<int64_t>(i) * vocab;
+        EXPECT_EQ(tokens[i], std::max_element(row, row + vocab) - row)
+            << name << " step " << step << " row " << i;
+        inputs[i] = tokens[i];
+      }
+    }
+    SamplingParams penalised = greedy;
+    penalised.repetition_penalty = 1.2f;
+    std::vector<int32_t> tokens;
+    const absl::Status refused =
+        cuda->DecodeAndSample(std::vector<SampledRow>{{on_cuda[0], 1, penalised, 0}}, &tokens);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(refused.message().find("rows[0]"), std::string::npos) << refused;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 TEST_F(CudaBackendTest, SoftmaxRequestsBeyondTheKvCapacityAreRefused) {

@@ -1,14 +1,19 @@
 // The continuous-batching Executor on the bundled default models: greedy equals the
 // single-sequence generator, seeded sampling is reproducible among 64 other streams, cancel
-// frees state at once, overload is refused, beam search translates and releases its forks.
+// frees state at once, overload is refused, beam search translates and releases its forks,
+// and decode rows go to a backend that samples itself (the CUDA path) only when no host-side
+// penalty needs their logits.
 #include "engine/scheduler/executor.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 
+#include "engine/backend/cpu_backend.h"
+#include "engine/core/status_macros.h"
 #include "engine/runtime/generator.h"
 
 namespace abcd {
@@ -289,6 +294,127 @@ TEST_F(ExecutorTest, ShutdownEndsEverythingOnce) {
   executor_->Shutdown();
   EXPECT_EQ(finals.load(), 5);
   executor_->Shutdown();  // idempotent
+}
+
+// The CPU backend plus the sampling fast path, the way the CUDA backend offers it: greedy rows
+// take the argmax of their logits; it counts the rows it sampled and can be told to fail.
+class SelfSamplingBackend final : public DecodeBackend {
+ public:
+  SelfSamplingBackend(const Model& model, std::atomic<int>* sampled_rows, bool fail)
+      : cpu_(model, int64_t{1} << 30), sampled_rows_(sampled_rows), fail_(fail) {}
+  std::string name() const override { return "self-sampling"; }
+  std::string device_description() const override { return "test"; }
+  const ModelConfig& config() const override { return cpu_.config(); }
+  int64_t weight_bytes() const override { return cpu_.weight_bytes(); }
+  int64_t state_bytes_per_sequence() const override { return cpu_.state_bytes_per_sequence(); }
+  absl::StatusOr<int64_t> RequestBytes(int64_t prompt, int64_t source, int64_t new_tokens,
+                                       int sequences) const override {
+    return cpu_.RequestBytes(prompt, source, new_tokens, sequences);
+  }
+  int64_t capacity_bytes() const override { return cpu_.capacity_bytes(); }
+  BackendMemory memory() const override { return cpu_.memory(); }
+  absl::StatusOr<SequenceId> Acquire() override { return cpu_.Acquire(); }
+  void Release(SequenceId id) override { cpu_.Release(id); }
+  absl::StatusOr<SequenceId> Fork(SequenceId id) override { return cpu_.Fork(id); }
+  absl::Status Encode(std::span<const int32_t> source, SequenceId id) override {
+    return cpu_.Encode(source, id);
+  }
+  absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) override {
+    return cpu_.Decode(rows, logits);
+  }
+  bool samples_tokens() const override { return true; }
+  absl::Status DecodeAndSample(std::span<const SampledRow> rows,
+                               std::vector<int32_t>* tokens) override {
+    if (fail_) return absl::InternalError("device lost");
+    std::vector<DecodeRow> decode;
+    for (const SampledRow& row : rows) {
+      if (row.sampling.temperature != 0.0f || row.sampling.repetition_penalty != 1.0f) {
+        return absl::InvalidArgumentError("this test backend samples greedily only");
+      }
+      decode.push_back({row.sequence, row.token, true});
+    }
+    std::vector<float> logits;
+    ABCD_RETURN_IF_ERROR(cpu_.Decode(decode, &logits));
+    const int64_t vocab = config().vocab_size;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const float* row = logits.data() + i * vocab;
+      tokens->push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+    }
+    *sampled_rows_ += static_cast<int>(rows.size());
+    return absl::OkStatus();
+  }
+
+ private:
+  CpuBackend cpu_;
+  std::atomic<int>* sampled_rows_;
+  bool fail_;
+};
+
+TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
+  Load(kLmDir);
+  ExecutorOptions options;
+  options.prefill_token_budget = 5;  // prompts in chunks next to backend-sampled decode rows
+  Start(options);
+  std::atomic<int> sampled_rows{0};
+  auto fast = Executor::Create(std::make_unique<SelfSamplingBackend>(*model_, &sampled_rows, false),
+                               *tokenizer_, options);
+  ASSERT_TRUE(fast.ok()) << fast.status();
+
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest request;
+    request.prompt = "This program is free software, version " + std::to_string(i);
+    request.max_tokens = 8 + i;
+    request.sampling.temperature = 0.0f;
+    request.ignore_eos = true;
+    requests.push_back(request);
+  }
+  requests[4].sampling.repetition_penalty = 1.3f;  // needs its logits on the host
+  requests[5].stop = {"e"};                        // stop strings still end the stream
+  std::vector<std::vector<GenerationEvent>> results[2];
+  Executor* executors[] = {executor_.get(), fast->get()};
+  for (int e = 0; e < 2; ++e) {
+    std::vector<std::unique_ptr<Collector>> collectors;
+    for (const GenerationRequest& request : requests) {
+      collectors.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE(executors[e]->Enqueue(request, collectors.back()->Callback()).ok());
+    }
+    for (auto& collector : collectors) results[e].push_back(collector->Wait());
+  }
+  int expected_sampled = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(results[1][i].back().status.ok()) << results[1][i].back().status;
+    EXPECT_EQ(Tokens(results[1][i]), Tokens(results[0][i])) << i;
+    EXPECT_EQ(Text(results[1][i]), Text(results[0][i])) << i;
+    EXPECT_EQ(results[1][i].back().finish_reason, results[0][i].back().finish_reason) << i;
+    // The first token comes from the prompt's logits; the rest from the backend, but not for
+    // the request with a repetition penalty.
+    if (i != 4) expected_sampled += static_cast<int>(Tokens(results[0][i]).size()) - 1;
+  }
+  EXPECT_EQ(sampled_rows.load(), expected_sampled);
+  (*fast)->Shutdown();
+}
+
+TEST_F(ExecutorTest, BackendSamplingFailureEndsItsRequestsAndFreesTheirState) {
+  Load(kLmDir);
+  std::atomic<int> sampled_rows{0};
+  auto failing = Executor::Create(
+      std::make_unique<SelfSamplingBackend>(*model_, &sampled_rows, true), *tokenizer_, {});
+  ASSERT_TRUE(failing.ok()) << failing.status();
+  GenerationRequest request;
+  request.prompt = "This program is free software";
+  request.max_tokens = 8;
+  request.sampling.temperature = 0.0f;
+  request.ignore_eos = true;
+  Collector collector;
+  ASSERT_TRUE((*failing)->Enqueue(request, collector.Callback()).ok());
+  const auto events = collector.Wait();
+  EXPECT_EQ(events.back().status.code(), absl::StatusCode::kInternal) << events.back().status;
+  EXPECT_EQ(Tokens(events).size(), 1u);  // the token sampled from the prompt's logits
+  for (int i = 0; i < 200 && (*failing)->LatestStats().state_bytes_in_use != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ((*failing)->LatestStats().state_bytes_in_use, 0);
 }
 
 }  // namespace
