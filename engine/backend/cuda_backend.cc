@@ -83,12 +83,16 @@ absl::Status CudaBackend::RunParityProbe(double tolerance) {
   ABCD_RETURN_IF_ERROR(model_.Decode(rows, pool, &expected));
 
   // Device: a prefill of the first tokens, then batched steps of the rest next to a second
-  // (discarded) sequence, so both the scan and the batched kernels are probed.
+  // (discarded) sequence, so both the scan and the batched kernels are probed; a third
+  // sequence takes the same steps through device greedy sampling (the CUDA-graph path).
   ABCD_ASSIGN_OR_RETURN(const int slot, cuda_model_->Acquire());
   absl::StatusOr<int> other = cuda_model_->Acquire();
-  std::vector<float> actual;
-  absl::Status status = cuda_model_->Prefill(
-      slot, std::span<const int32_t>(tokens).first(kPrefillTokens), false, &actual);
+  absl::StatusOr<int> sampler = cuda_model_->Acquire();
+  std::vector<float> actual, ignored;
+  std::vector<int32_t> sampled;
+  const std::span<const int32_t> prompt = std::span<const int32_t>(tokens).first(kPrefillTokens);
+  absl::Status status = cuda_model_->Prefill(slot, prompt, false, &actual);
+  if (status.ok() && sampler.ok()) status = cuda_model_->Prefill(*sampler, prompt, true, &ignored);
   for (int t = kPrefillTokens; status.ok() && t < kPrefillTokens + kStepTokens; ++t) {
     std::vector<int> slots = {slot};
     std::vector<int32_t> step_tokens = {tokens[t]};
@@ -98,10 +102,19 @@ absl::Status CudaBackend::RunParityProbe(double tolerance) {
     }
     std::vector<float> step;
     status = cuda_model_->StepLogits(slots, step_tokens, &step);
+    if (!status.ok()) break;
     actual.insert(actual.end(), step.begin(), step.begin() + vocab);
+    if (sampler.ok()) {
+      const int sampler_slots[] = {*sampler};
+      const DeviceSamplingParams greedy[] = {{0.0f, 0, 1.0f, 0, 0}};
+      std::vector<int32_t> next;
+      status = cuda_model_->StepSample(sampler_slots, {&tokens[t], 1}, greedy, &next);
+      if (status.ok()) sampled.push_back(next[0]);
+    }
   }
   cuda_model_->Release(slot);
   if (other.ok()) cuda_model_->Release(*other);
+  if (sampler.ok()) cuda_model_->Release(*sampler);
   ABCD_RETURN_IF_ERROR(status);
   if (actual.size() != expected.size()) {
     return absl::InternalError(
@@ -112,6 +125,17 @@ absl::Status CudaBackend::RunParityProbe(double tolerance) {
   for (size_t i = 0; i < expected.size(); ++i) {
     const double diff = std::abs(static_cast<double>(actual[i]) - expected[i]);
     if (!(diff <= worst)) worst = std::isnan(diff) ? INFINITY : diff;
+  }
+  // A greedy token must be the CPU's argmax, or within the tolerance of it (near-ties).
+  for (size_t s = 0; s < sampled.size(); ++s) {
+    const float* row = expected.data() + (kPrefillTokens + s) * vocab;
+    const double best = *std::max_element(row, row + vocab);
+    const double gap = sampled[s] >= 0 && sampled[s] < vocab ? best - row[sampled[s]] : INFINITY;
+    if (!(gap <= tolerance * scale)) {
+      return absl::InternalError(absl::StrCat("CUDA parity probe failed: device greedy sampling ",
+                                              "chose token ", sampled[s], ", whose CPU logit is ",
+                                              gap, " below the best"));
+    }
   }
   probe_relative_error_ = worst / scale;
   if (!(probe_relative_error_ <= tolerance)) {

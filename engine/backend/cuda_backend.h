@@ -4,9 +4,9 @@
 // capacity is max_sequences slots and a softmax slot always holds max_context tokens of KV).
 // Decode() runs every single-token row of a batch as ONE batched device step and each
 // multi-row prompt chunk through the prefill scan, then returns the logits in row order.
-// Create() ends with a parity probe against the CPU Model (a prefill and batched steps on a
-// fixed token sequence); a backend whose logits disagree is refused, so callers fall back to
-// the CPU instead of serving wrong tokens. Decoder-only models; encoder-decoder models are
+// Create() ends with a parity probe against the CPU Model (a prefill, batched steps and device
+// greedy sampling on a fixed token sequence); a backend that disagrees is refused, so callers fall
+// back to the CPU instead of serving wrong tokens. Decoder-only models; encoder-decoder models are
 // Unimplemented here and stay on the CPU backend.
 #pragma once
 
