@@ -6,9 +6,9 @@
 #   docker run --rm --stop-timeout 45 -p 50051:50051 -p 8080:8080 abcd:0.1.0-cpu
 #
 # Both variants build the same code with the README's script (deploy/scripts/setup.sh build)
-# and run it as uid 1000 with the bundled models. The CUDA backend does not exist yet: the cuda
-# variant runs the CPU engine on NVIDIA's CUDA base images, so that the image, GPU scheduling
-# and the CUDA runtime are in place for it; it does not do GPU inference today.
+# and run it as uid 1000 with the bundled models. The cuda variant's builder has nvcc, so it links
+# the CUDA backend (engine/CUDA.md: not yet run on a GPU); `--device auto` uses it when its
+# start-up parity probe passes and falls back to the CPU engine otherwise.
 #
 # Checked offline by tests/deploy (ctest -R deploy): stages, pins, user, ports, health check,
 # and the final stage's COPY layout run against a real build of abcd-server.
@@ -23,7 +23,7 @@ FROM debian:${DEBIAN_VERSION} AS build-cpu
 
 # Ubuntu 24.04 is the CUDA base whose gRPC/protobuf/abseil match Debian 12's (1.51/3.21/20220623).
 FROM nvidia/cuda:${CUDA_VERSION}-devel-${CUDA_UBUNTU} AS build-cuda
-# GPU architectures compiled for once CUDA kernels exist (CMake reads CUDAARCHS):
+# GPU architectures the CUDA kernels are compiled for (CMake reads CUDAARCHS):
 # A100 (80), A10/RTX 30 (86), L4/RTX 40 (89), H100 (90).
 ENV CUDAARCHS="80;86;89;90"
 
