@@ -6,9 +6,9 @@
 #   docker run --rm --stop-timeout 45 -p 50051:50051 -p 8080:8080 abcd:0.1.0-cpu
 #
 # Both variants build the same code with the README's script (deploy/scripts/setup.sh build)
-# and run it as uid 1000 with the bundled models. The cuda variant's builder has nvcc, so it links
-# the CUDA backend (engine/CUDA.md: not yet run on a GPU); `--device auto` uses it when its
-# start-up parity probe passes and falls back to the CPU engine otherwise.
+# and run it as uid 1000 with the bundled models. The cuda variant's builder has nvcc and builds
+# the CUDA backend plugin (engine/CUDA.md: not yet run on a GPU), but the image does not ship it
+# yet, so both variants serve on the CPU engine (`--device auto` falls back and logs why).
 #
 # Checked offline by tests/deploy (ctest -R deploy): stages, pins, user, ports, health check,
 # and the final stage's COPY layout run against a real build of abcd-server.

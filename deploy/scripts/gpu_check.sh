@@ -22,17 +22,19 @@ build_dir="${BUILD_DIR:-build}"
 case "$mode" in
   bundle)
     cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WITH_CUDA=ON >/dev/null
-    cmake --build "$build_dir" --target cuda_ops_test abcd-bench-cuda abcd-server abcd-loadtest
+    cmake --build "$build_dir" --target cuda_ops_test abcd-bench-cuda abcd-server abcd-loadtest \
+      abcd_cuda_backend
     grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
     staging="$(mktemp -d)"
     mkdir -p "$staging/bin" "$staging/lib"
     cp "$build_dir/tests/cuda_ops_test" "$build_dir/loadtest/abcd-bench-cuda" \
       "$build_dir/server/abcd-server" "$build_dir/loadtest/abcd-loadtest" "$staging/bin/"
-    # The tokenizer plugin is found in ../lib next to the binaries (sentencepiece_handle.cc).
-    cp "$build_dir/bin/libabcd_sentencepiece.so" "$staging/lib/"
+    # The plugins (tokenizer, CUDA backend) are found in ../lib next to the binaries.
+    cp "$build_dir/bin/libabcd_sentencepiece.so" "$build_dir/bin/libabcd_cuda_backend.so" \
+      "$staging/lib/"
     # Every shared library but the C and C++ runtimes (the GPU machine's are newer) and CUDA's
     # own (it has its driver and toolkit; the bundle must not shadow them).
-    for binary in "$staging"/bin/* "$staging/lib/libabcd_sentencepiece.so"; do
+    for binary in "$staging"/bin/* "$staging"/lib/libabcd_*.so; do
       ldd "$binary" | awk '$3 ~ /^\// {print $3}'
     done | sort -u | grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/libcu(da|dart|blas|blasLt)\.so' |
       while read -r library; do cp -L "$library" "$staging/lib/"; done

@@ -17,6 +17,12 @@ using internal::kThreads;
 using internal::LoadVec;
 using internal::StoreVec;
 
+// std::max(denominator, eps) as the CPU computes it: a NaN denominator stays NaN (fmaxf would
+// return eps and hide it).
+__device__ __forceinline__ float GuardDenominator(float denominator, float eps) {
+  return denominator < eps ? eps : denominator;
+}
+
 // Dynamic shared memory: k, q, v [dh] | phi(k), phi(q) [chunk] | numerator partials
 // [groups, dh] | scalars [4] (|k|, |q|, gate, denominator).
 template <int kVec>
@@ -196,7 +202,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int g = 0; g < value_groups; ++g) numerator += reduce_s[g * dh + c];
       if (splits == 1) {
         rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] =
-            numerator / fmaxf(denominator, params.eps);
+            numerator / GuardDenominator(denominator, params.eps);
       } else {
         float* partial = partials + ((b * params.n_heads + h) * splits + split) * (dh + 1);
         partial[c] = numerator;
@@ -215,7 +221,7 @@ __global__ void CombineLinearKernel(const float* partials, int n_heads, int head
   const float* first = partials + (b * n_heads + h) * splits * (dh + 1);
   float denominator = 0.0f;
   for (int s = 0; s < splits; ++s) denominator += first[s * (dh + 1) + dh];
-  const float inv = 1.0f / fmaxf(denominator, eps);
+  const float inv = 1.0f / GuardDenominator(denominator, eps);
   for (int c = threadIdx.x; c < dh; c += blockDim.x) {
     float numerator = 0.0f;
     for (int s = 0; s < splits; ++s) numerator += first[s * (dh + 1) + c];

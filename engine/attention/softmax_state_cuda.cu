@@ -148,16 +148,17 @@ __global__ void CombineSoftmaxKernel(const float* partials, int n_heads, int hea
   const float* first = partials + (b * n_heads + h) * splits * (dh + 2);
   float m = -INFINITY;
   for (int s = 0; s < splits; ++s) m = fmaxf(m, first[s * (dh + 2) + dh]);
+  // Empty chunks (l == 0) drop out; a NaN partial propagates, as on the CPU and unsplit.
   float l = 0.0f;
   for (int s = 0; s < splits; ++s) {
     const float* partial = first + s * (dh + 2);
-    if (partial[dh + 1] > 0.0f) l += partial[dh + 1] * expf(partial[dh] - m);
+    if (partial[dh + 1] != 0.0f) l += partial[dh + 1] * expf(partial[dh] - m);
   }
   for (int c = threadIdx.x; c < dh; c += blockDim.x) {
     float o = 0.0f;
     for (int s = 0; s < splits; ++s) {
       const float* partial = first + s * (dh + 2);
-      if (partial[dh + 1] > 0.0f) o += partial[c] * expf(partial[dh] - m);
+      if (partial[dh + 1] != 0.0f) o += partial[c] * expf(partial[dh] - m);
     }
     out[b * out_stride + static_cast<int64_t>(h) * dh + c] = o / l;
   }

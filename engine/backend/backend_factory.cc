@@ -1,37 +1,46 @@
 #include "engine/backend/backend_factory.h"
 
+#include <dlfcn.h>
+
 #include "absl/strings/str_cat.h"
 #include "engine/backend/cpu_backend.h"
+#include "engine/core/plugin_library.h"
 #include "engine/core/status_macros.h"
-#if ABCD_CUDA_ENABLED
-#include "engine/backend/cuda_backend.h"
+
+#ifndef ABCD_CUDA_BACKEND_PLUGIN_BUILD_PATH
+#define ABCD_CUDA_BACKEND_PLUGIN_BUILD_PATH ""  // this build has no CUDA backend
 #endif
 
 namespace abcd {
 namespace {
 
-#if ABCD_CUDA_ENABLED
+constexpr char kCudaPlugin[] = "libabcd_cuda_backend.so";
+constexpr char kCreateCudaBackend[] = "abcd_create_cuda_backend_v1";
+using CreateCudaBackendFn = void (*)(const Model*, const BackendOptions*,
+                                     std::unique_ptr<DecodeBackend>*, absl::Status*);
+
+// The plugin stays loaded for the life of the process: backends it made may live until exit.
 absl::StatusOr<std::unique_ptr<DecodeBackend>> CreateCudaBackend(const Model& model,
                                                                  const BackendOptions& options) {
-  cuda::CudaBackendOptions cuda_options;
-  cuda_options.max_sequences = options.max_sequences;
-  cuda_options.max_prefill_tokens = options.max_prefill_tokens;
-  cuda_options.max_context = options.max_context;
-  cuda_options.state_budget_bytes = options.state_budget_bytes;
-  cuda_options.weights = options.device_weights == "fp32"   ? cuda::WeightType::kF32
-                         : options.device_weights == "fp16" ? cuda::WeightType::kF16
-                                                            : cuda::WeightType::kBF16;
-  cuda_options.cuda_graphs = options.cuda_graphs;
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> backend,
-                        cuda::CudaBackend::Create(model, cuda_options));
-  return std::unique_ptr<DecodeBackend>(std::move(backend));
+  absl::StatusOr<PluginLibrary> plugin =
+      OpenPlugin(kCudaPlugin, "ABCD_CUDA_BACKEND_PLUGIN", ABCD_CUDA_BACKEND_PLUGIN_BUILD_PATH,
+                 RTLD_NOW | RTLD_LOCAL);
+  if (!plugin.ok()) {
+    return absl::Status(plugin.status().code(),
+                        absl::StrCat("CUDA backend ", plugin.status().message(),
+                                     BuiltWithCuda() ? "" : "; this build has no CUDA"));
+  }
+  auto create = reinterpret_cast<CreateCudaBackendFn>(::dlsym(plugin->handle, kCreateCudaBackend));
+  if (create == nullptr) {
+    ::dlclose(plugin->handle);
+    return absl::InternalError(absl::StrCat(plugin->path, " has no ", kCreateCudaBackend));
+  }
+  std::unique_ptr<DecodeBackend> backend;
+  absl::Status status;
+  create(&model, &options, &backend, &status);
+  ABCD_RETURN_IF_ERROR(status);
+  return backend;
 }
-#else
-absl::StatusOr<std::unique_ptr<DecodeBackend>> CreateCudaBackend(const Model&,
-                                                                 const BackendOptions&) {
-  return absl::UnavailableError("this build has no CUDA backend (nvcc was not found)");
-}
-#endif
 
 }  // namespace
 
@@ -49,7 +58,7 @@ absl::Status ValidateDeviceWeightType(absl::string_view value, absl::string_view
       absl::StrCat(field, " must be bf16, fp16 or fp32, got \"", value, "\""));
 }
 
-bool BuiltWithCuda() { return ABCD_CUDA_ENABLED != 0; }
+bool BuiltWithCuda() { return sizeof(ABCD_CUDA_BACKEND_PLUGIN_BUILD_PATH) > 1; }
 
 absl::StatusOr<CreatedBackend> CreateDecodeBackend(const Model& model,
                                                    const BackendOptions& options) {

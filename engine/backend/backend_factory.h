@@ -37,10 +37,12 @@ struct CreatedBackend {
   std::string fallback_reason;
 };
 
-// True when this binary was built with the CUDA backend.
+// True when this build produced the CUDA backend plugin (libabcd_cuda_backend.so).
 bool BuiltWithCuda();
 
-// `model` must outlive the backend. With `cuda`, any reason CUDA cannot serve is the error.
+// `model` must outlive the backend. CUDA comes from the plugin (found like the SentencePiece
+// one: $ABCD_CUDA_BACKEND_PLUGIN, next to the binary, ../lib, the build tree). With `cuda`, any
+// reason CUDA cannot serve is the error.
 absl::StatusOr<CreatedBackend> CreateDecodeBackend(const Model& model,
                                                    const BackendOptions& options);
 

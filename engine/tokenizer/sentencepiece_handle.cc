@@ -1,61 +1,38 @@
 #include "engine/tokenizer/sentencepiece_handle.h"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/plugin_library.h"
 
 namespace abcd {
 namespace {
 
 constexpr char kPluginName[] = "libabcd_sentencepiece.so";
 
-std::vector<std::string> CandidatePaths() {
-  std::vector<std::string> paths;
-  if (const char* env = std::getenv("ABCD_SENTENCEPIECE_PLUGIN"); env != nullptr && *env) {
-    paths.push_back(env);
-  }
-  std::error_code error;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    paths.push_back((exe.parent_path() / kPluginName).string());
-    paths.push_back((exe.parent_path() / ".." / "lib" / kPluginName).string());
-  }
-  paths.push_back(ABCD_SENTENCEPIECE_PLUGIN_BUILD_PATH);
-  return paths;
-}
-
 }  // namespace
 
 absl::StatusOr<SentencePieceHandle> SentencePieceHandle::Open() {
-  std::string tried;
-  for (const std::string& path : CandidatePaths()) {
-    if (!std::filesystem::exists(path)) {
-      absl::StrAppend(&tried, " ", path);
-      continue;
-    }
-    void* library = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-    if (library == nullptr) {
-      return absl::InternalError(absl::StrCat("cannot load ", path, ": ", ::dlerror()));
-    }
-    auto create = reinterpret_cast<CreateSentencePieceBackendFn>(
-        ::dlsym(library, kCreateSentencePieceBackend));
-    if (create == nullptr) {
-      ::dlclose(library);
-      return absl::InternalError(absl::StrCat(path, " has no ", kCreateSentencePieceBackend));
-    }
-    SentencePieceHandle handle;
-    handle.library_ = library;
-    handle.backend_.reset(create());
-    return handle;
+  absl::StatusOr<PluginLibrary> plugin =
+      OpenPlugin(kPluginName, "ABCD_SENTENCEPIECE_PLUGIN", ABCD_SENTENCEPIECE_PLUGIN_BUILD_PATH,
+                 RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (!plugin.ok()) {
+    return absl::Status(plugin.status().code(),
+                        absl::StrCat("SentencePiece ", plugin.status().message()));
   }
-  return absl::NotFoundError(absl::StrCat("SentencePiece plugin ", kPluginName,
-                                          " not found; tried:", tried,
-                                          " (set ABCD_SENTENCEPIECE_PLUGIN)"));
+  auto create = reinterpret_cast<CreateSentencePieceBackendFn>(
+      ::dlsym(plugin->handle, kCreateSentencePieceBackend));
+  if (create == nullptr) {
+    ::dlclose(plugin->handle);
+    return absl::InternalError(absl::StrCat(plugin->path, " has no ", kCreateSentencePieceBackend));
+  }
+  SentencePieceHandle handle;
+  handle.library_ = plugin->handle;
+  handle.backend_.reset(create());
+  return handle;
 }
 
 SentencePieceHandle::SentencePieceHandle(SentencePieceHandle&& other) noexcept

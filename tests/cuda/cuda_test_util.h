@@ -38,8 +38,9 @@ class CudaTest : public ::testing::Test {
 // n values uniform in [low, high), fixed seed.
 std::vector<float> RandomFloats(int64_t n, uint32_t seed, float low = -1.0f, float high = 1.0f);
 
-// Fails (naming `what` and the first offending index) unless every element is finite and
-// |actual - expected| <= tolerance * max(1, |expected|). NaN never passes.
+// Fails (naming `what` and the first offending index) unless every element equals its
+// expectation exactly (infinities included: an empty ABC slot's normaliser is -inf) or is finite
+// with |actual - expected| <= tolerance * max(1, |expected|). NaN never passes.
 void ExpectClose(const std::vector<float>& actual, const std::vector<float>& expected,
                  float tolerance, const std::string& what);
 

@@ -116,6 +116,14 @@ TEST(DeviceChoice, CpuIsTheCpuAndAutoFallsBackWithAReason) {
   ASSERT_TRUE(fallback.ok()) << fallback.status();
   EXPECT_EQ(fallback->backend->name(), "cpu");
   EXPECT_FALSE(fallback->fallback_reason.empty());
+  if (BuiltWithCuda()) {
+    // The plugin loaded (with CUDA's libraries) and its backend refused the model itself.
+    EXPECT_NE(fallback->fallback_reason.find("decoder-only"), std::string::npos)
+        << fallback->fallback_reason;
+  } else {
+    EXPECT_NE(fallback->fallback_reason.find("not found"), std::string::npos)
+        << fallback->fallback_reason;
+  }
 
   options.device = DeviceChoice::kCuda;
   auto refused = CreateDecodeBackend(*model, options);
