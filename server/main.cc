@@ -40,7 +40,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   served->kind = served->model->config().is_encoder_decoder() ? ModelKind::kTranslation
                                                               : ModelKind::kLanguageModel;
   BackendOptions backend_options;
-  ABCD_ASSIGN_OR_RETURN(backend_options.device, ParseDeviceChoice(config.device, "--device"));
+  ABCD_ASSIGN_OR_RETURN(const DeviceSelection device, ParseDevice(config.device, "--device"));
+  backend_options.device = device.choice;
+  backend_options.cuda_device = device.cuda_device;
   backend_options.state_budget_bytes = config.state_budget_mb << 20;
   backend_options.max_sequences = config.max_running_sequences;
   backend_options.max_prefill_tokens = config.prefill_token_budget;

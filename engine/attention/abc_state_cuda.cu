@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/attention/attention_cuda_common.cuh"
 #include "engine/attention/attention_state_cuda.h"
+#include "engine/attention/split_plan.h"
+#include "engine/core/status_macros.h"
 
 namespace abcd::cuda {
 namespace {
@@ -199,11 +201,15 @@ absl::Status AbcStep(CudaContext& context, const AbcShape& shape, const StepRows
     return absl::InvalidArgumentError(absl::StrCat("abc on CUDA: head_dim ", dh, " too large"));
   }
   const int lanes = internal::LanesPerRow(dh, vec);
-  // Splits of at least 4 slots each.
-  const int max_splits = n / 4 > 1 ? n / 4 : 1;
-  int splits = internal::ChooseSplits(sequences * shape.n_heads, context.sm_count(), max_splits);
-  const int chunk = (n + splits - 1) / splits;
-  splits = (n + chunk - 1) / chunk;  // every split non-empty
+  ABCD_RETURN_IF_ERROR(CheckGridRows("abc", sequences));
+  const int value_groups = internal::kThreads / (dh / vec);
+  // Splits of at least 4 slots each; q, k, v and the value partials share memory with a
+  // weight and a score per slot of the block.
+  ABCD_ASSIGN_OR_RETURN(
+      const SplitPlan plan,
+      PlanSplits("abc", n, sequences * shape.n_heads, context.sm_count(), /*min_chunk=*/4,
+                 MaxChunkForSharedMemory(3 * dh + value_groups * dh + 2, 2)));
+  const int splits = plan.splits, chunk = plan.chunk;
 
   float* partials = nullptr;
   if (splits > 1) {
@@ -212,7 +218,6 @@ absl::Status AbcStep(CudaContext& context, const AbcShape& shape, const StepRows
     if (!workspace.ok()) return workspace.status();
     partials = static_cast<float*>(*workspace);
   }
-  const int value_groups = internal::kThreads / (dh / vec);
   const size_t shared_bytes = sizeof(float) * (3 * dh + 2 * chunk + value_groups * dh + 2);
   const dim3 grid(shape.n_heads, static_cast<unsigned>(sequences), splits);
   if (vec == 4) {

@@ -1,5 +1,5 @@
 // Device helpers shared by the attention kernels (*_cuda.cu): vector loads, lane-group
-// reductions, and the split selection and partial-result combine of split-K decoding.
+// reductions, and the partial-result combine of split-K decoding (split_plan.h picks the splits).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,16 +58,6 @@ inline int LanesPerRow(int head_dim, int vec) {
   int lanes = 1;
   while (lanes * 2 <= columns && lanes * 2 <= 32) lanes *= 2;
   return lanes;
-}
-
-// How many blocks to split each (row, head) over so that the grid fills the GPU: 1 when
-// batch x heads already gives two blocks per SM, else enough splits for that, at most
-// `max_splits`.
-inline int ChooseSplits(int64_t rows_times_heads, int sm_count, int max_splits) {
-  const int64_t target = 2 * static_cast<int64_t>(sm_count > 0 ? sm_count : 1);
-  if (rows_times_heads >= target || max_splits <= 1) return 1;
-  const int64_t splits = (target + rows_times_heads - 1) / rows_times_heads;
-  return static_cast<int>(splits < max_splits ? splits : max_splits);
 }
 
 // Softmax-style partials, one per (row, head, split): [o (head_dim), m, l] where o is the

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/attention/attention_cuda_common.cuh"
 #include "engine/attention/attention_state_cuda.h"
+#include "engine/attention/split_plan.h"
+#include "engine/core/status_macros.h"
 
 namespace abcd::cuda {
 namespace {
@@ -266,10 +268,16 @@ absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionPara
         absl::StrCat("linear attention on CUDA: head_dim ", dh, " too large"));
   }
   const int lanes = internal::LanesPerRow(dh, 1);
-  const int max_splits = f_count / 8 > 1 ? f_count / 8 : 1;
-  int splits = internal::ChooseSplits(sequences * params.n_heads, context.sm_count(), max_splits);
-  const int chunk = (f_count + splits - 1) / splits;
-  splits = (f_count + chunk - 1) / chunk;
+  ABCD_RETURN_IF_ERROR(CheckGridRows("linear attention", sequences));
+  ABCD_RETURN_IF_ERROR(CheckGridRows("linear attention combine", rows.batch));
+  const int value_groups = kThreads / (dh / vec);
+  // Splits of at least 8 features each; k, q, v and the numerator partials share memory with
+  // phi(k) and phi(q) of the block's features.
+  ABCD_ASSIGN_OR_RETURN(
+      const SplitPlan plan,
+      PlanSplits("linear attention", f_count, sequences * params.n_heads, context.sm_count(),
+                 /*min_chunk=*/8, MaxChunkForSharedMemory(3 * dh + value_groups * dh + 4, 2)));
+  const int splits = plan.splits, chunk = plan.chunk;
 
   float* partials = nullptr;
   if (splits > 1) {
@@ -278,7 +286,6 @@ absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionPara
     if (!workspace.ok()) return workspace.status();
     partials = static_cast<float*>(*workspace);
   }
-  const int value_groups = kThreads / (dh / vec);
   const size_t shared_bytes = sizeof(float) * (3 * dh + 2 * chunk + value_groups * dh + 4);
   const dim3 grid(params.n_heads, static_cast<unsigned>(sequences), splits);
   if (vec == 4) {

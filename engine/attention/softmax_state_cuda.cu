@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/attention/attention_cuda_common.cuh"
 #include "engine/attention/attention_state_cuda.h"
+#include "engine/attention/split_plan.h"
+#include "engine/core/status_macros.h"
 
 namespace abcd::cuda {
 namespace {
@@ -171,6 +173,7 @@ namespace internal {
 absl::Status CombineSoftmaxPartials(CudaContext& context, const float* partials, int64_t batch,
                                     int n_heads, int head_dim, int splits, float* out,
                                     int64_t out_stride) {
+  ABCD_RETURN_IF_ERROR(CheckGridRows("split-K combine", batch));
   const dim3 grid(n_heads, static_cast<unsigned>(batch));
   const int threads = head_dim < kThreads ? ((head_dim + 31) / 32) * 32 : kThreads;
   CombineSoftmaxKernel<<<grid, threads, 0, context.stream()>>>(partials, n_heads, head_dim, splits,
@@ -183,6 +186,7 @@ absl::Status CombineSoftmaxPartials(CudaContext& context, const float* partials,
 absl::Status FillStates(CudaContext& context, float* const* states, int64_t batch,
                         const float* empty_state, int64_t floats) {
   if (batch == 0 || floats == 0) return absl::OkStatus();
+  ABCD_RETURN_IF_ERROR(CheckGridRows("FillStates", batch));
   const int64_t blocks = (floats + 255) / 256;
   const dim3 grid(static_cast<unsigned>(blocks < 1024 ? blocks : 1024),
                   static_cast<unsigned>(batch));
@@ -202,19 +206,23 @@ absl::Status SoftmaxStep(CudaContext& context, int n_heads, int head_dim, const 
     return absl::InvalidArgumentError(
         absl::StrCat("softmax on CUDA: head_dim ", head_dim, " too large"));
   }
+  ABCD_RETURN_IF_ERROR(CheckGridRows("softmax", rows.batch));
+  // Chunks of kMinChunk..kMaxChunk tokens (fewer when the shared memory needs it): more of
+  // them when batch x heads is small.
+  const int value_groups = kThreads / (head_dim / vec);
+  const int64_t fitting = MaxChunkForSharedMemory(head_dim + value_groups * head_dim + 2, 1);
+  ABCD_ASSIGN_OR_RETURN(
+      const SplitPlan plan,
+      PlanSplits("softmax", int64_t{cache.max_length} + 1, rows.batch * n_heads, context.sm_count(),
+                 kMinChunk, fitting < kMaxChunk ? fitting : kMaxChunk));
+  const int splits = plan.splits, chunk = plan.chunk;
+
+  // Planned first, so a refused shape leaves the caches as they were.
   const int64_t d = static_cast<int64_t>(n_heads) * head_dim;
   AppendKeyValueKernel<<<static_cast<unsigned>(rows.batch), 128, 0, context.stream()>>>(rows, cache,
                                                                                         d);
   absl::Status status = CheckLaunch("AppendKeyValueKernel");
   if (!status.ok()) return status;
-
-  // Chunks of kMinChunk..kMaxChunk tokens: more of them when batch x heads is small.
-  const int tokens = cache.max_length + 1;
-  const int wanted = internal::ChooseSplits(rows.batch * n_heads, context.sm_count(),
-                                            (tokens + kMinChunk - 1) / kMinChunk);
-  int chunk = (tokens + wanted - 1) / wanted;
-  if (chunk > kMaxChunk) chunk = kMaxChunk;
-  const int splits = (tokens + chunk - 1) / chunk;
 
   float* partials = nullptr;
   if (splits > 1) {
@@ -224,7 +232,6 @@ absl::Status SoftmaxStep(CudaContext& context, int n_heads, int head_dim, const 
     partials = static_cast<float*>(*workspace);
   }
   const int lanes = internal::LanesPerRow(head_dim, vec);
-  const int value_groups = kThreads / (head_dim / vec);
   const size_t shared_bytes = sizeof(float) * (head_dim + chunk + value_groups * head_dim + 2);
   const dim3 grid(n_heads, static_cast<unsigned>(rows.batch), splits);
   if (vec == 4) {

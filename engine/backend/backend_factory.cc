@@ -2,7 +2,11 @@
 
 #include <dlfcn.h>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/core/plugin_library.h"
 #include "engine/core/status_macros.h"
@@ -44,12 +48,19 @@ absl::StatusOr<std::unique_ptr<DecodeBackend>> CreateCudaBackend(const Model& mo
 
 }  // namespace
 
-absl::StatusOr<DeviceChoice> ParseDeviceChoice(absl::string_view value, absl::string_view field) {
-  if (value == "auto") return DeviceChoice::kAuto;
-  if (value == "cpu") return DeviceChoice::kCpu;
-  if (value == "cuda") return DeviceChoice::kCuda;
+absl::StatusOr<DeviceSelection> ParseDevice(absl::string_view value, absl::string_view field) {
+  if (value == "auto") return DeviceSelection{DeviceChoice::kAuto, 0};
+  if (value == "cpu") return DeviceSelection{DeviceChoice::kCpu, 0};
+  if (value == "cuda") return DeviceSelection{DeviceChoice::kCuda, 0};
+  absl::string_view ordinal_text = value;
+  int ordinal = -1;
+  if (absl::ConsumePrefix(&ordinal_text, "cuda:") && !ordinal_text.empty() &&
+      absl::c_all_of(ordinal_text, absl::ascii_isdigit) &&
+      absl::SimpleAtoi(ordinal_text, &ordinal)) {
+    return DeviceSelection{DeviceChoice::kCuda, ordinal};
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat(field, " must be auto, cpu or cuda, got \"", value, "\""));
+      absl::StrCat(field, " must be auto, cpu, cuda or cuda:N, got \"", value, "\""));
 }
 
 absl::Status ValidateDeviceWeightType(absl::string_view value, absl::string_view field) {

@@ -16,13 +16,20 @@ namespace abcd {
 
 enum class DeviceChoice { kAuto, kCpu, kCuda };
 
-// "auto", "cpu" or "cuda"; INVALID_ARGUMENT naming `field` otherwise.
-absl::StatusOr<DeviceChoice> ParseDeviceChoice(absl::string_view value, absl::string_view field);
+struct DeviceSelection {
+  DeviceChoice choice = DeviceChoice::kAuto;
+  int cuda_device = 0;  // the CUDA device ordinal (as CUDA_VISIBLE_DEVICES numbers them)
+};
+
+// "auto", "cpu", "cuda" or "cuda:N" (device N, N >= 0); INVALID_ARGUMENT naming `field`
+// otherwise.
+absl::StatusOr<DeviceSelection> ParseDevice(absl::string_view value, absl::string_view field);
 // "bf16", "fp16" or "fp32"; INVALID_ARGUMENT naming `field` otherwise.
 absl::Status ValidateDeviceWeightType(absl::string_view value, absl::string_view field);
 
 struct BackendOptions {
   DeviceChoice device = DeviceChoice::kAuto;
+  int cuda_device = 0;
   int64_t state_budget_bytes = int64_t{1} << 30;  // CPU pool; CUDA slots are sized to it too
   int max_sequences = 256;                        // CUDA state slots
   int max_prefill_tokens = 512;                   // CUDA prefill chunk rows

@@ -68,6 +68,16 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   return backend;
 }
 
+CudaBackend::~CudaBackend() {
+  // Best effort: a failure here leaves the memory to the driver at exit.
+  context_->MakeCurrent().IgnoreError();
+  cuda_model_.reset();
+}
+
+std::string CudaBackend::device_description() const {
+  return absl::StrCat(context_->device_name(), " (cuda:", context_->device(), ")");
+}
+
 absl::Status CudaBackend::RunParityProbe(double tolerance) {
   constexpr int kPrefillTokens = 8, kStepTokens = 8;
   const ModelConfig& config = model_.config();
@@ -171,6 +181,7 @@ BackendMemory CudaBackend::memory() const {
 }
 
 absl::StatusOr<SequenceId> CudaBackend::Acquire() {
+  ABCD_RETURN_IF_ERROR(context_->MakeCurrent());
   ABCD_ASSIGN_OR_RETURN(const int slot, cuda_model_->Acquire());
   const SequenceId id = next_id_++;
   slots_[id] = slot;
@@ -180,13 +191,14 @@ absl::StatusOr<SequenceId> CudaBackend::Acquire() {
 void CudaBackend::Release(SequenceId id) {
   auto it = slots_.find(id);
   if (it == slots_.end()) return;
-  cuda_model_->Release(it->second);
+  cuda_model_->Release(it->second);  // host bookkeeping only: no device call
   slots_.erase(it);
 }
 
 absl::StatusOr<SequenceId> CudaBackend::Fork(SequenceId id) {
   auto it = slots_.find(id);
   if (it == slots_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  ABCD_RETURN_IF_ERROR(context_->MakeCurrent());
   ABCD_ASSIGN_OR_RETURN(const int slot, cuda_model_->Fork(it->second));
   const SequenceId copy = next_id_++;
   slots_[copy] = slot;
@@ -224,6 +236,7 @@ absl::Status CudaBackend::Decode(std::span<const DecodeRow> rows, std::vector<fl
     }
   }
 
+  ABCD_RETURN_IF_ERROR(context_->MakeCurrent());
   // Single rows: one batched step. Longer runs: the prefill scan, one sequence at a time.
   const int64_t vocab = config.vocab_size;
   std::vector<int> step_slots;
@@ -293,6 +306,7 @@ absl::Status CudaBackend::DecodeAndSample(std::span<const SampledRow> rows,
     params.push_back(MakeDeviceSamplingParams(rows[i].sampling, rows[i].step));
   }
   if (rows.empty()) return absl::OkStatus();
+  ABCD_RETURN_IF_ERROR(context_->MakeCurrent());
   // StepSample refuses repeated slots and full KV caches before it changes anything.
   std::vector<int32_t> next;
   ABCD_RETURN_IF_ERROR(cuda_model_->StepSample(slots, inputs, params, &next));

@@ -6,8 +6,9 @@
 // multi-row prompt chunk through the prefill scan, then returns the logits in row order.
 // Create() ends with a parity probe against the CPU Model (a prefill, batched steps and device
 // greedy sampling on a fixed token sequence); a backend that disagrees is refused, so callers fall
-// back to the CPU instead of serving wrong tokens. Decoder-only models; encoder-decoder models are
-// Unimplemented here and stay on the CPU backend.
+// back to the CPU instead of serving wrong tokens. Every entry point makes the backend's device
+// current first, so one thread may create it and another drive it. Decoder-only models;
+// encoder-decoder models are Unimplemented here and stay on the CPU backend.
 #pragma once
 
 #include <cstdint>
@@ -40,9 +41,11 @@ class CudaBackend final : public DecodeBackend {
   // device path does not run, Internal when the parity probe fails.
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const Model& model,
                                                              const CudaBackendOptions& options);
+  // Frees the device memory with the backend's device current (any thread may destroy it).
+  ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
-  std::string device_description() const override { return context_->device_name(); }
+  std::string device_description() const override;
   const ModelConfig& config() const override { return model_.config(); }
   int64_t weight_bytes() const override { return cuda_model_->weight_bytes(); }
   int64_t state_bytes_per_sequence() const override {

@@ -10,6 +10,7 @@ extern "C" __attribute__((visibility("default"))) void abcd_create_cuda_backend_
     const abcd::Model* model, const abcd::BackendOptions* options,
     std::unique_ptr<abcd::DecodeBackend>* backend, absl::Status* status) {
   abcd::cuda::CudaBackendOptions cuda_options;
+  cuda_options.device = options->cuda_device;
   cuda_options.max_sequences = options->max_sequences;
   cuda_options.max_prefill_tokens = options->max_prefill_tokens;
   cuda_options.max_context = options->max_context;

@@ -82,6 +82,10 @@ absl::StatusOr<void*> CudaContext::Workspace(size_t bytes) {
   return workspace_;
 }
 
+absl::Status CudaContext::MakeCurrent() const {
+  return Check(cudaSetDevice(device_), "cudaSetDevice");
+}
+
 absl::Status CudaContext::Synchronize() {
   return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }

@@ -51,6 +51,10 @@ class CudaContext {
 
   absl::Status Synchronize();
 
+  // Makes this context's device current on the calling thread. CUDA's current device is per
+  // thread, and the thread that drives a backend is not the one that created it.
+  absl::Status MakeCurrent() const;
+
  private:
   CudaContext() = default;
 

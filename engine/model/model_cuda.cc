@@ -7,6 +7,7 @@
 #include "engine/attention/abc_state.h"
 #include "engine/attention/attention_state_cuda.h"
 #include "engine/attention/linear_state.h"
+#include "engine/attention/split_plan.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/elementwise_cuda.h"
 
@@ -76,9 +77,14 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
     return absl::UnimplementedError(
         "the CUDA backend runs decoder-only models; encoder-decoder models use the CPU");
   }
-  if (options.max_sequences <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_sequences must be positive, got ", options.max_sequences));
+  // One kernel launch covers every row of a step or prefill chunk along the grid's y axis.
+  if (options.max_sequences <= 0 || options.max_sequences > kMaxGridYZ) {
+    return absl::InvalidArgumentError(absl::StrCat("max_sequences must be in [1, ", kMaxGridYZ,
+                                                   "], got ", options.max_sequences));
+  }
+  if (options.max_prefill_tokens <= 0 || options.max_prefill_tokens > kMaxGridYZ) {
+    return absl::InvalidArgumentError(absl::StrCat("max_prefill_tokens must be in [1, ", kMaxGridYZ,
+                                                   "], got ", options.max_prefill_tokens));
   }
   std::unique_ptr<CudaModel> cuda_model(new CudaModel(context, model.config()));
   cuda_model->options_ = options;
@@ -181,7 +187,9 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   }
   state_floats_ = static_cast<int64_t>(empty_state.size());
 
-  const int64_t slots = options.max_sequences + 1;  // + a scratch slot (softmax padding rows)
+  // Exactly one slot per sequence: padding rows (graph buckets, bounded models only) carry no
+  // state, so nothing beyond max_sequences is allocated and the state budget holds.
+  const int64_t slots = options.max_sequences;
   ABCD_ASSIGN_OR_RETURN(empty_state_, DeviceArray<float>::FromHost(context_, empty_state));
   ABCD_ASSIGN_OR_RETURN(states_, DeviceArray<float>::Allocate(slots * state_floats_));
   for (size_t i = 0; i < kv_keys_.size(); ++i) {
@@ -193,10 +201,6 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   positions_.assign(slots, 0);
   in_use_.assign(slots, false);
 
-  if (options.max_prefill_tokens <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_prefill_tokens must be positive, got ", options.max_prefill_tokens));
-  }
   max_rows_ = std::max<int64_t>(options.max_sequences, options.max_prefill_tokens);
   const int64_t rows = max_rows_;
   const int64_t n_layers = static_cast<int64_t>(layers_.size());
@@ -218,11 +222,6 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   ABCD_ASSIGN_OR_RETURN(sampled_, DeviceArray<int32_t>::Allocate(rows));
   ABCD_ASSIGN_OR_RETURN(prefill_first_, DeviceArray<int32_t>::FromHost(context_, {0}));
   ABCD_ASSIGN_OR_RETURN(prefill_count_, DeviceArray<int32_t>::Allocate(1));
-  // The scratch slot starts (and stays) a valid state.
-  ABCD_RETURN_IF_ERROR(Check(
-      cudaMemcpyAsync(states_.data() + options.max_sequences * state_floats_, empty_state_.data(),
-                      state_floats_ * 4, cudaMemcpyDeviceToDevice, context_.stream()),
-      "reset scratch slot"));
   return context_.Synchronize();
 }
 
@@ -342,7 +341,9 @@ float* CudaModel::ValueCache(int slot, const Layer& layer) const {
 absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
                                     int64_t rows) {
   const int64_t stride = max_rows_;
-  const int scratch = options_.max_sequences;
+  if (rows > static_cast<int64_t>(slots.size()) && !kv_keys_.empty()) {
+    return absl::InternalError("padding rows need a model without softmax layers");
+  }
   std::vector<int32_t> token_ids(rows, 0), lengths(rows, 0);
   std::vector<int64_t> positions(rows, 0);
   std::vector<float*> state_pointers(layers_.size() * stride, nullptr);
@@ -350,17 +351,16 @@ absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const 
   std::vector<float*> value_pointers(kv_keys_.size() * stride, nullptr);
   for (int64_t b = 0; b < rows; ++b) {
     const bool real = b < static_cast<int64_t>(slots.size());
-    const int slot = real ? slots[b] : scratch;
-    if (real) {
-      token_ids[b] = tokens[b];
-      positions[b] = positions_[slot];
-      lengths[b] = static_cast<int32_t>(positions_[slot]);
-    }
+    // Padding rows of a graph bucket keep token 0 and null state pointers (kernels skip them).
+    if (!real) continue;
+    const int slot = slots[b];
+    token_ids[b] = tokens[b];
+    positions[b] = positions_[slot];
+    lengths[b] = static_cast<int32_t>(positions_[slot]);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& layer = layers_[l];
       if (layer.softmax_index < 0) {
-        // Padding rows of a graph bucket have no state (the kernels write 0 and skip them).
-        state_pointers[l * stride + b] = real ? StatePointer(slot, layer) : nullptr;
+        state_pointers[l * stride + b] = StatePointer(slot, layer);
       } else {
         key_pointers[layer.softmax_index * stride + b] = KeyCache(slot, layer);
         value_pointers[layer.softmax_index * stride + b] = ValueCache(slot, layer);

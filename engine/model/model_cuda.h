@@ -91,7 +91,7 @@ class CudaModel {
   // The lowest free slot, not reset; ResourceExhausted when all are in use.
   absl::StatusOr<int> FreeSlot() const;
   // Copies the step's inputs into the device input buffers for `rows` rows (>= slots.size();
-  // extra rows are padding: no state for bounded layers, the scratch slot for softmax).
+  // extra rows are padding with no state, so only models without softmax layers have them).
   absl::Status StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
                            int64_t rows);
   // Stages the rows of one prefill chunk: tokens of `slot` from its current position.
@@ -119,10 +119,10 @@ class CudaModel {
   DeviceMatrix lm_head_;
   DeviceArray<float> ln_f_weight_, ln_f_bias_;
 
-  // Per sequence slot (+1 scratch slot at index max_sequences).
-  DeviceArray<float> states_;                            // [slots + 1, state_floats_]
+  // Per sequence slot.
+  DeviceArray<float> states_;                            // [slots, state_floats_]
   DeviceArray<float> empty_state_;                       // [state_floats_]
-  std::vector<DeviceArray<float>> kv_keys_, kv_values_;  // per softmax layer [slots + 1, cap, d]
+  std::vector<DeviceArray<float>> kv_keys_, kv_values_;  // per softmax layer [slots, cap, d]
   std::vector<int64_t> positions_;
   std::vector<bool> in_use_;
 

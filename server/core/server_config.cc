@@ -87,7 +87,7 @@ std::string ServerUsage() {
          "  [--max_tokens_limit N] [--http_threads N] [--drain_grace_seconds S]\n"
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
          "  [--keepalive_time_seconds S]\n"
-         "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda]\n"
+         "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
          "  [--device_weights bf16|fp16|fp32]\n"
          "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
 }
@@ -137,7 +137,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         Ranged(args, "max_message_bytes", c.max_message_bytes, 1024, 1 << 30));
   c.port_file = args.String("port_file", "");
   c.device = args.String("device", c.device);
-  ABCD_RETURN_IF_ERROR(ParseDeviceChoice(c.device, "--device").status());
+  ABCD_RETURN_IF_ERROR(ParseDevice(c.device, "--device").status());
   c.device_weights = args.String("device_weights", c.device_weights);
   ABCD_RETURN_IF_ERROR(ValidateDeviceWeightType(c.device_weights, "--device_weights"));
   return c;

@@ -178,6 +178,18 @@ TEST_F(AttentionCudaTest, AbcSelfMatchesCpu) {
   }
 }
 
+// A head with more slots than one block's shared memory holds unsplit (about 5.9k at dh 32)
+// is split even at a batch that fills the GPU: it used to fail at launch.
+TEST_F(AttentionCudaTest, AbcSlotsBeyondSharedMemoryMatchCpu) {
+  constexpr int kHeads = 1, kHeadDim = 32, kSlots = 6500;
+  AbcState cpu(kHeads, kHeadDim, kSlots);
+  const AbcShape device_shape{kHeads, kHeadDim, kSlots};
+  CompareSteps(
+      cpu, int64_t{kHeads} * kHeadDim, /*batch=*/300, 2,
+      [&](const StepRows& rows) { return AbcStep(context(), device_shape, rows, true); },
+      "abc n6500 batch 300");
+}
+
 // Cross attention reads a built memory without changing it.
 TEST_F(AttentionCudaTest, AbcReadOnlyMatchesCpuAndKeepsState) {
   for (const Shape& shape : kShapes) {

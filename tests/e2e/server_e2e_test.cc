@@ -168,7 +168,7 @@ TEST(ServerFlags, BadDeviceIsRefusedNamingTheFlag) {
   ServerProcess server(ABCD_SERVER, {"--device", "tpu"});
   EXPECT_FALSE(server.started());
   EXPECT_EQ(server.WaitForExit(10), 2);
-  EXPECT_NE(server.Log().find("--device must be auto, cpu or cuda"), std::string::npos)
+  EXPECT_NE(server.Log().find("--device must be auto, cpu, cuda or cuda:N"), std::string::npos)
       << server.Log();
 }
 

@@ -89,12 +89,20 @@ TEST(CpuBackend, RequestBeyondTheBudgetIsRefusedUpFront) {
 }
 
 TEST(DeviceChoice, BadValuesNameTheField) {
-  EXPECT_EQ(ParseDeviceChoice("cpu", "--device").value(), DeviceChoice::kCpu);
-  EXPECT_EQ(ParseDeviceChoice("auto", "--device").value(), DeviceChoice::kAuto);
-  EXPECT_EQ(ParseDeviceChoice("cuda", "--device").value(), DeviceChoice::kCuda);
-  auto bad = ParseDeviceChoice("gpu", "--device");
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("--device"), std::string::npos);
+  EXPECT_EQ(ParseDevice("cpu", "--device")->choice, DeviceChoice::kCpu);
+  EXPECT_EQ(ParseDevice("auto", "--device")->choice, DeviceChoice::kAuto);
+  EXPECT_EQ(ParseDevice("cuda", "--device")->choice, DeviceChoice::kCuda);
+  EXPECT_EQ(ParseDevice("cuda", "--device")->cuda_device, 0);
+  absl::StatusOr<DeviceSelection> second = ParseDevice("cuda:1", "--device");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->choice, DeviceChoice::kCuda);
+  EXPECT_EQ(second->cuda_device, 1);
+  for (const char* value : {"gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "cuda:99999999999"}) {
+    absl::StatusOr<DeviceSelection> bad = ParseDevice(value, "--device");
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << value;
+    EXPECT_NE(bad.status().message().find("--device"), std::string::npos) << value;
+    EXPECT_NE(bad.status().message().find(value), std::string::npos) << bad.status();
+  }
   EXPECT_TRUE(ValidateDeviceWeightType("bf16", "--device_weights").ok());
   const absl::Status weights = ValidateDeviceWeightType("int4", "--device_weights");
   EXPECT_EQ(weights.code(), absl::StatusCode::kInvalidArgument);
@@ -133,6 +141,23 @@ TEST(DeviceChoice, CpuIsTheCpuAndAutoFallsBackWithAReason) {
   options.device_weights = "fp8";
   EXPECT_EQ(CreateDecodeBackend(*model, options).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A CUDA device that does not exist is refused by `cuda:N` and named in the reason; `auto`
+// (device 0) would still fall back to the CPU.
+TEST(DeviceChoice, MissingCudaDeviceIsNamed) {
+  auto model = LoadModel(kLmDir);
+  ASSERT_NE(model, nullptr);
+  BackendOptions options;
+  options.device = DeviceChoice::kCuda;
+  options.cuda_device = 63;
+  auto refused = CreateDecodeBackend(*model, options);
+  ASSERT_FALSE(refused.ok());
+  if (BuiltWithCuda()) {
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound) << refused.status();
+    EXPECT_NE(refused.status().message().find("CUDA device 63"), std::string::npos)
+        << refused.status();
+  }
 }
 
 }  // namespace

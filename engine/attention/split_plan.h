@@ -1,0 +1,37 @@
+// Launch geometry of the split-K attention kernels (*_cuda.cu): how many blocks share one
+// (row, head), and how many items (abc slots, rfa/t2r/elu features, softmax cached tokens)
+// each takes. Host-only, so the limits it enforces are tested without a GPU.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace abcd::cuda {
+
+// Dynamic shared memory a block may use without a per-kernel opt-in, on every GPU we build for.
+inline constexpr int64_t kDefaultSharedMemoryBytes = 48 * 1024;
+// CUDA's limit on a grid's y and z dimensions.
+inline constexpr int64_t kMaxGridYZ = 65535;
+
+struct SplitPlan {
+  int splits = 1;  // blocks per (row, head); every one gets at least one item
+  int chunk = 0;   // items per block (the last may get fewer)
+};
+
+// Splits `items` per head so that `blocks` (rows x heads before splitting) fills `sm_count`
+// SMs twice over, with at least `min_chunk` items per block where there are enough items, and
+// never more than `max_chunk` (what fits the block's shared memory), which wins over both.
+// InvalidArgument naming `kernel` when not even one item fits or the splits exceed the grid.
+absl::StatusOr<SplitPlan> PlanSplits(absl::string_view kernel, int64_t items, int64_t blocks,
+                                     int sm_count, int min_chunk, int64_t max_chunk);
+
+// The most items whose `floats_per_item` shared floats fit in the default shared memory next
+// to `fixed_floats` (0 when even the fixed part does not fit).
+int64_t MaxChunkForSharedMemory(int64_t fixed_floats, int64_t floats_per_item);
+
+// InvalidArgument naming `kernel` when `rows` blocks would exceed the grid's y dimension.
+absl::Status CheckGridRows(absl::string_view kernel, int64_t rows);
+
+}  // namespace abcd::cuda
