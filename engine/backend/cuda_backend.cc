@@ -92,28 +92,39 @@ absl::Status CudaBackend::RunParityProbe(double tolerance) {
   std::vector<float> expected;
   ABCD_RETURN_IF_ERROR(model_.Decode(rows, pool, &expected));
 
-  // Device: a prefill of the first tokens, then batched steps of the rest next to a second
-  // (discarded) sequence, so both the scan and the batched kernels are probed; a third
-  // sequence takes the same steps through device greedy sampling (the CUDA-graph path).
+  // Device, through the two paths serving uses: Forward() (Decode) and StepSample()
+  // (DecodeAndSample, the CUDA-graph path). First one pass prefills the probed sequence and a
+  // sampler sequence side by side; then each step feeds the probed sequence one token in the
+  // same pass as a two-token chunk of a third (discarded) sequence, so multi-sequence scans
+  // and mixed prompt/decode passes are both probed, and the sampler takes the same steps
+  // through device greedy sampling.
   ABCD_ASSIGN_OR_RETURN(const int slot, cuda_model_->Acquire());
   absl::StatusOr<int> other = cuda_model_->Acquire();
   absl::StatusOr<int> sampler = cuda_model_->Acquire();
-  std::vector<float> actual, ignored;
+  std::vector<float> actual;
   std::vector<int32_t> sampled;
   const std::span<const int32_t> prompt = std::span<const int32_t>(tokens).first(kPrefillTokens);
-  absl::Status status = cuda_model_->Prefill(slot, prompt, false, &actual);
-  if (status.ok() && sampler.ok()) status = cuda_model_->Prefill(*sampler, prompt, true, &ignored);
+  absl::Status status;
+  const int64_t max_rows = cuda_model_->max_rows();  // tiny only with tiny server limits
+  if (sampler.ok() && 2 * kPrefillTokens <= max_rows) {
+    const CudaModel::SequenceTokens prefill[] = {{slot, prompt}, {*sampler, prompt}};
+    std::vector<int64_t> prompt_rows(kPrefillTokens);
+    for (int r = 0; r < kPrefillTokens; ++r) prompt_rows[r] = r;
+    status = cuda_model_->Forward(prefill, prompt_rows, &actual);
+  } else {
+    status = cuda_model_->Prefill(slot, prompt, /*last_only=*/false, &actual);
+    std::vector<float> ignored;
+    if (status.ok() && sampler.ok())
+      status = cuda_model_->Prefill(*sampler, prompt, true, &ignored);
+  }
   for (int t = kPrefillTokens; status.ok() && t < kPrefillTokens + kStepTokens; ++t) {
-    std::vector<int> slots = {slot};
-    std::vector<int32_t> step_tokens = {tokens[t]};
-    if (other.ok()) {
-      slots.push_back(*other);
-      step_tokens.push_back(tokens[t - kPrefillTokens]);
+    std::vector<CudaModel::SequenceTokens> step = {{slot, {&tokens[t], 1}}};
+    if (other.ok() && max_rows >= 3) {
+      step.push_back({*other, {&tokens[2 * (t - kPrefillTokens)], 2}});
     }
-    std::vector<float> step;
-    status = cuda_model_->StepLogits(slots, step_tokens, &step);
+    const int64_t first_row[] = {0};
+    status = cuda_model_->Forward(step, first_row, &actual);
     if (!status.ok()) break;
-    actual.insert(actual.end(), step.begin(), step.begin() + vocab);
     if (sampler.ok()) {
       const int sampler_slots[] = {*sampler};
       const DeviceSamplingParams greedy[] = {{0.0f, 0, 1.0f, 0, 0}};
@@ -237,46 +248,39 @@ absl::Status CudaBackend::Decode(std::span<const DecodeRow> rows, std::vector<fl
   }
 
   ABCD_RETURN_IF_ERROR(context_->MakeCurrent());
-  // Single rows: one batched step. Longer runs: the prefill scan, one sequence at a time.
-  const int64_t vocab = config.vocab_size;
-  std::vector<int> step_slots;
-  std::vector<int32_t> step_tokens;
-  std::vector<int64_t> step_index(runs.size(), -1);  // run -> row of the step's logits
+  // As few forward passes as the rows allow: each carries up to max_rows() rows, prompt chunks
+  // and decode tokens together. A run longer than that continues in the next pass (a slot
+  // appears once per pass). Passes run in row order, so the logits come out in row order.
+  std::vector<CudaModel::SequenceTokens> entries;
+  std::vector<int64_t> logit_rows;
+  std::vector<int32_t> tokens(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) tokens[r] = rows[r].token;
+  int64_t pass_rows = 0;
+  auto flush = [&]() -> absl::Status {
+    if (entries.empty()) return absl::OkStatus();
+    absl::Status status = cuda_model_->Forward(entries, logit_rows, logits);
+    entries.clear();
+    logit_rows.clear();
+    pass_rows = 0;
+    return status;
+  };
+  const int64_t max_rows = cuda_model_->max_rows();
   for (size_t i = 0; i < runs.size(); ++i) {
-    if (runs[i].rows != 1) continue;
-    step_index[i] = static_cast<int64_t>(step_slots.size());
-    step_slots.push_back(run_slots[i]);
-    step_tokens.push_back(rows[runs[i].first_row].token);
-  }
-  std::vector<float> step_logits;
-  if (!step_slots.empty()) {
-    ABCD_RETURN_IF_ERROR(cuda_model_->StepLogits(step_slots, step_tokens, &step_logits));
-  }
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const SequenceRun& run = runs[i];
-    const std::span<const DecodeRow> run_rows = rows.subspan(run.first_row, run.rows);
-    if (run.rows == 1) {
-      if (run_rows[0].want_logits) {
-        const float* row = step_logits.data() + step_index[i] * vocab;
-        logits->insert(logits->end(), row, row + vocab);
+    for (int64_t begin = 0; begin < runs[i].rows;) {
+      if (pass_rows == max_rows) ABCD_RETURN_IF_ERROR(flush());
+      const int64_t take = std::min(runs[i].rows - begin, max_rows - pass_rows);
+      const int64_t first_row = runs[i].first_row + begin;
+      entries.push_back({run_slots[i], std::span<const int32_t>(tokens).subspan(first_row, take)});
+      for (int64_t r = 0; r < take; ++r) {
+        if (rows[first_row + r].want_logits) logit_rows.push_back(pass_rows + r);
       }
-      continue;
-    }
-    std::vector<int32_t> tokens;
-    bool only_last = true;
-    for (int64_t r = 0; r < run.rows; ++r) {
-      tokens.push_back(run_rows[r].token);
-      if (run_rows[r].want_logits && r + 1 < run.rows) only_last = false;
-    }
-    std::vector<float> prefill_logits;
-    ABCD_RETURN_IF_ERROR(cuda_model_->Prefill(run_slots[i], tokens, only_last, &prefill_logits));
-    for (int64_t r = 0; r < run.rows; ++r) {
-      if (!run_rows[r].want_logits) continue;
-      const float* row = prefill_logits.data() + (only_last ? 0 : r * vocab);
-      logits->insert(logits->end(), row, row + vocab);
+      pass_rows += take;
+      begin += take;
+      // The rest of this run needs the state this pass leaves: it goes in the next one.
+      if (begin < runs[i].rows) ABCD_RETURN_IF_ERROR(flush());
     }
   }
-  return absl::OkStatus();
+  return flush();
 }
 
 absl::Status CudaBackend::DecodeAndSample(std::span<const SampledRow> rows,

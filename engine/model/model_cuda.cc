@@ -201,7 +201,7 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   positions_.assign(slots, 0);
   in_use_.assign(slots, false);
 
-  max_rows_ = std::max<int64_t>(options.max_sequences, options.max_prefill_tokens);
+  max_rows_ = int64_t{options.max_sequences} + options.max_prefill_tokens;
   const int64_t rows = max_rows_;
   const int64_t n_layers = static_cast<int64_t>(layers_.size());
   const int64_t n_softmax = static_cast<int64_t>(kv_keys_.size());
@@ -220,8 +220,8 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   ABCD_ASSIGN_OR_RETURN(logits_, DeviceArray<float>::Allocate(rows * vocab));
   ABCD_ASSIGN_OR_RETURN(sampling_params_, DeviceArray<DeviceSamplingParams>::Allocate(rows));
   ABCD_ASSIGN_OR_RETURN(sampled_, DeviceArray<int32_t>::Allocate(rows));
-  ABCD_ASSIGN_OR_RETURN(prefill_first_, DeviceArray<int32_t>::FromHost(context_, {0}));
-  ABCD_ASSIGN_OR_RETURN(prefill_count_, DeviceArray<int32_t>::Allocate(1));
+  ABCD_ASSIGN_OR_RETURN(scan_first_, DeviceArray<int32_t>::Allocate(rows));
+  ABCD_ASSIGN_OR_RETURN(scan_count_, DeviceArray<int32_t>::Allocate(rows));
   return context_.Synchronize();
 }
 
@@ -375,39 +375,120 @@ absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const 
   return CopyToDevice(context_, value_pointers, value_pointers_.data());
 }
 
-absl::Status CudaModel::StagePrefill(int slot, std::span<const int32_t> tokens) {
-  const int64_t stride = max_rows_, rows = static_cast<int64_t>(tokens.size());
-  const int64_t start = positions_[slot];
-  std::vector<int32_t> token_ids(tokens.begin(), tokens.end()), lengths(rows);
-  std::vector<int64_t> positions(rows);
-  for (int64_t t = 0; t < rows; ++t) {
-    positions[t] = start + t;
-    lengths[t] = static_cast<int32_t>(start + t);  // softmax row t attends over start + t + 1
-  }
-  // Bounded layers: the sequence's block once (the scan walks its rows); softmax: every row
-  // appends to and reads the same cache.
+absl::Status CudaModel::StageSequences(std::span<const SequenceTokens> entries, int64_t rows) {
+  const int64_t stride = max_rows_;
+  std::vector<int32_t> token_ids, lengths, first, count;
+  std::vector<int64_t> positions;
+  token_ids.reserve(rows);
+  lengths.reserve(rows);
+  positions.reserve(rows);
+  // Bounded layers: each sequence's block once (the scan walks its rows); softmax: every row
+  // appends to and reads its sequence's cache, attending over start + t + 1 tokens.
   std::vector<float*> state_pointers(layers_.size() * stride, nullptr);
   std::vector<float*> key_pointers(kv_keys_.size() * stride, nullptr);
   std::vector<float*> value_pointers(kv_keys_.size() * stride, nullptr);
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& layer = layers_[l];
-    if (layer.softmax_index < 0) {
-      state_pointers[l * stride] = StatePointer(slot, layer);
-      continue;
+  for (size_t s = 0; s < entries.size(); ++s) {
+    const int slot = entries[s].slot;
+    const int64_t start = positions_[slot];
+    const int64_t row0 = static_cast<int64_t>(token_ids.size());
+    first.push_back(static_cast<int32_t>(row0));
+    count.push_back(static_cast<int32_t>(entries[s].tokens.size()));
+    for (size_t t = 0; t < entries[s].tokens.size(); ++t) {
+      token_ids.push_back(entries[s].tokens[t]);
+      positions.push_back(start + static_cast<int64_t>(t));
+      lengths.push_back(static_cast<int32_t>(start + static_cast<int64_t>(t)));
     }
-    for (int64_t t = 0; t < rows; ++t) {
-      key_pointers[layer.softmax_index * stride + t] = KeyCache(slot, layer);
-      value_pointers[layer.softmax_index * stride + t] = ValueCache(slot, layer);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& layer = layers_[l];
+      if (layer.softmax_index < 0) {
+        state_pointers[l * stride + static_cast<int64_t>(s)] = StatePointer(slot, layer);
+        continue;
+      }
+      for (int64_t r = row0; r < static_cast<int64_t>(token_ids.size()); ++r) {
+        key_pointers[layer.softmax_index * stride + r] = KeyCache(slot, layer);
+        value_pointers[layer.softmax_index * stride + r] = ValueCache(slot, layer);
+      }
     }
   }
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, token_ids, tokens_.data()));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, positions, token_positions_.data()));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, lengths, lengths_.data()));
-  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, std::vector<int32_t>{static_cast<int32_t>(rows)},
-                                    prefill_count_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, first, scan_first_.data()));
+  ABCD_RETURN_IF_ERROR(CopyToDevice(context_, count, scan_count_.data()));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, state_pointers, state_pointers_.data()));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, key_pointers, key_pointers_.data()));
   return CopyToDevice(context_, value_pointers, value_pointers_.data());
+}
+
+absl::Status CudaModel::Forward(std::span<const SequenceTokens> entries,
+                                std::span<const int64_t> logit_rows, std::vector<float>* logits) {
+  if (entries.empty()) return absl::InvalidArgumentError("a forward pass needs a sequence");
+  // Everything is checked before anything is staged.
+  absl::flat_hash_set<int> seen;
+  int64_t rows = 0;
+  int32_t max_length = 0;
+  for (size_t s = 0; s < entries.size(); ++s) {
+    const int slot = entries[s].slot;
+    if (slot < 0 || slot >= options_.max_sequences || !in_use_[slot]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("entries[", s, "].slot = ", slot, " is not in use"));
+    }
+    if (!seen.insert(slot).second) {
+      return absl::InvalidArgumentError(absl::StrCat("entries[", s, "].slot = ", slot, " repeats"));
+    }
+    const std::span<const int32_t> tokens = entries[s].tokens;
+    if (tokens.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("entries[", s, "] has no tokens"));
+    }
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      if (tokens[t] < 0 || tokens[t] >= config_.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("entries[", s, "].tokens[", t, "] = ", tokens[t],
+                         " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+      }
+    }
+    const int64_t end = positions_[slot] + static_cast<int64_t>(tokens.size());
+    if (!kv_keys_.empty() && end > options_.max_context) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "entries[", s, "]: the KV cache holds max_context = ", options_.max_context, " tokens"));
+    }
+    rows += static_cast<int64_t>(tokens.size());
+    max_length = std::max(max_length, static_cast<int32_t>(end - 1));
+  }
+  if (rows > max_rows_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a forward pass of ", rows, " rows > max_rows ", max_rows_));
+  }
+  for (size_t i = 0; i < logit_rows.size(); ++i) {
+    if (logit_rows[i] < 0 || logit_rows[i] >= rows ||
+        (i > 0 && logit_rows[i] <= logit_rows[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_rows[", i, "] = ", logit_rows[i],
+                                                     " is not an ascending row below ", rows));
+    }
+  }
+
+  ABCD_RETURN_IF_ERROR(StageSequences(entries, rows));
+  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, static_cast<int64_t>(entries.size())));
+  // One copy per stretch of consecutive wanted rows.
+  const int64_t vocab = config_.vocab_size;
+  size_t offset = logits->size();
+  logits->resize(offset + logit_rows.size() * static_cast<size_t>(vocab));
+  for (size_t i = 0; i < logit_rows.size();) {
+    size_t j = i + 1;
+    while (j < logit_rows.size() && logit_rows[j] == logit_rows[j - 1] + 1) ++j;
+    const size_t floats = (j - i) * static_cast<size_t>(vocab);
+    ABCD_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(logits->data() + offset, logits_.data() + logit_rows[i] * vocab,
+                              floats * sizeof(float), cudaMemcpyDeviceToHost, context_.stream()),
+              "copy logits"));
+    offset += floats;
+    i = j;
+  }
+  ABCD_RETURN_IF_ERROR(context_.Synchronize());
+  for (const SequenceTokens& entry : entries) {
+    positions_[entry.slot] += static_cast<int64_t>(entry.tokens.size());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaModel::Prefill(int slot, std::span<const int32_t> tokens, bool last_only,
@@ -428,33 +509,24 @@ absl::Status CudaModel::Prefill(int slot, std::span<const int32_t> tokens, bool 
     return absl::ResourceExhaustedError(absl::StrCat(
         "the prompt does not fit the KV cache of max_context = ", options_.max_context));
   }
-  const int64_t vocab = config_.vocab_size;
   for (size_t begin = 0; begin < tokens.size(); begin += options_.max_prefill_tokens) {
-    const std::span<const int32_t> chunk =
-        tokens.subspan(begin, std::min<size_t>(options_.max_prefill_tokens, tokens.size() - begin));
-    const int64_t rows = static_cast<int64_t>(chunk.size());
-    ABCD_RETURN_IF_ERROR(StagePrefill(slot, chunk));
-    ABCD_RETURN_IF_ERROR(
-        EnqueueForward(rows, static_cast<int32_t>(positions_[slot] + rows - 1), true));
-    const bool last_chunk = begin + chunk.size() == tokens.size();
-    if (!last_only || last_chunk) {
-      const int64_t first_row = last_only ? rows - 1 : 0;
-      const int64_t copied = rows - first_row;
-      const size_t offset = logits->size();
-      logits->resize(offset + static_cast<size_t>(copied * vocab));
-      ABCD_RETURN_IF_ERROR(
-          Check(cudaMemcpyAsync(logits->data() + offset, logits_.data() + first_row * vocab,
-                                static_cast<size_t>(copied * vocab) * sizeof(float),
-                                cudaMemcpyDeviceToHost, context_.stream()),
-                "copy prefill logits"));
+    const SequenceTokens chunk{
+        slot, tokens.subspan(begin,
+                             std::min<size_t>(options_.max_prefill_tokens, tokens.size() - begin))};
+    const int64_t rows = static_cast<int64_t>(chunk.tokens.size());
+    const bool last_chunk = begin + chunk.tokens.size() == tokens.size();
+    std::vector<int64_t> wanted;
+    if (!last_only) {
+      for (int64_t r = 0; r < rows; ++r) wanted.push_back(r);
+    } else if (last_chunk) {
+      wanted.push_back(rows - 1);
     }
-    ABCD_RETURN_IF_ERROR(context_.Synchronize());
-    positions_[slot] += rows;
+    ABCD_RETURN_IF_ERROR(Forward({&chunk, 1}, wanted, logits));
   }
   return absl::OkStatus();
 }
 
-absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, bool prefill) {
+absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences) {
   CudaContext& ctx = context_;
   const int64_t d = config_.d_model, ff = config_.d_ff, stride = max_rows_;
   const float eps = config_.layer_norm_eps;
@@ -474,10 +546,10 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, bool pr
                   state_pointers_.data() + l * stride,
                   attended_.data(),
                   d};
-    if (prefill && layer.softmax_index < 0) {
-      step.sequences = 1;
-      step.first = prefill_first_.data();
-      step.count = prefill_count_.data();
+    if (scan_sequences > 0 && layer.softmax_index < 0) {
+      step.sequences = scan_sequences;
+      step.first = scan_first_.data();
+      step.count = scan_count_.data();
     }
     switch (layer.type) {
       case AttentionType::kAbc:
@@ -527,7 +599,7 @@ absl::Status CudaModel::StepLogits(std::span<const int> slots, std::span<const i
   int32_t max_length = 0;
   for (int slot : slots) max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
   ABCD_RETURN_IF_ERROR(StageInputs(slots, tokens, rows));
-  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, false));
+  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, 0));
   const size_t offset = logits->size();
   logits->resize(offset + static_cast<size_t>(rows * config_.vocab_size));
   ABCD_RETURN_IF_ERROR(
@@ -559,7 +631,7 @@ absl::Status CudaModel::CaptureGraphs() {
     ABCD_RETURN_IF_ERROR(CopyToDevice(
         context_, std::vector<DeviceSamplingParams>(rows, DeviceSamplingParams{0, 0, 1, 0, 0}),
         sampling_params_.data()));
-    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, 0, false));
+    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, 0, 0));
     ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
                                       sampling_params_.data(), sampled_.data()));
   }
@@ -570,7 +642,7 @@ absl::Status CudaModel::CaptureGraphs() {
     ABCD_RETURN_IF_ERROR(
         Check(cudaStreamBeginCapture(context_.stream(), cudaStreamCaptureModeThreadLocal),
               "cudaStreamBeginCapture"));
-    absl::Status status = EnqueueForward(buckets[i], 0, false);
+    absl::Status status = EnqueueForward(buckets[i], 0, 0);
     if (status.ok()) {
       status = SampleTokens(context_, logits_.data(), buckets[i], config_.vocab_size,
                             sampling_params_.data(), sampled_.data());
@@ -605,7 +677,7 @@ absl::Status CudaModel::StepSample(std::span<const int> slots, std::span<const i
     for (int slot : slots) {
       max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
     }
-    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, false));
+    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, 0));
     ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
                                       sampling_params_.data(), sampled_.data()));
   } else {

@@ -11,10 +11,11 @@
 // replay one captured graph per bucketed batch size (1, 2, 4, ... max_sequences); rows of a
 // bucket beyond the batch carry no state (the kernels skip them) and are discarded.
 //
-// A prompt is prefilled in chunks of rows of one sequence: every GEMM over all its rows, the
-// bounded states by the scan form of the state kernels, softmax by causal split-K over the
-// appended rows; the result equals feeding the tokens one step at a time. Encoder-decoder
-// models and window attention stay on the CPU backend (Create returns Unimplemented).
+// Forward() runs prompt chunks of several sequences and single decode tokens as ONE pass: every
+// GEMM over all the rows, the bounded states by the scan form of the state kernels (each
+// sequence's rows in order), softmax by causal split-K over the appended rows; the result
+// equals feeding the tokens one step at a time. Encoder-decoder models and window attention
+// stay on the CPU backend (Create returns Unimplemented).
 // Not thread-safe: one engine thread owns it.
 #pragma once
 
@@ -64,8 +65,26 @@ class CudaModel {
   // Softmax layers' KV capacity per sequence in tokens (unused by bounded models).
   int64_t max_context() const { return options_.max_context; }
 
-  // Folds `tokens` into `slot` (in chunks of max_prefill_tokens) and appends the logits after
-  // every token ([tokens, vocab]) to `logits`, or only after the last one with `last_only`.
+  // One sequence's rows of a Forward(): a prompt chunk, or the one token of a decode step.
+  struct SequenceTokens {
+    int slot = 0;
+    std::span<const int32_t> tokens;
+  };
+  // Rows one Forward() carries at most: max_sequences + max_prefill_tokens, a full iteration of
+  // decode tokens beside a full prefill chunk.
+  int64_t max_rows() const { return max_rows_; }
+  // Folds each entry's tokens into its slot (distinct acquired slots, max_rows() rows in all)
+  // in ONE forward pass: the GEMMs run over every row and the state kernels scan each
+  // sequence's rows in order, so prompt chunks of several sequences and decode tokens share one
+  // pass over the weights. Appends the logits of the rows `logit_rows` (ascending indices into
+  // the entries' rows, concatenated in order) to `logits`. Equal to feeding every token one
+  // step at a time; nothing changes when the entries are refused.
+  absl::Status Forward(std::span<const SequenceTokens> entries, std::span<const int64_t> logit_rows,
+                       std::vector<float>* logits);
+
+  // Folds `tokens` into `slot` (Forward() in chunks of max_prefill_tokens) and appends the
+  // logits after every token ([tokens, vocab]) to `logits`, or only after the last one with
+  // `last_only`.
   absl::Status Prefill(int slot, std::span<const int32_t> tokens, bool last_only,
                        std::vector<float>* logits);
 
@@ -94,14 +113,15 @@ class CudaModel {
   // extra rows are padding with no state, so only models without softmax layers have them).
   absl::Status StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
                            int64_t rows);
-  // Stages the rows of one prefill chunk: tokens of `slot` from its current position.
-  absl::Status StagePrefill(int slot, std::span<const int32_t> tokens);
+  // Stages the rows of a Forward(): each entry's tokens from its slot's current position.
+  absl::Status StageSequences(std::span<const SequenceTokens> entries, int64_t rows);
   float* StatePointer(int slot, const Layer& layer) const;
   float* KeyCache(int slot, const Layer& layer) const;
   float* ValueCache(int slot, const Layer& layer) const;
-  // Enqueues the forward pass over the staged rows, leaving logits in logits_. `prefill`: the
-  // rows are one sequence's consecutive tokens (scan form of the state kernels).
-  absl::Status EnqueueForward(int64_t rows, int32_t max_length, bool prefill);
+  // Enqueues the forward pass over the staged rows, leaving logits in logits_. With
+  // `scan_sequences` > 0 the rows are that many sequences' runs of consecutive tokens (the scan
+  // form of the state kernels, StageSequences); 0: one row per sequence (StageInputs).
+  absl::Status EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences);
   absl::Status CaptureGraphs();
   int64_t BucketFor(int64_t batch) const;
   void Advance(std::span<const int> slots);
@@ -126,9 +146,9 @@ class CudaModel {
   std::vector<int64_t> positions_;
   std::vector<bool> in_use_;
 
-  // Step buffers sized for max_rows_ = max(max_sequences, max_prefill_tokens) rows.
+  // Step buffers sized for max_rows_ = max_sequences + max_prefill_tokens rows.
   int64_t max_rows_ = 0;
-  DeviceArray<int32_t> prefill_first_, prefill_count_;  // [1]: the prefill's one sequence
+  DeviceArray<int32_t> scan_first_, scan_count_;  // [max_rows_]: each sequence's rows
   DeviceArray<int32_t> tokens_;
   DeviceArray<int64_t> token_positions_;
   DeviceArray<int32_t> lengths_;

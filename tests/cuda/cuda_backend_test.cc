@@ -38,13 +38,14 @@ class CudaBackendTest : public CudaTest {
  protected:
   // The CPU model of fixture `name` and its CUDA backend; null backend when the CUDA path does
   // not run the model (then the error must be Unimplemented).
-  std::unique_ptr<CudaBackend> Make(const std::string& dir) {
+  std::unique_ptr<CudaBackend> Make(const std::string& dir,
+                                    const CudaBackendOptions& options = Fp32Options()) {
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir);
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return nullptr;
     models_.push_back(std::move(*model));
     absl::StatusOr<std::unique_ptr<CudaBackend>> backend =
-        CudaBackend::Create(*models_.back(), Fp32Options());
+        CudaBackend::Create(*models_.back(), options);
     if (!backend.ok()) {
       EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnimplemented)
           << dir << ": " << backend.status();
@@ -119,6 +120,47 @@ TEST_F(CudaBackendTest, MixedBatchesAndForksEqualTheCpuBackend) {
     }
     ASSERT_EQ(logits[0].size(), logits[1].size()) << name;
     ExpectClose(logits[1], logits[0], kTolerance, name + " mixed batches");
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// A Decode() with more rows than one forward pass carries (max_sequences + max_prefill_tokens)
+// is cut into passes in row order, a long prompt chunk continuing in the next pass; the logits
+// still equal the CPU backend's. Tiny limits also take the probe's one-sequence-at-a-time path.
+TEST_F(CudaBackendTest, RowsBeyondOnePassAreSplitInRowOrder) {
+  CudaBackendOptions options = Fp32Options();
+  options.max_sequences = 3;
+  options.max_prefill_tokens = 2;  // 5 rows per pass
+  int checked = 0;
+  for (const std::string& name : FixtureNames()) {
+    std::unique_ptr<CudaBackend> cuda = Make(FixtureDir(name), options);
+    if (cuda == nullptr) continue;
+    ++checked;
+    CpuBackend cpu(*models_.back(), int64_t{1} << 30);
+    const int32_t vocab = cuda->config().vocab_size;
+    auto token = [vocab](int i) { return static_cast<int32_t>((i * 53 + 5) % vocab); };
+    DecodeBackend* backends[] = {&cpu, cuda.get()};
+    std::vector<float> logits[2];
+    for (int b = 0; b < 2; ++b) {
+      DecodeBackend& backend = *backends[b];
+      const SequenceId a = backend.Acquire().value();
+      const SequenceId s = backend.Acquire().value();
+      const SequenceId c = backend.Acquire().value();
+      // 11 rows: passes [a x5], [a x2, s, c x2], [c x1].
+      std::vector<DecodeRow> rows =
+          Rows(a, {token(1), token(2), token(3), token(4), token(5), token(6), token(7)},
+               {false, false, true, false, false, true, true});
+      for (const DecodeRow& r : Rows(s, {token(8)}, {true})) rows.push_back(r);
+      for (const DecodeRow& r : Rows(c, {token(9), token(10), token(11)}, {true, false, true})) {
+        rows.push_back(r);
+      }
+      ASSERT_TRUE(backend.Decode(rows, &logits[b]).ok()) << name;
+      rows = {{c, token(12), true}, {a, token(13), true}, {s, token(14), true}};
+      ASSERT_TRUE(backend.Decode(rows, &logits[b]).ok()) << name;
+      for (SequenceId id : {a, s, c}) backend.Release(id);
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size()) << name;
+    ExpectClose(logits[1], logits[0], kTolerance, name + " split passes");
   }
   EXPECT_GT(checked, 0);
 }

@@ -1,10 +1,12 @@
 // The whole decoder on the GPU against the PyTorch reference's golden logits (the fixtures the
 // CPU parity test uses): prompt fed one token per step, then 32 teacher-forced decode steps,
-// alone and batched with another sequence; CUDA-graph greedy sampling against eager argmax.
+// alone and batched with another sequence, and several sequences' prompts in one Forward();
+// CUDA-graph greedy sampling against eager argmax.
 // Skipped without a GPU.
 #include "engine/model/model_cuda.h"
 
 #include <algorithm>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -122,6 +124,49 @@ TEST_F(ModelCudaTest, ChunkedPrefillMatchesGoldenLogits) {
   EXPECT_GE(checked, 7);
 }
 
+// One Forward() over the prompts of several sequences (of different lengths), then over the
+// decode tokens of two of them, gives each sequence its own golden logits.
+TEST_F(ModelCudaTest, ForwardOfSeveralSequencesMatchesGoldenLogits) {
+  int checked = 0;
+  for (const std::string& name : FixtureNames()) {
+    std::unique_ptr<CudaModel> model = Make(name, /*graphs=*/false);
+    if (model == nullptr) continue;
+    ++checked;
+    const Golden golden = LoadGolden(name);
+    const int64_t vocab = model->config().vocab_size;
+    const int64_t prompt = static_cast<int64_t>(golden.prompt_ids.size());
+    ASSERT_GE(prompt, 3) << name;
+    const int first = *model->Acquire(), partial = *model->Acquire(), last = *model->Acquire();
+    const std::span<const int32_t> ids(golden.prompt_ids);
+    const CudaModel::SequenceTokens entries[] = {
+        {first, ids}, {partial, ids.first(3)}, {last, ids}};
+    std::vector<int64_t> wanted;
+    for (int64_t r = 0; r < prompt; ++r) wanted.push_back(r);  // every row of `first`
+    wanted.push_back(2 * prompt + 3 - 1);                      // the last row of `last`
+    std::vector<float> logits;
+    ASSERT_TRUE(model->Forward(entries, wanted, &logits).ok()) << name;
+    ASSERT_EQ(logits.size(), static_cast<size_t>((prompt + 1) * vocab));
+    ExpectClose(std::vector<float>(logits.begin(), logits.begin() + prompt * vocab),
+                golden.prefill_logits, kGoldenTolerance, name + " forward prompt");
+    ExpectClose(Row(logits, prompt, vocab), Row(golden.prefill_logits, prompt - 1, vocab),
+                kGoldenTolerance, name + " forward prompt, last row of the third sequence");
+    EXPECT_EQ(model->position(partial), 3);
+    for (size_t i = 0; i < golden.decode_ids.size(); ++i) {
+      const CudaModel::SequenceTokens step[] = {{last, {&golden.decode_ids[i], 1}},
+                                                {first, {&golden.decode_ids[i], 1}}};
+      const int64_t both[] = {0, 1};
+      logits.clear();
+      ASSERT_TRUE(model->Forward(step, both, &logits).ok()) << name;
+      for (int b = 0; b < 2; ++b) {
+        ExpectClose(Row(logits, b, vocab), Row(golden.decode_logits, i, vocab), kGoldenTolerance,
+                    name + " forward decode " + std::to_string(i) + " row " + std::to_string(b));
+      }
+      if (HasFatalFailure()) return;
+    }
+  }
+  EXPECT_GE(checked, 7);
+}
+
 TEST_F(ModelCudaTest, GraphGreedySamplingEqualsEagerArgmax) {
   for (const std::string name : {"dec_abc", "dec_rfa_gaussian_gate", "dec_t2r"}) {
     std::unique_ptr<CudaModel> graphs = Make(name, /*graphs=*/true);
@@ -168,6 +213,25 @@ TEST_F(ModelCudaTest, RejectsBadSteps) {
   const int free_slot[] = {3};
   EXPECT_EQ(model->StepLogits(free_slot, {tokens, 1}, &logits).code(),
             absl::StatusCode::kInvalidArgument);
+  // Forward() refuses before anything changes, naming the entry.
+  const int32_t two[] = {1, 2};
+  const CudaModel::SequenceTokens repeated[] = {{slot, two}, {slot, {two, 1}}};
+  absl::Status status = model->Forward(repeated, {}, &logits);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("entries[1]"), std::string::npos) << status;
+  const CudaModel::SequenceTokens empty[] = {{slot, {}}};
+  EXPECT_EQ(model->Forward(empty, {}, &logits).code(), absl::StatusCode::kInvalidArgument);
+  const CudaModel::SequenceTokens ok_entry[] = {{slot, two}};
+  const int64_t descending[] = {1, 0};
+  EXPECT_EQ(model->Forward(ok_entry, descending, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  const int64_t beyond[] = {2};
+  EXPECT_EQ(model->Forward(ok_entry, beyond, &logits).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> too_many(static_cast<size_t>(model->max_rows() + 1), 1);
+  const CudaModel::SequenceTokens oversized[] = {{slot, too_many}};
+  EXPECT_EQ(model->Forward(oversized, {}, &logits).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model->position(slot), 0);
+  EXPECT_TRUE(logits.empty());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(model->Acquire().ok());
   EXPECT_EQ(model->Acquire().status().code(), absl::StatusCode::kResourceExhausted);
   model->Release(slot);
