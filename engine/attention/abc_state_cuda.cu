@@ -205,11 +205,12 @@ absl::Status AbcStep(CudaContext& context, const AbcShape& shape, const StepRows
   const int value_groups = internal::kThreads / (dh / vec);
   // Splits of at least 4 slots each; q, k, v and the value partials share memory with a
   // weight and a score per slot of the block.
-  ABCD_ASSIGN_OR_RETURN(
-      const SplitPlan plan,
-      PlanSplits("abc", n, sequences * shape.n_heads, context.sm_count(), /*min_chunk=*/4,
-                 MaxChunkForSharedMemory(3 * dh + value_groups * dh + 2, 2)));
+  ABCD_ASSIGN_OR_RETURN(const SplitPlan plan,
+                        PlanSplits("abc", n, internal::SplitBlocks(rows, sequences, shape.n_heads),
+                                   context.sm_count(), /*min_chunk=*/4,
+                                   MaxChunkForSharedMemory(3 * dh + value_groups * dh + 2, 2)));
   const int splits = plan.splits, chunk = plan.chunk;
+  if (splits > 1) ABCD_RETURN_IF_ERROR(CheckGridRows("abc combine", rows.batch));
 
   float* partials = nullptr;
   if (splits > 1) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "engine/attention/attention_state_cuda.h"
 #include "engine/device/cuda_context.h"
 
 namespace abcd::cuda::internal {
@@ -58,6 +59,14 @@ inline int LanesPerRow(int head_dim, int vec) {
   int lanes = 1;
   while (lanes * 2 <= columns && lanes * 2 <= 32) lanes *= 2;
   return lanes;
+}
+
+// Blocks a launch has before splitting, as the split choice should see them: rows x heads, but
+// only the heads when a prefill scans long runs, so that the longest scan (the pass's critical
+// path) is split as if its sequence were alone.
+inline int64_t SplitBlocks(const StepRows& rows, int64_t sequences, int n_heads) {
+  const bool long_scan = rows.first != nullptr && rows.longest_run > 1;
+  return long_scan ? n_heads : sequences * n_heads;
 }
 
 // Softmax-style partials, one per (row, head, split): [o (head_dim), m, l] where o is the

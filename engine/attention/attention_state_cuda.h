@@ -37,6 +37,8 @@ struct StepRows {
   int64_t sequences = 0;           // prefill only: number of sequences
   const int32_t* first = nullptr;  // prefill only: [sequences] first row of each sequence
   const int32_t* count = nullptr;  // prefill only: [sequences] rows of each sequence
+  int64_t longest_run = 1;         // prefill only: the largest count (host copy): a long scan
+                                   // is split across blocks like a lone sequence would be
 };
 
 // Copies the `floats`-long `empty_state` (an Init()ed block) into each of `batch` states.

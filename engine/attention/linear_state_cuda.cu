@@ -269,15 +269,16 @@ absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionPara
   }
   const int lanes = internal::LanesPerRow(dh, 1);
   ABCD_RETURN_IF_ERROR(CheckGridRows("linear attention", sequences));
-  ABCD_RETURN_IF_ERROR(CheckGridRows("linear attention combine", rows.batch));
   const int value_groups = kThreads / (dh / vec);
   // Splits of at least 8 features each; k, q, v and the numerator partials share memory with
   // phi(k) and phi(q) of the block's features.
   ABCD_ASSIGN_OR_RETURN(
       const SplitPlan plan,
-      PlanSplits("linear attention", f_count, sequences * params.n_heads, context.sm_count(),
+      PlanSplits("linear attention", f_count,
+                 internal::SplitBlocks(rows, sequences, params.n_heads), context.sm_count(),
                  /*min_chunk=*/8, MaxChunkForSharedMemory(3 * dh + value_groups * dh + 4, 2)));
   const int splits = plan.splits, chunk = plan.chunk;
+  if (splits > 1) ABCD_RETURN_IF_ERROR(CheckGridRows("linear attention combine", rows.batch));
 
   float* partials = nullptr;
   if (splits > 1) {

@@ -31,7 +31,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 
   CudaModelOptions model_options;
   model_options.max_sequences = options.max_sequences;
-  model_options.max_prefill_tokens = options.max_prefill_tokens;
+  // A device pass holds at most this many prompt rows whatever the scheduler's budget (its
+  // activations and logits buffers grow with it); Decode cuts larger batches into passes.
+  constexpr int kMaxPassPrefillRows = 4096;
+  model_options.max_prefill_tokens = std::min(options.max_prefill_tokens, kMaxPassPrefillRows);
   model_options.max_context = options.max_context;
   model_options.weights = options.weights;
   model_options.cuda_graphs = options.cuda_graphs;

@@ -27,7 +27,7 @@ namespace abcd::cuda {
 struct CudaBackendOptions {
   int device = 0;
   int max_sequences = 256;         // state slots: the largest batch, beams included
-  int max_prefill_tokens = 512;    // rows of one device prefill chunk
+  int max_prefill_tokens = 512;    // prompt rows of one device pass (at most 4096 are used)
   int64_t max_context = 0;         // softmax layers: KV tokens per sequence (0: 2048)
   int64_t state_budget_bytes = 0;  // > 0: fewer slots when max_sequences would exceed it
   WeightType weights = WeightType::kBF16;

@@ -201,7 +201,9 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   positions_.assign(slots, 0);
   in_use_.assign(slots, false);
 
-  max_rows_ = int64_t{options.max_sequences} + options.max_prefill_tokens;
+  // A pass's rows are one launch's grid rows: at most kMaxGridYZ (Decode cuts passes there).
+  max_rows_ =
+      std::min<int64_t>(int64_t{options.max_sequences} + options.max_prefill_tokens, kMaxGridYZ);
   const int64_t rows = max_rows_;
   const int64_t n_layers = static_cast<int64_t>(layers_.size());
   const int64_t n_softmax = static_cast<int64_t>(kv_keys_.size());
@@ -468,7 +470,12 @@ absl::Status CudaModel::Forward(std::span<const SequenceTokens> entries,
   }
 
   ABCD_RETURN_IF_ERROR(StageSequences(entries, rows));
-  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, static_cast<int64_t>(entries.size())));
+  int64_t longest_run = 0;
+  for (const SequenceTokens& entry : entries) {
+    longest_run = std::max(longest_run, static_cast<int64_t>(entry.tokens.size()));
+  }
+  ABCD_RETURN_IF_ERROR(
+      EnqueueForward(rows, max_length, static_cast<int64_t>(entries.size()), longest_run));
   // One copy per stretch of consecutive wanted rows.
   const int64_t vocab = config_.vocab_size;
   size_t offset = logits->size();
@@ -526,7 +533,8 @@ absl::Status CudaModel::Prefill(int slot, std::span<const int32_t> tokens, bool 
   return absl::OkStatus();
 }
 
-absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences) {
+absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences,
+                                       int64_t scan_longest_run) {
   CudaContext& ctx = context_;
   const int64_t d = config_.d_model, ff = config_.d_ff, stride = max_rows_;
   const float eps = config_.layer_norm_eps;
@@ -548,6 +556,7 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t
                   d};
     if (scan_sequences > 0 && layer.softmax_index < 0) {
       step.sequences = scan_sequences;
+      step.longest_run = scan_longest_run;
       step.first = scan_first_.data();
       step.count = scan_count_.data();
     }
@@ -599,7 +608,7 @@ absl::Status CudaModel::StepLogits(std::span<const int> slots, std::span<const i
   int32_t max_length = 0;
   for (int slot : slots) max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
   ABCD_RETURN_IF_ERROR(StageInputs(slots, tokens, rows));
-  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, 0));
+  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, 0, 0));
   const size_t offset = logits->size();
   logits->resize(offset + static_cast<size_t>(rows * config_.vocab_size));
   ABCD_RETURN_IF_ERROR(
@@ -631,7 +640,7 @@ absl::Status CudaModel::CaptureGraphs() {
     ABCD_RETURN_IF_ERROR(CopyToDevice(
         context_, std::vector<DeviceSamplingParams>(rows, DeviceSamplingParams{0, 0, 1, 0, 0}),
         sampling_params_.data()));
-    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, 0, 0));
+    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, 0, 0, 0));
     ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
                                       sampling_params_.data(), sampled_.data()));
   }
@@ -642,7 +651,7 @@ absl::Status CudaModel::CaptureGraphs() {
     ABCD_RETURN_IF_ERROR(
         Check(cudaStreamBeginCapture(context_.stream(), cudaStreamCaptureModeThreadLocal),
               "cudaStreamBeginCapture"));
-    absl::Status status = EnqueueForward(buckets[i], 0, 0);
+    absl::Status status = EnqueueForward(buckets[i], 0, 0, 0);
     if (status.ok()) {
       status = SampleTokens(context_, logits_.data(), buckets[i], config_.vocab_size,
                             sampling_params_.data(), sampled_.data());
@@ -677,7 +686,7 @@ absl::Status CudaModel::StepSample(std::span<const int> slots, std::span<const i
     for (int slot : slots) {
       max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
     }
-    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, 0));
+    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, 0, 0));
     ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
                                       sampling_params_.data(), sampled_.data()));
   } else {

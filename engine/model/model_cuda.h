@@ -120,8 +120,10 @@ class CudaModel {
   float* ValueCache(int slot, const Layer& layer) const;
   // Enqueues the forward pass over the staged rows, leaving logits in logits_. With
   // `scan_sequences` > 0 the rows are that many sequences' runs of consecutive tokens (the scan
-  // form of the state kernels, StageSequences); 0: one row per sequence (StageInputs).
-  absl::Status EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences);
+  // form of the state kernels, StageSequences), the longest `scan_longest_run` rows; 0: one row
+  // per sequence (StageInputs).
+  absl::Status EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences,
+                              int64_t scan_longest_run);
   absl::Status CaptureGraphs();
   int64_t BucketFor(int64_t batch) const;
   void Advance(std::span<const int> slots);

@@ -2,6 +2,7 @@
 // by row) on random inputs: outputs and updated states, over several consecutive steps, at
 // batch sizes that do and do not split heads across blocks, with vectorised (dh % 4 == 0) and
 // scalar shapes. Skipped without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -129,6 +130,7 @@ class PrefillCudaTest : public CudaTest {
     step_rows.sequences = sequences;
     step_rows.first = device_first.data();
     step_rows.count = device_count.data();
+    step_rows.longest_run = *std::max_element(counts.begin(), counts.end());
     ASSERT_TRUE(device_step(step_rows).ok()) << what;
     ExpectClose(Download(out), expected, kTolerance, what + " prefill output");
     ExpectClose(Download(device_states.blocks()), host_states, kTolerance, what + " prefill state");
@@ -154,6 +156,16 @@ TEST_F(PrefillCudaTest, ScanEqualsStepByStep) {
   ComparePrefill(
       elu, 128, counts,
       [&](const StepRows& rows) { return LinearAttentionStep(context(), params, rows); }, "elu");
+}
+
+// The scan form under the shared-memory cap: 300 one-row runs (a decode batch in a mixed pass)
+// and runs of several rows, each over a head of 6500 abc slots.
+TEST_F(PrefillCudaTest, ScanBeyondSharedMemoryEqualsStepByStep) {
+  AbcState abc(1, 32, 6500);
+  const AbcShape shape{1, 32, 6500};
+  auto step = [&](const StepRows& rows) { return AbcStep(context(), shape, rows, true); };
+  ComparePrefill(abc, 32, std::vector<int32_t>(300, 1), step, "abc n6500, 300 single rows");
+  ComparePrefill(abc, 32, {5, 1, 9}, step, "abc n6500, runs of 5, 1, 9");
 }
 
 struct Shape {

@@ -124,8 +124,9 @@ TEST_F(ModelCudaTest, ChunkedPrefillMatchesGoldenLogits) {
   EXPECT_GE(checked, 7);
 }
 
-// One Forward() over the prompts of several sequences (of different lengths), then over the
-// decode tokens of two of them, gives each sequence its own golden logits.
+// One Forward() over the prompts of several sequences of different lengths (the longest in
+// the middle), then passes that mix a prompt's last token with decode tokens, give each
+// sequence its own golden logits.
 TEST_F(ModelCudaTest, ForwardOfSeveralSequencesMatchesGoldenLogits) {
   int checked = 0;
   for (const std::string& name : FixtureNames()) {
@@ -135,28 +136,34 @@ TEST_F(ModelCudaTest, ForwardOfSeveralSequencesMatchesGoldenLogits) {
     const Golden golden = LoadGolden(name);
     const int64_t vocab = model->config().vocab_size;
     const int64_t prompt = static_cast<int64_t>(golden.prompt_ids.size());
-    ASSERT_GE(prompt, 3) << name;
-    const int first = *model->Acquire(), partial = *model->Acquire(), last = *model->Acquire();
+    ASSERT_GE(prompt, 4) << name;
+    const int partial = *model->Acquire(), full = *model->Acquire(), lagging = *model->Acquire();
     const std::span<const int32_t> ids(golden.prompt_ids);
+    // Rows: partial [0, 3), full [3, 3 + P), lagging [3 + P, 2P + 2): all but its last token.
     const CudaModel::SequenceTokens entries[] = {
-        {first, ids}, {partial, ids.first(3)}, {last, ids}};
+        {partial, ids.first(3)}, {full, ids}, {lagging, ids.first(prompt - 1)}};
     std::vector<int64_t> wanted;
-    for (int64_t r = 0; r < prompt; ++r) wanted.push_back(r);  // every row of `first`
-    wanted.push_back(2 * prompt + 3 - 1);                      // the last row of `last`
+    for (int64_t r = 0; r < prompt; ++r) wanted.push_back(3 + r);  // every row of `full`
+    wanted.push_back(2 * prompt + 1);                              // the last row of `lagging`
     std::vector<float> logits;
     ASSERT_TRUE(model->Forward(entries, wanted, &logits).ok()) << name;
     ASSERT_EQ(logits.size(), static_cast<size_t>((prompt + 1) * vocab));
     ExpectClose(std::vector<float>(logits.begin(), logits.begin() + prompt * vocab),
                 golden.prefill_logits, kGoldenTolerance, name + " forward prompt");
-    ExpectClose(Row(logits, prompt, vocab), Row(golden.prefill_logits, prompt - 1, vocab),
-                kGoldenTolerance, name + " forward prompt, last row of the third sequence");
+    ExpectClose(Row(logits, prompt, vocab), Row(golden.prefill_logits, prompt - 2, vocab),
+                kGoldenTolerance, name + " forward prompt, last row of the lagging sequence");
     EXPECT_EQ(model->position(partial), 3);
+    EXPECT_EQ(model->position(lagging), prompt - 1);
     for (size_t i = 0; i < golden.decode_ids.size(); ++i) {
-      const CudaModel::SequenceTokens step[] = {{last, {&golden.decode_ids[i], 1}},
-                                                {first, {&golden.decode_ids[i], 1}}};
-      const int64_t both[] = {0, 1};
+      // Step 0: `lagging` takes its last prompt token and the first decode token in one run.
+      const int32_t catch_up[] = {golden.prompt_ids.back(), golden.decode_ids[0]};
+      const std::span<const int32_t> lagging_tokens =
+          i == 0 ? std::span<const int32_t>(catch_up) : std::span(&golden.decode_ids[i], 1);
+      const CudaModel::SequenceTokens step[] = {{full, {&golden.decode_ids[i], 1}},
+                                                {lagging, lagging_tokens}};
+      const int64_t rows[] = {0, static_cast<int64_t>(lagging_tokens.size())};
       logits.clear();
-      ASSERT_TRUE(model->Forward(step, both, &logits).ok()) << name;
+      ASSERT_TRUE(model->Forward(step, rows, &logits).ok()) << name;
       for (int b = 0; b < 2; ++b) {
         ExpectClose(Row(logits, b, vocab), Row(golden.decode_logits, i, vocab), kGoldenTolerance,
                     name + " forward decode " + std::to_string(i) + " row " + std::to_string(b));
