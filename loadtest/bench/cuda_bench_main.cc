@@ -4,8 +4,9 @@
 //   decode     whole decode steps (device sampling, CUDA graphs for bounded models) vs batch,
 //              softmax at several contexts, each next to the floor
 //              (weight_bytes + 2 * batch * state_bytes) / copy_bandwidth, and memory per sequence
-//   reference  CudaModel against the PyTorch reference (bench_reference.py --device cuda) on
-//              the same checkpoint, tokens and GPU, as `abcd-bench reference` does on the CPU
+//   reference  CudaModel against the PyTorch reference (bench_reference.py --device cuda, eager
+//              and with CUDA graphs) on the same checkpoint, tokens and GPU, as `abcd-bench
+//              reference` does on the CPU
 // Absolute times only mean something on the GPU they were taken on: the output names it.
 #include <cuda_runtime_api.h>
 
@@ -375,7 +376,8 @@ absl::StatusOr<nlohmann::json> RunCudaReference(CudaContext& context, const Argu
   o.python = args.String("python", "python3");
   o.script = args.String("script", absl::StrCat(ABCD_SOURCE_DIR, "/loadtest/bench_reference.py"));
   ABCD_ASSIGN_OR_RETURN(const cuda::WeightType weights, WeightTypeFlag(args));
-  o.script_args = absl::StrCat("--device cuda --dtype ",
+  // PyTorch eager and, where the state keeps its shape, replaying a captured CUDA graph.
+  o.script_args = absl::StrCat("--device cuda --cuda-graphs --dtype ",
                                weights == cuda::WeightType::kBF16 ? "bfloat16" : "float32");
   o.engine_pass = [&context, weights](const Model& model,
                                       const std::vector<std::vector<int32_t>>& rows, int n) {

@@ -89,9 +89,10 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
   nlohmann::json results = nlohmann::json::array();
   std::cout << "== engine vs PyTorch reference (recurrent decode from an empty state, "
             << options.steps << " steps, " << options.threads << " thread(s) each) ==\n";
-  std::cout << absl::StrFormat("%-8s %6s %14s %9s %14s %12s %12s %8s %8s %10s\n", "model", "batch",
-                               "engine ms/step", "floor ms", "torch ms/step", "engine tok/s",
-                               "torch tok/s", "speedup", "argmax=", "max|dlog|");
+  std::cout << absl::StrFormat("%-8s %6s %14s %9s %14s %12s %12s %8s %8s %10s %14s %9s\n", "model",
+                               "batch", "engine ms/step", "floor ms", "torch ms/step",
+                               "engine tok/s", "torch tok/s", "speedup", "argmax=", "max|dlog|",
+                               "graph ms/step", "vs graph");
   for (const std::string& dir : options.models) {
     ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
     const std::string name = ModelLabel(dir);
@@ -157,10 +158,24 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
       }
       const double floor_ms =
           FloorSeconds(model->weight_bytes(), batch, first.state_bytes, options.bandwidth) * 1000;
+      // PyTorch replaying a captured CUDA graph of a step (--cuda-graphs), where it can.
+      nlohmann::json graph = nullptr;
+      std::string graph_ms = "-", graph_speedup = "-";
+      if (ref.contains("graph_step_ms") && ref["graph_step_ms"].is_array()) {
+        const double g = Median(ref["graph_step_ms"].get<std::vector<double>>());
+        graph = {{"reference_step_ms", g},
+                 {"reference_step_ms_passes", ref["graph_step_ms"]},
+                 {"speedup", g / e},
+                 {"argmax", ref.value("graph_argmax", nlohmann::json::array())}};
+        graph_ms = absl::StrFormat("%.3f", g);
+        graph_speedup = absl::StrFormat("%.2fx", g / e);
+      } else if (ref.contains("graph_note")) {
+        graph = {{"note", ref["graph_note"]}};
+      }
       std::cout << absl::StrFormat(
-          "%-8s %6d %14.3f %9.3f %14.3f %12.1f %12.1f %7.2fx %4d/%-3d %10.2e\n", name, batch, e,
-          floor_ms, t, batch / (e / 1000), batch / (t / 1000), t / e, agree,
-          static_cast<int>(ref_argmax.size()), max_diff);
+          "%-8s %6d %14.3f %9.3f %14.3f %12.1f %12.1f %7.2fx %4d/%-3d %10.2e %14s %9s\n", name,
+          batch, e, floor_ms, t, batch / (e / 1000), batch / (t / 1000), t / e, agree,
+          static_cast<int>(ref_argmax.size()), max_diff, graph_ms, graph_speedup);
       results.push_back({{"model", dir},
                          {"label", name},
                          {"attention", AttentionName(*model)},
@@ -175,7 +190,8 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
                          {"speedup", t / e},
                          {"argmax_agree", agree},
                          {"argmax_steps", ref_argmax.size()},
-                         {"max_abs_logit_diff", max_diff}});
+                         {"max_abs_logit_diff", max_diff},
+                         {"reference_cuda_graph", graph}});
     }
     out["torch"] = reference.value("torch", "");
     out["torch_threads"] = reference.value("threads", 0);
