@@ -219,7 +219,10 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   ABCD_ASSIGN_OR_RETURN(attended_, DeviceArray<float>::Allocate(rows * d));
   ABCD_ASSIGN_OR_RETURN(delta_, DeviceArray<float>::Allocate(rows * d));
   ABCD_ASSIGN_OR_RETURN(hidden_, DeviceArray<float>::Allocate(rows * ff));
-  ABCD_ASSIGN_OR_RETURN(logits_, DeviceArray<float>::Allocate(rows * vocab));
+  // Logits for at most one decode batch: Forward() runs the LM head over its wanted rows in
+  // pieces of that size, so the buffer does not grow with the prompt rows of a pass.
+  ABCD_ASSIGN_OR_RETURN(logits_, DeviceArray<float>::Allocate(options.max_sequences * vocab));
+  ABCD_ASSIGN_OR_RETURN(logit_rows_, DeviceArray<int32_t>::Allocate(rows));
   ABCD_ASSIGN_OR_RETURN(sampling_params_, DeviceArray<DeviceSamplingParams>::Allocate(rows));
   ABCD_ASSIGN_OR_RETURN(sampled_, DeviceArray<int32_t>::Allocate(rows));
   ABCD_ASSIGN_OR_RETURN(scan_first_, DeviceArray<int32_t>::Allocate(rows));
@@ -474,22 +477,29 @@ absl::Status CudaModel::Forward(std::span<const SequenceTokens> entries,
   for (const SequenceTokens& entry : entries) {
     longest_run = std::max(longest_run, static_cast<int64_t>(entry.tokens.size()));
   }
-  ABCD_RETURN_IF_ERROR(
-      EnqueueForward(rows, max_length, static_cast<int64_t>(entries.size()), longest_run));
-  // One copy per stretch of consecutive wanted rows.
-  const int64_t vocab = config_.vocab_size;
+  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, static_cast<int64_t>(entries.size()),
+                                      longest_run, /*lm_head=*/false));
+  // The LM head only over the wanted rows, packed into x_ (free after the final LayerNorm),
+  // in pieces of the logits buffer's max_sequences rows, each copied out in stream order.
+  const int64_t vocab = config_.vocab_size, d = config_.d_model;
+  const int64_t wanted = static_cast<int64_t>(logit_rows.size());
   size_t offset = logits->size();
-  logits->resize(offset + logit_rows.size() * static_cast<size_t>(vocab));
-  for (size_t i = 0; i < logit_rows.size();) {
-    size_t j = i + 1;
-    while (j < logit_rows.size() && logit_rows[j] == logit_rows[j - 1] + 1) ++j;
-    const size_t floats = (j - i) * static_cast<size_t>(vocab);
+  logits->resize(offset + static_cast<size_t>(wanted * vocab));
+  if (wanted > 0) {
+    const std::vector<int32_t> indices(logit_rows.begin(), logit_rows.end());
+    ABCD_RETURN_IF_ERROR(CopyToDevice(context_, indices, logit_rows_.data()));
     ABCD_RETURN_IF_ERROR(
-        Check(cudaMemcpyAsync(logits->data() + offset, logits_.data() + logit_rows[i] * vocab,
-                              floats * sizeof(float), cudaMemcpyDeviceToHost, context_.stream()),
-              "copy logits"));
-    offset += floats;
-    i = j;
+        GatherRows(context_, normed_.data(), logit_rows_.data(), wanted, d, x_.data()));
+  }
+  for (int64_t first = 0; first < wanted; first += options_.max_sequences) {
+    const int64_t count = std::min<int64_t>(options_.max_sequences, wanted - first);
+    ABCD_RETURN_IF_ERROR(
+        Linear(context_, x_.data() + first * d, count, lm_head_, nullptr, logits_.data()));
+    ABCD_RETURN_IF_ERROR(Check(cudaMemcpyAsync(logits->data() + offset, logits_.data(),
+                                               static_cast<size_t>(count * vocab) * sizeof(float),
+                                               cudaMemcpyDeviceToHost, context_.stream()),
+                               "copy logits"));
+    offset += static_cast<size_t>(count * vocab);
   }
   ABCD_RETURN_IF_ERROR(context_.Synchronize());
   for (const SequenceTokens& entry : entries) {
@@ -534,7 +544,7 @@ absl::Status CudaModel::Prefill(int slot, std::span<const int32_t> tokens, bool 
 }
 
 absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences,
-                                       int64_t scan_longest_run) {
+                                       int64_t scan_longest_run, bool lm_head) {
   CudaContext& ctx = context_;
   const int64_t d = config_.d_model, ff = config_.d_ff, stride = max_rows_;
   const float eps = config_.layer_norm_eps;
@@ -594,6 +604,7 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t
   }
   ABCD_RETURN_IF_ERROR(LayerNorm(ctx, x_.data(), rows, d, ln_f_weight_.data(), ln_f_bias_.data(),
                                  eps, normed_.data()));
+  if (!lm_head) return absl::OkStatus();
   return Linear(ctx, normed_.data(), rows, lm_head_, nullptr, logits_.data());
 }
 

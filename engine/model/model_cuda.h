@@ -122,8 +122,10 @@ class CudaModel {
   // `scan_sequences` > 0 the rows are that many sequences' runs of consecutive tokens (the scan
   // form of the state kernels, StageSequences), the longest `scan_longest_run` rows; 0: one row
   // per sequence (StageInputs).
+  // Without `lm_head` it stops after the final LayerNorm (normed_), for Forward() to run the
+  // LM head over the rows it wants only.
   absl::Status EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences,
-                              int64_t scan_longest_run);
+                              int64_t scan_longest_run, bool lm_head = true);
   absl::Status CaptureGraphs();
   int64_t BucketFor(int64_t batch) const;
   void Advance(std::span<const int> slots);
@@ -156,7 +158,9 @@ class CudaModel {
   DeviceArray<int32_t> lengths_;
   DeviceArray<float*> state_pointers_;  // [layers, rows]: each layer's block of each row
   DeviceArray<float*> key_pointers_, value_pointers_;  // [softmax layers, rows]
-  DeviceArray<float> x_, normed_, fused_, attended_, delta_, hidden_, logits_;
+  DeviceArray<float> x_, normed_, fused_, attended_, delta_, hidden_;
+  DeviceArray<float> logits_;        // [max_sequences, vocab]
+  DeviceArray<int32_t> logit_rows_;  // [max_rows_]: Forward()'s wanted rows
   DeviceArray<DeviceSamplingParams> sampling_params_;
   DeviceArray<int32_t> sampled_;
 

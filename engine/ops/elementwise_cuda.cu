@@ -138,6 +138,18 @@ __global__ void AddBiasKernel(float* __restrict__ y, int64_t rows, int64_t width
   }
 }
 
+// grid.y strides over output rows, grid.x and the threads over columns.
+__global__ void GatherRowsKernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
+                                 int64_t count, int64_t d, float* __restrict__ y) {
+  for (int64_t i = blockIdx.y; i < count; i += gridDim.y) {
+    const float* source = x + static_cast<int64_t>(rows[i]) * d;
+    for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < d;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      y[i * d + c] = source[c];
+    }
+  }
+}
+
 // One block per row; thread j owns the pair (2j, 2j + 1). Mirrors Model::Embed followed by
 // cpu::AddSinusoidalPosition operation by operation: the scaled embedding is rounded to fp32,
 // then the fp32-rounded sin / cos is added (__fmul_rn / __fadd_rn forbid FMA contraction).
@@ -236,6 +248,18 @@ absl::Status Embed(CudaContext& context, const float* table, const int32_t* toke
   EmbedKernel<<<static_cast<unsigned>(rows), threads, 0, context.stream()>>>(
       table, tokens, positions, d, scale, out);
   return CheckLaunch("EmbedKernel");
+}
+
+absl::Status GatherRows(CudaContext& context, const float* x, const int32_t* rows, int64_t count,
+                        int64_t d, float* y) {
+  if (absl::Status status = CheckCount(count, "GatherRows count"); !status.ok()) return status;
+  if (absl::Status status = CheckCount(d, "GatherRows d"); !status.ok()) return status;
+  if (count == 0 || d == 0) return absl::OkStatus();
+  const int64_t column_blocks = (d + kElementwiseThreads - 1) / kElementwiseThreads;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(column_blocks, 1024)),
+                  static_cast<unsigned>(std::min<int64_t>(count, 65535)));
+  GatherRowsKernel<<<grid, kElementwiseThreads, 0, context.stream()>>>(x, rows, count, d, y);
+  return CheckLaunch("GatherRowsKernel");
 }
 
 }  // namespace abcd::cuda

@@ -37,4 +37,10 @@ absl::Status AddBias(CudaContext& context, float* y, int64_t rows, int64_t width
 absl::Status Embed(CudaContext& context, const float* table, const int32_t* tokens,
                    const int64_t* positions, int64_t rows, int64_t d, float scale, float* out);
 
+// y[i] = x[rows[i]] for `count` rows of width d (the rows whose logits a forward pass needs,
+// packed before the LM head). Row indices must lie in x's rows: the caller checks them on the
+// host. x and y must not overlap.
+absl::Status GatherRows(CudaContext& context, const float* x, const int32_t* rows, int64_t count,
+                        int64_t d, float* y);
+
 }  // namespace abcd::cuda

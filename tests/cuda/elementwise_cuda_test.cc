@@ -131,6 +131,30 @@ TEST_F(ElementwiseCudaTest, AddBiasMatchesCpu) {
   }
 }
 
+// Repeated, reversed and out-of-order rows; more rows than one grid.y pass.
+TEST_F(ElementwiseCudaTest, GatherRowsCopiesTheChosenRows) {
+  uint32_t seed = 350;
+  for (const Shape& shape : {Shape{1, 1}, Shape{300, 130}, Shape{70000, 5}, Shape{4, 3000}}) {
+    const std::vector<float> x = RandomFloats(shape.rows * shape.d, seed++);
+    std::vector<int32_t> rows;
+    for (int64_t i = 0; i < shape.rows + 3; ++i) {
+      rows.push_back(
+          static_cast<int32_t>((shape.rows - 1 - i * 7 % shape.rows + shape.rows) % shape.rows));
+    }
+    const int64_t count = static_cast<int64_t>(rows.size());
+    std::vector<float> expected;
+    for (int32_t r : rows)
+      expected.insert(expected.end(), x.begin() + r * shape.d, x.begin() + (r + 1) * shape.d);
+    DeviceArray<float> x_device = Upload(x);
+    DeviceArray<int32_t> rows_device = Upload(rows);
+    DeviceArray<float> y_device = Upload(std::vector<float>(count * shape.d, NAN));
+    ASSERT_TRUE(
+        GatherRows(context(), x_device.data(), rows_device.data(), count, shape.d, y_device.data())
+            .ok());
+    ExpectClose(Download(y_device), expected, 0.0f, Name("gather_rows", shape));
+  }
+}
+
 TEST_F(ElementwiseCudaTest, EmbedMatchesModelEmbed) {
   constexpr int64_t kVocab = 97;
   uint32_t seed = 400;
