@@ -32,7 +32,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   CudaModelOptions model_options;
   model_options.max_sequences = options.max_sequences;
   // A device pass holds at most this many prompt rows whatever the scheduler's budget (its
-  // activations and logits buffers grow with it); Decode cuts larger batches into passes.
+  // activation buffers grow with it); Decode cuts larger batches into passes.
   constexpr int kMaxPassPrefillRows = 4096;
   model_options.max_prefill_tokens = std::min(options.max_prefill_tokens, kMaxPassPrefillRows);
   model_options.max_context = options.max_context;
