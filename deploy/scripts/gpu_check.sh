@@ -5,10 +5,17 @@
 #   deploy/scripts/gpu_check.sh bundle   # here: build, then pack the CUDA test and benchmark
 #                                        # binaries with the non-CUDA shared libraries they load
 #                                        # into .gpu/bundle.tar.xz (git-ignored via .git/info/exclude)
-#   deploy/scripts/gpu_check.sh run      # there, from the repository root (with .gpu carried):
-#                                        # unpack, run cuda_ops_test, compute-sanitizer memcheck,
-#                                        # make the GPU-size bench models, run abcd-bench-cuda all,
-#                                        # then abcd-server under abcd-loadtest (--device cuda, cpu)
+#   deploy/scripts/gpu_check.sh run [PHASE..]
+#                                        # there, from the repository root (with .gpu carried):
+#                                        # unpack, then the phases (default: all, in this order):
+#                                        #   tests     cuda_ops_test
+#                                        #   memcheck  compute-sanitizer memcheck on the kernel tests
+#                                        #   bench     GPU-size bench models + abcd-bench-cuda all
+#                                        #   server    abcd-server under abcd-loadtest (cuda, cpu)
+#
+# The device tool allows 10 minutes a call: run the phases in separate calls when they do not
+# fit one (each phase has its own time limit, PHASE_SECONDS, default 540, and writes its own
+# files, so a phase cut short still returns what it wrote).
 #
 # On a machine with a GPU and the build dependencies, skip the bundle: build with
 # `cmake -DABCD_WITH_CUDA=ON` and run build/tests/cuda_ops_test and build/loadtest/abcd-bench-cuda.
@@ -43,12 +50,16 @@ case "$mode" in
     tar -C "$staging" -cJf .gpu/bundle.tar.xz bin lib source_root
     rm -rf "$staging"
     echo "wrote .gpu/bundle.tar.xz ($(du -h .gpu/bundle.tar.xz | cut -f1)); carry .gpu and run:"
-    echo "  deploy/scripts/gpu_check.sh run"
+    echo "  deploy/scripts/gpu_check.sh run [tests] [memcheck] [bench] [server]"
     ;;
   run)
+    shift
+    phases=("$@")
+    [[ ${#phases[@]} -eq 0 ]] && phases=(tests memcheck bench server)
     out="${OUT:-$root/.gpu/out}"
+    limit="${PHASE_SECONDS:-540}"
     mkdir -p "$out" /tmp/abcd-gpu
-    tar -C /tmp/abcd-gpu -xJf .gpu/bundle.tar.xz
+    [[ -x /tmp/abcd-gpu/bin/cuda_ops_test ]] || tar -C /tmp/abcd-gpu -xJf .gpu/bundle.tar.xz
     cublas="$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -n 1)")"
     export LD_LIBRARY_PATH="/tmp/abcd-gpu/lib:${cublas}:${LD_LIBRARY_PATH:-}"
     # The binaries carry the absolute source path of the build machine (fixtures, models).
@@ -58,31 +69,55 @@ case "$mode" in
     fi
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
     status=0
-    /tmp/abcd-gpu/bin/cuda_ops_test 2>&1 | tee "$out/cuda_ops_test.log" || status=1
-    if command -v compute-sanitizer >/dev/null; then
-      compute-sanitizer --tool memcheck --error-exitcode 3 /tmp/abcd-gpu/bin/cuda_ops_test \
-        --gtest_filter='AttentionCudaTest.*:PrefillCudaTest.*:ModelCudaTest.*:ElementwiseCudaTest.*' \
-        >"$out/memcheck.log" 2>&1 || status=1
-      tail -n 3 "$out/memcheck.log"
-    fi
-    python3 loadtest/make_bench_models.py --size gpu --dtype bfloat16 --types abc,rfa,t2r,softmax \
-      --out /tmp/abcd-gpu/models
-    /tmp/abcd-gpu/bin/abcd-bench-cuda all \
-      --models /tmp/abcd-gpu/models/abc,/tmp/abcd-gpu/models/rfa,/tmp/abcd-gpu/models/t2r,/tmp/abcd-gpu/models/softmax \
-      --json "$out/cuda_bench.json" 2>&1 | tee "$out/cuda_bench.txt" || status=1
-    # The server end to end on the shipped LM, CUDA and then the CPU of the same machine, with
-    # the same closed-loop workload (greedy, 64 new tokens, 1 and 64 streams in flight).
-    for device in cuda cpu; do
-      /tmp/abcd-gpu/bin/abcd-loadtest --launch_server /tmp/abcd-gpu/bin/abcd-server \
-        --server_args "--device $device --models $root/models/checkpoints/abc-lm" \
-        --concurrency 1,64 --duration 10 --warmup 4 --output_tokens 64 --ignore_eos \
-        --endpoint http-completions --label "abc-lm-$device" \
-        --result_json "$out/server_$device.json" 2>&1 | tee "$out/server_$device.txt" || status=1
+    for phase in "${phases[@]}"; do
+      echo "== phase $phase ($(date -u +%H:%M:%S), limit ${limit}s)"
+      case "$phase" in
+        tests)
+          timeout "$limit" /tmp/abcd-gpu/bin/cuda_ops_test 2>&1 | tee "$out/cuda_ops_test.log" ||
+            status=1
+          ;;
+        memcheck)
+          if ! command -v compute-sanitizer >/dev/null; then
+            echo "no compute-sanitizer here" | tee "$out/memcheck.log"
+            continue
+          fi
+          timeout "$limit" compute-sanitizer --tool memcheck --error-exitcode 3 \
+            /tmp/abcd-gpu/bin/cuda_ops_test \
+            --gtest_filter='AttentionCudaTest.*:PrefillCudaTest.*:ModelCudaTest.*:ElementwiseCudaTest.*' \
+            >"$out/memcheck.log" 2>&1 || status=1
+          tail -n 3 "$out/memcheck.log"
+          ;;
+        bench)
+          [[ -d /tmp/abcd-gpu/models/softmax ]] ||
+            python3 loadtest/make_bench_models.py --size gpu --dtype bfloat16 \
+              --types abc,rfa,t2r,softmax --out /tmp/abcd-gpu/models
+          timeout "$limit" /tmp/abcd-gpu/bin/abcd-bench-cuda all \
+            --models /tmp/abcd-gpu/models/abc,/tmp/abcd-gpu/models/rfa,/tmp/abcd-gpu/models/t2r,/tmp/abcd-gpu/models/softmax \
+            --json "$out/cuda_bench.json" 2>&1 | tee "$out/cuda_bench.txt" || status=1
+          ;;
+        server)
+          # The server end to end on the shipped LM, CUDA and then the CPU of the same machine,
+          # with the same closed-loop workload (greedy, 64 new tokens, 1 and 64 streams).
+          for device in cuda cpu; do
+            timeout "$limit" /tmp/abcd-gpu/bin/abcd-loadtest \
+              --launch_server /tmp/abcd-gpu/bin/abcd-server \
+              --server_args "--device $device --models $root/models/checkpoints/abc-lm" \
+              --concurrency 1,64 --duration 10 --warmup 4 --output_tokens 64 --ignore_eos \
+              --endpoint http-completions --label "abc-lm-$device" \
+              --result_json "$out/server_$device.json" 2>&1 | tee "$out/server_$device.txt" ||
+              status=1
+          done
+          ;;
+        *)
+          echo "unknown phase $phase (tests, memcheck, bench, server)" >&2
+          exit 2
+          ;;
+      esac
     done
     exit "$status"
     ;;
   *)
-    echo "usage: $0 bundle|run" >&2
+    echo "usage: $0 bundle | run [tests] [memcheck] [bench] [server]" >&2
     exit 2
     ;;
 esac
