@@ -31,7 +31,9 @@ case "$mode" in
     cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WITH_CUDA=ON >/dev/null
     cmake --build "$build_dir" --target cuda_ops_test abcd-bench-cuda abcd-server abcd-loadtest \
       abcd_cuda_backend
-    grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
+    exclude="$(git rev-parse --git-path info/exclude)"
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >>"$exclude"
     staging="$(mktemp -d)"
     mkdir -p "$staging/bin" "$staging/lib"
     cp "$build_dir/tests/cuda_ops_test" "$build_dir/loadtest/abcd-bench-cuda" \
