@@ -687,12 +687,13 @@ absl::Status CudaModel::StepSample(std::span<const int> slots, std::span<const i
         absl::StrCat("params has ", params.size(), " rows for ", slots.size(), " slots"));
   }
   const int64_t batch = static_cast<int64_t>(slots.size());
-  const int64_t rows = graphs_.empty() ? batch : BucketFor(batch);
+  const bool replay = uses_graphs();
+  const int64_t rows = replay ? BucketFor(batch) : batch;
   std::vector<DeviceSamplingParams> staged(params.begin(), params.end());
   staged.resize(rows, DeviceSamplingParams{0, 0, 1, 0, 0});  // padding rows: greedy
   ABCD_RETURN_IF_ERROR(StageInputs(slots, tokens, rows));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, staged, sampling_params_.data()));
-  if (graphs_.empty()) {
+  if (!replay) {
     int32_t max_length = 0;
     for (int slot : slots) {
       max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));

@@ -53,7 +53,9 @@ class CudaModel {
   int64_t state_bytes_per_sequence() const { return state_floats_ * 4; }
   // Bytes one token adds to a sequence's softmax KV caches (0 for bounded models).
   int64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
-  bool uses_graphs() const { return !graphs_.empty(); }
+  bool uses_graphs() const { return !graphs_.empty() && graphs_enabled_; }
+  // Benchmarks: StepSample() runs eagerly while disabled, so one model can be timed both ways.
+  void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
 
   // A free slot, reset to the empty state; ResourceExhausted when all are in use.
   absl::StatusOr<int> Acquire();
@@ -165,6 +167,7 @@ class CudaModel {
   DeviceArray<int32_t> sampled_;
 
   std::vector<std::unique_ptr<Graph>> graphs_;  // by bucket index
+  bool graphs_enabled_ = true;
 };
 
 }  // namespace abcd::cuda

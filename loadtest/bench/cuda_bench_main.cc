@@ -1,7 +1,8 @@
 // abcd-bench-cuda: GPU decode benchmarks of the CUDA backend (issue "CUDA backend"):
 //   bandwidth  device copy bandwidth (cudaMemcpy device to device), the floor's denominator
 //   kernels    the fused state kernels alone: achieved state bandwidth vs copy bandwidth
-//   decode     whole decode steps (device sampling, CUDA graphs for bounded models) vs batch,
+//   decode     whole decode steps (device sampling, CUDA graphs for bounded models, and the
+//              same steps eagerly beside them) vs batch,
 //              softmax at several contexts, each next to the floor
 //              (weight_bytes + 2 * batch * state_bytes) / copy_bandwidth, and memory per sequence
 //   reference  CudaModel against the PyTorch reference (bench_reference.py --device cuda, eager
@@ -251,8 +252,9 @@ absl::StatusOr<nlohmann::json> RunCudaDecode(CudaContext& context, const Argumen
   options.cuda_graphs = !args.Has("no_graphs");
   std::cout << "== decode steps (greedy, sampling on the device; time per step incl. the host "
                "round trip) ==\n";
-  std::cout << absl::StrFormat("%-10s %7s %6s %12s %10s %10s %7s %12s\n", "model", "context",
-                               "batch", "state/seq", "step ms", "floor ms", "x floor", "tokens/s");
+  std::cout << absl::StrFormat("%-10s %7s %6s %12s %10s %10s %7s %12s %9s\n", "model", "context",
+                               "batch", "state/seq", "step ms", "floor ms", "x floor", "tokens/s",
+                               "eager ms");
   nlohmann::json results = nlohmann::json::array();
   for (const std::string& dir : models) {
     ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> cpu_model, Model::Load(dir));
@@ -282,26 +284,43 @@ absl::StatusOr<nlohmann::json> RunCudaDecode(CudaContext& context, const Argumen
           if (!bounded) ABCD_RETURN_IF_ERROR(model->SetPositionForBenchmark(slot, length));
           slots.push_back(slot);
         }
-        std::vector<int32_t> tokens = Tokens(7, batch, model->config().vocab_size);
         const std::vector<cuda::DeviceSamplingParams> greedy(
             batch, cuda::DeviceSamplingParams{0, 0, 1, 0, 0});
-        std::vector<int32_t> next;
-        for (int i = 0; i < 3; ++i) {  // warm-up
-          ABCD_RETURN_IF_ERROR(model->StepSample(slots, tokens, greedy, &next));
+        // Seconds per step, with the model's CUDA graphs or eagerly. Softmax positions are
+        // declared, not computed, so a pass may move them: each pass starts at `length`.
+        auto time_steps = [&](bool graphs) -> absl::StatusOr<double> {
+          model->set_graphs_enabled(graphs);
+          for (int slot : slots) {
+            if (!bounded) ABCD_RETURN_IF_ERROR(model->SetPositionForBenchmark(slot, length));
+          }
+          std::vector<int32_t> tokens = Tokens(7, batch, model->config().vocab_size), next;
+          for (int i = 0; i < 3; ++i) {  // warm-up
+            ABCD_RETURN_IF_ERROR(model->StepSample(slots, tokens, greedy, &next));
+          }
+          const auto start = BenchClock::now();
+          for (int64_t i = 0; i < steps; ++i) {
+            ABCD_RETURN_IF_ERROR(model->StepSample(slots, tokens, greedy, &next));
+            tokens = next;
+          }
+          return Seconds(BenchClock::now() - start) / steps;
+        };
+        const bool has_graphs = model->uses_graphs();
+        ABCD_ASSIGN_OR_RETURN(const double step_seconds, time_steps(has_graphs));
+        // The eager step too, side by side: softmax has no graphs, so abc vs softmax at batch 1
+        // is compared both as served and on equal footing.
+        double eager_seconds = step_seconds;
+        if (has_graphs) {
+          ABCD_ASSIGN_OR_RETURN(eager_seconds, time_steps(false));
         }
-        const auto start = BenchClock::now();
-        for (int64_t i = 0; i < steps; ++i) {
-          ABCD_RETURN_IF_ERROR(model->StepSample(slots, tokens, greedy, &next));
-          tokens = next;
-        }
-        const double step_seconds = Seconds(BenchClock::now() - start) / steps;
+        model->set_graphs_enabled(true);
         const int64_t state_bytes = model->state_bytes_per_sequence() + (length + 1) * kv_per_token;
         const double floor = FloorSeconds(model->weight_bytes(), batch, state_bytes, bandwidth);
         const std::string label = ModelLabel(dir);
-        std::cout << absl::StrFormat("%-10s %7s %6d %12s %10.3f %10.3f %7.2f %12.0f\n", label,
+        std::cout << absl::StrFormat("%-10s %7s %6d %12s %10.3f %10.3f %7.2f %12.0f %9.3f\n", label,
                                      bounded ? "any" : absl::StrCat(length), batch,
                                      HumanBytes(state_bytes), step_seconds * 1e3, floor * 1e3,
-                                     step_seconds / floor, batch / step_seconds);
+                                     step_seconds / floor, batch / step_seconds,
+                                     eager_seconds * 1e3);
         results.push_back({{"model", label},
                            {"context", length},
                            {"batch", batch},
@@ -309,7 +328,8 @@ absl::StatusOr<nlohmann::json> RunCudaDecode(CudaContext& context, const Argumen
                            {"weight_bytes", model->weight_bytes()},
                            {"step_seconds", step_seconds},
                            {"floor_seconds", floor},
-                           {"graphs", model->uses_graphs()},
+                           {"graphs", has_graphs},
+                           {"eager_step_seconds", eager_seconds},
                            {"tokens_per_second", batch / step_seconds}});
         for (int slot : slots) model->Release(slot);
       }
