@@ -91,11 +91,12 @@ def time_graph(model, ids, repeats):
     """CUDA-graph replay of a StaticDecoder step over ids [B, T]: (step_ms per pass, argmax of
     row 0 every step of the first pass), or a ValueError naming why no graph can be captured."""
     batch, steps = ids.shape
-    decoder = StaticDecoder(model, batch, steps)
+    warmup = 3
+    decoder = StaticDecoder(model, batch, max(steps, warmup))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm-up outside the graph, as torch.cuda.graph asks
-        for _ in range(3):
+        for _ in range(warmup):
             decoder.ids.copy_(ids[:, 0])
             decoder.step()
     torch.cuda.current_stream().wait_stream(stream)

@@ -15,7 +15,8 @@
 #
 # The device tool allows 10 minutes a call: run the phases in separate calls when they do not
 # fit one (each phase has its own time limit, PHASE_SECONDS, default 540, and writes its own
-# files, so a phase cut short still returns what it wrote).
+# files, so a phase cut short still returns what it wrote). Every call unpacks the carried
+# bundle afresh and makes the bench models again, so nothing stale from a warm machine is used.
 #
 # On a machine with a GPU and the build dependencies, skip the bundle: build with
 # `cmake -DABCD_WITH_CUDA=ON` and run build/tests/cuda_ops_test and build/loadtest/abcd-bench-cuda.
@@ -58,10 +59,21 @@ case "$mode" in
     shift
     phases=("$@")
     [[ ${#phases[@]} -eq 0 ]] && phases=(tests memcheck bench server)
+    for phase in "${phases[@]}"; do
+      case "$phase" in
+        tests | memcheck | bench | server) ;;
+        *)
+          echo "unknown phase $phase (tests, memcheck, bench, server)" >&2
+          exit 2
+          ;;
+      esac
+    done
     out="${OUT:-$root/.gpu/out}"
     limit="${PHASE_SECONDS:-540}"
-    mkdir -p "$out" /tmp/abcd-gpu
-    [[ -x /tmp/abcd-gpu/bin/cuda_ops_test ]] || tar -C /tmp/abcd-gpu -xJf .gpu/bundle.tar.xz
+    mkdir -p "$out"
+    # Always the carried bundle: a warm machine may still hold an older one in /tmp.
+    rm -rf /tmp/abcd-gpu && mkdir -p /tmp/abcd-gpu
+    tar -C /tmp/abcd-gpu -xJf .gpu/bundle.tar.xz
     cublas="$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -n 1)")"
     export LD_LIBRARY_PATH="/tmp/abcd-gpu/lib:${cublas}:${LD_LIBRARY_PATH:-}"
     # The binaries carry the absolute source path of the build machine (fixtures, models).
@@ -73,6 +85,7 @@ case "$mode" in
     status=0
     for phase in "${phases[@]}"; do
       echo "== phase $phase ($(date -u +%H:%M:%S), limit ${limit}s)"
+      deadline=$((SECONDS + limit))
       case "$phase" in
         tests)
           timeout "$limit" /tmp/abcd-gpu/bin/cuda_ops_test 2>&1 | tee "$out/cuda_ops_test.log" ||
@@ -90,18 +103,22 @@ case "$mode" in
           tail -n 3 "$out/memcheck.log"
           ;;
         bench)
-          [[ -d /tmp/abcd-gpu/models/softmax ]] ||
-            python3 loadtest/make_bench_models.py --size gpu --dtype bfloat16 \
-              --types abc,rfa,t2r,softmax --out /tmp/abcd-gpu/models
-          timeout "$limit" /tmp/abcd-gpu/bin/abcd-bench-cuda all \
+          if ! timeout "$limit" python3 loadtest/make_bench_models.py --size gpu \
+            --dtype bfloat16 --types abc,rfa,t2r,softmax --out /tmp/abcd-gpu/models; then
+            status=1
+            continue
+          fi
+          remaining=$((deadline - SECONDS > 1 ? deadline - SECONDS : 1))  # timeout 0: none
+          timeout "$remaining" /tmp/abcd-gpu/bin/abcd-bench-cuda all \
             --models /tmp/abcd-gpu/models/abc,/tmp/abcd-gpu/models/rfa,/tmp/abcd-gpu/models/t2r,/tmp/abcd-gpu/models/softmax \
             --json "$out/cuda_bench.json" 2>&1 | tee "$out/cuda_bench.txt" || status=1
           ;;
         server)
           # The server end to end on the shipped LM, CUDA and then the CPU of the same machine,
           # with the same closed-loop workload (greedy, 64 new tokens, 1 and 64 streams).
+          # Each device gets half of the phase's time.
           for device in cuda cpu; do
-            timeout "$limit" /tmp/abcd-gpu/bin/abcd-loadtest \
+            timeout $((limit / 2)) /tmp/abcd-gpu/bin/abcd-loadtest \
               --launch_server /tmp/abcd-gpu/bin/abcd-server \
               --server_args "--device $device --models $root/models/checkpoints/abc-lm" \
               --concurrency 1,64 --duration 10 --warmup 4 --output_tokens 64 --ignore_eos \
@@ -109,10 +126,6 @@ case "$mode" in
               --result_json "$out/server_$device.json" 2>&1 | tee "$out/server_$device.txt" ||
               status=1
           done
-          ;;
-        *)
-          echo "unknown phase $phase (tests, memcheck, bench, server)" >&2
-          exit 2
           ;;
       esac
     done

@@ -61,12 +61,15 @@ inline int LanesPerRow(int head_dim, int vec) {
   return lanes;
 }
 
-// Blocks a launch has before splitting, as the split choice should see them: rows x heads, but
-// only the heads when a prefill scans long runs, so that the longest scan (the pass's critical
-// path) is split as if its sequence were alone.
+// Blocks a launch has before splitting, as the split choice should see them: rows x heads in
+// decode mode; in a scan, the blocks divided by the longest run (never fewer than the heads),
+// so a long prompt chunk, the pass's critical path, is split as if it were nearly alone even
+// beside many decode rows, while many short runs still count as a full grid.
 inline int64_t SplitBlocks(const StepRows& rows, int64_t sequences, int n_heads) {
-  const bool long_scan = rows.first != nullptr && rows.longest_run > 1;
-  return long_scan ? n_heads : sequences * n_heads;
+  const int64_t blocks = sequences * n_heads;
+  if (rows.first == nullptr || rows.longest_run <= 1) return blocks;
+  const int64_t scaled = blocks / rows.longest_run;
+  return scaled > n_heads ? scaled : n_heads;
 }
 
 // Softmax-style partials, one per (row, head, split): [o (head_dim), m, l] where o is the

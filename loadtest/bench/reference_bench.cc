@@ -89,10 +89,10 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
   nlohmann::json results = nlohmann::json::array();
   std::cout << "== engine vs PyTorch reference (recurrent decode from an empty state, "
             << options.steps << " steps, " << options.threads << " thread(s) each) ==\n";
-  std::cout << absl::StrFormat("%-8s %6s %14s %9s %14s %12s %12s %8s %8s %10s %14s %9s\n", "model",
+  std::cout << absl::StrFormat("%-8s %6s %14s %9s %14s %12s %12s %8s %8s %10s %18s %9s\n", "model",
                                "batch", "engine ms/step", "floor ms", "torch ms/step",
                                "engine tok/s", "torch tok/s", "speedup", "argmax=", "max|dlog|",
-                               "graph ms/step", "vs graph");
+                               "graph ms, =eager", "vs graph");
   for (const std::string& dir : options.models) {
     ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
     const std::string name = ModelLabel(dir);
@@ -163,17 +163,25 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
       std::string graph_ms = "-", graph_speedup = "-";
       if (ref.contains("graph_step_ms") && ref["graph_step_ms"].is_array()) {
         const double g = Median(ref["graph_step_ms"].get<std::vector<double>>());
+        // A wrong capture would still time something: its tokens must be eager PyTorch's.
+        const std::vector<int> graph_argmax = ref.value("graph_argmax", std::vector<int>{});
+        int graph_agree = 0;
+        for (size_t i = 0; i < graph_argmax.size() && i < ref_argmax.size(); ++i) {
+          graph_agree += graph_argmax[i] == ref_argmax[i];
+        }
         graph = {{"reference_step_ms", g},
                  {"reference_step_ms_passes", ref["graph_step_ms"]},
                  {"speedup", g / e},
-                 {"argmax", ref.value("graph_argmax", nlohmann::json::array())}};
-        graph_ms = absl::StrFormat("%.3f", g);
+                 {"argmax_agree_with_eager", graph_agree},
+                 {"argmax_steps", graph_argmax.size()}};
+        graph_ms =
+            absl::StrFormat("%.3f %d/%d", g, graph_agree, static_cast<int>(graph_argmax.size()));
         graph_speedup = absl::StrFormat("%.2fx", g / e);
       } else if (ref.contains("graph_note")) {
         graph = {{"note", ref["graph_note"]}};
       }
       std::cout << absl::StrFormat(
-          "%-8s %6d %14.3f %9.3f %14.3f %12.1f %12.1f %7.2fx %4d/%-3d %10.2e %14s %9s\n", name,
+          "%-8s %6d %14.3f %9.3f %14.3f %12.1f %12.1f %7.2fx %4d/%-3d %10.2e %18s %9s\n", name,
           batch, e, floor_ms, t, batch / (e / 1000), batch / (t / 1000), t / e, agree,
           static_cast<int>(ref_argmax.size()), max_diff, graph_ms, graph_speedup);
       results.push_back({{"model", dir},
