@@ -54,6 +54,7 @@ case "$mode" in
     rm -rf "$staging"
     echo "wrote .gpu/bundle.tar.xz ($(du -h .gpu/bundle.tar.xz | cut -f1)); carry .gpu and run:"
     echo "  deploy/scripts/gpu_check.sh run [tests] [memcheck] [bench] [server]"
+    echo "then, here: python3 loadtest/cuda_report.py OUTPUT_FOLDER > loadtest/results/cuda-GPU-DATE.md"
     ;;
   run)
     shift
