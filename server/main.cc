@@ -175,8 +175,21 @@ int Run(int argc, char** argv) {
                        {"http_port", absl::StrCat(http_service.port())},
                        {"models", absl::StrCat(config->models.size())}});
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  // Waits for SIGTERM/SIGINT. Meanwhile, once a second: has a model's backend failed for good?
+  // Then gRPC health turns NOT_SERVING (readyz already answers 503), so the orchestrator's
+  // probes restart the process, the one remedy for a poisoned GPU context.
+  int signal_number = -1;
+  bool failure_reported = false;
+  while (signal_number <= 0) {
+    const timespec tick{1, 0};
+    signal_number = sigtimedwait(&signals, nullptr, &tick);
+    if (signal_number > 0 || failure_reported) continue;
+    if (const std::string failure = models.BackendFailure(); !failure.empty()) {
+      failure_reported = true;
+      LogEvent("backend_failed", {{"error", failure}});
+      health->SetServingStatus(false);
+    }
+  }
   LogEvent("draining", {{"signal", absl::StrCat(signal_number)},
                         {"grace_seconds", absl::StrCat(config->drain_grace_seconds)}});
   models.set_draining(true);

@@ -77,6 +77,26 @@ CudaBackend::~CudaBackend() {
   cuda_model_.reset();
 }
 
+absl::Status CudaBackend::Health() const {
+  absl::MutexLock lock(&health_mu_);
+  return health_;
+}
+
+absl::Status CudaBackend::Checked(absl::Status status) {
+  if (status.ok() || status.code() != absl::StatusCode::kInternal) return status;
+  // Sticky errors answer every later call, this query included; a failed allocation does not.
+  const cudaError_t stream = cudaStreamQuery(context_->stream());
+  if (stream != cudaSuccess && stream != cudaErrorNotReady) {
+    absl::MutexLock lock(&health_mu_);
+    if (health_.ok()) {
+      health_ = absl::InternalError(absl::StrCat("CUDA device ", context_->device(), ": ",
+                                                 status.message(), " (the context reports ",
+                                                 cudaGetErrorName(stream), " and cannot recover)"));
+    }
+  }
+  return status;
+}
+
 std::string CudaBackend::device_description() const {
   return absl::StrCat(context_->device_name(), " (cuda:", context_->device(), ")");
 }
@@ -195,8 +215,10 @@ BackendMemory CudaBackend::memory() const {
 }
 
 absl::StatusOr<SequenceId> CudaBackend::Acquire() {
-  ABCD_RETURN_IF_ERROR(context_->MakeCurrent());
-  ABCD_ASSIGN_OR_RETURN(const int slot, cuda_model_->Acquire());
+  ABCD_RETURN_IF_ERROR(Checked(context_->MakeCurrent()));
+  absl::StatusOr<int> acquired = cuda_model_->Acquire();
+  if (!acquired.ok()) return Checked(acquired.status());
+  const int slot = *acquired;
   const SequenceId id = next_id_++;
   slots_[id] = slot;
   return id;
@@ -212,8 +234,10 @@ void CudaBackend::Release(SequenceId id) {
 absl::StatusOr<SequenceId> CudaBackend::Fork(SequenceId id) {
   auto it = slots_.find(id);
   if (it == slots_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
-  ABCD_RETURN_IF_ERROR(context_->MakeCurrent());
-  ABCD_ASSIGN_OR_RETURN(const int slot, cuda_model_->Fork(it->second));
+  ABCD_RETURN_IF_ERROR(Checked(context_->MakeCurrent()));
+  absl::StatusOr<int> forked = cuda_model_->Fork(it->second);
+  if (!forked.ok()) return Checked(forked.status());
+  const int slot = *forked;
   const SequenceId copy = next_id_++;
   slots_[copy] = slot;
   return copy;
@@ -250,7 +274,7 @@ absl::Status CudaBackend::Decode(std::span<const DecodeRow> rows, std::vector<fl
     }
   }
 
-  ABCD_RETURN_IF_ERROR(context_->MakeCurrent());
+  ABCD_RETURN_IF_ERROR(Checked(context_->MakeCurrent()));
   // As few forward passes as the rows allow: each carries up to max_rows() rows, prompt chunks
   // and decode tokens together. A run longer than that continues in the next pass (a slot
   // appears once per pass). Passes run in row order, so the logits come out in row order.
@@ -261,7 +285,7 @@ absl::Status CudaBackend::Decode(std::span<const DecodeRow> rows, std::vector<fl
   int64_t pass_rows = 0;
   auto flush = [&]() -> absl::Status {
     if (entries.empty()) return absl::OkStatus();
-    absl::Status status = cuda_model_->Forward(entries, logit_rows, logits);
+    absl::Status status = Checked(cuda_model_->Forward(entries, logit_rows, logits));
     entries.clear();
     logit_rows.clear();
     pass_rows = 0;
@@ -313,10 +337,10 @@ absl::Status CudaBackend::DecodeAndSample(std::span<const SampledRow> rows,
     params.push_back(MakeDeviceSamplingParams(rows[i].sampling, rows[i].step));
   }
   if (rows.empty()) return absl::OkStatus();
-  ABCD_RETURN_IF_ERROR(context_->MakeCurrent());
+  ABCD_RETURN_IF_ERROR(Checked(context_->MakeCurrent()));
   // StepSample refuses repeated slots and full KV caches before it changes anything.
   std::vector<int32_t> next;
-  ABCD_RETURN_IF_ERROR(cuda_model_->StepSample(slots, inputs, params, &next));
+  ABCD_RETURN_IF_ERROR(Checked(cuda_model_->StepSample(slots, inputs, params, &next)));
   tokens->insert(tokens->end(), next.begin(), next.end());
   return absl::OkStatus();
 }

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/backend/decode_backend.h"
 #include "engine/device/cuda_context.h"
 #include "engine/model/model_cuda.h"
@@ -67,6 +69,10 @@ class CudaBackend final : public DecodeBackend {
   absl::Status DecodeAndSample(std::span<const SampledRow> rows,
                                std::vector<int32_t>* tokens) override;
 
+  // The first failure that left the CUDA context unusable (a sticky error such as an illegal
+  // address: every later call fails too), else OK.
+  absl::Status Health() const override;
+
   // Largest |logit difference| / max(1, max |CPU logit|) the parity probe measured.
   double probe_relative_error() const { return probe_relative_error_; }
 
@@ -74,6 +80,9 @@ class CudaBackend final : public DecodeBackend {
   CudaBackend(const Model& model, std::unique_ptr<CudaContext> context)
       : model_(model), context_(std::move(context)) {}
   absl::Status RunParityProbe(double tolerance);
+  // Passes `status` through; when a device call failed, asks the stream whether the context is
+  // poisoned and, if so, keeps the failure for Health().
+  absl::Status Checked(absl::Status status);
 
   const Model& model_;
   std::unique_ptr<CudaContext> context_;
@@ -83,6 +92,8 @@ class CudaBackend final : public DecodeBackend {
   absl::flat_hash_map<SequenceId, int> slots_;
   SequenceId next_id_ = 1;
   double probe_relative_error_ = 0.0;
+  mutable absl::Mutex health_mu_;
+  absl::Status health_ ABSL_GUARDED_BY(health_mu_);
 };
 
 }  // namespace abcd::cuda

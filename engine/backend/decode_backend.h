@@ -42,6 +42,12 @@ class DecodeBackend {
  public:
   virtual ~DecodeBackend() = default;
 
+  // OK while the backend can serve; after a failure it cannot recover from (a GPU context that a
+  // kernel fault poisoned, where every later call fails too), that failure. The Executor then
+  // ends its requests and refuses new ones, and the server reports itself unhealthy so that an
+  // orchestrator restarts it. Any thread may call it.
+  virtual absl::Status Health() const { return absl::OkStatus(); }
+
   // "cpu" or "cuda"; for logs and metrics labels.
   virtual std::string name() const = 0;
   // The device in words (e.g. "NVIDIA H100 80GB HBM3"), "cpu" for the CPU backend.

@@ -121,6 +121,9 @@ class ContinuousBatchingExecutor final : public Executor {
   void ReleaseStates(ActiveRequest& r);
   void RecordToken(ActiveRequest& r);
   void Publish(int64_t batch_size);
+  // After a backend failure that Health() reports as permanent: ends every request with it and
+  // refuses new ones. Engine thread.
+  void CheckBackendHealth();
 
   const std::unique_ptr<DecodeBackend> backend_;  // engine thread only (but constant accessors)
   const ModelConfig& config_;
@@ -136,6 +139,7 @@ class ContinuousBatchingExecutor final : public Executor {
   RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status backend_failure_ ABSL_GUARDED_BY(mu_);  // UNAVAILABLE once the backend failed
   ExecutorStats stats_ ABSL_GUARDED_BY(mu_);
 
   // Engine thread only.
@@ -205,6 +209,7 @@ absl::StatusOr<RequestId> ContinuousBatchingExecutor::Enqueue(GenerationRequest 
   r->enqueued = absl::Now();
   r->context = r->prompt_ids;
   absl::MutexLock lock(&mu_);
+  if (!backend_failure_.ok()) return backend_failure_;
   if (draining_ || stopping_) return absl::UnavailableError("server is draining");
   if (queued_ >= options_.max_waiting_requests) {
     return absl::ResourceExhaustedError(absl::StrCat("overloaded: ", queued_,
@@ -239,6 +244,7 @@ void ContinuousBatchingExecutor::Loop() {
     ExpireDeadlines();
     Admit();
     Step();
+    CheckBackendHealth();
   }
   // Shutdown: whatever is left ends now.
   std::vector<RequestId> all;
@@ -553,6 +559,23 @@ void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, F
                                          absl::ToDoubleSeconds(absl::Now() - r.enqueued));
   }
   r.callback(std::move(event));
+}
+
+void ContinuousBatchingExecutor::CheckBackendHealth() {
+  const absl::Status health = backend_->Health();
+  if (health.ok()) return;
+  const absl::Status failure = absl::UnavailableError(
+      absl::StrCat("the model's backend failed and cannot serve: ", health.message()));
+  {
+    absl::MutexLock lock(&mu_);
+    backend_failure_ = failure;
+    stats_.backend_failure = std::string(health.message());
+  }
+  std::vector<RequestId> all;
+  for (const auto& r : waiting_) all.push_back(r->id);
+  for (const auto& r : running_) all.push_back(r->id);
+  EndRequestsFromOutside(std::move(all), failure);
+  Publish(0);
 }
 
 void ContinuousBatchingExecutor::Publish(int64_t batch_size) {

@@ -65,6 +65,9 @@ struct ExecutorStats {
   int64_t kv_cache_bytes = 0;  // softmax layers' share of state_bytes_in_use
   int64_t iterations = 0;
   bool draining = false;
+  // Empty while the backend serves; else why it cannot (DecodeBackend::Health): the Executor
+  // has ended every request and answers UNAVAILABLE from then on.
+  std::string backend_failure;
 };
 
 // Per-request and per-iteration figures for metrics; called on the engine thread, must be cheap.

@@ -1,6 +1,7 @@
 // The models one server process serves, each with its tokenizer and its own Executor (engine
 // thread and state pool), plus the process's readiness/draining flags. Built once at start-up,
-// then read-only (the flags are atomics), so frontends share it without locks.
+// then read-only (the flags are atomics, the executors thread-safe), so frontends share it
+// without locks.
 #pragma once
 
 #include <atomic>
@@ -54,7 +55,18 @@ class ServedModels {
     return all;
   }
 
-  bool ready() const { return ready_.load() && !draining_.load(); }
+  bool ready() const { return ready_.load() && !draining_.load() && BackendFailure().empty(); }
+  // "<model>: <why>" for the first model whose backend failed for good (its Executor refuses
+  // every request), else empty. The server is then not ready and its gRPC health NOT_SERVING,
+  // so that an orchestrator restarts it.
+  std::string BackendFailure() const {
+    for (const auto& m : models_) {
+      if (m->executor == nullptr) continue;
+      const std::string failure = m->executor->LatestStats().backend_failure;
+      if (!failure.empty()) return m->name + ": " + failure;
+    }
+    return "";
+  }
   bool draining() const { return draining_.load(); }
   void set_ready(bool ready) { ready_.store(ready); }
   void set_draining(bool draining) { draining_.store(draining); }

@@ -287,6 +287,10 @@ void HttpService::Impl::Configure() {
       return;
     }
     res.status = 503;
+    if (const std::string failure = models_.BackendFailure(); !failure.empty()) {
+      res.set_content(Dump(json{{"status", "failed"}, {"error", failure}}), kJson);
+      return;
+    }
     res.set_content(models_.draining() ? R"({"status":"draining"})" : R"({"status":"loading"})",
                     kJson);
   });

@@ -6,7 +6,7 @@
 //   GET  /v1/models       OpenAI-style model list (+ kind, state_bytes_per_sequence)
 //   GET  /v1/models/NAME  one model object
 //   GET  /healthz         200 while the process is up
-//   GET  /readyz          200 when models.ready(), else 503 (loading or draining)
+//   GET  /readyz          200 when models.ready(), else 503 (loading, draining or failed)
 //   GET  /metrics         hooks.render_metrics(), Prometheus text format 0.0.4
 //
 // Bodies are validated at the door (request_parser.h); errors are

@@ -300,8 +300,14 @@ TEST_F(ExecutorTest, ShutdownEndsEverythingOnce) {
 // take the argmax of their logits; it counts the rows it sampled and can be told to fail.
 class SelfSamplingBackend final : public DecodeBackend {
  public:
-  SelfSamplingBackend(const Model& model, std::atomic<int>* sampled_rows, bool fail)
-      : cpu_(model, int64_t{1} << 30), sampled_rows_(sampled_rows), fail_(fail) {}
+  // kFail: every DecodeAndSample fails, but the backend stays healthy (a bad batch);
+  // kBreak: the first failure is permanent (Health() reports it, like a poisoned GPU context).
+  enum class Mode { kWork, kFail, kBreak };
+  SelfSamplingBackend(const Model& model, std::atomic<int>* sampled_rows, Mode mode)
+      : cpu_(model, int64_t{1} << 30), sampled_rows_(sampled_rows), mode_(mode) {}
+  absl::Status Health() const override {
+    return broken_.load() ? absl::InternalError("device lost") : absl::OkStatus();
+  }
   std::string name() const override { return "self-sampling"; }
   std::string device_description() const override { return "test"; }
   const ModelConfig& config() const override { return cpu_.config(); }
@@ -325,7 +331,10 @@ class SelfSamplingBackend final : public DecodeBackend {
   bool samples_tokens() const override { return true; }
   absl::Status DecodeAndSample(std::span<const SampledRow> rows,
                                std::vector<int32_t>* tokens) override {
-    if (fail_) return absl::InternalError("device lost");
+    if (mode_ != Mode::kWork) {
+      broken_ = mode_ == Mode::kBreak;
+      return absl::InternalError("device lost");
+    }
     std::vector<DecodeRow> decode;
     for (const SampledRow& row : rows) {
       if (row.sampling.temperature != 0.0f || row.sampling.repetition_penalty != 1.0f) {
@@ -347,7 +356,8 @@ class SelfSamplingBackend final : public DecodeBackend {
  private:
   CpuBackend cpu_;
   std::atomic<int>* sampled_rows_;
-  bool fail_;
+  Mode mode_;
+  std::atomic<bool> broken_{false};
 };
 
 TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
@@ -356,7 +366,8 @@ TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
   options.prefill_token_budget = 5;  // prompts in chunks next to backend-sampled decode rows
   Start(options);
   std::atomic<int> sampled_rows{0};
-  auto fast = Executor::Create(std::make_unique<SelfSamplingBackend>(*model_, &sampled_rows, false),
+  auto fast = Executor::Create(std::make_unique<SelfSamplingBackend>(
+                                   *model_, &sampled_rows, SelfSamplingBackend::Mode::kWork),
                                *tokenizer_, options);
   ASSERT_TRUE(fast.ok()) << fast.status();
 
@@ -398,8 +409,9 @@ TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
 TEST_F(ExecutorTest, BackendSamplingFailureEndsItsRequestsAndFreesTheirState) {
   Load(kLmDir);
   std::atomic<int> sampled_rows{0};
-  auto failing = Executor::Create(
-      std::make_unique<SelfSamplingBackend>(*model_, &sampled_rows, true), *tokenizer_, {});
+  auto failing = Executor::Create(std::make_unique<SelfSamplingBackend>(
+                                      *model_, &sampled_rows, SelfSamplingBackend::Mode::kFail),
+                                  *tokenizer_, {});
   ASSERT_TRUE(failing.ok()) << failing.status();
   GenerationRequest request;
   request.prompt = "This program is free software";
@@ -415,6 +427,58 @@ TEST_F(ExecutorTest, BackendSamplingFailureEndsItsRequestsAndFreesTheirState) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_EQ((*failing)->LatestStats().state_bytes_in_use, 0);
+  // A failure the backend recovers from ends only its batch: the model still takes requests.
+  EXPECT_TRUE((*failing)->LatestStats().backend_failure.empty());
+  Collector next;
+  EXPECT_TRUE((*failing)->Enqueue(request, next.Callback()).ok());
+  next.Wait();
+}
+
+// A failure the backend cannot recover from (Health() reports it) ends every request, running or
+// waiting, frees their state, and makes the Executor refuse new requests with UNAVAILABLE.
+TEST_F(ExecutorTest, BackendThatBreaksEndsEverythingAndRefusesNewRequests) {
+  Load(kLmDir);
+  std::atomic<int> sampled_rows{0};
+  ExecutorOptions options;
+  options.max_running_sequences = 2;  // the other requests are still waiting when it breaks
+  auto broken = Executor::Create(std::make_unique<SelfSamplingBackend>(
+                                     *model_, &sampled_rows, SelfSamplingBackend::Mode::kBreak),
+                                 *tokenizer_, options);
+  ASSERT_TRUE(broken.ok()) << broken.status();
+  GenerationRequest request;
+  request.prompt = "This program is free software";
+  request.max_tokens = 8;
+  request.sampling.temperature = 0.0f;
+  request.ignore_eos = true;
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (int i = 0; i < 5; ++i) {
+    collectors.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE((*broken)->Enqueue(request, collectors.back()->Callback()).ok());
+  }
+  int unavailable = 0;
+  for (auto& collector : collectors) {
+    const absl::Status status = collector->Wait().back().status;
+    EXPECT_FALSE(status.ok());
+    if (status.code() == absl::StatusCode::kUnavailable) {
+      ++unavailable;
+      EXPECT_NE(status.message().find("backend failed"), std::string::npos) << status;
+      EXPECT_NE(status.message().find("device lost"), std::string::npos) << status;
+    }
+  }
+  EXPECT_GE(unavailable, 3);  // at least the waiting ones
+  EXPECT_EQ((*broken)->LatestStats().backend_failure, "device lost");
+  // The figures are published right after the requests end.
+  for (int i = 0; i < 200 && ((*broken)->LatestStats().state_bytes_in_use != 0 ||
+                              (*broken)->LatestStats().waiting_requests != 0);
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ((*broken)->LatestStats().state_bytes_in_use, 0);
+  EXPECT_EQ((*broken)->LatestStats().waiting_requests, 0);
+  Collector refused;
+  const absl::StatusOr<RequestId> id = (*broken)->Enqueue(request, refused.Callback());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kUnavailable) << id.status();
+  EXPECT_NE(id.status().message().find("device lost"), std::string::npos) << id.status();
 }
 
 }  // namespace

@@ -107,7 +107,16 @@ class FakeExecutor final : public Executor {
     cv_.notify_all();
     for (std::thread& t : threads) t.join();
   }
-  ExecutorStats LatestStats() const override { return {}; }
+  ExecutorStats LatestStats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ExecutorStats stats;
+    stats.backend_failure = backend_failure_;
+    return stats;
+  }
+  void set_backend_failure(std::string failure) {
+    std::lock_guard<std::mutex> lock(mu_);
+    backend_failure_ = std::move(failure);
+  }
   const DecodeBackend& backend() const override { return backend_; }
 
  private:
@@ -173,6 +182,7 @@ class FakeExecutor final : public Executor {
   std::set<RequestId> cancelled_;
   std::vector<std::thread> threads_;
   bool shutdown_ = false;
+  std::string backend_failure_;
 };
 
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout = absl::Seconds(3)) {
@@ -572,6 +582,17 @@ TEST_F(HttpServiceTest, HealthAndReadiness) {
   EXPECT_EQ(status_of("/readyz"), 503);
   EXPECT_EQ(json::parse(client_->Get("/readyz")->body)["status"], "draining");
   EXPECT_EQ(status_of("/healthz"), 200);
+  models_->set_draining(false);
+  EXPECT_EQ(status_of("/readyz"), 200);
+  // A backend that failed for good: not ready, and the reason names the model.
+  lm_->set_backend_failure("CUDA device 0: illegal address");
+  EXPECT_EQ(status_of("/readyz"), 503);
+  const json failed = json::parse(client_->Get("/readyz")->body);
+  EXPECT_EQ(failed["status"], "failed");
+  EXPECT_NE(failed["error"].get<std::string>().find("illegal address"), std::string::npos);
+  EXPECT_EQ(status_of("/healthz"), 200);
+  lm_->set_backend_failure("");
+  models_->set_draining(true);
   json error = PostJson("/v1/completions", {{"prompt", "x"}}, 503);
   EXPECT_EQ(error["error"]["type"], "unavailable_error");
   EXPECT_TRUE(lm_->requests().empty());
