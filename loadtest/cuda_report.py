@@ -126,7 +126,7 @@ def versus_softmax_section(decode):
                 rows.append([model, context, batch, f"{served:.2f}x", f"{eager:.2f}x",
                              f"{s['state_bytes_per_sequence'] / b['state_bytes_per_sequence']:.1f}x"])
     return ("## Bounded state vs softmax of the same size\n\nThroughput of each model over softmax's "
-            "at the same batch and softmax context (as served: bounded models with CUDA graphs; eager: "
+            "at the same batch and softmax context (as served: both with CUDA graphs; eager: "
             "both without), and softmax's memory per sequence over the model's.\n\n"
             + table(["model", "softmax context", "batch", "throughput (served)", "throughput (eager)",
                      "softmax memory / seq"], rows))

@@ -79,10 +79,11 @@ absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionPara
 // land before any row attends, so a prefill is T rows sharing one cache with lengths
 // start, start + 1, ... (causal by construction; rows.first/count are not used).
 struct KvCacheRows {
-  float* const* keys = nullptr;      // [batch]
+  float* const* keys = nullptr;      // [batch]; a null entry is a padding row: output 0
   float* const* values = nullptr;    // [batch]
   const int32_t* lengths = nullptr;  // [batch], before this step's token
-  int32_t max_length = 0;            // host-side max over lengths (sizes the grid)
+  int32_t max_length = 0;  // host-side bound on lengths (sizes the grid; a CUDA graph captures
+                           // it, so any larger bound is valid too: extra chunks are empty)
 };
 absl::Status SoftmaxStep(CudaContext& context, int n_heads, int head_dim, const StepRows& rows,
                          const KvCacheRows& cache);

@@ -33,6 +33,7 @@ __global__ void FillStatesKernel(float* const* states, const float* empty_state,
 
 __global__ void AppendKeyValueKernel(StepRows rows, KvCacheRows cache, int64_t d) {
   const int64_t b = blockIdx.x;
+  if (cache.keys[b] == nullptr) return;  // a padding row of a CUDA-graph bucket
   const float* k = rows.kv + b * rows.kv_stride;
   const int64_t offset = static_cast<int64_t>(cache.lengths[b]) * d;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
@@ -57,6 +58,22 @@ __global__ void __launch_bounds__(kThreads)
   const int local = max(0, min(length, t0 + chunk) - t0);
   const int columns = dh / kVec;
   const int value_groups = kThreads / columns;
+  if (cache.keys[b] == nullptr) {
+    // A padding row of a CUDA-graph bucket: no cache to read; its output is zero.
+    for (int c = threadIdx.x; c < dh; c += kThreads) {
+      if (splits == 1) {
+        rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = 0.0f;
+      } else {
+        float* partial = partials + ((b * n_heads + h) * splits + split) * (dh + 2);
+        partial[c] = 0.0f;
+        if (c == 0) {
+          partial[dh] = 0.0f;      // m
+          partial[dh + 1] = 1.0f;  // l: the combine then yields 0
+        }
+      }
+    }
+    return;
+  }
 
   float* q_s = shared;
   float* score_s = q_s + dh;

@@ -1,5 +1,6 @@
 #include "engine/model/model_cuda.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/container/flat_hash_set.h"
@@ -90,7 +91,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
   cuda_model->options_ = options;
   if (cuda_model->options_.max_context <= 0) cuda_model->options_.max_context = 2048;
   ABCD_RETURN_IF_ERROR(cuda_model->Upload(model, cuda_model->options_));
-  if (options.cuda_graphs && cuda_model->kv_keys_.empty()) {
+  if (options.cuda_graphs) {
     ABCD_RETURN_IF_ERROR(cuda_model->CaptureGraphs());
   }
   return cuda_model;
@@ -346,9 +347,6 @@ float* CudaModel::ValueCache(int slot, const Layer& layer) const {
 absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
                                     int64_t rows) {
   const int64_t stride = max_rows_;
-  if (rows > static_cast<int64_t>(slots.size()) && !kv_keys_.empty()) {
-    return absl::InternalError("padding rows need a model without softmax layers");
-  }
   std::vector<int32_t> token_ids(rows, 0), lengths(rows, 0);
   std::vector<int64_t> positions(rows, 0);
   std::vector<float*> state_pointers(layers_.size() * stride, nullptr);
@@ -356,7 +354,8 @@ absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const 
   std::vector<float*> value_pointers(kv_keys_.size() * stride, nullptr);
   for (int64_t b = 0; b < rows; ++b) {
     const bool real = b < static_cast<int64_t>(slots.size());
-    // Padding rows of a graph bucket keep token 0 and null state pointers (kernels skip them).
+    // Padding rows of a graph bucket keep token 0 and null state and cache pointers (the
+    // kernels skip them).
     if (!real) continue;
     const int slot = slots[b];
     token_ids[b] = tokens[b];
@@ -639,41 +638,61 @@ int64_t CudaModel::BucketFor(int64_t batch) const {
 }
 
 absl::Status CudaModel::CaptureGraphs() {
-  std::vector<int64_t> buckets;
+  graph_batches_.clear();
+  graph_contexts_.clear();
   for (int64_t b = 1;; b *= 2) {
-    buckets.push_back(std::min<int64_t>(b, options_.max_sequences));
+    graph_batches_.push_back(std::min<int64_t>(b, options_.max_sequences));
     if (b >= options_.max_sequences) break;
   }
-  // Every bucket once eagerly first (padding rows only), so that the context workspace has
-  // its final size before any capture: a graph keeps the addresses it was captured with.
-  for (int64_t rows : buckets) {
-    ABCD_RETURN_IF_ERROR(StageInputs({}, {}, rows));
-    ABCD_RETURN_IF_ERROR(CopyToDevice(
-        context_, std::vector<DeviceSamplingParams>(rows, DeviceSamplingParams{0, 0, 1, 0, 0}),
-        sampling_params_.data()));
-    ABCD_RETURN_IF_ERROR(EnqueueForward(rows, 0, 0, 0));
-    ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
-                                      sampling_params_.data(), sampled_.data()));
+  // Softmax layers: one graph per context bucket too, because the split-K grid is sized by the
+  // tokens a step may attend over; a bucket's graph serves every step whose longest context
+  // fits it (the chunks past a row's length are empty).
+  constexpr int64_t kSmallestGraphContext = 256;
+  if (kv_keys_.empty()) {
+    graph_contexts_.push_back(0);
+  } else {
+    for (int64_t c = kSmallestGraphContext;; c *= 2) {
+      graph_contexts_.push_back(std::min(c, options_.max_context));
+      if (c >= options_.max_context) break;
+    }
+  }
+  auto max_length = [](int64_t context) {
+    return static_cast<int32_t>(context > 0 ? context - 1 : 0);
+  };
+  // Every graph's work once eagerly first (padding rows only), so that the context workspace
+  // has its final size before any capture: a graph keeps the addresses it was captured with.
+  for (int64_t context : graph_contexts_) {
+    for (int64_t rows : graph_batches_) {
+      ABCD_RETURN_IF_ERROR(StageInputs({}, {}, rows));
+      ABCD_RETURN_IF_ERROR(CopyToDevice(
+          context_, std::vector<DeviceSamplingParams>(rows, DeviceSamplingParams{0, 0, 1, 0, 0}),
+          sampling_params_.data()));
+      ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length(context), 0, 0));
+      ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
+                                        sampling_params_.data(), sampled_.data()));
+    }
   }
   ABCD_RETURN_IF_ERROR(context_.Synchronize());
-  graphs_.resize(buckets.size());
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    auto graph = std::make_unique<Graph>();
-    ABCD_RETURN_IF_ERROR(
-        Check(cudaStreamBeginCapture(context_.stream(), cudaStreamCaptureModeThreadLocal),
-              "cudaStreamBeginCapture"));
-    absl::Status status = EnqueueForward(buckets[i], 0, 0, 0);
-    if (status.ok()) {
-      status = SampleTokens(context_, logits_.data(), buckets[i], config_.vocab_size,
-                            sampling_params_.data(), sampled_.data());
+  graphs_.clear();
+  for (int64_t context : graph_contexts_) {
+    for (int64_t rows : graph_batches_) {
+      auto graph = std::make_unique<Graph>();
+      ABCD_RETURN_IF_ERROR(
+          Check(cudaStreamBeginCapture(context_.stream(), cudaStreamCaptureModeThreadLocal),
+                "cudaStreamBeginCapture"));
+      absl::Status status = EnqueueForward(rows, max_length(context), 0, 0);
+      if (status.ok()) {
+        status = SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
+                              sampling_params_.data(), sampled_.data());
+      }
+      const absl::Status end =
+          Check(cudaStreamEndCapture(context_.stream(), &graph->graph), "cudaStreamEndCapture");
+      ABCD_RETURN_IF_ERROR(status);
+      ABCD_RETURN_IF_ERROR(end);
+      ABCD_RETURN_IF_ERROR(
+          Check(cudaGraphInstantiate(&graph->exec, graph->graph, 0), "cudaGraphInstantiate"));
+      graphs_.push_back(std::move(graph));
     }
-    const absl::Status end =
-        Check(cudaStreamEndCapture(context_.stream(), &graph->graph), "cudaStreamEndCapture");
-    ABCD_RETURN_IF_ERROR(status);
-    ABCD_RETURN_IF_ERROR(end);
-    ABCD_RETURN_IF_ERROR(
-        Check(cudaGraphInstantiate(&graph->exec, graph->graph, 0), "cudaGraphInstantiate"));
-    graphs_[i] = std::move(graph);
   }
   return absl::OkStatus();
 }
@@ -693,17 +712,26 @@ absl::Status CudaModel::StepSample(std::span<const int> slots, std::span<const i
   staged.resize(rows, DeviceSamplingParams{0, 0, 1, 0, 0});  // padding rows: greedy
   ABCD_RETURN_IF_ERROR(StageInputs(slots, tokens, rows));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, staged, sampling_params_.data()));
+  int32_t max_length = 0;
+  for (int slot : slots) max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
   if (!replay) {
-    int32_t max_length = 0;
-    for (int slot : slots) {
-      max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
-    }
     ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, 0, 0));
     ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
                                       sampling_params_.data(), sampled_.data()));
   } else {
-    size_t index = 0;
-    while ((int64_t{1} << index) < rows && index + 1 < graphs_.size()) ++index;
+    // The batch bucket, and the smallest context bucket that holds the longest context
+    // (Validate keeps every position below max_context, the last bucket).
+    const size_t batch_index = static_cast<size_t>(
+        std::find(graph_batches_.begin(), graph_batches_.end(), rows) - graph_batches_.begin());
+    size_t context_index = 0;
+    while (context_index + 1 < graph_contexts_.size() &&
+           graph_contexts_[context_index] < int64_t{max_length} + 1) {
+      ++context_index;
+    }
+    const size_t index = context_index * graph_batches_.size() + batch_index;
+    if (batch_index >= graph_batches_.size() || index >= graphs_.size()) {
+      return absl::InternalError(absl::StrCat("no CUDA graph for batch ", rows));
+    }
     ABCD_RETURN_IF_ERROR(
         Check(cudaGraphLaunch(graphs_[index]->exec, context_.stream()), "cudaGraphLaunch"));
   }

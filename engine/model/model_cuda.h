@@ -7,9 +7,11 @@
 // slots and runs the whole forward pass on the device: embedding, per layer LayerNorm, ONE
 // fused q|k|v|extra GEMM, the fused per-type state kernel, output projection, residuals, FFN,
 // final LayerNorm, LM head, and either copies the logits back (parity, evaluation) or samples
-// on the device so that only token ids cross to the host. With `cuda_graphs`, bounded models
-// replay one captured graph per bucketed batch size (1, 2, 4, ... max_sequences); rows of a
-// bucket beyond the batch carry no state (the kernels skip them) and are discarded.
+// on the device so that only token ids cross to the host. With `cuda_graphs`, StepSample
+// replays one captured graph per bucketed batch size (1, 2, 4, ... max_sequences), and for
+// softmax models per context bucket too (256, 512, ... max_context tokens: the split-K grid
+// depends on it); rows of a bucket beyond the batch carry no state or cache (the kernels skip
+// them) and are discarded.
 //
 // Forward() runs prompt chunks of several sequences and single decode tokens as ONE pass: every
 // GEMM over all the rows, the bounded states by the scan form of the state kernels (each
@@ -37,7 +39,7 @@ struct CudaModelOptions {
   int max_prefill_tokens = 512;  // rows of one prefill chunk (longer prompts take several)
   int64_t max_context = 0;       // softmax layers: KV capacity per sequence in tokens (0: 2048)
   WeightType weights = WeightType::kBF16;
-  bool cuda_graphs = true;  // bounded models only
+  bool cuda_graphs = true;  // StepSample replays captured graphs
 };
 
 class CudaModel {
@@ -112,7 +114,7 @@ class CudaModel {
   // The lowest free slot, not reset; ResourceExhausted when all are in use.
   absl::StatusOr<int> FreeSlot() const;
   // Copies the step's inputs into the device input buffers for `rows` rows (>= slots.size();
-  // extra rows are padding with no state, so only models without softmax layers have them).
+  // extra rows are padding: no state, no KV cache; the kernels skip them).
   absl::Status StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
                            int64_t rows);
   // Stages the rows of a Forward(): each entry's tokens from its slot's current position.
@@ -166,7 +168,10 @@ class CudaModel {
   DeviceArray<DeviceSamplingParams> sampling_params_;
   DeviceArray<int32_t> sampled_;
 
-  std::vector<std::unique_ptr<Graph>> graphs_;  // by bucket index
+  // Captured decode steps: graphs_[context index * batch buckets + batch index].
+  std::vector<int64_t> graph_batches_;   // 1, 2, 4, ... max_sequences
+  std::vector<int64_t> graph_contexts_;  // softmax: 256, 512, ... max_context tokens; else {0}
+  std::vector<std::unique_ptr<Graph>> graphs_;
   bool graphs_enabled_ = true;
 };
 

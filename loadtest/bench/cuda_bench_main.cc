@@ -1,8 +1,8 @@
 // abcd-bench-cuda: GPU decode benchmarks of the CUDA backend (issue "CUDA backend"):
 //   bandwidth  device copy bandwidth (cudaMemcpy device to device), the floor's denominator
 //   kernels    the fused state kernels alone: achieved state bandwidth vs copy bandwidth
-//   decode     whole decode steps (device sampling, CUDA graphs for bounded models, and the
-//              same steps eagerly beside them) vs batch,
+//   decode     whole decode steps (device sampling, CUDA graphs, and the same steps eagerly
+//              beside them) vs batch,
 //              softmax at several contexts, each next to the floor
 //              (weight_bytes + 2 * batch * state_bytes) / copy_bandwidth, and memory per sequence
 //   reference  CudaModel against the PyTorch reference (bench_reference.py --device cuda, eager
@@ -306,8 +306,7 @@ absl::StatusOr<nlohmann::json> RunCudaDecode(CudaContext& context, const Argumen
         };
         const bool has_graphs = model->uses_graphs();
         ABCD_ASSIGN_OR_RETURN(const double step_seconds, time_steps(has_graphs));
-        // The eager step too, side by side: softmax has no graphs, so abc vs softmax at batch 1
-        // is compared both as served and on equal footing.
+        // The eager step too, side by side: what the graphs save at each batch.
         double eager_seconds = step_seconds;
         if (has_graphs) {
           ABCD_ASSIGN_OR_RETURN(eager_seconds, time_steps(false));

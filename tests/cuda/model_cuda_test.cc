@@ -6,6 +6,7 @@
 #include "engine/model/model_cuda.h"
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,19 +29,31 @@ std::vector<float> Row(const std::vector<float>& matrix, int64_t row, int64_t wi
   return std::vector<float>(matrix.begin() + row * width, matrix.begin() + (row + 1) * width);
 }
 
+// The graph and the eager step may split sums differently (their grids differ), so a greedy
+// pick must be the eager argmax or tie with it within float rounding.
+void ExpectGreedyPick(const std::vector<float>& logits, int row, int64_t vocab, int32_t picked,
+                      const std::string& what) {
+  const auto begin = logits.begin() + row * vocab;
+  ASSERT_GE(picked, 0) << what;
+  ASSERT_LT(picked, vocab) << what;
+  const float best = *std::max_element(begin, begin + vocab);
+  ASSERT_LE(best - begin[picked], 1e-5f * std::max(1.0f, std::abs(best)))
+      << what << " row " << row << ": picked " << picked;
+}
+
 class ModelCudaTest : public CudaTest {
  protected:
   // The CUDA model of fixture `name`, or null when the backend does not run it (then the
   // error must say Unimplemented).
   std::unique_ptr<CudaModel> Make(const std::string& name, bool graphs,
-                                  int max_prefill_tokens = 512) {
+                                  int max_prefill_tokens = 512, int64_t max_context = 128) {
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(FixtureDir(name));
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return nullptr;
     cpu_models_.push_back(std::move(*model));
     CudaModelOptions options;
     options.max_sequences = 4;
-    options.max_context = 128;
+    options.max_context = max_context;
     options.weights = WeightType::kF32;
     options.cuda_graphs = graphs;
     options.max_prefill_tokens = max_prefill_tokens;
@@ -175,7 +188,8 @@ TEST_F(ModelCudaTest, ForwardOfSeveralSequencesMatchesGoldenLogits) {
 }
 
 TEST_F(ModelCudaTest, GraphGreedySamplingEqualsEagerArgmax) {
-  for (const std::string name : {"dec_abc", "dec_rfa_gaussian_gate", "dec_t2r"}) {
+  for (const std::string name :
+       {"dec_abc", "dec_rfa_gaussian_gate", "dec_t2r", "dec_softmax", "dec_mixed"}) {
     std::unique_ptr<CudaModel> graphs = Make(name, /*graphs=*/true);
     std::unique_ptr<CudaModel> eager = Make(name, /*graphs=*/false);
     ASSERT_NE(graphs, nullptr);
@@ -195,12 +209,50 @@ TEST_F(ModelCudaTest, GraphGreedySamplingEqualsEagerArgmax) {
       std::vector<float> logits;
       ASSERT_TRUE(eager->StepLogits(eager_slots, tokens, &logits).ok());
       for (int b = 0; b < 3; ++b) {
-        const auto begin = logits.begin() + b * vocab;
-        const int32_t argmax = static_cast<int32_t>(std::max_element(begin, begin + vocab) - begin);
-        ASSERT_EQ(sampled[b], argmax) << name << " step " << step << " row " << b;
+        ASSERT_NO_FATAL_FAILURE(
+            ExpectGreedyPick(logits, b, vocab, sampled[b], name + " step " + std::to_string(step)));
       }
       tokens = sampled;
     }
+  }
+}
+
+// Softmax graphs are captured per context bucket (256, 512, ... max_context): a run that
+// crosses buckets, with sequences of different lengths in one batch, samples what eager steps
+// sample.
+TEST_F(ModelCudaTest, SoftmaxGraphsAcrossContextBucketsEqualEagerArgmax) {
+  constexpr int kMaxContext = 700;  // buckets 256, 512, 700
+  std::unique_ptr<CudaModel> graphs = Make("dec_softmax", /*graphs=*/true, 512, kMaxContext);
+  std::unique_ptr<CudaModel> eager = Make("dec_softmax", /*graphs=*/false, 512, kMaxContext);
+  ASSERT_NE(graphs, nullptr);
+  ASSERT_NE(eager, nullptr);
+  ASSERT_TRUE(graphs->uses_graphs());
+  const int64_t vocab = eager->config().vocab_size;
+  std::vector<int> graph_slots, eager_slots;
+  std::vector<int32_t> tokens;
+  for (int b = 0; b < 3; ++b) {
+    graph_slots.push_back(*graphs->Acquire());
+    eager_slots.push_back(*eager->Acquire());
+    // Prompts of 1, 101 and 201 tokens: the batch's longest context leads.
+    std::vector<int32_t> prompt;
+    for (int t = 0; t < 1 + 100 * b; ++t)
+      prompt.push_back(static_cast<int32_t>((7 * t + b) % vocab));
+    std::vector<float> ignored;
+    ASSERT_TRUE(graphs->Prefill(graph_slots.back(), prompt, true, &ignored).ok());
+    ASSERT_TRUE(eager->Prefill(eager_slots.back(), prompt, true, &ignored).ok());
+    tokens.push_back(prompt.back());
+  }
+  const std::vector<DeviceSamplingParams> greedy(3, DeviceSamplingParams{0, 0, 1, 0, 0});
+  for (int step = 0; step < 450; ++step) {  // the longest context goes from 201 to 651
+    std::vector<int32_t> sampled;
+    ASSERT_TRUE(graphs->StepSample(graph_slots, tokens, greedy, &sampled).ok()) << step;
+    std::vector<float> logits;
+    ASSERT_TRUE(eager->StepLogits(eager_slots, tokens, &logits).ok()) << step;
+    for (int b = 0; b < 3; ++b) {
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectGreedyPick(logits, b, vocab, sampled[b], "step " + std::to_string(step)));
+    }
+    tokens = sampled;
   }
 }
 
