@@ -44,4 +44,20 @@ absl::Status CheckGridRows(absl::string_view kernel, int64_t rows) {
       absl::StrCat(kernel, ": ", rows, " rows in one launch, more than ", kMaxGridYZ));
 }
 
+std::vector<int64_t> GraphContextBuckets(int64_t max_context) {
+  constexpr int64_t kSmallest = 256;
+  std::vector<int64_t> buckets;
+  for (int64_t c = kSmallest;; c *= 2) {
+    buckets.push_back(std::min(c, max_context));
+    if (c >= max_context) break;
+  }
+  return buckets;
+}
+
+size_t GraphContextIndex(const std::vector<int64_t>& buckets, int64_t tokens) {
+  size_t index = 0;
+  while (index + 1 < buckets.size() && buckets[index] < tokens) ++index;
+  return index;
+}
+
 }  // namespace abcd::cuda

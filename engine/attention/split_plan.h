@@ -3,7 +3,9 @@
 // each takes. Host-only, so the limits it enforces are tested without a GPU.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -33,5 +35,12 @@ int64_t MaxChunkForSharedMemory(int64_t fixed_floats, int64_t floats_per_item);
 
 // InvalidArgument naming `kernel` when `rows` blocks would exceed the grid's y dimension.
 absl::Status CheckGridRows(absl::string_view kernel, int64_t rows);
+
+// Context buckets of softmax models' CUDA graphs (a split-K grid is sized by the tokens it may
+// attend over): 256, 512, ... doubling, the last one max_context itself.
+std::vector<int64_t> GraphContextBuckets(int64_t max_context);
+// The smallest bucket that holds `tokens` (a step's longest context, its own token included);
+// the last one when none does.
+size_t GraphContextIndex(const std::vector<int64_t>& buckets, int64_t tokens);
 
 }  // namespace abcd::cuda

@@ -15,6 +15,9 @@ int DeviceCount() {
 
 absl::Status Check(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return absl::OkStatus();
+  // The runtime also records the error as the thread's last error; reported here, it must not
+  // resurface in the next launch's CheckLaunch (a sticky error stays whatever we do).
+  cudaGetLastError();
   return absl::InternalError(
       absl::StrCat(what, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")"));
 }

@@ -647,15 +647,8 @@ absl::Status CudaModel::CaptureGraphs() {
   // Softmax layers: one graph per context bucket too, because the split-K grid is sized by the
   // tokens a step may attend over; a bucket's graph serves every step whose longest context
   // fits it (the chunks past a row's length are empty).
-  constexpr int64_t kSmallestGraphContext = 256;
-  if (kv_keys_.empty()) {
-    graph_contexts_.push_back(0);
-  } else {
-    for (int64_t c = kSmallestGraphContext;; c *= 2) {
-      graph_contexts_.push_back(std::min(c, options_.max_context));
-      if (c >= options_.max_context) break;
-    }
-  }
+  graph_contexts_ =
+      kv_keys_.empty() ? std::vector<int64_t>{0} : GraphContextBuckets(options_.max_context);
   auto max_length = [](int64_t context) {
     return static_cast<int32_t>(context > 0 ? context - 1 : 0);
   };
@@ -723,11 +716,7 @@ absl::Status CudaModel::StepSample(std::span<const int> slots, std::span<const i
     // (Validate keeps every position below max_context, the last bucket).
     const size_t batch_index = static_cast<size_t>(
         std::find(graph_batches_.begin(), graph_batches_.end(), rows) - graph_batches_.begin());
-    size_t context_index = 0;
-    while (context_index + 1 < graph_contexts_.size() &&
-           graph_contexts_[context_index] < int64_t{max_length} + 1) {
-      ++context_index;
-    }
+    const size_t context_index = GraphContextIndex(graph_contexts_, int64_t{max_length} + 1);
     const size_t index = context_index * graph_batches_.size() + batch_index;
     if (batch_index >= graph_batches_.size() || index >= graphs_.size()) {
       return absl::InternalError(absl::StrCat("no CUDA graph for batch ", rows));

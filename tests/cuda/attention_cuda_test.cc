@@ -347,6 +347,56 @@ TEST_F(AttentionCudaTest, SoftmaxSplitKMatchesCpu) {
   }
 }
 
+// A softmax CUDA graph is captured for a context bucket: its grid covers `max_length` tokens
+// while rows attend over fewer (the chunks past a row's length are empty), and it pads the
+// batch with rows that have no cache (null pointers): they output zeros. Split grids with
+// many empty chunks, and one-split grids (large batch, short bucket).
+TEST_F(AttentionCudaTest, SoftmaxPaddingRowsAndALargerContextBound) {
+  const int h = 4, dh = 32;
+  const int64_t d = static_cast<int64_t>(h) * dh;
+  struct Case {
+    int64_t batch;
+    int32_t max_length;
+  };
+  for (const Case& c : {Case{3, 1000}, Case{301, 200}, Case{301, 1000}}) {
+    const std::string what = "softmax padding, batch " + std::to_string(c.batch) + ", bound " +
+                             std::to_string(c.max_length);
+    SoftmaxState cpu(h, dh);
+    std::vector<KvCache> caches(c.batch);
+    std::vector<int32_t> lengths(c.batch, 0);
+    std::vector<DeviceArray<float>> device_keys, device_values;
+    std::vector<float*> key_pointers(c.batch, nullptr), value_pointers(c.batch, nullptr);
+    for (int64_t b = 0; b < c.batch; b += 2) {  // odd rows are padding
+      KvCache& cache = caches[b];
+      cache.width = d;
+      cache.keys = RandomFloats(151 * d, 500 + b, -1, 1);
+      cache.values = RandomFloats(151 * d, 700 + b, -1, 1);
+      lengths[b] = static_cast<int32_t>((b * 37) % 150);
+      cache.length = lengths[b];
+      device_keys.push_back(Upload(cache.keys));
+      device_values.push_back(Upload(cache.values));
+      key_pointers[b] = device_keys.back().data();
+      value_pointers[b] = device_values.back().data();
+    }
+    DeviceArray<float*> keys = Upload(key_pointers), values = Upload(value_pointers);
+    DeviceArray<int32_t> device_lengths = Upload(lengths);
+    const StepInputs inputs = RandomStep(c.batch, d, 0, 9);
+    std::vector<float> expected(c.batch * d, 0.0f);
+    for (int64_t b = 0; b < c.batch; b += 2) {
+      StateRef ref{nullptr, &caches[b], lengths[b]};
+      cpu.Update(RowOf(inputs, b, d), ref);
+      cpu.Read(inputs.rows.data() + b * inputs.width, ref, expected.data() + b * d);
+    }
+    DeviceArray<float> rows = Upload(inputs.rows);
+    DeviceArray<float> out = Upload(std::vector<float>(c.batch * d, NAN));
+    const StepRows step_rows{c.batch,      rows.data(), inputs.width, rows.data() + d,
+                             inputs.width, nullptr,     out.data(),   d};
+    const KvCacheRows cache_rows{keys.data(), values.data(), device_lengths.data(), c.max_length};
+    ASSERT_TRUE(SoftmaxStep(context(), h, dh, step_rows, cache_rows).ok()) << what;
+    ExpectClose(Download(out), expected, kTolerance, what);
+  }
+}
+
 // CUDA-graph buckets pad the batch with rows whose state pointer is null: they output zeros
 // and leave every real row's output and state as if they were absent.
 TEST_F(AttentionCudaTest, NullStateRowsArePadding) {

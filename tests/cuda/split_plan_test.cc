@@ -74,5 +74,22 @@ TEST(SplitPlanTest, RefusesShapesNoLaunchCanHoldNamingTheKernel) {
   EXPECT_NE(rows.message().find("65536 rows"), std::string::npos);
 }
 
+// Softmax graphs: a step replays the smallest context bucket that holds its longest context
+// (its own token included); the last bucket is max_context, which Validate never exceeds.
+TEST(SplitPlanTest, GraphContextBuckets) {
+  EXPECT_EQ(GraphContextBuckets(700), (std::vector<int64_t>{256, 512, 700}));
+  EXPECT_EQ(GraphContextBuckets(512), (std::vector<int64_t>{256, 512}));
+  EXPECT_EQ(GraphContextBuckets(128), (std::vector<int64_t>{128}));
+  EXPECT_EQ(GraphContextBuckets(8192), (std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}));
+  const std::vector<int64_t> buckets = GraphContextBuckets(700);
+  EXPECT_EQ(GraphContextIndex(buckets, 1), 0u);
+  EXPECT_EQ(GraphContextIndex(buckets, 256), 0u);  // position 255 plus its own token
+  EXPECT_EQ(GraphContextIndex(buckets, 257), 1u);
+  EXPECT_EQ(GraphContextIndex(buckets, 512), 1u);
+  EXPECT_EQ(GraphContextIndex(buckets, 513), 2u);
+  EXPECT_EQ(GraphContextIndex(buckets, 700), 2u);
+  EXPECT_EQ(GraphContextIndex({0}, 5), 0u);  // bounded models: one bucket
+}
+
 }  // namespace
 }  // namespace abcd::cuda
