@@ -26,6 +26,14 @@ int GridStrideBlocks(const CudaContext& context, int64_t n, int threads) {
   return static_cast<int>(std::max<int64_t>(1, std::min(needed, fill)));
 }
 
+// Grid for a [rows, width] kernel whose x strides over columns and y over rows (both loops
+// grid-stride, so any size fits the limits).
+dim3 RowColumnGrid(int64_t rows, int64_t width) {
+  const int64_t column_blocks = (width + kElementwiseThreads - 1) / kElementwiseThreads;
+  return dim3(static_cast<unsigned>(std::min<int64_t>(column_blocks, 1024)),
+              static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+}
+
 // The sum of `value` over the block, returned to every thread. blockDim.x must be a multiple
 // of 32 (at most 1024); `shared` holds kMaxWarps + 1 floats and may be reused by the next call.
 __device__ float BlockSum(float value, float* shared) {
@@ -230,9 +238,7 @@ absl::Status AddBias(CudaContext& context, float* y, int64_t rows, int64_t width
   if (absl::Status status = CheckCount(rows, "AddBias rows"); !status.ok()) return status;
   if (absl::Status status = CheckCount(width, "AddBias width"); !status.ok()) return status;
   if (rows == 0 || width == 0) return absl::OkStatus();
-  const int64_t column_blocks = (width + kElementwiseThreads - 1) / kElementwiseThreads;
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(column_blocks, 1024)),
-                  static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  const dim3 grid = RowColumnGrid(rows, width);
   AddBiasKernel<<<grid, kElementwiseThreads, 0, context.stream()>>>(y, rows, width, bias);
   return CheckLaunch("AddBiasKernel");
 }
@@ -255,9 +261,7 @@ absl::Status GatherRows(CudaContext& context, const float* x, const int32_t* row
   if (absl::Status status = CheckCount(count, "GatherRows count"); !status.ok()) return status;
   if (absl::Status status = CheckCount(d, "GatherRows d"); !status.ok()) return status;
   if (count == 0 || d == 0) return absl::OkStatus();
-  const int64_t column_blocks = (d + kElementwiseThreads - 1) / kElementwiseThreads;
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(column_blocks, 1024)),
-                  static_cast<unsigned>(std::min<int64_t>(count, 65535)));
+  const dim3 grid = RowColumnGrid(count, d);
   GatherRowsKernel<<<grid, kElementwiseThreads, 0, context.stream()>>>(x, rows, count, d, y);
   return CheckLaunch("GatherRowsKernel");
 }
