@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/attention/softmax_state.h"
+#include "engine/ops/vector_clones.h"
 
 namespace abcd {
 
@@ -20,8 +21,9 @@ void AbcState::Init(float* fixed) const {
   }
 }
 
-void AbcUpdateHead(const float* k, const float* v, const float* control, int slots, int head_dim,
-                   float* keys, float* values, float* log_norm) {
+ABCD_VECTOR_CLONES void AbcUpdateHead(const float* k, const float* v, const float* control,
+                                      int slots, int head_dim, float* keys, float* values,
+                                      float* log_norm) {
   for (int j = 0; j < slots; ++j) {
     const float a = control[j];
     const float old = log_norm[j];
@@ -40,23 +42,19 @@ void AbcUpdateHead(const float* k, const float* v, const float* control, int slo
   }
 }
 
-void AbcState::Update(const KeyValueRow& row, const StateRef& state) const {
-  for (int h = 0; h < n_heads_; ++h) {
-    float* head = state.fixed + h * HeadFloats();
-    const int64_t means = static_cast<int64_t>(slots_) * head_dim_;
-    AbcUpdateHead(row.k + h * head_dim_, row.v + h * head_dim_, row.extra + h * slots_, slots_,
-                  head_dim_, head, head + means, head + 2 * means);
-  }
+void AbcState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
+  float* head = state.fixed + h * HeadFloats();
+  const int64_t means = static_cast<int64_t>(slots_) * head_dim_;
+  AbcUpdateHead(row.k + h * head_dim_, row.v + h * head_dim_, row.extra + h * slots_, slots_,
+                head_dim_, head, head + means, head + 2 * means);
 }
 
-void AbcState::Read(const float* q, const StateRef& state, float* out) const {
+void AbcState::ReadHead(int h, const float* q, const StateRef& state, float* out) const {
   // Reading n slots is softmax attention over n (key, value) pairs.
-  for (int h = 0; h < n_heads_; ++h) {
-    const float* head = state.fixed + h * HeadFloats();
-    const int64_t means = static_cast<int64_t>(slots_) * head_dim_;
-    SoftmaxReadHead(q + h * head_dim_, head, head + means, slots_, head_dim_, head_dim_,
-                    out + h * head_dim_);
-  }
+  const float* head = state.fixed + h * HeadFloats();
+  const int64_t means = static_cast<int64_t>(slots_) * head_dim_;
+  SoftmaxReadHead(q + h * head_dim_, head, head + means, slots_, head_dim_, head_dim_,
+                  out + h * head_dim_);
 }
 
 }  // namespace abcd

@@ -15,8 +15,9 @@ class AbcState final : public AttentionState {
   int64_t FixedFloats() const override;
   int64_t ExtraColumns() const override { return static_cast<int64_t>(n_heads_) * slots_; }
   void Init(float* fixed) const override;
-  void Update(const KeyValueRow& row, const StateRef& state) const override;
-  void Read(const float* q, const StateRef& state, float* out) const override;
+  int heads() const override { return n_heads_; }
+  void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
+  void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
 
  private:
   int64_t HeadFloats() const { return static_cast<int64_t>(slots_) * (2 * head_dim_ + 1); }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/container/inlined_vector.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/linear.h"
 
@@ -16,13 +17,15 @@ void Append(std::vector<float>& to, const std::vector<float>& from) {
 
 absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Load(
     const ModelConfig& config, const AttentionSpec& spec, const std::string& prefix,
-    const std::string& shared_prefix, bool cross, WeightLoader& weights) {
+    const std::string& shared_prefix, bool cross, WeightFormat format, WeightLoader& weights) {
   std::unique_ptr<AttentionLayer> layer(new AttentionLayer());
   const int64_t d = config.d_model;
   const int64_t heads = config.n_heads;
   layer->spec_ = spec;
   layer->d_model_ = d;
+  const int64_t floats_before = weights.loaded_floats();
   ABCD_ASSIGN_OR_RETURN(layer->state_, MakeAttentionState(config, spec, prefix, weights));
+  layer->state_weight_bytes_ = 4 * (weights.loaded_floats() - floats_before);
 
   ABCD_ASSIGN_OR_RETURN(std::vector<float> wq, weights.Load(prefix + ".q.weight", {d, d}));
   ABCD_ASSIGN_OR_RETURN(std::vector<float> bq, weights.Load(prefix + ".q.bias", {d}));
@@ -33,7 +36,8 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Load(
   ABCD_ASSIGN_OR_RETURN(std::vector<float> bk, weights.Load(prefix + ".k.bias", {d}));
   ABCD_ASSIGN_OR_RETURN(std::vector<float> wv, weights.Load(prefix + ".v.weight", {d, d}));
   ABCD_ASSIGN_OR_RETURN(std::vector<float> bv, weights.Load(prefix + ".v.bias", {d}));
-  ABCD_ASSIGN_OR_RETURN(layer->out_weight_, weights.Load(prefix + ".o.weight", {d, d}));
+  ABCD_ASSIGN_OR_RETURN(std::vector<float> wo, weights.Load(prefix + ".o.weight", {d, d}));
+  layer->out_ = PackedMatrix::Pack(wo, d, d, format);
   ABCD_ASSIGN_OR_RETURN(layer->out_bias_, weights.Load(prefix + ".o.bias", {d}));
 
   std::vector<float> we, be;  // extra columns: abc control or rfa gate logits
@@ -47,16 +51,25 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Load(
     ABCD_ASSIGN_OR_RETURN(be, weights.Load(prefix + ".gate.bias", {heads}));
   }
 
+  std::vector<float> fused;
   if (cross) {
-    layer->query_weight_ = std::move(wq);
+    layer->query_ = PackedMatrix::Pack(wq, d, d, format);
     layer->query_bias_ = std::move(bq);
   } else {
-    Append(layer->fused_weight_, wq);
+    Append(fused, wq);
     Append(layer->fused_bias_, bq);
   }
-  for (const auto* part : {&wk, &wv, &we}) Append(layer->fused_weight_, *part);
+  for (const auto* part : {&wk, &wv, &we}) Append(fused, *part);
   for (const auto* part : {&bk, &bv, &be}) Append(layer->fused_bias_, *part);
+  const int64_t width = static_cast<int64_t>(layer->fused_bias_.size());
+  layer->fused_ = PackedMatrix::Pack(fused, width, d, format);
   return layer;
+}
+
+int64_t AttentionLayer::weight_bytes() const {
+  const size_t biases = fused_bias_.size() + query_bias_.size() + out_bias_.size();
+  return fused_.bytes() + query_.bytes() + out_.bytes() + static_cast<int64_t>(4 * biases) +
+         state_weight_bytes_;
 }
 
 KeyValueRow AttentionLayer::KeyValueAt(const float* projection_row, int64_t k_offset) const {
@@ -64,66 +77,123 @@ KeyValueRow AttentionLayer::KeyValueAt(const float* projection_row, int64_t k_of
           projection_row + k_offset + 2 * d_model_};
 }
 
-void AttentionLayer::ForwardCausal(const float* x, int64_t rows, std::span<const StateRef> states,
-                                   float* out) const {
-  const int64_t d = d_model_;
-  const int64_t width = static_cast<int64_t>(fused_bias_.size());
-  std::vector<float> projection(rows * width), attended(rows * d);
-  cpu::Linear(x, rows, d, fused_weight_.data(), fused_bias_.data(), width, projection.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = projection.data() + r * width;
-    state_->Update(KeyValueAt(row, d), states[r]);
-    state_->Read(row, states[r], attended.data() + r * d);
+namespace {
+
+// Rows [first, first + count) belong to one sequence (consecutive rows with the same state).
+struct Run {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+absl::InlinedVector<Run, 64> SplitRuns(std::span<const StateRef> states) {
+  absl::InlinedVector<Run, 64> runs;
+  for (int64_t r = 0; r < static_cast<int64_t>(states.size()); ++r) {
+    const StateRef& s = states[static_cast<size_t>(r)];
+    if (!runs.empty()) {
+      const StateRef& prev = states[static_cast<size_t>(runs.back().first)];
+      if (prev.fixed == s.fixed && prev.kv == s.kv) {
+        ++runs.back().count;
+        continue;
+      }
+    }
+    runs.push_back({r, 1});
   }
-  cpu::Linear(attended.data(), rows, d, out_weight_.data(), out_bias_.data(), d, out);
+  return runs;
 }
 
-void AttentionLayer::ForwardBidirectional(const float* x, int64_t rows, float* out) const {
+}  // namespace
+
+void AttentionLayer::ForwardCausal(CpuContext& ctx, const float* x, int64_t rows,
+                                   std::span<const StateRef> states, float* out) const {
   const int64_t d = d_model_;
   const int64_t width = static_cast<int64_t>(fused_bias_.size());
-  std::vector<float> projection(rows * width), attended(rows * d);
-  cpu::Linear(x, rows, d, fused_weight_.data(), fused_bias_.data(), width, projection.data());
+  float* projection = ctx.Buffer(Scratch::kProjection, rows * width);
+  float* attended = ctx.Buffer(Scratch::kAttended, rows * d);
+  cpu::Linear(x, rows, fused_, fused_bias_.data(), projection, &ctx.pool());
+  const absl::InlinedVector<Run, 64> runs = SplitRuns(states);
+  if (state_->UsesKvCache()) {
+    // The cache covers the step's rows before any head writes its part of them.
+    for (const Run& run : runs) {
+      const StateRef& last = states[static_cast<size_t>(run.first + run.count - 1)];
+      last.kv->length = std::max(last.kv->length, last.position + 1);
+    }
+  }
+  const int heads = state_->heads();
+  ctx.pool().ParallelFor(static_cast<int64_t>(runs.size()) * heads, [&](int64_t task) {
+    const Run& run = runs[static_cast<size_t>(task / heads)];
+    const int h = static_cast<int>(task % heads);
+    for (int64_t r = run.first; r < run.first + run.count; ++r) {
+      const float* row = projection + r * width;
+      state_->UpdateHead(h, KeyValueAt(row, d), states[static_cast<size_t>(r)]);
+      state_->ReadHead(h, row, states[static_cast<size_t>(r)], attended + r * d);
+    }
+  });
+  cpu::Linear(attended, rows, out_, out_bias_.data(), out, &ctx.pool());
+}
+
+void AttentionLayer::ForwardBidirectional(CpuContext& ctx, const float* x, int64_t rows,
+                                          float* out) const {
+  const int64_t d = d_model_;
+  const int64_t width = static_cast<int64_t>(fused_bias_.size());
+  float* projection = ctx.Buffer(Scratch::kProjection, rows * width);
+  float* attended = ctx.Buffer(Scratch::kAttended, rows * d);
+  cpu::Linear(x, rows, fused_, fused_bias_.data(), projection, &ctx.pool());
   // A temporary state for this source only: every key is folded in before any query reads.
   std::vector<float> fixed(state_->FixedFloats());
   state_->Init(fixed.data());
   KvCache kv;
   if (state_->UsesKvCache()) {
     kv.width = d;
+    kv.length = rows;
     kv.keys.resize(rows * d);
     kv.values.resize(rows * d);
   }
-  StateRef state{fixed.data(), state_->UsesKvCache() ? &kv : nullptr, 0};
-  for (int64_t r = 0; r < rows; ++r) {
-    state.position = r;
-    state_->Update(KeyValueAt(projection.data() + r * width, d), state);
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    state_->Read(projection.data() + r * width, state, attended.data() + r * d);
-  }
-  cpu::Linear(attended.data(), rows, d, out_weight_.data(), out_bias_.data(), d, out);
+  KvCache* cache = state_->UsesKvCache() ? &kv : nullptr;
+  const int heads = state_->heads();
+  ctx.pool().ParallelFor(heads, [&](int64_t task) {
+    const int h = static_cast<int>(task);
+    for (int64_t r = 0; r < rows; ++r) {
+      state_->UpdateHead(h, KeyValueAt(projection + r * width, d), {fixed.data(), cache, r});
+    }
+    // Every row sees the whole source (the window ring sees its last `window` rows).
+    const StateRef all{fixed.data(), cache, rows - 1};
+    for (int64_t r = 0; r < rows; ++r) {
+      state_->ReadHead(h, projection + r * width, all, attended + r * d);
+    }
+  });
+  cpu::Linear(attended, rows, out_, out_bias_.data(), out, &ctx.pool());
 }
 
-void AttentionLayer::BuildMemory(const float* source, int64_t rows, const StateRef& state) const {
+void AttentionLayer::BuildMemory(CpuContext& ctx, const float* source, int64_t rows,
+                                 const StateRef& state) const {
   const int64_t width = static_cast<int64_t>(fused_bias_.size());
-  std::vector<float> projection(rows * width);
-  cpu::Linear(source, rows, d_model_, fused_weight_.data(), fused_bias_.data(), width,
-              projection.data());
-  StateRef row_state = state;
-  for (int64_t r = 0; r < rows; ++r) {
-    row_state.position = r;
-    state_->Update(KeyValueAt(projection.data() + r * width, 0), row_state);
-  }
+  float* projection = ctx.Buffer(Scratch::kProjection, rows * width);
+  cpu::Linear(source, rows, fused_, fused_bias_.data(), projection, &ctx.pool());
+  if (state.kv != nullptr) state.kv->length = std::max(state.kv->length, rows);
+  const int heads = state_->heads();
+  ctx.pool().ParallelFor(heads, [&](int64_t task) {
+    StateRef row_state = state;
+    for (int64_t r = 0; r < rows; ++r) {
+      row_state.position = r;
+      state_->UpdateHead(static_cast<int>(task), KeyValueAt(projection + r * width, 0), row_state);
+    }
+  });
 }
 
-void AttentionLayer::ForwardCross(const float* x, int64_t rows, std::span<const StateRef> states,
-                                  float* out) const {
+void AttentionLayer::ForwardCross(CpuContext& ctx, const float* x, int64_t rows,
+                                  std::span<const StateRef> states, float* out) const {
   const int64_t d = d_model_;
-  std::vector<float> queries(rows * d), attended(rows * d);
-  cpu::Linear(x, rows, d, query_weight_.data(), query_bias_.data(), d, queries.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    state_->Read(queries.data() + r * d, states[r], attended.data() + r * d);
-  }
-  cpu::Linear(attended.data(), rows, d, out_weight_.data(), out_bias_.data(), d, out);
+  float* queries = ctx.Buffer(Scratch::kProjection, rows * d);
+  float* attended = ctx.Buffer(Scratch::kAttended, rows * d);
+  cpu::Linear(x, rows, query_, query_bias_.data(), queries, &ctx.pool());
+  const int heads = state_->heads();
+  ctx.pool().ParallelFor(rows * heads, [&](int64_t task) {
+    const int64_t r = task / heads;
+    StateRef all = states[static_cast<size_t>(r)];
+    all.position = StateRef::kSeesAll;
+    state_->ReadHead(static_cast<int>(task % heads), queries + r * d, all, attended + r * d);
+  });
+  cpu::Linear(attended, rows, out_, out_bias_.data(), out, &ctx.pool());
 }
 
 }  // namespace abcd

@@ -21,9 +21,13 @@ class WeightLoader;
 
 // The state one token sees in one layer.
 struct StateRef {
+  // A read of a KvCache sees rows [0, min(kv->length, position + 1)): cross attention and
+  // encoder reads pass kSeesAll.
+  static constexpr int64_t kSeesAll = int64_t{1} << 62;
+
   float* fixed = nullptr;  // bounded state block (FixedFloats() floats), null for softmax
   KvCache* kv = nullptr;   // softmax cache, null for bounded types
-  int64_t position = 0;    // index of this token in its sequence (window ring position)
+  int64_t position = 0;    // index of this token in its sequence (KV row, window ring position)
 };
 
 // One token's projected key, value and type-specific extra columns (abc control logits,
@@ -46,10 +50,23 @@ class AttentionState {
   virtual int64_t ExtraColumns() const { return 0; }
   // Writes the empty state.
   virtual void Init(float* fixed) const = 0;
-  // Folds one token into the state.
-  virtual void Update(const KeyValueRow& row, const StateRef& state) const = 0;
-  // out[d_model] = attention of query q (already scaled by 1/sqrt(dh)) over the state.
-  virtual void Read(const float* q, const StateRef& state, float* out) const = 0;
+  virtual int heads() const = 0;
+
+  // Folds one token into head `head`'s part of the state. A KvCache's row `state.position`
+  // is written; the caller has already set kv->length to cover it (capacity is reserved by
+  // the StatePool). Different heads of one state may be updated and read concurrently.
+  virtual void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const = 0;
+  // out[head's dh columns] = attention of query q (the whole row, already scaled by 1/sqrt(dh))
+  // over head `head` of the state.
+  virtual void ReadHead(int head, const float* q, const StateRef& state, float* out) const = 0;
+
+  // Every head, in order (single-threaded callers).
+  void Update(const KeyValueRow& row, const StateRef& state) const {
+    for (int h = 0; h < heads(); ++h) UpdateHead(h, row, state);
+  }
+  void Read(const float* q, const StateRef& state, float* out) const {
+    for (int h = 0; h < heads(); ++h) ReadHead(h, q, state, out);
+  }
 };
 
 // Builds the kernel for `spec`; `prefix` names the attention's tensors (e.g.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/container/inlined_vector.h"
+#include "engine/ops/vector_clones.h"
 
 namespace abcd {
 
@@ -19,54 +20,61 @@ int64_t LinearState::FixedFloats() const { return n_heads_ * HeadFloats(); }
 
 void LinearState::Init(float* fixed) const { std::fill(fixed, fixed + FixedFloats(), 0.0f); }
 
-// Head layout: S [F, dh] then z [F].
-void LinearState::Update(const KeyValueRow& row, const StateRef& state) const {
-  const int f_count = phi_->features();
-  // Inline buffers: no heap allocation for the usual F, dh of a few hundred.
-  absl::InlinedVector<float, 512> phi(f_count), scratch(head_dim_);
-  for (int h = 0; h < n_heads_; ++h) {
-    float* s = state.fixed + h * HeadFloats();
-    float* z = s + static_cast<int64_t>(f_count) * head_dim_;
-    const float* v = row.v + h * head_dim_;
-    phi_->Apply(h, row.k + h * head_dim_, phi.data(), scratch.data());
-    if (gated_) {
-      const float g = 1.0f / (1.0f + std::exp(-row.extra[h]));
-      for (int f = 0; f < f_count; ++f) {
-        const float p = (1.0f - g) * phi[f];
-        float* s_row = s + static_cast<int64_t>(f) * head_dim_;
-        for (int c = 0; c < head_dim_; ++c) s_row[c] = g * s_row[c] + p * v[c];
-        z[f] = g * z[f] + p;
-      }
-    } else {
-      for (int f = 0; f < f_count; ++f) {
-        const float p = phi[f];
-        float* s_row = s + static_cast<int64_t>(f) * head_dim_;
-        for (int c = 0; c < head_dim_; ++c) s_row[c] += p * v[c];
-        z[f] += p;
-      }
-    }
+namespace {
+
+// S = g*S + p (x) v, z = g*z + p: the gated (or, with g = 1, plain) fold of one token.
+ABCD_VECTOR_CLONES void FoldToken(const float* phi, const float* v, float g, float mix, int f_count,
+                                  int head_dim, float* s, float* z) {
+  for (int f = 0; f < f_count; ++f) {
+    const float p = mix * phi[f];
+    float* s_row = s + static_cast<int64_t>(f) * head_dim;
+    for (int c = 0; c < head_dim; ++c) s_row[c] = g * s_row[c] + p * v[c];
+    z[f] = g * z[f] + p;
   }
 }
 
-void LinearState::Read(const float* q, const StateRef& state, float* out) const {
+// o = S^T phi; returns phi . z.
+ABCD_VECTOR_CLONES float ReadState(const float* phi, const float* s, const float* z, int f_count,
+                                   int head_dim, float* o) {
+  std::fill(o, o + head_dim, 0.0f);
+  float denominator = 0.0f;
+  for (int f = 0; f < f_count; ++f) {
+    const float p = phi[f];
+    denominator += p * z[f];
+    const float* s_row = s + static_cast<int64_t>(f) * head_dim;
+    for (int c = 0; c < head_dim; ++c) o[c] += p * s_row[c];
+  }
+  return denominator;
+}
+
+}  // namespace
+
+// Head layout: S [F, dh] then z [F].
+void LinearState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
+  const int f_count = phi_->features();
+  // Inline buffers: no heap allocation for the usual F, dh of a few hundred.
+  absl::InlinedVector<float, 512> phi(f_count), scratch(head_dim_);
+  float* s = state.fixed + h * HeadFloats();
+  float* z = s + static_cast<int64_t>(f_count) * head_dim_;
+  phi_->Apply(h, row.k + h * head_dim_, phi.data(), scratch.data());
+  float g = 1.0f, mix = 1.0f;
+  if (gated_) {
+    g = 1.0f / (1.0f + std::exp(-row.extra[h]));
+    mix = 1.0f - g;
+  }
+  FoldToken(phi.data(), row.v + h * head_dim_, g, mix, f_count, head_dim_, s, z);
+}
+
+void LinearState::ReadHead(int h, const float* q, const StateRef& state, float* out) const {
   const int f_count = phi_->features();
   absl::InlinedVector<float, 512> phi(f_count), scratch(head_dim_);
-  for (int h = 0; h < n_heads_; ++h) {
-    const float* s = state.fixed + h * HeadFloats();
-    const float* z = s + static_cast<int64_t>(f_count) * head_dim_;
-    float* o = out + h * head_dim_;
-    phi_->Apply(h, q + h * head_dim_, phi.data(), scratch.data());
-    std::fill(o, o + head_dim_, 0.0f);
-    float denominator = 0.0f;
-    for (int f = 0; f < f_count; ++f) {
-      const float p = phi[f];
-      denominator += p * z[f];
-      const float* s_row = s + static_cast<int64_t>(f) * head_dim_;
-      for (int c = 0; c < head_dim_; ++c) o[c] += p * s_row[c];
-    }
-    const float inv = 1.0f / std::max(denominator, eps_);
-    for (int c = 0; c < head_dim_; ++c) o[c] *= inv;
-  }
+  const float* s = state.fixed + h * HeadFloats();
+  const float* z = s + static_cast<int64_t>(f_count) * head_dim_;
+  float* o = out + h * head_dim_;
+  phi_->Apply(h, q + h * head_dim_, phi.data(), scratch.data());
+  const float denominator = ReadState(phi.data(), s, z, f_count, head_dim_, o);
+  const float inv = 1.0f / std::max(denominator, eps_);
+  for (int c = 0; c < head_dim_; ++c) o[c] *= inv;
 }
 
 RandomFeatureMap::RandomFeatureMap(int n_heads, int head_dim, int random_features, RfaKernel kernel,

@@ -28,8 +28,9 @@ class LinearState final : public AttentionState {
   int64_t FixedFloats() const override;
   int64_t ExtraColumns() const override { return gated_ ? n_heads_ : 0; }
   void Init(float* fixed) const override;
-  void Update(const KeyValueRow& row, const StateRef& state) const override;
-  void Read(const float* q, const StateRef& state, float* out) const override;
+  int heads() const override { return n_heads_; }
+  void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
+  void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
   const FeatureMap& feature_map() const { return *phi_; }
   bool gated() const { return gated_; }
   float eps() const { return eps_; }

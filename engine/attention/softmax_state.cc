@@ -5,10 +5,12 @@
 #include <limits>
 #include <vector>
 
+#include "engine/ops/vector_clones.h"
+
 namespace abcd {
 
-void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
-                     int64_t stride, int head_dim, float* out) {
+ABCD_VECTOR_CLONES void SoftmaxReadHead(const float* q, const float* keys, const float* values,
+                                        int64_t count, int64_t stride, int head_dim, float* out) {
   std::fill(out, out + head_dim, 0.0f);
   if (count == 0) return;
   // Online softmax: one pass, rescaling the running sum when the maximum grows.
@@ -33,20 +35,19 @@ void SoftmaxReadHead(const float* q, const float* keys, const float* values, int
   for (int c = 0; c < head_dim; ++c) out[c] *= inv;
 }
 
-void SoftmaxState::Update(const KeyValueRow& row, const StateRef& state) const {
+void SoftmaxState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
   KvCache& kv = *state.kv;
-  std::copy(row.k, row.k + kv.width, kv.key(kv.length));
-  std::copy(row.v, row.v + kv.width, kv.value(kv.length));
-  ++kv.length;
+  const int64_t offset = static_cast<int64_t>(h) * head_dim_;
+  std::copy(row.k + offset, row.k + offset + head_dim_, kv.key(state.position) + offset);
+  std::copy(row.v + offset, row.v + offset + head_dim_, kv.value(state.position) + offset);
 }
 
-void SoftmaxState::Read(const float* q, const StateRef& state, float* out) const {
+void SoftmaxState::ReadHead(int h, const float* q, const StateRef& state, float* out) const {
   const KvCache& kv = *state.kv;
-  for (int h = 0; h < n_heads_; ++h) {
-    const int64_t offset = static_cast<int64_t>(h) * head_dim_;
-    SoftmaxReadHead(q + offset, kv.keys.data() + offset, kv.values.data() + offset, kv.length,
-                    kv.width, head_dim_, out + offset);
-  }
+  const int64_t offset = static_cast<int64_t>(h) * head_dim_;
+  const int64_t count = std::min(kv.length, state.position + 1);
+  SoftmaxReadHead(q + offset, kv.keys.data() + offset, kv.values.data() + offset, count, kv.width,
+                  head_dim_, out + offset);
 }
 
 // Window layout: keys [window, d_model] then values [window, d_model]; token p lives in row
@@ -57,22 +58,22 @@ int64_t WindowState::FixedFloats() const {
 
 void WindowState::Init(float* fixed) const { std::fill(fixed, fixed + FixedFloats(), 0.0f); }
 
-void WindowState::Update(const KeyValueRow& row, const StateRef& state) const {
+void WindowState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
   const int64_t width = static_cast<int64_t>(n_heads_) * head_dim_;
   const int64_t slot = state.position % window_;
-  std::copy(row.k, row.k + width, state.fixed + slot * width);
-  std::copy(row.v, row.v + width, state.fixed + (window_ + slot) * width);
+  const int64_t offset = static_cast<int64_t>(h) * head_dim_;
+  std::copy(row.k + offset, row.k + offset + head_dim_, state.fixed + slot * width + offset);
+  std::copy(row.v + offset, row.v + offset + head_dim_,
+            state.fixed + (window_ + slot) * width + offset);
 }
 
-void WindowState::Read(const float* q, const StateRef& state, float* out) const {
+void WindowState::ReadHead(int h, const float* q, const StateRef& state, float* out) const {
   const int64_t width = static_cast<int64_t>(n_heads_) * head_dim_;
   // Softmax is order-independent, so the ring can be read in storage order.
   const int64_t count = std::min<int64_t>(state.position + 1, window_);
-  for (int h = 0; h < n_heads_; ++h) {
-    const int64_t offset = static_cast<int64_t>(h) * head_dim_;
-    SoftmaxReadHead(q + offset, state.fixed + offset, state.fixed + window_ * width + offset, count,
-                    width, head_dim_, out + offset);
-  }
+  const int64_t offset = static_cast<int64_t>(h) * head_dim_;
+  SoftmaxReadHead(q + offset, state.fixed + offset, state.fixed + window_ * width + offset, count,
+                  width, head_dim_, out + offset);
 }
 
 }  // namespace abcd

@@ -13,8 +13,9 @@ class SoftmaxState final : public AttentionState {
   int64_t FixedFloats() const override { return 0; }
   bool UsesKvCache() const override { return true; }
   void Init(float*) const override {}
-  void Update(const KeyValueRow& row, const StateRef& state) const override;
-  void Read(const float* q, const StateRef& state, float* out) const override;
+  int heads() const override { return n_heads_; }
+  void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
+  void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
 
  private:
   int n_heads_;
@@ -28,8 +29,9 @@ class WindowState final : public AttentionState {
       : n_heads_(n_heads), head_dim_(head_dim), window_(window) {}
   int64_t FixedFloats() const override;
   void Init(float* fixed) const override;
-  void Update(const KeyValueRow& row, const StateRef& state) const override;
-  void Read(const float* q, const StateRef& state, float* out) const override;
+  int heads() const override { return n_heads_; }
+  void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
+  void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
 
  private:
   int n_heads_;

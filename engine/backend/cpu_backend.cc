@@ -1,12 +1,18 @@
 #include "engine/backend/cpu_backend.h"
 
 #include "absl/strings/str_cat.h"
+#include "engine/ops/linear.h"
 #include "engine/scheduler/capacity_scheduler.h"
 
 namespace abcd {
 
-CpuBackend::CpuBackend(const Model& model, int64_t budget_bytes)
-    : model_(model), pool_(model.state_layout(), budget_bytes) {}
+CpuBackend::CpuBackend(const Model& model, int64_t budget_bytes, int threads)
+    : model_(model), pool_(model.state_layout(), budget_bytes), context_(threads) {}
+
+std::string CpuBackend::device_description() const {
+  return absl::StrCat("cpu (", context_.threads(), " threads, ", cpu::LinearKernelName(), " ",
+                      WeightFormatName(model_.weight_format()), " kernels)");
+}
 
 absl::StatusOr<int64_t> CpuBackend::RequestBytes(int64_t prompt_tokens, int64_t source_tokens,
                                                  int64_t max_new_tokens, int sequences) const {

@@ -1,5 +1,6 @@
-// The CPU backend: the loaded Model computes, a StatePool of `budget_bytes` holds the states.
-// The reference every other backend is compared against, and the fallback without a GPU.
+// The CPU backend: the loaded Model computes on this backend's CpuContext (its own `threads`
+// threads and reused buffers), a StatePool of `budget_bytes` holds the states. The reference
+// every other backend is compared against, and the fallback without a GPU.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +17,10 @@ namespace abcd {
 class CpuBackend final : public DecodeBackend {
  public:
   // `model` must outlive the backend.
-  CpuBackend(const Model& model, int64_t budget_bytes);
+  CpuBackend(const Model& model, int64_t budget_bytes, int threads = 1);
 
   std::string name() const override { return "cpu"; }
-  std::string device_description() const override { return "cpu"; }
+  std::string device_description() const override;
   const ModelConfig& config() const override { return model_.config(); }
   int64_t weight_bytes() const override { return model_.weight_bytes(); }
   int64_t state_bytes_per_sequence() const override { return model_.state_layout().FixedBytes(); }
@@ -32,15 +33,16 @@ class CpuBackend final : public DecodeBackend {
   void Release(SequenceId id) override { pool_.Release(id); }
   absl::StatusOr<SequenceId> Fork(SequenceId id) override { return pool_.Fork(id); }
   absl::Status Encode(std::span<const int32_t> source, SequenceId id) override {
-    return model_.Encode(source, id, pool_);
+    return model_.Encode(context_, source, id, pool_);
   }
   absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) override {
-    return model_.Decode(rows, pool_, logits);
+    return model_.Decode(context_, rows, pool_, logits);
   }
 
  private:
   const Model& model_;
   StatePool pool_;
+  CpuContext context_;
 };
 
 }  // namespace abcd

@@ -1,5 +1,6 @@
 #include "engine/model/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/container/flat_hash_map.h"
@@ -16,21 +17,45 @@ namespace abcd {
 Model::Model() = default;
 Model::~Model() = default;
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
+namespace {
+
+// The checkpoint's own matrix format: its embedding's dtype.
+WeightFormat NativeFormat(const SafetensorsFile& file) {
+  absl::StatusOr<const TensorView*> embed = file.Get("embed.weight");
+  if (!embed.ok()) return WeightFormat::kF32;
+  switch ((*embed)->dtype) {
+    case DType::kBF16:
+      return WeightFormat::kBF16;
+    case DType::kF16:
+      return WeightFormat::kF16;
+    default:
+      return WeightFormat::kF32;
+  }
+}
+
+absl::StatusOr<PackedMatrix> LoadMatrix(WeightLoader& weights, const std::string& name, int64_t out,
+                                        int64_t in, WeightFormat format) {
+  ABCD_ASSIGN_OR_RETURN(std::vector<float> w, weights.Load(name, {out, in}));
+  return PackedMatrix::Pack(w, out, in, format);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
+                                                   const ModelLoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
   model->directory_ = dir;
   ABCD_ASSIGN_OR_RETURN(model->config_, LoadModelConfig(dir + "/config.json"));
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
                         SafetensorsFile::Open(dir + "/model.safetensors"));
-  for (const std::string& name : file->TensorNames()) {
-    model->weight_bytes_ += static_cast<int64_t>((*file->Get(name))->bytes.size());
-  }
+  model->weight_format_ = options.weight_format.value_or(NativeFormat(*file));
   WeightLoader weights(*file);
   const ModelConfig& c = model->config_;
   const int64_t vocab = c.vocab_size, d = c.d_model;
-  ABCD_ASSIGN_OR_RETURN(model->embedding_, weights.Load("embed.weight", {vocab, d}));
+  const WeightFormat format = model->weight_format_;
+  ABCD_ASSIGN_OR_RETURN(model->embedding_, LoadMatrix(weights, "embed.weight", vocab, d, format));
   if (!c.tie_embeddings) {
-    ABCD_ASSIGN_OR_RETURN(model->lm_head_, weights.Load("lm_head.weight", {vocab, d}));
+    ABCD_ASSIGN_OR_RETURN(model->lm_head_, LoadMatrix(weights, "lm_head.weight", vocab, d, format));
   }
   model->decoder_ = std::make_unique<Stack>();
   ABCD_RETURN_IF_ERROR(model->LoadStack("decoder", c.decoder_layers, weights, *model->decoder_));
@@ -40,7 +65,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
   }
   ABCD_RETURN_IF_ERROR(weights.CheckAllUsed());
   model->BuildLayout();
+  model->weight_bytes_ = model->CountWeightBytes();
   return model;
+}
+
+int64_t Model::CountWeightBytes() const {
+  int64_t bytes = embedding_.bytes() + lm_head_.bytes();
+  auto floats = [](const std::vector<float>& v) { return static_cast<int64_t>(4 * v.size()); };
+  for (const Stack* stack : {decoder_.get(), encoder_.get()}) {
+    if (stack == nullptr) continue;
+    bytes += floats(stack->ln_f_weight) + floats(stack->ln_f_bias);
+    for (const Block& b : stack->blocks) {
+      bytes += floats(b.ln1_weight) + floats(b.ln1_bias) + floats(b.ln2_weight) +
+               floats(b.ln2_bias) + floats(b.ln_cross_weight) + floats(b.ln_cross_bias);
+      bytes += b.fc1.bytes() + b.fc2.bytes() + floats(b.fc1_bias) + floats(b.fc2_bias);
+      bytes += b.self_attention->weight_bytes();
+      if (b.cross_attention) bytes += b.cross_attention->weight_bytes();
+    }
+  }
+  return bytes;
 }
 
 absl::Status Model::LoadStack(const std::string& name, const std::vector<LayerSpec>& layers,
@@ -56,17 +99,19 @@ absl::Status Model::LoadStack(const std::string& name, const std::vector<LayerSp
     ABCD_ASSIGN_OR_RETURN(block.ln2_bias, weights.Load(p + ".ln2.bias", {d}));
     ABCD_ASSIGN_OR_RETURN(block.self_attention,
                           AttentionLayer::Load(config_, layers[i].attention, p + ".attn", shared,
-                                               /*cross=*/false, weights));
+                                               /*cross=*/false, weight_format_, weights));
     if (layers[i].cross_attention) {
       ABCD_ASSIGN_OR_RETURN(block.ln_cross_weight, weights.Load(p + ".ln_cross.weight", {d}));
       ABCD_ASSIGN_OR_RETURN(block.ln_cross_bias, weights.Load(p + ".ln_cross.bias", {d}));
       ABCD_ASSIGN_OR_RETURN(block.cross_attention,
                             AttentionLayer::Load(config_, *layers[i].cross_attention, p + ".cross",
-                                                 "", /*cross=*/true, weights));
+                                                 "", /*cross=*/true, weight_format_, weights));
     }
-    ABCD_ASSIGN_OR_RETURN(block.fc1_weight, weights.Load(p + ".ffn.fc1.weight", {ff, d}));
+    ABCD_ASSIGN_OR_RETURN(block.fc1,
+                          LoadMatrix(weights, p + ".ffn.fc1.weight", ff, d, weight_format_));
     ABCD_ASSIGN_OR_RETURN(block.fc1_bias, weights.Load(p + ".ffn.fc1.bias", {ff}));
-    ABCD_ASSIGN_OR_RETURN(block.fc2_weight, weights.Load(p + ".ffn.fc2.weight", {d, ff}));
+    ABCD_ASSIGN_OR_RETURN(block.fc2,
+                          LoadMatrix(weights, p + ".ffn.fc2.weight", d, ff, weight_format_));
     ABCD_ASSIGN_OR_RETURN(block.fc2_bias, weights.Load(p + ".ffn.fc2.bias", {d}));
     stack.blocks.push_back(std::move(block));
   }
@@ -106,17 +151,20 @@ void Model::BuildLayout() {
 void Model::Embed(int32_t token, int64_t position, float* row) const {
   const int64_t d = config_.d_model;
   const float scale = config_.scale_embeddings ? std::sqrt(static_cast<float>(d)) : 1.0f;
-  const float* e = embedding_.data() + static_cast<int64_t>(token) * d;
-  for (int64_t i = 0; i < d; ++i) row[i] = e[i] * scale;
+  embedding_.Row(token, row);
+  if (scale != 1.0f) {
+    for (int64_t i = 0; i < d; ++i) row[i] *= scale;
+  }
   cpu::AddSinusoidalPosition(position, d, row);
 }
 
-void Model::FeedForward(const Block& block, const float* x_norm, int64_t rows, float* out) const {
-  const int64_t d = config_.d_model, ff = config_.d_ff;
-  std::vector<float> hidden(rows * ff);
-  cpu::Linear(x_norm, rows, d, block.fc1_weight.data(), block.fc1_bias.data(), ff, hidden.data());
-  cpu::Activate(config_.activation, hidden.data(), rows * ff);
-  cpu::Linear(hidden.data(), rows, ff, block.fc2_weight.data(), block.fc2_bias.data(), d, out);
+void Model::FeedForward(CpuContext& ctx, const Block& block, const float* x_norm, int64_t rows,
+                        float* out) const {
+  const int64_t ff = config_.d_ff;
+  float* hidden = ctx.Buffer(Scratch::kHidden, rows * ff);
+  cpu::Linear(x_norm, rows, block.fc1, block.fc1_bias.data(), hidden, &ctx.pool());
+  cpu::Activate(config_.activation, hidden, rows * ff, &ctx.pool());
+  cpu::Linear(hidden, rows, block.fc2, block.fc2_bias.data(), out, &ctx.pool());
 }
 
 namespace {
@@ -133,6 +181,18 @@ absl::Status CheckToken(int32_t token, int vocab_size, absl::string_view what, s
 
 absl::Status Model::Encode(std::span<const int32_t> source, SequenceId sequence,
                            StatePool& pool) const {
+  CpuContext ctx(1);
+  return Encode(ctx, source, sequence, pool);
+}
+
+absl::Status Model::Decode(std::span<const DecodeRow> rows, StatePool& pool,
+                           std::vector<float>* logits) const {
+  CpuContext ctx(1);
+  return Decode(ctx, rows, pool, logits);
+}
+
+absl::Status Model::Encode(CpuContext& ctx, std::span<const int32_t> source, SequenceId sequence,
+                           StatePool& pool) const {
   if (!config_.is_encoder_decoder()) {
     return absl::FailedPreconditionError("Encode needs an encoder-decoder model");
   }
@@ -146,33 +206,32 @@ absl::Status Model::Encode(std::span<const int32_t> source, SequenceId sequence,
   const int64_t rows = static_cast<int64_t>(source.size()), d = config_.d_model;
   ABCD_RETURN_IF_ERROR(pool.ReserveSource(sequence, rows));
 
-  std::vector<float> x(rows * d), normed(rows * d), delta(rows * d);
-  for (int64_t r = 0; r < rows; ++r) Embed(source[r], r, x.data() + r * d);
+  float* x = ctx.Buffer(Scratch::kResidual, rows * d);
+  float* normed = ctx.Buffer(Scratch::kNormed, rows * d);
+  float* delta = ctx.Buffer(Scratch::kDelta, rows * d);
+  for (int64_t r = 0; r < rows; ++r) Embed(source[r], r, x + r * d);
   const float eps = config_.layer_norm_eps;
   for (const Block& block : encoder_->blocks) {
-    cpu::LayerNorm(x.data(), rows, d, block.ln1_weight.data(), block.ln1_bias.data(), eps,
-                   normed.data());
-    block.self_attention->ForwardBidirectional(normed.data(), rows, delta.data());
-    cpu::AddInPlace(x.data(), delta.data(), rows * d);
-    cpu::LayerNorm(x.data(), rows, d, block.ln2_weight.data(), block.ln2_bias.data(), eps,
-                   normed.data());
-    FeedForward(block, normed.data(), rows, delta.data());
-    cpu::AddInPlace(x.data(), delta.data(), rows * d);
+    cpu::LayerNorm(x, rows, d, block.ln1_weight.data(), block.ln1_bias.data(), eps, normed);
+    block.self_attention->ForwardBidirectional(ctx, normed, rows, delta);
+    cpu::AddInPlace(x, delta, rows * d);
+    cpu::LayerNorm(x, rows, d, block.ln2_weight.data(), block.ln2_bias.data(), eps, normed);
+    FeedForward(ctx, block, normed, rows, delta);
+    cpu::AddInPlace(x, delta, rows * d);
   }
-  cpu::LayerNorm(x.data(), rows, d, encoder_->ln_f_weight.data(), encoder_->ln_f_bias.data(), eps,
-                 normed.data());
+  cpu::LayerNorm(x, rows, d, encoder_->ln_f_weight.data(), encoder_->ln_f_bias.data(), eps, normed);
   for (size_t l = 0; l < decoder_->blocks.size(); ++l) {
     const StateLayout::Slot& slot = layout_.cross[l];
     StateRef ref{state->fixed.data() + slot.fixed_offset,
                  slot.kv_index >= 0 ? &state->kv[slot.kv_index] : nullptr, 0};
-    decoder_->blocks[l].cross_attention->BuildMemory(normed.data(), rows, ref);
+    decoder_->blocks[l].cross_attention->BuildMemory(ctx, normed, rows, ref);
   }
   state->source_length = rows;
   state->encoded = true;
   return absl::OkStatus();
 }
 
-absl::Status Model::Decode(std::span<const DecodeRow> rows, StatePool& pool,
+absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, StatePool& pool,
                            std::vector<float>* logits) const {
   const int64_t n = static_cast<int64_t>(rows.size()), d = config_.d_model;
   if (n == 0) return absl::OkStatus();
@@ -197,8 +256,10 @@ absl::Status Model::Decode(std::span<const DecodeRow> rows, StatePool& pool,
     ABCD_RETURN_IF_ERROR(pool.ReserveTokens(sequence, end));
   }
 
-  std::vector<float> x(n * d), normed(n * d), delta(n * d);
-  for (int64_t r = 0; r < n; ++r) Embed(rows[r].token, positions[r], x.data() + r * d);
+  float* x = ctx.Buffer(Scratch::kResidual, n * d);
+  float* normed = ctx.Buffer(Scratch::kNormed, n * d);
+  float* delta = ctx.Buffer(Scratch::kDelta, n * d);
+  for (int64_t r = 0; r < n; ++r) Embed(rows[r].token, positions[r], x + r * d);
   std::vector<StateRef> refs(n);
   auto bind = [&](const StateLayout::Slot& slot) {
     for (int64_t r = 0; r < n; ++r) {
@@ -211,39 +272,34 @@ absl::Status Model::Decode(std::span<const DecodeRow> rows, StatePool& pool,
   const float eps = config_.layer_norm_eps;
   for (size_t l = 0; l < decoder_->blocks.size(); ++l) {
     const Block& block = decoder_->blocks[l];
-    cpu::LayerNorm(x.data(), n, d, block.ln1_weight.data(), block.ln1_bias.data(), eps,
-                   normed.data());
-    block.self_attention->ForwardCausal(normed.data(), n, bind(layout_.self[l]), delta.data());
-    cpu::AddInPlace(x.data(), delta.data(), n * d);
+    cpu::LayerNorm(x, n, d, block.ln1_weight.data(), block.ln1_bias.data(), eps, normed);
+    block.self_attention->ForwardCausal(ctx, normed, n, bind(layout_.self[l]), delta);
+    cpu::AddInPlace(x, delta, n * d);
     if (block.cross_attention) {
-      cpu::LayerNorm(x.data(), n, d, block.ln_cross_weight.data(), block.ln_cross_bias.data(), eps,
-                     normed.data());
-      block.cross_attention->ForwardCross(normed.data(), n, bind(layout_.cross[l]), delta.data());
-      cpu::AddInPlace(x.data(), delta.data(), n * d);
+      cpu::LayerNorm(x, n, d, block.ln_cross_weight.data(), block.ln_cross_bias.data(), eps,
+                     normed);
+      block.cross_attention->ForwardCross(ctx, normed, n, bind(layout_.cross[l]), delta);
+      cpu::AddInPlace(x, delta, n * d);
     }
-    cpu::LayerNorm(x.data(), n, d, block.ln2_weight.data(), block.ln2_bias.data(), eps,
-                   normed.data());
-    FeedForward(block, normed.data(), n, delta.data());
-    cpu::AddInPlace(x.data(), delta.data(), n * d);
+    cpu::LayerNorm(x, n, d, block.ln2_weight.data(), block.ln2_bias.data(), eps, normed);
+    FeedForward(ctx, block, normed, n, delta);
+    cpu::AddInPlace(x, delta, n * d);
   }
   for (const auto& [sequence, end] : next_position) pool.Get(sequence)->position = end;
 
-  // Logits only for the rows that asked: the vocabulary GEMM dominates small models.
-  std::vector<float> selected;
-  for (int64_t r = 0; r < n; ++r) {
-    if (rows[r].want_logits)
-      selected.insert(selected.end(), x.begin() + r * d, x.begin() + (r + 1) * d);
-  }
-  const int64_t wanted = static_cast<int64_t>(selected.size()) / d;
+  // Logits only for the rows that asked: the vocabulary product dominates small models.
+  int64_t wanted = 0;
+  for (int64_t r = 0; r < n; ++r) wanted += rows[r].want_logits ? 1 : 0;
   if (wanted == 0) return absl::OkStatus();
-  std::vector<float> final_normed(selected.size());
-  cpu::LayerNorm(selected.data(), wanted, d, decoder_->ln_f_weight.data(),
-                 decoder_->ln_f_bias.data(), eps, final_normed.data());
+  float* selected = ctx.Buffer(Scratch::kSelected, wanted * d);
+  for (int64_t r = 0, i = 0; r < n; ++r) {
+    if (rows[r].want_logits) std::copy(x + r * d, x + (r + 1) * d, selected + (i++) * d);
+  }
+  cpu::LayerNorm(selected, wanted, d, decoder_->ln_f_weight.data(), decoder_->ln_f_bias.data(), eps,
+                 normed);
   const size_t offset = logits->size();
   logits->resize(offset + static_cast<size_t>(wanted) * config_.vocab_size);
-  const std::vector<float>& head = config_.tie_embeddings ? embedding_ : lm_head_;
-  cpu::Linear(final_normed.data(), wanted, d, head.data(), nullptr, config_.vocab_size,
-              logits->data() + offset);
+  cpu::Linear(normed, wanted, head(), nullptr, logits->data() + offset, &ctx.pool());
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@ absl::StatusOr<std::vector<float>> WeightLoader::Load(const std::string& name,
                         absl::StrCat(file_.path(), ": ", values.status().message()));
   }
   used_.insert(name);
+  loaded_floats_ += static_cast<int64_t>(values->size());
   return values;
 }
 

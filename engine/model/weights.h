@@ -20,12 +20,15 @@ class WeightLoader {
   absl::StatusOr<std::vector<float>> Load(const std::string& name,
                                           const std::vector<int64_t>& shape);
   bool Contains(const std::string& name) const { return file_.Contains(name); }
+  // Floats handed out by Load() so far.
+  int64_t loaded_floats() const { return loaded_floats_; }
   // InvalidArgument listing tensors that no layer asked for.
   absl::Status CheckAllUsed() const;
 
  private:
   const SafetensorsFile& file_;
   std::set<std::string> used_;
+  int64_t loaded_floats_ = 0;
 };
 
 }  // namespace abcd

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "engine/core/thread_pool.h"
 #include "engine/model/model_config.h"
 
 namespace abcd::cpu {
@@ -12,8 +13,9 @@ namespace abcd::cpu {
 void LayerNorm(const float* x, int64_t rows, int64_t d, const float* gamma, const float* beta,
                float eps, float* y);
 
-// In-place activation over n values (gelu is the erf form, as torch's default).
-void Activate(Activation activation, float* x, int64_t n);
+// In-place activation over n values (gelu is the erf form, as torch's default), split across
+// `pool`'s threads when there is enough of it (pool may be null).
+void Activate(Activation activation, float* x, int64_t n, ThreadPool* pool = nullptr);
 
 // y += x over n values.
 void AddInPlace(float* y, const float* x, int64_t n);

@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <cmath>
 
 #include "engine/ops/elementwise.h"
+#include "engine/ops/vector_clones.h"
 
 namespace abcd::cpu {
 
@@ -24,7 +26,9 @@ void LayerNorm(const float* x, int64_t rows, int64_t d, const float* gamma, cons
   }
 }
 
-void Activate(Activation activation, float* x, int64_t n) {
+namespace {
+
+ABCD_VECTOR_CLONES void ActivateRange(Activation activation, float* x, int64_t n) {
   switch (activation) {
     case Activation::kRelu:
       for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
@@ -35,6 +39,19 @@ void Activate(Activation activation, float* x, int64_t n) {
       }
       break;
   }
+}
+
+}  // namespace
+
+void Activate(Activation activation, float* x, int64_t n, ThreadPool* pool) {
+  constexpr int64_t kChunk = 4096;
+  if (pool == nullptr || pool->size() == 1 || n <= kChunk) {
+    ActivateRange(activation, x, n);
+    return;
+  }
+  pool->ParallelFor((n + kChunk - 1) / kChunk, [&](int64_t t) {
+    ActivateRange(activation, x + t * kChunk, std::min(kChunk, n - t * kChunk));
+  });
 }
 
 void AddInPlace(float* y, const float* x, int64_t n) {

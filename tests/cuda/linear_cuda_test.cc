@@ -48,8 +48,9 @@ class LinearCudaTest : public CudaTest {
     const std::vector<float> actual = Download(device_y);
 
     std::vector<float> exact(shape.rows * shape.out);
-    cpu::Linear(x.data(), shape.rows, shape.in, w.data(), with_bias ? bias.data() : nullptr,
-                shape.out, exact.data());
+    cpu::Linear(x.data(), shape.rows,
+                PackedMatrix::Pack(w, shape.out, shape.in, WeightFormat::kF32),
+                with_bias ? bias.data() : nullptr, exact.data(), nullptr);
     if (type == WeightType::kF32) {
       ExpectClose(actual, exact, 1e-5f, "fp32 " + what);
       return;
@@ -57,8 +58,9 @@ class LinearCudaTest : public CudaTest {
     ExpectClose(actual, exact, 1e-2f, "16-bit vs fp32 " + what);
     const std::vector<float> x16 = Rounded(x, type), w16 = Rounded(w, type);
     std::vector<float> same_operands(shape.rows * shape.out);
-    cpu::Linear(x16.data(), shape.rows, shape.in, w16.data(), with_bias ? bias.data() : nullptr,
-                shape.out, same_operands.data());
+    cpu::Linear(x16.data(), shape.rows,
+                PackedMatrix::Pack(w16, shape.out, shape.in, WeightFormat::kF32),
+                with_bias ? bias.data() : nullptr, same_operands.data(), nullptr);
     ExpectClose(actual, same_operands, 1e-5f, "16-bit vs rounded operands " + what);
   }
 };

@@ -1,0 +1,47 @@
+// What a CPU forward pass runs on: the backend's thread pool and scratch buffers that are
+// reused from step to step (grown to the largest step seen, never shrunk), so a decode step
+// allocates nothing and touches no fresh pages.
+//
+// Thread-safety: one owner thread (the engine thread of a CpuBackend). The buffers may be
+// written by the pool's tasks of one op, each task its own rows.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+
+namespace abcd {
+
+enum class Scratch {
+  kResidual,    // x: the residual stream [rows, d]
+  kNormed,      // layer-normed input of a sublayer
+  kDelta,       // a sublayer's output
+  kProjection,  // fused q|k|v|extra projections
+  kAttended,    // attention output before the out projection
+  kHidden,      // feed-forward hidden [rows, d_ff]
+  kSelected,    // rows whose logits are wanted
+  kCount,
+};
+
+class CpuContext {
+ public:
+  explicit CpuContext(int threads) : pool_(threads) {}
+
+  ThreadPool& pool() { return pool_; }
+  int threads() const { return pool_.size(); }
+
+  // At least `floats` floats; contents are whatever the last user left.
+  float* Buffer(Scratch which, int64_t floats) {
+    std::vector<float>& b = buffers_[static_cast<size_t>(which)];
+    if (static_cast<int64_t>(b.size()) < floats) b.resize(static_cast<size_t>(floats));
+    return b.data();
+  }
+
+ private:
+  ThreadPool pool_;
+  std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> buffers_;
+};
+
+}  // namespace abcd

@@ -1,0 +1,116 @@
+// AVX-512 kernels of cpu::Linear (built with -mavx512f; run only where the CPU has it).
+//
+// A block of P panels (16 outputs each) times a group of R rows keeps P*R accumulators in
+// registers; each 16-wide weight vector is loaded (and widened from bf16/f16/int8) once per
+// input column and multiplied by one broadcast activation per row. P*R <= 24 leaves registers
+// for the weights and the broadcast.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "engine/ops/linear_kernels.h"
+
+namespace abcd::cpu::kernels {
+namespace {
+
+constexpr int kPanel = 16;
+
+template <Format F>
+inline __m512 LoadWeights(const void* panel, int64_t k) {
+  if constexpr (F == Format::kF32) {
+    return _mm512_load_ps(static_cast<const float*>(panel) + k * kPanel);
+  } else if constexpr (F == Format::kBF16) {
+    const __m256i h = _mm256_load_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(panel) + k * kPanel));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else if constexpr (F == Format::kF16) {
+    const __m256i h = _mm256_load_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(panel) + k * kPanel));
+    return _mm512_cvtph_ps(h);
+  } else {
+    const __m128i q = _mm_load_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(panel) + k * kPanel));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+  }
+}
+
+template <Format F, int P, int R>
+void Block(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
+  const char* base = static_cast<const char*>(a.panels) + first_panel * a.panel_bytes;
+  const float* x = a.x + first_row * a.in;
+  __m512 acc[R][P];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < a.in; ++k) {
+    __m512 w[P];
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) w[p] = LoadWeights<F>(base + p * a.panel_bytes, k);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 xr = _mm512_set1_ps(x[r * a.in + k]);
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(w[p], xr, acc[r][p]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    const int64_t column = (first_panel + p) * kPanel;
+    if (column >= a.out) break;
+    const int64_t valid = std::min<int64_t>(kPanel, a.out - column);
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+    const __m512 bias =
+        a.bias != nullptr ? _mm512_maskz_loadu_ps(mask, a.bias + column) : _mm512_setzero_ps();
+    __m512 scale = _mm512_set1_ps(1.0f);
+    if constexpr (F == Format::kInt8) scale = _mm512_loadu_ps(a.scales + column);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      __m512 v = acc[r][p];
+      if constexpr (F == Format::kInt8) v = _mm512_mul_ps(v, scale);
+      v = _mm512_add_ps(v, bias);
+      _mm512_mask_storeu_ps(a.y + (first_row + r) * a.out + column, mask, v);
+    }
+  }
+}
+
+// Rows in groups of R, the remainder in one smaller group.
+template <Format F, int P, int R>
+void Rows(const LinearArgs& a, int64_t first_panel, int64_t r) {
+  for (; r + R <= a.rows; r += R) Block<F, P, R>(a, first_panel, r);
+  if constexpr (R > 1) {
+    if (r < a.rows) Rows<F, P, R - 1>(a, first_panel, r);
+  }
+}
+
+template <Format F>
+void Panels(const LinearArgs& a, int64_t first, int64_t count) {
+  // Few rows: wide blocks (8 panels) so each weight stream keeps the loads busy; more rows:
+  // 4 panels x 6 rows, the register-filling tile.
+  int64_t p = first;
+  const int64_t end = first + count;
+  if (a.rows <= 2) {
+    for (; p + 8 <= end; p += 8) Rows<F, 8, 2>(a, p, 0);
+  }
+  for (; p + 4 <= end; p += 4) Rows<F, 4, 6>(a, p, 0);
+  for (; p + 2 <= end; p += 2) Rows<F, 2, 6>(a, p, 0);
+  for (; p < end; ++p) Rows<F, 1, 6>(a, p, 0);
+}
+
+}  // namespace
+
+void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count) {
+  switch (args.format) {
+    case Format::kF32:
+      return Panels<Format::kF32>(args, first, count);
+    case Format::kBF16:
+      return Panels<Format::kBF16>(args, first, count);
+    case Format::kF16:
+      return Panels<Format::kF16>(args, first, count);
+    case Format::kInt8:
+      return Panels<Format::kInt8>(args, first, count);
+  }
+}
+
+}  // namespace abcd::cpu::kernels
