@@ -62,6 +62,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   options.max_running_sequences = config.max_running_sequences;
   options.prefill_token_budget = config.prefill_token_budget;
   options.max_prompt_tokens = config.max_prompt_tokens;
+  options.max_source_tokens = config.max_source_tokens;
+  options.max_batch_source_tokens = config.max_batch_source_tokens;
+  options.encode_token_budget = config.encode_token_budget;
   options.max_new_tokens = config.max_tokens_limit;
   options.observer = metrics.AddModel(served->name, served->state_bytes_per_sequence);
   LogEvent("model_loaded",

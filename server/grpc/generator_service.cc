@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/core/status_macros.h"
 
 namespace abcd {
 namespace {
@@ -39,12 +40,15 @@ absl::StatusOr<const ServedModel*> FindModel(const ServedModels& models, const s
     return absl::FailedPreconditionError(
         absl::StrCat("no ", ModelKindName(kind), " model is being served"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("model \"", name, "\" is not a served ", ModelKindName(kind), " model"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model \"", TruncateForMessage(name), "\" is not a served ", ModelKindName(kind), " model"));
 }
 
 absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRequest& in,
+                                                      const Executor& executor,
                                                       absl::Time deadline) {
+  // Refusal before work: a prompt too large for any token limit is not even copied.
+  ABCD_RETURN_IF_ERROR(executor.CheckInput("prompt", in.prompt().size()));
   GenerationRequest out;
   out.prompt = in.prompt();
   if (in.max_tokens() < 0) {
@@ -73,7 +77,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<abcd::v1::Generate
     absl::StatusOr<const ServedModel*> model =
         FindModel(models, request.model(), ModelKind::kLanguageModel);
     absl::StatusOr<GenerationRequest> generation =
-        model.ok() ? ToGenerationRequest(request, Deadline(*context)) : model.status();
+        model.ok() ? ToGenerationRequest(request, *(*model)->executor, Deadline(*context))
+                   : model.status();
     absl::Status status = generation.status();
     if (status.ok()) {
       executor_ = (*model)->executor.get();
@@ -115,22 +120,29 @@ class GenerateReactor final : public grpc::ServerWriteReactor<abcd::v1::Generate
     WriteNextLocked();
   }
 
+  // At most one write in flight. Once the client is gone every queued event is dropped, up to
+  // the final one, which ends the call: whatever was queued, the call finishes exactly once.
   void WriteNextLocked() {
-    if (writing_ || finished_ || events_.empty()) return;
-    GenerationEvent event = std::move(events_.front());
-    events_.pop_front();
-    if (event.finished && !event.status.ok()) {
-      finished_ = true;
-      EndCall(event.status);
-      return;
-    }
-    if (client_gone_) {
-      if (event.finished) {
+    while (!writing_ && !finished_ && !events_.empty()) {
+      GenerationEvent event = std::move(events_.front());
+      events_.pop_front();
+      if (event.finished && !event.status.ok()) {
         finished_ = true;
-        EndCall(absl::CancelledError("client went away"));
+        EndCall(event.status);
+        return;
       }
-      return;
+      if (client_gone_) {
+        if (event.finished) {
+          finished_ = true;
+          EndCall(absl::CancelledError("client went away"));
+        }
+        continue;
+      }
+      StartEventWrite(event);
     }
+  }
+
+  void StartEventWrite(const GenerationEvent& event) {
     response_.Clear();
     response_.set_text(event.text);
     for (int32_t id : event.token_ids) response_.add_token_ids(id);
@@ -173,6 +185,7 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
     absl::StatusOr<const ServedModel*> model =
         FindModel(models, request.model(), ModelKind::kTranslation);
     absl::Status status = model.status();
+    if (status.ok()) status = (*model)->executor->CheckInput("text", request.text().size());
     if (status.ok() && (request.beam_size() < 0 || request.max_tokens() < 0)) {
       status = absl::InvalidArgumentError(request.beam_size() < 0
                                               ? "beam_size must be >= 1 (0 = default)"
