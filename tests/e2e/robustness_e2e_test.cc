@@ -283,5 +283,62 @@ TEST_F(RobustnessTest, StalledStreamsThatCancelAllComplete) {
   EXPECT_LT(Seconds(term), 1 + 2.0);
 }
 
+// Issue 19 items 12 and 13: a string field that is not UTF-8 is a client error naming the field
+// (it used to fail in protobuf's parser: UNIMPLEMENTED, no message, an unstructured log line,
+// not counted), and error messages echo at most 256 bytes of a client's value.
+TEST_F(RobustnessTest, InvalidUtf8IsNamedAndEchoesAreTruncated) {
+  Start(std::string(kLmDir) + "," + kMtDir);
+  const std::string bad = "caf\xc3\x28 au lait";
+  auto generate = [&](const abcd::v1::GenerateRequest& request) {
+    grpc::ClientContext context;
+    auto reader = stub_->Generate(&context, request);
+    abcd::v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+    }
+    return reader->Finish();
+  };
+  abcd::v1::GenerateRequest request;
+  request.set_prompt(bad);
+  grpc::Status status = generate(request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_EQ(status.error_message(), "prompt is not valid UTF-8");
+  request.set_prompt("fine");
+  request.add_stop("ok");
+  request.add_stop(bad);
+  status = generate(request);
+  EXPECT_EQ(status.error_message(), "stop[1] is not valid UTF-8");
+  request.clear_stop();
+  request.set_model(bad);
+  status = generate(request);
+  EXPECT_EQ(status.error_message(), "model is not valid UTF-8");
+  abcd::v1::TranslateRequest translate;
+  translate.set_text(bad);
+  abcd::v1::TranslateResponse response;
+  grpc::ClientContext context;
+  status = stub_->Translate(&context, translate, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_EQ(status.error_message(), "text is not valid UTF-8");
+  EXPECT_EQ(Metric("abcd_requests_total{kind=\"generate\",status=\"invalid_argument\"}"), 3);
+  EXPECT_EQ(Metric("abcd_requests_total{kind=\"translate\",status=\"invalid_argument\"}"), 1);
+
+  // An 8 KB model name is echoed truncated (it used to overflow gRPC's metadata limit).
+  request.set_model(std::string(8192, 'm'));
+  status = generate(request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_LT(status.error_message().size(), 400u) << status.error_message();
+  EXPECT_NE(status.error_message().find("... (8192 bytes)"), std::string::npos)
+      << status.error_message();
+  server_->SendSignal(SIGTERM);
+  EXPECT_EQ(server_->WaitForExit(10), 0);
+  const std::string log = server_->Log();
+  EXPECT_EQ(log.find("libprotobuf"), std::string::npos) << log;
+  size_t events = 0;
+  for (size_t at = log.find("event=bad_request"); at != std::string::npos;
+       at = log.find("event=bad_request", at + 1)) {
+    ++events;
+  }
+  EXPECT_EQ(events, 4u) << log;
+}
+
 }  // namespace
 }  // namespace abcd
