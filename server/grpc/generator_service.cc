@@ -46,9 +46,6 @@ absl::StatusOr<const ServedModel*> FindModel(const ServedModels& models, const s
       "model \"", TruncateForMessage(name), "\" is not a served ", ModelKindName(kind), " model"));
 }
 
-constexpr StringField kGenerateStrings[] = {{1, "model"}, {2, "prompt"}, {5, "stop", true}};
-constexpr StringField kTranslateStrings[] = {{4, "model"}, {1, "text"}};
-
 // Refuses `input_field` by its length when no served model of `kind` would accept it (the
 // model field may come later on the wire); the chosen model checks again after parsing.
 FieldSizeCheck InputSizeCheck(const ServedModels& models, ModelKind kind,
@@ -67,10 +64,9 @@ FieldSizeCheck InputSizeCheck(const ServedModels& models, ModelKind kind,
 }
 
 // Reads a raw request; a refusal is logged once as event=bad_request.
-absl::Status Read(const grpc::ByteBuffer& raw, std::span<const StringField> fields,
-                  const FieldSizeCheck& size_check, absl::string_view rpc,
-                  google::protobuf::Message* out) {
-  absl::Status status = ReadRequest(raw, fields, size_check, out);
+absl::Status Read(const grpc::ByteBuffer& raw, const FieldSizeCheck& size_check,
+                  absl::string_view rpc, google::protobuf::Message* out) {
+  absl::Status status = ReadRequest(raw, size_check, out);
   if (!status.ok()) {
     LogEvent("bad_request", {{"rpc", std::string(rpc)}, {"error", std::string(status.message())}});
   }
@@ -116,9 +112,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
                   const ServedModels& models, const GrpcHooks& hooks)
       : hooks_(hooks) {
     abcd::v1::GenerateRequest request;
-    const absl::Status read =
-        Read(raw, kGenerateStrings, InputSizeCheck(models, ModelKind::kLanguageModel, "prompt"),
-             "Generate", &request);
+    const absl::Status read = Read(raw, InputSizeCheck(models, ModelKind::kLanguageModel, "prompt"),
+                                   "Generate", &request);
     absl::StatusOr<const ServedModel*> model =
         read.ok() ? FindModel(models, request.model(), ModelKind::kLanguageModel) : read;
     absl::StatusOr<GenerationRequest> generation =
@@ -231,8 +226,7 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
       : response_(response), hooks_(hooks) {
     abcd::v1::TranslateRequest request;
     const absl::Status read =
-        Read(raw, kTranslateStrings, InputSizeCheck(models, ModelKind::kTranslation, "text"),
-             "Translate", &request);
+        Read(raw, InputSizeCheck(models, ModelKind::kTranslation, "text"), "Translate", &request);
     absl::StatusOr<const ServedModel*> model =
         read.ok() ? FindModel(models, request.model(), ModelKind::kTranslation) : read;
     absl::Status status = model.status();

@@ -4,10 +4,11 @@
 // breaks this: through a typed gRPC method the client then gets UNIMPLEMENTED without a word and
 // the server logs an unstructured libprotobuf line. So the Generator service takes Generate and
 // Translate as raw bytes (the generated WithRawCallbackMethod_*; the wire contract is unchanged)
-// and this reader scans the wire format first: a string field that is not UTF-8 is
-// INVALID_ARGUMENT naming it ("prompt", "stop[1]"), and a field over its size limit is refused
-// by its length prefix before its bytes are read (refusal before work). Only then is the
-// message parsed.
+// and this reader scans the wire format first, guided by the message's descriptor (so a field
+// added to the proto later is covered too): a string field that is not UTF-8 is
+// INVALID_ARGUMENT naming it ("prompt", "stop[1]", "sampling.x"), and a string over its size
+// limit is refused by its length prefix before its bytes are read (refusal before work). Only
+// then is the message parsed.
 //
 // Thread-safe: pure functions.
 #pragma once
@@ -16,7 +17,6 @@
 
 #include <cstddef>
 #include <functional>
-#include <span>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -24,19 +24,14 @@
 
 namespace abcd {
 
-struct StringField {
-  int number;              // field number in the message
-  absl::string_view name;  // as errors name it
-  bool repeated = false;   // errors name the element: name[i]
-};
-
-// INVALID_ARGUMENT for a field the limit refuses, from its byte length alone.
+// INVALID_ARGUMENT for a string field (named as errors name it) the limit refuses, from its
+// byte length alone.
 using FieldSizeCheck = std::function<absl::Status(absl::string_view name, size_t bytes)>;
 
-// Checks `fields` of the top-level message in `raw` (UTF-8, and `size_check` when set), then
-// parses `raw` into `out`. INVALID_ARGUMENT naming the field, or "not a valid <type>" when the
-// bytes are not a message of out's type.
-absl::Status ReadRequest(const grpc::ByteBuffer& raw, std::span<const StringField> fields,
-                         const FieldSizeCheck& size_check, google::protobuf::Message* out);
+// Checks every string field of the message in `raw`, nested messages included (UTF-8, and
+// `size_check` when set), then parses `raw` into `out`. INVALID_ARGUMENT naming the field, or
+// "request is not a valid <type>" when the bytes are not a message of out's type.
+absl::Status ReadRequest(const grpc::ByteBuffer& raw, const FieldSizeCheck& size_check,
+                         google::protobuf::Message* out);
 
 }  // namespace abcd
