@@ -1,6 +1,8 @@
 #include "server/core/server_config.h"
 
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -110,6 +112,16 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
     if (c.models.empty()) return absl::InvalidArgumentError("--models must name a directory");
   } else {
     c.models = default_models;
+  }
+  // The same directory twice would serve one model under two executors and budgets.
+  std::set<std::string> seen_models;
+  for (const std::string& dir : c.models) {
+    std::error_code error;
+    std::filesystem::path canonical = std::filesystem::weakly_canonical(dir, error);
+    if (error) canonical = std::filesystem::path(dir).lexically_normal();
+    if (!seen_models.insert(canonical.string()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("--models names ", dir, " more than once"));
+    }
   }
   ABCD_ASSIGN_OR_RETURN(c.state_budget_mb,
                         Ranged(args, "state_budget_mb", c.state_budget_mb, 1, int64_t{1} << 20));

@@ -340,5 +340,14 @@ TEST_F(RobustnessTest, InvalidUtf8IsNamedAndEchoesAreTruncated) {
   EXPECT_EQ(events, 4u) << log;
 }
 
+// Issue 19 item 17: the same model directory twice is refused at start-up, naming it.
+TEST(RobustnessStartup, SameModelDirectoryTwiceIsRefused) {
+  ServerProcess server(ABCD_SERVER,
+                       {"--device", "cpu", "--models", std::string(kLmDir) + "," + kLmDir + "/"});
+  EXPECT_FALSE(server.started());
+  EXPECT_EQ(server.WaitForExit(10), 2);
+  EXPECT_NE(server.Log().find("more than once"), std::string::npos) << server.Log();
+}
+
 }  // namespace
 }  // namespace abcd
