@@ -5,6 +5,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <malloc.h>
 #include <signal.h>
 
 #include <csignal>
@@ -62,6 +63,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   options.max_running_sequences = config.max_running_sequences;
   options.prefill_token_budget = config.prefill_token_budget;
   options.max_prompt_tokens = config.max_prompt_tokens;
+  options.max_source_tokens = config.max_source_tokens;
+  options.max_batch_source_tokens = config.max_batch_source_tokens;
+  options.encode_token_budget = config.encode_token_budget;
   options.max_new_tokens = config.max_tokens_limit;
   options.observer = metrics.AddModel(served->name, served->state_bytes_per_sequence);
   LogEvent("model_loaded",
@@ -95,6 +99,11 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // Blocks of 1 MiB and more (request messages, a refused 4 MB prompt) are mapped apart and
+  // unmapped when freed, instead of staying in a thread's malloc arena: a burst of large
+  // requests does not leave the process that much larger. (glibc's default threshold grows
+  // to the largest block freed, up to 32 MiB.)
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
@@ -175,7 +184,8 @@ int Run(int argc, char** argv) {
                        {"http_port", absl::StrCat(http_service.port())},
                        {"models", absl::StrCat(config->models.size())}});
 
-  // Waits for SIGTERM/SIGINT. Meanwhile, once a second: has a model's backend failed for good?
+  // Waits for SIGTERM/SIGINT. Meanwhile, once a second: trim the heap, and has a model's
+  // backend failed for good?
   // Then gRPC health turns NOT_SERVING (readyz already answers 503), so the orchestrator's
   // probes restart the process, the one remedy for a poisoned GPU context.
   int signal_number = -1;
@@ -183,6 +193,9 @@ int Run(int argc, char** argv) {
   while (signal_number <= 0) {
     const timespec tick{1, 0};
     signal_number = sigtimedwait(&signals, nullptr, &tick);
+    // Freed pages inside the malloc arenas (a burst of large requests' transport buffers) go
+    // back to the system; a pass costs well under a millisecond.
+    malloc_trim(0);
     if (signal_number > 0 || failure_reported) continue;
     if (const std::string failure = models.BackendFailure(); !failure.empty()) {
       failure_reported = true;
@@ -198,10 +211,13 @@ int Run(int argc, char** argv) {
   const absl::Time grace_end = absl::Now() + absl::Seconds(config->drain_grace_seconds);
   while (!AllIdle(models) && absl::Now() < grace_end) absl::SleepFor(absl::Milliseconds(20));
   const bool clean = AllIdle(models);
-  // Cut whatever is left, then stop the frontends and the engines.
-  grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  http_service.Stop();
+  // Cut whatever is left: the engines end every request (UNAVAILABLE) within the iteration
+  // they are in, so each open call gets its final event and the frontends stop at once. The
+  // short gRPC deadline covers final writes still in flight and idle client connections that
+  // have not yet read the GOAWAY (shutdown would otherwise wait for them).
   for (const ServedModel* m : models.All()) m->executor->Shutdown();
+  grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
+  http_service.Stop();
   LogEvent("stopped", {{"drained", clean ? "true" : "false"}});
   return 0;
 }

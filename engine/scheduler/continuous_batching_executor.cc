@@ -39,6 +39,7 @@ struct ActiveRequest {
   absl::Time last_token;
   bool any_token = false;
   bool admitted = false;  // reserved_bytes counted against the budget
+  bool encoded = false;   // the source is in the cross-attention memory (or there is none)
   bool done = false;
 
   SequenceId sequence = 0;  // sampling path; beam path during prefill
@@ -74,6 +75,11 @@ class ContinuousBatchingExecutor final : public Executor {
   ~ContinuousBatchingExecutor() override { Shutdown(); }
 
   absl::StatusOr<RequestId> Enqueue(GenerationRequest request, EventCallback callback) override;
+  absl::StatusOr<std::vector<RequestId>> EnqueueBatch(
+      std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) override;
+  absl::Status CheckInput(absl::string_view field, size_t bytes) const override {
+    return CheckInputBytes(field, bytes, InputTokenLimit());
+  }
   void Cancel(RequestId id) override {
     absl::MutexLock lock(&mu_);
     cancelled_.push_back(id);
@@ -98,6 +104,14 @@ class ContinuousBatchingExecutor final : public Executor {
 
  private:
   absl::Status Validate(const GenerationRequest& request) const;
+  int64_t InputTokenLimit() const {
+    return config_.is_encoder_decoder() ? options_.max_source_tokens : options_.max_prompt_tokens;
+  }
+  // Validates and tokenizes one request (no lock held); Enqueue's work before queueing.
+  absl::StatusOr<std::unique_ptr<ActiveRequest>> Prepare(GenerationRequest request,
+                                                         EventCallback callback) const;
+  // Queues prepared requests all or none.
+  absl::StatusOr<std::vector<RequestId>> Queue(std::vector<std::unique_ptr<ActiveRequest>> rs);
   bool HasWork() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return stopping_ || !incoming_.empty() || !cancelled_.empty();
   }
@@ -105,6 +119,8 @@ class ContinuousBatchingExecutor final : public Executor {
   void EndRequestsFromOutside(std::vector<RequestId> ids, const absl::Status& status);
   void ExpireDeadlines();
   void Admit();
+  // Encodes at most one admitted source per iteration (see the turns in the definition).
+  void EncodeSources();
   void Step();
   void Sample(ActiveRequest& r, std::span<const float> logits);
   // Takes `token` as r's next generated token: finish, or emit it and feed it next step.
@@ -147,6 +163,8 @@ class ContinuousBatchingExecutor final : public Executor {
   std::vector<std::unique_ptr<ActiveRequest>> running_;
   int64_t reserved_bytes_ = 0;
   int64_t iterations_ = 0;
+  bool encode_oldest_next_ = true;  // EncodeSources alternates oldest and shortest turns
+  int64_t encode_credit_ = 0;       // source tokens the oldest may be encoded with
   std::thread thread_;
 };
 
@@ -179,48 +197,119 @@ absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& reque
   return absl::OkStatus();
 }
 
-absl::StatusOr<RequestId> ContinuousBatchingExecutor::Enqueue(GenerationRequest request,
-                                                              EventCallback callback) {
+absl::StatusOr<std::unique_ptr<ActiveRequest>> ContinuousBatchingExecutor::Prepare(
+    GenerationRequest request, EventCallback callback) const {
   ABCD_RETURN_IF_ERROR(Validate(request));
-  auto r = std::make_unique<ActiveRequest>();
   const ModelConfig& config = config_;
+  const bool encoder_decoder = config.is_encoder_decoder();
+  const absl::string_view field = encoder_decoder ? "text" : "prompt";
+  const std::string& input = encoder_decoder ? request.source : request.prompt;
+  // Refusal before work: the size bounds the tokens, so a hopeless text is never tokenized.
+  ABCD_RETURN_IF_ERROR(CheckInput(field, input.size()));
+  auto r = std::make_unique<ActiveRequest>();
   r->prompt_ids.push_back(config.bos_id);
-  if (config.is_encoder_decoder()) {
-    ABCD_ASSIGN_OR_RETURN(r->source_ids, tokenizer_.Encode(request.source));
+  ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_.Encode(input));
+  if (encoder_decoder) {
+    r->source_ids = std::move(ids);
     r->source_ids.push_back(config.eos_id);
+    if (static_cast<int64_t>(r->source_ids.size()) > options_.max_source_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat("text is ", r->source_ids.size(),
+                                                     " tokens, longer than the limit of ",
+                                                     options_.max_source_tokens));
+    }
   } else {
-    ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_.Encode(request.prompt));
     r->prompt_ids.insert(r->prompt_ids.end(), ids.begin(), ids.end());
   }
+  r->encoded = r->source_ids.empty();
   const int64_t input_tokens = static_cast<int64_t>(r->prompt_ids.size() + r->source_ids.size());
   if (input_tokens > options_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(config.is_encoder_decoder() ? "text" : "prompt", " is ", input_tokens,
-                     " tokens, longer than the limit of ", options_.max_prompt_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(field, " is ", input_tokens,
+                                                   " tokens, longer than the limit of ",
+                                                   options_.max_prompt_tokens));
   }
   const int sequences = request.beam_size > 1 ? 2 * request.beam_size : 1;
   // RequestBytes() only reads constants of the backend, so this thread may call it.
-  ABCD_ASSIGN_OR_RETURN(r->reserved_bytes,
-                        backend_->RequestBytes(static_cast<int64_t>(r->prompt_ids.size()),
-                                               static_cast<int64_t>(r->source_ids.size()),
-                                               request.max_tokens, sequences));
+  absl::StatusOr<int64_t> bytes = backend_->RequestBytes(static_cast<int64_t>(r->prompt_ids.size()),
+                                                         static_cast<int64_t>(r->source_ids.size()),
+                                                         request.max_tokens, sequences);
+  if (absl::IsResourceExhausted(bytes.status())) {
+    // Waiting cannot help: a client error, not an overload to retry.
+    return absl::InvalidArgumentError(
+        absl::StrCat("request can never fit: ", bytes.status().message()));
+  }
+  ABCD_RETURN_IF_ERROR(bytes.status());
+  r->reserved_bytes = *bytes;
   r->request = std::move(request);
   r->callback = std::move(callback);
   r->enqueued = absl::Now();
   r->context = r->prompt_ids;
+  return r;
+}
+
+absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::Queue(
+    std::vector<std::unique_ptr<ActiveRequest>> rs) {
   absl::MutexLock lock(&mu_);
   if (!backend_failure_.ok()) return backend_failure_;
   if (draining_ || stopping_) return absl::UnavailableError("server is draining");
-  if (queued_ >= options_.max_waiting_requests) {
+  const int64_t n = static_cast<int64_t>(rs.size());
+  if (queued_ + n > options_.max_waiting_requests) {
     return absl::ResourceExhaustedError(absl::StrCat("overloaded: ", queued_,
                                                      " requests are already waiting (limit ",
                                                      options_.max_waiting_requests, ")"));
   }
-  r->id = next_id_++;
-  ++queued_;
-  const RequestId id = r->id;
-  incoming_.push_back(std::move(r));
-  return id;
+  std::vector<RequestId> ids;
+  for (auto& r : rs) {
+    r->id = next_id_++;
+    ++queued_;
+    ids.push_back(r->id);
+    incoming_.push_back(std::move(r));
+  }
+  return ids;
+}
+
+absl::StatusOr<RequestId> ContinuousBatchingExecutor::Enqueue(GenerationRequest request,
+                                                              EventCallback callback) {
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<ActiveRequest> r,
+                        Prepare(std::move(request), std::move(callback)));
+  std::vector<std::unique_ptr<ActiveRequest>> rs;
+  rs.push_back(std::move(r));
+  ABCD_ASSIGN_OR_RETURN(std::vector<RequestId> ids, Queue(std::move(rs)));
+  return ids.front();
+}
+
+absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::EnqueueBatch(
+    std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) {
+  if (requests.size() != callbacks.size() || requests.empty()) {
+    return absl::InvalidArgumentError("a batch needs one callback per request, at least one");
+  }
+  // Bytes first, so the total is refused before any text is tokenized.
+  const bool encoder_decoder = config_.is_encoder_decoder();
+  size_t total_bytes = 0;
+  for (const GenerationRequest& request : requests) {
+    total_bytes += (encoder_decoder ? request.source : request.prompt).size();
+  }
+  if (encoder_decoder) {
+    ABCD_RETURN_IF_ERROR(
+        CheckInputBytes("texts (together)", total_bytes, options_.max_batch_source_tokens));
+  }
+  std::vector<std::unique_ptr<ActiveRequest>> rs;
+  int64_t source_tokens = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::StatusOr<std::unique_ptr<ActiveRequest>> r =
+        Prepare(std::move(requests[i]), std::move(callbacks[i]));
+    if (!r.ok()) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat("texts[", i, "]: ", r.status().message()));
+    }
+    source_tokens += static_cast<int64_t>((*r)->source_ids.size());
+    rs.push_back(*std::move(r));
+  }
+  if (encoder_decoder && source_tokens > options_.max_batch_source_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("texts are ", source_tokens,
+                                                   " tokens together, more than the limit of ",
+                                                   options_.max_batch_source_tokens));
+  }
+  return Queue(std::move(rs));
 }
 
 void ContinuousBatchingExecutor::Loop() {
@@ -243,6 +332,7 @@ void ContinuousBatchingExecutor::Loop() {
     EndRequestsFromOutside(std::move(cancelled), absl::CancelledError("request cancelled"));
     ExpireDeadlines();
     Admit();
+    EncodeSources();
     Step();
     CheckBackendHealth();
   }
@@ -310,12 +400,6 @@ void ContinuousBatchingExecutor::Admit() {
     }
     r->sequence = *sequence;
     r->has_sequence = true;
-    if (!r->source_ids.empty()) {
-      if (absl::Status status = backend_->Encode(r->source_ids, r->sequence); !status.ok()) {
-        Finish(*r, status, FinishReason::kLength);
-        continue;
-      }
-    }
     if (r->beam_search()) {
       r->beams.push_back({r->sequence, {}, 0.0});
     } else {
@@ -324,6 +408,55 @@ void ContinuousBatchingExecutor::Admit() {
     }
     running_.push_back(std::move(r));
   }
+}
+
+void ContinuousBatchingExecutor::EncodeSources() {
+  // Each iteration accrues encode_token_budget tokens of encoder credit (up to one longest
+  // source). Turns alternate: on a "shortest" turn the shortest waiting source is encoded if it
+  // is within one iteration's budget; on an "oldest" turn the oldest is encoded once the credit
+  // covers it. So a one-word source never waits behind a batch of long ones, the oldest always
+  // progresses, and at most one source is encoded per iteration: decode steps run between them.
+  // With nothing decoding there is nothing to stall: the oldest is encoded without credit.
+  encode_credit_ =
+      std::min<int64_t>(encode_credit_ + options_.encode_token_budget,
+                        std::max(options_.max_source_tokens, options_.encode_token_budget));
+  ActiveRequest* oldest = nullptr;
+  ActiveRequest* shortest = nullptr;
+  bool decoding = false;
+  for (const auto& r : running_) {
+    if (r->done) continue;
+    if (r->encoded) {
+      decoding = true;
+      continue;
+    }
+    if (oldest == nullptr) oldest = r.get();
+    if (shortest == nullptr || r->source_ids.size() < shortest->source_ids.size()) {
+      shortest = r.get();
+    }
+  }
+  if (oldest == nullptr) return;
+  const bool oldest_turn = encode_oldest_next_;
+  encode_oldest_next_ = !encode_oldest_next_;
+  ActiveRequest* pick = nullptr;
+  const auto tokens = [](const ActiveRequest* r) {
+    return static_cast<int64_t>(r->source_ids.size());
+  };
+  if (!oldest_turn && tokens(shortest) <= options_.encode_token_budget) {
+    pick = shortest;
+  } else if (!decoding || (oldest_turn && tokens(oldest) <= encode_credit_)) {
+    pick = oldest;
+  }
+  if (pick == nullptr) return;
+  if (pick == oldest) encode_credit_ = std::max<int64_t>(0, encode_credit_ - tokens(pick));
+  if (pick->request.deadline < absl::Now()) {
+    Finish(*pick, absl::DeadlineExceededError("deadline exceeded"), FinishReason::kLength);
+  } else if (absl::Status status = backend_->Encode(pick->source_ids, pick->sequence);
+             !status.ok()) {
+    Finish(*pick, status, FinishReason::kLength);
+  } else {
+    pick->encoded = true;
+  }
+  std::erase_if(running_, [](const auto& r) { return r->done; });
 }
 
 void ContinuousBatchingExecutor::Step() {
@@ -351,7 +484,7 @@ void ContinuousBatchingExecutor::Step() {
   }
   std::vector<int64_t> remaining;
   for (const auto& r : running_) {
-    remaining.push_back(static_cast<int64_t>(r->prompt_ids.size()) - r->prefilled);
+    remaining.push_back(r->encoded ? static_cast<int64_t>(r->prompt_ids.size()) - r->prefilled : 0);
   }
   for (const PrefillChunk& chunk : PlanPrefill(remaining, options_.prefill_token_budget)) {
     ActiveRequest& r = *running_[chunk.index];
@@ -598,13 +731,50 @@ void ContinuousBatchingExecutor::Publish(int64_t batch_size) {
 
 }  // namespace
 
+std::string TruncateForMessage(absl::string_view value) {
+  if (value.size() <= kMaxEchoedBytes) return std::string(value);
+  size_t cut = kMaxEchoedBytes;
+  // Do not split a UTF-8 character.
+  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xc0) == 0x80) --cut;
+  return absl::StrCat(value.substr(0, cut), "... (", value.size(), " bytes)");
+}
+
+absl::Status CheckInputBytes(absl::string_view field, size_t bytes, int64_t token_limit) {
+  const int64_t limit = token_limit * kMaxInputBytesPerToken;
+  if (static_cast<int64_t>(bytes) <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " is ", bytes, " bytes, more than ", limit, " (", kMaxInputBytesPerToken,
+                   " bytes per token of the limit of ", token_limit, " tokens); refused unread"));
+}
+
+absl::Status Executor::CheckInput(absl::string_view, size_t) const { return absl::OkStatus(); }
+
+absl::StatusOr<std::vector<RequestId>> Executor::EnqueueBatch(
+    std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) {
+  if (requests.size() != callbacks.size() || requests.empty()) {
+    return absl::InvalidArgumentError("a batch needs one callback per request, at least one");
+  }
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::StatusOr<RequestId> id = Enqueue(std::move(requests[i]), std::move(callbacks[i]));
+    if (!id.ok()) {
+      for (RequestId accepted : ids) Cancel(accepted);
+      return absl::Status(id.status().code(),
+                          absl::StrCat("texts[", i, "]: ", id.status().message()));
+    }
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::unique_ptr<DecodeBackend> backend,
                                                            const Tokenizer& tokenizer,
                                                            const ExecutorOptions& options) {
   if (backend == nullptr) return absl::InvalidArgumentError("backend must not be null");
   if (options.max_waiting_requests < 0 || options.max_running_sequences < 1 ||
       options.prefill_token_budget < 1 || options.max_prompt_tokens < 1 ||
-      options.max_new_tokens < 1) {
+      options.max_new_tokens < 1 || options.max_source_tokens < 1 ||
+      options.encode_token_budget < 1 || options.max_batch_source_tokens < 1) {
     return absl::InvalidArgumentError("executor limits must be positive");
   }
   return std::unique_ptr<Executor>(

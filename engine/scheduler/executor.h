@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "engine/backend/decode_backend.h"
 #include "engine/model/model.h"
@@ -85,11 +86,33 @@ struct ExecutorOptions {
   int64_t state_budget_bytes = int64_t{1} << 30;  // Create(Model&): the CPU backend's pool
   int max_waiting_requests = 256;                 // beyond this Enqueue answers RESOURCE_EXHAUSTED
   int max_running_sequences = 256;                // batch size cap
-  int prefill_token_budget = 512;        // prompt tokens prefilled per iteration (chunked prefill)
-  int max_prompt_tokens = 4096;          // longer prompts are INVALID_ARGUMENT
+  int prefill_token_budget = 512;  // prompt tokens prefilled per iteration (chunked prefill)
+  int max_prompt_tokens = 4096;    // longer prompts are INVALID_ARGUMENT
+  // Encoder-decoder: longer sources (with their eos) are INVALID_ARGUMENT. One source is encoded
+  // in one backend call, so this also bounds how long one iteration can take.
+  int max_source_tokens = 512;
+  // Encoder work between decode steps: at most one source is encoded per iteration, and while
+  // other sequences decode, sources longer than this wait until that many tokens per iteration
+  // have accrued for them; a source within it can be encoded on every second iteration ahead
+  // of older, longer ones. Cancel, deadline and shutdown are taken between sources.
+  int encode_token_budget = 128;
   int max_new_tokens = 4096;             // max_tokens above this is INVALID_ARGUMENT
+  int max_batch_source_tokens = 8192;    // EnqueueBatch: source tokens of a batch together
   ExecutorObserver* observer = nullptr;  // not owned; may be null
 };
+
+// Refusal before work: a text longer than this many bytes per token of its limit is refused
+// before it is tokenized (a SentencePiece piece of this project's vocabularies is at most 16
+// bytes, so no text within the token limit is refused unless it is mostly repeated whitespace,
+// which the tokenizer collapses).
+inline constexpr int64_t kMaxInputBytesPerToken = 16;
+
+// INVALID_ARGUMENT naming `field` when `bytes` exceeds kMaxInputBytesPerToken * token_limit.
+absl::Status CheckInputBytes(absl::string_view field, size_t bytes, int64_t token_limit);
+
+// Error messages echo at most this many bytes of a client's value (then "...").
+inline constexpr size_t kMaxEchoedBytes = 256;
+std::string TruncateForMessage(absl::string_view value);
 
 class Executor {
  public:
@@ -104,11 +127,24 @@ class Executor {
                                                           const ExecutorOptions& options);
   virtual ~Executor() = default;
 
-  // Validates (INVALID_ARGUMENT naming the field), tokenizes and queues the request.
-  // RESOURCE_EXHAUSTED when the waiting queue is full or the request can never fit the state
-  // budget; UNAVAILABLE once draining. `callback` receives every event, the last with
+  // Validates (INVALID_ARGUMENT naming the field), refuses a prompt/source by its size before
+  // tokenizing it (CheckInput), tokenizes and queues the request. INVALID_ARGUMENT when the
+  // request can never fit the state budget (naming it); RESOURCE_EXHAUSTED when the waiting
+  // queue is full; UNAVAILABLE once draining. `callback` receives every event, the last with
   // finished = true, exactly once per request that was accepted.
   virtual absl::StatusOr<RequestId> Enqueue(GenerationRequest request, EventCallback callback) = 0;
+  // A batch of requests accepted all or none: each is checked as by Enqueue and, for an
+  // encoder-decoder model, their source tokens together must not exceed
+  // options.max_batch_source_tokens (INVALID_ARGUMENT "texts[i]: ..." or naming the total).
+  // callbacks.size() must equal requests.size(). Ids are in request order.
+  // The default (for executors without a batch limit) enqueues them one by one and, if a later
+  // one is refused, cancels the accepted ones (their callbacks end with CANCELLED).
+  virtual absl::StatusOr<std::vector<RequestId>> EnqueueBatch(
+      std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks);
+  // The size check Enqueue makes before tokenizing, for frontends that want to refuse before
+  // they copy the text: `field` names it in the error ("prompt", "text").
+  // The default accepts every size.
+  virtual absl::Status CheckInput(absl::string_view field, size_t bytes) const;
   // Ends the request with CANCELLED and frees its state within one iteration. Unknown or
   // finished ids are ignored.
   virtual void Cancel(RequestId id) = 0;

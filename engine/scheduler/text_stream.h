@@ -1,7 +1,15 @@
-// Incremental detokenisation with stop strings for one request. Text is re-decoded from all
-// generated ids (SentencePiece pieces do not decode independently), and only the part that is
-// final is released: a tail that could still become a stop string, or an incomplete UTF-8
-// character, is held back until the next token decides it.
+// Incremental detokenisation with stop strings for one request, O(new tokens) per token.
+//
+// SentencePiece pieces do not decode independently (the first piece of a decode loses its
+// leading space; byte-fallback pieces combine into UTF-8 characters), so each Append decodes a
+// short window of recent ids twice, with and without the new ones, and appends the difference
+// (the prefix-offset scheme of vLLM's and Hugging Face's detokenize_incrementally). While the
+// window's text ends with U+FFFD (an incomplete UTF-8 character) nothing is taken and the window
+// grows until the character completes. The concatenated output equals decoding all ids at once.
+// Only the part that is final is released: a tail that could still become a stop string, or an
+// incomplete UTF-8 character, is held back until the next token decides it.
+//
+// Thread-compatible: one request's engine thread uses it.
 #pragma once
 
 #include <cstdint>
@@ -22,19 +30,31 @@ class TextStream {
   absl::StatusOr<std::string> Append(int32_t token);
   // True once the text contains a stop string (the text is cut before it).
   bool stopped() const { return stopped_; }
-  // Releases everything held back (call when the request ends).
+  // Releases everything held back, including a still incomplete character (call when the
+  // request ends).
   std::string Flush();
   const std::vector<int32_t>& tokens() const { return tokens_; }
   const std::string& text() const { return text_; }
+  // Ids the next Append decodes besides its own (the window): a few, whatever the length.
+  size_t window_tokens() const { return tokens_.size() - prefix_offset_; }
 
  private:
+  // Decodes tokens_[begin, end).
+  absl::StatusOr<std::string> DecodeRange(size_t begin, size_t end) const;
+  // Appends new text and cuts it at the first stop string (then stopped_).
+  void AddText(const std::string& delta);
+  std::string Release();
   size_t HeldBackBytes() const;
 
   const Tokenizer& tokenizer_;
   std::vector<std::string> stop_;
+  size_t max_stop_ = 0;  // longest stop string
   std::vector<int32_t> tokens_;
-  std::string text_;     // decoded text so far, cut at a stop string
-  size_t released_ = 0;  // bytes of text_ already returned
+  std::string text_;          // decoded text of tokens_[0, read_offset_), cut at a stop string
+  size_t prefix_offset_ = 0;  // window start: tokens_[prefix_offset_, read_offset_) are decoded
+  size_t read_offset_ = 0;    // tokens before this are in text_
+  std::string prefix_text_;   // Decode(tokens_[prefix_offset_, read_offset_))
+  size_t released_ = 0;       // bytes of text_ already returned
   bool stopped_ = false;
 };
 

@@ -1,6 +1,8 @@
 #include "server/core/server_config.h"
 
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -24,6 +26,9 @@ const std::set<std::string> kValued = {"config",
                                        "max_running_sequences",
                                        "prefill_token_budget",
                                        "max_prompt_tokens",
+                                       "max_source_tokens",
+                                       "max_batch_source_tokens",
+                                       "encode_token_budget",
                                        "max_tokens_limit",
                                        "http_threads",
                                        "drain_grace_seconds",
@@ -84,6 +89,7 @@ std::string ServerUsage() {
   return "usage: abcd-server [--config FILE] [--host H] [--grpc_port P] [--http_port P]\n"
          "  [--models DIR[,DIR...]] [--state_budget_mb MB] [--max_waiting_requests N]\n"
          "  [--max_running_sequences N] [--prefill_token_budget N] [--max_prompt_tokens N]\n"
+         "  [--max_source_tokens N] [--max_batch_source_tokens N] [--encode_token_budget N]\n"
          "  [--max_tokens_limit N] [--http_threads N] [--drain_grace_seconds S]\n"
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
          "  [--keepalive_time_seconds S]\n"
@@ -107,6 +113,16 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   } else {
     c.models = default_models;
   }
+  // The same directory twice would serve one model under two executors and budgets.
+  std::set<std::string> seen_models;
+  for (const std::string& dir : c.models) {
+    std::error_code error;
+    std::filesystem::path canonical = std::filesystem::weakly_canonical(dir, error);
+    if (error) canonical = std::filesystem::path(dir).lexically_normal();
+    if (!seen_models.insert(canonical.string()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("--models names ", dir, " more than once"));
+    }
+  }
   ABCD_ASSIGN_OR_RETURN(c.state_budget_mb,
                         Ranged(args, "state_budget_mb", c.state_budget_mb, 1, int64_t{1} << 20));
   ABCD_ASSIGN_OR_RETURN(c.max_waiting_requests,
@@ -117,6 +133,12 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         Ranged(args, "prefill_token_budget", c.prefill_token_budget, 1, 1 << 20));
   ABCD_ASSIGN_OR_RETURN(c.max_prompt_tokens,
                         Ranged(args, "max_prompt_tokens", c.max_prompt_tokens, 1, 1 << 20));
+  ABCD_ASSIGN_OR_RETURN(c.max_source_tokens,
+                        Ranged(args, "max_source_tokens", c.max_source_tokens, 1, 1 << 20));
+  ABCD_ASSIGN_OR_RETURN(c.max_batch_source_tokens, Ranged(args, "max_batch_source_tokens",
+                                                          c.max_batch_source_tokens, 1, 1 << 24));
+  ABCD_ASSIGN_OR_RETURN(c.encode_token_budget,
+                        Ranged(args, "encode_token_budget", c.encode_token_budget, 1, 1 << 20));
   ABCD_ASSIGN_OR_RETURN(c.max_tokens_limit,
                         Ranged(args, "max_tokens_limit", c.max_tokens_limit, 1, 1 << 20));
   ABCD_ASSIGN_OR_RETURN(c.http_threads, Ranged(args, "http_threads", c.http_threads, 1, 1024));

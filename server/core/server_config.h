@@ -21,7 +21,10 @@ struct ServerConfig {
   int max_running_sequences = 256;  // per model batch cap
   int prefill_token_budget = 512;   // prompt tokens prefilled per iteration
   int max_prompt_tokens = 4096;
-  int max_tokens_limit = 4096;  // largest max_tokens a request may ask for
+  int max_source_tokens = 512;         // translation: tokens of one source text (with eos)
+  int max_batch_source_tokens = 8192;  // translation: source tokens of one batch together
+  int encode_token_budget = 128;       // translation: encoder tokens per iteration (average)
+  int max_tokens_limit = 4096;         // largest max_tokens a request may ask for
   int http_threads = 8;
   double drain_grace_seconds = 30;       // SIGTERM: in-flight requests get this long to finish
   int max_connection_age_seconds = 300;  // gRPC: clients reconnect, so load rebalances

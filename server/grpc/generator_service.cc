@@ -5,6 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/core/status_macros.h"
+#include "server/core/log.h"
+#include "server/grpc/request_reader.h"
 
 namespace abcd {
 namespace {
@@ -39,12 +42,50 @@ absl::StatusOr<const ServedModel*> FindModel(const ServedModels& models, const s
     return absl::FailedPreconditionError(
         absl::StrCat("no ", ModelKindName(kind), " model is being served"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("model \"", name, "\" is not a served ", ModelKindName(kind), " model"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model \"", TruncateForMessage(name), "\" is not a served ", ModelKindName(kind), " model"));
+}
+
+// Refuses `input_field` by its length when no served model of `kind` would accept it (the
+// model field may come later on the wire); the chosen model checks again after parsing.
+FieldSizeCheck InputSizeCheck(const ServedModels& models, ModelKind kind,
+                              absl::string_view input_field) {
+  return [&models, kind, input_field](absl::string_view name, size_t bytes) {
+    if (name != input_field) return absl::OkStatus();
+    absl::Status refusal;
+    for (const ServedModel* model : models.All()) {
+      if (model->kind != kind) continue;
+      absl::Status status = model->executor->CheckInput(name, bytes);
+      if (status.ok()) return status;
+      if (refusal.ok()) refusal = std::move(status);
+    }
+    return refusal;
+  };
+}
+
+// Reads a raw request; a refusal is logged once as event=bad_request.
+absl::Status Read(const grpc::ByteBuffer& raw, const FieldSizeCheck& size_check,
+                  absl::string_view rpc, google::protobuf::Message* out) {
+  absl::Status status = ReadRequest(raw, size_check, out);
+  if (!status.ok()) {
+    LogEvent("bad_request", {{"rpc", std::string(rpc)}, {"error", std::string(status.message())}});
+  }
+  return status;
+}
+
+template <typename Message>
+void Serialize(const Message& message, grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  out->Clear();  // the writer requires an empty buffer (the previous write has completed)
+  // Serialization of a message we built cannot fail.
+  (void)grpc::SerializationTraits<Message>::Serialize(message, out, &own_buffer);
 }
 
 absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRequest& in,
+                                                      const Executor& executor,
                                                       absl::Time deadline) {
+  // Refusal before work: a prompt too large for any token limit is not even copied.
+  ABCD_RETURN_IF_ERROR(executor.CheckInput("prompt", in.prompt().size()));
   GenerationRequest out;
   out.prompt = in.prompt();
   if (in.max_tokens() < 0) {
@@ -65,15 +106,19 @@ absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRe
 
 // Streams one Generate call. Lives until OnDone; the executor's final event always arrives
 // before Finish is called, so no callback can outlive the reactor.
-class GenerateReactor final : public grpc::ServerWriteReactor<abcd::v1::GenerateResponse> {
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  GenerateReactor(grpc::CallbackServerContext* context, const abcd::v1::GenerateRequest& request,
+  GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
                   const ServedModels& models, const GrpcHooks& hooks)
       : hooks_(hooks) {
+    abcd::v1::GenerateRequest request;
+    const absl::Status read = Read(raw, InputSizeCheck(models, ModelKind::kLanguageModel, "prompt"),
+                                   "Generate", &request);
     absl::StatusOr<const ServedModel*> model =
-        FindModel(models, request.model(), ModelKind::kLanguageModel);
+        read.ok() ? FindModel(models, request.model(), ModelKind::kLanguageModel) : read;
     absl::StatusOr<GenerationRequest> generation =
-        model.ok() ? ToGenerationRequest(request, Deadline(*context)) : model.status();
+        model.ok() ? ToGenerationRequest(request, *(*model)->executor, Deadline(*context))
+                   : model.status();
     absl::Status status = generation.status();
     if (status.ok()) {
       executor_ = (*model)->executor.get();
@@ -115,22 +160,29 @@ class GenerateReactor final : public grpc::ServerWriteReactor<abcd::v1::Generate
     WriteNextLocked();
   }
 
+  // At most one write in flight. Once the client is gone every queued event is dropped, up to
+  // the final one, which ends the call: whatever was queued, the call finishes exactly once.
   void WriteNextLocked() {
-    if (writing_ || finished_ || events_.empty()) return;
-    GenerationEvent event = std::move(events_.front());
-    events_.pop_front();
-    if (event.finished && !event.status.ok()) {
-      finished_ = true;
-      EndCall(event.status);
-      return;
-    }
-    if (client_gone_) {
-      if (event.finished) {
+    while (!writing_ && !finished_ && !events_.empty()) {
+      GenerationEvent event = std::move(events_.front());
+      events_.pop_front();
+      if (event.finished && !event.status.ok()) {
         finished_ = true;
-        EndCall(absl::CancelledError("client went away"));
+        EndCall(event.status);
+        return;
       }
-      return;
+      if (client_gone_) {
+        if (event.finished) {
+          finished_ = true;
+          EndCall(absl::CancelledError("client went away"));
+        }
+        continue;
+      }
+      StartEventWrite(event);
     }
+  }
+
+  void StartEventWrite(const GenerationEvent& event) {
     response_.Clear();
     response_.set_text(event.text);
     for (int32_t id : event.token_ids) response_.add_token_ids(id);
@@ -140,11 +192,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<abcd::v1::Generate
       response_.mutable_usage()->set_completion_tokens(event.completion_tokens);
       finished_ = true;
       if (hooks_.count_request) hooks_.count_request("generate", absl::OkStatus());
-      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+      Serialize(response_, &buffer_);
+      StartWriteAndFinish(&buffer_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
     writing_ = true;
-    StartWrite(&response_);
+    Serialize(response_, &buffer_);
+    StartWrite(&buffer_);
   }
 
   void EndCall(const absl::Status& status) {
@@ -158,6 +212,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<abcd::v1::Generate
   std::mutex mu_;
   std::deque<GenerationEvent> events_;
   abcd::v1::GenerateResponse response_;
+  grpc::ByteBuffer buffer_;  // response_ serialized, in flight
   bool writing_ = false;
   bool finished_ = false;
   bool client_gone_ = false;
@@ -166,13 +221,16 @@ class GenerateReactor final : public grpc::ServerWriteReactor<abcd::v1::Generate
 // One Translate call: beam search in the translation model's executor, answered once.
 class TranslateReactor final : public grpc::ServerUnaryReactor {
  public:
-  TranslateReactor(grpc::CallbackServerContext* context, const abcd::v1::TranslateRequest& request,
-                   abcd::v1::TranslateResponse* response, const ServedModels& models,
-                   const GrpcHooks& hooks)
+  TranslateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
+                   grpc::ByteBuffer* response, const ServedModels& models, const GrpcHooks& hooks)
       : response_(response), hooks_(hooks) {
+    abcd::v1::TranslateRequest request;
+    const absl::Status read =
+        Read(raw, InputSizeCheck(models, ModelKind::kTranslation, "text"), "Translate", &request);
     absl::StatusOr<const ServedModel*> model =
-        FindModel(models, request.model(), ModelKind::kTranslation);
+        read.ok() ? FindModel(models, request.model(), ModelKind::kTranslation) : read;
     absl::Status status = model.status();
+    if (status.ok()) status = (*model)->executor->CheckInput("text", request.text().size());
     if (status.ok() && (request.beam_size() < 0 || request.max_tokens() < 0)) {
       status = absl::InvalidArgumentError(request.beam_size() < 0
                                               ? "beam_size must be >= 1 (0 = default)"
@@ -214,10 +272,12 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
     translation_ += event.text;
     if (!event.finished) return;
     if (event.status.ok()) {
-      response_->set_translation(translation_);
-      response_->set_finish_reason(ToProto(event.finish_reason));
-      response_->mutable_usage()->set_prompt_tokens(event.prompt_tokens);
-      response_->mutable_usage()->set_completion_tokens(event.completion_tokens);
+      abcd::v1::TranslateResponse response;
+      response.set_translation(translation_);
+      response.set_finish_reason(ToProto(event.finish_reason));
+      response.mutable_usage()->set_prompt_tokens(event.prompt_tokens);
+      response.mutable_usage()->set_completion_tokens(event.completion_tokens);
+      Serialize(response, response_);
     }
     End(event.status);
   }
@@ -226,7 +286,7 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
     Finish(ToGrpcStatus(status));
   }
 
-  abcd::v1::TranslateResponse* response_;
+  grpc::ByteBuffer* response_;
   const GrpcHooks& hooks_;
   Executor* executor_ = nullptr;
   RequestId id_ = 0;
@@ -241,14 +301,14 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-grpc::ServerWriteReactor<abcd::v1::GenerateResponse>* GeneratorService::Generate(
-    grpc::CallbackServerContext* context, const abcd::v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GeneratorService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return new GenerateReactor(context, *request, models_, hooks_);
 }
 
 grpc::ServerUnaryReactor* GeneratorService::Translate(grpc::CallbackServerContext* context,
-                                                      const abcd::v1::TranslateRequest* request,
-                                                      abcd::v1::TranslateResponse* response) {
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
   return new TranslateReactor(context, *request, response, models_, hooks_);
 }
 

@@ -1,7 +1,12 @@
 // gRPC frontend: abcd.v1.Generator on the callback API. One reactor per call; Generate keeps
 // at most one write in flight and pulls the next token event in OnWriteDone; OnCancel (client
 // gone or deadline) cancels the request in its Executor, which frees the state within one
-// iteration. Nothing here blocks a gRPC thread or the engine thread.
+// iteration. Every accepted call finishes exactly once. Nothing here blocks a gRPC thread or
+// the engine thread.
+//
+// Generate and Translate are taken as raw bytes (request_reader.h): a string field that is not
+// UTF-8 is INVALID_ARGUMENT naming it, logged once (event=bad_request) and counted, and an
+// oversized prompt/text is refused from its length prefix before it is read.
 #pragma once
 
 #include <functional>
@@ -17,16 +22,18 @@ struct GrpcHooks {
   std::function<void(absl::string_view kind, const absl::Status& status)> count_request;
 };
 
-class GeneratorService final : public abcd::v1::Generator::CallbackService {
+class GeneratorService final : public abcd::v1::Generator::WithRawCallbackMethod_Generate<
+                                   abcd::v1::Generator::WithRawCallbackMethod_Translate<
+                                       abcd::v1::Generator::CallbackService>> {
  public:
   GeneratorService(const ServedModels& models, GrpcHooks hooks)
       : models_(models), hooks_(std::move(hooks)) {}
 
-  grpc::ServerWriteReactor<abcd::v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context, const abcd::v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Translate(grpc::CallbackServerContext* context,
-                                      const abcd::v1::TranslateRequest* request,
-                                      abcd::v1::TranslateResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const abcd::v1::ListModelsRequest* request,
                                        abcd::v1::ListModelsResponse* response) override;

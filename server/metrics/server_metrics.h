@@ -15,10 +15,12 @@
 //   abcd_kv_cache_bytes                       gauge      }
 //   abcd_state_bytes_per_sequence{model}      gauge      AddModel()
 //
-// Every {kind,status} pair is registered up front, so CountRequest() is a lookup in a fixed
-// table; values outside the sets map to kind "other" / status "internal". Observers only touch
-// atomics, and Render() only reads them, so a scrape never waits for the engine and the engine
-// never waits for a scrape.
+// Registry and exposition are prometheus-cpp's (prometheus::Registry, TextSerializer); every
+// handle is resolved at start-up. Every {kind,status} pair is registered up front, so
+// CountRequest() is a lookup in a fixed table; values outside the sets map to kind "other" /
+// status "internal". Observers update counters (atomic) and histograms (prometheus-cpp takes a
+// short per-histogram lock) and store the models' latest stats in atomics that Render() sums;
+// a scrape never waits for an engine iteration.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
@@ -34,7 +36,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/scheduler/executor.h"
-#include "server/metrics/metrics_registry.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
 
 namespace abcd {
 
@@ -47,8 +53,11 @@ class ServerMetrics {
       "cancelled", "deadline_exceeded", "unavailable",
       "not_found", "internal"};
 
-  // Registers every family of the contract. Registration of these fixed names cannot fail at
-  // run time; a programming error (e.g. a clashing name) aborts with a message at start-up.
+  // The exposition's Content-Type (text format 0.0.4).
+  static constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+  // Registers every family of the contract (fixed, valid names: prometheus-cpp cannot refuse
+  // them).
   ServerMetrics();
   ~ServerMetrics();
   ServerMetrics(const ServerMetrics&) = delete;
@@ -70,31 +79,33 @@ class ServerMetrics {
   ExecutorObserver* AddModel(const std::string& model_name, int64_t state_bytes_per_sequence);
 
   // Sums the models' latest stats into the gauges and returns the text exposition (format
-  // 0.0.4, Content-Type MetricsRegistry::kContentType).
+  // 0.0.4, Content-Type kContentType) written by prometheus::TextSerializer.
   std::string Render() const;
 
-  // For metrics a frontend wants to add beside the contract.
-  MetricsRegistry& registry() { return registry_; }
+  // For metrics a frontend wants to add beside the contract (names must not clash with it).
+  prometheus::Registry& registry() { return *registry_; }
 
  private:
   class ModelObserver;
   struct Instruments {
-    Counter* prompt_tokens = nullptr;
-    Counter* generated_tokens = nullptr;
-    Histogram* time_to_first_token = nullptr;
-    Histogram* inter_token_latency = nullptr;
-    Histogram* request_duration = nullptr;
-    Histogram* batch_size = nullptr;
+    prometheus::Counter* prompt_tokens = nullptr;
+    prometheus::Counter* generated_tokens = nullptr;
+    prometheus::Histogram* time_to_first_token = nullptr;
+    prometheus::Histogram* inter_token_latency = nullptr;
+    prometheus::Histogram* request_duration = nullptr;
+    prometheus::Histogram* batch_size = nullptr;
   };
 
-  MetricsRegistry registry_;
+  const std::shared_ptr<prometheus::Registry> registry_;
   Instruments instruments_;
-  std::array<std::array<Counter*, kRequestStatuses.size()>, kRequestKinds.size()> requests_{};
-  Gauge* running_sequences_ = nullptr;
-  Gauge* waiting_requests_ = nullptr;
-  Gauge* state_bytes_in_use_ = nullptr;
-  Gauge* state_bytes_capacity_ = nullptr;
-  Gauge* kv_cache_bytes_ = nullptr;
+  std::array<std::array<prometheus::Counter*, kRequestStatuses.size()>, kRequestKinds.size()>
+      requests_{};
+  prometheus::Gauge* running_sequences_ = nullptr;
+  prometheus::Gauge* waiting_requests_ = nullptr;
+  prometheus::Gauge* state_bytes_in_use_ = nullptr;
+  prometheus::Gauge* state_bytes_capacity_ = nullptr;
+  prometheus::Gauge* kv_cache_bytes_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* state_bytes_per_sequence_ = nullptr;
 
   mutable absl::Mutex mu_;  // AddModel vs Render only; never held by an observer
   std::vector<std::unique_ptr<ModelObserver>> models_ ABSL_GUARDED_BY(mu_);

@@ -290,7 +290,7 @@ def check_docker_image(ctx, c):
         emulate_image(ctx, df, root)
         packages = read(os.path.join(root, "tmp", "runtime-packages.txt")).split()
         for prefix in ("libgrpc++", "libprotobuf", "libabsl", "libopenblas", "libsentencepiece",
-                       "libcpp-httplib"):
+                       "libcpp-httplib", "libprometheus-cpp-core"):
             c.expect(any(p.startswith(prefix) for p in packages),
                      f"runtime packages include {prefix}*: {packages}")
         entry = final.all("ENTRYPOINT")[-1].exec_form()

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/core/status_macros.h"
 #include "engine/runtime/generator.h"
@@ -234,6 +235,136 @@ TEST_F(ExecutorTest, RejectsBadRequestsNamingTheField) {
   expect(r, absl::StatusCode::kInvalidArgument, "prompt is");
   executor_->StartDraining();
   expect(ok, absl::StatusCode::kUnavailable, "draining");
+}
+
+TEST_F(ExecutorTest, RefusesBySizeBeforeTokenizingAndNamesTheLimit) {
+  Load(kLmDir);
+  ExecutorOptions options;
+  options.max_prompt_tokens = 8;
+  Start(options);
+  GenerationRequest r;
+  r.prompt = std::string(8 * kMaxInputBytesPerToken + 1, 'a');
+  auto id = executor_->Enqueue(r, [](GenerationEvent) {});
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("prompt is 129 bytes, more than 128"), std::string::npos)
+      << id.status();
+  EXPECT_EQ(executor_->CheckInput("prompt", 128), absl::OkStatus());
+  EXPECT_EQ(executor_->CheckInput("prompt", 129).code(), absl::StatusCode::kInvalidArgument);
+  // 4 MB is refused in far less time than tokenizing it would take.
+  r.prompt = std::string(4 << 20, 'x');
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(executor_->Enqueue(r, [](GenerationEvent) {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(50));
+}
+
+TEST_F(ExecutorTest, RequestThatCanNeverFitIsAClientError) {
+  Load(kLmDir);
+  ExecutorOptions options;
+  options.state_budget_bytes = 1000;  // less than one sequence's state
+  Start(options);
+  GenerationRequest r;
+  r.prompt = "hi";
+  auto id = executor_->Enqueue(r, [](GenerationEvent) {});
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument) << id.status();
+  EXPECT_NE(id.status().message().find("can never fit"), std::string::npos) << id.status();
+  EXPECT_NE(id.status().message().find("budget is 1000"), std::string::npos) << id.status();
+}
+
+TEST_F(ExecutorTest, SourceAndBatchLimits) {
+  Load(kMtDir);
+  ExecutorOptions options;
+  options.max_source_tokens = 6;
+  options.max_batch_source_tokens = 10;
+  Start(options);
+  GenerationRequest r;
+  r.max_tokens = 2;
+  r.source = "one two three four five six seven eight nine ten";
+  auto id = executor_->Enqueue(r, [](GenerationEvent) {});
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("longer than the limit of 6"), std::string::npos)
+      << id.status();
+  r.source = std::string(6 * kMaxInputBytesPerToken + 1, 'a');
+  EXPECT_NE(executor_->Enqueue(r, [](GenerationEvent) {}).status().message().find("bytes"),
+            std::string::npos);
+  // Three sources of 4 tokens each (3 pieces + eos) exceed the batch total of 10.
+  r.source = "Open file";
+  Collector one;
+  ASSERT_TRUE(executor_->Enqueue(r, one.Callback()).ok());
+  const int tokens = one.Wait().back().prompt_tokens - 1;  // minus the decoder's bos
+  ASSERT_GE(tokens, 2);
+  ASSERT_LE(tokens, 5);
+  const int fit = 10 / tokens;
+  std::vector<GenerationRequest> batch(fit + 1, r);
+  std::vector<EventCallback> callbacks(fit + 1, [](GenerationEvent) {});
+  auto ids = executor_->EnqueueBatch(batch, callbacks);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(ids.status().message().find("together, more than the limit of 10"), std::string::npos)
+      << ids.status();
+  batch.resize(fit);
+  std::vector<std::unique_ptr<Collector>> collectors;
+  callbacks.clear();
+  for (int i = 0; i < fit; ++i) {
+    collectors.push_back(std::make_unique<Collector>());
+    callbacks.push_back(collectors.back()->Callback());
+  }
+  ids = executor_->EnqueueBatch(batch, callbacks);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->size(), static_cast<size_t>(fit));
+  for (auto& c : collectors) EXPECT_TRUE(c->Wait().back().status.ok());
+  // One bad text refuses the whole batch, naming it.
+  batch.back().source = "";
+  callbacks.assign(fit, [](GenerationEvent) {});
+  ids = executor_->EnqueueBatch(batch, callbacks);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_NE(ids.status().message().find(absl::StrCat("texts[", fit - 1, "]")), std::string::npos)
+      << ids.status();
+  WaitForIdle();
+}
+
+// Sources are encoded a budget at a time between decode steps, oldest and shortest first in
+// turn: a one-word translation queued behind many long sources is not held until all of them
+// are encoded.
+TEST_F(ExecutorTest, ShortSourceIsNotStuckBehindLongOnes) {
+  Load(kMtDir);
+  ExecutorOptions options;
+  options.max_source_tokens = 4096;
+  options.encode_token_budget = 64;
+  Start(options);
+  std::string long_text;
+  for (int i = 0; i < 60; ++i) long_text += "open the file and save it ";
+  std::mutex mu;
+  std::vector<int> finish_order;
+  constexpr int kLong = 8;
+  GenerationRequest r;
+  r.max_tokens = 1;
+  r.source = long_text;
+  for (int i = 0; i < kLong; ++i) {
+    ASSERT_TRUE(executor_
+                    ->Enqueue(r,
+                              [&, i](GenerationEvent e) {
+                                if (!e.finished) return;
+                                std::lock_guard<std::mutex> lock(mu);
+                                finish_order.push_back(i);
+                              })
+                    .ok());
+  }
+  r.source = "Open";
+  r.max_tokens = 2;
+  Collector short_one;
+  ASSERT_TRUE(executor_->Enqueue(r, short_one.Callback()).ok());
+  EXPECT_TRUE(short_one.Wait().back().status.ok());
+  size_t long_done_before = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    long_done_before = finish_order.size();
+  }
+  // Before: every source was encoded in the admitting iteration, so all kLong came first.
+  EXPECT_LE(long_done_before, 2u);
+  WaitForIdle();
 }
 
 TEST_F(ExecutorTest, DeadlineEndsTheRequest) {

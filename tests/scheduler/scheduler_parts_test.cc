@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/scheduler/batch_planner.h"
 #include "engine/scheduler/beam_search.h"
 #include "engine/scheduler/capacity_scheduler.h"
@@ -98,6 +101,82 @@ TEST_F(TextStreamTest, StopStringAcrossTokensIsCutAndNeverReleased) {
   }
   EXPECT_TRUE(stream.stopped());
   EXPECT_EQ(released, "free software; ");
+}
+
+// Random id sequences over the whole vocabulary (byte-fallback pieces, control ids, pieces with
+// and without a leading space, multi-byte characters) released incrementally equal decoding all
+// ids at once; with a stop string, the text up to its first occurrence.
+TEST_F(TextStreamTest, IncrementalEqualsFullDecodeOnRandomIds) {
+  std::vector<std::unique_ptr<Tokenizer>> tokenizers;
+  for (const char* dir : {"abc-lm-untrained", "abc-en-de", "abc-mt-untrained"}) {
+    auto t = Tokenizer::Load(
+        absl::StrCat(ABCD_SOURCE_DIR, "/models/checkpoints/", dir, "/tokenizer.model"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizers.push_back(*std::move(t));
+  }
+  std::mt19937 rng(1234);
+  int with_stop = 0;
+  for (const auto& tokenizer : tokenizers) {
+    // Ids of multi-byte text too, so byte-fallback runs that form characters occur.
+    auto multibyte =
+        tokenizer->Encode("Grüße, naïve café — 日本語のテキスト 🙂 ∑ x²");
+    ASSERT_TRUE(multibyte.ok());
+    const int vocab = tokenizer->vocab_size();
+    for (int trial = 0; trial < 300; ++trial) {
+      std::vector<int32_t> ids;
+      const int length = 1 + static_cast<int>(rng() % 48);
+      for (int i = 0; i < length; ++i) {
+        const uint32_t kind = rng() % 4;
+        if (kind == 0 && !multibyte->empty()) {
+          ids.push_back((*multibyte)[rng() % multibyte->size()]);
+        } else if (kind == 1) {
+          ids.push_back(static_cast<int32_t>(rng() % std::min(vocab, 300)));  // bytes, controls
+        } else {
+          ids.push_back(static_cast<int32_t>(rng() % vocab));
+        }
+      }
+      auto full = tokenizer->Decode(ids);
+      ASSERT_TRUE(full.ok());
+      std::vector<std::string> stop;
+      std::string expected = *full;
+      if (trial % 3 == 0 && full->size() > 4) {
+        const size_t at = rng() % (full->size() - 2);
+        stop.push_back(full->substr(at, 1 + rng() % 3));
+        expected = full->substr(0, full->find(stop[0]));
+        ++with_stop;
+      }
+      TextStream stream(*tokenizer, stop);
+      std::string released;
+      for (int32_t id : ids) {
+        auto piece = stream.Append(id);
+        ASSERT_TRUE(piece.ok());
+        released += *piece;
+        if (stream.stopped()) break;
+      }
+      released += stream.Flush();
+      ASSERT_EQ(released, expected) << "trial " << trial << " ids " << absl::StrJoin(ids, ",");
+    }
+  }
+  EXPECT_GT(with_stop, 100);
+}
+
+// O(new tokens): the window each Append decodes stays a few ids however long the text grows.
+TEST_F(TextStreamTest, WindowStaysSmallOverLongText) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "This program is free software; you can redistribute it. ";
+  auto ids = tokenizer_->Encode(text);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_GT(ids->size(), 2000u);
+  TextStream stream(*tokenizer_, {"never occurs"});
+  std::string released;
+  size_t widest = 0;
+  for (int32_t id : *ids) {
+    released += *stream.Append(id);
+    widest = std::max(widest, stream.window_tokens());
+  }
+  released += stream.Flush();
+  EXPECT_EQ(released, *tokenizer_->Decode(*ids));
+  EXPECT_LE(widest, 4u);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// Metrics: the registry's text exposition (format 0.0.4) byte for byte, label escaping,
-// cumulative histogram buckets, lock-free updates from several threads, registration errors,
-// and ServerMetrics' wire contract fed by fake executor observers.
+// Metrics: ServerMetrics' wire contract on prometheus-cpp (the exposition's lines, label
+// escaping, cumulative histogram buckets, updates from several threads) fed by fake executor
+// observers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +14,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "server/metrics/metrics_registry.h"
 #include "server/metrics/server_metrics.h"
 
 namespace abcd {
@@ -31,214 +30,35 @@ std::string SampleValue(const std::string& text, const std::string& series) {
   return "";
 }
 
-TEST(MetricsRegistry, ExactExposition) {
-  MetricsRegistry registry;
-  Counter* ok = *registry.AddCounter("test_requests_total", "Requests.", {{"code", "200"}});
-  Counter* bad = *registry.AddCounter("test_requests_total", "Requests.", {{"code", "500"}});
-  Gauge* temperature = *registry.AddGauge("test_temperature_celsius", "Heat.\nSecond \\ line");
-  Histogram* latency =
-      *registry.AddHistogram("test_latency_seconds", "Latency.", {0.005, 0.5, 1, 2.5});
-  ok->Increment();
-  ok->Increment(2);
-  bad->Increment(0.5);
-  temperature->Set(-3.25);
-  temperature->Add(1);
-  latency->Observe(0.00390625);
-  latency->Observe(0.5);
-  latency->Observe(2);
-  latency->Observe(100);
-
-  EXPECT_EQ(registry.Serialize(),
-            "# HELP test_latency_seconds Latency.\n"
-            "# TYPE test_latency_seconds histogram\n"
-            "test_latency_seconds_bucket{le=\"0.005\"} 1\n"
-            "test_latency_seconds_bucket{le=\"0.5\"} 2\n"
-            "test_latency_seconds_bucket{le=\"1\"} 2\n"
-            "test_latency_seconds_bucket{le=\"2.5\"} 3\n"
-            "test_latency_seconds_bucket{le=\"+Inf\"} 4\n"
-            "test_latency_seconds_sum 102.50390625\n"
-            "test_latency_seconds_count 4\n"
-            "# HELP test_requests_total Requests.\n"
-            "# TYPE test_requests_total counter\n"
-            "test_requests_total{code=\"200\"} 3\n"
-            "test_requests_total{code=\"500\"} 0.5\n"
-            "# HELP test_temperature_celsius Heat.\\nSecond \\\\ line\n"
-            "# TYPE test_temperature_celsius gauge\n"
-            "test_temperature_celsius -2.25\n");
-}
-
-TEST(MetricsRegistry, LabelValuesAreEscapedAndSorted) {
-  MetricsRegistry registry;
-  // Label order at registration does not matter: names are sorted.
-  Gauge* gauge = *registry.AddGauge("test_info", "", {{"zone", "a\\b\"c\nd"}, {"app", "ünïcödé"}});
-  gauge->Set(1);
-  EXPECT_EQ(*registry.AddGauge("test_info", "", {{"app", "ünïcödé"}, {"zone", "a\\b\"c\nd"}}),
-            gauge);
-  EXPECT_EQ(registry.Serialize(),
-            "# HELP test_info\n"
-            "# TYPE test_info gauge\n"
-            "test_info{app=\"ünïcödé\",zone=\"a\\\\b\\\"c\\nd\"} 1\n");
-}
-
-TEST(MetricsRegistry, HistogramBucketsAreCumulativeAndKeepLabels) {
-  MetricsRegistry registry;
-  Histogram* histogram =
-      *registry.AddHistogram("test_size", "Sizes.", {1, 2, 4, HUGE_VAL}, {{"pool", "x"}});
-  EXPECT_EQ(histogram->upper_bounds(), (std::vector<double>{1, 2, 4}));  // +Inf dropped
-  for (double v : {0.0, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 1e9}) histogram->Observe(v);
-  histogram->Observe(std::nan(""));  // dropped
-  const Histogram::Snapshot snapshot = histogram->Collect();
-  EXPECT_EQ(snapshot.cumulative_counts, (std::vector<uint64_t>{2, 4, 6, 8}));
-  EXPECT_EQ(snapshot.count, 8u);
-  EXPECT_DOUBLE_EQ(snapshot.sum, 1e9 + 16.5);
-
-  const std::string text = registry.Serialize();
-  EXPECT_EQ(SampleValue(text, "test_size_bucket{pool=\"x\",le=\"1\"}"), "2");
-  EXPECT_EQ(SampleValue(text, "test_size_bucket{pool=\"x\",le=\"2\"}"), "4");
-  EXPECT_EQ(SampleValue(text, "test_size_bucket{pool=\"x\",le=\"4\"}"), "6");
-  EXPECT_EQ(SampleValue(text, "test_size_bucket{pool=\"x\",le=\"+Inf\"}"), "8");
-  EXPECT_EQ(SampleValue(text, "test_size_count{pool=\"x\"}"), "8");
-  // Not an integer: Go's %g switches to exponent form from 1e6 on.
-  EXPECT_EQ(SampleValue(text, "test_size_sum{pool=\"x\"}"), "1.0000000165e+09");
-}
-
-TEST(MetricsRegistry, EmptyHistogramHasOnlyInfBucket) {
-  MetricsRegistry registry;
-  Histogram* histogram = *registry.AddHistogram("test_empty", "E.", {});
-  histogram->Observe(-7);
-  EXPECT_EQ(registry.Serialize(),
-            "# HELP test_empty E.\n"
-            "# TYPE test_empty histogram\n"
-            "test_empty_bucket{le=\"+Inf\"} 1\n"
-            "test_empty_sum -7\n"
-            "test_empty_count 1\n");
-}
-
-TEST(MetricsRegistry, CountersOnlyGoUp) {
-  MetricsRegistry registry;
-  Counter* counter = *registry.AddCounter("test_total", "T.");
-  counter->Increment(2);
-  counter->Increment(-1);
-  counter->Increment(std::nan(""));
-  EXPECT_EQ(counter->Value(), 2);
-}
-
-TEST(MetricsRegistry, ConcurrentUpdatesSum) {
-  MetricsRegistry registry;
-  Counter* counter = *registry.AddCounter("test_total", "T.");
-  Gauge* gauge = *registry.AddGauge("test_gauge", "G.");
-  Histogram* histogram = *registry.AddHistogram("test_hist", "H.", {0.5, 1.5});
-  constexpr int kThreads = 4;
-  constexpr int kPerThread = 100000;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < kPerThread; ++i) {
-        counter->Increment();
-        gauge->Add(t % 2 == 0 ? 2 : -1);
-        histogram->Observe(1);
-      }
-    });
+// prometheus-cpp's TextSerializer writes the exposition: the lines the contract's consumers
+// (Prometheus, the dashboards, the deploy checks) read, byte for byte.
+TEST(ServerMetrics, ExpositionLinesFromPrometheusCpp) {
+  ServerMetrics metrics;
+  ExecutorObserver* observer = metrics.AddModel("odd \"model\" \\ name\nline2", 4096);
+  observer->OnRequestFinished(absl::OkStatus(), 3, 2, 0.00390625);
+  observer->OnRequestFinished(absl::OkStatus(), 1, 1, 2);
+  observer->OnRequestFinished(absl::OkStatus(), 1, 1, 100);
+  metrics.CountRequest("generate", "ok");
+  const std::string text = metrics.Render();
+  for (const char* line : {
+           "# HELP abcd_requests_total Requests answered, by request kind and final status.\n"
+           "# TYPE abcd_requests_total counter\n",
+           "\nabcd_requests_total{kind=\"generate\",status=\"ok\"} 1\n",
+           "# TYPE abcd_request_duration_seconds histogram\n",
+           "abcd_request_duration_seconds_count 3\n"
+           "abcd_request_duration_seconds_sum 102.00390625\n"
+           "abcd_request_duration_seconds_bucket{le=\"0.001\"} 0\n"
+           "abcd_request_duration_seconds_bucket{le=\"0.0025\"} 0\n"
+           "abcd_request_duration_seconds_bucket{le=\"0.005\"} 1\n",
+           "abcd_request_duration_seconds_bucket{le=\"2.5\"} 2\n",
+           "abcd_request_duration_seconds_bucket{le=\"60\"} 2\n"
+           "abcd_request_duration_seconds_bucket{le=\"+Inf\"} 3\n",
+           "abcd_prompt_tokens_total 5\n",
+           "abcd_state_bytes_per_sequence{model=\"odd \\\"model\\\" \\\\ name\\nline2\"} 4096\n",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\nin\n" << text;
   }
-  // Scrapes while the writers run must not block them or see non-cumulative buckets.
-  for (int i = 0; i < 20; ++i) {
-    const Histogram::Snapshot snapshot = histogram->Collect();
-    EXPECT_LE(snapshot.cumulative_counts[0], snapshot.cumulative_counts[1]);
-    EXPECT_EQ(snapshot.cumulative_counts.back(), snapshot.count);
-    EXPECT_FALSE(registry.Serialize().empty());
-  }
-  for (auto& thread : threads) thread.join();
-  EXPECT_EQ(counter->Value(), kThreads * kPerThread);
-  EXPECT_EQ(gauge->Value(), kPerThread * (2 + 2 - 1 - 1));
-  const Histogram::Snapshot snapshot = histogram->Collect();
-  EXPECT_EQ(snapshot.count, uint64_t{kThreads * kPerThread});
-  EXPECT_EQ(snapshot.cumulative_counts, (std::vector<uint64_t>{0, 400000, 400000}));
-  EXPECT_EQ(snapshot.sum, kThreads * kPerThread);
-}
-
-TEST(MetricsRegistry, SameNameAndLabelsReturnSameMetric) {
-  MetricsRegistry registry;
-  Counter* a = *registry.AddCounter("test_total", "T.", {{"k", "a"}});
-  EXPECT_EQ(*registry.AddCounter("test_total", "T.", {{"k", "a"}}), a);
-  EXPECT_NE(*registry.AddCounter("test_total", "T.", {{"k", "b"}}), a);
-  Histogram* h = *registry.AddHistogram("test_h", "H.", {1, 2});
-  EXPECT_EQ(*registry.AddHistogram("test_h", "H.", {1, 2}), h);
-}
-
-TEST(MetricsRegistry, ClashesAreErrors) {
-  MetricsRegistry registry;
-  ASSERT_TRUE(registry.AddCounter("test_total", "T.", {{"k", "a"}}).ok());
-  ASSERT_TRUE(registry.AddHistogram("test_h", "H.", {1, 2}).ok());
-  EXPECT_EQ(registry.AddGauge("test_total", "T.", {{"k", "a"}}).status().code(),
-            absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddHistogram("test_total", "T.", {1}, {{"k", "a"}}).status().code(),
-            absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddCounter("test_total", "Other help.", {{"k", "a"}}).status().code(),
-            absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddCounter("test_total", "T.", {{"other", "a"}}).status().code(),
-            absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddCounter("test_total", "T.").status().code(),
-            absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddHistogram("test_h", "H.", {1, 3}).status().code(),
-            absl::StatusCode::kAlreadyExists);
-  // Series a histogram writes cannot be taken by other families, and vice versa.
-  EXPECT_EQ(registry.AddGauge("test_h_bucket", "G.").status().code(),
-            absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddCounter("test_h_count", "C.").status().code(),
-            absl::StatusCode::kAlreadyExists);
-  ASSERT_TRUE(registry.AddGauge("test_g_sum", "G.").ok());
-  EXPECT_EQ(registry.AddHistogram("test_g", "H.", {1}).status().code(),
-            absl::StatusCode::kAlreadyExists);
-}
-
-TEST(MetricsRegistry, InvalidNamesAndBoundsAreRejected) {
-  MetricsRegistry registry;
-  const auto invalid = absl::StatusCode::kInvalidArgument;
-  EXPECT_EQ(registry.AddCounter("", "x").status().code(), invalid);
-  EXPECT_EQ(registry.AddCounter("1abc", "x").status().code(), invalid);
-  EXPECT_EQ(registry.AddCounter("a-b", "x").status().code(), invalid);
-  EXPECT_EQ(registry.AddCounter("a b", "x").status().code(), invalid);
-  EXPECT_EQ(registry.AddCounter("ok", "x", {{"", "v"}}).status().code(), invalid);
-  EXPECT_EQ(registry.AddCounter("ok", "x", {{"a:b", "v"}}).status().code(), invalid);
-  EXPECT_EQ(registry.AddCounter("ok", "x", {{"__name__", "v"}}).status().code(), invalid);
-  EXPECT_EQ(registry.AddCounter("ok", "x", {{"a", "1"}, {"a", "2"}}).status().code(), invalid);
-  EXPECT_EQ(registry.AddCounter("ok", "x", {{"a", "\xff"}}).status().code(), invalid);
-  EXPECT_EQ(registry.AddCounter("ok", "\xc0\xaf").status().code(), invalid);  // overlong
-  EXPECT_EQ(registry.AddHistogram("h", "x", {1}, {{"le", "1"}}).status().code(), invalid);
-  EXPECT_EQ(registry.AddHistogram("h", "x", {2, 1}).status().code(), invalid);
-  EXPECT_EQ(registry.AddHistogram("h", "x", {1, 1}).status().code(), invalid);
-  EXPECT_EQ(registry.AddHistogram("h", "x", {std::nan("")}).status().code(), invalid);
-  EXPECT_EQ(registry.AddHistogram("h", "x", {-HUGE_VAL, 1}).status().code(), invalid);
-  // Valid corner cases.
-  EXPECT_TRUE(registry.AddCounter("ns:sub_sys:x_total", "x", {{"_a1", ""}}).ok());
-  EXPECT_TRUE(registry.AddGauge("g", "x", {{"le", "fine on a gauge"}}).ok());
-  EXPECT_EQ(registry.Serialize().find("ok"), std::string::npos);  // nothing half-registered
-}
-
-TEST(MetricsRegistry, GoStyleNumbers) {
-  EXPECT_EQ(FormatMetricValue(0), "0");
-  EXPECT_EQ(FormatMetricValue(-0.0), "0");
-  EXPECT_EQ(FormatMetricValue(1), "1");
-  EXPECT_EQ(FormatMetricValue(-1), "-1");
-  EXPECT_EQ(FormatMetricValue(1e6), "1000000");
-  EXPECT_EQ(FormatMetricValue(1073741824), "1073741824");
-  EXPECT_EQ(FormatMetricValue(9007199254740992.0), "9007199254740992");
-  EXPECT_EQ(FormatMetricValue(1e20), "1e+20");
-  EXPECT_EQ(FormatMetricValue(0.5), "0.5");
-  EXPECT_EQ(FormatMetricValue(0.1), "0.1");
-  EXPECT_EQ(FormatMetricValue(0.0025), "0.0025");
-  EXPECT_EQ(FormatMetricValue(0.0001), "0.0001");
-  EXPECT_EQ(FormatMetricValue(0.00001), "1e-05");
-  EXPECT_EQ(FormatMetricValue(-1.5e-7), "-1.5e-07");
-  EXPECT_EQ(FormatMetricValue(123456.5), "123456.5");
-  EXPECT_EQ(FormatMetricValue(1234567.5), "1.2345675e+06");
-  EXPECT_EQ(FormatMetricValue(999999.5), "999999.5");
-  EXPECT_EQ(FormatMetricValue(1e-300), "1e-300");
-  EXPECT_EQ(FormatMetricValue(1.7976931348623157e308), "1.7976931348623157e+308");
-  EXPECT_EQ(FormatMetricValue(1.0 / 3), "0.3333333333333333");
-  EXPECT_EQ(FormatMetricValue(std::numeric_limits<double>::infinity()), "+Inf");
-  EXPECT_EQ(FormatMetricValue(-std::numeric_limits<double>::infinity()), "-Inf");
-  EXPECT_EQ(FormatMetricValue(std::nan("")), "NaN");
+  EXPECT_EQ(std::string(ServerMetrics::kContentType), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 // ---------------------------------------------------------------------------------------------

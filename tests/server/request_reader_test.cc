@@ -1,0 +1,106 @@
+// request_reader: a raw Generate/Translate request is scanned before it is parsed: invalid
+// UTF-8 names the field (repeated ones by index), a size limit refuses a field from its length
+// prefix alone, and bytes that are not a message are refused, never crash.
+#include "server/grpc/request_reader.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "abcd/v1/generator.pb.h"
+
+namespace abcd {
+namespace {
+
+grpc::ByteBuffer Buffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// GenerateRequest bytes; protobuf's C++ serializer writes invalid UTF-8 as given.
+std::string Serialized(const abcd::v1::GenerateRequest& request) {
+  std::string out;
+  EXPECT_TRUE(request.SerializeToString(&out));
+  return out;
+}
+
+TEST(RequestReader, ValidRequestParses) {
+  abcd::v1::GenerateRequest in;
+  in.set_model("abc-lm");
+  in.set_prompt("Grüße 🙂");
+  in.add_stop("END");
+  in.set_max_tokens(7);
+  in.mutable_sampling()->set_temperature(0.5f);
+  abcd::v1::GenerateRequest out;
+  ASSERT_EQ(ReadRequest(Buffer(Serialized(in)), nullptr, &out), absl::OkStatus());
+  EXPECT_EQ(out.prompt(), in.prompt());
+  EXPECT_EQ(out.max_tokens(), 7);
+  EXPECT_EQ(out.stop(0), "END");
+  EXPECT_FLOAT_EQ(out.sampling().temperature(), 0.5f);
+}
+
+TEST(RequestReader, InvalidUtf8NamesTheField) {
+  abcd::v1::GenerateRequest in;
+  in.set_prompt("fine");
+  in.add_stop("ok");
+  in.add_stop("\xc3\x28");
+  abcd::v1::GenerateRequest out;
+  absl::Status status = ReadRequest(Buffer(Serialized(in)), nullptr, &out);
+  EXPECT_EQ(status, absl::InvalidArgumentError("stop[1] is not valid UTF-8"));
+  in.clear_stop();
+  in.set_model("\xff");
+  status = ReadRequest(Buffer(Serialized(in)), nullptr, &out);
+  EXPECT_EQ(status, absl::InvalidArgumentError("model is not valid UTF-8"));
+}
+
+// Fields are found through the descriptor, nested and repeated messages included.
+TEST(RequestReader, NestedStringsAreNamedByPath) {
+  abcd::v1::ListModelsResponse in;
+  in.add_models()->set_name("fine");
+  abcd::v1::ModelInfo* second = in.add_models();
+  second->set_name("also fine");
+  second->set_kind("\xed\xa0\x80");  // a UTF-16 surrogate: not UTF-8
+  std::string bytes;
+  ASSERT_TRUE(in.SerializeToString(&bytes));
+  abcd::v1::ListModelsResponse out;
+  EXPECT_EQ(ReadRequest(Buffer(bytes), nullptr, &out),
+            absl::InvalidArgumentError("models[1].kind is not valid UTF-8"));
+}
+
+TEST(RequestReader, SizeCheckRefusesFromTheLengthPrefix) {
+  abcd::v1::GenerateRequest in;
+  in.set_prompt(std::string(1000, 'x'));
+  std::string bytes = Serialized(in);
+  // Cut the message short: the prompt's bytes are not all there, but its length prefix is, and
+  // the size check answers from it without reading further.
+  bytes.resize(10);
+  std::vector<std::pair<std::string, size_t>> seen;
+  const FieldSizeCheck check = [&](absl::string_view name, size_t size) {
+    seen.emplace_back(std::string(name), size);
+    return size > 100 ? absl::InvalidArgumentError("too long") : absl::OkStatus();
+  };
+  abcd::v1::GenerateRequest out;
+  EXPECT_EQ(ReadRequest(Buffer(bytes), check, &out), absl::InvalidArgumentError("too long"));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], std::make_pair(std::string("prompt"), size_t{1000}));
+}
+
+TEST(RequestReader, GarbageIsRefused) {
+  abcd::v1::GenerateRequest out;
+  const std::vector<std::vector<unsigned char>> cases = {
+      {0x12, 0xff, 0xff, 0xff, 0xff, 0x0f},  // prompt longer than the message
+      {0x12, 0x05, 'a', 'b'},                // prompt cut short
+      {0xff, 0xff, 0xff},                    // not a tag
+      {0x0a, 0x80}};                         // truncated length varint
+  for (const auto& raw : cases) {
+    const std::string bytes(raw.begin(), raw.end());
+    const absl::Status status = ReadRequest(Buffer(bytes), nullptr, &out);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(status.message(), "request is not a valid abcd.v1.GenerateRequest");
+  }
+  EXPECT_EQ(ReadRequest(grpc::ByteBuffer(), nullptr, &out), absl::OkStatus());  // empty
+}
+
+}  // namespace
+}  // namespace abcd
