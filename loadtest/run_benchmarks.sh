@@ -5,6 +5,7 @@
 # abcd-loadtest abcd-server), Debian's python3-torch (reference timing) and, for the plots only,
 # python3-matplotlib. Raw outputs go to $OUT (default $BUILD_DIR/loadtest-results); the bench
 # JSON behind the plots is copied to loadtest/results/bench.json.
+#   loadtest/run_benchmarks.sh prefill   only the prefill-policy load test (TTFT/ITL table)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,47 @@ mkdir -p "$OUT" loadtest/results
 echo "== machine"
 lscpu | grep -E '^(Model name|CPU\(s\))' | tee "$OUT/machine.txt"
 uptime | tee -a "$OUT/machine.txt"
+
+# TTFT/ITL at 1, 8, 32 and 64 streams of 128-token prompts and 128-token outputs on the trained
+# abc-lm, with the time-based prefill policy and the old token policy side by side (each pair
+# back to back, 12 s a run, a fresh server each). gRPC Generate has no ignore_eos, so a
+# request may end at EOS: the table reports the mean output length. The load average before
+# each run is recorded (the machine may be shared).
+prefill_policies() {
+  local lm=models/checkpoints/abc-lm
+  local table="$OUT/prefill-policy.md"
+  for c in 1 8 32 64; do
+    for policy in time tokens; do
+      echo "== c=$c --prefill_policy $policy ($(uptime | sed 's/.*load average: //'))"
+      echo "c=$c policy=$policy before: $(uptime)" >>"$OUT/prefill-uptime.txt"
+      "$BUILD_DIR/loadtest/abcd-loadtest" --launch_server "$BUILD_DIR/server/abcd-server" \
+        --server_args "--models $lm --prefill_policy $policy" \
+        --tokenizer "$lm/tokenizer.model" --endpoint grpc-generate --concurrency "$c" \
+        --duration 12 --prompt_tokens 128 --output_tokens 128 \
+        --result_json "$OUT/prefill-$policy-c$c.json" | tee "$OUT/prefill-$policy-c$c.txt"
+      echo "c=$c policy=$policy after: $(uptime)" >>"$OUT/prefill-uptime.txt"
+    done
+  done
+  $PY - "$OUT" >"$table" <<'PYEOF'
+import json, sys
+out = sys.argv[1]
+print("| streams | policy | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | ITL p99/p50 | out tok/s | mean output tokens | requests |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for c in (1, 8, 32, 64):
+    for policy in ("time", "tokens"):
+        r = json.load(open(f"{out}/prefill-{policy}-c{c}.json"))
+        ratio = r["p99_itl_ms"] / r["median_itl_ms"] if r["median_itl_ms"] > 0 else float("nan")
+        mean_out = r["total_output_tokens"] / max(r["completed"], 1)
+        print(f"| {c} | {policy} | {r['median_ttft_ms']:.1f} | {r['p99_ttft_ms']:.1f} | "
+              f"{r['median_itl_ms']:.2f} | {r['p99_itl_ms']:.2f} | {ratio:.2f}x | "
+              f"{r['output_throughput']:.0f} | {mean_out:.1f} | {r['completed']} |")
+PYEOF
+  cat "$table"
+}
+if [[ "${1:-all}" == "prefill" ]]; then
+  prefill_policies
+  exit 0
+fi
 
 echo "== bench models -> $MODELS"
 $PY loadtest/make_bench_models.py --out "$MODELS"
@@ -45,6 +87,8 @@ LT=("$BUILD_DIR/loadtest/abcd-loadtest" --launch_server "$BUILD_DIR/server/abcd-
   --result_json "$OUT/grpc-poisson.json" | tee "$OUT/grpc-poisson.txt" || true
 "${LT[@]}" --endpoint http-translate --concurrency 4 --duration 10 --output_tokens 32 \
   --result_json "$OUT/translate-c4.json" | tee "$OUT/translate-c4.txt"
+
+prefill_policies
 
 if $PY -c 'import matplotlib' 2>/dev/null; then
   $PY loadtest/plot.py "$OUT/bench.json" --out loadtest/plots

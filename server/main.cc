@@ -62,6 +62,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   options.max_waiting_requests = config.max_waiting_requests;
   options.max_running_sequences = config.max_running_sequences;
   options.prefill_token_budget = config.prefill_token_budget;
+  ABCD_ASSIGN_OR_RETURN(options.prefill_policy,
+                        ParsePrefillPolicy(config.prefill_policy, "--prefill_policy"));
+  options.iteration_budget_ms = config.iteration_budget_ms;
   options.max_prompt_tokens = config.max_prompt_tokens;
   options.max_source_tokens = config.max_source_tokens;
   options.max_batch_source_tokens = config.max_batch_source_tokens;
@@ -76,7 +79,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
             {"device", backend.device_description()},
             {"state_bytes_per_sequence", absl::StrCat(served->state_bytes_per_sequence)},
             {"state_capacity_bytes", absl::StrCat(backend.capacity_bytes())},
-            {"weight_bytes", absl::StrCat(backend.weight_bytes())}});
+            {"weight_bytes", absl::StrCat(backend.weight_bytes())},
+            {"prefill_policy", config.prefill_policy}});
   ABCD_ASSIGN_OR_RETURN(served->executor,
                         Executor::Create(std::move(created.backend), *served->tokenizer, options));
   return served;

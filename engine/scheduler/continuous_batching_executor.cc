@@ -1,4 +1,5 @@
 // The Executor implementation: one engine thread, continuous batching over a DecodeBackend.
+#include <chrono>
 #include <deque>
 #include <thread>
 
@@ -165,6 +166,7 @@ class ContinuousBatchingExecutor final : public Executor {
   int64_t iterations_ = 0;
   bool encode_oldest_next_ = true;  // EncodeSources alternates oldest and shortest turns
   int64_t encode_credit_ = 0;       // source tokens the oldest may be encoded with
+  StepCostModel costs_;             // kTime: what decode steps and prompt rows take
   std::thread thread_;
 };
 
@@ -486,7 +488,14 @@ void ContinuousBatchingExecutor::Step() {
   for (const auto& r : running_) {
     remaining.push_back(r->encoded ? static_cast<int64_t>(r->prompt_ids.size()) - r->prefilled : 0);
   }
-  for (const PrefillChunk& chunk : PlanPrefill(remaining, options_.prefill_token_budget)) {
+  const int64_t decode_rows = static_cast<int64_t>(rows.size() + sampled_rows.size());
+  int64_t prefill_tokens = options_.prefill_token_budget;
+  if (options_.prefill_policy == PrefillPolicy::kTime) {
+    prefill_tokens = PrefillTokensForIteration(
+        {decode_rows, costs_.DecodeStepSeconds(decode_rows), costs_.PromptRowSeconds(),
+         options_.iteration_budget_ms / 1000.0, options_.prefill_token_budget});
+  }
+  for (const PrefillChunk& chunk : PlanPrefill(remaining, prefill_tokens)) {
     ActiveRequest& r = *running_[chunk.index];
     for (int64_t t = r.prefilled; t < r.prefilled + chunk.tokens; ++t) {
       const bool last = t + 1 == static_cast<int64_t>(r.prompt_ids.size());
@@ -499,10 +508,20 @@ void ContinuousBatchingExecutor::Step() {
     Publish(0);
     return;
   }
+  // The backend calls' wall time feeds the cost model (failed calls do not).
+  const int64_t prompt_rows = static_cast<int64_t>(rows.size() + sampled_rows.size()) - decode_rows;
+  std::chrono::duration<double> backend_time{0};
+  const auto observe_costs = [&] {
+    costs_.Observe(decode_rows, prompt_rows, backend_time.count());
+  };
   int64_t batch_sequences = static_cast<int64_t>(sampled_rows.size());
+  bool sampled_ok = true;
   if (!sampled_rows.empty()) {
     std::vector<int32_t> tokens;
+    const auto started = std::chrono::steady_clock::now();
     const absl::Status status = backend_->DecodeAndSample(sampled_rows, &tokens);
+    backend_time += std::chrono::steady_clock::now() - started;
+    sampled_ok = status.ok();
     for (size_t i = 0; i < sampled_owners.size(); ++i) {
       if (status.ok()) {
         Accept(*sampled_owners[i], tokens[i]);
@@ -513,18 +532,23 @@ void ContinuousBatchingExecutor::Step() {
   }
   std::vector<float> logits;
   if (rows.empty()) {
+    if (sampled_ok) observe_costs();
     std::erase_if(running_, [](const auto& r) { return r->done; });
     Publish(batch_sequences);
     return;
   }
-  if (absl::Status status = backend_->Decode(rows, &logits); !status.ok()) {
+  const auto decode_started = std::chrono::steady_clock::now();
+  const absl::Status decode_status = backend_->Decode(rows, &logits);
+  backend_time += std::chrono::steady_clock::now() - decode_started;
+  if (!decode_status.ok()) {
     for (ActiveRequest* r : owners) {
-      if (!r->done) Finish(*r, status, FinishReason::kLength);
+      if (!r->done) Finish(*r, decode_status, FinishReason::kLength);
     }
     std::erase_if(running_, [](const auto& r) { return r->done; });
     Publish(0);
     return;
   }
+  if (sampled_ok) observe_costs();
   for (size_t i = 0; i < rows.size(); ++i) {
     batch_sequences += i == 0 || rows[i].sequence != rows[i - 1].sequence;
   }
@@ -731,42 +755,6 @@ void ContinuousBatchingExecutor::Publish(int64_t batch_size) {
 
 }  // namespace
 
-std::string TruncateForMessage(absl::string_view value) {
-  if (value.size() <= kMaxEchoedBytes) return std::string(value);
-  size_t cut = kMaxEchoedBytes;
-  // Do not split a UTF-8 character.
-  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xc0) == 0x80) --cut;
-  return absl::StrCat(value.substr(0, cut), "... (", value.size(), " bytes)");
-}
-
-absl::Status CheckInputBytes(absl::string_view field, size_t bytes, int64_t token_limit) {
-  const int64_t limit = token_limit * kMaxInputBytesPerToken;
-  if (static_cast<int64_t>(bytes) <= limit) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, " is ", bytes, " bytes, more than ", limit, " (", kMaxInputBytesPerToken,
-                   " bytes per token of the limit of ", token_limit, " tokens); refused unread"));
-}
-
-absl::Status Executor::CheckInput(absl::string_view, size_t) const { return absl::OkStatus(); }
-
-absl::StatusOr<std::vector<RequestId>> Executor::EnqueueBatch(
-    std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) {
-  if (requests.size() != callbacks.size() || requests.empty()) {
-    return absl::InvalidArgumentError("a batch needs one callback per request, at least one");
-  }
-  std::vector<RequestId> ids;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    absl::StatusOr<RequestId> id = Enqueue(std::move(requests[i]), std::move(callbacks[i]));
-    if (!id.ok()) {
-      for (RequestId accepted : ids) Cancel(accepted);
-      return absl::Status(id.status().code(),
-                          absl::StrCat("texts[", i, "]: ", id.status().message()));
-    }
-    ids.push_back(*id);
-  }
-  return ids;
-}
-
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::unique_ptr<DecodeBackend> backend,
                                                            const Tokenizer& tokenizer,
                                                            const ExecutorOptions& options) {
@@ -776,6 +764,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::unique_ptr<Decod
       options.max_new_tokens < 1 || options.max_source_tokens < 1 ||
       options.encode_token_budget < 1 || options.max_batch_source_tokens < 1) {
     return absl::InvalidArgumentError("executor limits must be positive");
+  }
+  if (!(options.iteration_budget_ms >= 0 && options.iteration_budget_ms <= 1e6)) {
+    return absl::InvalidArgumentError("iteration_budget_ms must be in [0, 1000000]");
   }
   return std::unique_ptr<Executor>(
       new ContinuousBatchingExecutor(std::move(backend), tokenizer, options));

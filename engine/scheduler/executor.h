@@ -4,7 +4,8 @@
 //
 // One engine thread owns the model's DecodeBackend (CPU: Model + StatePool; CUDA: CudaModel)
 // and runs iterations: admit waiting requests that fit the backend's capacity (CapacityScheduler),
-// prefill them under a per-iteration token budget so running streams are not stalled, run one
+// prefill them in chunks sized from a per-iteration time budget (batch_planner.h) so running
+// streams are not stalled by more than about one decode step, run one
 // batched decode step for every running sequence, sample, emit events and retire finished or
 // cancelled sequences (their state is released in that same iteration). Frontends never block the
 // loop: callbacks run on the engine thread and must only hand the event over (e.g. queue it and
@@ -26,6 +27,7 @@
 #include "engine/model/model.h"
 #include "engine/runtime/generator.h"
 #include "engine/sampling/sampler.h"
+#include "engine/scheduler/batch_planner.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace abcd {
@@ -86,7 +88,12 @@ struct ExecutorOptions {
   int64_t state_budget_bytes = int64_t{1} << 30;  // Create(Model&): the CPU backend's pool
   int max_waiting_requests = 256;                 // beyond this Enqueue answers RESOURCE_EXHAUSTED
   int max_running_sequences = 256;                // batch size cap
-  int prefill_token_budget = 512;  // prompt tokens prefilled per iteration (chunked prefill)
+  int prefill_token_budget = 512;  // most prompt tokens prefilled per iteration (hard cap)
+  // kTime: while sequences decode, an iteration's prompt tokens are sized from the measured
+  // costs so that prefill adds at most about max(one decode step, iteration_budget_ms); with
+  // nothing decoding, prefill goes at prefill_token_budget. kTokens: always the token budget.
+  PrefillPolicy prefill_policy = PrefillPolicy::kTime;
+  double iteration_budget_ms = 0;  // kTime: the least extra time prefill may take, >= 0
   int max_prompt_tokens = 4096;    // longer prompts are INVALID_ARGUMENT
   // Encoder-decoder: longer sources (with their eos) are INVALID_ARGUMENT. One source is encoded
   // in one backend call, so this also bounds how long one iteration can take.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/core/status_macros.h"
+#include "engine/scheduler/batch_planner.h"
 #include "nlohmann/json.hpp"
 #include "server/core/arguments.h"
 
@@ -25,6 +26,8 @@ const std::set<std::string> kValued = {"config",
                                        "max_waiting_requests",
                                        "max_running_sequences",
                                        "prefill_token_budget",
+                                       "prefill_policy",
+                                       "iteration_budget_ms",
                                        "max_prompt_tokens",
                                        "max_source_tokens",
                                        "max_batch_source_tokens",
@@ -88,7 +91,8 @@ absl::StatusOr<int64_t> Ranged(const Arguments& args, const std::string& name, i
 std::string ServerUsage() {
   return "usage: abcd-server [--config FILE] [--host H] [--grpc_port P] [--http_port P]\n"
          "  [--models DIR[,DIR...]] [--state_budget_mb MB] [--max_waiting_requests N]\n"
-         "  [--max_running_sequences N] [--prefill_token_budget N] [--max_prompt_tokens N]\n"
+         "  [--max_running_sequences N] [--prefill_token_budget N] [--prefill_policy time|tokens]\n"
+         "  [--iteration_budget_ms MS] [--max_prompt_tokens N]\n"
          "  [--max_source_tokens N] [--max_batch_source_tokens N] [--encode_token_budget N]\n"
          "  [--max_tokens_limit N] [--http_threads N] [--drain_grace_seconds S]\n"
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
@@ -131,6 +135,13 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         Ranged(args, "max_running_sequences", c.max_running_sequences, 1, 1 << 16));
   ABCD_ASSIGN_OR_RETURN(c.prefill_token_budget,
                         Ranged(args, "prefill_token_budget", c.prefill_token_budget, 1, 1 << 20));
+  c.prefill_policy = args.String("prefill_policy", c.prefill_policy);
+  ABCD_RETURN_IF_ERROR(ParsePrefillPolicy(c.prefill_policy, "--prefill_policy").status());
+  ABCD_ASSIGN_OR_RETURN(c.iteration_budget_ms,
+                        args.Double("iteration_budget_ms", c.iteration_budget_ms));
+  if (!(c.iteration_budget_ms >= 0 && c.iteration_budget_ms <= 10000)) {
+    return absl::InvalidArgumentError("--iteration_budget_ms must be in [0, 10000]");
+  }
   ABCD_ASSIGN_OR_RETURN(c.max_prompt_tokens,
                         Ranged(args, "max_prompt_tokens", c.max_prompt_tokens, 1, 1 << 20));
   ABCD_ASSIGN_OR_RETURN(c.max_source_tokens,

@@ -19,7 +19,11 @@ struct ServerConfig {
   int64_t state_budget_mb = 1024;   // attention-state memory per model
   int max_waiting_requests = 256;   // per model; beyond it requests are refused
   int max_running_sequences = 256;  // per model batch cap
-  int prefill_token_budget = 512;   // prompt tokens prefilled per iteration
+  int prefill_token_budget = 512;   // most prompt tokens prefilled per iteration (hard cap)
+  // time: prefill chunks sized so that, while streams decode, an iteration takes at most about
+  // max(one decode step, iteration_budget_ms) longer; tokens: prefill_token_budget every time.
+  std::string prefill_policy = "time";
+  double iteration_budget_ms = 0;
   int max_prompt_tokens = 4096;
   int max_source_tokens = 512;         // translation: tokens of one source text (with eos)
   int max_batch_source_tokens = 8192;  // translation: source tokens of one batch together

@@ -172,6 +172,19 @@ TEST(ServerFlags, BadDeviceIsRefusedNamingTheFlag) {
       << server.Log();
 }
 
+TEST(ServerFlags, BadPrefillPolicyIsRefusedNamingTheFlag) {
+  ServerProcess server(ABCD_SERVER, {"--prefill_policy", "fast"});
+  EXPECT_FALSE(server.started());
+  EXPECT_EQ(server.WaitForExit(10), 2);
+  EXPECT_NE(server.Log().find("--prefill_policy must be time or tokens"), std::string::npos)
+      << server.Log();
+  ServerProcess negative(ABCD_SERVER, {"--iteration_budget_ms", "-1"});
+  EXPECT_FALSE(negative.started());
+  EXPECT_EQ(negative.WaitForExit(10), 2);
+  EXPECT_NE(negative.Log().find("--iteration_budget_ms must be in [0, 10000]"), std::string::npos)
+      << negative.Log();
+}
+
 TEST_F(ServerTest, ReflectionListsTheServices) {
   Start();
   auto reflection = grpc::reflection::v1alpha::ServerReflection::NewStub(channel_);

@@ -581,11 +581,16 @@ TEST_F(ExecutorTest, BackendThatBreaksEndsEverythingAndRefusesNewRequests) {
   request.max_tokens = 8;
   request.sampling.temperature = 0.0f;
   request.ignore_eos = true;
+  // Queued at once: one by one, the backend could break before the last Enqueue.
   std::vector<std::unique_ptr<Collector>> collectors;
+  std::vector<GenerationRequest> requests;
+  std::vector<EventCallback> callbacks;
   for (int i = 0; i < 5; ++i) {
     collectors.push_back(std::make_unique<Collector>());
-    ASSERT_TRUE((*broken)->Enqueue(request, collectors.back()->Callback()).ok());
+    requests.push_back(request);
+    callbacks.push_back(collectors.back()->Callback());
   }
+  ASSERT_TRUE((*broken)->EnqueueBatch(std::move(requests), std::move(callbacks)).ok());
   int unavailable = 0;
   for (auto& collector : collectors) {
     const absl::Status status = collector->Wait().back().status;

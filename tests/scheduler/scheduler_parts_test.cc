@@ -1,5 +1,5 @@
-// The scheduler's plain parts: capacity admission, prefill chunking, beam selection and
-// incremental detokenisation with stop strings.
+// The scheduler's plain parts: capacity admission, prefill chunking and its time-based sizing,
+// the step cost model, beam selection and incremental detokenisation with stop strings.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,6 +46,93 @@ TEST(BatchPlanner, SplitsPromptsUnderTheBudget) {
   EXPECT_EQ(chunks[1].tokens, 212);
   EXPECT_EQ(PlanPrefill(remaining, 0).size(), 1u);  // always makes progress
   EXPECT_TRUE(PlanPrefill(std::vector<int64_t>{0, 0}, 10).empty());
+}
+
+TEST(BatchPlanner, TimePolicySizesPrefillToOneDecodeStep) {
+  PrefillSizing s;
+  s.decode_rows = 8;
+  s.decode_step_seconds = 0.004;  // 4 ms for the 8 decode rows
+  s.prompt_row_seconds = 0.0001;  // 0.1 ms a prompt row
+  s.token_budget = 512;
+  // 4 ms of prompt rows: the iteration takes at most about two decode steps.
+  EXPECT_EQ(PrefillTokensForIteration(s), 40);
+  // A budget above the decode step raises the extra time to it, not beyond.
+  s.iteration_budget_seconds = 0.010;
+  EXPECT_EQ(PrefillTokensForIteration(s), 100);
+  s.iteration_budget_seconds = 0.001;  // below one decode step: the decode step wins
+  EXPECT_EQ(PrefillTokensForIteration(s), 40);
+  // The token budget stays the hard cap.
+  s.token_budget = 25;
+  EXPECT_EQ(PrefillTokensForIteration(s), 25);
+  s.token_budget = 512;
+  // Prompt rows dearer than a decode step: still one token, so the prompt progresses.
+  s.prompt_row_seconds = 0.050;
+  EXPECT_EQ(PrefillTokensForIteration(s), 1);
+  // Nothing decoding: nothing to stall, full speed.
+  s.decode_rows = 0;
+  EXPECT_EQ(PrefillTokensForIteration(s), 512);
+}
+
+TEST(BatchPlanner, TimePolicyBeforeAnyMeasurementTakesAsManyTokensAsDecodeRows) {
+  PrefillSizing s;
+  s.decode_rows = 6;
+  s.token_budget = 512;
+  EXPECT_EQ(PrefillTokensForIteration(s), 6);  // both costs unknown
+  s.decode_step_seconds = 0.004;
+  EXPECT_EQ(PrefillTokensForIteration(s), 6);  // prompt row cost unknown
+  s.decode_step_seconds = 0;
+  s.prompt_row_seconds = 0.0001;
+  EXPECT_EQ(PrefillTokensForIteration(s), 6);  // decode step unknown, no budget
+  s.iteration_budget_seconds = 0.002;
+  EXPECT_EQ(PrefillTokensForIteration(s), 20);  // the budget alone sizes it
+  s.decode_rows = 600;
+  s.iteration_budget_seconds = 0;
+  EXPECT_EQ(PrefillTokensForIteration(s), 512);  // capped
+  s.token_budget = 0;
+  EXPECT_EQ(PrefillTokensForIteration(s), 1);  // never zero
+}
+
+TEST(BatchPlanner, PrefillPolicyParsesAndNamesTheFlag) {
+  EXPECT_EQ(*ParsePrefillPolicy("time", "--prefill_policy"), PrefillPolicy::kTime);
+  EXPECT_EQ(*ParsePrefillPolicy("tokens", "--prefill_policy"), PrefillPolicy::kTokens);
+  const auto bad = ParsePrefillPolicy("fast", "--prefill_policy");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--prefill_policy"), std::string::npos);
+  EXPECT_EQ(PrefillPolicyName(PrefillPolicy::kTokens), "tokens");
+}
+
+TEST(StepCostModel, LearnsDecodeStepsPerBatchSizeAndThePromptRowCost) {
+  StepCostModel costs(0.5);
+  EXPECT_LE(costs.DecodeStepSeconds(4), 0.0);
+  EXPECT_LE(costs.PromptRowSeconds(), 0.0);
+  // Until a decode step of at most 4 rows is known, a mixed iteration cannot be split.
+  costs.Observe(4, 10, 0.010);
+  EXPECT_LE(costs.PromptRowSeconds(), 0.0);
+  costs.Observe(4, 0, 0.004);  // the first observation is taken as is
+  EXPECT_DOUBLE_EQ(costs.DecodeStepSeconds(4), 0.004);
+  costs.Observe(4, 0, 0.006);  // then averaged with weight 0.5
+  EXPECT_DOUBLE_EQ(costs.DecodeStepSeconds(4), 0.005);
+  // Unseen sizes use the nearest smaller one seen (an underestimate), none below: unknown.
+  EXPECT_DOUBLE_EQ(costs.DecodeStepSeconds(7), 0.005);
+  EXPECT_LE(costs.DecodeStepSeconds(3), 0.0);
+  EXPECT_EQ(costs.DecodeStepSeconds(0), 0.0);
+  // 4 decode rows (5 ms) + 20 prompt rows took 7 ms: 0.1 ms a prompt row.
+  costs.Observe(4, 20, 0.007);
+  EXPECT_NEAR(costs.PromptRowSeconds(), 0.0001, 1e-12);
+  // Prefill alone: all of the time is prompt rows; averaged in.
+  costs.Observe(0, 100, 0.030);
+  EXPECT_NEAR(costs.PromptRowSeconds(), 0.0002, 1e-12);
+  // A residual that is not positive (noise) is skipped, as are empty or bad observations.
+  costs.Observe(4, 10, 0.004);
+  costs.Observe(0, 0, 1.0);
+  costs.Observe(4, 0, -1.0);
+  costs.Observe(4, 0, std::nan(""));
+  EXPECT_NEAR(costs.PromptRowSeconds(), 0.0002, 1e-12);
+  EXPECT_DOUBLE_EQ(costs.DecodeStepSeconds(4), 0.005);
+  // Very large batches are tracked per row beyond the table.
+  costs.Observe(10000, 0, 1.0);
+  EXPECT_NEAR(costs.DecodeStepSeconds(10000), 1.0, 1e-9);
+  EXPECT_NEAR(costs.DecodeStepSeconds(20000), 2.0, 1e-9);
 }
 
 TEST(BeamSearch, PicksBestContinuationsAcrossBeams) {
