@@ -65,6 +65,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   ABCD_ASSIGN_OR_RETURN(options.prefill_policy,
                         ParsePrefillPolicy(config.prefill_policy, "--prefill_policy"));
   options.iteration_budget_ms = config.iteration_budget_ms;
+  options.prefill_step_share = config.prefill_step_share;
   options.max_prompt_tokens = config.max_prompt_tokens;
   options.max_source_tokens = config.max_source_tokens;
   options.max_batch_source_tokens = config.max_batch_source_tokens;

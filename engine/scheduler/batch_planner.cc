@@ -34,7 +34,8 @@ std::string PrefillPolicyName(PrefillPolicy policy) {
 int64_t PrefillTokensForIteration(const PrefillSizing& sizing) {
   const int64_t cap = std::max<int64_t>(sizing.token_budget, 1);
   if (sizing.decode_rows <= 0) return cap;
-  const double extra = std::max(sizing.decode_step_seconds, sizing.iteration_budget_seconds);
+  const double extra = std::max(sizing.decode_step_share * sizing.decode_step_seconds,
+                                sizing.iteration_budget_seconds);
   if (sizing.prompt_row_seconds <= 0 || extra <= 0) {
     return std::clamp<int64_t>(sizing.decode_rows, 1, cap);
   }

@@ -43,14 +43,15 @@ struct PrefillSizing {
   double decode_step_seconds = 0;       // estimated time of those rows alone; <= 0: unknown
   double prompt_row_seconds = 0;        // estimated time one prompt row adds; <= 0: unknown
   double iteration_budget_seconds = 0;  // the least extra time prefill may take (a floor)
+  double decode_step_share = 1.0;       // extra time as a share of the decode step, > 0
   int64_t token_budget = 512;           // hard cap on prompt tokens per iteration
 };
 
 // Prompt tokens to feed this iteration under the time policy:
 //  - no decode rows: nothing to stall, so token_budget (full speed);
-//  - else floor(max(decode_step_seconds, iteration_budget_seconds) / prompt_row_seconds), so
-//    the iteration takes at most about max(one decode step, the budget) longer than the decode
-//    step alone;
+//  - else floor(max(decode_step_share * decode_step_seconds, iteration_budget_seconds) /
+//    prompt_row_seconds), so the iteration takes at most about max(that share of one decode
+//    step, the budget) longer than the decode step alone;
 //  - while a cost is unknown (no measurement yet), as many prompt tokens as decode rows (a
 //    prompt row costs no more than an average decode row, which carries the weight reads);
 // always clamped to [1, token_budget] so a waiting prompt makes progress.

@@ -491,9 +491,14 @@ void ContinuousBatchingExecutor::Step() {
   const int64_t decode_rows = static_cast<int64_t>(rows.size() + sampled_rows.size());
   int64_t prefill_tokens = options_.prefill_token_budget;
   if (options_.prefill_policy == PrefillPolicy::kTime) {
-    prefill_tokens = PrefillTokensForIteration(
-        {decode_rows, costs_.DecodeStepSeconds(decode_rows), costs_.PromptRowSeconds(),
-         options_.iteration_budget_ms / 1000.0, options_.prefill_token_budget});
+    prefill_tokens = PrefillTokensForIteration({
+        .decode_rows = decode_rows,
+        .decode_step_seconds = costs_.DecodeStepSeconds(decode_rows),
+        .prompt_row_seconds = costs_.PromptRowSeconds(),
+        .iteration_budget_seconds = options_.iteration_budget_ms / 1000.0,
+        .decode_step_share = options_.prefill_step_share,
+        .token_budget = options_.prefill_token_budget,
+    });
   }
   for (const PrefillChunk& chunk : PlanPrefill(remaining, prefill_tokens)) {
     ActiveRequest& r = *running_[chunk.index];
@@ -767,6 +772,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::unique_ptr<Decod
   }
   if (!(options.iteration_budget_ms >= 0 && options.iteration_budget_ms <= 1e6)) {
     return absl::InvalidArgumentError("iteration_budget_ms must be in [0, 1000000]");
+  }
+  if (!(options.prefill_step_share > 0 && options.prefill_step_share <= 16)) {
+    return absl::InvalidArgumentError("prefill_step_share must be in (0, 16]");
   }
   return std::unique_ptr<Executor>(
       new ContinuousBatchingExecutor(std::move(backend), tokenizer, options));

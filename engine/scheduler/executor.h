@@ -90,11 +90,13 @@ struct ExecutorOptions {
   int max_running_sequences = 256;                // batch size cap
   int prefill_token_budget = 512;  // most prompt tokens prefilled per iteration (hard cap)
   // kTime: while sequences decode, an iteration's prompt tokens are sized from the measured
-  // costs so that prefill adds at most about max(one decode step, iteration_budget_ms); with
-  // nothing decoding, prefill goes at prefill_token_budget. kTokens: always the token budget.
+  // costs so that prefill adds at most about max(prefill_step_share x one decode step,
+  // iteration_budget_ms); with nothing decoding, prefill goes at prefill_token_budget.
+  // kTokens: always the token budget.
   PrefillPolicy prefill_policy = PrefillPolicy::kTime;
-  double iteration_budget_ms = 0;  // kTime: the least extra time prefill may take, >= 0
-  int max_prompt_tokens = 4096;    // longer prompts are INVALID_ARGUMENT
+  double iteration_budget_ms = 0;   // kTime: the least extra time prefill may take, >= 0
+  double prefill_step_share = 1.0;  // kTime: in (0, 16]
+  int max_prompt_tokens = 4096;     // longer prompts are INVALID_ARGUMENT
   // Encoder-decoder: longer sources (with their eos) are INVALID_ARGUMENT. One source is encoded
   // in one backend call, so this also bounds how long one iteration can take.
   int max_source_tokens = 512;

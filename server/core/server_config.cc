@@ -28,6 +28,7 @@ const std::set<std::string> kValued = {"config",
                                        "prefill_token_budget",
                                        "prefill_policy",
                                        "iteration_budget_ms",
+                                       "prefill_step_share",
                                        "max_prompt_tokens",
                                        "max_source_tokens",
                                        "max_batch_source_tokens",
@@ -92,7 +93,7 @@ std::string ServerUsage() {
   return "usage: abcd-server [--config FILE] [--host H] [--grpc_port P] [--http_port P]\n"
          "  [--models DIR[,DIR...]] [--state_budget_mb MB] [--max_waiting_requests N]\n"
          "  [--max_running_sequences N] [--prefill_token_budget N] [--prefill_policy time|tokens]\n"
-         "  [--iteration_budget_ms MS] [--max_prompt_tokens N]\n"
+         "  [--iteration_budget_ms MS] [--prefill_step_share F] [--max_prompt_tokens N]\n"
          "  [--max_source_tokens N] [--max_batch_source_tokens N] [--encode_token_budget N]\n"
          "  [--max_tokens_limit N] [--http_threads N] [--drain_grace_seconds S]\n"
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
@@ -141,6 +142,11 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         args.Double("iteration_budget_ms", c.iteration_budget_ms));
   if (!(c.iteration_budget_ms >= 0 && c.iteration_budget_ms <= 10000)) {
     return absl::InvalidArgumentError("--iteration_budget_ms must be in [0, 10000]");
+  }
+  ABCD_ASSIGN_OR_RETURN(c.prefill_step_share,
+                        args.Double("prefill_step_share", c.prefill_step_share));
+  if (!(c.prefill_step_share > 0 && c.prefill_step_share <= 16)) {
+    return absl::InvalidArgumentError("--prefill_step_share must be in (0, 16]");
   }
   ABCD_ASSIGN_OR_RETURN(c.max_prompt_tokens,
                         Ranged(args, "max_prompt_tokens", c.max_prompt_tokens, 1, 1 << 20));

@@ -21,9 +21,11 @@ struct ServerConfig {
   int max_running_sequences = 256;  // per model batch cap
   int prefill_token_budget = 512;   // most prompt tokens prefilled per iteration (hard cap)
   // time: prefill chunks sized so that, while streams decode, an iteration takes at most about
-  // max(one decode step, iteration_budget_ms) longer; tokens: prefill_token_budget every time.
+  // max(prefill_step_share x one decode step, iteration_budget_ms) longer; tokens:
+  // prefill_token_budget every time.
   std::string prefill_policy = "time";
   double iteration_budget_ms = 0;
+  double prefill_step_share = 1.0;  // time: prefill's extra time as a share of a decode step
   int max_prompt_tokens = 4096;
   int max_source_tokens = 512;         // translation: tokens of one source text (with eos)
   int max_batch_source_tokens = 8192;  // translation: source tokens of one batch together

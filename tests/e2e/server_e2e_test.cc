@@ -183,6 +183,11 @@ TEST(ServerFlags, BadPrefillPolicyIsRefusedNamingTheFlag) {
   EXPECT_EQ(negative.WaitForExit(10), 2);
   EXPECT_NE(negative.Log().find("--iteration_budget_ms must be in [0, 10000]"), std::string::npos)
       << negative.Log();
+  ServerProcess zero(ABCD_SERVER, {"--prefill_step_share", "0"});
+  EXPECT_FALSE(zero.started());
+  EXPECT_EQ(zero.WaitForExit(10), 2);
+  EXPECT_NE(zero.Log().find("--prefill_step_share must be in (0, 16]"), std::string::npos)
+      << zero.Log();
 }
 
 TEST_F(ServerTest, ReflectionListsTheServices) {

@@ -215,7 +215,7 @@ TEST(PrefillBudget, TokenPolicyStallsRunningStreamsForTheWholePrompt) {
   EXPECT_GE(WorstStallRatio(outcome.calls), 10.0);
 }
 
-TEST(PrefillBudget, NegativeIterationBudgetIsRefused) {
+TEST(PrefillBudget, BadBudgetsAreRefusedNamingTheOption) {
   auto model = Model::Load(kLmDir);
   auto tokenizer = Tokenizer::Load(kLmDir + "/tokenizer.model");
   ASSERT_TRUE(model.ok() && tokenizer.ok());
@@ -225,6 +225,12 @@ TEST(PrefillBudget, NegativeIterationBudgetIsRefused) {
       Executor::Create(std::make_unique<SleepingBackend>((*model)->config()), **tokenizer, options);
   ASSERT_FALSE(executor.ok());
   EXPECT_NE(executor.status().message().find("iteration_budget_ms"), std::string::npos);
+  options.iteration_budget_ms = 0;
+  options.prefill_step_share = 0;
+  executor =
+      Executor::Create(std::make_unique<SleepingBackend>((*model)->config()), **tokenizer, options);
+  ASSERT_FALSE(executor.ok());
+  EXPECT_NE(executor.status().message().find("prefill_step_share"), std::string::npos);
 }
 
 }  // namespace

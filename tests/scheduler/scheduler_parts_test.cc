@@ -61,6 +61,9 @@ TEST(BatchPlanner, TimePolicySizesPrefillToOneDecodeStep) {
   EXPECT_EQ(PrefillTokensForIteration(s), 100);
   s.iteration_budget_seconds = 0.001;  // below one decode step: the decode step wins
   EXPECT_EQ(PrefillTokensForIteration(s), 40);
+  s.decode_step_share = 0.5;  // half a decode step
+  EXPECT_EQ(PrefillTokensForIteration(s), 20);
+  s.decode_step_share = 1.0;
   // The token budget stays the hard cap.
   s.token_budget = 25;
   EXPECT_EQ(PrefillTokensForIteration(s), 25);
