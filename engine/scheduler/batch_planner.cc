@@ -49,44 +49,28 @@ void StepCostModel::Observe(int64_t decode_rows, int64_t prompt_rows, double sec
       !std::isfinite(seconds)) {
     return;
   }
-  if (prompt_rows == 0) {
-    int64_t slot = decode_rows;
-    double sample = seconds;
-    if (slot > kMaxTrackedRows) {
-      sample = seconds * static_cast<double>(kMaxTrackedRows) / static_cast<double>(slot);
-      slot = kMaxTrackedRows;
-    }
-    if (static_cast<int64_t>(decode_step_seconds_.size()) <= slot) {
-      decode_step_seconds_.resize(slot + 1, 0.0);
-    }
-    decode_step_seconds_[slot] = Average(decode_step_seconds_[slot], sample);
-    return;
-  }
-  double decode = 0;
-  if (decode_rows > 0) {
-    decode = DecodeStepSeconds(decode_rows);
-    if (decode <= 0) return;  // cannot split the time yet
-  }
-  const double residual = seconds - decode;
-  if (residual <= 0) return;
-  prompt_row_seconds_ = Average(prompt_row_seconds_, residual / static_cast<double>(prompt_rows));
-}
-
-double StepCostModel::DecodeStepSeconds(int64_t decode_rows) const {
-  if (decode_rows <= 0) return 0;
-  const int64_t slot = std::min(decode_rows, kMaxTrackedRows);
-  const int64_t last =
-      std::min<int64_t>(slot, static_cast<int64_t>(decode_step_seconds_.size()) - 1);
-  for (int64_t d = last; d >= 1; --d) {
-    if (decode_step_seconds_[d] > 0) {
-      // Above the tracked range the largest slot holds kMaxTrackedRows rows' worth.
-      return d == kMaxTrackedRows && decode_rows > kMaxTrackedRows
-                 ? decode_step_seconds_[d] * static_cast<double>(decode_rows) /
-                       static_cast<double>(kMaxTrackedRows)
-                 : decode_step_seconds_[d];
+  const double d = static_cast<double>(decode_rows);
+  const double p = static_cast<double>(prompt_rows);
+  dd_ = decay_ * dd_ + d * d;
+  dp_ = decay_ * dp_ + d * p;
+  pp_ = decay_ * pp_ + p * p;
+  dt_ = decay_ * dt_ + d * seconds;
+  pt_ = decay_ * pt_ + p * seconds;
+  t_ = decay_ * t_ + seconds;
+  rows_ = decay_ * rows_ + d + p;
+  // The normal equations of the two-cost fit; 1 - det / (dd * pp) is the squared (uncentred)
+  // correlation of the two row counts, so a small ratio means the mixes did not differ enough.
+  const double det = dd_ * pp_ - dp_ * dp_;
+  if (det > 0.05 * dd_ * pp_) {
+    const double decode = (dt_ * pp_ - pt_ * dp_) / det;
+    const double prompt = (pt_ * dd_ - dt_ * dp_) / det;
+    if (decode > 0 && prompt > 0) {
+      decode_row_seconds_ = decode;
+      prompt_row_seconds_ = prompt;
+      return;
     }
   }
-  return 0;
+  decode_row_seconds_ = prompt_row_seconds_ = t_ / rows_;
 }
 
 }  // namespace abcd

@@ -3,10 +3,10 @@
 // so a long prompt is spread over several iterations instead of stalling running streams.
 //
 // The budget comes either from a fixed token count (PrefillPolicy::kTokens) or from time
-// (kTime): StepCostModel learns, on the engine thread, what a decode step of d rows and one
-// prompt row cost from the wall time of the backend calls, and PrefillTokensForIteration sizes
-// the prompt tokens so that prefill adds at most about one decode step's time to an iteration
-// that has running streams. Plain values and functions; StepCostModel is not thread-safe (one
+// (kTime): StepCostModel learns, on the engine thread, what a decode row and a prompt row cost
+// from the wall time of the backend calls, and PrefillTokensForIteration sizes the prompt
+// tokens so that prefill adds at most about one decode step's time to an iteration that has
+// running streams. Plain values and functions; StepCostModel is not thread-safe (one
 // engine thread owns it).
 #pragma once
 
@@ -39,8 +39,10 @@ absl::StatusOr<PrefillPolicy> ParsePrefillPolicy(absl::string_view value, absl::
 std::string PrefillPolicyName(PrefillPolicy policy);
 
 struct PrefillSizing {
-  int64_t decode_rows = 0;              // rows of running sequences in this iteration
-  double decode_step_seconds = 0;       // estimated time of those rows alone; <= 0: unknown
+  int64_t decode_rows = 0;  // rows of sequences decoding in this iteration
+  // Estimated time of one decode step of every running sequence, the ones still prefilling
+  // included (the step they will all take once prefilled); <= 0: unknown.
+  double decode_step_seconds = 0;
   double prompt_row_seconds = 0;        // estimated time one prompt row adds; <= 0: unknown
   double iteration_budget_seconds = 0;  // the least extra time prefill may take (a floor)
   double decode_step_share = 1.0;       // extra time as a share of the decode step, > 0
@@ -52,39 +54,39 @@ struct PrefillSizing {
 //  - else floor(max(decode_step_share * decode_step_seconds, iteration_budget_seconds) /
 //    prompt_row_seconds), so the iteration takes at most about max(that share of one decode
 //    step, the budget) longer than the decode step alone;
-//  - while a cost is unknown (no measurement yet), as many prompt tokens as decode rows (a
-//    prompt row costs no more than an average decode row, which carries the weight reads);
+//  - while a cost is unknown (no measurement yet), as many prompt tokens as decode rows;
 // always clamped to [1, token_budget] so a waiting prompt makes progress.
+// The decode step is the whole batch's, not only the rows decoding now: sized from the few
+// streams that happen to decode while many prompts wait, prefill would crawl, those prompts
+// would not join, and the batch would stay small (a collapse measured at 32 streams).
 int64_t PrefillTokensForIteration(const PrefillSizing& sizing);
 
-// Exponentially weighted estimates of the backend's costs, fed with the wall time of each
-// iteration's backend calls and their row counts:
-//  - decode step of d rows (iterations without prompt rows), one estimate per d, since a
-//    step's time is mostly weight reads shared by its rows; for a d not seen yet, the nearest
-//    smaller d seen (an underestimate, so prefill is sized conservatively);
-//  - one prompt row: (time - the decode step estimate for its d) / prompt rows, over
-//    iterations with prompt rows; an iteration whose residual is not positive (noise) is
-//    skipped.
+// What a decode row and a prompt row cost, learnt from every iteration's backend wall time and
+// row counts: time ~= decode_row * decode_rows + prompt_row * prompt_rows, fitted by least
+// squares over exponentially decaying sums (the newest iteration weighs 1, the one before
+// `decay`, ...). Both kinds of iteration inform it: decode-only, prefill-only and mixed ones,
+// so it keeps learning under load when decode-only iterations are rare. While the recent
+// iterations do not tell the two costs apart (one kind only, or the same mix every time), or
+// the fit is not positive, both costs are the average time per row. A step's fixed cost (weight
+// reads) is spread over its rows, so the estimates are those of the recent batch sizes.
 class StepCostModel {
  public:
-  // `weight` of the newest observation in each average, in (0, 1].
-  explicit StepCostModel(double weight = 0.25) : weight_(weight) {}
+  explicit StepCostModel(double decay = 0.98) : decay_(decay) {}
 
+  // Ignores empty, negative or non-finite observations.
   void Observe(int64_t decode_rows, int64_t prompt_rows, double seconds);
-  // <= 0 when nothing at or below `decode_rows` was observed (0 rows cost 0).
-  double DecodeStepSeconds(int64_t decode_rows) const;
-  // <= 0 until an iteration with prompt rows was observed.
+  // 0 until something was observed.
+  double DecodeRowSeconds() const { return decode_row_seconds_; }
   double PromptRowSeconds() const { return prompt_row_seconds_; }
-
- private:
-  // Estimates beyond this many rows extrapolate from the largest one linearly in rows.
-  static constexpr int64_t kMaxTrackedRows = 4096;
-  double Average(double old_value, double sample) const {
-    return old_value <= 0 ? sample : old_value + weight_ * (sample - old_value);
+  double DecodeStepSeconds(int64_t rows) const {
+    return rows > 0 ? decode_row_seconds_ * static_cast<double>(rows) : 0.0;
   }
 
-  double weight_;
-  std::vector<double> decode_step_seconds_;  // by decode rows; 0 = not observed
+ private:
+  double decay_;
+  // Decayed sums of d*d, d*p, p*p, d*t, p*t, t and d+p.
+  double dd_ = 0, dp_ = 0, pp_ = 0, dt_ = 0, pt_ = 0, t_ = 0, rows_ = 0;
+  double decode_row_seconds_ = 0;
   double prompt_row_seconds_ = 0;
 };
 

@@ -485,15 +485,17 @@ void ContinuousBatchingExecutor::Step() {
     }
   }
   std::vector<int64_t> remaining;
+  int64_t prefilling = 0;
   for (const auto& r : running_) {
     remaining.push_back(r->encoded ? static_cast<int64_t>(r->prompt_ids.size()) - r->prefilled : 0);
+    prefilling += remaining.back() > 0;
   }
   const int64_t decode_rows = static_cast<int64_t>(rows.size() + sampled_rows.size());
   int64_t prefill_tokens = options_.prefill_token_budget;
   if (options_.prefill_policy == PrefillPolicy::kTime) {
     prefill_tokens = PrefillTokensForIteration({
         .decode_rows = decode_rows,
-        .decode_step_seconds = costs_.DecodeStepSeconds(decode_rows),
+        .decode_step_seconds = costs_.DecodeStepSeconds(decode_rows + prefilling),
         .prompt_row_seconds = costs_.PromptRowSeconds(),
         .iteration_budget_seconds = options_.iteration_budget_ms / 1000.0,
         .decode_step_share = options_.prefill_step_share,

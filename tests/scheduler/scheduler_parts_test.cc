@@ -104,38 +104,47 @@ TEST(BatchPlanner, PrefillPolicyParsesAndNamesTheFlag) {
   EXPECT_EQ(PrefillPolicyName(PrefillPolicy::kTokens), "tokens");
 }
 
-TEST(StepCostModel, LearnsDecodeStepsPerBatchSizeAndThePromptRowCost) {
-  StepCostModel costs(0.5);
-  EXPECT_LE(costs.DecodeStepSeconds(4), 0.0);
-  EXPECT_LE(costs.PromptRowSeconds(), 0.0);
-  // Until a decode step of at most 4 rows is known, a mixed iteration cannot be split.
-  costs.Observe(4, 10, 0.010);
-  EXPECT_LE(costs.PromptRowSeconds(), 0.0);
-  costs.Observe(4, 0, 0.004);  // the first observation is taken as is
-  EXPECT_DOUBLE_EQ(costs.DecodeStepSeconds(4), 0.004);
-  costs.Observe(4, 0, 0.006);  // then averaged with weight 0.5
-  EXPECT_DOUBLE_EQ(costs.DecodeStepSeconds(4), 0.005);
-  // Unseen sizes use the nearest smaller one seen (an underestimate), none below: unknown.
-  EXPECT_DOUBLE_EQ(costs.DecodeStepSeconds(7), 0.005);
-  EXPECT_LE(costs.DecodeStepSeconds(3), 0.0);
-  EXPECT_EQ(costs.DecodeStepSeconds(0), 0.0);
-  // 4 decode rows (5 ms) + 20 prompt rows took 7 ms: 0.1 ms a prompt row.
-  costs.Observe(4, 20, 0.007);
-  EXPECT_NEAR(costs.PromptRowSeconds(), 0.0001, 1e-12);
-  // Prefill alone: all of the time is prompt rows; averaged in.
-  costs.Observe(0, 100, 0.030);
-  EXPECT_NEAR(costs.PromptRowSeconds(), 0.0002, 1e-12);
-  // A residual that is not positive (noise) is skipped, as are empty or bad observations.
-  costs.Observe(4, 10, 0.004);
+TEST(StepCostModel, LearnsTheCostOfADecodeRowAndOfAPromptRow) {
+  StepCostModel costs(0.9);
+  EXPECT_EQ(costs.DecodeRowSeconds(), 0.0);
+  EXPECT_EQ(costs.PromptRowSeconds(), 0.0);
+  EXPECT_EQ(costs.DecodeStepSeconds(8), 0.0);
+  // Decode-only iterations: both costs are the average time per row until prompt rows show.
+  costs.Observe(8, 0, 0.004);
+  EXPECT_DOUBLE_EQ(costs.DecodeRowSeconds(), 0.0005);
+  EXPECT_DOUBLE_EQ(costs.PromptRowSeconds(), 0.0005);
+  EXPECT_DOUBLE_EQ(costs.DecodeStepSeconds(16), 0.008);
+  // A backend where a decode row takes 0.5 ms and a prompt row 0.1 ms, seen through mixed and
+  // prefill-only iterations of varying mixes (as under load), is recovered exactly.
+  const auto truth = [](int64_t d, int64_t p) { return 0.0005 * d + 0.0001 * p; };
+  const int64_t mixes[][2] = {{8, 0}, {8, 40}, {6, 13}, {0, 129}, {7, 25}, {8, 3}, {5, 60}};
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& m : mixes) costs.Observe(m[0], m[1], truth(m[0], m[1]));
+  }
+  EXPECT_NEAR(costs.DecodeRowSeconds(), 0.0005, 1e-9);
+  EXPECT_NEAR(costs.PromptRowSeconds(), 0.0001, 1e-9);
+  EXPECT_NEAR(costs.DecodeStepSeconds(32), 0.016, 1e-8);
+  // The costs follow a slower machine: older iterations fade.
+  for (int round = 0; round < 40; ++round) {
+    for (const auto& m : mixes) costs.Observe(m[0], m[1], 2 * truth(m[0], m[1]));
+  }
+  EXPECT_NEAR(costs.DecodeRowSeconds(), 0.001, 1e-6);
+  EXPECT_NEAR(costs.PromptRowSeconds(), 0.0002, 1e-6);
+  // Bad observations change nothing.
   costs.Observe(0, 0, 1.0);
   costs.Observe(4, 0, -1.0);
-  costs.Observe(4, 0, std::nan(""));
-  EXPECT_NEAR(costs.PromptRowSeconds(), 0.0002, 1e-12);
-  EXPECT_DOUBLE_EQ(costs.DecodeStepSeconds(4), 0.005);
-  // Very large batches are tracked per row beyond the table.
-  costs.Observe(10000, 0, 1.0);
-  EXPECT_NEAR(costs.DecodeStepSeconds(10000), 1.0, 1e-9);
-  EXPECT_NEAR(costs.DecodeStepSeconds(20000), 2.0, 1e-9);
+  costs.Observe(4, 2, std::nan(""));
+  costs.Observe(-1, 2, 0.001);
+  EXPECT_NEAR(costs.DecodeRowSeconds(), 0.001, 1e-6);
+}
+
+TEST(StepCostModel, TheSameMixEveryTimeGivesTheAverageRowCost) {
+  // Every iteration 4 decode rows and 4 prompt rows: the split cannot be told, so both costs
+  // are the time per row rather than a guess from noise.
+  StepCostModel costs(0.9);
+  for (int i = 0; i < 20; ++i) costs.Observe(4, 4, 0.008 + (i % 2) * 0.0001);
+  EXPECT_NEAR(costs.DecodeRowSeconds(), costs.PromptRowSeconds(), 1e-12);
+  EXPECT_NEAR(costs.DecodeRowSeconds(), 0.001, 2e-5);
 }
 
 TEST(BeamSearch, PicksBestContinuationsAcrossBeams) {
