@@ -66,6 +66,12 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Load(
   return layer;
 }
 
+int64_t AttentionLayer::projection_macs_per_token() const {
+  const int64_t attention_out = out_.out() * out_.in();
+  if (!query_.empty()) return query_.out() * query_.in() + attention_out;
+  return fused_.out() * fused_.in() + attention_out;
+}
+
 int64_t AttentionLayer::weight_bytes() const {
   const size_t biases = fused_bias_.size() + query_bias_.size() + out_bias_.size();
   return fused_.bytes() + query_.bytes() + out_.bytes() + static_cast<int64_t>(4 * biases) +

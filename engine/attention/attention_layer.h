@@ -45,6 +45,9 @@ class AttentionLayer {
   const std::vector<float>& out_bias() const { return out_bias_; }
   // Bytes of parameters a forward pass reads (packed matrices, biases, feature maps).
   int64_t weight_bytes() const;
+  // Multiply-adds of the projections one decoder token costs (cross: query and output only;
+  // the memory's keys and values are projected once per source).
+  int64_t projection_macs_per_token() const;
 
   // x: [rows, d] (normalised layer input), out: [rows, d]. x and out must not be the context's
   // kProjection or kAttended buffers.

@@ -69,6 +69,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   return model;
 }
 
+int64_t Model::projection_macs_per_token() const {
+  int64_t macs = head().out() * head().in();
+  for (const Block& b : decoder_->blocks) {
+    macs += b.fc1.out() * b.fc1.in() + b.fc2.out() * b.fc2.in();
+    macs += b.self_attention->projection_macs_per_token();
+    if (b.cross_attention) macs += b.cross_attention->projection_macs_per_token();
+  }
+  return macs;
+}
+
 int64_t Model::CountWeightBytes() const {
   int64_t bytes = embedding_.bytes() + lm_head_.bytes();
   auto floats = [](const std::vector<float>& v) { return static_cast<int64_t>(4 * v.size()); };

@@ -50,6 +50,9 @@ class Model {
   // Bytes of parameters as stored for the CPU kernels (what one decode step reads).
   int64_t weight_bytes() const { return weight_bytes_; }
   WeightFormat weight_format() const { return weight_format_; }
+  // Multiply-adds of the matrix products one decoded token costs (projections, feed-forward,
+  // vocabulary), for GFLOP/s figures.
+  int64_t projection_macs_per_token() const;
 
   // Encoder-decoder: encodes `source` and builds every cross-attention memory of `sequence`.
   absl::Status Encode(CpuContext& ctx, std::span<const int32_t> source, SequenceId sequence,
