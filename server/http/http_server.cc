@@ -3,6 +3,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <array>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -165,7 +166,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Shared& shared_;
   const bool refused_;
   Phase phase_ = Phase::kIdle;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_;  // received, not yet parsed
+  std::array<char, kReadChunk> scratch_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   // Line scan of the header being read: position in buffer_, current line's length, lines seen.
   size_t scan_pos_ = 0;
@@ -309,10 +311,11 @@ void Session::MaybeRead() {
   if (reading_ || phase_ == Phase::kClosed) return;
   // While a request is handled, pipelined bytes wait; past one header's worth, reading pauses.
   if (phase_ == Phase::kHandling && buffer_.size() >= shared_.limits.max_header_bytes) return;
-  if (phase_ == Phase::kLingering) buffer_.clear();
   reading_ = true;
+  // Into a scratch array, not buffer_: Parse may consume (and so move) buffer_ while this read
+  // is pending.
   socket_.async_read_some(
-      buffer_.prepare(kReadChunk),
+      net::buffer(scratch_),
       [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnRead(ec, n); });
 }
 
@@ -323,14 +326,10 @@ void Session::OnRead(beast::error_code ec, size_t n) {
     if (phase_ == Phase::kDraining && writing_) return;  // let the answer go out if it can
     return ClientGone();
   }
+  if (phase_ == Phase::kLingering || phase_ == Phase::kDraining) return MaybeRead();  // discard
+  net::buffer_copy(buffer_.prepare(n), net::buffer(scratch_.data(), n));
   buffer_.commit(n);
-  if (phase_ == Phase::kLingering) {
-    buffer_.clear();
-  } else if (phase_ == Phase::kIdle || phase_ == Phase::kHeader || phase_ == Phase::kBody) {
-    Parse();
-  } else if (phase_ == Phase::kDraining) {
-    buffer_.clear();
-  }
+  if (phase_ != Phase::kHandling) Parse();
   MaybeRead();
 }
 
