@@ -186,6 +186,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool http10_ = false;
   bool close_after_ = false;
   bool stopping_ = false;
+  bool first_request_ = true;
 };
 
 class ExchangeImpl final : public Exchange {
@@ -370,7 +371,8 @@ void Session::Parse() {
       line_bytes_ = 0;
       lines_ = 0;
       header_end_seen_ = false;
-      ArmRead(limits.header_timeout);
+      // The first request's header is due header_timeout after the connection opened.
+      if (!first_request_) ArmRead(limits.header_timeout);
     }
     if (phase_ == Phase::kHeader) {
       if (!ScanLines()) return;
@@ -436,6 +438,7 @@ void Session::StartHandling() {
   bhttp::request<bhttp::string_body> message = parser_->release();
   parser_.reset();
   phase_ = Phase::kHandling;
+  first_request_ = false;
   http10_ = message.version() < 11;
   close_after_ = stopping_ || !message.keep_alive();
   answered_ = false;

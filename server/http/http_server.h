@@ -10,7 +10,7 @@
 //     its Content-Length is read; chunked request bodies are 411; each refusal closes;
 //   - the header must arrive within `header_timeout` of its first byte (of the connection's
 //     start for the first request), the body within `body_timeout` of the header, the next
-//     keep-alive request within `idle_timeout`; a response write that makes no progress for
+//     keep-alive request within `idle_timeout`; a response write not finished within
 //     `write_timeout` ends the connection. Slow clients are closed at their deadline;
 //   - beyond `max_connections` open connections a new one gets 503 and is closed.
 // Requests on one connection are answered in order (pipelined bytes wait in a bounded buffer

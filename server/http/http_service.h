@@ -60,7 +60,7 @@ struct HttpOptions {
   absl::Duration header_timeout = absl::Seconds(10);  // first byte -> end of header
   absl::Duration body_timeout = absl::Seconds(30);    // end of header -> end of body
   absl::Duration idle_timeout = absl::Seconds(60);    // keep-alive wait for the next request
-  absl::Duration write_timeout = absl::Seconds(30);   // a write that makes no progress
+  absl::Duration write_timeout = absl::Seconds(30);   // a response write not finished
 };
 
 class HttpService {
