@@ -1,9 +1,9 @@
 #include "server/http/http_server.h"
 
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <array>
 #include <chrono>
 #include <deque>
 #include <mutex>
