@@ -30,6 +30,8 @@ using Executor = net::any_io_executor;
 // and discarding, so the client sees the answer instead of a reset.
 constexpr auto kLinger = std::chrono::seconds(1);
 constexpr size_t kReadChunk = 8192;
+// The most a refused or closing connection's client may send before it is closed at once.
+constexpr size_t kMaxDiscard = size_t{256} << 10;
 
 std::chrono::steady_clock::duration Chrono(absl::Duration d) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -187,6 +189,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool close_after_ = false;
   bool stopping_ = false;
   bool first_request_ = true;
+  size_t discarded_ = 0;  // bytes read and dropped while draining or lingering
 };
 
 class ExchangeImpl final : public Exchange {
@@ -327,7 +330,12 @@ void Session::OnRead(beast::error_code ec, size_t n) {
     if (phase_ == Phase::kDraining && writing_) return;  // let the answer go out if it can
     return ClientGone();
   }
-  if (phase_ == Phase::kLingering || phase_ == Phase::kDraining) return MaybeRead();  // discard
+  if (phase_ == Phase::kLingering || phase_ == Phase::kDraining) {
+    // Discarded; a client that keeps sending this much after its answer is cut off now.
+    discarded_ += n;
+    if (discarded_ > kMaxDiscard) return Close();
+    return MaybeRead();
+  }
   net::buffer_copy(buffer_.prepare(n), net::buffer(scratch_.data(), n));
   buffer_.commit(n);
   if (phase_ != Phase::kHandling) Parse();
