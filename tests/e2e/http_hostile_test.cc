@@ -176,7 +176,7 @@ TEST_F(HttpHostileTest, SlowlorisAndEndlessHeaderLinesStarveNothing) {
         while (!done.load() && SendAll(fd, chunk)) {
           endless_bytes.fetch_add(chunk.size());
           pollfd p{fd, POLLIN, 0};
-          if (poll(&p, 1, 0) > 0) break;
+          if (poll(&p, 1, 1) > 0) break;  // also paces the sender (64 KiB per ms at most)
         }
         std::string got;
         if (ReadUntil(fd, "HTTP/1.1 431", absl::Milliseconds(500), &got)) refused.fetch_add(1);
