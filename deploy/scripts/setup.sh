@@ -17,7 +17,7 @@ build_packages=(
   build-essential cmake ninja-build pkg-config git
   libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   nlohmann-json3-dev libgtest-dev libgmock-dev libsentencepiece-dev libopenblas-dev
-  libcpp-httplib-dev prometheus-cpp-dev
+  libcpp-httplib-dev prometheus-cpp-dev libboost-dev
 )
 # The tests also run the PyTorch reference's tests and a clang-format check.
 test_packages=(clang-format python3 python3-torch python3-numpy python3-sentencepiece python3-prometheus-client)

@@ -31,6 +31,8 @@ const std::set<std::string> kValued = {"config",
                                        "encode_token_budget",
                                        "max_tokens_limit",
                                        "http_threads",
+                                       "http_max_connections",
+                                       "http_max_inflight",
                                        "drain_grace_seconds",
                                        "max_connection_age_seconds",
                                        "max_connection_age_grace_seconds",
@@ -90,7 +92,8 @@ std::string ServerUsage() {
          "  [--models DIR[,DIR...]] [--state_budget_mb MB] [--max_waiting_requests N]\n"
          "  [--max_running_sequences N] [--prefill_token_budget N] [--max_prompt_tokens N]\n"
          "  [--max_source_tokens N] [--max_batch_source_tokens N] [--encode_token_budget N]\n"
-         "  [--max_tokens_limit N] [--http_threads N] [--drain_grace_seconds S]\n"
+         "  [--max_tokens_limit N] [--http_threads N] [--http_max_connections N]\n"
+         "  [--http_max_inflight N] [--drain_grace_seconds S]\n"
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
          "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
@@ -107,6 +110,10 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   if (c.host.empty()) return absl::InvalidArgumentError("--host must not be empty");
   ABCD_ASSIGN_OR_RETURN(c.grpc_port, Ranged(args, "grpc_port", c.grpc_port, 0, 65535));
   ABCD_ASSIGN_OR_RETURN(c.http_port, Ranged(args, "http_port", c.http_port, 0, 65535));
+  if (c.grpc_port != 0 && c.grpc_port == c.http_port) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--grpc_port and --http_port must differ (both ", c.grpc_port, ")"));
+  }
   if (args.Has("models")) {
     c.models = absl::StrSplit(args.String("models", ""), ',', absl::SkipEmpty());
     if (c.models.empty()) return absl::InvalidArgumentError("--models must name a directory");
@@ -141,7 +148,11 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         Ranged(args, "encode_token_budget", c.encode_token_budget, 1, 1 << 20));
   ABCD_ASSIGN_OR_RETURN(c.max_tokens_limit,
                         Ranged(args, "max_tokens_limit", c.max_tokens_limit, 1, 1 << 20));
-  ABCD_ASSIGN_OR_RETURN(c.http_threads, Ranged(args, "http_threads", c.http_threads, 1, 1024));
+  ABCD_ASSIGN_OR_RETURN(c.http_threads, Ranged(args, "http_threads", c.http_threads, 1, 64));
+  ABCD_ASSIGN_OR_RETURN(c.http_max_connections,
+                        Ranged(args, "http_max_connections", c.http_max_connections, 1, 1 << 20));
+  ABCD_ASSIGN_OR_RETURN(c.http_max_inflight,
+                        Ranged(args, "http_max_inflight", c.http_max_inflight, 1, 1 << 20));
   ABCD_ASSIGN_OR_RETURN(c.drain_grace_seconds,
                         args.Double("drain_grace_seconds", c.drain_grace_seconds));
   if (!(c.drain_grace_seconds >= 0 && c.drain_grace_seconds <= 3600)) {

@@ -25,7 +25,9 @@ struct ServerConfig {
   int max_batch_source_tokens = 8192;  // translation: source tokens of one batch together
   int encode_token_budget = 128;       // translation: encoder tokens per iteration (average)
   int max_tokens_limit = 4096;         // largest max_tokens a request may ask for
-  int http_threads = 8;
+  int http_threads = 2;                // HTTP I/O threads (every connection runs on them)
+  int http_max_connections = 1024;     // beyond it a new HTTP connection gets 503 and is closed
+  int http_max_inflight = 256;         // HTTP completions + translations at once; beyond: 429
   double drain_grace_seconds = 30;       // SIGTERM: in-flight requests get this long to finish
   int max_connection_age_seconds = 300;  // gRPC: clients reconnect, so load rebalances
   int max_connection_age_grace_seconds = 600;  // streams open at max age get this long

@@ -16,6 +16,7 @@ class ServerProcess {
   ~ServerProcess();
 
   bool started() const { return grpc_port_ > 0; }
+  pid_t pid() const { return pid_; }
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_port_; }
   std::string grpc_target() const;
