@@ -37,7 +37,11 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   if (served->name.empty()) {
     served->name = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
   }
-  ABCD_ASSIGN_OR_RETURN(served->model, Model::Load(dir));
+  ModelLoadOptions load;
+  if (!config.weight_format.empty()) {
+    ABCD_ASSIGN_OR_RETURN(load.weight_format, ParseWeightFormat(config.weight_format));
+  }
+  ABCD_ASSIGN_OR_RETURN(served->model, Model::Load(dir, load));
   ABCD_ASSIGN_OR_RETURN(served->tokenizer, Tokenizer::Load(dir + "/tokenizer.model"));
   served->kind = served->model->config().is_encoder_decoder() ? ModelKind::kTranslation
                                                               : ModelKind::kLanguageModel;
@@ -46,6 +50,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   backend_options.device = device.choice;
   backend_options.cuda_device = device.cuda_device;
   backend_options.state_budget_bytes = config.state_budget_mb << 20;
+  backend_options.cpu_threads = config.threads;
   backend_options.max_sequences = config.max_running_sequences;
   backend_options.max_prefill_tokens = config.prefill_token_budget;
   backend_options.max_context =

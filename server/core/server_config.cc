@@ -10,6 +10,8 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/core/status_macros.h"
+#include "engine/core/thread_pool.h"
+#include "engine/ops/packed_matrix.h"
 #include "nlohmann/json.hpp"
 #include "server/core/arguments.h"
 
@@ -40,7 +42,9 @@ const std::set<std::string> kValued = {"config",
                                        "max_message_bytes",
                                        "port_file",
                                        "device",
-                                       "device_weights"};
+                                       "device_weights",
+                                       "threads",
+                                       "weight_format"};
 
 absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
   std::ifstream in(path);
@@ -97,7 +101,7 @@ std::string ServerUsage() {
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
          "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
-         "  [--device_weights bf16|fp16|fp32]\n"
+         "  [--device_weights bf16|fp16|fp32] [--threads N] [--weight_format f32|bf16|f16|int8]\n"
          "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
 }
 
@@ -173,6 +177,16 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   ABCD_RETURN_IF_ERROR(ParseDevice(c.device, "--device").status());
   c.device_weights = args.String("device_weights", c.device_weights);
   ABCD_RETURN_IF_ERROR(ValidateDeviceWeightType(c.device_weights, "--device_weights"));
+  c.threads = ThreadPool::AvailableCores();
+  ABCD_ASSIGN_OR_RETURN(c.threads, Ranged(args, "threads", c.threads, 1, 1024));
+  c.weight_format = args.String("weight_format", "");
+  if (!c.weight_format.empty()) {
+    absl::StatusOr<WeightFormat> format = ParseWeightFormat(c.weight_format);
+    if (!format.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--weight_format: ", format.status().message()));
+    }
+  }
   return c;
 }
 

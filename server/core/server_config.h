@@ -21,13 +21,13 @@ struct ServerConfig {
   int max_running_sequences = 256;  // per model batch cap
   int prefill_token_budget = 512;   // prompt tokens prefilled per iteration
   int max_prompt_tokens = 4096;
-  int max_source_tokens = 512;         // translation: tokens of one source text (with eos)
-  int max_batch_source_tokens = 8192;  // translation: source tokens of one batch together
-  int encode_token_budget = 128;       // translation: encoder tokens per iteration (average)
-  int max_tokens_limit = 4096;         // largest max_tokens a request may ask for
-  int http_threads = 2;                // HTTP I/O threads (every connection runs on them)
-  int http_max_connections = 1024;     // beyond it a new HTTP connection gets 503 and is closed
-  int http_max_inflight = 256;         // HTTP completions + translations at once; beyond: 429
+  int max_source_tokens = 512;           // translation: tokens of one source text (with eos)
+  int max_batch_source_tokens = 8192;    // translation: source tokens of one batch together
+  int encode_token_budget = 128;         // translation: encoder tokens per iteration (average)
+  int max_tokens_limit = 4096;           // largest max_tokens a request may ask for
+  int http_threads = 2;                  // HTTP I/O threads (every connection runs on them)
+  int http_max_connections = 1024;       // beyond it a new HTTP connection gets 503 and is closed
+  int http_max_inflight = 256;           // HTTP completions + translations at once; beyond: 429
   double drain_grace_seconds = 30;       // SIGTERM: in-flight requests get this long to finish
   int max_connection_age_seconds = 300;  // gRPC: clients reconnect, so load rebalances
   int max_connection_age_grace_seconds = 600;  // streams open at max age get this long
@@ -38,6 +38,8 @@ struct ServerConfig {
   // its start-up parity probe against the CPU passes; else the CPU. cuda: that or fail.
   std::string device = "auto";
   std::string device_weights = "bf16";  // CUDA projections: bf16, fp16 or fp32
+  int threads = 1;            // CPU backend threads per model (default: the cores we may use)
+  std::string weight_format;  // CPU matrices: f32, bf16, f16, int8; empty: the checkpoint's
 };
 
 // `default_models` is used when neither flags nor the config file name models.

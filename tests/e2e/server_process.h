@@ -20,7 +20,6 @@ class ServerProcess {
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_port_; }
   std::string grpc_target() const;
-  pid_t pid() const { return pid_; }
   void SendSignal(int signal) const;
   // Waits for exit (up to `timeout_seconds`); returns the exit code, or -1 on timeout/crash.
   // A server that exited while starting reports that exit code.
