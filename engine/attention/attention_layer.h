@@ -43,6 +43,9 @@ class AttentionLayer {
   const std::vector<float>& query_bias() const { return query_bias_; }
   std::vector<float> out_weight() const { return out_.ToFloat(); }
   const std::vector<float>& out_bias() const { return out_bias_; }
+  // The packed matrices the CPU kernels read (benchmarks time them per op kind).
+  const PackedMatrix& fused_matrix() const { return fused_; }
+  const PackedMatrix& out_matrix() const { return out_; }
   // Bytes of parameters a forward pass reads (packed matrices, biases, feature maps).
   int64_t weight_bytes() const;
   // Multiply-adds of the projections one decoder token costs (cross: query and output only;

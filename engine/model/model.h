@@ -87,6 +87,8 @@ class Model {
   std::vector<float> embedding() const { return embedding_.ToFloat(); }
   // The output projection [V, d] as fp32: the embedding when tied.
   std::vector<float> lm_head() const { return head().ToFloat(); }
+  // The same as the CPU kernels read it.
+  const PackedMatrix& head_matrix() const { return head(); }
 
  private:
   Model();

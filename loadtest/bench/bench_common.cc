@@ -81,6 +81,22 @@ double ReadSeconds(int64_t bytes, ThreadPool& pool, int repeats) {
   return best;
 }
 
+double SgemmPeakGflops(int size, int threads) {
+  const int previous = openblas_get_num_threads();
+  openblas_set_num_threads(threads);
+  const size_t n = static_cast<size_t>(size) * static_cast<size_t>(size);
+  std::vector<float> a(n, 0.5f), b(n, 0.25f), c(n, 0.0f);
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {
+    const auto start = BenchClock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, size, size, size, 1.0f, a.data(), size,
+                b.data(), size, 0.0f, c.data(), size);
+    if (i > 0) best = std::min(best, Seconds(BenchClock::now() - start));
+  }
+  openblas_set_num_threads(previous);
+  return 2.0 * size * static_cast<double>(size) * size / best / 1e9;
+}
+
 double FloorSeconds(int64_t weight_bytes, int64_t batch, int64_t state_bytes,
                     const Bandwidth& bandwidth) {
   return static_cast<double>(weight_bytes + 2 * batch * state_bytes) / bandwidth.bytes_per_second;

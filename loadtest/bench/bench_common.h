@@ -32,6 +32,10 @@ Bandwidth MeasureCopyBandwidth(int megabytes, int repeats);
 // widest loads this CPU has. Best of `repeats`.
 double ReadSeconds(int64_t bytes, ThreadPool& pool, int repeats = 15);
 
+// This machine's fp32 matrix-product peak as a library reaches it: OpenBLAS sgemm of
+// `size`^3 with `threads` threads, best of 3, in GFLOP/s.
+double SgemmPeakGflops(int size, int threads);
+
 // Seconds the step needs at least if it only streams its bytes: DESIGN.md section 7.
 double FloorSeconds(int64_t weight_bytes, int64_t batch, int64_t state_bytes,
                     const Bandwidth& bandwidth);

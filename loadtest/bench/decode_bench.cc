@@ -240,6 +240,56 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
                     [&](const std::string& n) { return baseline[n]; });
   }
 
+  // The matrix products alone, per op kind, at the largest batch of 16 or more, against the
+  // machine's sgemm peak with the same threads (issue 18 goal 3).
+  int64_t gemm_batch = 0;
+  for (int64_t b : options.batches) gemm_batch = std::max(gemm_batch, b);
+  if (gemm_batch >= 16) {
+    const double peak = SgemmPeakGflops(1024, options.threads);
+    out["sgemm_peak_gflop_s"] = peak;
+    nlohmann::json ops = nlohmann::json::array();
+    std::cout << "\n== matrix products per op kind at batch " << gemm_batch << ", "
+              << options.threads
+              << " thread(s); fp32 peak = OpenBLAS sgemm 1024^3: " << absl::StrFormat("%.1f", peak)
+              << " GFLOP/s ==\n"
+              << absl::StrFormat("%-13s %-10s %12s %10s %10s %8s\n", "model", "op", "[out x in]",
+                                 "ms", "GFLOP/s", "of peak");
+    for (const Entry& e : entries) {
+      const Model::Block& block = e.model->decoder().blocks.front();
+      const std::vector<std::pair<std::string, const PackedMatrix*>> kinds = {
+          {"qkv+extra", &block.self_attention->fused_matrix()},
+          {"attn out", &block.self_attention->out_matrix()},
+          {"ffn fc1", &block.fc1},
+          {"ffn fc2", &block.fc2},
+          {"vocab head", &e.model->head_matrix()}};
+      for (const auto& [name, w] : kinds) {
+        const std::vector<int32_t> seeds = Tokens(5, gemm_batch * w->in(), 1000);
+        std::vector<float> x(seeds.size()), y(static_cast<size_t>(gemm_batch * w->out()));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(seeds[i]) / 1000.0f - 0.5f;
+        std::vector<double> times;
+        for (int r = 0; r < 21; ++r) {
+          const auto start = BenchClock::now();
+          cpu::Linear(x.data(), gemm_batch, *w, nullptr, y.data(), &ctx.pool());
+          if (r > 0) times.push_back(Seconds(BenchClock::now() - start));
+        }
+        const double seconds = Median(times);
+        const double gflops =
+            2.0 * static_cast<double>(gemm_batch * w->out() * w->in()) / seconds / 1e9;
+        std::cout << absl::StrFormat("%-13s %-10s %12s %10.3f %10.1f %7.0f%%\n", e.label, name,
+                                     absl::StrCat(w->out(), " x ", w->in()), seconds * 1000, gflops,
+                                     100 * gflops / peak);
+        ops.push_back({{"label", e.label},
+                       {"op", name},
+                       {"out", w->out()},
+                       {"in", w->in()},
+                       {"batch", gemm_batch},
+                       {"ms", seconds * 1000},
+                       {"gflop_s", gflops}});
+      }
+    }
+    out["ops"] = std::move(ops);
+  }
+
   if (options.prefill_tokens > 0) {
     nlohmann::json prefill = nlohmann::json::array();
     std::cout << "\n== prefill: one prompt of " << options.prefill_tokens
