@@ -244,7 +244,8 @@ absl::StatusOr<std::vector<float>> ToFloat32(const TensorView& tensor) {
   const std::byte* src = tensor.bytes.data();
   switch (tensor.dtype) {
     case DType::kF32:
-      std::memcpy(out.data(), src, n * 4);
+      // A zero-element tensor has no buffer on either side: memcpy(nullptr, ..., 0) is UB.
+      if (n > 0) std::memcpy(out.data(), src, n * 4);
       break;
     case DType::kBF16:
       for (size_t i = 0; i < n; ++i) {
@@ -274,7 +275,7 @@ absl::StatusOr<std::vector<int32_t>> ToInt32(const TensorView& tensor) {
   std::vector<int32_t> out(n);
   const std::byte* src = tensor.bytes.data();
   if (tensor.dtype == DType::kI32) {
-    std::memcpy(out.data(), src, n * 4);
+    if (n > 0) std::memcpy(out.data(), src, n * 4);
     return out;
   }
   if (tensor.dtype == DType::kI64) {
