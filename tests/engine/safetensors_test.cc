@@ -159,6 +159,23 @@ TEST_F(SafetensorsTest, DecodesZeroElementTensors) {
   EXPECT_TRUE(loaded->empty());
 }
 
+// The in-memory entry (used by the fuzzer) applies the same checks as Open.
+TEST_F(SafetensorsTest, FromBytesChecksLikeOpen) {
+  auto bytes = [](const std::string& s) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(s.data()), s.size());
+  };
+  const std::string valid =
+      Header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") + TwoFloats();
+  auto st = SafetensorsFile::FromBytes(bytes(valid), "mem");
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(*ToFloat32(**(*st)->Get("a")), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ((*st)->path(), "mem");
+  const absl::Status cut = SafetensorsFile::FromBytes(bytes(valid.substr(0, 20)), "mem").status();
+  EXPECT_EQ(cut.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(cut.message()).find("mem: header length"), std::string::npos) << cut;
+  EXPECT_FALSE(SafetensorsFile::FromBytes({}, "mem").ok());
+}
+
 TEST_F(SafetensorsTest, MissingFileIsNotFound) {
   EXPECT_EQ(SafetensorsFile::Open("/nonexistent/model.safetensors").status().code(),
             absl::StatusCode::kNotFound);
