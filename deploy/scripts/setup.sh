@@ -4,6 +4,7 @@
 #   deploy/scripts/setup.sh test   install dependencies, build with -Werror, run every test, then
 #                                  the sanitizer stage (fuzzers, e2e tests on an ASan/UBSan server)
 #   deploy/scripts/setup.sh build  install dependencies and build only
+#   deploy/scripts/setup.sh sanitizers  install test dependencies, run only the sanitizer stage
 # Environment: BUILD_DIR (default build), JOBS (default nproc), FUZZ_SECONDS (per fuzzer in
 # `test`, default 20), SANITIZERS=0 (skip the sanitizer stage). Extra arguments after `run` go
 # to abcd-server (e.g. `setup.sh run --grpc_port 50052`).
@@ -27,7 +28,7 @@ test_packages=(clang-format python3 python3-torch python3-numpy python3-sentence
 
 install_dependencies() {
   local packages=("${build_packages[@]}") missing=()
-  [[ "$mode" == test ]] && packages+=("${test_packages[@]}")
+  [[ "$mode" == test || "$mode" == sanitizers ]] && packages+=("${test_packages[@]}")
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
@@ -60,7 +61,7 @@ sanitizer_tests() {
 
   cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR=ON \
     -DABCD_ASAN=ON -DABCD_WITH_CUDA=OFF
-  cmake --build "$asan_dir" -j "$jobs" --target server_e2e_test
+  cmake --build "$asan_dir" -j "$jobs" --target abcd_e2e_tests
   local reports="$asan_dir/sanitizer-reports"
   rm -rf "$reports" && mkdir -p "$reports"
   ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1" \
@@ -89,8 +90,11 @@ case "$mode" in
   build)
     build OFF
     ;;
+  sanitizers)
+    sanitizer_tests
+    ;;
   *)
-    echo "usage: $0 run|test|build" >&2
+    echo "usage: $0 run|test|build|sanitizers" >&2
     exit 2
     ;;
 esac
