@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -79,6 +80,27 @@ absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
   return absl::OkStatus();
 }
 
+// The same directory twice (however spelt: trailing slash, "..", a symlink) would load the model
+// twice under one name, the second copy unreachable: refused, naming the flag and both spellings.
+absl::Status CheckDistinctModels(const std::vector<std::string>& models) {
+  std::map<std::string, std::string> seen;  // canonical path -> as given
+  for (const std::string& dir : models) {
+    std::error_code error;
+    std::filesystem::path canonical = std::filesystem::weakly_canonical(dir, error);
+    if (error) canonical = std::filesystem::path(dir).lexically_normal();
+    std::string key = canonical.lexically_normal().string();
+    while (key.size() > 1 && key.back() == '/') key.pop_back();
+    const auto [it, inserted] = seen.emplace(key, dir);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          it->second == dir ? absl::StrCat("--models names the directory \"", dir, "\" twice")
+                            : absl::StrCat("--models names the directory ", key, " twice (as \"",
+                                           it->second, "\" and \"", dir, "\")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> Ranged(const Arguments& args, const std::string& name, int64_t fallback,
                                int64_t low, int64_t high) {
   ABCD_ASSIGN_OR_RETURN(const int64_t value, args.Int(name, fallback));
@@ -124,16 +146,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   } else {
     c.models = default_models;
   }
-  // The same directory twice would serve one model under two executors and budgets.
-  std::set<std::string> seen_models;
-  for (const std::string& dir : c.models) {
-    std::error_code error;
-    std::filesystem::path canonical = std::filesystem::weakly_canonical(dir, error);
-    if (error) canonical = std::filesystem::path(dir).lexically_normal();
-    if (!seen_models.insert(canonical.string()).second) {
-      return absl::InvalidArgumentError(absl::StrCat("--models names ", dir, " more than once"));
-    }
-  }
+  ABCD_RETURN_IF_ERROR(CheckDistinctModels(c.models));
   ABCD_ASSIGN_OR_RETURN(c.state_budget_mb,
                         Ranged(args, "state_budget_mb", c.state_budget_mb, 1, int64_t{1} << 20));
   ABCD_ASSIGN_OR_RETURN(c.max_waiting_requests,
