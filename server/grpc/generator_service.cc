@@ -7,8 +7,8 @@
 #include "absl/time/clock.h"
 #include "engine/core/status_macros.h"
 #include "server/core/log.h"
-#include "server/grpc/request_reader.h"
 #include "server/grpc/request_conversion.h"
+#include "server/grpc/request_reader.h"
 
 namespace abcd {
 namespace {
@@ -90,10 +90,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
                                    "Generate", &request);
     absl::StatusOr<const ServedModel*> model =
         read.ok() ? FindModel(models, request.model(), ModelKind::kLanguageModel) : read;
+    absl::Status status = model.status();
+    // Refusal before work: a prompt too large for any token limit is not even copied.
+    if (status.ok()) status = (*model)->executor->CheckInput("prompt", request.prompt().size());
     absl::StatusOr<GenerationRequest> generation =
-        model.ok() ? ToGenerationRequest(request, *(*model)->executor, Deadline(*context))
-                   : model.status();
-    absl::Status status = generation.status();
+        status.ok() ? ToGenerationRequest(request, Deadline(*context)) : status;
+    status = generation.status();
     if (status.ok()) {
       executor_ = (*model)->executor.get();
       std::lock_guard<std::mutex> lock(mu_);
