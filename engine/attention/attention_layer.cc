@@ -151,8 +151,7 @@ void AttentionLayer::ForwardBidirectional(CpuContext& ctx, const float* x, int64
   if (state_->UsesKvCache()) {
     kv.width = d;
     kv.length = rows;
-    kv.keys.resize(rows * d);
-    kv.values.resize(rows * d);
+    kv.Resize(rows);
   }
   KvCache* cache = state_->UsesKvCache() ? &kv : nullptr;
   const int heads = state_->heads();

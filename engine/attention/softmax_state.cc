@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -14,22 +15,31 @@ namespace {
 
 constexpr int64_t kScoreChunk = 256;
 
-// scores[i] = q . keys[i] for `count` rows `stride` floats apart. Four rows at a time, so the
+inline float Load(const float* p, int64_t i) { return p[i]; }
+inline float Load(const uint16_t* p, int64_t i) {
+  const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+// scores[i] = q . keys[i] for `count` rows `stride` values apart. Four rows at a time, so the
 // four horizontal sums at the end of each group overlap instead of queueing behind each other.
-ABCD_VECTOR_CLONES void Scores(const float* q, const float* keys, int64_t count, int64_t stride,
+template <typename T>
+ABCD_VECTOR_CLONES void Scores(const float* q, const T* keys, int64_t count, int64_t stride,
                                int head_dim, float* scores) {
   int64_t i = 0;
   for (; i + 4 <= count; i += 4) {
-    const float* k0 = keys + i * stride;
-    const float* k1 = k0 + stride;
-    const float* k2 = k1 + stride;
-    const float* k3 = k2 + stride;
+    const T* k0 = keys + i * stride;
+    const T* k1 = k0 + stride;
+    const T* k2 = k1 + stride;
+    const T* k3 = k2 + stride;
     float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
     for (int c = 0; c < head_dim; ++c) {
-      s0 += q[c] * k0[c];
-      s1 += q[c] * k1[c];
-      s2 += q[c] * k2[c];
-      s3 += q[c] * k3[c];
+      s0 += q[c] * Load(k0, c);
+      s1 += q[c] * Load(k1, c);
+      s2 += q[c] * Load(k2, c);
+      s3 += q[c] * Load(k3, c);
     }
     scores[i] = s0;
     scores[i + 1] = s1;
@@ -37,28 +47,28 @@ ABCD_VECTOR_CLONES void Scores(const float* q, const float* keys, int64_t count,
     scores[i + 3] = s3;
   }
   for (; i < count; ++i) {
-    const float* key = keys + i * stride;
+    const T* key = keys + i * stride;
     float score = 0.0f;
-    for (int c = 0; c < head_dim; ++c) score += q[c] * key[c];
+    for (int c = 0; c < head_dim; ++c) score += q[c] * Load(key, c);
     scores[i] = score;
   }
 }
 
 // out = out * rescale + sum_i weights[i] values[i].
-ABCD_VECTOR_CLONES void Accumulate(const float* weights, const float* values, int64_t count,
+template <typename T>
+ABCD_VECTOR_CLONES void Accumulate(const float* weights, const T* values, int64_t count,
                                    int64_t stride, int head_dim, float rescale, float* out) {
   for (int c = 0; c < head_dim; ++c) out[c] *= rescale;
   for (int64_t i = 0; i < count; ++i) {
     const float w = weights[i];
-    const float* value = values + i * stride;
-    for (int c = 0; c < head_dim; ++c) out[c] += w * value[c];
+    const T* value = values + i * stride;
+    for (int c = 0; c < head_dim; ++c) out[c] += w * Load(value, c);
   }
 }
 
-}  // namespace
-
-void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
-                     int64_t stride, int head_dim, float* out) {
+template <typename T>
+void ReadHead(const float* q, const T* keys, const T* values, int64_t count, int64_t stride,
+              int head_dim, float* out) {
   std::fill(out, out + head_dim, 0.0f);
   if (count == 0) return;
   // Chunks of rows: the scores of a chunk in one vector pass, exp over the chunk at once, the
@@ -85,19 +95,34 @@ void SoftmaxReadHead(const float* q, const float* keys, const float* values, int
   for (int c = 0; c < head_dim; ++c) out[c] *= inv;
 }
 
+}  // namespace
+
+void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
+                     int64_t stride, int head_dim, float* out) {
+  ReadHead(q, keys, values, count, stride, head_dim, out);
+}
+
+void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values, int64_t count,
+                     int64_t stride, int head_dim, float* out) {
+  ReadHead(q, keys, values, count, stride, head_dim, out);
+}
+
 void SoftmaxState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
-  KvCache& kv = *state.kv;
   const int64_t offset = static_cast<int64_t>(h) * head_dim_;
-  std::copy(row.k + offset, row.k + offset + head_dim_, kv.key(state.position) + offset);
-  std::copy(row.v + offset, row.v + offset + head_dim_, kv.value(state.position) + offset);
+  state.kv->Write(state.position, offset, row.k + offset, row.v + offset, head_dim_);
 }
 
 void SoftmaxState::ReadHead(int h, const float* q, const StateRef& state, float* out) const {
   const KvCache& kv = *state.kv;
   const int64_t offset = static_cast<int64_t>(h) * head_dim_;
   const int64_t count = std::min(kv.length, state.position + 1);
-  SoftmaxReadHead(q + offset, kv.keys.data() + offset, kv.values.data() + offset, count, kv.width,
-                  head_dim_, out + offset);
+  if (kv.bf16) {
+    SoftmaxReadHead(q + offset, kv.keys16.data() + offset, kv.values16.data() + offset, count,
+                    kv.width, head_dim_, out + offset);
+  } else {
+    SoftmaxReadHead(q + offset, kv.keys.data() + offset, kv.values.data() + offset, count, kv.width,
+                    head_dim_, out + offset);
+  }
 }
 
 // Window layout: keys [window, d_model] then values [window, d_model]; token p lives in row

@@ -65,6 +65,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   }
   ABCD_RETURN_IF_ERROR(weights.CheckAllUsed());
   model->BuildLayout();
+  model->layout_.kv_bf16 = options.kv_cache_bf16;
   model->weight_bytes_ = model->CountWeightBytes();
   return model;
 }

@@ -35,6 +35,9 @@ struct ModelLoadOptions {
   // The format the matrices are kept and read in. Unset: the checkpoint's own (f32, bf16 or
   // f16, exact); int8 quantises per output row at load (weight-only; fp32 activations).
   std::optional<WeightFormat> weight_format;
+  // Softmax layers' KV cache rows in bf16 (half the bytes; llama.cpp keeps f16 by default)
+  // instead of fp32.
+  bool kv_cache_bf16 = false;
 };
 
 class Model {

@@ -54,14 +54,20 @@ constexpr char kUsage[] =
     "  abcd-cli translate [--model DIR] --text TEXT [--beam-size N] [--max-tokens N] [--json]\n"
     "Without --model, $ABCD_MODEL or the bundled default model (translate: the bundled\n"
     "translation model) is used. generate and eval also take --threads N (default: the\n"
-    "cores this process may use) and --weight-format f32|bf16|f16|int8 (default: the\n"
-    "checkpoint's own).\n";
+    "cores this process may use), --weight-format f32|bf16|f16|int8 (default: the\n"
+    "checkpoint's own) and --kv-cache-format bf16|f32 (softmax layers; default bf16).\n";
 
 constexpr int64_t kCliStateBudget = int64_t{1} << 32;
 
 // --weight-format (default: the checkpoint's own).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Arguments& args, const std::string& dir) {
   ModelLoadOptions load;
+  const std::string kv = args.String("kv-cache-format", "bf16");
+  if (kv != "bf16" && kv != "f32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-format must be bf16 or f32, got \"", kv.substr(0, 64), "\""));
+  }
+  load.kv_cache_bf16 = kv == "bf16";
   if (args.Has("weight-format")) {
     absl::StatusOr<WeightFormat> format = ParseWeightFormat(args.String("weight-format", ""));
     if (!format.ok()) {
@@ -342,15 +348,15 @@ int Main(int argc, char** argv) {
     absl::StatusOr<Arguments> args = Arguments::Parse(rest, {"model"}, {});
     status = args.ok() ? Info(*args) : args.status();
   } else if (command == "generate") {
-    absl::StatusOr<Arguments> args =
-        Arguments::Parse(rest,
-                         {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p",
-                          "repetition-penalty", "seed", "stop", "threads", "weight-format"},
-                         {"ignore-eos", "json"});
+    absl::StatusOr<Arguments> args = Arguments::Parse(
+        rest,
+        {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "repetition-penalty",
+         "seed", "stop", "threads", "weight-format", "kv-cache-format"},
+        {"ignore-eos", "json"});
     status = args.ok() ? RunGenerate(*args) : args.status();
   } else if (command == "eval") {
-    absl::StatusOr<Arguments> args =
-        Arguments::Parse(rest, {"model", "text", "chunk", "threads", "weight-format"}, {"json"});
+    absl::StatusOr<Arguments> args = Arguments::Parse(
+        rest, {"model", "text", "chunk", "threads", "weight-format", "kv-cache-format"}, {"json"});
     status = args.ok() ? RunEval(*args) : args.status();
   } else if (command == "translate") {
     absl::StatusOr<Arguments> args =

@@ -45,7 +45,8 @@ const std::set<std::string> kValued = {"config",
                                        "device",
                                        "device_weights",
                                        "threads",
-                                       "weight_format"};
+                                       "weight_format",
+                                       "kv_cache_format"};
 
 absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
   std::ifstream in(path);
@@ -124,6 +125,7 @@ std::string ServerUsage() {
          "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
          "  [--device_weights bf16|fp16|fp32] [--threads N] [--weight_format f32|bf16|f16|int8]\n"
+         "  [--kv_cache_format bf16|f32]\n"
          "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
 }
 
@@ -192,6 +194,11 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   ABCD_RETURN_IF_ERROR(ValidateDeviceWeightType(c.device_weights, "--device_weights"));
   c.threads = ThreadPool::AvailableCores();
   ABCD_ASSIGN_OR_RETURN(c.threads, Ranged(args, "threads", c.threads, 1, 1024));
+  c.kv_cache_format = args.String("kv_cache_format", c.kv_cache_format);
+  if (c.kv_cache_format != "bf16" && c.kv_cache_format != "f32") {
+    return absl::InvalidArgumentError(absl::StrCat("--kv_cache_format must be bf16 or f32, got \"",
+                                                   c.kv_cache_format.substr(0, 64), "\""));
+  }
   c.weight_format = args.String("weight_format", "");
   if (!c.weight_format.empty()) {
     absl::StatusOr<WeightFormat> format = ParseWeightFormat(c.weight_format);

@@ -40,6 +40,7 @@ struct ServerConfig {
   std::string device_weights = "bf16";  // CUDA projections: bf16, fp16 or fp32
   int threads = 1;            // CPU backend threads per model (default: the cores we may use)
   std::string weight_format;  // CPU matrices: f32, bf16, f16, int8; empty: the checkpoint's
+  std::string kv_cache_format = "bf16";  // softmax KV cache rows on the CPU: bf16 or f32
 };
 
 // `default_models` is used when neither flags nor the config file name models.
