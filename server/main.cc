@@ -7,6 +7,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <csignal>
 #include <filesystem>
@@ -36,7 +37,12 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   if (served->name.empty()) {
     served->name = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
   }
-  ABCD_ASSIGN_OR_RETURN(served->model, Model::Load(dir));
+  ModelLoadOptions load;
+  load.kv_cache_bf16 = config.kv_cache_format == "bf16";
+  if (!config.weight_format.empty()) {
+    ABCD_ASSIGN_OR_RETURN(load.weight_format, ParseWeightFormat(config.weight_format));
+  }
+  ABCD_ASSIGN_OR_RETURN(served->model, Model::Load(dir, load));
   ABCD_ASSIGN_OR_RETURN(served->tokenizer, Tokenizer::Load(dir + "/tokenizer.model"));
   served->kind = served->model->config().is_encoder_decoder() ? ModelKind::kTranslation
                                                               : ModelKind::kLanguageModel;
@@ -45,6 +51,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   backend_options.device = device.choice;
   backend_options.cuda_device = device.cuda_device;
   backend_options.state_budget_bytes = config.state_budget_mb << 20;
+  backend_options.cpu_threads = config.threads;
   backend_options.max_sequences = config.max_running_sequences;
   backend_options.max_prefill_tokens = config.prefill_token_budget;
   backend_options.max_context =
@@ -122,6 +129,12 @@ int Run(int argc, char** argv) {
     return 2;
   }
 
+  // Every HTTP connection is a descriptor: take the hard limit so --http_max_connections fits.
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
+
   ServerMetrics metrics;
   ServedModels models;
   for (const std::string& dir : config->models) {
@@ -153,16 +166,22 @@ int Run(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Exclusive port: without this gRPC sets SO_REUSEPORT, and a second server on the same port
+  // would start and silently take half the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || grpc_port == 0) {
     LogEvent("fatal",
-             {{"error", absl::StrCat("cannot listen on ", config->host, ":", config->grpc_port)}});
+             {{"error", absl::StrCat("cannot listen on ", config->host, ":", config->grpc_port,
+                                     " for gRPC: address in use or not available")}});
     return 1;
   }
   grpc::HealthCheckServiceInterface* health = grpc_server->GetHealthCheckService();
 
   http::HttpOptions http_options;
   http_options.thread_count = config->http_threads;
+  http_options.max_connections = config->http_max_connections;
+  http_options.max_inflight = config->http_max_inflight;
   http_options.max_tokens_limit = config->max_tokens_limit;
   http::HttpService http_service(models,
                                  {[&metrics] { return metrics.Render(); },

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine (run as root):
 #   deploy/scripts/setup.sh run    install dependencies, build, start abcd-server on the bundled models
-#   deploy/scripts/setup.sh test   install dependencies, build with -Werror, run every test
+#   deploy/scripts/setup.sh test   install dependencies, build with -Werror, run every test, then
+#                                  the sanitizer stage (fuzzers, e2e tests on an ASan/UBSan server)
 #   deploy/scripts/setup.sh build  install dependencies and build only
-# Environment: BUILD_DIR (default build), JOBS (default nproc). Extra arguments after `run` go
+#   deploy/scripts/setup.sh sanitizers  install test dependencies, run only the sanitizer stage
+# Environment: BUILD_DIR (default build), JOBS (default nproc), FUZZ_SECONDS (per fuzzer in
+# `test`, default 20), SANITIZERS=0 (skip the sanitizer stage). Extra arguments after `run` go
 # to abcd-server (e.g. `setup.sh run --grpc_port 50052`).
 set -euo pipefail
 
@@ -17,14 +20,15 @@ build_packages=(
   build-essential cmake ninja-build pkg-config git
   libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   nlohmann-json3-dev libgtest-dev libgmock-dev libsentencepiece-dev libopenblas-dev
-  libcpp-httplib-dev prometheus-cpp-dev
+  libcpp-httplib-dev prometheus-cpp-dev libboost-dev
 )
 # The tests also run the PyTorch reference's tests and a clang-format check.
-test_packages=(clang-format python3 python3-torch python3-numpy python3-sentencepiece python3-prometheus-client)
+test_packages=(clang-format python3 python3-torch python3-numpy python3-sentencepiece python3-prometheus-client
+  clang libclang-rt-14-dev)  # clang + its sanitizer/libFuzzer runtimes: tests/fuzz
 
 install_dependencies() {
   local packages=("${build_packages[@]}") missing=()
-  [[ "$mode" == test ]] && packages+=("${test_packages[@]}")
+  [[ "$mode" == test || "$mode" == sanitizers ]] && packages+=("${test_packages[@]}")
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
@@ -43,6 +47,34 @@ build() {
   cmake --build "$build_dir" -j "$jobs"
 }
 
+# The sanitizer stage of `test` (README "Sanitizers and fuzzing"): the libFuzzer targets built
+# with clang under ASan + UBSan, their seeds replayed and each run for FUZZ_SECONDS; then
+# abcd-server built with -DABCD_ASAN=ON (gcc, ASan + UBSan) and the e2e tests run against it.
+# Any sanitizer report from any process fails the stage (reports are written to files).
+sanitizer_tests() {
+  local fuzz_dir="${build_dir}-fuzz" asan_dir="${build_dir}-asan"
+  cmake -S . -B "$fuzz_dir" -G Ninja -DABCD_FUZZ=ON -DABCD_WERROR=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+  cmake --build "$fuzz_dir" -j "$jobs"
+  ctest --test-dir "$fuzz_dir" -j "$jobs" --output-on-failure
+  tests/fuzz/run_fuzzers.sh "$fuzz_dir" "${FUZZ_SECONDS:-20}"
+
+  cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR=ON \
+    -DABCD_ASAN=ON -DABCD_WITH_CUDA=OFF
+  cmake --build "$asan_dir" -j "$jobs" --target abcd_e2e_tests
+  local reports="$asan_dir/sanitizer-reports"
+  rm -rf "$reports" && mkdir -p "$reports"
+  ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1" \
+    UBSAN_OPTIONS="log_path=$reports/ubsan:halt_on_error=1:print_stacktrace=1" \
+    ctest --test-dir "$asan_dir" -R '^e2e\.' -j "$jobs" --output-on-failure --timeout 600
+  if compgen -G "$reports/*" >/dev/null; then
+    echo "setup: sanitizer reports from the ASan/UBSan server build:" >&2
+    cat "$reports"/* >&2
+    return 1
+  fi
+  echo "setup: sanitizer stage passed (fuzzers, e2e on the ASan/UBSan server)"
+}
+
 install_dependencies
 case "$mode" in
   run)
@@ -53,12 +85,16 @@ case "$mode" in
   test)
     build ON
     ctest --test-dir "$build_dir" -j "$jobs" --output-on-failure --timeout 600
+    [[ "${SANITIZERS:-1}" == 0 ]] || sanitizer_tests
     ;;
   build)
     build OFF
     ;;
+  sanitizers)
+    sanitizer_tests
+    ;;
   *)
-    echo "usage: $0 run|test|build" >&2
+    echo "usage: $0 run|test|build|sanitizers" >&2
     exit 2
     ;;
 esac

@@ -7,6 +7,7 @@
 
 #include "engine/attention/softmax_state.h"
 #include "engine/ops/vector_clones.h"
+#include "engine/ops/vector_math.h"
 
 namespace abcd {
 
@@ -21,24 +22,49 @@ void AbcState::Init(float* fixed) const {
   }
 }
 
-ABCD_VECTOR_CLONES void AbcUpdateHead(const float* k, const float* v, const float* control,
-                                      int slots, int head_dim, float* keys, float* values,
-                                      float* log_norm) {
+namespace {
+
+// Folds k, v into every slot with its weight w[j] (running means).
+ABCD_VECTOR_CLONES void FoldIntoSlots(const float* k, const float* v, const float* w, int slots,
+                                      int head_dim, float* keys, float* values) {
   for (int j = 0; j < slots; ++j) {
-    const float a = control[j];
-    const float old = log_norm[j];
-    // L' = logaddexp(L, a); the first token (L = -inf) gets weight exactly 1.
-    const float updated = std::isinf(old) && old < 0
-                              ? a
-                              : std::max(old, a) + std::log1p(std::exp(-std::abs(old - a)));
-    const float w = std::exp(a - updated);
+    const float wj = w[j];
     float* key = keys + static_cast<int64_t>(j) * head_dim;
     float* value = values + static_cast<int64_t>(j) * head_dim;
     for (int c = 0; c < head_dim; ++c) {
-      key[c] += w * (k[c] - key[c]);
-      value[c] += w * (v[c] - value[c]);
+      key[c] += wj * (k[c] - key[c]);
+      value[c] += wj * (v[c] - value[c]);
     }
-    log_norm[j] = updated;
+  }
+}
+
+}  // namespace
+
+void AbcUpdateHead(const float* k, const float* v, const float* control, int slots, int head_dim,
+                   float* keys, float* values, float* log_norm) {
+  // Slots in chunks, each chunk's normalisers and weights as whole-array exp/log1p passes:
+  //   L' = max(L, a) + log1p(exp(-|L - a|)),  w = exp(a - L')
+  // (L = -inf on the first token gives L' = a and w = 1 exactly).
+  constexpr int kChunk = 64;
+  float spread[kChunk], weight[kChunk];
+  for (int first = 0; first < slots; first += kChunk) {
+    const int n = std::min(kChunk, slots - first);
+    const float* a = control + first;
+    float* old = log_norm + first;
+    for (int j = 0; j < n; ++j) spread[j] = -std::fabs(old[j] - a[j]);
+    for (int j = 0; j < n; ++j) {
+      if (std::isinf(old[j]) && old[j] < 0) spread[j] = -std::numeric_limits<float>::infinity();
+    }
+    cpu::ExpArray(spread, n, spread);
+    cpu::Log1pUnitArray(spread, n, spread);
+    for (int j = 0; j < n; ++j) {
+      const float updated = std::max(old[j], a[j]) + spread[j];
+      weight[j] = a[j] - updated;
+      old[j] = updated;
+    }
+    cpu::ExpArray(weight, n, weight);
+    FoldIntoSlots(k, v, weight, n, head_dim, keys + static_cast<int64_t>(first) * head_dim,
+                  values + static_cast<int64_t>(first) * head_dim);
   }
 }
 

@@ -66,6 +66,12 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Load(
   return layer;
 }
 
+int64_t AttentionLayer::projection_macs_per_token() const {
+  const int64_t attention_out = out_.out() * out_.in();
+  if (!query_.empty()) return query_.out() * query_.in() + attention_out;
+  return fused_.out() * fused_.in() + attention_out;
+}
+
 int64_t AttentionLayer::weight_bytes() const {
   const size_t biases = fused_bias_.size() + query_bias_.size() + out_bias_.size();
   return fused_.bytes() + query_.bytes() + out_.bytes() + static_cast<int64_t>(4 * biases) +
@@ -145,8 +151,7 @@ void AttentionLayer::ForwardBidirectional(CpuContext& ctx, const float* x, int64
   if (state_->UsesKvCache()) {
     kv.width = d;
     kv.length = rows;
-    kv.keys.resize(rows * d);
-    kv.values.resize(rows * d);
+    kv.Resize(rows);
   }
   KvCache* cache = state_->UsesKvCache() ? &kv : nullptr;
   const int heads = state_->heads();

@@ -43,8 +43,14 @@ class AttentionLayer {
   const std::vector<float>& query_bias() const { return query_bias_; }
   std::vector<float> out_weight() const { return out_.ToFloat(); }
   const std::vector<float>& out_bias() const { return out_bias_; }
+  // The packed matrices the CPU kernels read (benchmarks time them per op kind).
+  const PackedMatrix& fused_matrix() const { return fused_; }
+  const PackedMatrix& out_matrix() const { return out_; }
   // Bytes of parameters a forward pass reads (packed matrices, biases, feature maps).
   int64_t weight_bytes() const;
+  // Multiply-adds of the projections one decoder token costs (cross: query and output only;
+  // the memory's keys and values are projected once per source).
+  int64_t projection_macs_per_token() const;
 
   // x: [rows, d] (normalised layer input), out: [rows, d]. x and out must not be the context's
   // kProjection or kAttended buffers.

@@ -2,52 +2,127 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "engine/ops/vector_clones.h"
+#include "engine/ops/vector_math.h"
 
 namespace abcd {
 
-ABCD_VECTOR_CLONES void SoftmaxReadHead(const float* q, const float* keys, const float* values,
-                                        int64_t count, int64_t stride, int head_dim, float* out) {
+namespace {
+
+constexpr int64_t kScoreChunk = 256;
+
+inline float Load(const float* p, int64_t i) { return p[i]; }
+inline float Load(const uint16_t* p, int64_t i) {
+  const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+// scores[i] = q . keys[i] for `count` rows `stride` values apart. Four rows at a time, so the
+// four horizontal sums at the end of each group overlap instead of queueing behind each other.
+template <typename T>
+ABCD_VECTOR_CLONES void Scores(const float* q, const T* keys, int64_t count, int64_t stride,
+                               int head_dim, float* scores) {
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    const T* k0 = keys + i * stride;
+    const T* k1 = k0 + stride;
+    const T* k2 = k1 + stride;
+    const T* k3 = k2 + stride;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (int c = 0; c < head_dim; ++c) {
+      s0 += q[c] * Load(k0, c);
+      s1 += q[c] * Load(k1, c);
+      s2 += q[c] * Load(k2, c);
+      s3 += q[c] * Load(k3, c);
+    }
+    scores[i] = s0;
+    scores[i + 1] = s1;
+    scores[i + 2] = s2;
+    scores[i + 3] = s3;
+  }
+  for (; i < count; ++i) {
+    const T* key = keys + i * stride;
+    float score = 0.0f;
+    for (int c = 0; c < head_dim; ++c) score += q[c] * Load(key, c);
+    scores[i] = score;
+  }
+}
+
+// out = out * rescale + sum_i weights[i] values[i].
+template <typename T>
+ABCD_VECTOR_CLONES void Accumulate(const float* weights, const T* values, int64_t count,
+                                   int64_t stride, int head_dim, float rescale, float* out) {
+  for (int c = 0; c < head_dim; ++c) out[c] *= rescale;
+  for (int64_t i = 0; i < count; ++i) {
+    const float w = weights[i];
+    const T* value = values + i * stride;
+    for (int c = 0; c < head_dim; ++c) out[c] += w * Load(value, c);
+  }
+}
+
+template <typename T>
+void ReadHead(const float* q, const T* keys, const T* values, int64_t count, int64_t stride,
+              int head_dim, float* out) {
   std::fill(out, out + head_dim, 0.0f);
   if (count == 0) return;
-  // Online softmax: one pass, rescaling the running sum when the maximum grows.
+  // Chunks of rows: the scores of a chunk in one vector pass, exp over the chunk at once, the
+  // running sum rescaled only when a chunk raises the maximum (flash-attention style).
+  float scores[kScoreChunk];
   float running_max = -std::numeric_limits<float>::infinity();
   float denominator = 0.0f;
-  for (int64_t i = 0; i < count; ++i) {
-    const float* key = keys + i * stride;
-    float score = 0.0f;
-    for (int c = 0; c < head_dim; ++c) score += q[c] * key[c];
-    if (score > running_max) {
-      const float rescale = std::exp(running_max - score);
-      denominator *= rescale;
-      for (int c = 0; c < head_dim; ++c) out[c] *= rescale;
-      running_max = score;
-    }
-    const float weight = std::exp(score - running_max);
-    denominator += weight;
-    const float* value = values + i * stride;
-    for (int c = 0; c < head_dim; ++c) out[c] += weight * value[c];
+  for (int64_t first = 0; first < count; first += kScoreChunk) {
+    const int64_t n = std::min(kScoreChunk, count - first);
+    Scores(q, keys + first * stride, n, stride, head_dim, scores);
+    float chunk_max = scores[0];
+    for (int64_t i = 1; i < n; ++i) chunk_max = std::max(chunk_max, scores[i]);
+    const float new_max = std::max(running_max, chunk_max);
+    const float rescale = std::exp(running_max - new_max);  // 0 on the first chunk
+    for (int64_t i = 0; i < n; ++i) scores[i] -= new_max;
+    cpu::ExpArray(scores, n, scores);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += scores[i];
+    denominator = denominator * rescale + sum;
+    Accumulate(scores, values + first * stride, n, stride, head_dim, rescale, out);
+    running_max = new_max;
   }
   const float inv = 1.0f / denominator;
   for (int c = 0; c < head_dim; ++c) out[c] *= inv;
 }
 
+}  // namespace
+
+void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
+                     int64_t stride, int head_dim, float* out) {
+  ReadHead(q, keys, values, count, stride, head_dim, out);
+}
+
+void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values, int64_t count,
+                     int64_t stride, int head_dim, float* out) {
+  ReadHead(q, keys, values, count, stride, head_dim, out);
+}
+
 void SoftmaxState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
-  KvCache& kv = *state.kv;
   const int64_t offset = static_cast<int64_t>(h) * head_dim_;
-  std::copy(row.k + offset, row.k + offset + head_dim_, kv.key(state.position) + offset);
-  std::copy(row.v + offset, row.v + offset + head_dim_, kv.value(state.position) + offset);
+  state.kv->Write(state.position, offset, row.k + offset, row.v + offset, head_dim_);
 }
 
 void SoftmaxState::ReadHead(int h, const float* q, const StateRef& state, float* out) const {
   const KvCache& kv = *state.kv;
   const int64_t offset = static_cast<int64_t>(h) * head_dim_;
   const int64_t count = std::min(kv.length, state.position + 1);
-  SoftmaxReadHead(q + offset, kv.keys.data() + offset, kv.values.data() + offset, count, kv.width,
-                  head_dim_, out + offset);
+  if (kv.bf16) {
+    SoftmaxReadHead(q + offset, kv.keys16.data() + offset, kv.values16.data() + offset, count,
+                    kv.width, head_dim_, out + offset);
+  } else {
+    SoftmaxReadHead(q + offset, kv.keys.data() + offset, kv.values.data() + offset, count, kv.width,
+                    head_dim_, out + offset);
+  }
 }
 
 // Window layout: keys [window, d_model] then values [window, d_model]; token p lives in row

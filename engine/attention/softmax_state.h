@@ -42,5 +42,8 @@ class WindowState final : public AttentionState {
 // out[dh] = sum_i softmax_i(q . keys[i]) values[i] over `count` rows `stride` floats apart.
 void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
                      int64_t stride, int head_dim, float* out);
+// The same over bf16 rows (a bf16 KvCache), computed in fp32.
+void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values, int64_t count,
+                     int64_t stride, int head_dim, float* out);
 
 }  // namespace abcd

@@ -65,8 +65,19 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   }
   ABCD_RETURN_IF_ERROR(weights.CheckAllUsed());
   model->BuildLayout();
+  model->layout_.kv_bf16 = options.kv_cache_bf16;
   model->weight_bytes_ = model->CountWeightBytes();
   return model;
+}
+
+int64_t Model::projection_macs_per_token() const {
+  int64_t macs = head().out() * head().in();
+  for (const Block& b : decoder_->blocks) {
+    macs += b.fc1.out() * b.fc1.in() + b.fc2.out() * b.fc2.in();
+    macs += b.self_attention->projection_macs_per_token();
+    if (b.cross_attention) macs += b.cross_attention->projection_macs_per_token();
+  }
+  return macs;
 }
 
 int64_t Model::CountWeightBytes() const {

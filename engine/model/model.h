@@ -35,6 +35,9 @@ struct ModelLoadOptions {
   // The format the matrices are kept and read in. Unset: the checkpoint's own (f32, bf16 or
   // f16, exact); int8 quantises per output row at load (weight-only; fp32 activations).
   std::optional<WeightFormat> weight_format;
+  // Softmax layers' KV cache rows in bf16 (half the bytes; llama.cpp keeps f16 by default)
+  // instead of fp32.
+  bool kv_cache_bf16 = false;
 };
 
 class Model {
@@ -50,6 +53,9 @@ class Model {
   // Bytes of parameters as stored for the CPU kernels (what one decode step reads).
   int64_t weight_bytes() const { return weight_bytes_; }
   WeightFormat weight_format() const { return weight_format_; }
+  // Multiply-adds of the matrix products one decoded token costs (projections, feed-forward,
+  // vocabulary), for GFLOP/s figures.
+  int64_t projection_macs_per_token() const;
 
   // Encoder-decoder: encodes `source` and builds every cross-attention memory of `sequence`.
   absl::Status Encode(CpuContext& ctx, std::span<const int32_t> source, SequenceId sequence,
@@ -84,6 +90,8 @@ class Model {
   std::vector<float> embedding() const { return embedding_.ToFloat(); }
   // The output projection [V, d] as fp32: the embedding when tied.
   std::vector<float> lm_head() const { return head().ToFloat(); }
+  // The same as the CPU kernels read it.
+  const PackedMatrix& head_matrix() const { return head(); }
 
  private:
   Model();

@@ -129,9 +129,11 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
     ABCD_ASSIGN_OR_RETURN(layer.out,
                           MatrixToDevice(context_, attention.out_weight(), d, type, &bytes));
     ABCD_ASSIGN_OR_RETURN(layer.out_bias, ToDevice(context_, attention.out_bias(), &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.fc1, MatrixToDevice(context_, block.fc1.ToFloat(), ff, type, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.fc1,
+                          MatrixToDevice(context_, block.fc1.ToFloat(), ff, type, &bytes));
     ABCD_ASSIGN_OR_RETURN(layer.fc1_bias, ToDevice(context_, block.fc1_bias, &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.fc2, MatrixToDevice(context_, block.fc2.ToFloat(), d, type, &bytes));
+    ABCD_ASSIGN_OR_RETURN(layer.fc2,
+                          MatrixToDevice(context_, block.fc2.ToFloat(), d, type, &bytes));
     ABCD_ASSIGN_OR_RETURN(layer.fc2_bias, ToDevice(context_, block.fc2_bias, &bytes));
 
     const AttentionState& state = attention.state();

@@ -122,12 +122,25 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   return file;
 }
 
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBytes(
+    std::span<const std::byte> bytes, const std::string& name) {
+  std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
+  file->path_ = name;
+  file->owned_.assign(bytes.begin(), bytes.end());
+  file->mapping_size_ = file->owned_.size();
+  if (absl::Status status = file->Parse(); !status.ok()) {
+    return absl::Status(status.code(), absl::StrCat(name, ": ", status.message()));
+  }
+  return file;
+}
+
 SafetensorsFile::~SafetensorsFile() {
   if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
 }
 
 absl::Status SafetensorsFile::Parse() {
-  const auto* base = static_cast<const std::byte*>(mapping_);
+  const std::byte* base =
+      mapping_ != nullptr ? static_cast<const std::byte*>(mapping_) : owned_.data();
   if (mapping_size_ < 8) {
     return absl::InvalidArgumentError(absl::StrCat(
         "truncated file: ", mapping_size_, " bytes, need at least 8 for the header length"));
@@ -153,7 +166,9 @@ absl::Status SafetensorsFile::Parse() {
     const std::string* name;
   };
   std::vector<Range> ranges;
-  for (const auto& [name, entry] : header.items()) {
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();  // (clang 14 cannot capture a structured binding)
+    const nlohmann::json& entry = item.value();
     if (name == "__metadata__") {
       if (!entry.is_object()) return absl::InvalidArgumentError("__metadata__ is not an object");
       for (const auto& [key, value] : entry.items()) {
@@ -244,7 +259,8 @@ absl::StatusOr<std::vector<float>> ToFloat32(const TensorView& tensor) {
   const std::byte* src = tensor.bytes.data();
   switch (tensor.dtype) {
     case DType::kF32:
-      std::memcpy(out.data(), src, n * 4);
+      // A zero-element tensor has no buffer on either side: memcpy(nullptr, ..., 0) is UB.
+      if (n > 0) std::memcpy(out.data(), src, n * 4);
       break;
     case DType::kBF16:
       for (size_t i = 0; i < n; ++i) {
@@ -274,7 +290,7 @@ absl::StatusOr<std::vector<int32_t>> ToInt32(const TensorView& tensor) {
   std::vector<int32_t> out(n);
   const std::byte* src = tensor.bytes.data();
   if (tensor.dtype == DType::kI32) {
-    std::memcpy(out.data(), src, n * 4);
+    if (n > 0) std::memcpy(out.data(), src, n * 4);
     return out;
   }
   if (tensor.dtype == DType::kI64) {

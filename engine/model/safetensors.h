@@ -38,6 +38,10 @@ struct TensorView {
 class SafetensorsFile {
  public:
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  // The same checks on a copy of a file's bytes held in memory (fuzzing and tests; an exact-size
+  // heap buffer, so a sanitizer sees any read past the end); `name` stands for the path.
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromBytes(
+      std::span<const std::byte> bytes, const std::string& name);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -54,8 +58,9 @@ class SafetensorsFile {
   absl::Status Parse();
 
   std::string path_;
-  void* mapping_ = nullptr;
+  void* mapping_ = nullptr;  // from mmap, or null when the bytes are in owned_
   size_t mapping_size_ = 0;
+  std::vector<std::byte> owned_;
   std::map<std::string, TensorView, std::less<>> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -3,6 +3,7 @@
 
 #include "engine/ops/elementwise.h"
 #include "engine/ops/vector_clones.h"
+#include "engine/ops/vector_math.h"
 
 namespace abcd::cpu {
 
@@ -34,9 +35,7 @@ ABCD_VECTOR_CLONES void ActivateRange(Activation activation, float* x, int64_t n
       for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
       break;
     case Activation::kGelu:
-      for (int64_t i = 0; i < n; ++i) {
-        x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * static_cast<float>(M_SQRT1_2)));
-      }
+      GeluErfInPlace(x, n);
       break;
   }
 }

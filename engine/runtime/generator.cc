@@ -1,5 +1,7 @@
 #include "engine/runtime/generator.h"
 
+#include <optional>
+
 #include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,9 @@ absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tok
                                         const GenerateOptions& options,
                                         const TokenCallback& on_token) {
   const ModelConfig& config = model.config();
+  std::optional<CpuContext> own_context;
+  if (options.context == nullptr) own_context.emplace(1);
+  CpuContext& ctx = options.context != nullptr ? *options.context : *own_context;
   if (config.is_encoder_decoder()) {
     return absl::FailedPreconditionError("generate needs a decoder-only model");
   }
@@ -46,7 +51,7 @@ absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tok
     rows.push_back({sequence, result.prompt_ids[i], i + 1 == result.prompt_ids.size()});
   }
   std::vector<float> logits;
-  ABCD_RETURN_IF_ERROR(model.Decode(rows, pool, &logits));
+  ABCD_RETURN_IF_ERROR(model.Decode(ctx, rows, pool, &logits));
 
   Sampler sampler(options.sampling);
   TextStream text(tokenizer, options.stop);
@@ -72,7 +77,7 @@ absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tok
     if (static_cast<int>(result.token_ids.size()) == options.max_tokens) break;
     logits.clear();
     const DecodeRow step{sequence, next, true};
-    ABCD_RETURN_IF_ERROR(model.Decode({&step, 1}, pool, &logits));
+    ABCD_RETURN_IF_ERROR(model.Decode(ctx, {&step, 1}, pool, &logits));
   }
   result.text = text.text();
   ABCD_ASSIGN_OR_RETURN(result.state_bytes, pool.SequenceBytes(sequence));

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/model/model.h"
+#include "engine/ops/cpu_context.h"
 #include "engine/sampling/sampler.h"
 #include "engine/state/state_pool.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -26,6 +27,7 @@ struct GenerateOptions {
   SamplingParams sampling;
   bool ignore_eos = false;
   std::vector<std::string> stop;  // generation ends when the text contains one (not included)
+  CpuContext* context = nullptr;  // threads and buffers to run on; null: one thread
 };
 
 struct GenerateResult {

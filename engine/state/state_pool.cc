@@ -85,7 +85,10 @@ absl::StatusOr<SequenceId> StatePool::Acquire() {
   auto state = std::make_unique<SequenceState>();
   state->fixed = layout_.initial_fixed;
   state->kv.resize(layout_.kv_is_cross.size());
-  for (KvCache& kv : state->kv) kv.width = layout_.kv_width;
+  for (KvCache& kv : state->kv) {
+    kv.width = layout_.kv_width;
+    kv.bf16 = layout_.kv_bf16;
+  }
   return Insert(std::move(state), bytes);
 }
 
@@ -126,8 +129,7 @@ absl::Status StatePool::Grow(SequenceId id, bool cross, int64_t rows) {
     if (layout_.kv_is_cross[i] != cross) continue;
     KvCache& kv = state->kv[i];
     if (kv.capacity() >= target) continue;
-    kv.keys.resize(target * kv.width);
-    kv.values.resize(target * kv.width);
+    kv.Resize(target);
   }
   bytes_in_use_ += extra_bytes;
   return absl::OkStatus();
@@ -170,9 +172,13 @@ absl::StatusOr<std::string> StatePool::Snapshot(SequenceId id) const {
   out.PutFloats(state->fixed.data(), static_cast<int64_t>(state->fixed.size()));
   out.Put(static_cast<int64_t>(state->kv.size()));
   for (const KvCache& kv : state->kv) {
+    // Rows as fp32 whatever the cache's format, so a blob restores into either.
+    std::vector<float> keys(static_cast<size_t>(kv.length * kv.width));
+    std::vector<float> values(keys.size());
+    kv.ReadRows(kv.length, keys.data(), values.data());
     out.Put(kv.length);
-    out.PutFloats(kv.keys.data(), kv.length * kv.width);
-    out.PutFloats(kv.values.data(), kv.length * kv.width);
+    out.PutFloats(keys.data(), kv.length * kv.width);
+    out.PutFloats(values.data(), kv.length * kv.width);
   }
   return out.Take();
 }
@@ -212,6 +218,7 @@ absl::StatusOr<SequenceId> StatePool::Restore(absl::string_view snapshot) {
   for (int64_t i = 0; i < kv_count; ++i) {
     KvCache& kv = state->kv[i];
     kv.width = layout_.kv_width;
+    kv.bf16 = layout_.kv_bf16;
     if (!in.Get(&kv.length)) return invalid("truncated KV cache");
     const int64_t expected = layout_.kv_is_cross[i] ? state->source_length : state->position;
     if (kv.length != expected) return invalid("KV cache length does not match the position");
@@ -219,12 +226,14 @@ absl::StatusOr<SequenceId> StatePool::Restore(absl::string_view snapshot) {
       return invalid("truncated KV cache");
     }
     const int64_t capacity = RoundUpToPage(kv.length);
-    kv.keys.resize(capacity * kv.width);
-    kv.values.resize(capacity * kv.width);
-    if (!in.GetFloats(kv.keys.data(), kv.length * kv.width) ||
-        !in.GetFloats(kv.values.data(), kv.length * kv.width)) {
+    std::vector<float> keys(static_cast<size_t>(kv.length * kv.width));
+    std::vector<float> values(keys.size());
+    if (!in.GetFloats(keys.data(), kv.length * kv.width) ||
+        !in.GetFloats(values.data(), kv.length * kv.width)) {
       return invalid("truncated KV cache");
     }
+    kv.Resize(capacity);
+    kv.WriteRows(kv.length, keys.data(), values.data());
   }
   if (!in.done()) return invalid("trailing bytes");
   const int64_t bytes = ChargedBytes(*state);

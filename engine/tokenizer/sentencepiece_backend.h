@@ -4,7 +4,9 @@
 // which collide with libprotobuf (needed by gRPC) in one process: whichever loads first serves
 // both, and the server crashes during static initialisation. So the SentencePiece calls live in
 // a small plugin (libabcd_sentencepiece.so, sentencepiece_plugin.cc) that is dlopen()ed with
-// RTLD_LOCAL | RTLD_DEEPBIND: its protobuf symbols stay private to it. The interface is a
+// RTLD_LOCAL | RTLD_DEEPBIND: its protobuf symbols stay private to it (sanitizer builds, where
+// ASan refuses RTLD_DEEPBIND, link a DF_SYMBOLIC copy of the library instead; see
+// symbolic_copy.py). The interface is a
 // virtual class of standard-library types, so no symbol is looked up across the boundary except
 // the one factory function.
 #pragma once

@@ -13,12 +13,20 @@ namespace {
 
 constexpr char kPluginName[] = "libabcd_sentencepiece.so";
 
+#ifdef ABCD_SENTENCEPIECE_SYMBOLIC
+// Sanitizer build: ASan refuses RTLD_DEEPBIND; the plugin's libsentencepiece is a DF_SYMBOLIC
+// copy instead (engine/tokenizer/symbolic_copy.py), which keeps its protobuf-lite private.
+// NODELETE: LeakSanitizer runs at exit and must still see the plugin's code and globals.
+constexpr int kPluginFlags = RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE;
+#else
+constexpr int kPluginFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#endif
+
 }  // namespace
 
 absl::StatusOr<SentencePieceHandle> SentencePieceHandle::Open() {
-  absl::StatusOr<PluginLibrary> plugin =
-      OpenPlugin(kPluginName, "ABCD_SENTENCEPIECE_PLUGIN", ABCD_SENTENCEPIECE_PLUGIN_BUILD_PATH,
-                 RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  absl::StatusOr<PluginLibrary> plugin = OpenPlugin(
+      kPluginName, "ABCD_SENTENCEPIECE_PLUGIN", ABCD_SENTENCEPIECE_PLUGIN_BUILD_PATH, kPluginFlags);
   if (!plugin.ok()) {
     return absl::Status(plugin.status().code(),
                         absl::StrCat("SentencePiece ", plugin.status().message()));

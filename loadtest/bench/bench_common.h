@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/thread_pool.h"
 #include "engine/model/model.h"
 #include "nlohmann/json.hpp"
 
@@ -24,6 +25,16 @@ struct Bandwidth {
 };
 // Times memcpy of a `megabytes` MiB buffer (touched first) `repeats` times; keeps the best.
 Bandwidth MeasureCopyBandwidth(int megabytes, int repeats);
+
+// The read floor of issue 18: the best time to read a buffer of exactly `bytes` once (after
+// it was read before, so a buffer that fits the last-level cache is read from there, as a
+// model's weights are from one step to the next), split across `pool`'s threads, with the
+// widest loads this CPU has. Best of `repeats`.
+double ReadSeconds(int64_t bytes, ThreadPool& pool, int repeats = 15);
+
+// This machine's fp32 matrix-product peak as a library reaches it: OpenBLAS sgemm of
+// `size`^3 with `threads` threads, best of 3, in GFLOP/s.
+double SgemmPeakGflops(int size, int threads);
 
 // Seconds the step needs at least if it only streams its bytes: DESIGN.md section 7.
 double FloorSeconds(int64_t weight_bytes, int64_t batch, int64_t state_bytes,

@@ -17,7 +17,7 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
   bandwidth  [--bandwidth_mb 256]
   memory     --models DIR[,DIR..] [--lengths 128,256,...,32768] [--confirm_length 2048]
   decode     --models DIR[,DIR..] [--batches 1,4,16,64] [--contexts 128,512,2048] [--steps 8]
-             [--rounds 3]
+             [--rounds 3] [--weight_formats f32,bf16,int8] [--prefill_tokens 512]
   reference  --models DIR[,DIR..] [--reference_batches 1,32] [--reference_steps 64] [--repeats 3]
              [--python /usr/bin/python3] [--script loadtest/bench_reference.py]
   overhead   --model DIR[,DIR..] [--server build/server/abcd-server] [--requests 48] [--concurrency 8]
@@ -25,16 +25,17 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
   all        everything above with --models_dir DIR (holding abc/ rfa/ t2r/ softmax/ ...):
              --memory_types, --decode_types, --reference_types (or --reference_models DIR,..),
              --overhead_type pick the subdirectories
-Common: --threads N (BLAS threads, and torch threads for reference; default 1)  --json FILE
+Common: --threads N (the engine's CPU threads, BLAS threads, and torch threads for reference;
+        default 1)  --json FILE
 )";
 
 const std::set<std::string> kValued = {
-    "models",           "model",           "models_dir",    "lengths",           "confirm_length",
-    "batches",          "contexts",        "steps",         "repeats",           "python",
-    "script",           "server",          "requests",      "concurrency",       "max_tokens",
-    "prompts",          "threads",         "json",          "bandwidth_mb",      "memory_types",
-    "decode_types",     "reference_types", "overhead_type", "reference_batches", "reference_steps",
-    "reference_models", "rounds"};
+    "models",           "model",           "models_dir",     "lengths",           "confirm_length",
+    "batches",          "contexts",        "steps",          "repeats",           "python",
+    "script",           "server",          "requests",       "concurrency",       "max_tokens",
+    "prompts",          "threads",         "json",           "bandwidth_mb",      "memory_types",
+    "decode_types",     "reference_types", "overhead_type",  "reference_batches", "reference_steps",
+    "reference_models", "rounds",          "weight_formats", "prefill_tokens"};
 
 std::vector<std::string> ModelsIn(const std::string& dir, const std::string& types) {
   std::vector<std::string> out;
@@ -88,6 +89,9 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     ABCD_ASSIGN_OR_RETURN(const int64_t rounds, args.Int("rounds", 3));
     o.rounds = static_cast<int>(rounds);
     o.bandwidth = bandwidth;
+    o.threads = static_cast<int>(threads);
+    o.weight_formats = SplitList(args.String("weight_formats", ""));
+    ABCD_ASSIGN_OR_RETURN(o.prefill_tokens, args.Int("prefill_tokens", 512));
     ABCD_ASSIGN_OR_RETURN(out["decode"], RunDecode(o));
   }
   if (all || command == "reference") {

@@ -32,11 +32,16 @@ absl::StatusOr<nlohmann::json> RunMemory(const MemoryOptions& options);
 
 struct DecodeOptions {
   std::vector<std::string> models;
+  // Each model is loaded once per format ("f32", "bf16", "f16", "int8"); empty: the
+  // checkpoint's own format only.
+  std::vector<std::string> weight_formats;
   std::vector<int64_t> batches;
   std::vector<int64_t> contexts;
-  int steps = 8;   // timed decode steps per measurement (median taken)
-  int rounds = 3;  // measurements per point, the models interleaved (median taken)
-  Bandwidth bandwidth;
+  int steps = 8;                 // timed decode steps per measurement (median taken)
+  int rounds = 3;                // measurements per point, the models interleaved (median taken)
+  int threads = 1;               // the engine's CpuContext threads
+  int64_t prefill_tokens = 512;  // prompt length of the prefill table (0: no table)
+  Bandwidth bandwidth;           // the DRAM floor (256 MiB memcpy)
 };
 absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options);
 

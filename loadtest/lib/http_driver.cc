@@ -103,6 +103,13 @@ class HttpDriver final : public Driver {
   bool shutdown_ = false;
 };
 
+// A keep-alive connection the server closed after its last response (llama.cpp's server does
+// after a stream) fails the next request on it with a read or write error before any of the
+// answer arrived: such a request is sent again, once, on a new connection.
+bool StaleConnection(httplib::Error error) {
+  return error == httplib::Error::Read || error == httplib::Error::Write;
+}
+
 void FailTransport(RequestRecord& record, httplib::Error error, bool cancelled) {
   record.ok = false;
   record.status = cancelled ? "CANCELLED" : "TRANSPORT";
@@ -175,7 +182,12 @@ RequestRecord HttpDriver::Complete(httplib::Client& client, const RequestSpec& s
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
   record.send = Clock::now();
-  const bool sent = client.send(req, res, error);
+  bool sent = client.send(req, res, error);
+  if (!sent && status == 0 && StaleConnection(error) && cancel_epoch_.load() == epoch) {
+    res = httplib::Response();
+    error = httplib::Error::Success;
+    sent = client.send(req, res, error);
+  }
   record.end = Clock::now();
   if (!sent) {
     FailTransport(record, error, cancel_epoch_.load() != epoch);
@@ -220,9 +232,11 @@ RequestRecord HttpDriver::Translate(httplib::Client& client, const RequestSpec& 
   client.set_write_timeout(timeout, 0);
   const uint64_t epoch = cancel_epoch_.load();
   record.send = Clock::now();
-  httplib::Result result =
-      client.Post("/v1/translate", body.dump(-1, ' ', false, json::error_handler_t::replace),
-                  "application/json");
+  const std::string payload = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  httplib::Result result = client.Post("/v1/translate", payload, "application/json");
+  if (!result && StaleConnection(result.error()) && cancel_epoch_.load() == epoch) {
+    result = client.Post("/v1/translate", payload, "application/json");
+  }
   record.end = Clock::now();
   if (!result) {
     FailTransport(record, result.error(), cancel_epoch_.load() != epoch);

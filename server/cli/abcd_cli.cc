@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "engine/core/status_macros.h"
+#include "engine/core/thread_pool.h"
 #include "engine/model/model.h"
 #include "engine/runtime/generator.h"
 #include "engine/scheduler/executor.h"
@@ -52,9 +53,41 @@ constexpr char kUsage[] =
     "  abcd-cli eval [--model DIR] --text FILE [--chunk N] [--json]\n"
     "  abcd-cli translate [--model DIR] --text TEXT [--beam-size N] [--max-tokens N] [--json]\n"
     "Without --model, $ABCD_MODEL or the bundled default model (translate: the bundled\n"
-    "translation model) is used.\n";
+    "translation model) is used. generate and eval also take --threads N (default: the\n"
+    "cores this process may use), --weight-format f32|bf16|f16|int8 (default: the\n"
+    "checkpoint's own) and --kv-cache-format bf16|f32 (softmax layers; default bf16).\n";
 
 constexpr int64_t kCliStateBudget = int64_t{1} << 32;
+
+// --weight-format (default: the checkpoint's own).
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Arguments& args, const std::string& dir) {
+  ModelLoadOptions load;
+  const std::string kv = args.String("kv-cache-format", "bf16");
+  if (kv != "bf16" && kv != "f32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-format must be bf16 or f32, got \"", kv.substr(0, 64), "\""));
+  }
+  load.kv_cache_bf16 = kv == "bf16";
+  if (args.Has("weight-format")) {
+    absl::StatusOr<WeightFormat> format = ParseWeightFormat(args.String("weight-format", ""));
+    if (!format.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--weight-format: ", format.status().message()));
+    }
+    load.weight_format = *format;
+  }
+  return Model::Load(dir, load);
+}
+
+// --threads (default: the cores this process may use).
+absl::StatusOr<int> Threads(const Arguments& args) {
+  ABCD_ASSIGN_OR_RETURN(const int64_t threads, args.Int("threads", ThreadPool::AvailableCores()));
+  if (threads < 1 || threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads must be in [1, 1024], got ", threads));
+  }
+  return static_cast<int>(threads);
+}
 
 // --model, else $ABCD_MODEL, else the bundled default (the LM; translate: the EN->DE model).
 std::string ModelDir(const Arguments& args, const char* bundled = ABCD_DEFAULT_MODEL_DIR) {
@@ -128,7 +161,10 @@ absl::Status RunGenerate(const Arguments& args) {
   const bool json = args.Has("json");
 
   const std::string dir = ModelDir(args);
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(args, dir));
+  ABCD_ASSIGN_OR_RETURN(const int threads, Threads(args));
+  CpuContext context(threads);
+  options.context = &context;
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
                         Tokenizer::Load(dir + "/tokenizer.model"));
   StatePool pool(model->state_layout(), kCliStateBudget);
@@ -168,7 +204,9 @@ absl::Status RunEval(const Arguments& args) {
   const std::string text_path = args.String("text", "");
   const bool json = args.Has("json");
   const std::string dir = ModelDir(args);
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(args, dir));
+  ABCD_ASSIGN_OR_RETURN(const int threads, Threads(args));
+  CpuContext context(threads);
   const ModelConfig& config = model->config();
   if (config.is_encoder_decoder()) {
     return absl::FailedPreconditionError("eval needs a decoder-only model");
@@ -205,7 +243,7 @@ absl::Status RunEval(const Arguments& args) {
       rows.push_back({sequence, stream[start + i], i + 1 < length});
     }
     logits.clear();
-    ABCD_RETURN_IF_ERROR(model->Decode(rows, pool, &logits));
+    ABCD_RETURN_IF_ERROR(model->Decode(context, rows, pool, &logits));
     const int64_t vocab = config.vocab_size;
     for (int64_t i = 0; i + 1 < length; ++i) {
       const float* row = logits.data() + i * vocab;
@@ -310,14 +348,15 @@ int Main(int argc, char** argv) {
     absl::StatusOr<Arguments> args = Arguments::Parse(rest, {"model"}, {});
     status = args.ok() ? Info(*args) : args.status();
   } else if (command == "generate") {
-    absl::StatusOr<Arguments> args =
-        Arguments::Parse(rest,
-                         {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p",
-                          "repetition-penalty", "seed", "stop"},
-                         {"ignore-eos", "json"});
+    absl::StatusOr<Arguments> args = Arguments::Parse(
+        rest,
+        {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "repetition-penalty",
+         "seed", "stop", "threads", "weight-format", "kv-cache-format"},
+        {"ignore-eos", "json"});
     status = args.ok() ? RunGenerate(*args) : args.status();
   } else if (command == "eval") {
-    absl::StatusOr<Arguments> args = Arguments::Parse(rest, {"model", "text", "chunk"}, {"json"});
+    absl::StatusOr<Arguments> args = Arguments::Parse(
+        rest, {"model", "text", "chunk", "threads", "weight-format", "kv-cache-format"}, {"json"});
     status = args.ok() ? RunEval(*args) : args.status();
   } else if (command == "translate") {
     absl::StatusOr<Arguments> args =

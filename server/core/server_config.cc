@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -10,6 +11,8 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/core/status_macros.h"
+#include "engine/core/thread_pool.h"
+#include "engine/ops/packed_matrix.h"
 #include "engine/scheduler/batch_planner.h"
 #include "nlohmann/json.hpp"
 #include "server/core/arguments.h"
@@ -35,6 +38,8 @@ const std::set<std::string> kValued = {"config",
                                        "encode_token_budget",
                                        "max_tokens_limit",
                                        "http_threads",
+                                       "http_max_connections",
+                                       "http_max_inflight",
                                        "drain_grace_seconds",
                                        "max_connection_age_seconds",
                                        "max_connection_age_grace_seconds",
@@ -42,7 +47,10 @@ const std::set<std::string> kValued = {"config",
                                        "max_message_bytes",
                                        "port_file",
                                        "device",
-                                       "device_weights"};
+                                       "device_weights",
+                                       "threads",
+                                       "weight_format",
+                                       "kv_cache_format"};
 
 absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
   std::ifstream in(path);
@@ -77,6 +85,27 @@ absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
   return absl::OkStatus();
 }
 
+// The same directory twice (however spelt: trailing slash, "..", a symlink) would load the model
+// twice under one name, the second copy unreachable: refused, naming the flag and both spellings.
+absl::Status CheckDistinctModels(const std::vector<std::string>& models) {
+  std::map<std::string, std::string> seen;  // canonical path -> as given
+  for (const std::string& dir : models) {
+    std::error_code error;
+    std::filesystem::path canonical = std::filesystem::weakly_canonical(dir, error);
+    if (error) canonical = std::filesystem::path(dir).lexically_normal();
+    std::string key = canonical.lexically_normal().string();
+    while (key.size() > 1 && key.back() == '/') key.pop_back();
+    const auto [it, inserted] = seen.emplace(key, dir);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          it->second == dir ? absl::StrCat("--models names the directory \"", dir, "\" twice")
+                            : absl::StrCat("--models names the directory ", key, " twice (as \"",
+                                           it->second, "\" and \"", dir, "\")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> Ranged(const Arguments& args, const std::string& name, int64_t fallback,
                                int64_t low, int64_t high) {
   ABCD_ASSIGN_OR_RETURN(const int64_t value, args.Int(name, fallback));
@@ -95,11 +124,13 @@ std::string ServerUsage() {
          "  [--max_running_sequences N] [--prefill_token_budget N] [--prefill_policy time|tokens]\n"
          "  [--iteration_budget_ms MS] [--prefill_step_share F] [--max_prompt_tokens N]\n"
          "  [--max_source_tokens N] [--max_batch_source_tokens N] [--encode_token_budget N]\n"
-         "  [--max_tokens_limit N] [--http_threads N] [--drain_grace_seconds S]\n"
+         "  [--max_tokens_limit N] [--http_threads N] [--http_max_connections N]\n"
+         "  [--http_max_inflight N] [--drain_grace_seconds S]\n"
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
          "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
-         "  [--device_weights bf16|fp16|fp32]\n"
+         "  [--device_weights bf16|fp16|fp32] [--threads N] [--weight_format f32|bf16|f16|int8]\n"
+         "  [--kv_cache_format bf16|f32]\n"
          "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
 }
 
@@ -112,22 +143,17 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   if (c.host.empty()) return absl::InvalidArgumentError("--host must not be empty");
   ABCD_ASSIGN_OR_RETURN(c.grpc_port, Ranged(args, "grpc_port", c.grpc_port, 0, 65535));
   ABCD_ASSIGN_OR_RETURN(c.http_port, Ranged(args, "http_port", c.http_port, 0, 65535));
+  if (c.grpc_port != 0 && c.grpc_port == c.http_port) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--grpc_port and --http_port must differ (both ", c.grpc_port, ")"));
+  }
   if (args.Has("models")) {
     c.models = absl::StrSplit(args.String("models", ""), ',', absl::SkipEmpty());
     if (c.models.empty()) return absl::InvalidArgumentError("--models must name a directory");
   } else {
     c.models = default_models;
   }
-  // The same directory twice would serve one model under two executors and budgets.
-  std::set<std::string> seen_models;
-  for (const std::string& dir : c.models) {
-    std::error_code error;
-    std::filesystem::path canonical = std::filesystem::weakly_canonical(dir, error);
-    if (error) canonical = std::filesystem::path(dir).lexically_normal();
-    if (!seen_models.insert(canonical.string()).second) {
-      return absl::InvalidArgumentError(absl::StrCat("--models names ", dir, " more than once"));
-    }
-  }
+  ABCD_RETURN_IF_ERROR(CheckDistinctModels(c.models));
   ABCD_ASSIGN_OR_RETURN(c.state_budget_mb,
                         Ranged(args, "state_budget_mb", c.state_budget_mb, 1, int64_t{1} << 20));
   ABCD_ASSIGN_OR_RETURN(c.max_waiting_requests,
@@ -158,7 +184,11 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         Ranged(args, "encode_token_budget", c.encode_token_budget, 1, 1 << 20));
   ABCD_ASSIGN_OR_RETURN(c.max_tokens_limit,
                         Ranged(args, "max_tokens_limit", c.max_tokens_limit, 1, 1 << 20));
-  ABCD_ASSIGN_OR_RETURN(c.http_threads, Ranged(args, "http_threads", c.http_threads, 1, 1024));
+  ABCD_ASSIGN_OR_RETURN(c.http_threads, Ranged(args, "http_threads", c.http_threads, 1, 64));
+  ABCD_ASSIGN_OR_RETURN(c.http_max_connections,
+                        Ranged(args, "http_max_connections", c.http_max_connections, 1, 1 << 20));
+  ABCD_ASSIGN_OR_RETURN(c.http_max_inflight,
+                        Ranged(args, "http_max_inflight", c.http_max_inflight, 1, 1 << 20));
   ABCD_ASSIGN_OR_RETURN(c.drain_grace_seconds,
                         args.Double("drain_grace_seconds", c.drain_grace_seconds));
   if (!(c.drain_grace_seconds >= 0 && c.drain_grace_seconds <= 3600)) {
@@ -179,6 +209,21 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   ABCD_RETURN_IF_ERROR(ParseDevice(c.device, "--device").status());
   c.device_weights = args.String("device_weights", c.device_weights);
   ABCD_RETURN_IF_ERROR(ValidateDeviceWeightType(c.device_weights, "--device_weights"));
+  c.threads = ThreadPool::AvailableCores();
+  ABCD_ASSIGN_OR_RETURN(c.threads, Ranged(args, "threads", c.threads, 1, 1024));
+  c.kv_cache_format = args.String("kv_cache_format", c.kv_cache_format);
+  if (c.kv_cache_format != "bf16" && c.kv_cache_format != "f32") {
+    return absl::InvalidArgumentError(absl::StrCat("--kv_cache_format must be bf16 or f32, got \"",
+                                                   c.kv_cache_format.substr(0, 64), "\""));
+  }
+  c.weight_format = args.String("weight_format", "");
+  if (!c.weight_format.empty()) {
+    absl::StatusOr<WeightFormat> format = ParseWeightFormat(c.weight_format);
+    if (!format.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--weight_format: ", format.status().message()));
+    }
+  }
   return c;
 }
 

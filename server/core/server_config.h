@@ -27,11 +27,13 @@ struct ServerConfig {
   double iteration_budget_ms = 0;
   double prefill_step_share = 1.0;  // time: prefill's extra time as a share of a decode step
   int max_prompt_tokens = 4096;
-  int max_source_tokens = 512;         // translation: tokens of one source text (with eos)
-  int max_batch_source_tokens = 8192;  // translation: source tokens of one batch together
-  int encode_token_budget = 128;       // translation: encoder tokens per iteration (average)
-  int max_tokens_limit = 4096;         // largest max_tokens a request may ask for
-  int http_threads = 8;
+  int max_source_tokens = 512;           // translation: tokens of one source text (with eos)
+  int max_batch_source_tokens = 8192;    // translation: source tokens of one batch together
+  int encode_token_budget = 128;         // translation: encoder tokens per iteration (average)
+  int max_tokens_limit = 4096;           // largest max_tokens a request may ask for
+  int http_threads = 2;                  // HTTP I/O threads (every connection runs on them)
+  int http_max_connections = 1024;       // beyond it a new HTTP connection gets 503 and is closed
+  int http_max_inflight = 256;           // HTTP completions + translations at once; beyond: 429
   double drain_grace_seconds = 30;       // SIGTERM: in-flight requests get this long to finish
   int max_connection_age_seconds = 300;  // gRPC: clients reconnect, so load rebalances
   int max_connection_age_grace_seconds = 600;  // streams open at max age get this long
@@ -42,6 +44,9 @@ struct ServerConfig {
   // its start-up parity probe against the CPU passes; else the CPU. cuda: that or fail.
   std::string device = "auto";
   std::string device_weights = "bf16";  // CUDA projections: bf16, fp16 or fp32
+  int threads = 1;            // CPU backend threads per model (default: the cores we may use)
+  std::string weight_format;  // CPU matrices: f32, bf16, f16, int8; empty: the checkpoint's
+  std::string kv_cache_format = "bf16";  // softmax KV cache rows on the CPU: bf16 or f32
 };
 
 // `default_models` is used when neither flags nor the config file name models.

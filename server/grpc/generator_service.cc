@@ -7,14 +7,11 @@
 #include "absl/time/clock.h"
 #include "engine/core/status_macros.h"
 #include "server/core/log.h"
+#include "server/grpc/request_conversion.h"
 #include "server/grpc/request_reader.h"
 
 namespace abcd {
 namespace {
-
-constexpr int kDefaultMaxTokens = 16;
-constexpr int kDefaultBeamSize = 4;
-constexpr int kDefaultTranslateMaxTokens = 128;
 
 abcd::v1::FinishReason ToProto(FinishReason reason) {
   switch (reason) {
@@ -81,29 +78,6 @@ void Serialize(const Message& message, grpc::ByteBuffer* out) {
   (void)grpc::SerializationTraits<Message>::Serialize(message, out, &own_buffer);
 }
 
-absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRequest& in,
-                                                      const Executor& executor,
-                                                      absl::Time deadline) {
-  // Refusal before work: a prompt too large for any token limit is not even copied.
-  ABCD_RETURN_IF_ERROR(executor.CheckInput("prompt", in.prompt().size()));
-  GenerationRequest out;
-  out.prompt = in.prompt();
-  if (in.max_tokens() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_tokens must be >= 1 (0 = default), got ", in.max_tokens()));
-  }
-  out.max_tokens = in.max_tokens() == 0 ? kDefaultMaxTokens : in.max_tokens();
-  const abcd::v1::SamplingParams& s = in.sampling();
-  if (s.has_temperature()) out.sampling.temperature = s.temperature();
-  if (s.has_top_k()) out.sampling.top_k = s.top_k();
-  if (s.has_top_p()) out.sampling.top_p = s.top_p();
-  if (s.has_repetition_penalty()) out.sampling.repetition_penalty = s.repetition_penalty();
-  if (s.has_seed()) out.sampling.seed = s.seed();
-  out.stop.assign(in.stop().begin(), in.stop().end());
-  out.deadline = deadline;
-  return out;
-}
-
 // Streams one Generate call. Lives until OnDone; the executor's final event always arrives
 // before Finish is called, so no callback can outlive the reactor.
 class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
@@ -116,10 +90,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
                                    "Generate", &request);
     absl::StatusOr<const ServedModel*> model =
         read.ok() ? FindModel(models, request.model(), ModelKind::kLanguageModel) : read;
+    absl::Status status = model.status();
+    // Refusal before work: a prompt too large for any token limit is not even copied.
+    if (status.ok()) status = (*model)->executor->CheckInput("prompt", request.prompt().size());
     absl::StatusOr<GenerationRequest> generation =
-        model.ok() ? ToGenerationRequest(request, *(*model)->executor, Deadline(*context))
-                   : model.status();
-    absl::Status status = generation.status();
+        status.ok() ? ToGenerationRequest(request, Deadline(*context)) : status;
+    status = generation.status();
     if (status.ok()) {
       executor_ = (*model)->executor.get();
       std::lock_guard<std::mutex> lock(mu_);
@@ -231,23 +207,14 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
         read.ok() ? FindModel(models, request.model(), ModelKind::kTranslation) : read;
     absl::Status status = model.status();
     if (status.ok()) status = (*model)->executor->CheckInput("text", request.text().size());
-    if (status.ok() && (request.beam_size() < 0 || request.max_tokens() < 0)) {
-      status = absl::InvalidArgumentError(request.beam_size() < 0
-                                              ? "beam_size must be >= 1 (0 = default)"
-                                              : "max_tokens must be >= 1 (0 = default)");
-    }
+    absl::StatusOr<GenerationRequest> generation =
+        status.ok() ? ToTranslationRequest(request, Deadline(*context)) : status;
+    status = generation.status();
     if (status.ok()) {
-      GenerationRequest generation;
-      generation.source = request.text();
-      generation.beam_size = request.beam_size() == 0 ? kDefaultBeamSize : request.beam_size();
-      generation.max_tokens =
-          request.max_tokens() == 0 ? kDefaultTranslateMaxTokens : request.max_tokens();
-      generation.sampling.temperature = 0.0f;
-      generation.deadline = Deadline(*context);
       executor_ = (*model)->executor.get();
       std::lock_guard<std::mutex> lock(mu_);
       absl::StatusOr<RequestId> id = executor_->Enqueue(
-          std::move(generation), [this](GenerationEvent event) { OnEvent(std::move(event)); });
+          *std::move(generation), [this](GenerationEvent event) { OnEvent(std::move(event)); });
       if (id.ok()) {
         id_ = *id;
       } else {

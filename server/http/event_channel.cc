@@ -12,6 +12,10 @@ void EventChannel::Push(GenerationEvent event) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(event));
+    if (listener_ && !notified_) {
+      notified_ = true;
+      listener_();
+    }
   }
   ready_.notify_one();
 }
@@ -23,6 +27,30 @@ bool EventChannel::Take(std::vector<GenerationEvent>* out, absl::Duration timeou
   for (GenerationEvent& event : events_) out->push_back(std::move(event));
   events_.clear();
   return true;
+}
+
+void EventChannel::TakeAll(std::vector<GenerationEvent>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  notified_ = false;
+  for (GenerationEvent& event : events_) out->push_back(std::move(event));
+  events_.clear();
+}
+
+void EventChannel::SetListener(std::function<void()> listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listener_ = std::move(listener);
+  notified_ = false;
+  if (listener_ && !events_.empty()) {
+    notified_ = true;
+    listener_();
+  }
+}
+
+void EventChannel::ClearListener() {
+  std::function<void()> old;
+  std::lock_guard<std::mutex> lock(mu_);
+  old = std::move(listener_);
+  listener_ = nullptr;
 }
 
 }  // namespace abcd::http

@@ -1,15 +1,22 @@
-// Hands one request's GenerationEvents from the engine thread to the HTTP thread serving it.
+// Hands one request's GenerationEvents from the engine thread to the connection serving it.
 //
 // The executor's callback runs on the engine thread and must never block, so it only appends
-// to this queue under a short mutex (Push) and wakes the waiting HTTP thread (Take). The
-// channel is shared (std::shared_ptr) between the callback and the handler because the engine
-// may deliver the last event after the handler has gone (client disconnect, server stop).
+// to this queue under a short mutex (Push) and, if a listener is set and has not been told
+// since the last TakeAll, calls it (under that mutex: after ClearListener returns it is never
+// called again). The listener only schedules work (Exchange::Dispatch); the connection then
+// takes the events with TakeAll, so no I/O thread ever waits on an executor. Take waits on a
+// condition variable instead, for callers that own a thread.
 //
-// Thread-safety: Push from any thread; Take from one consumer thread at a time.
+// The channel is shared (std::shared_ptr) between the callback and the handler because the
+// engine may deliver the last event after the handler has gone (client disconnect, server stop).
+//
+// Thread-safety: Push from any thread; Take/TakeAll from one consumer at a time; SetListener
+// and ClearListener from the consumer.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -30,11 +37,20 @@ class EventChannel {
   // Appends every queued event to *out, waiting up to `timeout` while none is queued.
   // Returns false when nothing arrived in time.
   bool Take(std::vector<GenerationEvent>* out, absl::Duration timeout);
+  // Appends every queued event to *out without waiting; re-arms the listener.
+  void TakeAll(std::vector<GenerationEvent>* out);
+
+  // `listener` is called (once until the next TakeAll) when an event arrives; if events are
+  // already queued it is called now.
+  void SetListener(std::function<void()> listener);
+  void ClearListener();
 
  private:
   std::mutex mu_;
   std::condition_variable ready_;
   std::deque<GenerationEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> listener_ ABSL_GUARDED_BY(mu_);
+  bool notified_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace abcd::http

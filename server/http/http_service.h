@@ -11,16 +11,16 @@
 //
 // Bodies are validated at the door (request_parser.h); errors are
 // {"error": {"message", "type", "param", "code"}} with the status from MapStatusCode
-// (http_errors.h). Each request waits on its own EventChannel fed by the executor's callback,
-// so the engine thread never blocks on a client; a streaming client that disconnects has its
-// request cancelled at once (a non-streaming one is only noticed when its answer is written:
-// httplib 0.11 gives handlers no view of the socket). /healthz, /readyz and /metrics never
-// touch an executor. Request bodies need a Content-Length (chunked ones get 411: httplib
-// enforces max_body_bytes on Content-Length bodies only).
-//
-// Connections are served by a pool that keeps `thread_count` threads and grows to
-// `max_threads` (a streaming request holds its thread), so probes are not starved by streams.
-// SIGPIPE is blocked on the server's threads (writes to a closed client fail with EPIPE).
+// (http_errors.h). The transport is HttpServer (http_server.h: Boost.Beast on a fixed number of
+// I/O threads, limits enforced while reading, deadlines, a connection cap). No I/O thread ever
+// waits on an executor: each request's EventChannel wakes its connection when events arrive.
+// /healthz, /readyz and /metrics never touch an executor, so they answer at once whatever the
+// load. At most `max_inflight` completions and translations are answered at once; beyond that
+// a request gets 429 (counted as "resource_exhausted") before any work is done. A client that
+// disconnects while its request runs (streaming or not) has its executor request cancelled at
+// once. On Stop, an unfinished SSE stream ends with an error event and `data: [DONE]`; a
+// waiting non-streaming request gets 503. Request bodies need a Content-Length (chunked ones get
+// 411).
 //
 // Thread-safety: Start and Stop from one controlling thread; `models` and the hooks must
 // outlive the service, and the hooks must be callable from any thread.
@@ -30,10 +30,10 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "server/core/served_models.h"
 
 namespace abcd::http {
@@ -49,11 +49,18 @@ struct HttpHooks {
 };
 
 struct HttpOptions {
-  size_t max_body_bytes = size_t{1} << 20;  // larger bodies -> 413
-  int max_batch_texts = 64;                 // len(texts) limit of /v1/translate
-  int thread_count = 8;                     // connection threads started up front
-  int max_threads = 256;                    // the pool grows to this many on demand
-  int max_tokens_limit = 4096;              // keep equal to ExecutorOptions::max_new_tokens
+  size_t max_body_bytes = size_t{1} << 20;     // larger bodies -> 413
+  int max_batch_texts = 64;                    // len(texts) limit of /v1/translate
+  int thread_count = 2;                        // I/O threads serving every connection
+  int max_connections = 1024;                  // beyond it a new connection gets 503 + close
+  int max_inflight = 256;                      // completions + translations at once; beyond: 429
+  int max_tokens_limit = 4096;                 // keep equal to ExecutorOptions::max_new_tokens
+  size_t max_line_bytes = size_t{8} << 10;     // request line (414) / header line (431)
+  size_t max_header_bytes = size_t{64} << 10;  // whole header (431)
+  absl::Duration header_timeout = absl::Seconds(10);  // first byte -> end of header
+  absl::Duration body_timeout = absl::Seconds(30);    // end of header -> end of body
+  absl::Duration idle_timeout = absl::Seconds(60);    // keep-alive wait for the next request
+  absl::Duration write_timeout = absl::Seconds(30);   // a response write not finished
 };
 
 class HttpService {
@@ -63,19 +70,20 @@ class HttpService {
   HttpService(const HttpService&) = delete;
   HttpService& operator=(const HttpService&) = delete;
 
-  // Binds host:port (port 0: an ephemeral port, see port()) and serves on its own threads.
-  // UNAVAILABLE when the address cannot be bound; FAILED_PRECONDITION when already started.
+  // Binds host:port exclusively (port 0: an ephemeral port, see port()) and serves on its own
+  // I/O threads. UNAVAILABLE naming the address and the reason ("Address already in use") when
+  // it cannot bind; FAILED_PRECONDITION when already started.
   absl::Status Start(const std::string& host, int port);
   // The bound port after a successful Start, else -1.
   int port() const { return port_; }
   // Stops accepting, ends in-flight requests (their executor requests are cancelled; waiting
-  // clients get 503) and joins every server thread. Idempotent.
+  // clients get 503, streams an error event and [DONE]), closes every connection within about
+  // half a second and joins the I/O threads. Idempotent.
   void Stop();
 
  private:
-  class Impl;  // routes, handlers and the httplib server
+  class Impl;  // routes and handlers over an HttpServer
   std::unique_ptr<Impl> impl_;
-  std::thread listener_;
   int port_ = -1;
   bool started_ = false;
   bool stopped_ = false;

@@ -1,5 +1,6 @@
 #include "server/http/request_parser.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -218,7 +219,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
 
   CompletionRequest request;
   GenerationRequest& g = request.generation;
-  g.max_tokens = 16;
+  // The default never exceeds the server's limit (found by http_completion_fuzzer).
+  g.max_tokens = std::min(16, limits.max_tokens_limit);
   if (absl::Status s = ReadModel(o, &request.model); !s.ok()) return s;
   if (absl::Status s = ReadPrompt(o, &g.prompt); !s.ok()) return s;
   if (absl::Status s = ReadInt(o, "max_tokens", 1, limits.max_tokens_limit, &g.max_tokens);
@@ -277,6 +279,8 @@ absl::StatusOr<TranslateRequest> ParseTranslateRequest(absl::string_view body,
       !s.ok()) {
     return s;
   }
+  // The default (128) never exceeds the server's limit (found by http_translate_fuzzer).
+  request.max_tokens = std::min(request.max_tokens, limits.max_tokens_limit);
   if (absl::Status s = ReadInt(o, "max_tokens", 1, limits.max_tokens_limit, &request.max_tokens);
       !s.ok()) {
     return s;

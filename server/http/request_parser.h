@@ -40,15 +40,16 @@ struct TranslateRequest {
   int max_tokens = 128;
 };
 
-// OpenAI completion fields: model, prompt (string or [string]), max_tokens (default 16),
-// temperature (1.0), top_p, top_k, repetition_penalty, seed, stop (string or [string]), stream;
-// n and best_of must be 1 when given; ignore_eos (bool) is an extension. Sampling fields are
-// also checked with ValidateSamplingParams (messages use the JSON names).
+// OpenAI completion fields: model, prompt (string or [string]), max_tokens (default 16, or
+// max_tokens_limit when lower), temperature (1.0), top_p, top_k, repetition_penalty, seed, stop
+// (string or [string]), stream; n and best_of must be 1 when given; ignore_eos (bool) is an
+// extension. Sampling fields are also checked with ValidateSamplingParams (messages use the JSON
+// names).
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
                                                          const ParseLimits& limits);
 
 // text | texts (1..max_batch_texts non-empty strings), beam_size (default 4, 1..max_beam_size),
-// max_tokens (default 128), model.
+// max_tokens (default 128, or max_tokens_limit when lower), model.
 absl::StatusOr<TranslateRequest> ParseTranslateRequest(absl::string_view body,
                                                        const ParseLimits& limits);
 

@@ -327,6 +327,7 @@ TEST_F(AttentionCudaTest, SoftmaxSplitKMatchesCpu) {
     std::vector<float> expected(batch * d);
     for (int64_t b = 0; b < batch; ++b) {
       StateRef ref{nullptr, &caches[b], lengths[b]};
+      caches[b].length = lengths[b] + 1;  // the caller covers the new row (AttentionState)
       cpu.Update(RowOf(inputs, b, d), ref);
       cpu.Read(inputs.rows.data() + b * inputs.width, ref, expected.data() + b * d);
     }
@@ -341,7 +342,8 @@ TEST_F(AttentionCudaTest, SoftmaxSplitKMatchesCpu) {
       std::vector<float> keys_after = Download(device_keys[b]);
       ExpectClose(std::vector<float>(keys_after.begin() + lengths[b] * d,
                                      keys_after.begin() + (lengths[b] + 1) * d),
-                  std::vector<float>(caches[b].key(lengths[b]), caches[b].key(lengths[b]) + d),
+                  std::vector<float>(caches[b].keys.begin() + lengths[b] * d,
+                                     caches[b].keys.begin() + (lengths[b] + 1) * d),
                   0.0f, "appended key");
     }
   }
@@ -384,6 +386,7 @@ TEST_F(AttentionCudaTest, SoftmaxPaddingRowsAndALargerContextBound) {
     std::vector<float> expected(c.batch * d, 0.0f);
     for (int64_t b = 0; b < c.batch; b += 2) {
       StateRef ref{nullptr, &caches[b], lengths[b]};
+      caches[b].length = lengths[b] + 1;  // the caller covers the new row (AttentionState)
       cpu.Update(RowOf(inputs, b, d), ref);
       cpu.Read(inputs.rows.data() + b * inputs.width, ref, expected.data() + b * d);
     }

@@ -29,6 +29,7 @@ Exit status: 0 pass, 1 fail, 77 skipped.
 import argparse
 import copy
 import json
+import math
 import os
 import re
 import shutil
@@ -289,8 +290,10 @@ def check_docker_image(ctx, c):
     with temp_dir() as root:
         emulate_image(ctx, df, root)
         packages = read(os.path.join(root, "tmp", "runtime-packages.txt")).split()
-        for prefix in ("libgrpc++", "libprotobuf", "libabsl", "libopenblas", "libsentencepiece",
-                       "libcpp-httplib", "libprometheus-cpp-core"):
+        # The HTTP server is header-only Boost.Beast: no HTTP library is loaded at run time; the
+        # CPU kernels are abcd's own (no BLAS).
+        for prefix in ("libgrpc++", "libprotobuf", "libabsl", "libsentencepiece",
+                       "libprometheus-cpp-core"):
             c.expect(any(p.startswith(prefix) for p in packages),
                      f"runtime packages include {prefix}*: {packages}")
         entry = final.all("ENTRYPOINT")[-1].exec_form()
@@ -528,6 +531,16 @@ def check_contract(ctx, c):
                     c.expect(ref["name"] in config_maps and ref["key"] in config_maps[ref["name"]]["data"],
                              f"{where} env {e['name']} refers to an existing ConfigMap key")
                     env[e["name"]] = config_maps[ref["name"]]["data"][ref["key"]]
+                elif "resourceFieldRef" in e["valueFrom"]:
+                    # What the kubelet substitutes: the container's resource, divided by the
+                    # divisor and rounded up (cpu "2" or "1500m" with divisor 1 -> 2).
+                    ref = e["valueFrom"]["resourceFieldRef"]
+                    kind, _, name = ref["resource"].partition(".")
+                    quantity = str(ctr.get("resources", {}).get(kind, {}).get(name, ""))
+                    c.expect(quantity != "", f"{where} env {e['name']} refers to a set {ref['resource']}")
+                    if quantity:
+                        cores = float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+                        env[e["name"]] = str(max(1, math.ceil(cores / float(ref.get("divisor", "1")))))
             for arg in args:
                 for var in re.findall(r"\$\((\w+)\)", arg):
                     c.expect(var in env, f"{where} $({var}) in args is defined in env")

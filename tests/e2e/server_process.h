@@ -16,10 +16,10 @@ class ServerProcess {
   ~ServerProcess();
 
   bool started() const { return grpc_port_ > 0; }
+  pid_t pid() const { return pid_; }
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_port_; }
   std::string grpc_target() const;
-  pid_t pid() const { return pid_; }
   void SendSignal(int signal) const;
   // Waits for exit (up to `timeout_seconds`); returns the exit code, or -1 on timeout/crash.
   // A server that exited while starting reports that exit code.

@@ -134,6 +134,48 @@ TEST_F(SafetensorsTest, WeightLoaderChecksShapesAndLeftovers) {
   EXPECT_NE(std::string(leftovers.message()).find("b"), std::string::npos);
 }
 
+// Issue 19 item 14: UBSan flagged memcpy(nullptr, src, 0) when decoding an empty tensor (this
+// binary runs with -fno-sanitize-recover, so the old code aborts here).
+TEST_F(SafetensorsTest, DecodesZeroElementTensors) {
+  const std::string file = Header(R"({"f":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]},)"
+                                  R"("h":{"dtype":"F16","shape":[0],"data_offsets":[0,0]},)"
+                                  R"("i":{"dtype":"I32","shape":[3,0],"data_offsets":[0,0]},)"
+                                  R"("l":{"dtype":"I64","shape":[0],"data_offsets":[0,0]}})");
+  auto st = SafetensorsFile::Open(Write(file));
+  ASSERT_TRUE(st.ok()) << st.status();
+  for (const char* name : {"f", "h"}) {
+    absl::StatusOr<std::vector<float>> values = ToFloat32(**(*st)->Get(name));
+    ASSERT_TRUE(values.ok()) << name << ": " << values.status();
+    EXPECT_TRUE(values->empty()) << name;
+  }
+  for (const char* name : {"i", "l"}) {
+    absl::StatusOr<std::vector<int32_t>> values = ToInt32(**(*st)->Get(name));
+    ASSERT_TRUE(values.ok()) << name << ": " << values.status();
+    EXPECT_TRUE(values->empty()) << name;
+  }
+  WeightLoader loader(**st);
+  absl::StatusOr<std::vector<float>> loaded = loader.Load("f", {0, 4});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->empty());
+}
+
+// The in-memory entry (used by the fuzzer) applies the same checks as Open.
+TEST_F(SafetensorsTest, FromBytesChecksLikeOpen) {
+  auto bytes = [](const std::string& s) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(s.data()), s.size());
+  };
+  const std::string valid =
+      Header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") + TwoFloats();
+  auto st = SafetensorsFile::FromBytes(bytes(valid), "mem");
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(*ToFloat32(**(*st)->Get("a")), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ((*st)->path(), "mem");
+  const absl::Status cut = SafetensorsFile::FromBytes(bytes(valid.substr(0, 20)), "mem").status();
+  EXPECT_EQ(cut.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(cut.message()).find("mem: header length"), std::string::npos) << cut;
+  EXPECT_FALSE(SafetensorsFile::FromBytes({}, "mem").ok());
+}
+
 TEST_F(SafetensorsTest, MissingFileIsNotFound) {
   EXPECT_EQ(SafetensorsFile::Open("/nonexistent/model.safetensors").status().code(),
             absl::StatusCode::kNotFound);

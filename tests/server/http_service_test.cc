@@ -473,13 +473,18 @@ TEST_F(HttpServiceTest, ClientDisconnectWhileWaitingForFirstTokenCancels) {
   behavior.pieces = {};  // queued: nothing is written before the client goes
   behavior.until_cancelled = true;
   lm_->set_behavior(behavior);
-  RawClient client(service_->port());
-  ASSERT_TRUE(client.connected());
-  ASSERT_TRUE(client.SendPost("/v1/completions", R"({"prompt": "x", "stream": true})"));
-  ASSERT_TRUE(WaitFor([&] { return lm_->requests().size() == 1; }));
-  client.Close();
-  const RequestId id = lm_->last_id();
-  EXPECT_TRUE(WaitFor([&] { return lm_->WasCancelled(id); })) << "no Cancel after disconnect";
+  for (const bool stream : {true, false}) {  // non-streaming requests are cancelled at once too
+    SCOPED_TRACE(stream);
+    RawClient client(service_->port());
+    ASSERT_TRUE(client.connected());
+    ASSERT_TRUE(
+        client.SendPost("/v1/completions", json{{"prompt", "x"}, {"stream", stream}}.dump()));
+    ASSERT_TRUE(WaitFor([&] { return lm_->requests().size() == (stream ? 1u : 2u); }));
+    client.Close();
+    const RequestId id = lm_->last_id();
+    EXPECT_TRUE(WaitFor([&] { return lm_->WasCancelled(id); })) << "no Cancel after disconnect";
+  }
+  EXPECT_TRUE(WaitFor([&] { return Count("completions/cancelled") == 2; }));
 }
 
 TEST_F(HttpServiceTest, StopEndsWaitingRequests) {
@@ -487,18 +492,24 @@ TEST_F(HttpServiceTest, StopEndsWaitingRequests) {
   behavior.pieces = {};
   behavior.until_cancelled = true;
   lm_->set_behavior(behavior);
+  RawClient stream(service_->port());
+  ASSERT_TRUE(stream.SendPost("/v1/completions", R"({"prompt": "x", "stream": true})"));
+  ASSERT_TRUE(WaitFor([&] { return lm_->requests().size() == 1; }));
   int status = 0;
   std::thread waiter([&] {
     httplib::Result result = Post("/v1/completions", R"({"prompt": "x"})");
     status = result ? result->status : -1;
   });
-  ASSERT_TRUE(WaitFor([&] { return lm_->requests().size() == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return lm_->requests().size() == 2; }));
   const absl::Time start = absl::Now();
   service_->Stop();
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   waiter.join();
   EXPECT_EQ(status, 503);
   EXPECT_TRUE(lm_->WasCancelled(lm_->last_id()));
+  // A stream cut by Stop ends with an error event and [DONE] (the stream below, opened first).
+  EXPECT_TRUE(stream.ReadUntil("data: [DONE]\n\n\r\n0\r\n\r\n", absl::Seconds(2)));
+  EXPECT_TRUE(absl::StrContains(stream.received(), R"("type":"unavailable_error")"));
 }
 
 TEST_F(HttpServiceTest, TranslateSingle) {

@@ -1,0 +1,83 @@
+#include <cmath>
+#include <cstring>
+
+#include "engine/ops/vector_clones.h"
+#include "engine/ops/vector_math.h"
+
+namespace abcd::cpu {
+namespace {
+
+// exp(x) = 2^k * exp(r), k = round(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2] (Cody-Waite),
+// exp(r) by its degree-6 Taylor/minimax polynomial (Cephes expf coefficients).
+inline float ExpOne(float x) {
+  // Branch-free clamp and round-to-nearest (adding and removing 1.5 * 2^23), so the loops
+  // vectorise without libm calls. NaN passes the clamp and is returned at the end.
+  float clamped = x < -87.5f ? -87.5f : x;
+  clamped = clamped > 88.5f ? 88.5f : clamped;
+  const float k = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = clamped - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e = p * r * r + r + 1.0f;
+  // 2^k: k in [-127, 128]; build it in two halves so 2^-127 and 2^128 stay representable.
+  const int32_t ki = static_cast<int32_t>(k);
+  const int32_t half = ki / 2;
+  const uint32_t b1 = static_cast<uint32_t>(half + 127) << 23;
+  const uint32_t b2 = static_cast<uint32_t>(ki - half + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, 4);
+  std::memcpy(&s2, &b2, 4);
+  float result = e * s1 * s2;
+  result = x < -87.33654f ? 0.0f : result;
+  result = x > 88.72283f ? INFINITY : result;
+  return x != x ? x : result;
+}
+
+}  // namespace
+
+ABCD_VECTOR_CLONES void ExpArray(const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = ExpOne(x[i]);
+}
+
+ABCD_VECTOR_CLONES void GeluErfInPlace(float* x, int64_t n) {
+  // erf(z) = 1 - t (a1 + t (a2 + ...)) exp(-z^2), t = 1 / (1 + p z) for z >= 0 (Abramowitz and
+  // Stegun 7.1.26, |error| <= 1.5e-7), odd in z.
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float z = std::fabs(v) * 0.70710678118654752f;
+    const float t = 1.0f / (1.0f + 0.3275911f * z);
+    float poly = 1.061405429f;
+    poly = poly * t - 1.453152027f;
+    poly = poly * t + 1.421413741f;
+    poly = poly * t - 0.284496736f;
+    poly = poly * t + 0.254829592f;
+    const float erf_abs = 1.0f - poly * t * ExpOne(-z * z);
+    const float erf = v < 0.0f ? -erf_abs : erf_abs;
+    x[i] = 0.5f * v * (1.0f + erf);
+  }
+}
+
+ABCD_VECTOR_CLONES void Log1pUnitArray(const float* x, int64_t n, float* y) {
+  // log(1 + t) = 2 atanh(s), s = t / (2 + t) in [0, 1/3]: an odd series in s converges fast
+  // and keeps full relative precision for tiny t.
+  for (int64_t i = 0; i < n; ++i) {
+    const float t = x[i];
+    const float s = t / (2.0f + t);
+    const float s2 = s * s;
+    float p = 2.0f / 15.0f;
+    p = p * s2 + 2.0f / 13.0f;
+    p = p * s2 + 2.0f / 11.0f;
+    p = p * s2 + 2.0f / 9.0f;
+    p = p * s2 + 2.0f / 7.0f;
+    p = p * s2 + 2.0f / 5.0f;
+    p = p * s2 + 2.0f / 3.0f;
+    y[i] = s * (2.0f + s2 * p);
+  }
+}
+
+}  // namespace abcd::cpu

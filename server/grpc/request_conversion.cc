@@ -1,0 +1,52 @@
+#include "server/grpc/request_conversion.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace abcd {
+namespace {
+
+constexpr int kDefaultMaxTokens = 16;
+constexpr int kDefaultBeamSize = 4;
+constexpr int kDefaultTranslateMaxTokens = 128;
+
+}  // namespace
+
+absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRequest& in,
+                                                      absl::Time deadline) {
+  GenerationRequest out;
+  out.prompt = in.prompt();
+  if (in.max_tokens() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be >= 1 (0 = default), got ", in.max_tokens()));
+  }
+  out.max_tokens = in.max_tokens() == 0 ? kDefaultMaxTokens : in.max_tokens();
+  const abcd::v1::SamplingParams& s = in.sampling();
+  if (s.has_temperature()) out.sampling.temperature = s.temperature();
+  if (s.has_top_k()) out.sampling.top_k = s.top_k();
+  if (s.has_top_p()) out.sampling.top_p = s.top_p();
+  if (s.has_repetition_penalty()) out.sampling.repetition_penalty = s.repetition_penalty();
+  if (s.has_seed()) out.sampling.seed = s.seed();
+  out.stop.assign(in.stop().begin(), in.stop().end());
+  out.deadline = deadline;
+  return out;
+}
+
+absl::StatusOr<GenerationRequest> ToTranslationRequest(const abcd::v1::TranslateRequest& in,
+                                                       absl::Time deadline) {
+  if (in.beam_size() < 0) {
+    return absl::InvalidArgumentError("beam_size must be >= 1 (0 = default)");
+  }
+  if (in.max_tokens() < 0) {
+    return absl::InvalidArgumentError("max_tokens must be >= 1 (0 = default)");
+  }
+  GenerationRequest out;
+  out.source = in.text();
+  out.beam_size = in.beam_size() == 0 ? kDefaultBeamSize : in.beam_size();
+  out.max_tokens = in.max_tokens() == 0 ? kDefaultTranslateMaxTokens : in.max_tokens();
+  out.sampling.temperature = 0.0f;
+  out.deadline = deadline;
+  return out;
+}
+
+}  // namespace abcd

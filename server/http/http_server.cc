@@ -1,0 +1,739 @@
+#include "server/http/http_server.h"
+
+#include <array>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "server/http/http_errors.h"
+
+namespace abcd::http {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using Executor = net::any_io_executor;
+
+// How long a connection that was answered with an error (or is being closed) keeps reading
+// and discarding, so the client sees the answer instead of a reset.
+constexpr auto kLinger = std::chrono::seconds(1);
+constexpr size_t kReadChunk = 8192;
+// The most a refused or closing connection's client may send before it is closed at once.
+constexpr size_t kMaxDiscard = size_t{256} << 10;
+
+std::chrono::steady_clock::duration Chrono(absl::Duration d) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      absl::ToChronoNanoseconds(d));
+}
+
+// Lets threads other than the I/O threads post to a strand only while the io_context lives.
+class PostGate {
+ public:
+  void Post(const Executor& executor, std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (open_) net::post(executor, std::move(fn));
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+
+ private:
+  std::mutex mu_;
+  bool open_ = true;
+};
+
+absl::string_view Reason(int status) {
+  const beast::string_view reason = bhttp::obsolete_reason(bhttp::int_to_status(status));
+  return absl::string_view(reason.data(), reason.size());
+}
+
+// How a response's body ends.
+enum class Framing { kLength, kChunked, kClose };
+
+std::string Head(const ServerResponse& r, bool http10, bool close, Framing framing) {
+  std::string head = absl::StrCat("HTTP/1.1 ", r.status, " ", Reason(r.status), "\r\n");
+  if (!r.content_type.empty()) absl::StrAppend(&head, "Content-Type: ", r.content_type, "\r\n");
+  for (const auto& [name, value] : r.headers) absl::StrAppend(&head, name, ": ", value, "\r\n");
+  if (framing == Framing::kChunked) {
+    absl::StrAppend(&head, "Transfer-Encoding: chunked\r\n");
+  } else if (framing == Framing::kLength) {
+    absl::StrAppend(&head, "Content-Length: ", r.body.size(), "\r\n");
+  }
+  if (close) {
+    absl::StrAppend(&head, "Connection: close\r\n");
+  } else if (http10) {
+    absl::StrAppend(&head, "Connection: keep-alive\r\n");
+  }
+  absl::StrAppend(&head, "\r\n");
+  return head;
+}
+
+// The error a parse failure deserves.
+std::pair<int, std::string> ParseError(const beast::error_code& ec, const ServerLimits& limits) {
+  if (ec == bhttp::error::header_limit) {
+    return {431, absl::StrCat("request header exceeds ", limits.max_header_bytes, " bytes")};
+  }
+  if (ec == bhttp::error::body_limit) {
+    return {413,
+            absl::StrCat("request body exceeds the limit of ", limits.max_body_bytes, " bytes")};
+  }
+  if (ec == bhttp::error::bad_content_length) {
+    return {400, "malformed HTTP request: bad Content-Length"};
+  }
+  return {400, absl::StrCat("malformed HTTP request: ", ec.message())};
+}
+
+class Session;
+
+// What the listener and every connection share; outlives them all.
+struct Shared {
+  Shared(ServerLimits l, RequestHandler h, RefusalHook r)
+      : limits(l), handler(std::move(h)), on_refused(std::move(r)) {}
+
+  const ServerLimits limits;
+  const RequestHandler handler;
+  const RefusalHook on_refused;
+  const std::shared_ptr<PostGate> gate = std::make_shared<PostGate>();
+  std::atomic<bool> stopping{false};
+  std::atomic<int> connections{0};
+  std::atomic<int> refused{0};
+  std::mutex mu;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;  // guarded by mu
+};
+
+class ExchangeImpl;
+
+// One connection. Every member function runs on the connection's strand.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, Shared& shared, bool refused)
+      : socket_(std::move(socket)),
+        read_timer_(socket_.get_executor()),
+        write_timer_(socket_.get_executor()),
+        shared_(shared),
+        refused_(refused) {
+    (refused_ ? shared_.refused : shared_.connections).fetch_add(1);
+  }
+  ~Session();
+
+  Executor executor() { return socket_.get_executor(); }
+  void Begin();
+  void OnStop();
+  void ForceClose();
+
+  // ExchangeImpl's operations; ignored unless `exchange` is the current one.
+  void Reply(ExchangeImpl* exchange, ServerResponse response);
+  void StartStream(ExchangeImpl* exchange, ServerResponse head);
+  void StreamChunk(ExchangeImpl* exchange, std::string data);
+  void EndStream(ExchangeImpl* exchange);
+
+ private:
+  enum class Phase { kIdle, kHeader, kBody, kHandling, kDraining, kLingering, kClosed };
+
+  bool Current(ExchangeImpl* exchange) const;
+  void MaybeRead();
+  void OnRead(beast::error_code ec, size_t n);
+  void Parse();
+  bool ScanLines();
+  void StartHandling();
+  void Fail(int status, std::string message);
+  void Queue(std::string bytes);
+  void WriteNext();
+  void OnWrite(beast::error_code ec);
+  void FinishExchange();
+  void Linger();
+  void Close();
+  void ClientGone();
+  void AbortExchange(Abort kind);
+  void ArmRead(absl::Duration timeout);
+  void DisarmRead();
+  void OnReadDeadline();
+
+  tcp::socket socket_;
+  net::steady_timer read_timer_;
+  net::steady_timer write_timer_;
+  Shared& shared_;
+  const bool refused_;
+  Phase phase_ = Phase::kIdle;
+  beast::flat_buffer buffer_;  // received, not yet parsed
+  std::array<char, kReadChunk> scratch_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  // Line scan of the header being read: position in buffer_, current line's length, lines seen.
+  size_t scan_pos_ = 0;
+  size_t line_bytes_ = 0;
+  int lines_ = 0;
+  bool header_end_seen_ = false;
+  bool reading_ = false;
+  bool writing_ = false;
+  std::deque<std::string> out_;
+  std::string in_flight_;
+  uint64_t read_generation_ = 0;
+  uint64_t write_generation_ = 0;
+  std::shared_ptr<ExchangeImpl> exchange_;
+  bool answered_ = false;  // the current exchange's response is complete (queued)
+  bool streaming_ = false;
+  bool http10_ = false;
+  bool close_after_ = false;
+  bool stopping_ = false;
+  bool first_request_ = true;
+  size_t discarded_ = 0;  // bytes read and dropped while draining or lingering
+};
+
+class ExchangeImpl final : public Exchange {
+ public:
+  ExchangeImpl(std::weak_ptr<Session> session, Executor executor, std::shared_ptr<PostGate> gate)
+      : session_(std::move(session)), executor_(std::move(executor)), gate_(std::move(gate)) {}
+
+  void Reply(ServerResponse response) override {
+    if (auto s = session_.lock()) s->Reply(this, std::move(response));
+  }
+  void StartStream(ServerResponse head) override {
+    if (auto s = session_.lock()) s->StartStream(this, std::move(head));
+  }
+  void StreamChunk(std::string data) override {
+    if (auto s = session_.lock()) s->StreamChunk(this, std::move(data));
+  }
+  void EndStream() override {
+    if (auto s = session_.lock()) s->EndStream(this);
+  }
+  void OnAbort(std::function<void(abcd::http::Abort)> handler) override {
+    abort_ = std::move(handler);
+  }
+  void Dispatch(std::function<void()> fn) override {
+    gate_->Post(executor_, [session = session_, fn = std::move(fn)] {
+      if (session.lock() != nullptr) fn();
+    });
+  }
+
+  // The abort handler, removed (it runs at most once).
+  std::function<void(abcd::http::Abort)> TakeAbort() { return std::exchange(abort_, nullptr); }
+  // Drops the abort handler later on the strand, so that what it holds is not destroyed while
+  // one of its own functions is running.
+  void ReleaseAbort() {
+    if (abort_ == nullptr) return;
+    net::post(executor_, [handler = TakeAbort()] {});
+  }
+
+ private:
+  const std::weak_ptr<Session> session_;
+  const Executor executor_;
+  const std::shared_ptr<PostGate> gate_;
+  std::function<void(abcd::http::Abort)> abort_;
+};
+
+Session::~Session() {
+  // The connection is gone with its exchange unanswered (only when the server stops).
+  if (exchange_ != nullptr) {
+    if (auto handler = exchange_->TakeAbort()) handler(Abort::kClientGone);
+  }
+  {
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    shared_.sessions.erase(this);
+  }
+  (refused_ ? shared_.refused : shared_.connections).fetch_sub(1);
+}
+
+void Session::Begin() {
+  if (shared_.stopping.load()) return Close();
+  if (refused_) {
+    return Fail(503, absl::StrCat("too many connections (limit ", shared_.limits.max_connections,
+                                  "); retry later"));
+  }
+  ArmRead(shared_.limits.header_timeout);  // the first request's header is due from now
+  MaybeRead();
+}
+
+void Session::OnStop() {
+  stopping_ = true;
+  close_after_ = true;
+  switch (phase_) {
+    case Phase::kIdle:
+    case Phase::kHeader:
+    case Phase::kBody:
+      return Close();
+    case Phase::kHandling:
+      if (!answered_) AbortExchange(Abort::kServerStopping);
+      return;
+    default:
+      return;
+  }
+}
+
+void Session::ForceClose() {
+  if (phase_ == Phase::kHandling && !answered_) AbortExchange(Abort::kClientGone);
+  Close();
+}
+
+bool Session::Current(ExchangeImpl* exchange) const {
+  return exchange == exchange_.get() && phase_ == Phase::kHandling && !answered_;
+}
+
+void Session::Reply(ExchangeImpl* exchange, ServerResponse response) {
+  if (!Current(exchange) || streaming_) return;
+  answered_ = true;
+  close_after_ = close_after_ || response.close;
+  Queue(Head(response, http10_, close_after_, Framing::kLength) + response.body);
+  exchange->ReleaseAbort();
+}
+
+void Session::StartStream(ExchangeImpl* exchange, ServerResponse head) {
+  if (!Current(exchange) || streaming_) return;
+  streaming_ = true;
+  if (http10_) close_after_ = true;  // no chunked encoding: the close ends the body
+  head.body.clear();
+  Queue(Head(head, http10_, close_after_, http10_ ? Framing::kClose : Framing::kChunked));
+}
+
+void Session::StreamChunk(ExchangeImpl* exchange, std::string data) {
+  if (!Current(exchange) || !streaming_ || data.empty()) return;
+  if (http10_) return Queue(std::move(data));
+  Queue(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
+}
+
+void Session::EndStream(ExchangeImpl* exchange) {
+  if (!Current(exchange) || !streaming_) return;
+  answered_ = true;
+  if (!http10_) Queue("0\r\n\r\n");
+  exchange->ReleaseAbort();
+  if (out_.empty() && !writing_) FinishExchange();
+}
+
+void Session::MaybeRead() {
+  if (reading_ || phase_ == Phase::kClosed) return;
+  // While a request is handled, pipelined bytes wait; past one header's worth, reading pauses.
+  if (phase_ == Phase::kHandling && buffer_.size() >= shared_.limits.max_header_bytes) return;
+  reading_ = true;
+  // Into a scratch array, not buffer_: Parse may consume (and so move) buffer_ while this read
+  // is pending.
+  socket_.async_read_some(
+      net::buffer(scratch_),
+      [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnRead(ec, n); });
+}
+
+void Session::OnRead(beast::error_code ec, size_t n) {
+  reading_ = false;
+  if (phase_ == Phase::kClosed) return;
+  if (ec) {
+    if (phase_ == Phase::kDraining && writing_) return;  // let the answer go out if it can
+    return ClientGone();
+  }
+  if (phase_ == Phase::kLingering || phase_ == Phase::kDraining) {
+    // Discarded; a client that keeps sending this much after its answer is cut off now.
+    discarded_ += n;
+    if (discarded_ > kMaxDiscard) return Close();
+    return MaybeRead();
+  }
+  net::buffer_copy(buffer_.prepare(n), net::buffer(scratch_.data(), n));
+  buffer_.commit(n);
+  if (phase_ != Phase::kHandling) Parse();
+  MaybeRead();
+}
+
+// Checks the header lines in buffer_ as they arrive, up to the header's end: a line longer
+// than max_line_bytes is refused without waiting for its end.
+bool Session::ScanLines() {
+  const char* data = static_cast<const char*>(buffer_.data().data());
+  const size_t size = buffer_.size();
+  const size_t limit = shared_.limits.max_line_bytes;
+  for (; scan_pos_ < size && !header_end_seen_; ++scan_pos_) {
+    const char c = data[scan_pos_];
+    if (c == '\n') {
+      if (line_bytes_ == 0 && lines_ > 0) header_end_seen_ = true;
+      ++lines_;
+      line_bytes_ = 0;
+    } else if (c != '\r' && ++line_bytes_ > limit) {
+      if (lines_ == 0) {
+        Fail(414, absl::StrCat("request line exceeds ", limit, " bytes"));
+      } else {
+        Fail(431, absl::StrCat("request header line exceeds ", limit, " bytes"));
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+void Session::Parse() {
+  const ServerLimits& limits = shared_.limits;
+  for (;;) {
+    if (phase_ == Phase::kIdle) {
+      if (buffer_.size() == 0) return;
+      phase_ = Phase::kHeader;
+      parser_.emplace();
+      parser_->header_limit(static_cast<uint32_t>(limits.max_header_bytes));
+      parser_->body_limit(static_cast<uint64_t>(limits.max_body_bytes));
+      scan_pos_ = 0;
+      line_bytes_ = 0;
+      lines_ = 0;
+      header_end_seen_ = false;
+      // The first request's header is due header_timeout after the connection opened.
+      if (!first_request_) ArmRead(limits.header_timeout);
+    }
+    if (phase_ == Phase::kHeader) {
+      if (!ScanLines()) return;
+      beast::error_code ec;
+      const size_t used = parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      scan_pos_ = used > scan_pos_ ? 0 : scan_pos_ - used;
+      if (ec == bhttp::error::need_more) {
+        if (buffer_.size() > limits.max_header_bytes) {
+          Fail(431, absl::StrCat("request header exceeds ", limits.max_header_bytes, " bytes"));
+        }
+        return;
+      }
+      if (ec) {
+        // body_limit comes from the header's Content-Length: the target is known.
+        if (ec == bhttp::error::body_limit && shared_.on_refused) {
+          const beast::string_view target = parser_->get().target();
+          shared_.on_refused(absl::string_view(target.data(), target.size()),
+                             ParseError(ec, limits).first);
+        }
+        auto [status, message] = ParseError(ec, limits);
+        return Fail(status, std::move(message));
+      }
+      if (!parser_->is_header_done()) return;
+      if (parser_->chunked()) {
+        const beast::string_view target = parser_->get().target();
+        if (shared_.on_refused) {
+          shared_.on_refused(absl::string_view(target.data(), target.size()), 411);
+        }
+        return Fail(411,
+                    "request bodies must have a Content-Length (chunked transfer encoding is "
+                    "not accepted)");
+      }
+      if (!parser_->is_done() &&
+          absl::EqualsIgnoreCase(std::string(parser_->get()[bhttp::field::expect]),
+                                 "100-continue")) {
+        Queue("HTTP/1.1 100 Continue\r\n\r\n");
+      }
+      parser_->eager(true);
+      phase_ = Phase::kBody;
+      if (!parser_->is_done()) ArmRead(limits.body_timeout);
+    }
+    if (phase_ == Phase::kBody) {
+      if (!parser_->is_done()) {
+        if (buffer_.size() == 0) return;
+        beast::error_code ec;
+        buffer_.consume(parser_->put(buffer_.data(), ec));
+        if (ec == bhttp::error::need_more) return;
+        if (ec) {
+          auto [status, message] = ParseError(ec, limits);
+          return Fail(status, std::move(message));
+        }
+        if (!parser_->is_done()) continue;
+      }
+      return StartHandling();
+    }
+    return;
+  }
+}
+
+void Session::StartHandling() {
+  DisarmRead();
+  bhttp::request<bhttp::string_body> message = parser_->release();
+  parser_.reset();
+  phase_ = Phase::kHandling;
+  first_request_ = false;
+  http10_ = message.version() < 11;
+  close_after_ = stopping_ || !message.keep_alive();
+  answered_ = false;
+  streaming_ = false;
+  ServerRequest request;
+  const beast::string_view method = message.method_string();
+  request.method.assign(method.data(), method.size());
+  const beast::string_view target = message.target();
+  request.path.assign(target.data(), target.size());
+  if (const size_t query = request.path.find('?'); query != std::string::npos) {
+    request.path.resize(query);
+  }
+  request.body = std::move(message.body());
+  exchange_ = std::make_shared<ExchangeImpl>(weak_from_this(), executor(), shared_.gate);
+  shared_.handler(std::move(request), exchange_);
+  MaybeRead();  // notices a client that goes away, and buffers pipelined requests
+}
+
+void Session::Fail(int status, std::string message) {
+  DisarmRead();
+  parser_.reset();
+  phase_ = Phase::kDraining;
+  ServerResponse response;
+  response.status = status;
+  response.body = ErrorBody(message, status >= 500 ? "server_error" : "invalid_request_error", "");
+  response.close = true;
+  if (status == 503) response.headers.emplace_back("Retry-After", "1");
+  Queue(Head(response, false, true, Framing::kLength) + response.body);
+}
+
+void Session::Queue(std::string bytes) {
+  if (phase_ == Phase::kClosed || phase_ == Phase::kLingering) return;
+  out_.push_back(std::move(bytes));
+  if (!writing_) WriteNext();
+}
+
+void Session::WriteNext() {
+  in_flight_.clear();
+  for (std::string& piece : out_) in_flight_ += piece;
+  out_.clear();
+  writing_ = true;
+  const uint64_t generation = ++write_generation_;
+  write_timer_.expires_after(Chrono(shared_.limits.write_timeout));
+  write_timer_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
+    if (ec || generation != self->write_generation_ || !self->writing_) return;
+    self->ClientGone();  // the client stopped reading
+  });
+  net::async_write(
+      socket_, net::buffer(in_flight_),
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+}
+
+void Session::OnWrite(beast::error_code ec) {
+  writing_ = false;
+  ++write_generation_;
+  write_timer_.cancel();
+  if (phase_ == Phase::kClosed) return;
+  if (ec) return ClientGone();
+  if (!out_.empty()) return WriteNext();
+  if (phase_ == Phase::kDraining) return Linger();
+  if (phase_ == Phase::kHandling && answered_) FinishExchange();
+}
+
+void Session::FinishExchange() {
+  exchange_.reset();
+  if (close_after_) return Linger();
+  phase_ = Phase::kIdle;
+  ArmRead(shared_.limits.idle_timeout);
+  Parse();
+  MaybeRead();
+}
+
+void Session::Linger() {
+  phase_ = Phase::kLingering;
+  beast::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_send, ignored);
+  buffer_.clear();
+  ++read_generation_;
+  const uint64_t generation = read_generation_;
+  read_timer_.expires_after(kLinger);
+  read_timer_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
+    if (!ec && generation == self->read_generation_) self->Close();
+  });
+  MaybeRead();
+}
+
+void Session::Close() {
+  if (phase_ == Phase::kClosed) return;
+  phase_ = Phase::kClosed;
+  ++read_generation_;
+  ++write_generation_;
+  read_timer_.cancel();
+  write_timer_.cancel();
+  beast::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  out_.clear();
+}
+
+void Session::ClientGone() {
+  if (phase_ == Phase::kHandling && !answered_) AbortExchange(Abort::kClientGone);
+  Close();
+}
+
+void Session::AbortExchange(Abort kind) {
+  if (exchange_ == nullptr) return;
+  if (auto handler = exchange_->TakeAbort()) handler(kind);
+}
+
+void Session::ArmRead(absl::Duration timeout) {
+  const uint64_t generation = ++read_generation_;
+  read_timer_.expires_after(Chrono(timeout));
+  read_timer_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
+    if (!ec && generation == self->read_generation_) self->OnReadDeadline();
+  });
+}
+
+void Session::DisarmRead() {
+  ++read_generation_;
+  read_timer_.cancel();
+}
+
+void Session::OnReadDeadline() {
+  switch (phase_) {
+    case Phase::kIdle:
+      return Close();
+    case Phase::kHeader:
+      return Fail(408, absl::StrCat("request header not received within ",
+                                    absl::FormatDuration(shared_.limits.header_timeout)));
+    case Phase::kBody:
+      return Fail(408, absl::StrCat("request body not received within ",
+                                    absl::FormatDuration(shared_.limits.body_timeout)));
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(ServerLimits limits, RequestHandler handler, RefusalHook on_refused)
+      : shared_(limits, std::move(handler), std::move(on_refused)) {}
+  ~Impl() { Stop(); }
+
+  absl::Status Start(const std::string& host, int port, int* bound_port);
+  void Stop();
+  int connections() const { return shared_.connections.load(); }
+
+ private:
+  void Accept();
+  void OnAccept(beast::error_code ec, tcp::socket socket);
+  std::vector<std::shared_ptr<Session>> Snapshot();
+  bool WaitForNoConnections(absl::Duration timeout);
+
+  Shared shared_;
+  std::unique_ptr<net::io_context> io_;
+  std::optional<tcp::acceptor> acceptor_;
+  std::optional<net::steady_timer> retry_;
+  std::vector<std::thread> threads_;
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+absl::Status HttpServer::Impl::Start(const std::string& host, int port, int* bound_port) {
+  if (started_ || stopped_) return absl::FailedPreconditionError("HttpServer::Start runs once");
+  const ServerLimits& limits = shared_.limits;
+  io_ = std::make_unique<net::io_context>(std::max(1, limits.io_threads));
+  const std::string where = absl::StrCat(host, ":", port);
+  beast::error_code ec;
+  tcp::resolver resolver(*io_);
+  const auto endpoints = resolver.resolve(
+      host, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || endpoints.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", where, ": ", ec ? ec.message() : "no address"));
+  }
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  acceptor_.emplace(net::make_strand(*io_));
+  // SO_REUSEADDR only: on Linux it lets a restart bind over TIME_WAIT connections, but never a
+  // second listener on the same port (that would take SO_REUSEPORT, which is not set).
+  if (acceptor_->open(endpoint.protocol(), ec); !ec) {
+    acceptor_->set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_->bind(endpoint, ec);
+    if (!ec) acceptor_->listen(std::max(1, limits.listen_backlog), ec);
+  }
+  if (ec) {
+    acceptor_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", where, ": ", ec.message()));
+  }
+  *bound_port = acceptor_->local_endpoint().port();
+  retry_.emplace(acceptor_->get_executor());
+  Accept();
+  started_ = true;
+  for (int i = 0; i < std::max(1, limits.io_threads); ++i) {
+    threads_.emplace_back([this] { io_->run(); });
+  }
+  return absl::OkStatus();
+}
+
+void HttpServer::Impl::Accept() {
+  acceptor_->async_accept(net::make_strand(*io_), [this](beast::error_code ec, tcp::socket socket) {
+    OnAccept(ec, std::move(socket));
+  });
+}
+
+void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
+  if (shared_.stopping.load() || !acceptor_->is_open()) return;
+  if (ec) {
+    // Out of descriptors or a transient failure: back off instead of spinning.
+    retry_->expires_after(std::chrono::milliseconds(20));
+    retry_->async_wait([this](beast::error_code wait_ec) {
+      if (!wait_ec && !shared_.stopping.load()) Accept();
+    });
+    return;
+  }
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  const bool refuse = shared_.connections.load() >= shared_.limits.max_connections;
+  auto session = std::make_shared<Session>(std::move(socket), shared_, refuse);
+  {
+    std::lock_guard<std::mutex> lock(shared_.mu);
+    shared_.sessions.emplace(session.get(), session);
+  }
+  net::dispatch(session->executor(), [session] { session->Begin(); });
+  Accept();
+}
+
+std::vector<std::shared_ptr<Session>> HttpServer::Impl::Snapshot() {
+  std::vector<std::shared_ptr<Session>> sessions;
+  std::lock_guard<std::mutex> lock(shared_.mu);
+  for (auto& [raw, weak] : shared_.sessions) {
+    if (auto session = weak.lock()) sessions.push_back(std::move(session));
+  }
+  return sessions;
+}
+
+bool HttpServer::Impl::WaitForNoConnections(absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (shared_.connections.load() + shared_.refused.load() > 0) {
+    if (absl::Now() >= give_up) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+void HttpServer::Impl::Stop() {
+  if (!started_ || stopped_) return;
+  stopped_ = true;
+  shared_.stopping.store(true);
+  net::post(acceptor_->get_executor(), [this] {
+    beast::error_code ignored;
+    acceptor_->close(ignored);
+    retry_->cancel();
+  });
+  for (auto& session : Snapshot()) {
+    net::post(session->executor(), [session] { session->OnStop(); });
+  }
+  if (!WaitForNoConnections(shared_.limits.stop_timeout)) {
+    for (auto& session : Snapshot()) {
+      net::post(session->executor(), [session] { session->ForceClose(); });
+    }
+    WaitForNoConnections(absl::Milliseconds(200));
+  }
+  io_->stop();
+  for (std::thread& thread : threads_) thread.join();
+  threads_.clear();
+  shared_.gate->Close();
+  retry_.reset();
+  acceptor_.reset();
+  io_.reset();  // destroys what is left; unanswered exchanges are aborted here
+}
+
+HttpServer::HttpServer(ServerLimits limits, RequestHandler handler, RefusalHook on_refused)
+    : impl_(std::make_unique<Impl>(limits, std::move(handler), std::move(on_refused))) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+absl::Status HttpServer::Start(const std::string& host, int port) {
+  int bound = -1;
+  absl::Status status = impl_->Start(host, port, &bound);
+  if (status.ok()) port_ = bound;
+  return status;
+}
+
+void HttpServer::Stop() { impl_->Stop(); }
+
+int HttpServer::connections() const { return impl_->connections(); }
+
+}  // namespace abcd::http

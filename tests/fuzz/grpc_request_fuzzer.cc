@@ -1,0 +1,56 @@
+// libFuzzer target: the gRPC request path that runs before an Executor, without a server: the
+// bytes are parsed as the abcd.v1 message (as gRPC does on arrival) and converted
+// (server/grpc/request_conversion.h). Built twice: grpc_generate_fuzzer (GenerateRequest) and
+// grpc_translate_fuzzer (ABCD_FUZZ_TRANSLATE, TranslateRequest). A converted request must have
+// the defaults applied and nothing negative left in it.
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "engine/sampling/sampler.h"
+#include "google/protobuf/stubs/logging.h"
+#include "server/grpc/request_conversion.h"
+#include "tests/fuzz/fuzz_check.h"
+
+// Protobuf logs one ERROR line per string field with invalid UTF-8; silence it (it is the parse
+// result that matters here, and the log would slow the run down).
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size > (1u << 20)) return 0;
+  const absl::Time deadline = absl::UnixEpoch() + absl::Seconds(1);
+#ifdef ABCD_FUZZ_TRANSLATE
+  abcd::v1::TranslateRequest message;
+  if (!message.ParseFromArray(data, static_cast<int>(size))) return 0;
+  absl::StatusOr<abcd::GenerationRequest> request = abcd::ToTranslationRequest(message, deadline);
+  if (!request.ok()) {
+    ABCD_FUZZ_CHECK(request.status().code() == absl::StatusCode::kInvalidArgument);
+    ABCD_FUZZ_CHECK(message.beam_size() < 0 || message.max_tokens() < 0);
+    return 0;
+  }
+  ABCD_FUZZ_CHECK(request->source == message.text() && request->prompt.empty());
+  ABCD_FUZZ_CHECK(request->beam_size >= 1 && request->max_tokens >= 1);
+  ABCD_FUZZ_CHECK(request->sampling.temperature == 0.0f);
+  ABCD_FUZZ_CHECK(abcd::ValidateSamplingParams(request->sampling).ok());
+#else
+  abcd::v1::GenerateRequest message;
+  if (!message.ParseFromArray(data, static_cast<int>(size))) return 0;
+  absl::StatusOr<abcd::GenerationRequest> request = abcd::ToGenerationRequest(message, deadline);
+  if (!request.ok()) {
+    ABCD_FUZZ_CHECK(request.status().code() == absl::StatusCode::kInvalidArgument);
+    ABCD_FUZZ_CHECK(message.max_tokens() < 0);
+    return 0;
+  }
+  ABCD_FUZZ_CHECK(request->prompt == message.prompt() && request->source.empty());
+  ABCD_FUZZ_CHECK(request->max_tokens >= 1);
+  ABCD_FUZZ_CHECK(request->stop.size() == static_cast<size_t>(message.stop_size()));
+  // The executor's own sampling check (run at Enqueue) must refuse, not crash, on any value.
+  const absl::Status sampling = abcd::ValidateSamplingParams(request->sampling);
+  ABCD_FUZZ_CHECK(sampling.ok() || sampling.code() == absl::StatusCode::kInvalidArgument);
+#endif
+  ABCD_FUZZ_CHECK(request->deadline == deadline);
+  return 0;
+}

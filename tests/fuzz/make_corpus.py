@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Writes the fuzzers' seed corpora (tests/fuzz/corpus/<fuzzer>/) and dictionaries.
+
+Seeds are small synthetic inputs, one per shape the parsers know (valid and a few near-misses);
+the model configs are the bundled checkpoints' config.json files. Run from anywhere; it rewrites
+the corpus folders from scratch, so the committed corpus is exactly what this script makes:
+    python3 tests/fuzz/make_corpus.py
+"""
+import json
+import os
+import shutil
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CORPUS = os.path.join(HERE, 'corpus')
+
+
+def write(fuzzer, name, data):
+    folder = os.path.join(CORPUS, fuzzer)
+    os.makedirs(folder, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode('utf-8')
+    with open(os.path.join(folder, name), 'wb') as f:
+        f.write(data)
+
+
+# --- safetensors ---------------------------------------------------------------------------
+def safetensors(header, data=b''):
+    text = json.dumps(header, separators=(',', ':')).encode()
+    return struct.pack('<Q', len(text)) + text + data
+
+
+def tensor(dtype, shape, begin, end):
+    return {'dtype': dtype, 'shape': shape, 'data_offsets': [begin, end]}
+
+
+def safetensors_seeds():
+    two_floats = struct.pack('<2f', 1.5, -2.0)
+    write('safetensors_fuzzer', 'f32', safetensors({'a': tensor('F32', [2], 0, 8)}, two_floats))
+    write('safetensors_fuzzer', 'metadata_bf16_f16',
+          safetensors({'__metadata__': {'format': 'pt'}, 'w': tensor('BF16', [1, 2], 0, 4),
+                       'h': tensor('F16', [2], 4, 8)},
+                      b'\xc0\x3f\x00\xc0' + b'\x00\x3c\x01\x00'))
+    write('safetensors_fuzzer', 'ints',
+          safetensors({'i': tensor('I32', [2], 0, 8), 'l': tensor('I64', [1], 8, 16)},
+                      struct.pack('<2i', 7, -1) + struct.pack('<q', 1 << 40)))
+    write('safetensors_fuzzer', 'zero_elements',
+          safetensors({'e': tensor('F32', [0, 4], 0, 0), 'x': tensor('I64', [3, 0], 0, 0)}))
+    write('safetensors_fuzzer', 'model_like',
+          safetensors({'embed.weight': tensor('F32', [4, 2], 0, 32),
+                       'layers.0.attn.q.weight': tensor('BF16', [2, 2], 32, 40),
+                       'layers.0.attn.q.bias': tensor('F32', [2], 40, 48)},
+                      bytes(range(48))))
+    write('safetensors_fuzzer', 'overlap',
+          safetensors({'a': tensor('F32', [2], 0, 8), 'b': tensor('F32', [2], 4, 12)},
+                      bytes(12)))
+    write('safetensors_fuzzer', 'truncated', safetensors({'a': tensor('F32', [4], 0, 16)})[:-3])
+    write('safetensors_fuzzer', 'empty_header', safetensors({}))
+
+
+# --- config.json -----------------------------------------------------------------------------
+def config_seeds():
+    checkpoints = os.path.join(ROOT, 'models', 'checkpoints')
+    for name in sorted(os.listdir(checkpoints)):
+        path = os.path.join(checkpoints, name, 'config.json')
+        if os.path.exists(path):
+            with open(path, 'rb') as f:
+                write('model_config_fuzzer', name, f.read())
+    base = {'architecture': 'decoder', 'vocab_size': 16, 'd_model': 8, 'n_heads': 2, 'd_ff': 16}
+    kinds = [{'type': 'softmax'}, {'type': 'window', 'window': 4},
+             {'type': 'abc', 'slots': 4, 'shared_control': True},
+             {'type': 'rfa', 'features': 4, 'kernel': 'arccos', 'gate': True, 'eps': 1e-6},
+             {'type': 't2r', 'features': 4}, {'type': 'elu', 'eps': 1e-6}]
+    layers = [{'attention': k} for k in kinds]
+    write('model_config_fuzzer', 'every_attention',
+          json.dumps(dict(base, activation='relu', decoder_layers=layers)))
+    write('model_config_fuzzer', 'encoder_decoder',
+          json.dumps(dict(base, architecture='encoder-decoder',
+                          decoder_layers=[{'attention': kinds[2], 'cross_attention': kinds[0]}],
+                          encoder_layers=[{'attention': kinds[0]}])))
+    write('model_config_fuzzer', 'bad_heads', json.dumps(dict(base, n_heads=3, decoder_layers=[])))
+
+
+# --- HTTP bodies -----------------------------------------------------------------------------
+def http_seeds():
+    completions = {
+        'minimal': {'prompt': 'Hello'},
+        'full': {'model': 'abc-lm', 'prompt': ['Once upon a time'], 'max_tokens': 32,
+                 'temperature': 0.7, 'top_p': 0.9, 'top_k': 40, 'repetition_penalty': 1.1,
+                 'seed': 12345, 'stop': ['\n', 'END'], 'stream': True, 'ignore_eos': False,
+                 'n': 1, 'best_of': 1},
+        'greedy_stop_string': {'prompt': 'x', 'temperature': 0, 'stop': '.', 'max_tokens': 1},
+        'bad_types': {'prompt': 5, 'max_tokens': -1, 'temperature': 'hot', 'top_p': 1.5e300},
+        'nulls': {'prompt': 'p', 'model': None, 'stop': None, 'seed': 18446744073709551615},
+    }
+    for name, body in completions.items():
+        write('http_completion_fuzzer', name, json.dumps(body))
+    write('http_completion_fuzzer', 'not_an_object', '["prompt"]')
+    write('http_completion_fuzzer', 'invalid_utf8', b'{"prompt":"\xff\xfe"}')
+    translations = {
+        'single': {'text': 'Hello world.'},
+        'batch': {'model': 'abc-en-de', 'texts': ['One.', 'Two.'], 'beam_size': 2,
+                  'max_tokens': 16},
+        'both': {'text': 'a', 'texts': ['b']},
+        'bad_batch': {'texts': ['', 3]},
+    }
+    for name, body in translations.items():
+        write('http_translate_fuzzer', name, json.dumps(body))
+    write('http_translate_fuzzer', 'deep', '{"texts":' + '[' * 64 + ']' * 64 + '}')
+
+
+# --- gRPC messages (protobuf wire format, abcd/v1/generator.proto) -----------------------------
+def varint(n):
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = n & 0x7f
+        n >>= 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field_varint(number, value):
+    return varint(number << 3) + varint(value)
+
+
+def field_bytes(number, value):
+    if isinstance(value, str):
+        value = value.encode('utf-8')
+    return varint(number << 3 | 2) + varint(len(value)) + value
+
+
+def field_float(number, value):
+    return varint(number << 3 | 5) + struct.pack('<f', value)
+
+
+def grpc_seeds():
+    sampling = (field_float(1, 0.8) + field_varint(2, 40) + field_float(3, 0.95) +
+                field_float(4, 1.2) + field_varint(5, 7))
+    generate = {
+        'minimal': field_bytes(2, 'Hello'),
+        'full': (field_bytes(1, 'abc-lm') + field_bytes(2, 'Once upon a time') +
+                 field_varint(3, 32) + field_bytes(4, sampling) + field_bytes(5, '\n') +
+                 field_bytes(5, 'END')),
+        'negative_max_tokens': field_bytes(2, 'x') + field_varint(3, -5),
+        'bad_sampling': field_bytes(2, 'x') + field_bytes(4, field_float(3, 2.0)),
+        'invalid_utf8': field_bytes(2, b'\xff\xfe'),
+    }
+    for name, data in generate.items():
+        write('grpc_generate_fuzzer', name, data)
+    translate = {
+        'minimal': field_bytes(1, 'Hello world.'),
+        'full': field_bytes(4, 'abc-en-de') + field_bytes(1, 'One.') + field_varint(2, 2) +
+                field_varint(3, 16),
+        'negative_beam': field_bytes(1, 'x') + field_varint(2, -1),
+    }
+    for name, data in translate.items():
+        write('grpc_translate_fuzzer', name, data)
+
+
+def main():
+    shutil.rmtree(CORPUS, ignore_errors=True)
+    safetensors_seeds()
+    config_seeds()
+    http_seeds()
+    grpc_seeds()
+    for fuzzer in sorted(os.listdir(CORPUS)):
+        print(fuzzer, len(os.listdir(os.path.join(CORPUS, fuzzer))), 'seeds')
+
+
+if __name__ == '__main__':
+    main()

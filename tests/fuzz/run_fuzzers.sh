@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target of a fuzz build (-DABCD_FUZZ=ON, see tests/fuzz/README.md) for
+# SECONDS each, starting from the committed seeds in tests/fuzz/corpus/<fuzzer>/. New inputs go
+# to a scratch folder (the committed corpus is not changed). Any finding (crash, sanitizer
+# report, failed check, timeout, out-of-memory) fails the run; its input is kept in
+# ARTIFACTS (default <build>/fuzz-artifacts) and the fuzzer's output is printed.
+#   tests/fuzz/run_fuzzers.sh BUILD_DIR [SECONDS] [FUZZER...]
+set -uo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${1:?usage: $0 BUILD_DIR [SECONDS] [FUZZER...]}"
+seconds="${2:-20}"
+shift $(($# >= 2 ? 2 : $#))
+fuzzers=("$@")
+if ((${#fuzzers[@]} == 0)); then
+  fuzzers=(safetensors_fuzzer model_config_fuzzer http_completion_fuzzer http_translate_fuzzer
+           grpc_generate_fuzzer grpc_translate_fuzzer)
+fi
+artifacts="${ARTIFACTS:-$build/fuzz-artifacts}"
+mkdir -p "$artifacts"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+
+failed=()
+for fuzzer in "${fuzzers[@]}"; do
+  binary="$build/tests/fuzz/$fuzzer"
+  if [[ ! -x "$binary" ]]; then
+    echo "fuzz: $binary not built" >&2
+    failed+=("$fuzzer")
+    continue
+  fi
+  options=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536
+           -print_final_stats=1 -artifact_prefix="$artifacts/$fuzzer-")
+  [[ "$fuzzer" == http_* || "$fuzzer" == model_config_* ]] && options+=(-dict="$here/json.dict")
+  mkdir -p "$scratch/$fuzzer"
+  log="$scratch/$fuzzer.log"
+  start=$SECONDS
+  if "$binary" "${options[@]}" "$scratch/$fuzzer" "$here/corpus/$fuzzer" >"$log" 2>&1; then
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    echo "fuzz: $fuzzer ok, ${runs:-?} runs in $((SECONDS - start)) s, no finding"
+  else
+    echo "fuzz: $fuzzer FOUND A PROBLEM (input kept in $artifacts):" >&2
+    tail -n 60 "$log" >&2
+    failed+=("$fuzzer")
+  fi
+done
+if ((${#failed[@]})); then
+  echo "fuzz: findings or failures in: ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz: ${#fuzzers[@]} fuzzers, ${seconds} s each, no finding"

@@ -1,0 +1,318 @@
+// The HTTP transport (server/http/http_server.h) on 127.0.0.1 with a small handler, driven over
+// raw sockets: limits enforced while reading, deadlines, the connection cap, pipelining,
+// keep-alive, aborts on disconnect and on Stop, and exclusive binding.
+#include "server/http/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace abcd::http {
+namespace {
+
+class RawClient {
+ public:
+  explicit RawClient(int port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  }
+  ~RawClient() { Close(); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  bool connected() const { return connected_; }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  bool Send(const std::string& bytes) {
+    return send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  const std::string& received() const { return received_; }
+  // Reads until `needle` was received; false on timeout or EOF first.
+  bool ReadUntil(const std::string& needle, absl::Duration timeout) {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (received_.find(needle) == std::string::npos) {
+      if (!ReadSome(give_up)) return false;
+    }
+    return true;
+  }
+  // Reads until the server closes; false on timeout.
+  bool ReadUntilClosed(absl::Duration timeout) {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (!closed_) {
+      if (!ReadSome(give_up) && !closed_) return false;
+    }
+    return true;
+  }
+
+ private:
+  bool ReadSome(absl::Time give_up) {
+    pollfd p{fd_, POLLIN, 0};
+    const int ms = static_cast<int>(absl::ToInt64Milliseconds(give_up - absl::Now()));
+    if (ms <= 0 || poll(&p, 1, ms) <= 0) return false;
+    char buffer[4096];
+    const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+    if (n <= 0) {
+      closed_ = true;
+      return false;
+    }
+    received_.append(buffer, static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_;
+  bool connected_ = false;
+  bool closed_ = false;
+  std::string received_;
+};
+
+std::string Post(const std::string& path, const std::string& body) {
+  return absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: x\r\nContent-Length: ", body.size(),
+                      "\r\n\r\n", body);
+}
+
+// /echo answers its body; /hold keeps the exchange (answered by Stop or never); /stream
+// starts a stream that ends only when the server stops.
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void StartServer(ServerLimits limits) {
+    server_ = std::make_unique<HttpServer>(
+        limits,
+        [this](ServerRequest request, std::shared_ptr<Exchange> exchange) {
+          Handle(std::move(request), std::move(exchange));
+        },
+        [this](absl::string_view target, int status) {
+          std::lock_guard<std::mutex> lock(mu_);
+          refusals_.push_back(absl::StrCat(status, " ", target));
+        });
+    ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
+  }
+  void SetUp() override {
+    ServerLimits limits;
+    limits.max_line_bytes = 1024;
+    limits.max_header_bytes = 4096;
+    limits.max_body_bytes = 2048;
+    StartServer(limits);
+  }
+  void TearDown() override { server_.reset(); }
+
+  void Handle(ServerRequest request, std::shared_ptr<Exchange> exchange) {
+    if (request.path == "/hold" || request.path == "/stream") {
+      const bool stream = request.path == "/stream";
+      exchange->OnAbort([this, exchange, stream](Abort kind) {
+        aborts_.fetch_add(1);
+        if (kind == Abort::kClientGone) return;
+        stopping_aborts_.fetch_add(1);
+        if (stream) {
+          exchange->StreamChunk("data: stopped\n\n");
+          return exchange->EndStream();
+        }
+        ServerResponse response;
+        response.status = 503;
+        response.body = "stopping";
+        exchange->Reply(std::move(response));
+      });
+      if (stream) {
+        ServerResponse head;
+        head.content_type = "text/event-stream";
+        exchange->StartStream(std::move(head));
+        exchange->StreamChunk("data: first\n\n");
+      }
+      return;
+    }
+    ServerResponse response;
+    response.content_type = "text/plain";
+    response.body = absl::StrCat(request.method, " ", request.path, " ", request.body);
+    exchange->Reply(std::move(response));
+  }
+
+  std::unique_ptr<HttpServer> server_;
+  std::atomic<int> aborts_{0};
+  std::atomic<int> stopping_aborts_{0};
+  std::mutex mu_;
+  std::vector<std::string> refusals_;
+};
+
+TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrderOnOneConnection) {
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send(Post("/echo", "one") + Post("/echo", "two") +
+                          "GET /echo?q=1 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(client.ReadUntil("GET /echo ", absl::Seconds(5))) << client.received();
+  const std::string& got = client.received();
+  const size_t one = got.find("POST /echo one");
+  const size_t two = got.find("POST /echo two");
+  ASSERT_NE(one, std::string::npos);
+  ASSERT_NE(two, std::string::npos);
+  EXPECT_LT(one, two);
+  EXPECT_LT(two, got.find("GET /echo "));
+  // Keep-alive: the same connection serves another request afterwards.
+  ASSERT_TRUE(client.Send(Post("/echo", "three")));
+  EXPECT_TRUE(client.ReadUntil("POST /echo three", absl::Seconds(5)));
+}
+
+TEST_F(HttpServerTest, OverlongHeaderLineIsRefusedBeforeItEnds) {
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send("GET /echo HTTP/1.1\r\nX-Big: " + std::string(1100, 'a')));
+  EXPECT_TRUE(client.ReadUntil("HTTP/1.1 431", absl::Seconds(2))) << client.received();
+  EXPECT_TRUE(client.ReadUntilClosed(absl::Seconds(3)));
+}
+
+TEST_F(HttpServerTest, OverlongRequestLineIs414) {
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send("GET /" + std::string(1100, 'a')));
+  EXPECT_TRUE(client.ReadUntil("HTTP/1.1 414", absl::Seconds(2))) << client.received();
+}
+
+TEST_F(HttpServerTest, OverlongWholeHeaderIs431) {
+  RawClient client(server_->port());
+  std::string request = "GET /echo HTTP/1.1\r\n";
+  for (int i = 0; i < 8; ++i)
+    absl::StrAppend(&request, "X-", i, ": ", std::string(900, 'b'), "\r\n");
+  ASSERT_TRUE(client.Send(request));
+  EXPECT_TRUE(client.ReadUntil("HTTP/1.1 431", absl::Seconds(2))) << client.received();
+}
+
+TEST_F(HttpServerTest, BadContentLengthIs400AtOnce) {
+  for (const std::string length : {"-5", "abc", "1, 2"}) {
+    SCOPED_TRACE(length);
+    RawClient client(server_->port());
+    const absl::Time start = absl::Now();
+    ASSERT_TRUE(client.Send("POST /echo HTTP/1.1\r\nContent-Length: " + length + "\r\n\r\n"));
+    EXPECT_TRUE(client.ReadUntil("HTTP/1.1 400", absl::Seconds(2))) << client.received();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+    EXPECT_TRUE(absl::StrContains(client.received(), "Content-Length")) << client.received();
+  }
+}
+
+TEST_F(HttpServerTest, OversizedBodyIs413BeforeTheBodyIsSent) {
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send("POST /v1/completions HTTP/1.1\r\nContent-Length: 100000\r\n\r\n"));
+  EXPECT_TRUE(client.ReadUntil("HTTP/1.1 413", absl::Seconds(2))) << client.received();
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(refusals_, std::vector<std::string>{"413 /v1/completions"});
+}
+
+TEST_F(HttpServerTest, ChunkedBodyIs411) {
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello"));
+  EXPECT_TRUE(client.ReadUntil("HTTP/1.1 411", absl::Seconds(2))) << client.received();
+}
+
+TEST_F(HttpServerTest, ExpectContinueGetsAnInterimAnswer) {
+  RawClient client(server_->port());
+  ASSERT_TRUE(
+      client.Send("POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n"));
+  ASSERT_TRUE(client.ReadUntil("HTTP/1.1 100 Continue\r\n\r\n", absl::Seconds(2)));
+  ASSERT_TRUE(client.Send("body"));
+  EXPECT_TRUE(client.ReadUntil("POST /echo body", absl::Seconds(2))) << client.received();
+}
+
+TEST_F(HttpServerTest, SlowHeaderIsClosedAtItsDeadlineAndIdleConnectionsToo) {
+  server_.reset();
+  ServerLimits limits;
+  limits.header_timeout = absl::Milliseconds(300);
+  limits.idle_timeout = absl::Milliseconds(300);
+  StartServer(limits);
+  RawClient slow(server_->port());
+  RawClient silent(server_->port());
+  RawClient idle(server_->port());
+  ASSERT_TRUE(idle.Send("GET /echo HTTP/1.1\r\n\r\n"));
+  ASSERT_TRUE(idle.ReadUntil("GET /echo", absl::Seconds(2)));
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(slow.Send(i == 0 ? "GET /echo HTTP/1.1\r\n" : "X: y\r\n"));
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(slow.ReadUntilClosed(absl::Seconds(3)));
+  EXPECT_TRUE(absl::StartsWith(slow.received(), "HTTP/1.1 408")) << slow.received();
+  EXPECT_TRUE(silent.ReadUntilClosed(absl::Seconds(3)));
+  EXPECT_TRUE(idle.ReadUntilClosed(absl::Seconds(3)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+TEST_F(HttpServerTest, ConnectionsBeyondTheCapGet503) {
+  server_.reset();
+  ServerLimits limits;
+  limits.max_connections = 2;
+  StartServer(limits);
+  RawClient a(server_->port());
+  RawClient b(server_->port());
+  ASSERT_TRUE(a.Send("GET /echo HTTP/1.1\r\n\r\n"));
+  ASSERT_TRUE(a.ReadUntil("GET /echo", absl::Seconds(2)));
+  ASSERT_TRUE(b.Send("GET /echo HTTP/1.1\r\n\r\n"));
+  ASSERT_TRUE(b.ReadUntil("GET /echo", absl::Seconds(2)));
+  RawClient c(server_->port());
+  EXPECT_TRUE(c.ReadUntil("HTTP/1.1 503", absl::Seconds(2))) << c.received();
+  EXPECT_TRUE(c.ReadUntilClosed(absl::Seconds(3)));
+  b.Close();
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 200 && server_->connections() > 1; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return server_->connections() == 1;
+  }());
+  RawClient d(server_->port());
+  ASSERT_TRUE(d.Send("GET /echo HTTP/1.1\r\n\r\n"));
+  EXPECT_TRUE(d.ReadUntil("GET /echo", absl::Seconds(2))) << d.received();
+}
+
+TEST_F(HttpServerTest, ClientGoneAbortsTheExchangeAtOnce) {
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send(Post("/hold", "")));
+  absl::SleepFor(absl::Milliseconds(50));
+  client.Close();
+  const absl::Time give_up = absl::Now() + absl::Seconds(2);
+  while (aborts_.load() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(aborts_.load(), 1);
+  EXPECT_EQ(stopping_aborts_.load(), 0);
+}
+
+TEST_F(HttpServerTest, StopLetsWaitingExchangesAnswerThenCloses) {
+  RawClient hold(server_->port());
+  RawClient stream(server_->port());
+  RawClient slow(server_->port());
+  ASSERT_TRUE(hold.Send(Post("/hold", "")));
+  ASSERT_TRUE(stream.Send(Post("/stream", "")));
+  ASSERT_TRUE(stream.ReadUntil("data: first", absl::Seconds(2)));
+  ASSERT_TRUE(slow.Send("GET /echo HTTP/1.1\r\n"));
+  absl::SleepFor(absl::Milliseconds(50));
+  const absl::Time start = absl::Now();
+  server_->Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(stopping_aborts_.load(), 2);
+  EXPECT_TRUE(hold.ReadUntil("stopping", absl::Seconds(2))) << hold.received();
+  EXPECT_TRUE(absl::StartsWith(hold.received(), "HTTP/1.1 503")) << hold.received();
+  EXPECT_TRUE(stream.ReadUntil("data: stopped\n\n\r\n0\r\n\r\n", absl::Seconds(2)))
+      << stream.received();
+  EXPECT_TRUE(slow.ReadUntilClosed(absl::Seconds(2)));
+}
+
+TEST_F(HttpServerTest, SecondServerOnTheSamePortFailsToStart) {
+  HttpServer second(
+      ServerLimits{}, [](ServerRequest, std::shared_ptr<Exchange>) {}, nullptr);
+  const absl::Status status = second.Start("127.0.0.1", server_->port());
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(status.message(), "in use")) << status;
+}
+
+}  // namespace
+}  // namespace abcd::http
