@@ -22,18 +22,20 @@ uptime | tee -a "$OUT/machine.txt"
 
 # TTFT/ITL at 1, 8, 32 and 64 streams of 128-token prompts and 128-token outputs on the trained
 # abc-lm, with the time-based prefill policy and the old token policy side by side (each pair
-# back to back, 12 s a run, a fresh server each). gRPC Generate has no ignore_eos, so a
-# request may end at EOS: the table reports the mean output length. The load average before
-# each run is recorded (the machine may be shared).
+# back to back, 12 s a run, a fresh server each, one engine thread so the client and gRPC keep
+# the other core of a 2-core machine). gRPC Generate has no ignore_eos, so a request may end at
+# EOS: the table reports the mean output length. The load average before each run is recorded
+# (the machine may be shared).
 prefill_policies() {
   local lm=models/checkpoints/abc-lm
   local table="$OUT/prefill-policy.md"
+  : >"$OUT/prefill-uptime.txt"
   for c in 1 8 32 64; do
     for policy in time tokens; do
       echo "== c=$c --prefill_policy $policy ($(uptime | sed 's/.*load average: //'))"
       echo "c=$c policy=$policy before: $(uptime)" >>"$OUT/prefill-uptime.txt"
       "$BUILD_DIR/loadtest/abcd-loadtest" --launch_server "$BUILD_DIR/server/abcd-server" \
-        --server_args "--models $lm --prefill_policy $policy" \
+        --server_args "--models $lm --threads 1 --prefill_policy $policy" \
         --tokenizer "$lm/tokenizer.model" --endpoint grpc-generate --concurrency "$c" \
         --duration 12 --prompt_tokens 128 --output_tokens 128 \
         --result_json "$OUT/prefill-$policy-c$c.json" | tee "$OUT/prefill-$policy-c$c.txt"
@@ -41,10 +43,16 @@ prefill_policies() {
     done
   done
   $PY - "$OUT" >"$table" <<'PYEOF'
-import json, sys
+import json, re, sys
 out = sys.argv[1]
-print("| streams | policy | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | ITL p99/p50 | out tok/s | mean output tokens | requests |")
-print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+load = {}  # (c, policy) -> 1-minute load average before the run
+for line in open(f"{out}/prefill-uptime.txt"):
+    m = re.match(r"c=(\d+) policy=(\w+) before: .*load average: ([\d.]+)", line)
+    if m:
+        load[(int(m.group(1)), m.group(2))] = m.group(3)
+print("| streams | policy | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | ITL p99/p50 "
+      "| out tok/s | mean output tokens | requests | load avg before |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for c in (1, 8, 32, 64):
     for policy in ("time", "tokens"):
         r = json.load(open(f"{out}/prefill-{policy}-c{c}.json"))
@@ -52,7 +60,8 @@ for c in (1, 8, 32, 64):
         mean_out = r["total_output_tokens"] / max(r["completed"], 1)
         print(f"| {c} | {policy} | {r['median_ttft_ms']:.1f} | {r['p99_ttft_ms']:.1f} | "
               f"{r['median_itl_ms']:.2f} | {r['p99_itl_ms']:.2f} | {ratio:.2f}x | "
-              f"{r['output_throughput']:.0f} | {mean_out:.1f} | {r['completed']} |")
+              f"{r['output_throughput']:.0f} | {mean_out:.1f} | {r['completed']} | "
+              f"{load.get((c, policy), '?')} |")
 PYEOF
   cat "$table"
 }

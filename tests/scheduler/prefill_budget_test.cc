@@ -1,6 +1,7 @@
 // Prefill sized from time: with a backend whose Decode sleeps in proportion to its rows, a long
 // prompt admitted next to running streams adds at most about one decode step to an iteration
-// under the time policy, and stalls them for the whole prompt under the token policy.
+// under the time policy (the prompt goes in many small chunks), and stalls them for the whole
+// prompt under the token policy.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,7 +187,7 @@ double WorstStallRatio(const std::vector<Call>& calls) {
   return worst;
 }
 
-TEST(PrefillBudget, TimePolicyKeepsIterationsWithinAboutTwoDecodeSteps) {
+TEST(PrefillBudget, TimePolicyAddsAboutOneDecodeStepPerIteration) {
   const Outcome outcome = RunLongPromptBesideTwoStreams(PrefillPolicy::kTime);
   ASSERT_TRUE(outcome.long_prompt_end.status.ok()) << outcome.long_prompt_end.status;
   EXPECT_GE(outcome.long_prompt_end.prompt_tokens, 100);
@@ -200,12 +201,14 @@ TEST(PrefillBudget, TimePolicyKeepsIterationsWithinAboutTwoDecodeSteps) {
   }
   EXPECT_GE(prompt_rows, outcome.long_prompt_end.prompt_tokens - 1);
   EXPECT_GE(mixed, 5);
-  // One decode step of the two streams is 12 ms; prefill adds about one more (the estimates
-  // come from wall time, so allow a little for a loaded machine's sleep overshoot).
+  // One decode step of the two streams is 12 ms; prefill may add one decode step of the whole
+  // batch, the prompt's sequence included (3 rows: 18 ms at the fitted 6 ms a row, the fixed
+  // cost spread over the rows), so 2.5 steps; 3 allows for a loaded machine's sleep overshoot,
+  // which the estimates see as cost.
   const double worst = WorstStallRatio(outcome.calls);
   std::printf("%d prompt tokens in %d iterations beside both streams, worst %.2f decode steps\n",
               outcome.long_prompt_end.prompt_tokens, mixed, worst);
-  EXPECT_LE(worst, 2.6);
+  EXPECT_LE(worst, 3.0);
 }
 
 TEST(PrefillBudget, TokenPolicyStallsRunningStreamsForTheWholePrompt) {
