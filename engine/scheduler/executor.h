@@ -90,9 +90,9 @@ struct ExecutorOptions {
   int max_running_sequences = 256;                // batch size cap
   int prefill_token_budget = 512;  // most prompt tokens prefilled per iteration (hard cap)
   // kTime: while sequences decode, an iteration's prompt tokens are sized from the measured
-  // costs so that prefill adds at most about max(prefill_step_share x one decode step,
-  // iteration_budget_ms); with nothing decoding, prefill goes at prefill_token_budget.
-  // kTokens: always the token budget.
+  // costs so that prefill adds at most about max(prefill_step_share x one decode step of all
+  // running sequences, iteration_budget_ms); with nothing decoding, prefill goes at
+  // prefill_token_budget. kTokens: always the token budget.
   PrefillPolicy prefill_policy = PrefillPolicy::kTime;
   double iteration_budget_ms = 0;   // kTime: the least extra time prefill may take, >= 0
   double prefill_step_share = 1.0;  // kTime: in (0, 16]
