@@ -166,7 +166,7 @@ class ContinuousBatchingExecutor final : public Executor {
   int64_t iterations_ = 0;
   bool encode_oldest_next_ = true;  // EncodeSources alternates oldest and shortest turns
   int64_t encode_credit_ = 0;       // source tokens the oldest may be encoded with
-  StepCostModel costs_;             // kTime: what decode steps and prompt rows take
+  StepCostModel costs_;             // kTime: what a decode row and a prompt row take
   std::thread thread_;
 };
 
