@@ -75,6 +75,11 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   options.encode_token_budget = config.encode_token_budget;
   options.max_new_tokens = config.max_tokens_limit;
   options.observer = metrics.AddModel(served->name, served->state_bytes_per_sequence);
+  for (const auto& [tensor, count] : served->model->non_finite_tensors()) {
+    LogEvent(
+        "model_warning",
+        {{"name", served->name}, {"tensor", tensor}, {"non_finite_values", absl::StrCat(count)}});
+  }
   LogEvent("model_loaded",
            {{"name", served->name},
             {"kind", std::string(ModelKindName(served->kind))},

@@ -64,6 +64,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     ABCD_RETURN_IF_ERROR(model->LoadStack("encoder", c.encoder_layers, weights, *model->encoder_));
   }
   ABCD_RETURN_IF_ERROR(weights.CheckAllUsed());
+  model->non_finite_tensors_ = weights.non_finite();
   model->BuildLayout();
   model->layout_.kv_bf16 = options.kv_cache_bf16;
   model->weight_bytes_ = model->CountWeightBytes();
