@@ -114,8 +114,9 @@ class Model {
   int64_t weight_bytes_ = 0;
   WeightFormat weight_format_ = WeightFormat::kF32;
   std::vector<std::pair<std::string, int64_t>> non_finite_tensors_;
-  PackedMatrix embedding_;  // [V, d]
-  PackedMatrix lm_head_;    // [V, d] when not tied
+  std::vector<double> position_denominators_;  // 10000^(2i/d), i < d/2
+  PackedMatrix embedding_;                     // [V, d]
+  PackedMatrix lm_head_;                       // [V, d] when not tied
   std::unique_ptr<Stack> decoder_;
   std::unique_ptr<Stack> encoder_;
   StateLayout layout_;
