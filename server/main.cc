@@ -79,6 +79,11 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   options.encode_token_budget = config.encode_token_budget;
   options.max_new_tokens = config.max_tokens_limit;
   options.observer = metrics.AddModel(served->name, served->state_bytes_per_sequence);
+  for (const auto& [tensor, count] : served->model->non_finite_tensors()) {
+    LogEvent(
+        "model_warning",
+        {{"name", served->name}, {"tensor", tensor}, {"non_finite_values", absl::StrCat(count)}});
+  }
   LogEvent("model_loaded",
            {{"name", served->name},
             {"kind", std::string(ModelKindName(served->kind))},
@@ -218,8 +223,10 @@ int Run(int argc, char** argv) {
     const timespec tick{1, 0};
     signal_number = sigtimedwait(&signals, nullptr, &tick);
     // Freed pages inside the malloc arenas (a burst of large requests' transport buffers) go
-    // back to the system; a pass costs well under a millisecond.
-    malloc_trim(0);
+    // back to the system, but only while nothing decodes: a pass holds the arenas' locks, and
+    // under load it stalled the engine thread's allocations for tens of milliseconds (p99
+    // inter-token latency 36 ms instead of 6 ms at 16 streams).
+    if (models.Idle()) malloc_trim(0);
     if (signal_number > 0 || failure_reported) continue;
     if (const std::string failure = models.BackendFailure(); !failure.empty()) {
       failure_reported = true;

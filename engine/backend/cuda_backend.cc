@@ -46,8 +46,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     int64_t softmax_layers = 0;
     for (bool cross : layout.kv_is_cross) softmax_layers += cross ? 0 : 1;
     const int64_t context_tokens = options.max_context > 0 ? options.max_context : 2048;
+    // The device keeps its KV cache in fp32 whatever the CPU layout's format.
+    const int64_t device_kv_bytes_per_token = 2 * layout.kv_width * 4;
     const int64_t slot_bytes =
-        layout.FixedBytes() + softmax_layers * context_tokens * layout.KvBytesPerToken() + 64;
+        layout.FixedBytes() + softmax_layers * context_tokens * device_kv_bytes_per_token + 64;
     const int64_t fitting = options.state_budget_bytes / std::max<int64_t>(slot_bytes, 1);
     if (fitting < 1) {
       return absl::ResourceExhaustedError(
@@ -108,7 +110,10 @@ absl::Status CudaBackend::RunParityProbe(double tolerance) {
   const int64_t vocab = config.vocab_size;
 
   // CPU reference: the whole sequence with logits after every token.
-  StatePool pool(model_.state_layout(), int64_t{1} << 40);
+  // The device keeps fp32 KV caches: compare against an fp32 CPU cache too.
+  StateLayout layout = model_.state_layout();
+  layout.kv_bf16 = false;
+  StatePool pool(std::move(layout), int64_t{1} << 40);
   ABCD_ASSIGN_OR_RETURN(const SequenceId cpu_sequence, pool.Acquire());
   std::vector<DecodeRow> rows;
   for (int32_t token : tokens) rows.push_back({cpu_sequence, token, true});

@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 
@@ -14,6 +15,15 @@ namespace {
 // How long an idle worker polls for the next job before it sleeps: a decode step's ops follow
 // each other within microseconds, an idle server's steps do not come at all.
 constexpr auto kSpin = std::chrono::microseconds(200);
+
+// The claim word: job generation (24 bits) | task count (20 bits) | next task (20 bits).
+constexpr int kIndexBits = 20;
+constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+constexpr int64_t kMaxTasksPerJob = int64_t{1} << kIndexBits;
+
+uint64_t ClaimWord(uint64_t generation, uint64_t tasks, uint64_t next) {
+  return ((generation & 0xffffff) << (2 * kIndexBits)) | (tasks << kIndexBits) | next;
+}
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -53,8 +63,21 @@ int ThreadPool::AvailableCores() {
   return count > 0 ? count : 1;
 }
 
-void ThreadPool::RunTasks() {
-  for (int64_t t = next_task_.fetch_add(1); t < tasks_; t = next_task_.fetch_add(1)) (*job_)(t);
+void ThreadPool::RunTasks(uint32_t generation) {
+  // A task is claimed by advancing the claim word of *this* job; a worker that wakes after the
+  // job ended (or after a newer one began) fails the generation check and touches nothing, so
+  // the caller never waits for workers that did not take part.
+  uint64_t claim = claim_.load(std::memory_order_acquire);
+  while (true) {
+    if ((claim >> (2 * kIndexBits)) != (generation & 0xffffff)) return;
+    const uint64_t tasks = (claim >> kIndexBits) & kIndexMask;
+    const uint64_t next = claim & kIndexMask;
+    if (next >= tasks) return;
+    if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;
+    (*job_)(static_cast<int64_t>(next));
+    done_.fetch_add(1, std::memory_order_release);
+    claim = claim_.load(std::memory_order_acquire);
+  }
 }
 
 void ThreadPool::WorkerLoop() {
@@ -76,8 +99,7 @@ void ThreadPool::WorkerLoop() {
     }
     seen = now;
     if (stop_.load()) return;
-    RunTasks();
-    workers_running_.fetch_sub(1, std::memory_order_release);
+    RunTasks(now);
   }
 }
 
@@ -87,15 +109,29 @@ void ThreadPool::ParallelFor(int64_t tasks, absl::FunctionRef<void(int64_t)> fn)
     for (int64_t t = 0; t < tasks; ++t) fn(t);
     return;
   }
+  if (tasks > kMaxTasksPerJob) {  // the claim word counts 20 bits of tasks
+    for (int64_t first = 0; first < tasks; first += kMaxTasksPerJob) {
+      const int64_t count = std::min(kMaxTasksPerJob, tasks - first);
+      ParallelFor(count, [&](int64_t t) { fn(first + t); });
+    }
+    return;
+  }
+  const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
   job_ = &fn;
-  tasks_ = tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  workers_running_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1);
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(ClaimWord(generation, static_cast<uint64_t>(tasks), 0), std::memory_order_release);
+  generation_.store(generation);
   if (sleepers_.load() > 0) FutexWakeAll(&generation_);
-  RunTasks();
-  // Every worker has left RunTasks, so every task is done and nobody reads job_ any more.
-  while (workers_running_.load(std::memory_order_acquire) != 0) CpuRelax();
+  RunTasks(generation);
+  // Tasks claimed by a worker that the OS has descheduled finish when it runs again: yield the
+  // core now and then rather than spin against it.
+  for (int spins = 0; done_.load(std::memory_order_acquire) != tasks; ++spins) {
+    if (spins % 1024 == 1023) {
+      sched_yield();
+    } else {
+      CpuRelax();
+    }
+  }
 }
 
 }  // namespace abcd

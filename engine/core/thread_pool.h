@@ -3,8 +3,10 @@
 //
 // ParallelFor(tasks, fn) runs fn(task) for every task in [0, tasks) on the caller and the
 // workers, and returns when all are done; tasks are handed out one at a time from a shared
-// counter, so uneven tasks balance. Workers spin briefly after a job (decode steps come back to
-// back) and then sleep on a futex, so an idle server burns no CPU.
+// counter, so uneven tasks balance, and a worker the OS has descheduled (another process on the
+// core) is simply not waited for: the caller takes the tasks it did not claim. Workers spin
+// briefly after a job (decode steps come back to back) and then sleep on a futex, so an idle
+// server burns no CPU.
 //
 // Thread-safety: ParallelFor must be called from one thread at a time (the engine thread that
 // owns the backend); fn must be safe to run concurrently for different tasks. A pool of size 1
@@ -37,19 +39,17 @@ class ThreadPool {
 
  private:
   void WorkerLoop();
-  void RunTasks();
+  void RunTasks(uint32_t generation);
 
   std::vector<std::thread> workers_;
-  // Bumped for every job (release: job_ and tasks_ are set before); workers wait for it to
-  // change. Every worker checks in for every job, so no worker can still be in a job when the
-  // next one is set up.
+  // Bumped for every job; idle workers wait for it to change.
   std::atomic<uint32_t> generation_{0};
   std::atomic<bool> stop_{false};
-  std::atomic<int64_t> next_task_{0};
-  std::atomic<int> workers_running_{0};
-  std::atomic<int> sleepers_{0};  // workers in (or about to enter) a futex wait
-  int64_t tasks_ = 0;
-  absl::FunctionRef<void(int64_t)>* job_ = nullptr;
+  // Which job, how many tasks and the next unclaimed one, in one word (see RunTasks).
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int64_t> done_{0};                     // tasks of the current job that have finished
+  std::atomic<int> sleepers_{0};                     // workers in (or about to enter) a futex wait
+  absl::FunctionRef<void(int64_t)>* job_ = nullptr;  // valid while a task of its job is claimed
 };
 
 }  // namespace abcd

@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
                         SafetensorsFile::Open(dir + "/model.safetensors"));
   model->weight_format_ = options.weight_format.value_or(NativeFormat(*file));
+  model->position_denominators_ = cpu::SinusoidalDenominators(model->config_.d_model);
   WeightLoader weights(*file);
   const ModelConfig& c = model->config_;
   const int64_t vocab = c.vocab_size, d = c.d_model;
@@ -64,6 +65,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     ABCD_RETURN_IF_ERROR(model->LoadStack("encoder", c.encoder_layers, weights, *model->encoder_));
   }
   ABCD_RETURN_IF_ERROR(weights.CheckAllUsed());
+  model->non_finite_tensors_ = weights.non_finite();
   model->BuildLayout();
   model->layout_.kv_bf16 = options.kv_cache_bf16;
   model->weight_bytes_ = model->CountWeightBytes();
@@ -166,7 +168,7 @@ void Model::Embed(int32_t token, int64_t position, float* row) const {
   if (scale != 1.0f) {
     for (int64_t i = 0; i < d; ++i) row[i] *= scale;
   }
-  cpu::AddSinusoidalPosition(position, d, row);
+  cpu::AddSinusoidalPosition(position, position_denominators_, row);
 }
 
 void Model::FeedForward(CpuContext& ctx, const Block& block, const float* x_norm, int64_t rows,

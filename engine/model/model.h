@@ -53,6 +53,11 @@ class Model {
   // Bytes of parameters as stored for the CPU kernels (what one decode step reads).
   int64_t weight_bytes() const { return weight_bytes_; }
   WeightFormat weight_format() const { return weight_format_; }
+  // Checkpoint tensors holding NaN or infinite values, with their counts (loaded anyway; the
+  // server logs them as a warning).
+  const std::vector<std::pair<std::string, int64_t>>& non_finite_tensors() const {
+    return non_finite_tensors_;
+  }
   // Multiply-adds of the matrix products one decoded token costs (projections, feed-forward,
   // vocabulary), for GFLOP/s figures.
   int64_t projection_macs_per_token() const;
@@ -108,8 +113,10 @@ class Model {
   std::string directory_;
   int64_t weight_bytes_ = 0;
   WeightFormat weight_format_ = WeightFormat::kF32;
-  PackedMatrix embedding_;  // [V, d]
-  PackedMatrix lm_head_;    // [V, d] when not tied
+  std::vector<std::pair<std::string, int64_t>> non_finite_tensors_;
+  std::vector<double> position_denominators_;  // 10000^(2i/d), i < d/2
+  PackedMatrix embedding_;                     // [V, d]
+  PackedMatrix lm_head_;                       // [V, d] when not tied
   std::unique_ptr<Stack> decoder_;
   std::unique_ptr<Stack> encoder_;
   StateLayout layout_;

@@ -1,5 +1,7 @@
 #include "engine/model/weights.h"
 
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -22,6 +24,9 @@ absl::StatusOr<std::vector<float>> WeightLoader::Load(const std::string& name,
   }
   used_.insert(name);
   loaded_floats_ += static_cast<int64_t>(values->size());
+  int64_t bad = 0;
+  for (float v : *values) bad += std::isfinite(v) ? 0 : 1;
+  if (bad > 0) non_finite_.emplace_back(name, bad);
   return values;
 }
 

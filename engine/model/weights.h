@@ -5,6 +5,7 @@
 
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,9 @@ class WeightLoader {
   bool Contains(const std::string& name) const { return file_.Contains(name); }
   // Floats handed out by Load() so far.
   int64_t loaded_floats() const { return loaded_floats_; }
+  // Tensors loaded so far that hold NaN or infinite values (a broken export or training run:
+  // loaded, but worth a warning), with how many such values each.
+  const std::vector<std::pair<std::string, int64_t>>& non_finite() const { return non_finite_; }
   // InvalidArgument listing tensors that no layer asked for.
   absl::Status CheckAllUsed() const;
 
@@ -29,6 +33,7 @@ class WeightLoader {
   const SafetensorsFile& file_;
   std::set<std::string> used_;
   int64_t loaded_floats_ = 0;
+  std::vector<std::pair<std::string, int64_t>> non_finite_;
 };
 
 }  // namespace abcd

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/core/thread_pool.h"
 #include "engine/model/model_config.h"
@@ -24,5 +25,9 @@ void AddInPlace(float* y, const float* x, int64_t n);
 // 10000^(2i/d)), pe[2i+1] = cos(...). Computed in double, so any position is exact to fp32
 // rounding.
 void AddSinusoidalPosition(int64_t position, int64_t d, float* row);
+// The same with the d/2 denominators 10000^(2i/d) computed once (SinusoidalDenominators):
+// identical values, without a pow per element on every token.
+std::vector<double> SinusoidalDenominators(int64_t d);
+void AddSinusoidalPosition(int64_t position, const std::vector<double>& denominators, float* row);
 
 }  // namespace abcd::cpu

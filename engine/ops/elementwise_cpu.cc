@@ -67,4 +67,22 @@ void AddSinusoidalPosition(int64_t position, int64_t d, float* row) {
   }
 }
 
+std::vector<double> SinusoidalDenominators(int64_t d) {
+  std::vector<double> out(static_cast<size_t>(d / 2));
+  for (int64_t i = 0; i < d / 2; ++i) {
+    out[static_cast<size_t>(i)] =
+        std::pow(10000.0, 2.0 * static_cast<double>(i) / static_cast<double>(d));
+  }
+  return out;
+}
+
+void AddSinusoidalPosition(int64_t position, const std::vector<double>& denominators, float* row) {
+  const double p = static_cast<double>(position);
+  for (size_t i = 0; i < denominators.size(); ++i) {
+    const double angle = p / denominators[i];
+    row[2 * i] += static_cast<float>(std::sin(angle));
+    row[2 * i + 1] += static_cast<float>(std::cos(angle));
+  }
+}
+
 }  // namespace abcd::cpu

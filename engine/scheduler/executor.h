@@ -86,6 +86,7 @@ class ExecutorObserver {
 
 struct ExecutorOptions {
   int64_t state_budget_bytes = int64_t{1} << 30;  // Create(Model&): the CPU backend's pool
+  int cpu_threads = 1;                            // Create(Model&): the CPU backend's threads
   int max_waiting_requests = 256;                 // beyond this Enqueue answers RESOURCE_EXHAUSTED
   int max_running_sequences = 256;                // batch size cap
   int prefill_token_budget = 512;  // most prompt tokens prefilled per iteration (hard cap)

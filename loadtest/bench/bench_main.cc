@@ -18,6 +18,7 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
   memory     --models DIR[,DIR..] [--lengths 128,256,...,32768] [--confirm_length 2048]
   decode     --models DIR[,DIR..] [--batches 1,4,16,64] [--contexts 128,512,2048] [--steps 8]
              [--rounds 3] [--weight_formats f32,bf16,int8] [--prefill_tokens 512]
+             [--kv_cache_format bf16|f32]
   reference  --models DIR[,DIR..] [--reference_batches 1,32] [--reference_steps 64] [--repeats 3]
              [--python /usr/bin/python3] [--script loadtest/bench_reference.py]
   overhead   --model DIR[,DIR..] [--server build/server/abcd-server] [--requests 48] [--concurrency 8]
@@ -29,13 +30,21 @@ Common: --threads N (the engine's CPU threads, BLAS threads, and torch threads f
         default 1)  --json FILE
 )";
 
-const std::set<std::string> kValued = {
-    "models",           "model",           "models_dir",     "lengths",           "confirm_length",
-    "batches",          "contexts",        "steps",          "repeats",           "python",
-    "script",           "server",          "requests",       "concurrency",       "max_tokens",
-    "prompts",          "threads",         "json",           "bandwidth_mb",      "memory_types",
-    "decode_types",     "reference_types", "overhead_type",  "reference_batches", "reference_steps",
-    "reference_models", "rounds",          "weight_formats", "prefill_tokens"};
+const std::set<std::string> kValued = {"models",          "model",
+                                       "models_dir",      "lengths",
+                                       "confirm_length",  "batches",
+                                       "contexts",        "steps",
+                                       "repeats",         "python",
+                                       "script",          "server",
+                                       "requests",        "concurrency",
+                                       "max_tokens",      "prompts",
+                                       "threads",         "json",
+                                       "bandwidth_mb",    "memory_types",
+                                       "decode_types",    "reference_types",
+                                       "overhead_type",   "reference_batches",
+                                       "reference_steps", "reference_models",
+                                       "rounds",          "weight_formats",
+                                       "prefill_tokens",  "kv_cache_format"};
 
 std::vector<std::string> ModelsIn(const std::string& dir, const std::string& types) {
   std::vector<std::string> out;
@@ -91,6 +100,11 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     o.bandwidth = bandwidth;
     o.threads = static_cast<int>(threads);
     o.weight_formats = SplitList(args.String("weight_formats", ""));
+    const std::string kv = args.String("kv_cache_format", "bf16");
+    if (kv != "bf16" && kv != "f32") {
+      return absl::InvalidArgumentError("--kv_cache_format must be bf16 or f32");
+    }
+    o.kv_cache_bf16 = kv == "bf16";
     ABCD_ASSIGN_OR_RETURN(o.prefill_tokens, args.Int("prefill_tokens", 512));
     ABCD_ASSIGN_OR_RETURN(out["decode"], RunDecode(o));
   }

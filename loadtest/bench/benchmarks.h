@@ -40,6 +40,7 @@ struct DecodeOptions {
   int steps = 8;                 // timed decode steps per measurement (median taken)
   int rounds = 3;                // measurements per point, the models interleaved (median taken)
   int threads = 1;               // the engine's CpuContext threads
+  bool kv_cache_bf16 = true;     // softmax KV cache rows in bf16 (as the server's default)
   int64_t prefill_tokens = 512;  // prompt length of the prefill table (0: no table)
   Bandwidth bandwidth;           // the DRAM floor (256 MiB memcpy)
 };

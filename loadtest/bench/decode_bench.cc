@@ -110,6 +110,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   out["steps"] = options.steps;
   out["rounds"] = options.rounds;
   out["threads"] = options.threads;
+  out["kv_cache"] = options.kv_cache_bf16 ? "bf16" : "f32";
   out["kernel"] = cpu::LinearKernelName();
   out["bandwidth_gb_s"] = options.bandwidth.bytes_per_second / 1e9;
   // tokens/s by [context][batch][label], for the ratio tables.
@@ -123,6 +124,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
     for (const std::string& format_name : formats) {
       Entry e;
       ModelLoadOptions load;
+      load.kv_cache_bf16 = options.kv_cache_bf16;
       if (!format_name.empty()) {
         ABCD_ASSIGN_OR_RETURN(load.weight_format, ParseWeightFormat(format_name));
       }
@@ -144,7 +146,8 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
     }
   }
   std::cout << "== decode step time vs batch size (" << options.threads << " thread(s), "
-            << cpu::LinearKernelName() << " kernels; read floor = (weights + 2 * batch * state) "
+            << (options.kv_cache_bf16 ? "bf16" : "f32") << " KV cache, " << cpu::LinearKernelName()
+            << " kernels; read floor = (weights + 2 * batch * state) "
             << "read once at this machine's speed for that size; DRAM floor = the same at "
             << absl::StrFormat("%.1f GB/s memcpy", options.bandwidth.bytes_per_second / 1e9)
             << "; median of " << options.rounds << " rounds of " << options.steps

@@ -52,8 +52,9 @@ constexpr char kUsage[] =
     "                    [--stop STR] [--ignore-eos] [--json]\n"
     "  abcd-cli eval [--model DIR] --text FILE [--chunk N] [--json]\n"
     "  abcd-cli translate [--model DIR] --text TEXT [--beam-size N] [--max-tokens N] [--json]\n"
+    "  abcd-cli translate [--model DIR] --text-file FILE [--beam-size N] [--max-tokens N]\n"
     "Without --model, $ABCD_MODEL or the bundled default model (translate: the bundled\n"
-    "translation model) is used. generate and eval also take --threads N (default: the\n"
+    "translation model) is used. generate, eval and translate also take --threads N (default: the\n"
     "cores this process may use), --weight-format f32|bf16|f16|int8 (default: the\n"
     "checkpoint's own) and --kv-cache-format bf16|f32 (softmax layers; default bf16).\n";
 
@@ -278,8 +279,54 @@ absl::Status RunEval(const Arguments& args) {
 }
 
 // One translation through an in-process Executor (greedy with --beam-size 1).
+// --text-file: every line translated through the Executor, up to 64 at once (batched like the
+// server), printed in input order, one line each.
+absl::Status TranslateFile(Executor& executor, const std::string& path, int beam_size,
+                           int max_tokens) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot read --text-file ", path));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(file, line);) lines.push_back(line);
+  constexpr size_t kWindow = 64;
+  for (size_t first = 0; first < lines.size(); first += kWindow) {
+    const size_t count = std::min(kWindow, lines.size() - first);
+    std::vector<std::string> out(count);
+    std::vector<absl::Status> status(count);
+    std::vector<absl::Notification> done(count);
+    for (size_t i = 0; i < count; ++i) {
+      GenerationRequest request;
+      request.source = lines[first + i].empty() ? " " : lines[first + i];
+      request.beam_size = beam_size;
+      request.max_tokens = max_tokens;
+      request.sampling.temperature = 0.0f;
+      absl::StatusOr<RequestId> id =
+          executor.Enqueue(std::move(request), [&, i](GenerationEvent event) {
+            out[i] += event.text;
+            if (!event.finished) return;
+            status[i] = event.status;
+            done[i].Notify();
+          });
+      if (!id.ok()) {
+        status[i] = id.status();
+        done[i].Notify();
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      done[i].WaitForNotification();
+      if (!status[i].ok()) {
+        return absl::Status(status[i].code(), absl::StrCat("--text-file line ", first + i + 1, ": ",
+                                                           status[i].message()));
+      }
+      std::cout << out[i] << "\n";
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunTranslate(const Arguments& args) {
-  if (!args.Has("text")) return absl::InvalidArgumentError("--text is required");
+  if (!args.Has("text") && !args.Has("text-file")) {
+    return absl::InvalidArgumentError("--text or --text-file is required");
+  }
   ABCD_ASSIGN_OR_RETURN(const int64_t beam_size, args.Int("beam-size", 4));
   if (beam_size < 1 || beam_size > 64) {
     return absl::InvalidArgumentError(
@@ -293,7 +340,8 @@ absl::Status RunTranslate(const Arguments& args) {
                                                    options.max_new_tokens, "], got ", max_tokens));
   }
   const std::string dir = ModelDir(args, ABCD_DEFAULT_TRANSLATION_MODEL_DIR);
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(args, dir));
+  ABCD_ASSIGN_OR_RETURN(options.cpu_threads, Threads(args));
   if (!model->config().is_encoder_decoder()) {
     return absl::FailedPreconditionError("translate needs an encoder-decoder model");
   }
@@ -302,6 +350,10 @@ absl::Status RunTranslate(const Arguments& args) {
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
                         Executor::Create(*model, *tokenizer, options));
   absl::Cleanup shutdown = [&] { executor->Shutdown(); };
+  if (args.Has("text-file")) {
+    return TranslateFile(*executor, args.String("text-file", ""), static_cast<int>(beam_size),
+                         static_cast<int>(max_tokens));
+  }
 
   GenerationRequest request;
   request.source = args.String("text", "");
@@ -360,7 +412,10 @@ int Main(int argc, char** argv) {
     status = args.ok() ? RunEval(*args) : args.status();
   } else if (command == "translate") {
     absl::StatusOr<Arguments> args =
-        Arguments::Parse(rest, {"model", "text", "beam-size", "max-tokens"}, {"json"});
+        Arguments::Parse(rest,
+                         {"model", "text", "text-file", "beam-size", "max-tokens", "threads",
+                          "weight-format", "kv-cache-format"},
+                         {"json"});
     status = args.ok() ? RunTranslate(*args) : args.status();
   } else if (command == "--help" || command == "help") {
     std::cout << kUsage;

@@ -59,6 +59,15 @@ class ServedModels {
   // "<model>: <why>" for the first model whose backend failed for good (its Executor refuses
   // every request), else empty. The server is then not ready and its gRPC health NOT_SERVING,
   // so that an orchestrator restarts it.
+  // True when no model has a running or waiting request (per the executors' latest stats).
+  bool Idle() const {
+    for (const auto& m : models_) {
+      if (m->executor == nullptr) continue;
+      const ExecutorStats stats = m->executor->LatestStats();
+      if (stats.running_sequences > 0 || stats.waiting_requests > 0) return false;
+    }
+    return true;
+  }
   std::string BackendFailure() const {
     for (const auto& m : models_) {
       if (m->executor == nullptr) continue;

@@ -460,13 +460,14 @@ absl::StatusOr<const ServedModel*> HttpService::Impl::ResolveModel(const std::st
       for (const ServedModel* m : models_.All()) {
         if (m->kind == kind) names.push_back(m->name);
       }
-      return absl::InvalidArgumentError(absl::StrCat("model '", name, "' is not served (",
-                                                     ModelKindName(kind),
+      return absl::InvalidArgumentError(absl::StrCat("model '", TruncateForMessage(name),
+                                                     "' is not served (", ModelKindName(kind),
                                                      " models: ", absl::StrJoin(names, ", "), ")"));
     }
     if (model->kind != kind) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "model '", name, "' is a ", ModelKindName(model->kind), " model; use ",
+          "model '", TruncateForMessage(name), "' is a ", ModelKindName(model->kind),
+          " model; use ",
           model->kind == ModelKind::kTranslation ? "/v1/translate" : "/v1/completions"));
     }
   }
@@ -519,24 +520,30 @@ void HttpService::Impl::Translate(const ServerRequest& http_request,
   auto call = std::make_shared<Call>(*this, exchange, executor, kKind, n);
   call->batch = request->batch;
   call->model = (*model)->name;
+  // One batch: the Executor checks the texts' total (--max_batch_source_tokens) and accepts all
+  // or none; its errors name the text ("texts[3]: ...").
+  std::vector<GenerationRequest> generations(n);
+  std::vector<EventCallback> callbacks(n);
   for (size_t i = 0; i < n; ++i) {
-    GenerationRequest generation;
+    GenerationRequest& generation = generations[i];
     generation.source = std::move(request->texts[i]);
     generation.max_tokens = request->max_tokens;
     generation.beam_size = request->beam_size;
     generation.sampling.temperature = 0.0f;  // greedy / beam search, deterministic
-    Call::Part& part = call->parts()[i];
-    absl::StatusOr<RequestId> id =
-        executor.Enqueue(std::move(generation), EventChannel::Callback(part.channel));
-    if (!id.ok()) {
-      absl::Status status = id.status();
-      if (request->batch) {
-        status = absl::Status(status.code(), absl::StrCat("texts[", i, "]: ", status.message()));
-      }
-      return call->FailEnqueue(status);
+    callbacks[i] = EventChannel::Callback(call->parts()[i].channel);
+  }
+  absl::StatusOr<std::vector<RequestId>> ids =
+      executor.EnqueueBatch(std::move(generations), std::move(callbacks));
+  if (!ids.ok()) {
+    absl::Status status = ids.status();
+    if (!request->batch && absl::StartsWith(status.message(), "texts[0]: ")) {
+      status = absl::Status(status.code(), status.message().substr(10));
     }
-    part.id = *id;
-    part.enqueued = true;
+    return call->FailEnqueue(status);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    call->parts()[i].id = (*ids)[i];
+    call->parts()[i].enqueued = true;
   }
   call->Begin();
 }

@@ -158,8 +158,9 @@ TEST_F(RobustnessTest, HugePromptsAreRefusedBeforeTokenizing) {
 // sources held every other translation and SIGTERM for as long as encoding them all took.
 TEST_F(RobustnessTest, MaximalTranslationBatchHoldsNeitherAShortTranslationNorSigterm) {
   constexpr double kGrace = 1.0;
-  Start(kEnDeDir, {"--drain_grace_seconds", absl::StrCat(kGrace)});
-  // 64 texts of (nearly) max_source_tokens (512 with eos) each.
+  // The largest batch the flags allow: 64 texts of (nearly) max_source_tokens (512 with eos).
+  Start(kEnDeDir,
+        {"--drain_grace_seconds", absl::StrCat(kGrace), "--max_batch_source_tokens", "32768"});
   auto tokenizer = Tokenizer::Load(std::string(kEnDeDir) + "/tokenizer.model");
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   std::string text;
@@ -209,6 +210,23 @@ TEST_F(RobustnessTest, MaximalTranslationBatchHoldsNeitherAShortTranslationNorSi
               kGrace);
   if (std::getenv("ABCD_E2E_LOG") != nullptr) std::printf("%s\n", server_->Log().c_str());
   batch_client.join();
+}
+
+// Issue 19: /v1/translate batches go through Executor::EnqueueBatch, so their total of source
+// tokens is limited (--max_batch_source_tokens) and a batch over it is refused as a whole.
+TEST_F(RobustnessTest, TranslationBatchOverItsTokenTotalIsRefused) {
+  Start(kEnDeDir, {"--max_batch_source_tokens", "64"});
+  const std::string text = "The house is small, but the garden behind it is very green.";
+  nlohmann::json batch = {{"texts", std::vector<std::string>(8, text)}, {"max_tokens", 4}};
+  auto refused = http_->Post("/v1/translate", batch.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_NE(refused->body.find("texts"), std::string::npos) << refused->body;
+  nlohmann::json small = {{"texts", std::vector<std::string>(2, text)}, {"max_tokens", 4}};
+  auto accepted = http_->Post("/v1/translate", small.dump(), "application/json");
+  ASSERT_TRUE(accepted);
+  EXPECT_EQ(accepted->status, 200) << accepted->body;
+  EXPECT_TRUE(EventuallyIdle());
 }
 
 // Issue 19 item 4b: streams whose writes stall on flow control (the client never reads) and

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -157,6 +158,23 @@ TEST_F(SafetensorsTest, DecodesZeroElementTensors) {
   absl::StatusOr<std::vector<float>> loaded = loader.Load("f", {0, 4});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_TRUE(loaded->empty());
+}
+
+// Issue 19 item 17: NaN / infinite weights load (the numbers are the checkpoint's) but are
+// reported per tensor, so the server can warn.
+TEST_F(SafetensorsTest, WeightLoaderReportsNonFiniteTensors) {
+  const float values[4] = {1.0f, std::nanf(""), -INFINITY, 2.0f};
+  std::string data(reinterpret_cast<const char*>(values), sizeof(values));
+  const std::string file = Header(R"({"bad":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                  R"("worse":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})") +
+                           data;
+  auto st = SafetensorsFile::Open(Write(file));
+  ASSERT_TRUE(st.ok()) << st.status();
+  WeightLoader loader(**st);
+  ASSERT_TRUE(loader.Load("bad", {2}).ok());
+  ASSERT_TRUE(loader.Load("worse", {2}).ok());
+  const std::vector<std::pair<std::string, int64_t>> expected = {{"bad", 1}, {"worse", 1}};
+  EXPECT_EQ(loader.non_finite(), expected);
 }
 
 // The in-memory entry (used by the fuzzer) applies the same checks as Open.
