@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/core/thread_pool.h"
+#include "engine/ops/linear_kernels.h"
 #include "engine/ops/packed_matrix.h"
 #include "gtest/gtest.h"
 
@@ -82,6 +83,39 @@ INSTANTIATE_TEST_SUITE_P(Formats, LinearTest,
                          [](const auto& param_info) {
                            return std::string(WeightFormatName(param_info.param));
                          });
+
+// The portable kernel is what machines without AVX-512 run: checked here on every machine,
+// called directly, against the same reference.
+TEST_P(LinearTest, PortableKernelMatchesReference) {
+  const WeightFormat format = GetParam();
+  const Shape shapes[] = {{1, 256, 896}, {3, 33, 17}, {7, 40, 130}, {17, 31, 33}};
+  uint32_t seed = 100;
+  for (const Shape& s : shapes) {
+    const std::vector<float> w = Random(static_cast<size_t>(s.out * s.in), seed++);
+    const std::vector<float> x = Random(static_cast<size_t>(s.rows * s.in), seed++);
+    const std::vector<float> bias = Random(static_cast<size_t>(s.out), seed++);
+    const PackedMatrix packed = PackedMatrix::Pack(w, s.out, s.in, format);
+    const std::vector<float> expected = Reference(x, s.rows, packed, bias.data());
+    std::vector<float> y(static_cast<size_t>(s.rows * s.out) + 16, 12345.0f);
+    cpu::kernels::LinearArgs args;
+    args.x = x.data();
+    args.rows = s.rows;
+    args.in = s.in;
+    args.panels = packed.panel(0);
+    args.panel_bytes = packed.panel_stride();
+    args.scales = format == WeightFormat::kInt8 ? packed.scales() : nullptr;
+    args.bias = bias.data();
+    args.out = s.out;
+    args.format = static_cast<cpu::kernels::Format>(static_cast<int>(format));
+    args.y = y.data();
+    cpu::kernels::LinearPanelsGeneric(args, 0, packed.panels());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_NEAR(y[i], expected[i], 1e-4f * (1.0f + std::fabs(expected[i])))
+          << WeightFormatName(format) << " rows=" << s.rows << " in=" << s.in << " index " << i;
+    }
+    for (size_t i = expected.size(); i < y.size(); ++i) ASSERT_EQ(y[i], 12345.0f);
+  }
+}
 
 TEST(PackedMatrixTest, FormatsRoundTripWithinTheirPrecision) {
   const int64_t out = 21, in = 37;
