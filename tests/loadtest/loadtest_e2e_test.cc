@@ -59,8 +59,10 @@ class LoadtestE2E : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(server_->started()) << server_->Log(); }
 
   std::string Target() const {
+    // Gauges polled every 5 ms: a 16-token request now lasts a few milliseconds, so the default
+    // 200 ms poll can miss every running sequence of a short run.
     return "--host 127.0.0.1 --grpc_port " + std::to_string(server_->grpc_port()) +
-           " --http_port " + std::to_string(server_->http_port());
+           " --http_port " + std::to_string(server_->http_port()) + " --poll_ms 5";
   }
   static std::string Output(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
