@@ -46,6 +46,12 @@ class Reader {
     in_.remove_prefix(bytes);
     return true;
   }
+  bool Skip(int64_t bytes) {
+    if (bytes < 0 || in_.size() < static_cast<size_t>(bytes)) return false;
+    in_.remove_prefix(static_cast<size_t>(bytes));
+    return true;
+  }
+  size_t remaining() const { return in_.size(); }
   bool done() const { return in_.empty(); }
 
  private:
@@ -183,59 +189,106 @@ absl::StatusOr<std::string> StatePool::Snapshot(SequenceId id) const {
   return out.Take();
 }
 
-absl::StatusOr<SequenceId> StatePool::Restore(absl::string_view snapshot) {
-  auto invalid = [](absl::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat("snapshot: ", what));
-  };
-  Reader in(snapshot);
+namespace {
+
+absl::Status InvalidSnapshot(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("snapshot: ", what));
+}
+
+// Magic, fingerprint, position and source length: the fixed start of every snapshot.
+absl::Status ReadHeader(Reader& in, StatePool::SnapshotHeader* header) {
   char magic[8];
   for (char& c : magic) {
-    if (!in.Get(&c)) return invalid("truncated header");
+    if (!in.Get(&c)) return InvalidSnapshot("truncated header");
   }
-  if (std::memcmp(magic, kSnapshotMagic, 8) != 0) return invalid("not an abcd sequence snapshot");
-  uint64_t fingerprint;
-  auto state = std::make_unique<SequenceState>();
+  if (std::memcmp(magic, kSnapshotMagic, 8) != 0) {
+    return InvalidSnapshot("not an abcd sequence snapshot");
+  }
+  if (!in.Get(&header->fingerprint) || !in.Get(&header->position) ||
+      !in.Get(&header->source_length)) {
+    return InvalidSnapshot("truncated header");
+  }
+  if (header->position < 0 || header->source_length < 0)
+    return InvalidSnapshot("negative position");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<StatePool::SnapshotHeader> StatePool::ReadSnapshotHeader(
+    absl::string_view snapshot) {
+  Reader in(snapshot);
+  SnapshotHeader header;
+  if (absl::Status status = ReadHeader(in, &header); !status.ok()) return status;
+  return header;
+}
+
+absl::Status StatePool::ParseSnapshot(absl::string_view snapshot, SequenceState* state) const {
+  Reader in(snapshot);
+  SnapshotHeader header;
+  if (absl::Status status = ReadHeader(in, &header); !status.ok()) return status;
+  if (header.fingerprint != layout_.fingerprint) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("snapshot: taken from a different model (state fingerprint ",
+                     header.fingerprint, ", this model's is ", layout_.fingerprint, ")"));
+  }
   uint8_t encoded;
   int64_t fixed_floats, kv_count;
-  if (!in.Get(&fingerprint) || !in.Get(&state->position) || !in.Get(&state->source_length) ||
-      !in.Get(&encoded) || !in.Get(&fixed_floats)) {
-    return invalid("truncated header");
-  }
-  if (fingerprint != layout_.fingerprint) return invalid("taken from a different model");
+  if (!in.Get(&encoded) || !in.Get(&fixed_floats)) return InvalidSnapshot("truncated header");
   if (fixed_floats != static_cast<int64_t>(layout_.initial_fixed.size())) {
-    return invalid("fixed state size does not match the model");
+    return InvalidSnapshot("fixed state size does not match the model");
   }
-  if (state->position < 0 || state->source_length < 0) return invalid("negative position");
-  state->encoded = encoded != 0;
-  state->fixed.resize(fixed_floats);
-  if (!in.GetFloats(state->fixed.data(), fixed_floats) || !in.Get(&kv_count)) {
-    return invalid("truncated fixed state");
+  if (state != nullptr) {
+    state->position = header.position;
+    state->source_length = header.source_length;
+    state->encoded = encoded != 0;
+    state->fixed.resize(fixed_floats);
   }
+  const bool fixed_ok = state != nullptr ? in.GetFloats(state->fixed.data(), fixed_floats)
+                                         : in.Skip(fixed_floats * 4);
+  if (!fixed_ok || !in.Get(&kv_count)) return InvalidSnapshot("truncated fixed state");
   if (kv_count != static_cast<int64_t>(layout_.kv_is_cross.size())) {
-    return invalid("KV cache count does not match the model");
+    return InvalidSnapshot("KV cache count does not match the model");
   }
-  state->kv.resize(kv_count);
+  if (state != nullptr) state->kv.resize(kv_count);
+  const int64_t width = layout_.kv_width;
   for (int64_t i = 0; i < kv_count; ++i) {
+    int64_t length;
+    if (!in.Get(&length)) return InvalidSnapshot("truncated KV cache");
+    const int64_t expected = layout_.kv_is_cross[i] ? header.source_length : header.position;
+    if (length != expected) return InvalidSnapshot("KV cache length does not match the position");
+    // Bounded by what is left before any multiplication or allocation.
+    if (width > 0 && length > static_cast<int64_t>(in.remaining()) / (2 * 4 * width)) {
+      return InvalidSnapshot("truncated KV cache");
+    }
+    const int64_t floats = length * width;
+    if (state == nullptr) {
+      if (!in.Skip(2 * floats * 4)) return InvalidSnapshot("truncated KV cache");
+      continue;
+    }
     KvCache& kv = state->kv[i];
-    kv.width = layout_.kv_width;
+    kv.width = width;
     kv.bf16 = layout_.kv_bf16;
-    if (!in.Get(&kv.length)) return invalid("truncated KV cache");
-    const int64_t expected = layout_.kv_is_cross[i] ? state->source_length : state->position;
-    if (kv.length != expected) return invalid("KV cache length does not match the position");
-    if (kv.length > static_cast<int64_t>(snapshot.size()) / (2 * 4 * kv.width)) {
-      return invalid("truncated KV cache");
-    }
-    const int64_t capacity = RoundUpToPage(kv.length);
-    std::vector<float> keys(static_cast<size_t>(kv.length * kv.width));
+    kv.length = length;
+    std::vector<float> keys(static_cast<size_t>(floats));
     std::vector<float> values(keys.size());
-    if (!in.GetFloats(keys.data(), kv.length * kv.width) ||
-        !in.GetFloats(values.data(), kv.length * kv.width)) {
-      return invalid("truncated KV cache");
+    if (!in.GetFloats(keys.data(), floats) || !in.GetFloats(values.data(), floats)) {
+      return InvalidSnapshot("truncated KV cache");
     }
-    kv.Resize(capacity);
-    kv.WriteRows(kv.length, keys.data(), values.data());
+    kv.Resize(RoundUpToPage(length));
+    kv.WriteRows(length, keys.data(), values.data());
   }
-  if (!in.done()) return invalid("trailing bytes");
+  if (!in.done()) return InvalidSnapshot("trailing bytes");
+  return absl::OkStatus();
+}
+
+absl::Status StatePool::CheckSnapshot(absl::string_view snapshot) const {
+  return ParseSnapshot(snapshot, nullptr);
+}
+
+absl::StatusOr<SequenceId> StatePool::Restore(absl::string_view snapshot) {
+  auto state = std::make_unique<SequenceState>();
+  if (absl::Status status = ParseSnapshot(snapshot, state.get()); !status.ok()) return status;
   const int64_t bytes = ChargedBytes(*state);
   if (bytes_in_use_ + bytes > budget_bytes_) {
     return absl::ResourceExhaustedError(

@@ -65,8 +65,23 @@ class StatePool {
   // A new sequence with an identical state (beam search, shared prefixes).
   absl::StatusOr<SequenceId> Fork(SequenceId id);
   // A self-describing byte string of the state; Restore() turns it into a new sequence.
+  // Restore: INVALID_ARGUMENT for a corrupt or truncated snapshot, FAILED_PRECONDITION for one
+  // taken from another model (fingerprint), RESOURCE_EXHAUSTED when the budget cannot hold it;
+  // the pool is unchanged on any error.
   absl::StatusOr<std::string> Snapshot(SequenceId id) const;
   absl::StatusOr<SequenceId> Restore(absl::string_view snapshot);
+  // What Restore() would restore, without restoring it: the same INVALID_ARGUMENT and
+  // FAILED_PRECONDITION errors (not the budget check). Allocates nothing in proportion to the
+  // snapshot. Thread-safe (reads only the layout).
+  absl::Status CheckSnapshot(absl::string_view snapshot) const;
+  // The snapshot's position (decoder tokens folded), source length and fingerprint, read from its
+  // header alone (INVALID_ARGUMENT when the header is not one). Thread-safe.
+  struct SnapshotHeader {
+    uint64_t fingerprint = 0;
+    int64_t position = 0;
+    int64_t source_length = 0;
+  };
+  static absl::StatusOr<SnapshotHeader> ReadSnapshotHeader(absl::string_view snapshot);
 
   // Grows self-attention KvCaches to hold `tokens` rows, or cross ones to hold `source_tokens`.
   // RESOURCE_EXHAUSTED (and no change) when the budget does not allow it.
@@ -89,6 +104,9 @@ class StatePool {
   absl::Status Grow(SequenceId id, bool cross, int64_t rows);
   int64_t ChargedBytes(const SequenceState& state) const;
   SequenceId Insert(std::unique_ptr<SequenceState> state, int64_t bytes);
+  // Validates `snapshot` against the layout; fills `state` when not null (Restore), else only
+  // checks (CheckSnapshot). Never touches the pool.
+  absl::Status ParseSnapshot(absl::string_view snapshot, SequenceState* state) const;
 
   StateLayout layout_;
   int64_t budget_bytes_;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "engine/model/model.h"
 #include "tests/engine/fixtures.h"
@@ -107,9 +109,69 @@ TEST(StatePool, SnapshotRejectsCorruptionAndOtherModels) {
   StateLayout different = BoundedLayout(6);
   different.fingerprint = 7;
   StatePool foreign(different, 1 << 20);
-  EXPECT_EQ(foreign.Restore(*snapshot).status().code(), absl::StatusCode::kInvalidArgument);
+  // Another model's snapshot is not corrupt: it is the wrong model.
+  const absl::Status foreign_status = foreign.Restore(*snapshot).status();
+  EXPECT_EQ(foreign_status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(foreign_status.message().find("different model"), absl::string_view::npos);
+  EXPECT_EQ(foreign.CheckSnapshot(*snapshot).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(foreign.size(), 0);
   EXPECT_TRUE(other.Restore(*snapshot).ok());
   EXPECT_EQ(pool.bytes_in_use(), before);
+}
+
+// CheckSnapshot answers what Restore would, for every truncation and single-byte change of a
+// softmax snapshot, and never changes the pool; ReadSnapshotHeader reads the position.
+TEST(StatePool, CheckSnapshotAgreesWithRestore) {
+  StateLayout layout = BoundedLayout(3);
+  layout.kv_is_cross = {false};
+  layout.kv_width = 2;
+  StatePool pool(layout, 1 << 20);
+  const SequenceId id = *pool.Acquire();
+  ASSERT_TRUE(pool.ReserveTokens(id, 5).ok());
+  SequenceState* state = pool.Get(id);
+  state->position = 5;
+  state->kv[0].length = 5;
+  for (int64_t row = 0; row < 5; ++row) {
+    const float k[2] = {1.0f * row, 2.0f}, v[2] = {-1.0f, 0.5f * row};
+    state->kv[0].Write(row, 0, k, v, 2);
+  }
+  const std::string snapshot = *pool.Snapshot(id);
+  EXPECT_TRUE(pool.CheckSnapshot(snapshot).ok());
+  auto header = StatePool::ReadSnapshotHeader(snapshot);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->position, 5);
+  EXPECT_EQ(header->source_length, 0);
+  EXPECT_EQ(header->fingerprint, 42u);
+  EXPECT_EQ(StatePool::ReadSnapshotHeader(snapshot.substr(0, 31)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StatePool::ReadSnapshotHeader("ABCDSEQ2").status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  const int64_t size_before = pool.size(), bytes_before = pool.bytes_in_use();
+  auto agree = [&](const std::string& bytes, const std::string& what) {
+    const absl::Status checked = pool.CheckSnapshot(bytes);
+    EXPECT_EQ(pool.size(), size_before) << what;
+    auto restored = pool.Restore(bytes);
+    EXPECT_EQ(checked.code(), restored.status().code()) << what << ": " << checked;
+    if (restored.ok()) pool.Release(*restored);
+    EXPECT_EQ(pool.bytes_in_use(), bytes_before) << what;
+  };
+  for (size_t cut = 0; cut < snapshot.size(); ++cut) {
+    EXPECT_FALSE(pool.CheckSnapshot(snapshot.substr(0, cut)).ok()) << "cut at " << cut;
+    agree(snapshot.substr(0, cut), "cut at " + std::to_string(cut));
+  }
+  for (size_t at = 0; at < snapshot.size(); ++at) {
+    std::string changed = snapshot;
+    changed[at] ^= 0x40;
+    agree(changed, "byte " + std::to_string(at));
+  }
+  // A position that claims more KV rows than the bytes hold is refused before any allocation.
+  std::string huge = snapshot;
+  const int64_t position = int64_t{1} << 60;
+  std::memcpy(huge.data() + 16, &position, 8);
+  std::memcpy(huge.data() + 8 + 8 + 8 + 8 + 1 + 8 + 3 * 4 + 8, &position, 8);
+  EXPECT_EQ(pool.CheckSnapshot(huge).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool.Restore(huge).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(StatePool, SoftmaxSnapshotKeepsCache) {
