@@ -36,8 +36,8 @@ struct Beam {
 struct ChoiceGroup {
   EventCallback callback;
   int n = 1;
-  int open = 1;          // choices not finished yet (unforked ones included)
-  absl::Status status;   // the first error of any choice
+  int open = 1;         // choices not finished yet (unforked ones included)
+  absl::Status status;  // the first error of any choice
   int completion_tokens = 0;
 };
 
@@ -56,7 +56,7 @@ struct ActiveRequest {
   bool admitted = false;  // reserved_bytes counted against the budget
   bool encoded = false;   // the source is in the cross-attention memory (or there is none)
   bool done = false;
-  bool forked = false;    // n > 1: the other choices exist (the first has forked its state)
+  bool forked = false;  // n > 1: the other choices exist (the first has forked its state)
 
   // A state to start from instead of an empty one (StatePool snapshot bytes): a session's or a
   // prefix cache hit's; `prefilled` then starts at its position.

@@ -134,13 +134,13 @@ struct ExecutorOptions {
   // have accrued for them; a source within it can be encoded on every second iteration ahead
   // of older, longer ones. Cancel, deadline and shutdown are taken between sources.
   int encode_token_budget = 128;
-  int max_new_tokens = 4096;             // max_tokens above this is INVALID_ARGUMENT
-  int max_batch_source_tokens = 8192;    // EnqueueBatch: source tokens of a batch together
-  int max_choices = 16;                  // n above this is INVALID_ARGUMENT
+  int max_new_tokens = 4096;           // max_tokens above this is INVALID_ARGUMENT
+  int max_batch_source_tokens = 8192;  // EnqueueBatch: source tokens of a batch together
+  int max_choices = 16;                // n above this is INVALID_ARGUMENT
   // Decoder-only: state snapshots of prompt prefixes kept for reuse (prefix_cache.h), in bytes;
   // 0 turns the cache off. Outputs are identical with and without it.
   int64_t prefix_cache_bytes = 0;
-  std::string model_name;  // written into saved session blobs
+  std::string model_name;                // written into saved session blobs
   ExecutorObserver* observer = nullptr;  // not owned; may be null
 };
 

@@ -88,6 +88,68 @@ void ContinuousBatchingExecutor::BeamStepFor(ActiveRequest& r, std::span<const f
   if (enough || r.beams.empty() || r.beam_steps >= r.request.max_tokens) FinishBeams(r);
 }
 
+void ContinuousBatchingExecutor::FinishBeams(ActiveRequest& r) {
+  // Best by length-normalised log-probability (EOS counts as a token); finished hypotheses win
+  // over unfinished ones.
+  const bool any_finished = !r.finished_beams.empty();
+  const std::vector<Beam>& candidates = any_finished ? r.finished_beams : r.beams;
+  auto normalized = [any_finished](const Beam& b) {
+    return NormalizedScore(b.score, static_cast<int64_t>(b.tokens.size()) + (any_finished ? 1 : 0));
+  };
+  const Beam* best = nullptr;
+  for (const Beam& b : candidates) {
+    if (best == nullptr || normalized(b) > normalized(*best)) best = &b;
+  }
+  std::vector<int32_t> tokens = best != nullptr ? best->tokens : std::vector<int32_t>{};
+  const FinishReason reason = any_finished ? FinishReason::kEos : FinishReason::kLength;
+  TextStream text(tokenizer_, r.request.stop);
+  std::string out;
+  for (int32_t t : tokens) {
+    absl::StatusOr<std::string> piece = text.Append(t);
+    if (!piece.ok()) {
+      Finish(r, piece.status(), FinishReason::kLength);
+      return;
+    }
+    out += *piece;
+    if (text.stopped()) break;
+  }
+  out += text.Flush();
+  RecordToken(r);
+  Finish(r, absl::OkStatus(), text.stopped() ? FinishReason::kStop : reason, text.tokens(),
+         std::move(out));
+}
+
+void ContinuousBatchingExecutor::Emit(ActiveRequest& r, std::vector<int32_t> tokens,
+                                      std::string text) {
+  GenerationEvent event;
+  event.index = r.index;
+  event.token_ids = std::move(tokens);
+  event.text = std::move(text);
+  event.prompt_tokens = r.prompt_tokens();
+  event.cached_prompt_tokens = static_cast<int>(r.cached_tokens);
+  event.completion_tokens = r.generated_tokens();
+  r.group->callback(std::move(event));
+}
+
+absl::StatusOr<std::string> ContinuousBatchingExecutor::SaveSession(const ActiveRequest& r) {
+  ABCD_ASSIGN_OR_RETURN(std::string state, backend_->Snapshot(r.sequence));
+  ABCD_ASSIGN_OR_RETURN(StatePool::SnapshotHeader header, StatePool::ReadSnapshotHeader(state));
+  SequenceBlob blob;
+  blob.model = options_.model_name;
+  blob.fingerprint = header.fingerprint;
+  blob.tokens = r.context;
+  blob.folded = header.position;
+  blob.state = std::move(state);
+  return EncodeSequenceBlob(blob);
+}
+
+void ContinuousBatchingExecutor::ReleaseStates(ActiveRequest& r) {
+  for (const Beam& beam : r.beams) backend_->Release(beam.sequence);
+  if (r.has_sequence && r.beams.empty()) backend_->Release(r.sequence);
+  r.beams.clear();
+  r.has_sequence = false;
+}
+
 void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, FinishReason reason,
                                         std::vector<int32_t> tokens, std::string text) {
   if (r.done) return;
@@ -130,8 +192,7 @@ void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, F
   event.completion_tokens = group.n == 1 ? completion : group.completion_tokens;
   const bool last = group.open == 0;
   if (last && options_.observer != nullptr) {
-    options_.observer->OnRequestFinished(group.status, event.prompt_tokens,
-                                         group.completion_tokens,
+    options_.observer->OnRequestFinished(group.status, event.prompt_tokens, group.completion_tokens,
                                          absl::ToDoubleSeconds(absl::Now() - r.enqueued));
   }
   if (group.n == 1) {

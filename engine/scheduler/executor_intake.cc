@@ -86,13 +86,13 @@ absl::Status ContinuousBatchingExecutor::CheckSessionState(absl::string_view byt
   }
   ABCD_ASSIGN_OR_RETURN(SequenceBlobInfo info, PeekSequenceBlob(bytes));
   if (!options_.model_name.empty() && info.model != options_.model_name) {
-    return absl::FailedPreconditionError(absl::StrCat("session state is of model '", info.model,
-                                                      "', not of model '", options_.model_name,
-                                                      "'"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session state is of model '", info.model, "', not of model '", options_.model_name, "'"));
   }
   ABCD_ASSIGN_OR_RETURN(SequenceBlob blob, DecodeSequenceBlob(bytes));
   ABCD_RETURN_IF_ERROR(backend_->CheckSnapshot(blob.state));
-  ABCD_ASSIGN_OR_RETURN(SnapshotHeader header, StatePool::ReadSnapshotHeader(blob.state));
+  ABCD_ASSIGN_OR_RETURN(StatePool::SnapshotHeader header,
+                        StatePool::ReadSnapshotHeader(blob.state));
   if (header.position != blob.folded) {
     return absl::InvalidArgumentError(absl::StrCat("session blob: the state has folded ",
                                                    header.position, " tokens, the blob says ",
@@ -152,9 +152,9 @@ absl::StatusOr<std::unique_ptr<ActiveRequest>> ContinuousBatchingExecutor::Prepa
   }
   const int sequences = r->request.beam_size > 1 ? 2 * r->request.beam_size : r->request.n;
   // RequestBytes() only reads constants of the backend, so this thread may call it.
-  absl::StatusOr<int64_t> bytes = backend_->RequestBytes(
-      static_cast<int64_t>(r->prompt_ids.size()), static_cast<int64_t>(r->source_ids.size()),
-      r->request.max_tokens, sequences);
+  absl::StatusOr<int64_t> bytes = backend_->RequestBytes(static_cast<int64_t>(r->prompt_ids.size()),
+                                                         static_cast<int64_t>(r->source_ids.size()),
+                                                         r->request.max_tokens, sequences);
   if (absl::IsResourceExhausted(bytes.status())) {
     // Waiting cannot help: a client error, not an overload to retry.
     return absl::InvalidArgumentError(

@@ -246,7 +246,8 @@ TEST_P(ExecutorStateTest, PrefixCacheChangesOnlyThePrefill) {
   // In flight together, so that later ones wait for the snapshot where they diverge.
   std::vector<Collector> collectors(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSERT_TRUE(with_cache->Enqueue(Request(prompts[i], 5, 0.0f, 0), collectors[i].Callback()).ok());
+    ASSERT_TRUE(
+        with_cache->Enqueue(Request(prompts[i], 5, 0.0f, 0), collectors[i].Callback()).ok());
   }
   int cached_tokens = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -274,9 +275,9 @@ TEST_P(ExecutorStateTest, PrefixCacheChangesOnlyThePrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ExecutorStateTest, ::testing::Values(kLmDir, kMixedDir),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == kLmDir ? std::string("AbcLm")
-                                                       : std::string("MixedSoftmax");
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           return param.param == kLmDir ? std::string("AbcLm")
+                                                        : std::string("MixedSoftmax");
                          });
 
 }  // namespace
