@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -22,9 +23,12 @@
 #include "server/core/log.h"
 #include "server/core/served_models.h"
 #include "server/core/server_config.h"
+#include "server/core/session_ops.h"
 #include "server/grpc/generator_service.h"
 #include "server/http/http_service.h"
 #include "server/metrics/server_metrics.h"
+#include "server/sessions/session_manager.h"
+#include "server/sessions/session_store.h"
 
 namespace abcd {
 namespace {
@@ -78,6 +82,11 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   options.max_batch_source_tokens = config.max_batch_source_tokens;
   options.encode_token_budget = config.encode_token_budget;
   options.max_new_tokens = config.max_tokens_limit;
+  options.max_choices = config.max_choices;
+  options.model_name = served->name;  // written into the model's session blobs
+  if (served->kind == ModelKind::kLanguageModel) {
+    options.prefix_cache_bytes = config.prefix_cache_mb << 20;
+  }
   options.observer = metrics.AddModel(served->name, served->state_bytes_per_sequence);
   for (const auto& [tensor, count] : served->model->non_finite_tensors()) {
     LogEvent(
@@ -151,9 +160,32 @@ int Run(int argc, char** argv) {
     models.Add(*std::move(served));
   }
 
+  // Sessions: the store (memory, or Redis shared by replicas; a Redis that is down at start is
+  // still created and connects lazily) behind one manager for both frontends.
+  SessionStoreOptions store_options;
+  store_options.budget_bytes = config->session_store_mb << 20;
+  store_options.ttl = absl::Seconds(config->session_ttl_s);
+  absl::StatusOr<std::unique_ptr<SessionStore>> store =
+      CreateSessionStore(config->session_store, store_options);
+  if (!store.ok()) {
+    LogEvent("fatal", {{"error", std::string(store.status().message())}});
+    return 1;
+  }
+  SessionMetrics session_metrics(metrics.registry());
+  SessionManager session_manager(*std::move(store), &session_metrics);
+  metrics.AddRenderHook([&session_manager] { session_manager.RefreshMetrics(); });
+  const SessionOps sessions(&session_manager, models, config->max_session_bytes);
+  LogEvent("sessions", {{"store", session_manager.store().name()},
+                        {"ttl_s", absl::StrCat(config->session_ttl_s)},
+                        {"max_session_bytes", absl::StrCat(config->max_session_bytes)}});
+
+  GrpcOptions grpc_options;
+  grpc_options.max_prompt_tokens = config->max_prompt_tokens;
+  grpc_options.sessions = &sessions;
   GeneratorService service(models, {[&metrics](absl::string_view kind, const absl::Status& s) {
                              metrics.CountRequest(kind, s);
-                           }});
+                           }},
+                           grpc_options);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -161,8 +193,12 @@ int Run(int argc, char** argv) {
   builder.AddListeningPort(absl::StrCat(config->host, ":", config->grpc_port),
                            grpc::InsecureServerCredentials(), &grpc_port);
   builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(config->max_message_bytes);
-  builder.SetMaxSendMessageSize(config->max_message_bytes);
+  // A session blob (ImportSession, ExportSession) up to --max_session_bytes fits in one
+  // message; larger ones are refused by gRPC (RESOURCE_EXHAUSTED) or by SessionOps.
+  const int message_bytes = static_cast<int>(
+      std::max<int64_t>(config->max_message_bytes, config->max_session_bytes + (64 << 10)));
+  builder.SetMaxReceiveMessageSize(message_bytes);
+  builder.SetMaxSendMessageSize(message_bytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
                              config->max_connection_age_seconds * 1000);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
@@ -188,6 +224,9 @@ int Run(int argc, char** argv) {
   http_options.max_connections = config->http_max_connections;
   http_options.max_inflight = config->http_max_inflight;
   http_options.max_tokens_limit = config->max_tokens_limit;
+  http_options.max_choices = config->max_choices;
+  http_options.max_prompt_tokens = config->max_prompt_tokens;
+  http_options.sessions = &sessions;
   http::HttpService http_service(models,
                                  {[&metrics] { return metrics.Render(); },
                                   [&metrics](absl::string_view kind, absl::string_view status) {

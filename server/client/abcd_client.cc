@@ -2,14 +2,22 @@
 //
 //   abcd-client generate [--target HOST:PORT] --prompt TEXT [--max_tokens N] [--temperature T]
 //                        [--top_k K] [--top_p P] [--seed S] [--stop STR] [--model NAME]
+//                        [--session new|ID] [--n N]
+//   abcd-client session get ID | delete ID | export ID FILE | import FILE [--target HOST:PORT]
 //   abcd-client translate [--target HOST:PORT] --text TEXT [--beam_size N] [--max_tokens N]
 //   abcd-client models [--target HOST:PORT]
 //   abcd-client health [--target HOST:PORT] [--timeout_seconds S]   exit 0 iff SERVING
 //
-// generate streams the text to stdout as it arrives and prints usage on stderr.
+// generate streams the text to stdout as it arrives and prints usage on stderr (with a session,
+// also `session_id=ID`, the id to pass to the next turn). With --n > 1 the choices are printed
+// once complete, one per line as `[i] text`. session export writes the session's state blob to
+// FILE; session import stores FILE's blob as a new session and prints its metadata.
 #include <grpcpp/grpcpp.h>
 
+#include <fstream>
 #include <iostream>
+#include <map>
+#include <sstream>
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +32,8 @@ constexpr char kUsage[] =
     "usage: abcd-client generate|translate|models|health [--target HOST:PORT] [options]\n"
     "  generate  --prompt TEXT [--max_tokens N] [--temperature T] [--top_k K] [--top_p P]\n"
     "            [--repetition_penalty R] [--seed S] [--stop STR] [--model NAME]\n"
+    "            [--session new|ID] [--n N]\n"
+    "  session   get ID | delete ID | export ID FILE | import FILE\n"
     "  translate --text TEXT [--beam_size N] [--max_tokens N] [--model NAME]\n"
     "  models\n"
     "  health    [--timeout_seconds S]   exit status 0 when the server reports SERVING\n";
@@ -61,21 +71,99 @@ absl::StatusOr<int> Generate(abcd::v1::Generator::Stub& stub, const Arguments& a
     sampling->set_seed(static_cast<uint64_t>(seed));
   }
   if (args.Has("stop")) request.add_stop(args.String("stop", ""));
+  request.set_session_id(args.String("session", ""));
+  ABCD_ASSIGN_OR_RETURN(const int64_t n, args.Int("n", 1));
+  request.set_n(static_cast<int32_t>(n));
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReader<abcd::v1::GenerateResponse>> reader =
       stub.Generate(&context, request);
   abcd::v1::GenerateResponse response;
   abcd::v1::GenerateResponse last;
+  std::string session_id;
+  std::map<int, std::string> choices;  // n > 1: printed once complete
   while (reader->Read(&response)) {
-    std::cout << response.text() << std::flush;
+    if (n > 1) {
+      choices[response.index()] += response.text();
+    } else {
+      std::cout << response.text() << std::flush;
+    }
+    if (!response.session_id().empty()) session_id = response.session_id();
     last = response;
   }
   const grpc::Status status = reader->Finish();
-  std::cout << "\n";
+  if (n > 1) {
+    for (const auto& [index, text] : choices) std::cout << "[" << index << "] " << text << "\n";
+  } else {
+    std::cout << "\n";
+  }
   if (!status.ok()) return Fail(status);
   std::cerr << "finish_reason=" << abcd::v1::FinishReason_Name(last.finish_reason())
             << " prompt_tokens=" << last.usage().prompt_tokens()
+            << " cached_prompt_tokens=" << last.usage().cached_prompt_tokens()
             << " completion_tokens=" << last.usage().completion_tokens() << "\n";
+  if (!session_id.empty()) std::cerr << "session_id=" << session_id << "\n";
+  return 0;
+}
+
+void PrintSession(const abcd::v1::SessionInfo& info) {
+  std::cout << "session_id=" << info.session_id() << " model=" << info.model()
+            << " tokens=" << info.tokens() << " bytes=" << info.bytes()
+            << " last_used_unix_ms=" << info.last_used_unix_ms() << "\n";
+}
+
+// session get ID | delete ID | export ID FILE | import FILE
+absl::StatusOr<int> Session(abcd::v1::Generator::Stub& stub,
+                            const std::vector<std::string>& operands) {
+  const std::string action = operands.empty() ? "" : operands[0];
+  const size_t want = action == "export" ? 3 : 2;
+  if ((action != "get" && action != "delete" && action != "export" && action != "import") ||
+      operands.size() != want) {
+    return absl::InvalidArgumentError(
+        "session needs one of: get ID, delete ID, export ID FILE, import FILE");
+  }
+  grpc::ClientContext context;
+  if (action == "get") {
+    abcd::v1::GetSessionRequest request;
+    request.set_session_id(operands[1]);
+    abcd::v1::SessionInfo info;
+    const grpc::Status status = stub.GetSession(&context, request, &info);
+    if (!status.ok()) return Fail(status);
+    PrintSession(info);
+    return 0;
+  }
+  if (action == "delete") {
+    abcd::v1::DeleteSessionRequest request;
+    request.set_session_id(operands[1]);
+    abcd::v1::DeleteSessionResponse response;
+    const grpc::Status status = stub.DeleteSession(&context, request, &response);
+    if (!status.ok()) return Fail(status);
+    std::cout << "deleted " << operands[1] << "\n";
+    return 0;
+  }
+  if (action == "export") {
+    abcd::v1::ExportSessionRequest request;
+    request.set_session_id(operands[1]);
+    abcd::v1::SessionState state;
+    const grpc::Status status = stub.ExportSession(&context, request, &state);
+    if (!status.ok()) return Fail(status);
+    std::ofstream out(operands[2], std::ios::binary | std::ios::trunc);
+    out << state.state();
+    if (!out.flush()) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot write ", operands[2]));
+    }
+    std::cout << "wrote " << state.state().size() << " bytes to " << operands[2] << "\n";
+    return 0;
+  }
+  std::ifstream in(operands[1], std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", operands[1]));
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  abcd::v1::SessionState state;
+  state.set_state(bytes.str());
+  abcd::v1::SessionInfo info;
+  const grpc::Status status = stub.ImportSession(&context, state, &info);
+  if (!status.ok()) return Fail(status);
+  PrintSession(info);
   return 0;
 }
 
@@ -127,10 +215,18 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::string command = argv[1];
+  // `session` takes operands (ACTION ID [FILE]) before its options.
+  int first_option = 2;
+  std::vector<std::string> operands;
+  if (command == "session") {
+    while (first_option < argc && std::string(argv[first_option]).rfind("--", 0) != 0) {
+      operands.push_back(argv[first_option++]);
+    }
+  }
   absl::StatusOr<Arguments> args = Arguments::Parse(
-      {argv + 2, argv + argc},
+      {argv + first_option, argv + argc},
       {"target", "prompt", "max_tokens", "temperature", "top_k", "top_p", "repetition_penalty",
-       "seed", "stop", "model", "text", "beam_size", "timeout_seconds"},
+       "seed", "stop", "model", "text", "beam_size", "timeout_seconds", "session", "n"},
       {});
   if (!args.ok()) {
     std::cerr << "abcd-client: " << args.status().message() << "\n" << kUsage;
@@ -145,6 +241,7 @@ int Main(int argc, char** argv) {
   if (command == "translate") result = Translate(*stub, *args);
   if (command == "models") result = Models(*stub);
   if (command == "health") result = Health(channel, *args);
+  if (command == "session") result = Session(*stub, operands);
   if (!result.ok()) {
     std::cerr << "abcd-client: " << result.status().message() << "\n" << kUsage;
     return 2;

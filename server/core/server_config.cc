@@ -50,7 +50,13 @@ const std::set<std::string> kValued = {"config",
                                        "device_weights",
                                        "threads",
                                        "weight_format",
-                                       "kv_cache_format"};
+                                       "kv_cache_format",
+                                       "session_store",
+                                       "session_ttl_s",
+                                       "session_store_mb",
+                                       "max_session_bytes",
+                                       "prefix_cache_mb",
+                                       "max_choices"};
 
 absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
   std::ifstream in(path);
@@ -130,7 +136,9 @@ std::string ServerUsage() {
          "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
          "  [--device_weights bf16|fp16|fp32] [--threads N] [--weight_format f32|bf16|f16|int8]\n"
-         "  [--kv_cache_format bf16|f32]\n"
+         "  [--kv_cache_format bf16|f32] [--session_store memory|redis://HOST:PORT[/DB]]\n"
+         "  [--session_ttl_s S] [--session_store_mb MB] [--max_session_bytes N]\n"
+         "  [--prefix_cache_mb MB] [--max_choices N]\n"
          "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
 }
 
@@ -216,6 +224,21 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
     return absl::InvalidArgumentError(absl::StrCat("--kv_cache_format must be bf16 or f32, got \"",
                                                    c.kv_cache_format.substr(0, 64), "\""));
   }
+  c.session_store = args.String("session_store", c.session_store);
+  if (c.session_store != "memory" && c.session_store.rfind("redis://", 0) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--session_store must be memory or redis://HOST:PORT[/DB], got \"",
+                     c.session_store.substr(0, 64), "\""));
+  }
+  ABCD_ASSIGN_OR_RETURN(c.session_ttl_s,
+                        Ranged(args, "session_ttl_s", c.session_ttl_s, 1, int64_t{1} << 32));
+  ABCD_ASSIGN_OR_RETURN(c.session_store_mb,
+                        Ranged(args, "session_store_mb", c.session_store_mb, 1, int64_t{1} << 24));
+  ABCD_ASSIGN_OR_RETURN(c.max_session_bytes, Ranged(args, "max_session_bytes", c.max_session_bytes,
+                                                    1024, int64_t{1} << 30));
+  ABCD_ASSIGN_OR_RETURN(c.prefix_cache_mb,
+                        Ranged(args, "prefix_cache_mb", c.prefix_cache_mb, 0, int64_t{1} << 24));
+  ABCD_ASSIGN_OR_RETURN(c.max_choices, Ranged(args, "max_choices", c.max_choices, 1, 1024));
   c.weight_format = args.String("weight_format", "");
   if (!c.weight_format.empty()) {
     absl::StatusOr<WeightFormat> format = ParseWeightFormat(c.weight_format);

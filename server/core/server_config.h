@@ -47,6 +47,15 @@ struct ServerConfig {
   int threads = 1;            // CPU backend threads per model (default: the cores we may use)
   std::string weight_format;  // CPU matrices: f32, bf16, f16, int8; empty: the checkpoint's
   std::string kv_cache_format = "bf16";  // softmax KV cache rows on the CPU: bf16 or f32
+  // Sessions (issue 14): where they live ("memory" or "redis://HOST:PORT[/DB]"), how long an
+  // unused one lives, the memory store's byte budget, and the largest session blob accepted
+  // (import) or saved.
+  std::string session_store = "memory";
+  int64_t session_ttl_s = 86400;
+  int64_t session_store_mb = 1024;
+  int64_t max_session_bytes = int64_t{64} << 20;
+  int64_t prefix_cache_mb = 256;  // per decoder-only model; 0 turns the prefix cache off
+  int max_choices = 16;           // largest n of a completion
 };
 
 // `default_models` is used when neither flags nor the config file name models.

@@ -2,6 +2,8 @@
 
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -62,8 +64,9 @@ FieldSizeCheck InputSizeCheck(const ServedModels& models, ModelKind kind,
 
 // Reads a raw request; a refusal is logged once as event=bad_request.
 absl::Status Read(const grpc::ByteBuffer& raw, const FieldSizeCheck& size_check,
-                  absl::string_view rpc, google::protobuf::Message* out) {
-  absl::Status status = ReadRequest(raw, size_check, out);
+                  absl::string_view rpc, google::protobuf::Message* out,
+                  const FieldCountCheck& count_check = {}) {
+  absl::Status status = ReadRequest(raw, size_check, out, count_check);
   if (!status.ok()) {
     LogEvent("bad_request", {{"rpc", std::string(rpc)}, {"error", std::string(status.message())}});
   }
@@ -79,23 +82,49 @@ void Serialize(const Message& message, grpc::ByteBuffer* out) {
 }
 
 // Streams one Generate call. Lives until OnDone; the executor's final event always arrives
-// before Finish is called, so no callback can outlive the reactor.
+// before Finish is called, so no callback can outlive the reactor. A session's lease lives as
+// long as the reactor (dropped in OnDone, on a gRPC thread) unless it was committed.
 class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
-                  const ServedModels& models, const GrpcHooks& hooks)
-      : hooks_(hooks) {
+                  const ServedModels& models, const GrpcHooks& hooks, const GrpcOptions& options)
+      : hooks_(hooks), sessions_(options.sessions) {
     abcd::v1::GenerateRequest request;
-    const absl::Status read = Read(raw, InputSizeCheck(models, ModelKind::kLanguageModel, "prompt"),
-                                   "Generate", &request);
+    const int max_prompt_tokens = options.max_prompt_tokens;
+    const FieldCountCheck count_check = [max_prompt_tokens](absl::string_view name, int64_t count) {
+      if (name != "prompt_token_ids" || count <= max_prompt_tokens) return absl::OkStatus();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt_token_ids has more than ", max_prompt_tokens, " tokens (--max_prompt_tokens)"));
+    };
+    absl::Status status = Read(raw, InputSizeCheck(models, ModelKind::kLanguageModel, "prompt"),
+                               "Generate", &request, count_check);
+    if (status.ok() && !request.session_id().empty()) {
+      const ServedModel* named = models.FindByName(request.model());
+      if (named != nullptr && named->kind != ModelKind::kLanguageModel) {
+        status = SessionsNeedDecoderOnly();
+      }
+    }
     absl::StatusOr<const ServedModel*> model =
-        read.ok() ? FindModel(models, request.model(), ModelKind::kLanguageModel) : read;
-    absl::Status status = model.status();
+        status.ok() ? FindModel(models, request.model(), ModelKind::kLanguageModel) : status;
+    status = model.status();
     // Refusal before work: a prompt too large for any token limit is not even copied.
     if (status.ok()) status = (*model)->executor->CheckInput("prompt", request.prompt().size());
     absl::StatusOr<GenerationRequest> generation =
         status.ok() ? ToGenerationRequest(request, Deadline(*context)) : status;
     status = generation.status();
+    if (status.ok() && !request.session_id().empty()) {
+      if (sessions_ == nullptr) {
+        status = absl::UnavailableError("sessions are not enabled on this server");
+      } else {
+        absl::StatusOr<std::optional<SessionLease>> lease =
+            sessions_->Open(request.session_id(), **model, &*generation);
+        status = lease.status();
+        if (lease.ok()) {
+          lease_ = *std::move(lease);
+          session_id_ = lease_->id();
+        }
+      }
+    }
     if (status.ok()) {
       executor_ = (*model)->executor.get();
       std::lock_guard<std::mutex> lock(mu_);
@@ -112,11 +141,26 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     writing_ = false;
     if (!ok) {  // the client is gone: stop generating for it
       executor_->Cancel(id_);
       client_gone_ = true;
+    }
+    if (commit_pending_) {  // the last response is out: save the session, then finish
+      commit_pending_ = false;
+      finished_ = true;
+      if (!ok) {
+        lock.unlock();
+        return EndCall(absl::CancelledError("client went away"));
+      }
+      std::string state = std::move(saved_state_);
+      std::optional<SessionLease> lease = std::move(lease_);
+      lease_.reset();
+      lock.unlock();
+      // A gRPC thread: the store may block here up to its timeout (never the engine thread).
+      absl::Status status = sessions_->Commit(*std::move(lease), std::move(state));
+      return EndCall(status);
     }
     WriteNextLocked();
   }
@@ -126,7 +170,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   void OnDone() override {
     // Finish may be called under mu_ on another thread: wait for it to let go before deleting.
     { std::lock_guard<std::mutex> lock(mu_); }
-    delete this;
+    delete this;  // an uncommitted lease unlocks its session here, on a gRPC thread
   }
 
  private:
@@ -139,7 +183,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   // At most one write in flight. Once the client is gone every queued event is dropped, up to
   // the final one, which ends the call: whatever was queued, the call finishes exactly once.
   void WriteNextLocked() {
-    while (!writing_ && !finished_ && !events_.empty()) {
+    while (!writing_ && !finished_ && !commit_pending_ && !events_.empty()) {
       GenerationEvent event = std::move(events_.front());
       events_.pop_front();
       if (event.finished && !event.status.ok()) {
@@ -158,17 +202,33 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     }
   }
 
-  void StartEventWrite(const GenerationEvent& event) {
+  void StartEventWrite(GenerationEvent& event) {
     response_.Clear();
     response_.set_text(event.text);
+    response_.set_index(event.index);
     for (int32_t id : event.token_ids) response_.add_token_ids(id);
-    if (event.finished) {
+    if (!session_id_.empty() && (first_response_ || event.finished)) {
+      response_.set_session_id(session_id_);
+    }
+    first_response_ = false;
+    if (event.choice_finished || event.finished) {
       response_.set_finish_reason(ToProto(event.finish_reason));
-      response_.mutable_usage()->set_prompt_tokens(event.prompt_tokens);
-      response_.mutable_usage()->set_completion_tokens(event.completion_tokens);
+    }
+    if (event.finished) {
+      abcd::v1::Usage* usage = response_.mutable_usage();
+      usage->set_prompt_tokens(event.prompt_tokens);
+      usage->set_completion_tokens(event.completion_tokens);
+      usage->set_cached_prompt_tokens(event.cached_prompt_tokens);
+      Serialize(response_, &buffer_);
+      if (lease_.has_value()) {  // commit on the gRPC thread that completes this write
+        saved_state_ = std::move(event.saved_state);
+        commit_pending_ = true;
+        writing_ = true;
+        StartWrite(&buffer_);
+        return;
+      }
       finished_ = true;
       if (hooks_.count_request) hooks_.count_request("generate", absl::OkStatus());
-      Serialize(response_, &buffer_);
       StartWriteAndFinish(&buffer_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
@@ -183,6 +243,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   }
 
   const GrpcHooks& hooks_;
+  const SessionOps* const sessions_;
   Executor* executor_ = nullptr;
   RequestId id_ = 0;
   std::mutex mu_;
@@ -192,6 +253,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   bool writing_ = false;
   bool finished_ = false;
   bool client_gone_ = false;
+  bool first_response_ = true;
+  std::optional<SessionLease> lease_;
+  std::string session_id_;
+  bool commit_pending_ = false;  // the last response is being written; then Commit
+  std::string saved_state_;
 };
 
 // One Translate call: beam search in the translation model's executor, answered once.
@@ -270,7 +336,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GeneratorService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return new GenerateReactor(context, *request, models_, hooks_);
+  return new GenerateReactor(context, *request, models_, hooks_, options_);
 }
 
 grpc::ServerUnaryReactor* GeneratorService::Translate(grpc::CallbackServerContext* context,
@@ -295,6 +361,65 @@ grpc::ServerUnaryReactor* GeneratorService::ListModels(grpc::CallbackServerConte
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
+}
+
+grpc::ServerUnaryReactor* GeneratorService::FinishUnary(grpc::CallbackServerContext* context,
+                                                        const absl::Status& status) {
+  if (hooks_.count_request) hooks_.count_request("sessions", status);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+namespace {
+
+void FillSessionInfo(const SessionMetadata& metadata, abcd::v1::SessionInfo* info) {
+  info->set_session_id(metadata.session_id);
+  info->set_model(metadata.model);
+  info->set_tokens(metadata.tokens);
+  info->set_bytes(metadata.bytes);
+  info->set_last_used_unix_ms(absl::ToUnixMillis(metadata.last_used));
+}
+
+absl::Status NoSessions() {
+  return absl::UnavailableError("sessions are not enabled on this server");
+}
+
+}  // namespace
+
+// The session rpcs call the store here, on the gRPC callback thread.
+grpc::ServerUnaryReactor* GeneratorService::GetSession(grpc::CallbackServerContext* context,
+                                                       const abcd::v1::GetSessionRequest* request,
+                                                       abcd::v1::SessionInfo* response) {
+  if (options_.sessions == nullptr) return FinishUnary(context, NoSessions());
+  absl::StatusOr<SessionMetadata> metadata = options_.sessions->Get(request->session_id());
+  if (metadata.ok()) FillSessionInfo(*metadata, response);
+  return FinishUnary(context, metadata.status());
+}
+
+grpc::ServerUnaryReactor* GeneratorService::DeleteSession(
+    grpc::CallbackServerContext* context, const abcd::v1::DeleteSessionRequest* request,
+    abcd::v1::DeleteSessionResponse*) {
+  if (options_.sessions == nullptr) return FinishUnary(context, NoSessions());
+  return FinishUnary(context, options_.sessions->Delete(request->session_id()));
+}
+
+grpc::ServerUnaryReactor* GeneratorService::ExportSession(
+    grpc::CallbackServerContext* context, const abcd::v1::ExportSessionRequest* request,
+    abcd::v1::SessionState* response) {
+  if (options_.sessions == nullptr) return FinishUnary(context, NoSessions());
+  absl::StatusOr<std::string> blob = options_.sessions->Export(request->session_id());
+  if (blob.ok()) response->set_state(*std::move(blob));
+  return FinishUnary(context, blob.status());
+}
+
+grpc::ServerUnaryReactor* GeneratorService::ImportSession(grpc::CallbackServerContext* context,
+                                                          const abcd::v1::SessionState* request,
+                                                          abcd::v1::SessionInfo* response) {
+  if (options_.sessions == nullptr) return FinishUnary(context, NoSessions());
+  absl::StatusOr<SessionMetadata> metadata = options_.sessions->Import(request->state());
+  if (metadata.ok()) FillSessionInfo(*metadata, response);
+  return FinishUnary(context, metadata.status());
 }
 
 }  // namespace abcd

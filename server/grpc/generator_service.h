@@ -6,7 +6,17 @@
 //
 // Generate and Translate are taken as raw bytes (request_reader.h): a string field that is not
 // UTF-8 is INVALID_ARGUMENT naming it, logged once (event=bad_request) and counted, and an
-// oversized prompt/text is refused from its length prefix before it is read.
+// oversized prompt/text is refused from its length prefix before it is read, and
+// prompt_token_ids by their count before they are copied.
+//
+// Sessions (issue 14): GenerateRequest.session_id "new" or an id opens the session through
+// SessionOps on the gRPC thread that starts the call; the first and the last response carry
+// the id. The final OK event's state is committed on a gRPC thread (after the last response's
+// write completes, never on the engine thread); a failed commit ends the call with its status.
+// Any other end drops the lease (the session stays as it was). GetSession, DeleteSession,
+// ExportSession and ImportSession call the store on the gRPC callback thread (a store in an
+// outage fails fast, see session_store.h). n > 1: every response carries its choice's index;
+// a choice's last response has its finish_reason, the call's last one the usage.
 #pragma once
 
 #include <functional>
@@ -14,6 +24,7 @@
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/string_view.h"
 #include "server/core/served_models.h"
+#include "server/core/session_ops.h"
 
 namespace abcd {
 
@@ -22,12 +33,17 @@ struct GrpcHooks {
   std::function<void(absl::string_view kind, const absl::Status& status)> count_request;
 };
 
+struct GrpcOptions {
+  int max_prompt_tokens = 4096;          // prompt_token_ids longer than this are refused unread
+  const SessionOps* sessions = nullptr;  // null: session requests are UNAVAILABLE
+};
+
 class GeneratorService final : public abcd::v1::Generator::WithRawCallbackMethod_Generate<
                                    abcd::v1::Generator::WithRawCallbackMethod_Translate<
                                        abcd::v1::Generator::CallbackService>> {
  public:
-  GeneratorService(const ServedModels& models, GrpcHooks hooks)
-      : models_(models), hooks_(std::move(hooks)) {}
+  GeneratorService(const ServedModels& models, GrpcHooks hooks, GrpcOptions options = {})
+      : models_(models), hooks_(std::move(hooks)), options_(options) {}
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override;
@@ -37,10 +53,26 @@ class GeneratorService final : public abcd::v1::Generator::WithRawCallbackMethod
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const abcd::v1::ListModelsRequest* request,
                                        abcd::v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
+                                       const abcd::v1::GetSessionRequest* request,
+                                       abcd::v1::SessionInfo* response) override;
+  grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* context,
+                                          const abcd::v1::DeleteSessionRequest* request,
+                                          abcd::v1::DeleteSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ExportSession(grpc::CallbackServerContext* context,
+                                          const abcd::v1::ExportSessionRequest* request,
+                                          abcd::v1::SessionState* response) override;
+  grpc::ServerUnaryReactor* ImportSession(grpc::CallbackServerContext* context,
+                                          const abcd::v1::SessionState* request,
+                                          abcd::v1::SessionInfo* response) override;
 
  private:
+  grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                        const absl::Status& status);
+
   const ServedModels& models_;
   GrpcHooks hooks_;
+  GrpcOptions options_;
 };
 
 // absl and gRPC status codes are numerically identical.

@@ -15,7 +15,27 @@ constexpr int kDefaultTranslateMaxTokens = 128;
 absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRequest& in,
                                                       absl::Time deadline) {
   GenerationRequest out;
+  if (!in.prompt_token_ids().empty()) {
+    if (!in.prompt().empty()) {
+      return absl::InvalidArgumentError(
+          "prompt_token_ids must be empty when prompt is given (one or the other)");
+    }
+    for (int i = 0; i < in.prompt_token_ids_size(); ++i) {
+      if (in.prompt_token_ids(i) < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt_token_ids[", i, "] must be >= 0, got ", in.prompt_token_ids(i)));
+      }
+    }
+    out.prompt_token_ids.assign(in.prompt_token_ids().begin(), in.prompt_token_ids().end());
+  }
   out.prompt = in.prompt();
+  if (in.n() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("n must be >= 1 (0 = 1), got ", in.n()));
+  }
+  out.n = in.n() == 0 ? 1 : in.n();
+  if (out.n > 1 && !in.session_id().empty()) {
+    return absl::InvalidArgumentError("n: must be 1 with a session");
+  }
   if (in.max_tokens() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens must be >= 1 (0 = default), got ", in.max_tokens()));

@@ -14,7 +14,9 @@
 namespace abcd {
 
 // Generate: max_tokens 0 means the default (16), negative is INVALID_ARGUMENT naming it; the
-// sampling fields that are present are copied.
+// sampling fields that are present are copied. prompt_token_ids (each >= 0; the executor checks
+// the vocabulary) replace prompt, which must then be empty; n 0 means 1, and n > 1 with a
+// session_id is INVALID_ARGUMENT. session_id itself is the caller's (sessions need a store).
 absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRequest& in,
                                                       absl::Time deadline);
 

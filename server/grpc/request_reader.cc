@@ -29,9 +29,10 @@ absl::Status NotAMessage(const google::protobuf::Message& out) {
 // Scans one message's fields until its end (or the stream's limit). `prefix` names the
 // enclosing field ("sampling.").
 absl::Status Scan(CodedInputStream& in, const Descriptor& descriptor, const std::string& prefix,
-                  int depth, const FieldSizeCheck& size_check,
+                  int depth, const FieldSizeCheck& size_check, const FieldCountCheck& count_check,
                   const google::protobuf::Message& out) {
-  std::map<int, int> seen;  // per repeated field: elements so far
+  std::map<int, int> seen;        // per repeated field: elements so far
+  std::map<int, int64_t> counts;  // per repeated numeric field: elements so far
   while (const uint32_t tag = in.ReadTag()) {
     const FieldDescriptor* field =
         descriptor.FindFieldByNumber(WireFormatLite::GetTagFieldNumber(tag));
@@ -41,6 +42,33 @@ absl::Status Scan(CodedInputStream& in, const Descriptor& descriptor, const std:
         field != nullptr && delimited && field->type() == FieldDescriptor::TYPE_STRING;
     const bool is_message = field != nullptr && delimited &&
                             field->type() == FieldDescriptor::TYPE_MESSAGE && depth < kMaxDepth;
+    // Varint-encoded repeated numbers (int32, int64, enums, ...), packed or not.
+    const bool is_repeated_number = field != nullptr && field->is_repeated() &&
+                                    WireFormatLite::WireTypeForFieldType(
+                                        static_cast<WireFormatLite::FieldType>(field->type())) ==
+                                        WireFormatLite::WIRETYPE_VARINT;
+    if (is_repeated_number && count_check) {
+      int64_t& count = counts[field->number()];
+      if (delimited) {  // packed: count the varints inside without keeping them
+        uint32_t length = 0;
+        if (!in.ReadVarint32(&length)) return NotAMessage(out);
+        const CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(length));
+        uint64_t ignored = 0;
+        while (in.BytesUntilLimit() > 0) {
+          if (!in.ReadVarint64(&ignored)) return NotAMessage(out);
+          ++count;
+          if ((count & 255) == 0) {
+            if (absl::Status s = count_check(prefix + field->name(), count); !s.ok()) return s;
+          }
+        }
+        in.PopLimit(limit);
+      } else {
+        if (!WireFormatLite::SkipField(&in, tag)) return NotAMessage(out);
+        ++count;
+      }
+      if (absl::Status s = count_check(prefix + field->name(), count); !s.ok()) return s;
+      continue;
+    }
     if (!is_string && !is_message) {
       if (!WireFormatLite::SkipField(&in, tag)) return NotAMessage(out);
       continue;
@@ -62,7 +90,7 @@ absl::Status Scan(CodedInputStream& in, const Descriptor& descriptor, const std:
     }
     const CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(length));
     if (absl::Status status =
-            Scan(in, *field->message_type(), name + ".", depth + 1, size_check, out);
+            Scan(in, *field->message_type(), name + ".", depth + 1, size_check, count_check, out);
         !status.ok()) {
       return status;
     }
@@ -76,12 +104,12 @@ absl::Status Scan(CodedInputStream& in, const Descriptor& descriptor, const std:
 }  // namespace
 
 absl::Status ReadRequest(const grpc::ByteBuffer& raw, const FieldSizeCheck& size_check,
-                         google::protobuf::Message* out) {
+                         google::protobuf::Message* out, const FieldCountCheck& count_check) {
   {
     grpc::ByteBuffer scan_buffer(raw);  // shares the slices
     grpc::ProtoBufferReader reader(&scan_buffer);
     CodedInputStream in(&reader);
-    if (absl::Status status = Scan(in, *out->GetDescriptor(), "", 0, size_check, *out);
+    if (absl::Status status = Scan(in, *out->GetDescriptor(), "", 0, size_check, count_check, *out);
         !status.ok()) {
       return status;
     }

@@ -9,10 +9,10 @@ namespace abcd::http {
 namespace {
 
 // Every field the JSON requests accept; a message that starts with one of them names it.
-constexpr std::array<absl::string_view, 16> kRequestFields = {
-    "model",   "prompt",    "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
-    "seed",    "stop",      "stream",     "text",        "texts", "n",     "beam_size",
-    "best_of", "ignore_eos"};
+constexpr std::array<absl::string_view, 18> kRequestFields = {
+    "model",   "prompt",     "max_tokens", "temperature", "top_p",     "top_k",
+    "seed",    "stop",       "stream",     "text",        "texts",     "n",
+    "best_of", "ignore_eos", "session_id", "state",       "beam_size", "repetition_penalty"};
 
 }  // namespace
 
@@ -22,10 +22,13 @@ ErrorMapping MapStatusCode(absl::StatusCode code) {
       return {200, "", "ok"};
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kFailedPrecondition:
       return {400, "invalid_request_error", "invalid_argument"};
+    case absl::StatusCode::kFailedPrecondition:  // e.g. a session blob of another model
+      return {412, "precondition_failed_error", "failed_precondition"};
     case absl::StatusCode::kNotFound:
       return {404, "not_found_error", "not_found"};
+    case absl::StatusCode::kAborted:  // a session in use by another request
+      return {409, "conflict_error", "aborted"};
     case absl::StatusCode::kResourceExhausted:
       return {429, "overloaded_error", "resource_exhausted"};
     case absl::StatusCode::kUnavailable:
@@ -47,7 +50,7 @@ std::string ParamFromMessage(absl::string_view message) {
   std::string wire = WireMessage(message);
   size_t end = 0;
   while (end < wire.size() && ((wire[end] >= 'a' && wire[end] <= 'z') || wire[end] == '_')) ++end;
-  if (end == wire.size() || (wire[end] != ' ' && wire[end] != '[')) return "";
+  if (end == wire.size() || (wire[end] != ' ' && wire[end] != '[' && wire[end] != ':')) return "";
   absl::string_view word(wire.data(), end);
   for (absl::string_view field : kRequestFields) {
     if (word == field) return std::string(word);

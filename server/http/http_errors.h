@@ -20,14 +20,15 @@ struct ErrorMapping {
   absl::string_view label;  // "ok", "invalid_argument", "resource_exhausted", ...
 };
 
-// INVALID_ARGUMENT/OUT_OF_RANGE/FAILED_PRECONDITION -> 400, NOT_FOUND -> 404,
+// INVALID_ARGUMENT/OUT_OF_RANGE -> 400, NOT_FOUND -> 404, ABORTED (a busy session) -> 409,
+// FAILED_PRECONDITION (a session blob of another model) -> 412 (DESIGN.md section 6),
 // RESOURCE_EXHAUSTED -> 429, UNAVAILABLE/CANCELLED -> 503, DEADLINE_EXCEEDED -> 504,
 // anything else -> 500.
 ErrorMapping MapStatusCode(absl::StatusCode code);
 
 // The request field a validation message names: its leading identifier when that is a known
-// request field ("sampling.top_p must be ..." -> "top_p", "texts[2] must be ..." -> "texts"),
-// else empty.
+// request field ("sampling.top_p must be ..." -> "top_p", "texts[2] must be ..." -> "texts",
+// "n: must be 1 ..." -> "n"), else empty.
 std::string ParamFromMessage(absl::string_view message);
 
 // Rewrites the engine's field names to the JSON request's ("sampling.top_p" -> "top_p").

@@ -1,5 +1,6 @@
 #include "server/http/http_server.h"
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -87,8 +88,8 @@ std::pair<int, std::string> ParseError(const beast::error_code& ec, const Server
     return {431, absl::StrCat("request header exceeds ", limits.max_header_bytes, " bytes")};
   }
   if (ec == bhttp::error::body_limit) {
-    return {413,
-            absl::StrCat("request body exceeds the limit of ", limits.max_body_bytes, " bytes")};
+    return {413, absl::StrCat("request body exceeds the limit of ",
+                              std::max(limits.max_body_bytes, limits.large_body_bytes), " bytes")};
   }
   if (ec == bhttp::error::bad_content_length) {
     return {400, "malformed HTTP request: bad Content-Length"};
@@ -374,7 +375,9 @@ void Session::Parse() {
       phase_ = Phase::kHeader;
       parser_.emplace();
       parser_->header_limit(static_cast<uint32_t>(limits.max_header_bytes));
-      parser_->body_limit(static_cast<uint64_t>(limits.max_body_bytes));
+      // The largest limit of any path; the request's own is checked once its target is known.
+      parser_->body_limit(
+          static_cast<uint64_t>(std::max(limits.max_body_bytes, limits.large_body_bytes)));
       scan_pos_ = 0;
       line_bytes_ = 0;
       lines_ = 0;
@@ -405,6 +408,19 @@ void Session::Parse() {
         return Fail(status, std::move(message));
       }
       if (!parser_->is_header_done()) return;
+      if (const auto length = parser_->content_length();
+          length.has_value() && limits.large_body_bytes > limits.max_body_bytes) {
+        const beast::string_view target = parser_->get().target();
+        const absl::string_view path =
+            absl::string_view(target.data(), target.size()).substr(0, target.find('?'));
+        const size_t limit = (!limits.large_body_path.empty() && path == limits.large_body_path)
+                                 ? limits.large_body_bytes
+                                 : limits.max_body_bytes;
+        if (*length > limit) {
+          if (shared_.on_refused) shared_.on_refused(path, 413);
+          return Fail(413, absl::StrCat("request body exceeds the limit of ", limit, " bytes"));
+        }
+      }
       if (parser_->chunked()) {
         const beast::string_view target = parser_->get().target();
         if (shared_.on_refused) {

@@ -7,7 +7,8 @@
 //   - the request line (414) and each header line (431) are at most `max_line_bytes`, the
 //     whole header at most `max_header_bytes` (431); a bad or negative Content-Length, or any
 //     other malformed header, is 400 at once; a body over `max_body_bytes` is 413 as soon as
-//     its Content-Length is read; chunked request bodies are 411; each refusal closes;
+//     its Content-Length is read (`large_body_bytes` for `large_body_path`); chunked request
+//     bodies are 411; each refusal closes;
 //   - the header must arrive within `header_timeout` of its first byte (of the connection's
 //     start for the first request), the body within `body_timeout` of the header, the next
 //     keep-alive request within `idle_timeout`; a response write not finished within
@@ -45,6 +46,10 @@ struct ServerLimits {
   size_t max_line_bytes = size_t{8} << 10;
   size_t max_header_bytes = size_t{64} << 10;
   size_t max_body_bytes = size_t{1} << 20;
+  // Requests to exactly `large_body_path` (e.g. "/v1/sessions") may have bodies up to
+  // `large_body_bytes` when that is larger (413 beyond, as soon as the Content-Length is read).
+  std::string large_body_path;
+  size_t large_body_bytes = 0;
   absl::Duration header_timeout = absl::Seconds(10);
   absl::Duration body_timeout = absl::Seconds(30);
   absl::Duration idle_timeout = absl::Seconds(60);

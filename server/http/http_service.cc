@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/time/time.h"
 #include "engine/core/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "server/core/session_ops.h"
 #include "server/http/event_channel.h"
 #include "server/http/http_errors.h"
 #include "server/http/http_server.h"
@@ -37,6 +39,7 @@ absl::string_view KindOfPath(absl::string_view path) {
   if (path == "/v1/completions") return "completions";
   if (path == "/v1/translate") return "translate";
   if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) return "list_models";
+  if (path == "/v1/sessions" || absl::StartsWith(path, "/v1/sessions/")) return "sessions";
   return "";
 }
 
@@ -49,6 +52,14 @@ json Usage(int prompt_tokens, int completion_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+// A completion's usage; prompt_tokens_details.cached_tokens (OpenAI's name) counts the prompt
+// tokens restored from the prefix cache instead of prefilled.
+json Usage(const GenerationEvent& last) {
+  json usage = Usage(last.prompt_tokens, last.completion_tokens);
+  usage["prompt_tokens_details"] = {{"cached_tokens", last.cached_prompt_tokens}};
+  return usage;
 }
 
 // Moves the longest prefix of `pending` that does not end inside a UTF-8 character out of it,
@@ -97,6 +108,8 @@ class HttpService::Impl {
       : models_(models), hooks_(std::move(hooks)), options_(options) {
     limits_.max_tokens_limit = options_.max_tokens_limit;
     limits_.max_batch_texts = options_.max_batch_texts;
+    limits_.max_choices = options_.max_choices;
+    limits_.max_prompt_tokens = options_.max_prompt_tokens;
     std::random_device random;
     id_seed_ = (uint64_t{random()} << 32) ^ random();
     created_ = absl::ToUnixSeconds(absl::Now());
@@ -106,6 +119,9 @@ class HttpService::Impl {
     server_limits.max_line_bytes = options_.max_line_bytes;
     server_limits.max_header_bytes = options_.max_header_bytes;
     server_limits.max_body_bytes = options_.max_body_bytes;
+    server_limits.large_body_path = "/v1/sessions";  // POST: an imported session's blob
+    server_limits.large_body_bytes = static_cast<size_t>(std::max<int64_t>(
+        options_.sessions == nullptr ? 0 : options_.sessions->max_session_bytes(), 0));
     server_limits.header_timeout = options_.header_timeout;
     server_limits.body_timeout = options_.body_timeout;
     server_limits.idle_timeout = options_.idle_timeout;
@@ -159,6 +175,8 @@ class HttpService::Impl {
   void Completions(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
   void Translate(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
   void Readiness(Exchange& exchange);
+  // /v1/sessions routes; the store is called on this I/O thread.
+  void Sessions(const ServerRequest& request, Exchange& exchange);
   json ModelObject(const ServedModel& model) const;
 
   ServedModels& models_;
@@ -185,6 +203,9 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     bool done = false;
     std::string text;
     GenerationEvent last;
+    // Completions with n > 1: each choice's text and finish reason (choice 0 also in `text`).
+    std::vector<std::string> choice_texts;
+    std::vector<FinishReason> choice_reasons;
   };
 
   Call(Impl& service, std::shared_ptr<Exchange> exchange, Executor& executor,
@@ -198,12 +219,22 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   std::vector<Part>& parts() { return parts_; }
   bool stream = false;
   bool batch = false;
+  int choices = 1;  // completions: n
   std::string model;
   std::string response_id;
   int64_t created = 0;
+  // A completion on a session: its lease (committed on the final OK event, else dropped when
+  // the call settles) and its id, echoed in every response and chunk.
+  std::optional<SessionLease> lease;
+  std::string session_id;
 
   // After every part was enqueued: starts listening (and the stream's head).
   void Begin() {
+    pending_.assign(static_cast<size_t>(std::max(choices, 1)), "");
+    for (Part& part : parts_) {
+      part.choice_texts.assign(pending_.size(), "");
+      part.choice_reasons.assign(pending_.size(), FinishReason::kLength);
+    }
     exchange_->OnAbort([self = shared_from_this()](Abort kind) { self->Aborted(kind); });
     if (stream) {
       ServerResponse head;
@@ -239,6 +270,16 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     settled_ = true;
     service_.Release();
     for (Part& part : parts_) part.channel->ClearListener();
+    lease.reset();  // not committed: the session stays as it was (unlocked on this I/O thread)
+  }
+
+  // The final OK event of a session's request: saves its state (on this I/O thread; a store
+  // in an outage fails fast). OK when there is no session.
+  absl::Status CommitSession(GenerationEvent& event) {
+    if (!lease.has_value()) return absl::OkStatus();
+    SessionLease held = *std::move(lease);
+    lease.reset();
+    return service_.options_.sessions->Commit(std::move(held), std::move(event.saved_state));
   }
 
   void Pump() {
@@ -253,14 +294,24 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
         if (stream) {
           StreamEvent(std::move(event));
         } else {
-          part.text += event.text;
+          if (choices > 1) {
+            const size_t index = static_cast<size_t>(event.index);
+            if (index < part.choice_texts.size()) {
+              part.choice_texts[index] += event.text;
+              if (event.choice_finished) part.choice_reasons[index] = event.finish_reason;
+            }
+          } else {
+            part.text += event.text;
+          }
           if (event.finished) {
             part.done = true;
             part.last = std::move(event);
-            if (!part.last.status.ok()) {
+            absl::Status status = part.last.status;
+            if (status.ok()) status = CommitSession(part.last);
+            if (!status.ok()) {
               CancelPending();
               Settle();
-              return service_.Fail(*exchange_, kind_, part.last.status);
+              return service_.Fail(*exchange_, kind_, status);
             }
           }
         }
@@ -274,15 +325,17 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     }
   }
 
-  json StreamChunk(const std::string& text) const {
-    return {
-        {"id", response_id},
-        {"object", "text_completion"},
-        {"created", created},
-        {"model", model},
-        {"choices",
-         json::array(
-             {{{"index", 0}, {"text", text}, {"finish_reason", nullptr}, {"logprobs", nullptr}}})}};
+  json StreamChunk(const std::string& text, int index = 0) const {
+    json chunk = {{"id", response_id},
+                  {"object", "text_completion"},
+                  {"created", created},
+                  {"model", model},
+                  {"choices", json::array({{{"index", index},
+                                            {"text", text},
+                                            {"finish_reason", nullptr},
+                                            {"logprobs", nullptr}}})}};
+    if (!session_id.empty()) chunk["session_id"] = session_id;
+    return chunk;
   }
   void SendEvent(const std::string& payload) {
     exchange_->StreamChunk(absl::StrCat("data: ", payload, "\n\n"));
@@ -293,27 +346,48 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     exchange_->EndStream();
   }
 
+  // Streams one event. Text is held back per choice until it completes a UTF-8 character. A
+  // choice's last event sends its finish_reason; the request's last one the usage (with n = 1
+  // in the same chunk). A failed session commit is an error event before [DONE].
   void StreamEvent(GenerationEvent event) {
-    pending_ += event.text;
-    if (!event.finished) {
-      const std::string text = TakeCompleteUtf8(pending_);
-      if (!text.empty()) SendEvent(Dump(StreamChunk(text)));
+    const size_t index = static_cast<size_t>(event.index);
+    if (index >= pending_.size()) return;  // the engine keeps index in [0, n)
+    std::string& pending = pending_[index];
+    pending += event.text;
+    const bool choice_end = event.choice_finished || (choices == 1 && event.finished);
+    if (!event.finished && !choice_end) {
+      const std::string text = TakeCompleteUtf8(pending);
+      if (!text.empty()) SendEvent(Dump(StreamChunk(text, event.index)));
       return;
     }
-    parts_[0].done = true;
-    Settle();
+    if (event.finished) {
+      parts_[0].done = true;
+      if (event.status.ok()) event.status = CommitSession(event);
+      Settle();
+    }
     if (!event.status.ok()) {
-      if (!pending_.empty()) SendEvent(Dump(StreamChunk(pending_)));
+      FlushPending();
       SendEvent(ErrorBody(event.status));
       return EndStream(MapStatusCode(event.status.code()).label);
     }
-    json last = StreamChunk(pending_);
-    last["choices"][0]["finish_reason"] = OpenAiFinishReason(event.finish_reason);
-    last["choices"][0]["abcd_finish_reason"] = FinishReasonName(event.finish_reason);
-    last["usage"] = Usage(event.prompt_tokens, event.completion_tokens);
-    pending_.clear();
-    SendEvent(Dump(last));
-    EndStream("ok");
+    json chunk = StreamChunk(pending, event.index);
+    pending.clear();
+    if (choice_end) {
+      chunk["choices"][0]["finish_reason"] = OpenAiFinishReason(event.finish_reason);
+      chunk["choices"][0]["abcd_finish_reason"] = FinishReasonName(event.finish_reason);
+    } else {
+      chunk["choices"] = json::array();  // n > 1: the usage comes after every choice's end
+    }
+    if (event.finished) chunk["usage"] = Usage(event);
+    SendEvent(Dump(chunk));
+    if (event.finished) EndStream("ok");
+  }
+
+  void FlushPending() {
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (!pending_[i].empty()) SendEvent(Dump(StreamChunk(pending_[i], static_cast<int>(i))));
+      pending_[i].clear();
+    }
   }
 
   void Aborted(Abort kind) {
@@ -323,26 +397,33 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     if (kind == Abort::kClientGone) return service_.Count(kind_, "cancelled");
     const absl::Status status = absl::UnavailableError("the server is shutting down");
     if (!stream) return service_.Fail(*exchange_, kind_, status);
-    if (!pending_.empty()) SendEvent(Dump(StreamChunk(pending_)));
+    FlushPending();
     SendEvent(ErrorBody(status));
     EndStream(MapStatusCode(status.code()).label);
   }
 
   void Answer() {
     if (kind_ == "completions") {
-      const GenerationEvent& last = parts_[0].last;
-      json choice = {{"index", 0},
-                     {"text", std::move(parts_[0].text)},
-                     {"finish_reason", OpenAiFinishReason(last.finish_reason)},
-                     {"abcd_finish_reason", FinishReasonName(last.finish_reason)},
-                     {"logprobs", nullptr}};
-      return service_.Reply(*exchange_, kind_,
-                            {{"id", service_.NewId("cmpl-")},
-                             {"object", "text_completion"},
-                             {"created", absl::ToUnixSeconds(absl::Now())},
-                             {"model", model},
-                             {"choices", json::array({std::move(choice)})},
-                             {"usage", Usage(last.prompt_tokens, last.completion_tokens)}});
+      Part& part = parts_[0];
+      const GenerationEvent& last = part.last;
+      json choice_array = json::array();
+      for (int i = 0; i < choices; ++i) {
+        const FinishReason reason = choices > 1 ? part.choice_reasons[i] : last.finish_reason;
+        choice_array.push_back(
+            {{"index", i},
+             {"text", choices > 1 ? std::move(part.choice_texts[i]) : std::move(part.text)},
+             {"finish_reason", OpenAiFinishReason(reason)},
+             {"abcd_finish_reason", FinishReasonName(reason)},
+             {"logprobs", nullptr}});
+      }
+      json body = {{"id", service_.NewId("cmpl-")},
+                   {"object", "text_completion"},
+                   {"created", absl::ToUnixSeconds(absl::Now())},
+                   {"model", model},
+                   {"choices", std::move(choice_array)},
+                   {"usage", Usage(last)}};
+      if (!session_id.empty()) body["session_id"] = session_id;
+      return service_.Reply(*exchange_, kind_, body);
     }
     json translations = json::array();
     int prompt_tokens = 0;
@@ -366,12 +447,14 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   Executor& executor_;
   const absl::string_view kind_;
   std::vector<Part> parts_;
-  std::string pending_;  // streamed text held back until it completes a UTF-8 character
+  // Streamed text per choice, held back until it completes a UTF-8 character.
+  std::vector<std::string> pending_;
   bool settled_ = false;
 };
 
 void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> exchange) {
   const std::string& path = request.path;
+  if (KindOfPath(path) == "sessions") return Sessions(request, *exchange);
   std::string allowed = "GET";
   if (path == "/v1/completions" || path == "/v1/translate") allowed = "POST";
   const absl::string_view kind = KindOfPath(path);
@@ -485,6 +568,12 @@ void HttpService::Impl::Completions(const ServerRequest& http_request,
   constexpr absl::string_view kKind = "completions";
   absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(http_request.body, limits_);
   if (!request.ok()) return Fail(*exchange, kKind, request.status());
+  if (!request->session_id.empty()) {
+    const ServedModel* named = models_.FindByName(request->model);
+    if (named != nullptr && named->kind != ModelKind::kLanguageModel) {
+      return Fail(*exchange, kKind, SessionsNeedDecoderOnly());
+    }
+  }
   absl::StatusOr<const ServedModel*> model =
       ResolveModel(request->model, ModelKind::kLanguageModel);
   if (!model.ok()) return Fail(*exchange, kKind, model.status());
@@ -493,9 +582,20 @@ void HttpService::Impl::Completions(const ServerRequest& http_request,
 
   auto call = std::make_shared<Call>(*this, exchange, executor, kKind, 1);
   call->stream = request->stream;
+  call->choices = request->generation.n;
   call->model = (*model)->name;
   call->response_id = NewId("cmpl-");
   call->created = absl::ToUnixSeconds(absl::Now());
+  if (!request->session_id.empty()) {
+    // The store is called on this I/O thread; in an outage it fails fast (its breaker).
+    absl::StatusOr<std::optional<SessionLease>> lease =
+        options_.sessions == nullptr
+            ? absl::UnavailableError("sessions are not enabled on this server")
+            : options_.sessions->Open(request->session_id, **model, &request->generation);
+    if (!lease.ok()) return call->FailEnqueue(lease.status());
+    call->lease = *std::move(lease);
+    call->session_id = call->lease->id();
+  }
   Call::Part& part = call->parts()[0];
   absl::StatusOr<RequestId> id =
       executor.Enqueue(std::move(request->generation), EventChannel::Callback(part.channel));
@@ -546,6 +646,88 @@ void HttpService::Impl::Translate(const ServerRequest& http_request,
     call->parts()[i].enqueued = true;
   }
   call->Begin();
+}
+
+namespace {
+
+json SessionObject(const SessionMetadata& metadata) {
+  return {{"session_id", metadata.session_id},
+          {"object", "session"},
+          {"model", metadata.model},
+          {"tokens", metadata.tokens},
+          {"bytes", metadata.bytes},
+          {"last_used",
+           absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", metadata.last_used, absl::UTCTimeZone())}};
+}
+
+}  // namespace
+
+// POST /v1/sessions (blob body) -> a new session; GET|DELETE /v1/sessions/{id};
+// GET /v1/sessions/{id}/state -> the blob.
+void HttpService::Impl::Sessions(const ServerRequest& request, Exchange& exchange) {
+  constexpr absl::string_view kKind = "sessions";
+  const std::string& path = request.path;
+  std::string id;
+  bool state = false;
+  std::string allowed;
+  if (path == "/v1/sessions") {
+    allowed = "POST";
+  } else {
+    id = path.substr(std::string("/v1/sessions/").size());
+    if (absl::EndsWith(id, "/state")) {
+      id.resize(id.size() - 6);
+      state = true;
+      allowed = "GET";
+    } else {
+      allowed = "GET, DELETE";
+    }
+    if (id.empty() || id.find('/') != std::string::npos) {
+      return exchange.Reply(JsonResponse(
+          404,
+          ErrorBody(absl::StrCat("no route for ", Truncated(request.method), " ", Truncated(path)),
+                    "not_found_error", "")));
+    }
+  }
+  const bool method_ok =
+      (allowed == "POST" && request.method == "POST") ||
+      (allowed == "GET" && request.method == "GET") ||
+      (allowed == "GET, DELETE" && (request.method == "GET" || request.method == "DELETE"));
+  if (!method_ok) {
+    ServerResponse response =
+        JsonResponse(405, ErrorBody(absl::StrCat(Truncated(request.method), " is not allowed on ",
+                                                 Truncated(path), "; use ", allowed),
+                                    "invalid_request_error", ""));
+    response.headers.emplace_back("Allow", allowed);
+    Count(kKind, "invalid_argument");
+    return exchange.Reply(std::move(response));
+  }
+  if (options_.sessions == nullptr) {
+    return Fail(exchange, kKind, absl::UnavailableError("sessions are not enabled on this server"));
+  }
+  const SessionOps& sessions = *options_.sessions;
+  if (path == "/v1/sessions") {
+    absl::StatusOr<SessionMetadata> imported = sessions.Import(request.body);
+    if (!imported.ok()) return Fail(exchange, kKind, imported.status());
+    return Reply(exchange, kKind, SessionObject(*imported));
+  }
+  if (state) {
+    absl::StatusOr<std::string> blob = sessions.Export(id);
+    if (!blob.ok()) return Fail(exchange, kKind, blob.status());
+    Count(kKind, "ok");
+    ServerResponse response;
+    response.content_type = "application/octet-stream";
+    response.body = *std::move(blob);
+    return exchange.Reply(std::move(response));
+  }
+  if (request.method == "DELETE") {
+    if (absl::Status status = sessions.Delete(id); !status.ok()) {
+      return Fail(exchange, kKind, status);
+    }
+    return Reply(exchange, kKind, {{"session_id", id}, {"object", "session"}, {"deleted", true}});
+  }
+  absl::StatusOr<SessionMetadata> metadata = sessions.Get(id);
+  if (!metadata.ok()) return Fail(exchange, kKind, metadata.status());
+  Reply(exchange, kKind, SessionObject(*metadata));
 }
 
 json HttpService::Impl::ModelObject(const ServedModel& model) const {

@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/core/served_models.h"
+#include "server/core/session_ops.h"
 
 namespace abcd::http {
 
@@ -49,14 +50,19 @@ struct HttpHooks {
 };
 
 struct HttpOptions {
-  size_t max_body_bytes = size_t{1} << 20;     // larger bodies -> 413
-  int max_batch_texts = 64;                    // len(texts) limit of /v1/translate
-  int thread_count = 2;                        // I/O threads serving every connection
-  int max_connections = 1024;                  // beyond it a new connection gets 503 + close
-  int max_inflight = 256;                      // completions + translations at once; beyond: 429
-  int max_tokens_limit = 4096;                 // keep equal to ExecutorOptions::max_new_tokens
-  size_t max_line_bytes = size_t{8} << 10;     // request line (414) / header line (431)
-  size_t max_header_bytes = size_t{64} << 10;  // whole header (431)
+  size_t max_body_bytes = size_t{1} << 20;  // larger bodies -> 413
+  int max_batch_texts = 64;                 // len(texts) limit of /v1/translate
+  int thread_count = 2;                     // I/O threads serving every connection
+  int max_connections = 1024;               // beyond it a new connection gets 503 + close
+  int max_inflight = 256;                   // completions + translations at once; beyond: 429
+  int max_tokens_limit = 4096;              // keep equal to ExecutorOptions::max_new_tokens
+  int max_choices = 16;                     // n; keep equal to ExecutorOptions::max_choices
+  int max_prompt_tokens = 4096;             // longest token-id prompt read
+  // Sessions (null: a request naming one is 503). POST /v1/sessions bodies may be up to its
+  // max_session_bytes.
+  const SessionOps* sessions = nullptr;
+  size_t max_line_bytes = size_t{8} << 10;            // request line (414) / header line (431)
+  size_t max_header_bytes = size_t{64} << 10;         // whole header (431)
   absl::Duration header_timeout = absl::Seconds(10);  // first byte -> end of header
   absl::Duration body_timeout = absl::Seconds(30);    // end of header -> end of body
   absl::Duration idle_timeout = absl::Seconds(60);    // keep-alive wait for the next request

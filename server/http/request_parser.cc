@@ -125,7 +125,7 @@ absl::Status ReadModel(const json& object, std::string* out) {
   return absl::OkStatus();
 }
 
-// OpenAI's n / best_of: accepted only as 1.
+// OpenAI's best_of: accepted only as 1.
 absl::Status RequireOne(const json& object, absl::string_view name) {
   const json* value = Field(object, name);
   if (value == nullptr) return absl::OkStatus();
@@ -135,26 +135,57 @@ absl::Status RequireOne(const json& object, absl::string_view name) {
   return absl::OkStatus();
 }
 
-absl::Status ReadPrompt(const json& object, std::string* out) {
+// "prompt": a non-empty string, an array of exactly one such string, or a non-empty array of
+// token ids (integers in [0, 2^31)) of at most max_prompt_tokens; token ids go to `ids`.
+absl::Status ReadPrompt(const json& object, int max_prompt_tokens, std::string* out,
+                        std::vector<int32_t>* ids) {
   const json* value = Field(object, "prompt");
   if (value == nullptr) return absl::InvalidArgumentError("prompt is required");
   const json* text = value;
+  if (value->is_array() && !value->empty() && (*value)[0].is_number()) {
+    if (value->size() > static_cast<size_t>(max_prompt_tokens)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt has ", value->size(), " token ids, more than the limit of ", max_prompt_tokens));
+    }
+    ids->reserve(value->size());
+    for (size_t i = 0; i < value->size(); ++i) {
+      const json& item = (*value)[i];
+      if (!item.is_number_integer() || (!item.is_number_unsigned() && item.get<int64_t>() < 0) ||
+          item.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+        return FieldError(absl::StrCat("prompt[", i, "]"), "a token id (an integer >= 0)", item);
+      }
+      ids->push_back(static_cast<int32_t>(item.get<int64_t>()));
+    }
+    return absl::OkStatus();
+  }
   if (value->is_array()) {
     if (value->size() != 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("prompt must be a string or an array of exactly one string, got an array "
-                       "of ",
+          absl::StrCat("prompt must be a string, an array of exactly one string or an array of "
+                       "token ids, got an array of ",
                        value->size(), " elements"));
     }
     text = &(*value)[0];
   }
   if (!text->is_string()) {
-    return FieldError("prompt", "a non-empty string (or an array of one)", *value);
+    return FieldError("prompt", "a non-empty string (or an array of one, or an array of token ids)",
+                      *value);
   }
   if (text->get_ref<const std::string&>().empty()) {
     return absl::InvalidArgumentError("prompt must be a non-empty string, got \"\"");
   }
   *out = text->get<std::string>();
+  return absl::OkStatus();
+}
+
+// "session_id": "new" or a session's id (its form is checked by the session manager).
+absl::Status ReadSessionId(const json& object, std::string* out) {
+  const json* value = Field(object, "session_id");
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_string() || value->get_ref<const std::string&>().empty()) {
+    return FieldError("session_id", "\"new\" or a session id", *value);
+  }
+  *out = value->get<std::string>();
   return absl::OkStatus();
 }
 
@@ -222,7 +253,10 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   // The default never exceeds the server's limit (found by http_completion_fuzzer).
   g.max_tokens = std::min(16, limits.max_tokens_limit);
   if (absl::Status s = ReadModel(o, &request.model); !s.ok()) return s;
-  if (absl::Status s = ReadPrompt(o, &g.prompt); !s.ok()) return s;
+  if (absl::Status s = ReadPrompt(o, limits.max_prompt_tokens, &g.prompt, &g.prompt_token_ids);
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = ReadInt(o, "max_tokens", 1, limits.max_tokens_limit, &g.max_tokens);
       !s.ok()) {
     return s;
@@ -231,8 +265,12 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   if (absl::Status s = ReadStop(o, limits.max_stop_strings, &g.stop); !s.ok()) return s;
   if (absl::Status s = ReadBool(o, "stream", &request.stream); !s.ok()) return s;
   if (absl::Status s = ReadBool(o, "ignore_eos", &g.ignore_eos); !s.ok()) return s;
-  if (absl::Status s = RequireOne(o, "n"); !s.ok()) return s;
+  if (absl::Status s = ReadInt(o, "n", 1, limits.max_choices, &g.n); !s.ok()) return s;
   if (absl::Status s = RequireOne(o, "best_of"); !s.ok()) return s;
+  if (absl::Status s = ReadSessionId(o, &request.session_id); !s.ok()) return s;
+  if (!request.session_id.empty() && g.n > 1) {
+    return absl::InvalidArgumentError("n: must be 1 with a session");
+  }
   return request;
 }
 

@@ -22,6 +22,8 @@ struct ParseLimits {
   int max_batch_texts = 64;     // upper bound of len(texts) in /v1/translate
   int max_beam_size = 16;
   int max_stop_strings = 16;
+  int max_choices = 16;          // upper bound of n (the executor's max_choices)
+  int max_prompt_tokens = 4096;  // upper bound of a token-id prompt's length
 };
 
 // POST /v1/completions.
@@ -29,6 +31,7 @@ struct CompletionRequest {
   std::string model;  // empty: the default language model
   GenerationRequest generation;
   bool stream = false;
+  std::string session_id;  // "new", an id, or empty (no session)
 };
 
 // POST /v1/translate: {"text": ...} or {"texts": [...]} (batch = true).
@@ -40,11 +43,12 @@ struct TranslateRequest {
   int max_tokens = 128;
 };
 
-// OpenAI completion fields: model, prompt (string or [string]), max_tokens (default 16, or
-// max_tokens_limit when lower), temperature (1.0), top_p, top_k, repetition_penalty, seed, stop
-// (string or [string]), stream; n and best_of must be 1 when given; ignore_eos (bool) is an
-// extension. Sampling fields are also checked with ValidateSamplingParams (messages use the JSON
-// names).
+// OpenAI completion fields: model, prompt (a string, [string], or an array of token ids ->
+// generation.prompt_token_ids), max_tokens (default 16, or max_tokens_limit when lower),
+// temperature (1.0), top_p, top_k, repetition_penalty, seed, stop (string or [string]), stream,
+// n (1..max_choices; must be 1 with a session); best_of must be 1 when given; ignore_eos (bool)
+// and session_id ("new" or an id) are extensions. Sampling fields are also checked with
+// ValidateSamplingParams (messages use the JSON names).
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
                                                          const ParseLimits& limits);
 

@@ -72,6 +72,11 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     state_bytes_in_use_.store(stats.state_bytes_in_use, std::memory_order_relaxed);
     state_bytes_capacity_.store(stats.state_bytes_capacity, std::memory_order_relaxed);
     kv_cache_bytes_.store(stats.kv_cache_bytes, std::memory_order_relaxed);
+    prefix_cache_bytes_.store(stats.prefix_cache_bytes, std::memory_order_relaxed);
+    prefix_cache_entries_.store(stats.prefix_cache_entries, std::memory_order_relaxed);
+    prefix_cache_queried_.store(stats.prefix_cache_queried_tokens, std::memory_order_relaxed);
+    prefix_cache_hits_.store(stats.prefix_cache_hit_tokens, std::memory_order_relaxed);
+    prefix_cache_evictions_.store(stats.prefix_cache_evictions, std::memory_order_relaxed);
     if (batch_size > 0) instruments_.batch_size->Observe(static_cast<double>(batch_size));
   }
   void OnFirstToken(double seconds_since_enqueue) override {
@@ -102,6 +107,24 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     totals.kv_cache_bytes += kv_cache_bytes_.load(std::memory_order_relaxed);
   }
 
+  // This model's prefix-cache series (labelled with its name), set by Render under mu_.
+  struct PrefixCacheSeries {
+    prometheus::Gauge* bytes = nullptr;
+    prometheus::Gauge* entries = nullptr;
+    prometheus::Counter* queried = nullptr;
+    prometheus::Counter* hits = nullptr;
+    prometheus::Counter* evictions = nullptr;
+  };
+  PrefixCacheSeries prefix_cache;
+  void UpdatePrefixCache() const {
+    if (prefix_cache.bytes == nullptr) return;
+    prefix_cache.bytes->Set(static_cast<double>(prefix_cache_bytes_.load()));
+    prefix_cache.entries->Set(static_cast<double>(prefix_cache_entries_.load()));
+    Advance(prefix_cache.queried, prefix_cache_queried_.load());
+    Advance(prefix_cache.hits, prefix_cache_hits_.load());
+    Advance(prefix_cache.evictions, prefix_cache_evictions_.load());
+  }
+
  private:
   const Instruments instruments_;
   std::atomic<int64_t> running_sequences_{0};
@@ -109,6 +132,17 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
   std::atomic<int64_t> state_bytes_in_use_{0};
   std::atomic<int64_t> state_bytes_capacity_{0};
   std::atomic<int64_t> kv_cache_bytes_{0};
+  std::atomic<int64_t> prefix_cache_bytes_{0};
+  std::atomic<int64_t> prefix_cache_entries_{0};
+  std::atomic<int64_t> prefix_cache_queried_{0};
+  std::atomic<int64_t> prefix_cache_hits_{0};
+  std::atomic<int64_t> prefix_cache_evictions_{0};
+
+  // A counter follows a cumulative figure: it only ever moves up.
+  static void Advance(prometheus::Counter* counter, int64_t total) {
+    const double delta = static_cast<double>(total) - counter->Value();
+    if (delta > 0) counter->Increment(delta);
+  }
 };
 
 ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
@@ -160,6 +194,27 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                "Fixed attention state bytes of one sequence, per served model (softmax layers "
                "add KV cache per token on top).")
            .Register(registry);
+  prefix_cache_bytes_ = &prometheus::BuildGauge()
+                             .Name("abcd_prefix_cache_bytes")
+                             .Help("Bytes of state snapshots held by the prefix cache, per model.")
+                             .Register(registry);
+  prefix_cache_entries_ = &prometheus::BuildGauge()
+                               .Name("abcd_prefix_cache_entries")
+                               .Help("State snapshots held by the prefix cache, per model.")
+                               .Register(registry);
+  prefix_cache_queried_ = &prometheus::BuildCounter()
+                               .Name("abcd_prefix_cache_queried_tokens_total")
+                               .Help("Prompt tokens looked up in the prefix cache, per model.")
+                               .Register(registry);
+  prefix_cache_hits_ =
+      &prometheus::BuildCounter()
+           .Name("abcd_prefix_cache_hit_tokens_total")
+           .Help("Prompt tokens restored from the prefix cache instead of prefilled, per model.")
+           .Register(registry);
+  prefix_cache_evictions_ = &prometheus::BuildCounter()
+                                 .Name("abcd_prefix_cache_evictions_total")
+                                 .Help("Prefix cache snapshots evicted for space, per model.")
+                                 .Register(registry);
 }
 
 ServerMetrics::~ServerMetrics() = default;
@@ -180,6 +235,10 @@ absl::string_view ServerMetrics::StatusLabel(absl::StatusCode code) {
       return "unavailable";
     case absl::StatusCode::kNotFound:
       return "not_found";
+    case absl::StatusCode::kAborted:
+      return "aborted";
+    case absl::StatusCode::kFailedPrecondition:
+      return "failed_precondition";
     default:
       return "internal";
   }
@@ -194,9 +253,15 @@ void ServerMetrics::CountRequest(absl::string_view kind, absl::string_view statu
 ExecutorObserver* ServerMetrics::AddModel(const std::string& model_name,
                                           int64_t state_bytes_per_sequence) {
   absl::MutexLock lock(&mu_);
-  state_bytes_per_sequence_->Add({{"model", Utf8OrQuestionMarks(model_name)}})
-      .Set(static_cast<double>(state_bytes_per_sequence));
+  const prometheus::Labels labels = {{"model", Utf8OrQuestionMarks(model_name)}};
+  state_bytes_per_sequence_->Add(labels).Set(static_cast<double>(state_bytes_per_sequence));
   models_.push_back(std::make_unique<ModelObserver>(instruments_));
+  ModelObserver::PrefixCacheSeries& series = models_.back()->prefix_cache;
+  series.bytes = &prefix_cache_bytes_->Add(labels);
+  series.entries = &prefix_cache_entries_->Add(labels);
+  series.queried = &prefix_cache_queried_->Add(labels);
+  series.hits = &prefix_cache_hits_->Add(labels);
+  series.evictions = &prefix_cache_evictions_->Add(labels);
   return models_.back().get();
 }
 
@@ -210,7 +275,10 @@ std::string ServerMetrics::Render() const {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& hook : render_hooks_) hook();
-    for (const auto& model : models_) model->AddTo(totals);
+    for (const auto& model : models_) {
+      model->AddTo(totals);
+      model->UpdatePrefixCache();
+    }
   }
   running_sequences_->Set(static_cast<double>(totals.running_sequences));
   waiting_requests_->Set(static_cast<double>(totals.waiting_requests));

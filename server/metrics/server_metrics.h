@@ -14,6 +14,11 @@
 //   abcd_state_bytes_capacity                 gauge      }
 //   abcd_kv_cache_bytes                       gauge      }
 //   abcd_state_bytes_per_sequence{model}      gauge      AddModel()
+//   abcd_prefix_cache_bytes{model}            gauge      } the model's latest ExecutorStats
+//   abcd_prefix_cache_entries{model}          gauge      } (observers: OnIteration), set at
+//   abcd_prefix_cache_queried_tokens_total{model} counter } Render(); the counters follow
+//   abcd_prefix_cache_hit_tokens_total{model} counter    } the executor's cumulative figures
+//   abcd_prefix_cache_evictions_total{model}  counter    }
 //
 // Registry and exposition are prometheus-cpp's (prometheus::Registry, TextSerializer); every
 // handle is resolved at start-up. Every {kind,status} pair is registered up front, so
@@ -47,12 +52,15 @@ namespace abcd {
 
 class ServerMetrics {
  public:
-  static constexpr std::array<absl::string_view, 5> kRequestKinds = {
-      "generate", "translate", "completions", "list_models", "other"};
-  static constexpr std::array<absl::string_view, 8> kRequestStatuses = {
+  // "sessions": the session operations (gRPC Get/Delete/Export/ImportSession, HTTP
+  // /v1/sessions routes).
+  static constexpr std::array<absl::string_view, 6> kRequestKinds = {
+      "generate", "translate", "completions", "list_models", "sessions", "other"};
+  static constexpr std::array<absl::string_view, 10> kRequestStatuses = {
       "ok",        "invalid_argument",  "resource_exhausted",
       "cancelled", "deadline_exceeded", "unavailable",
-      "not_found", "internal"};
+      "not_found", "aborted",           "failed_precondition",
+      "internal"};
 
   // The exposition's Content-Type (text format 0.0.4).
   static constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
@@ -112,6 +120,11 @@ class ServerMetrics {
   prometheus::Gauge* state_bytes_capacity_ = nullptr;
   prometheus::Gauge* kv_cache_bytes_ = nullptr;
   prometheus::Family<prometheus::Gauge>* state_bytes_per_sequence_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* prefix_cache_bytes_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* prefix_cache_entries_ = nullptr;
+  prometheus::Family<prometheus::Counter>* prefix_cache_queried_ = nullptr;
+  prometheus::Family<prometheus::Counter>* prefix_cache_hits_ = nullptr;
+  prometheus::Family<prometheus::Counter>* prefix_cache_evictions_ = nullptr;
 
   mutable absl::Mutex mu_;  // AddModel/AddRenderHook vs Render; never held by an observer
   std::vector<std::unique_ptr<ModelObserver>> models_ ABSL_GUARDED_BY(mu_);

@@ -82,6 +82,11 @@ TEST(ServerMetrics, ExportsTheWholeContract) {
       {"abcd_state_bytes_capacity", "gauge"},
       {"abcd_kv_cache_bytes", "gauge"},
       {"abcd_state_bytes_per_sequence", "gauge"},
+      {"abcd_prefix_cache_bytes", "gauge"},
+      {"abcd_prefix_cache_entries", "gauge"},
+      {"abcd_prefix_cache_queried_tokens_total", "counter"},
+      {"abcd_prefix_cache_hit_tokens_total", "counter"},
+      {"abcd_prefix_cache_evictions_total", "counter"},
   };
   int type_lines = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -93,9 +98,11 @@ TEST(ServerMetrics, ExportsTheWholeContract) {
         << name;
   }
   // Every kind x status pair exists from the start, at zero.
-  for (absl::string_view kind : {"generate", "translate", "completions", "list_models", "other"}) {
-    for (absl::string_view status : {"ok", "invalid_argument", "resource_exhausted", "cancelled",
-                                     "deadline_exceeded", "unavailable", "not_found", "internal"}) {
+  for (absl::string_view kind :
+       {"generate", "translate", "completions", "list_models", "sessions", "other"}) {
+    for (absl::string_view status :
+         {"ok", "invalid_argument", "resource_exhausted", "cancelled", "deadline_exceeded",
+          "unavailable", "not_found", "aborted", "failed_precondition", "internal"}) {
       EXPECT_EQ(SampleValue(text, absl::StrCat("abcd_requests_total{kind=\"", kind, "\",status=\"",
                                                status, "\"}")),
                 "0")
@@ -103,9 +110,43 @@ TEST(ServerMetrics, ExportsTheWholeContract) {
     }
   }
   EXPECT_EQ(SampleValue(text, "abcd_state_bytes_per_sequence{model=\"abc-lm\"}"), "4096");
+  EXPECT_EQ(SampleValue(text, "abcd_prefix_cache_hit_tokens_total{model=\"abc-lm\"}"), "0");
   EXPECT_EQ(SampleValue(text, "abcd_batch_size_bucket{le=\"1024\"}"), "0");
   EXPECT_EQ(SampleValue(text, "abcd_request_duration_seconds_bucket{le=\"0.001\"}"), "0");
   EXPECT_EQ(SampleValue(text, "abcd_request_duration_seconds_bucket{le=\"60\"}"), "0");
+}
+
+// The prefix cache's figures per model: gauges from the latest stats, counters following the
+// executor's cumulative totals across renders.
+TEST(ServerMetrics, PrefixCacheFiguresPerModel) {
+  ServerMetrics metrics;
+  ExecutorObserver* lm = metrics.AddModel("abc-lm", 4096);
+  ExecutorObserver* other = metrics.AddModel("abc-lm-untrained", 1024);
+  ExecutorStats stats;
+  stats.prefix_cache_bytes = 5000;
+  stats.prefix_cache_entries = 3;
+  stats.prefix_cache_queried_tokens = 100;
+  stats.prefix_cache_hit_tokens = 40;
+  stats.prefix_cache_evictions = 1;
+  lm->OnIteration(1, stats);
+  std::string text = metrics.Render();
+  EXPECT_EQ(SampleValue(text, "abcd_prefix_cache_bytes{model=\"abc-lm\"}"), "5000");
+  EXPECT_EQ(SampleValue(text, "abcd_prefix_cache_entries{model=\"abc-lm\"}"), "3");
+  EXPECT_EQ(SampleValue(text, "abcd_prefix_cache_queried_tokens_total{model=\"abc-lm\"}"), "100");
+  EXPECT_EQ(SampleValue(text, "abcd_prefix_cache_hit_tokens_total{model=\"abc-lm\"}"), "40");
+  EXPECT_EQ(SampleValue(text, "abcd_prefix_cache_evictions_total{model=\"abc-lm\"}"), "1");
+  EXPECT_EQ(SampleValue(text, "abcd_prefix_cache_hit_tokens_total{model=\"abc-lm-untrained\"}"),
+            "0");
+  stats.prefix_cache_hit_tokens = 90;
+  stats.prefix_cache_bytes = 100;
+  lm->OnIteration(1, stats);
+  other->OnIteration(1, stats);
+  text = metrics.Render();
+  text = metrics.Render();  // rendering twice adds nothing
+  EXPECT_EQ(SampleValue(text, "abcd_prefix_cache_hit_tokens_total{model=\"abc-lm\"}"), "90");
+  EXPECT_EQ(SampleValue(text, "abcd_prefix_cache_bytes{model=\"abc-lm\"}"), "100");
+  EXPECT_EQ(SampleValue(text, "abcd_prefix_cache_hit_tokens_total{model=\"abc-lm-untrained\"}"),
+            "90");
 }
 
 TEST(ServerMetrics, CountRequestUsesTheFixedTable) {
@@ -130,12 +171,15 @@ TEST(ServerMetrics, CountRequestUsesTheFixedTable) {
   EXPECT_EQ(value("other", "ok"), "1");
   EXPECT_EQ(text.find("bogus"), std::string::npos);
   EXPECT_EQ(text.find("weird"), std::string::npos);
-  // Cardinality stays fixed: 5 kinds x 8 statuses.
+  // Cardinality stays fixed: 6 kinds x 10 statuses.
   int samples = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (absl::StartsWith(line, "abcd_requests_total{")) ++samples;
   }
-  EXPECT_EQ(samples, 40);
+  EXPECT_EQ(samples, 60);
+  EXPECT_EQ(ServerMetrics::StatusLabel(absl::StatusCode::kAborted), "aborted");
+  EXPECT_EQ(ServerMetrics::StatusLabel(absl::StatusCode::kFailedPrecondition),
+            "failed_precondition");
   EXPECT_EQ(ServerMetrics::StatusLabel(absl::StatusCode::kDeadlineExceeded), "deadline_exceeded");
   EXPECT_EQ(ServerMetrics::StatusLabel(absl::StatusCode::kNotFound), "not_found");
   EXPECT_EQ(ServerMetrics::StatusLabel(absl::StatusCode::kUnavailable), "unavailable");

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "server/http/http_errors.h"
+
 namespace abcd {
 namespace {
 
@@ -24,6 +26,54 @@ TEST(RequestParser, DefaultMaxTokensNeverExceedsTheLimit) {
   limits.max_tokens_limit = 4096;  // the defaults themselves when they fit
   EXPECT_EQ(http::ParseCompletionRequest(R"({"prompt": "hi"})", limits)->generation.max_tokens, 16);
   EXPECT_EQ(http::ParseTranslateRequest(R"({"text": "Hello."})", limits)->max_tokens, 128);
+}
+
+// Issue 14: token-id prompts, n and session_id at the door.
+TEST(RequestParser, TokenIdPromptsNAndSessionId) {
+  http::ParseLimits limits;
+  limits.max_prompt_tokens = 4;
+  limits.max_choices = 3;
+  absl::StatusOr<http::CompletionRequest> request =
+      http::ParseCompletionRequest(R"({"prompt": [5, 6, 7], "n": 3, "session_id": null})", limits);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->generation.prompt_token_ids, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_TRUE(request->generation.prompt.empty());
+  EXPECT_EQ(request->generation.n, 3);
+  EXPECT_TRUE(request->session_id.empty());
+
+  request = http::ParseCompletionRequest(R"({"prompt": ["one"], "session_id": "new"})", limits);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->generation.prompt, "one");
+  EXPECT_EQ(request->generation.n, 1);
+  EXPECT_EQ(request->session_id, "new");
+
+  const absl::Status too_long =
+      http::ParseCompletionRequest(R"({"prompt": [5, 6, 7, 8, 9]})", limits).status();
+  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.message().find("more than the limit of 4"), std::string::npos) << too_long;
+  const absl::Status two_strings =
+      http::ParseCompletionRequest(R"({"prompt": ["a", "b"]})", limits).status();
+  EXPECT_NE(two_strings.message().find("exactly one string"), std::string::npos) << two_strings;
+  EXPECT_EQ(http::ParseCompletionRequest(R"({"prompt": [5], "n": 4})", limits).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(http::ParseCompletionRequest(R"({"prompt": [5], "n": 2, "session_id": "new"})", limits)
+                .status()
+                .message(),
+            "n: must be 1 with a session");
+}
+
+// Session errors on the HTTP wire (DESIGN.md section 6): busy 409, unknown 404, foreign blob
+// 412, store down 503; the param is the field the message starts with.
+TEST(HttpErrors, SessionStatusesAndParams) {
+  EXPECT_EQ(http::MapStatusCode(absl::StatusCode::kAborted).http_status, 409);
+  EXPECT_EQ(http::MapStatusCode(absl::StatusCode::kAborted).label, "aborted");
+  EXPECT_EQ(http::MapStatusCode(absl::StatusCode::kFailedPrecondition).http_status, 412);
+  EXPECT_EQ(http::MapStatusCode(absl::StatusCode::kNotFound).http_status, 404);
+  EXPECT_EQ(http::MapStatusCode(absl::StatusCode::kUnavailable).http_status, 503);
+  EXPECT_EQ(http::ParamFromMessage("n: must be 1 with a session"), "n");
+  EXPECT_EQ(http::ParamFromMessage("session_id: sessions need a decoder-only model"), "session_id");
+  EXPECT_EQ(http::ParamFromMessage("state: the session blob is empty"), "state");
+  EXPECT_EQ(http::ParamFromMessage("session 0123 is in use by another request"), "");
 }
 
 }  // namespace

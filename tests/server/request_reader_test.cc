@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,38 @@ TEST(RequestReader, SizeCheckRefusesFromTheLengthPrefix) {
   EXPECT_EQ(ReadRequest(Buffer(bytes), check, &out), absl::InvalidArgumentError("too long"));
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0], std::make_pair(std::string("prompt"), size_t{1000}));
+}
+
+// prompt_token_ids are counted while scanning, packed or not, and refused before they are
+// copied; a message cut inside the packed run still reports the count so far.
+TEST(RequestReader, CountCheckBoundsRepeatedNumbers) {
+  abcd::v1::GenerateRequest in;
+  for (int i = 0; i < 1000; ++i) in.add_prompt_token_ids(i);
+  const std::string bytes = Serialized(in);
+  int64_t largest = 0;
+  const FieldCountCheck check = [&](absl::string_view name, int64_t count) {
+    EXPECT_EQ(name, "prompt_token_ids");
+    largest = std::max(largest, count);
+    return count > 600 ? absl::InvalidArgumentError("too many") : absl::OkStatus();
+  };
+  abcd::v1::GenerateRequest out;
+  EXPECT_EQ(ReadRequest(Buffer(bytes), nullptr, &out, check),
+            absl::InvalidArgumentError("too many"));
+  EXPECT_LE(largest, 1000);
+  EXPECT_EQ(out.prompt_token_ids_size(), 0);  // refused before parsing
+
+  // Unpacked elements (a tag each) are counted too.
+  std::string unpacked;
+  for (int i = 0; i < 700; ++i) unpacked += std::string{static_cast<char>(8 * 8), 5};
+  EXPECT_EQ(ReadRequest(Buffer(unpacked), nullptr, &out, check),
+            absl::InvalidArgumentError("too many"));
+
+  in.clear_prompt_token_ids();
+  largest = 0;
+  for (int i = 0; i < 10; ++i) in.add_prompt_token_ids(-i);  // negative: 10-byte varints
+  ASSERT_EQ(ReadRequest(Buffer(Serialized(in)), nullptr, &out, check), absl::OkStatus());
+  EXPECT_EQ(largest, 10);
+  EXPECT_EQ(out.prompt_token_ids_size(), 10);
 }
 
 TEST(RequestReader, GarbageIsRefused) {
