@@ -116,9 +116,12 @@ class RedisSessionStore final : public SessionStore {
     blob.clear();
     blob.shrink_to_fit();
     const std::string ttl = absl::StrCat(Millis(options_.ttl));
-    absl::StatusOr<Reply> reply = Command("SET", "SET %b %b PX %s", key.data(), key.size(),
-                                          value.data(), value.size(), ttl.c_str());
-    return reply.status();
+    // The argv form sizes the command buffer once; redisCommand's "%b" grows it in 1 MiB steps
+    // (each a copy), which made a 4 MiB SET several times slower than 4 x 1 MiB.
+    const char* argv[] = {"SET", key.data(), value.data(), "PX", ttl.data()};
+    const size_t lengths[] = {3, key.size(), value.size(), 2, ttl.size()};
+    return Run("SET", [&](redisContext* c) { return redisCommandArgv(c, 5, argv, lengths); })
+        .status();
   }
 
   absl::Status Delete(absl::string_view id) override {
@@ -158,9 +161,16 @@ class RedisSessionStore final : public SessionStore {
   // Runs one command on a pooled connection. OK only for a non-error reply.
   template <typename... Args>
   absl::StatusOr<Reply> Command(absl::string_view what, const char* format, Args... args) {
+    return Run(what, [&](redisContext* c) { return redisCommand(c, format, args...); });
+  }
+
+  // Runs `issue` (one synchronous hiredis command on the given context) on a pooled
+  // connection. OK only for a non-error reply.
+  template <typename Issue>
+  absl::StatusOr<Reply> Run(absl::string_view what, Issue issue) {
     absl::StatusOr<Connection> connection = Acquire();
     if (!connection.ok()) return connection.status();
-    Reply reply(static_cast<redisReply*>(redisCommand(connection->get(), format, args...)));
+    Reply reply(static_cast<redisReply*>(issue(connection->get())));
     if (reply == nullptr) {  // I/O error: the connection is unusable
       const std::string error = ConnectionError(connection->get());
       connection->reset();
