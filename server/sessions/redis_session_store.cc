@@ -2,9 +2,13 @@
 //
 // Keys: `abcd:session:<id>` holds 8 bytes of last_used (Unix microseconds, little-endian)
 // followed by the blob, written by one `SET key value PX ttl` (binary safe, atomic);
-// `abcd:session-lock:<id>` is the in-use mark, `SET NX PX lock_ttl` holding this store
-// object's random token, released by a compare-and-delete script so an expired-and-retaken lock
-// of another replica is never deleted.
+// `abcd:session-lock:<id>` is the in-use mark, `SET NX PX lock_ttl` holding a token unique
+// to this lock (this store object's random prefix and a counter), released by a
+// compare-and-delete script, so a lock that expired and was taken again (by any replica) is
+// never deleted by its previous holder. An unlock that fails (Redis unreachable or refusing
+// writes) is retried after the next successful command instead of leaving the session locked
+// until lock_ttl; the locks this object holds are also known locally, so a second Lock of
+// one of them is ABORTED without a round trip.
 //
 // Connections: a small pool (options.max_connections) created lazily; a call takes an idle
 // connection (or opens one), runs its command without holding any lock, and returns it. Any
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -37,6 +42,7 @@ namespace {
 constexpr char kSessionPrefix[] = "abcd:session:";
 constexpr char kLockPrefix[] = "abcd:session-lock:";
 constexpr size_t kHeaderBytes = 8;
+constexpr size_t kMaxPendingUnlocks = 10000;
 constexpr char kUnlockScript[] =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end "
     "return 0";
@@ -89,7 +95,7 @@ class RedisSessionStore final : public SessionStore {
       : url_(std::move(url)),
         address_(std::move(address)),
         options_(options),
-        token_(RandomToken()) {}
+        token_prefix_(RandomToken()) {}
 
   std::string name() const override { return url_; }
 
@@ -116,9 +122,12 @@ class RedisSessionStore final : public SessionStore {
     blob.clear();
     blob.shrink_to_fit();
     const std::string ttl = absl::StrCat(Millis(options_.ttl));
-    absl::StatusOr<Reply> reply = Command("SET", "SET %b %b PX %s", key.data(), key.size(),
-                                          value.data(), value.size(), ttl.c_str());
-    return reply.status();
+    // Binary safe like "%b"; the argv form sizes the command buffer once instead of growing
+    // it while formatting (blobs can be megabytes).
+    const char* argv[] = {"SET", key.data(), value.data(), "PX", ttl.data()};
+    const size_t lengths[] = {3, key.size(), value.size(), 2, ttl.size()};
+    return Run("SET", [&](redisContext* c) { return redisCommandArgv(c, 5, argv, lengths); })
+        .status();
   }
 
   absl::Status Delete(absl::string_view id) override {
@@ -132,20 +141,49 @@ class RedisSessionStore final : public SessionStore {
   }
 
   absl::Status Lock(absl::string_view id) override {
+    std::string token;
+    {
+      absl::MutexLock lock(&mu_);
+      if (held_.contains(id)) return SessionInUseError(id);
+      token = absl::StrCat(token_prefix_, "-", ++locks_taken_);
+      held_.emplace(id, token);  // reserved: a concurrent Lock here is refused at once
+    }
     const std::string key = absl::StrCat(kLockPrefix, id);
     const std::string ttl = absl::StrCat(Millis(options_.lock_ttl));
     absl::StatusOr<Reply> reply = Command("SET NX", "SET %b %b NX PX %s", key.data(), key.size(),
-                                          token_.data(), token_.size(), ttl.c_str());
-    if (!reply.ok()) return reply.status();
-    if ((*reply)->type == REDIS_REPLY_NIL) return SessionInUseError(id);
-    return absl::OkStatus();
+                                          token.data(), token.size(), ttl.c_str());
+    absl::Status status = absl::OkStatus();
+    if (!reply.ok()) {
+      status = reply.status();
+    } else if ((*reply)->type == REDIS_REPLY_NIL) {
+      status = SessionInUseError(id);
+    }
+    if (!status.ok()) {
+      absl::MutexLock lock(&mu_);
+      held_.erase(id);
+    }
+    return status;
   }
 
   void Unlock(absl::string_view id) override {
-    const std::string key = absl::StrCat(kLockPrefix, id);
-    // Best effort: on failure the lock expires after lock_ttl.
-    (void)Command("EVAL", "EVAL %s 1 %b %b", kUnlockScript, key.data(), key.size(), token_.data(),
-                  token_.size());
+    std::string token;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = held_.find(id);
+      if (it == held_.end()) return;  // not held by this object
+      token = std::move(it->second);
+      held_.erase(it);
+    }
+    std::string key = absl::StrCat(kLockPrefix, id);
+    if (!Command("EVAL", "EVAL %s 1 %b %b", kUnlockScript, key.data(), key.size(), token.data(),
+                 token.size())
+             .ok()) {
+      absl::MutexLock lock(&mu_);
+      // Bounded: beyond it, the lock expires after lock_ttl.
+      if (pending_unlocks_.size() < kMaxPendingUnlocks) {
+        pending_unlocks_.push_back({std::move(key), std::move(token)});
+      }
+    }
   }
 
   SessionStoreStats Stats() const override { return {-1, -1, 0}; }
@@ -158,13 +196,26 @@ class RedisSessionStore final : public SessionStore {
   // Runs one command on a pooled connection. OK only for a non-error reply.
   template <typename... Args>
   absl::StatusOr<Reply> Command(absl::string_view what, const char* format, Args... args) {
+    return Run(what, [&](redisContext* c) { return redisCommand(c, format, args...); });
+  }
+
+  // Runs `issue` (one synchronous hiredis command on the given context) on a pooled
+  // connection. OK only for a non-error reply.
+  template <typename Issue>
+  absl::StatusOr<Reply> Run(absl::string_view what, Issue issue) {
     absl::StatusOr<Connection> connection = Acquire();
     if (!connection.ok()) return connection.status();
-    Reply reply(static_cast<redisReply*>(redisCommand(connection->get(), format, args...)));
+    Reply reply(static_cast<redisReply*>(issue(connection->get())));
     if (reply == nullptr) {  // I/O error: the connection is unusable
       const std::string error = ConnectionError(connection->get());
       connection->reset();
       return Trip(absl::StrCat(what, ": ", error));
+    }
+    if (!RetryUnlocks(connection->get())) {  // the connection broke: `reply` still stands
+      const std::string error = ConnectionError(connection->get());
+      connection->reset();
+      (void)Trip(absl::StrCat("EVAL: ", error));
+      return reply;
     }
     Release(*std::move(connection));
     if (reply->type == REDIS_REPLY_ERROR) {
@@ -206,6 +257,36 @@ class RedisSessionStore final : public SessionStore {
     }
     broken_until_ = absl::InfinitePast();
     return c;
+  }
+
+  // Runs the unlocks that failed earlier on `c`, which just answered a command. Those that
+  // fail again stay pending. False if the connection broke (the rest stay pending).
+  bool RetryUnlocks(redisContext* c) {
+    std::vector<PendingUnlock> pending;
+    {
+      absl::MutexLock lock(&mu_);
+      if (pending_unlocks_.empty()) return true;
+      pending.swap(pending_unlocks_);
+    }
+    size_t i = 0;
+    std::vector<PendingUnlock> again;
+    for (; i < pending.size(); ++i) {
+      const PendingUnlock& p = pending[i];
+      Reply reply(
+          static_cast<redisReply*>(redisCommand(c, "EVAL %s 1 %b %b", kUnlockScript, p.key.data(),
+                                                p.key.size(), p.token.data(), p.token.size())));
+      if (reply == nullptr) break;
+      if (reply->type == REDIS_REPLY_ERROR) again.push_back(p);
+    }
+    for (; i < pending.size(); ++i) again.push_back(std::move(pending[i]));
+    const bool connection_ok = c->err == 0;
+    if (!again.empty()) {
+      absl::MutexLock lock(&mu_);
+      for (PendingUnlock& p : again) {
+        if (pending_unlocks_.size() < kMaxPendingUnlocks) pending_unlocks_.push_back(std::move(p));
+      }
+    }
+    return connection_ok;
   }
 
   bool CanProceed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -259,9 +340,17 @@ class RedisSessionStore final : public SessionStore {
   const std::string url_;
   const RedisAddress address_;
   const SessionStoreOptions options_;
-  const std::string token_;  // this object's lock value
+  const std::string token_prefix_;  // random, unique to this object
+
+  struct PendingUnlock {
+    std::string key;
+    std::string token;
+  };
 
   absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::string> held_ ABSL_GUARDED_BY(mu_);  // id -> token
+  int64_t locks_taken_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<PendingUnlock> pending_unlocks_ ABSL_GUARDED_BY(mu_);
   std::vector<Connection> idle_ ABSL_GUARDED_BY(mu_);
   int open_ ABSL_GUARDED_BY(mu_) = 0;  // idle + in use + being opened
   absl::Time broken_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -5,8 +5,9 @@
 //   abcd_session_evictions_total    counter  Refresh(): the store's eviction count (memory LRU)
 //   abcd_session_hits_total         counter  CountHit(): Continue found the session
 //   abcd_session_misses_total       counter  CountMiss(): Continue on an unknown or expired id
-//   abcd_session_store_errors_total counter  CountStoreError(): the store failed (UNAVAILABLE,
-//                                            INTERNAL, ...), not NOT_FOUND/ABORTED/bad input
+//   abcd_session_store_errors_total counter  CountStoreError(): the store failed or refused
+//                                            (UNAVAILABLE, RESOURCE_EXHAUSTED: over the memory
+//                                            budget, ...), not NOT_FOUND/ABORTED/bad input
 //
 // Handles are resolved in the constructor. Thread-safety: every method may be called from any
 // thread.

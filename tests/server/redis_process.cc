@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace abcd::testing {
 namespace {
 
@@ -25,26 +27,34 @@ std::string RedisBinary() {
   return env != nullptr && env[0] != '\0' ? env : "/usr/bin/redis-server";
 }
 
-// True when 127.0.0.1:port answers "PING" with "+PONG" within ~200 ms.
-bool Pings(int port) {
+// Sends `request` to 127.0.0.1:port and returns the first line of the reply ("" if none
+// within `timeout_ms`).
+std::string Exchange(int port, const std::string& request, int timeout_ms) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return "";
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = false;
+  std::string reply;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size())) {
     pollfd p{fd, POLLIN, 0};
-    char reply[16] = {};
-    if (poll(&p, 1, 200) == 1 && recv(fd, reply, sizeof(reply) - 1, 0) > 0) {
-      ok = std::strncmp(reply, "+PONG", 5) == 0;
+    char buffer[256];
+    while (reply.find("\r\n") == std::string::npos && poll(&p, 1, timeout_ms) == 1) {
+      const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      reply.append(buffer, static_cast<size_t>(n));
     }
   }
   close(fd);
-  return ok;
+  const size_t end = reply.find("\r\n");
+  return end == std::string::npos ? "" : reply.substr(0, end);
 }
+
+// True when 127.0.0.1:port answers "PING" with "+PONG" within ~200 ms.
+bool Pings(int port) { return Exchange(port, "PING\r\n", 200) == "+PONG"; }
 
 }  // namespace
 
@@ -137,6 +147,13 @@ bool RedisProcess::Start(int port) {
   waitpid(pid, nullptr, 0);
   error_ = "redis-server did not answer PING on port " + std::to_string(port);
   return false;
+}
+
+std::string RedisProcess::Command(const std::vector<std::string>& args) const {
+  std::string request = absl::StrCat("*", args.size(), "\r\n");
+  for (const std::string& arg : args)
+    absl::StrAppend(&request, "$", arg.size(), "\r\n", arg, "\r\n");
+  return Exchange(port_, request, 2000);
 }
 
 void RedisProcess::Kill() {

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace abcd::testing {
 
@@ -34,6 +35,11 @@ class RedisProcess {
   // SIGSTOP / SIGCONT (a stalled server: connections open, no replies).
   void Pause();
   void Resume();
+
+  // Sends one command (e.g. {"CONFIG", "SET", "min-replicas-to-write", "1"}) on a fresh
+  // connection and returns the reply's first line ("+OK", "-ERR ...", ":1", "$5"), or "" when
+  // there is no reply within 2 s.
+  std::string Command(const std::vector<std::string>& args) const;
 
   // A loopback TCP port that was free a moment ago (bound to 127.0.0.1:0 and closed).
   static int FreePort();

@@ -294,6 +294,39 @@ TEST_F(RedisSessionStoreTest, LockIsSharedByTwoReplicas) {
   b->Unlock("s");
 }
 
+// An unlock Redis refuses (here: writes refused for want of replicas) is not lost: it is
+// retried after the next command that succeeds, instead of the session staying locked for
+// lock_ttl.
+TEST_F(RedisSessionStoreTest, FailedUnlockIsRetriedLater) {
+  auto a = Redis();
+  auto b = Redis();
+  ASSERT_TRUE(a->Lock("s").ok());
+  ASSERT_EQ(redis_->Command({"CONFIG", "SET", "min-replicas-to-write", "1"}), "+OK");
+  a->Unlock("s");  // refused: NOREPLICAS
+  absl::Status s = b->Lock("s");
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;  // writes refused: UNAVAILABLE, naming the store
+  EXPECT_THAT(s.message(), HasSubstr(redis_->url()));
+  ASSERT_EQ(redis_->Command({"CONFIG", "SET", "min-replicas-to-write", "0"}), "+OK");
+  EXPECT_TRUE(absl::IsAborted(b->Lock("s")));           // a's lock is still there
+  EXPECT_TRUE(absl::IsNotFound(a->Get("x").status()));  // a succeeds at something: retries
+  EXPECT_TRUE(b->Lock("s").ok());
+  b->Unlock("s");
+}
+
+// A lock taken again after it expired is not released by its previous holder's Unlock.
+TEST_F(RedisSessionStoreTest, ExpiredLockRetakenIsNotReleasedByTheOldHolder) {
+  SessionStoreOptions options;
+  options.lock_ttl = absl::Milliseconds(200);
+  auto a = Redis(options);
+  auto b = Redis(options);
+  ASSERT_TRUE(a->Lock("s").ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(b->Lock("s").ok());  // a's lock expired (a slow request)
+  a->Unlock("s");                  // a finishes late: must not free b's lock
+  EXPECT_TRUE(absl::IsAborted(a->Lock("s")));
+  EXPECT_EQ(redis_->Command({"EXISTS", "abcd:session-lock:s"}), ":1");
+}
+
 TEST_F(RedisSessionStoreTest, LockOfACrashedReplicaExpires) {
   SessionStoreOptions options;
   options.lock_ttl = absl::Milliseconds(300);
