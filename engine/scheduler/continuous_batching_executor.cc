@@ -12,13 +12,6 @@
 
 namespace abcd {
 namespace executor_internal {
-namespace {
-
-// Prompts shorter than this are not worth a snapshot: prefilling them costs about a restore.
-constexpr int64_t kMinCachedPrefix = 4;
-
-}  // namespace
-
 ContinuousBatchingExecutor::ContinuousBatchingExecutor(std::unique_ptr<DecodeBackend> backend,
                                                        const Tokenizer& tokenizer,
                                                        const ExecutorOptions& options)
@@ -358,6 +351,21 @@ void ContinuousBatchingExecutor::Step() {
   for (auto& choice : choices) running_.push_back(std::move(choice));
   std::erase_if(running_, [](const auto& r) { return r->done; });
   Publish(batch_sequences);
+}
+
+void ContinuousBatchingExecutor::CacheFinalState(const ActiveRequest& r) {
+  if (!r.cache_checked || !r.has_sequence || r.beam_search() || r.request.save_state) return;
+  absl::StatusOr<int64_t> bytes =
+      backend_->RequestBytes(static_cast<int64_t>(r.context.size()), 0, 1, 1);
+  if (!bytes.ok() || *bytes > prefix_cache_.budget_bytes() / 8) return;
+  absl::StatusOr<std::string> snapshot = backend_->Snapshot(r.sequence);
+  if (!snapshot.ok()) return;
+  absl::StatusOr<StatePool::SnapshotHeader> header = StatePool::ReadSnapshotHeader(*snapshot);
+  if (!header.ok() || header->position < kMinCachedPrefix ||
+      header->position > static_cast<int64_t>(r.context.size())) {
+    return;
+  }
+  prefix_cache_.Insert(std::span(r.context).first(header->position), *std::move(snapshot));
 }
 
 void ContinuousBatchingExecutor::StoreDueSnapshots() {

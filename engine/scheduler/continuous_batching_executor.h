@@ -17,6 +17,7 @@
 #include "engine/scheduler/executor.h"
 #include "engine/scheduler/prefix_cache.h"
 #include "engine/scheduler/text_stream.h"
+#include "engine/state/sequence_blob.h"
 
 namespace abcd {
 namespace executor_internal {
@@ -24,6 +25,8 @@ namespace executor_internal {
 inline constexpr int kMaxBeamSize = 16;
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopLength = 256;
+// Prefixes shorter than this are not worth a snapshot: prefilling them costs about a restore.
+inline constexpr int64_t kMinCachedPrefix = 4;
 
 struct Beam {
   SequenceId sequence = 0;
@@ -132,6 +135,8 @@ class ContinuousBatchingExecutor final : public Executor {
   }
   // The prompt's tokens (without bos): its text tokenized, or its ids checked.
   absl::StatusOr<std::vector<int32_t>> PromptTokens(const GenerationRequest& request) const;
+  // A session blob with every check CheckSessionState makes.
+  absl::StatusOr<SequenceBlob> DecodeSession(absl::string_view bytes) const;
   // Puts a session's history and state into `r` (request.resume_state).
   absl::Status Resume(ActiveRequest& r) const;
   // Validates and tokenizes one request; Enqueue's work before queueing.
@@ -156,6 +161,9 @@ class ContinuousBatchingExecutor final : public Executor {
   void Step();
   // After prefill rows were folded: stores the prefix snapshots that are due.
   void StoreDueSnapshots();
+  // A request that ends OK leaves the state after its prompt and generated tokens in the prefix
+  // cache, so a client that resends the conversation (stateless multi-turn) restores all of it.
+  void CacheFinalState(const ActiveRequest& r);
   void Publish(int64_t batch_size);
   // After a backend failure that Health() reports as permanent: ends every request with it and
   // refuses new ones.

@@ -173,6 +173,7 @@ void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, F
       status = saved.status();
     }
   }
+  if (status.ok()) CacheFinalState(r);
   ReleaseStates(r);
   if (r.admitted) reserved_bytes_ -= r.reserved_bytes;
   ChoiceGroup& group = *r.group;
