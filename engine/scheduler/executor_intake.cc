@@ -26,9 +26,20 @@ absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& reque
   } else if (!request.prompt.empty() && !request.prompt_token_ids.empty()) {
     return absl::InvalidArgumentError("prompt: give text or token ids, not both");
   }
-  if (request.max_tokens < 1 || request.max_tokens > options_.max_new_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_tokens must be in [1, ", options_.max_new_tokens, "], got ", request.max_tokens));
+  const int min_tokens = request.prompt_logprobs ? 0 : 1;
+  if (request.max_tokens < min_tokens || request.max_tokens > options_.max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be in [", min_tokens, ", ",
+                                                   options_.max_new_tokens, "], got ",
+                                                   request.max_tokens));
+  }
+  if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs must be in [0, ", kMaxTopLogprobs, "], got ", request.logprobs));
+  }
+  if (request.prompt_logprobs &&
+      (encoder_decoder || request.n > 1 || request.beam_size > 1 || session)) {
+    return absl::InvalidArgumentError(
+        "echo: prompt log-probabilities need a decoder-only model, n = 1 and no session");
   }
   ABCD_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   if (request.beam_size < 1 || request.beam_size > kMaxBeamSize) {
