@@ -12,13 +12,6 @@
 
 namespace abcd {
 namespace executor_internal {
-namespace {
-
-// Prompts shorter than this are not worth a snapshot: prefilling them costs about a restore.
-constexpr int64_t kMinCachedPrefix = 4;
-
-}  // namespace
-
 ContinuousBatchingExecutor::ContinuousBatchingExecutor(std::unique_ptr<DecodeBackend> backend,
                                                        const Tokenizer& tokenizer,
                                                        const ExecutorOptions& options)
@@ -103,7 +96,7 @@ void ContinuousBatchingExecutor::ExpireDeadlines() {
 
 bool ContinuousBatchingExecutor::PlanPrefixReuse(ActiveRequest& r) {
   if (r.cache_checked || prefix_cache_.budget_bytes() == 0 || r.restore_state != nullptr ||
-      !r.source_ids.empty()) {
+      !r.source_ids.empty() || r.request.prompt_logprobs) {
     return true;
   }
   const std::span<const int32_t> prompt(r.prompt_ids);
@@ -273,12 +266,17 @@ void ContinuousBatchingExecutor::Step() {
         .token_budget = options_.prefill_token_budget,
     });
   }
+  for (const auto& r : running_) r->chunk_rows = 0;
   for (const PrefillChunk& chunk : PlanPrefill(remaining, prefill_tokens)) {
     ActiveRequest& r = *running_[chunk.index];
+    r.chunk_start = r.prefilled;
+    r.chunk_rows = chunk.tokens;
     for (int64_t t = r.prefilled; t < r.prefilled + chunk.tokens; ++t) {
       const bool last = t + 1 == static_cast<int64_t>(r.prompt_ids.size());
-      rows.push_back({r.sequence, r.prompt_ids[t], last});
-      if (last) owners.push_back(&r);
+      // Prompt log-probabilities need every prompt row's logits, not only the last's.
+      const bool want_logits = last || r.request.prompt_logprobs;
+      rows.push_back({r.sequence, r.prompt_ids[t], want_logits});
+      if (want_logits) owners.push_back(&r);
     }
     r.prefilled += chunk.tokens;
   }
@@ -343,6 +341,13 @@ void ContinuousBatchingExecutor::Step() {
     const std::span<const float> slice(logits.data() + i * vocab, (end - i) * vocab);
     if (r.beam_search()) {
       BeamStepFor(r, slice);
+    } else if (r.request.prompt_logprobs && r.chunk_rows > 0) {
+      ScorePrompt(r, slice);
+      if (r.prefill_done() && r.request.max_tokens == 0) {
+        Finish(r, absl::OkStatus(), FinishReason::kLength);
+      } else if (r.prefill_done()) {
+        Sample(r, slice.last(vocab));
+      }
     } else if (r.group->n > 1 && !r.forked) {
       // The prompt is in: every choice starts from this state and these logits.
       const size_t first = choices.size();
@@ -358,6 +363,21 @@ void ContinuousBatchingExecutor::Step() {
   for (auto& choice : choices) running_.push_back(std::move(choice));
   std::erase_if(running_, [](const auto& r) { return r->done; });
   Publish(batch_sequences);
+}
+
+void ContinuousBatchingExecutor::CacheFinalState(const ActiveRequest& r) {
+  if (!r.cache_checked || !r.has_sequence || r.beam_search() || r.request.save_state) return;
+  absl::StatusOr<int64_t> bytes =
+      backend_->RequestBytes(static_cast<int64_t>(r.context.size()), 0, 1, 1);
+  if (!bytes.ok() || *bytes > prefix_cache_.budget_bytes() / 8) return;
+  absl::StatusOr<std::string> snapshot = backend_->Snapshot(r.sequence);
+  if (!snapshot.ok()) return;
+  absl::StatusOr<StatePool::SnapshotHeader> header = StatePool::ReadSnapshotHeader(*snapshot);
+  if (!header.ok() || header->position < kMinCachedPrefix ||
+      header->position > static_cast<int64_t>(r.context.size())) {
+    return;
+  }
+  prefix_cache_.Insert(std::span(r.context).first(header->position), *std::move(snapshot));
 }
 
 void ContinuousBatchingExecutor::StoreDueSnapshots() {

@@ -7,6 +7,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "engine/scheduler/executor.h"
 #include "engine/scheduler/prefix_cache.h"
 #include "engine/scheduler/text_stream.h"
+#include "engine/state/sequence_blob.h"
 
 namespace abcd {
 namespace executor_internal {
@@ -24,6 +26,8 @@ namespace executor_internal {
 inline constexpr int kMaxBeamSize = 16;
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopLength = 256;
+// Prefixes shorter than this are not worth a snapshot: prefilling them costs about a restore.
+inline constexpr int64_t kMinCachedPrefix = 4;
 
 struct Beam {
   SequenceId sequence = 0;
@@ -75,6 +79,14 @@ struct ActiveRequest {
   std::unique_ptr<TextStream> text;
   std::vector<int32_t> context;  // history + prompt + generated (repetition penalty, sessions)
   int32_t pending_token = -1;    // sampled last step, fed in the next decode
+
+  // Log-probabilities: of the token sampled last (request.logprobs >= 0), and of the prompt
+  // (request.prompt_logprobs) until the first event carries them.
+  std::optional<TokenLogprobs> token_logprobs;
+  std::vector<TokenLogprobs> prompt_scores;
+  bool prompt_scores_sent = false;
+  int64_t chunk_start = 0;  // where this step's prefill rows began
+  int64_t chunk_rows = 0;   // prefill rows this step (0: a decode row, or none)
 
   std::vector<Beam> beams;  // beam path (beam_size > 1)
   std::vector<Beam> finished_beams;
@@ -132,6 +144,8 @@ class ContinuousBatchingExecutor final : public Executor {
   }
   // The prompt's tokens (without bos): its text tokenized, or its ids checked.
   absl::StatusOr<std::vector<int32_t>> PromptTokens(const GenerationRequest& request) const;
+  // A session blob with every check CheckSessionState makes.
+  absl::StatusOr<SequenceBlob> DecodeSession(absl::string_view bytes) const;
   // Puts a session's history and state into `r` (request.resume_state).
   absl::Status Resume(ActiveRequest& r) const;
   // Validates and tokenizes one request; Enqueue's work before queueing.
@@ -156,6 +170,9 @@ class ContinuousBatchingExecutor final : public Executor {
   void Step();
   // After prefill rows were folded: stores the prefix snapshots that are due.
   void StoreDueSnapshots();
+  // A request that ends OK leaves the state after its prompt and generated tokens in the prefix
+  // cache, so a client that resends the conversation (stateless multi-turn) restores all of it.
+  void CacheFinalState(const ActiveRequest& r);
   void Publish(int64_t batch_size);
   // After a backend failure that Health() reports as permanent: ends every request with it and
   // refuses new ones.
@@ -166,11 +183,16 @@ class ContinuousBatchingExecutor final : public Executor {
   // appended to `out`; false (and r finished) when a fork fails.
   bool ForkChoices(ActiveRequest& r, std::vector<std::unique_ptr<ActiveRequest>>* out);
   void Sample(ActiveRequest& r, std::span<const float> logits);
+  // request.prompt_logprobs: scores the prompt tokens this step's prefill rows predict.
+  void ScorePrompt(ActiveRequest& r, std::span<const float> logits);
+  // Moves what the next event carries besides tokens (log-probabilities) into `event`.
+  void AttachLogprobs(ActiveRequest& r, GenerationEvent& event);
   // Takes `token` as r's next generated token: finish, or emit it and feed it next step.
   void Accept(ActiveRequest& r, int32_t token);
   // The backend samples r's next token itself (no host-side penalty needs the logits).
   bool SampledByBackend(const ActiveRequest& r) const {
-    return backend_samples_ && !r.beam_search() && r.request.sampling.repetition_penalty == 1.0f;
+    return backend_samples_ && !r.beam_search() && r.request.sampling.repetition_penalty == 1.0f &&
+           r.request.logprobs < 0;
   }
   void BeamStepFor(ActiveRequest& r, std::span<const float> logits);
   void FinishBeams(ActiveRequest& r);
@@ -203,6 +225,7 @@ class ContinuousBatchingExecutor final : public Executor {
   std::deque<std::unique_ptr<ActiveRequest>> waiting_;
   std::vector<std::unique_ptr<ActiveRequest>> running_;
   std::vector<float> logits_;  // the engine thread's step logits, reused
+  std::vector<float> logprob_scratch_;
   int64_t reserved_bytes_ = 0;
   int64_t iterations_ = 0;
   bool encode_oldest_next_ = true;  // EncodeSources alternates oldest and shortest turns

@@ -26,6 +26,7 @@
 #include "engine/backend/decode_backend.h"
 #include "engine/model/model.h"
 #include "engine/runtime/generator.h"
+#include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/batch_planner.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -39,8 +40,8 @@ struct GenerationRequest {
   // Decoder-only: the prompt as token ids instead of text (then `prompt` must be empty). bos is
   // prepended as for text. Each id must be in [0, vocab_size).
   std::vector<int32_t> prompt_token_ids;
-  std::string source;             // encoder-decoder: the text to translate
-  int max_tokens = 16;            // tokens to generate, >= 1
+  std::string source;   // encoder-decoder: the text to translate
+  int max_tokens = 16;  // tokens to generate, >= 1 (0 with prompt_logprobs: only score the prompt)
   SamplingParams sampling;        // temperature 0 = greedy
   std::vector<std::string> stop;  // end when the text contains one (not returned)
   bool ignore_eos = false;
@@ -57,6 +58,12 @@ struct GenerationRequest {
   // OK request carries the blob of the state after it (prompt and generated tokens included).
   std::string resume_state;
   bool save_state = false;
+  // >= 0: every generated token's log-probability and this many most likely alternatives
+  // (at most kMaxTopLogprobs), from the raw logits (sampling/logprobs.h). -1: none.
+  int logprobs = -1;
+  // Decoder-only, n = 1, no session: the prompt's tokens scored too (OpenAI's echo with
+  // logprobs), on the first event; the prefix cache is not used for such a request.
+  bool prompt_logprobs = false;
 };
 
 // What one choice of a request produced since its previous event. A choice's last event has
@@ -77,6 +84,11 @@ struct GenerationEvent {
   int completion_tokens = 0;     // all choices together
   int64_t session_tokens = 0;    // with save_state: tokens the saved session has seen
   std::string saved_state;       // final OK event with save_state: the SequenceBlob
+  std::vector<TokenLogprobs> logprobs;  // with request.logprobs >= 0: one per token_ids entry
+  // With request.prompt_logprobs, on the choice's first event: the prompt's ids (bos not
+  // included) and, one per id, its log-probability given bos and the ids before it.
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 
 using EventCallback = std::function<void(GenerationEvent event)>;

@@ -1,5 +1,7 @@
 // Sampling, beam search, choices and events of the ContinuousBatchingExecutor, on the engine
 // thread.
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
@@ -24,7 +26,35 @@ void ContinuousBatchingExecutor::RecordToken(ActiveRequest& r) {
 }
 
 void ContinuousBatchingExecutor::Sample(ActiveRequest& r, std::span<const float> logits) {
-  Accept(r, r.sampler->Sample(logits, r.context));
+  const int32_t token = r.sampler->Sample(logits, r.context);
+  if (r.request.logprobs >= 0) {
+    r.token_logprobs = ComputeLogprobs(logits, token, r.request.logprobs, &logprob_scratch_);
+  }
+  Accept(r, token);
+}
+
+void ContinuousBatchingExecutor::ScorePrompt(ActiveRequest& r, std::span<const float> logits) {
+  const int vocab = config_.vocab_size;
+  const int64_t prompt = static_cast<int64_t>(r.prompt_ids.size());
+  for (int64_t j = 0; j < r.chunk_rows; ++j) {
+    const int64_t next = r.chunk_start + j + 1;  // the prompt token row j predicts
+    if (next >= prompt) break;
+    r.prompt_scores.push_back(ComputeLogprobs(logits.subspan(j * vocab, vocab), r.prompt_ids[next],
+                                              std::max(r.request.logprobs, 0), &logprob_scratch_));
+  }
+}
+
+void ContinuousBatchingExecutor::AttachLogprobs(ActiveRequest& r, GenerationEvent& event) {
+  if (r.request.prompt_logprobs && !r.prompt_scores_sent) {
+    r.prompt_scores_sent = true;
+    // bos is not part of the prompt the client sent.
+    event.prompt_token_ids.assign(r.prompt_ids.begin() + 1, r.prompt_ids.end());
+    event.prompt_logprobs = std::move(r.prompt_scores);
+  }
+  if (r.token_logprobs.has_value() && !event.token_ids.empty()) {
+    event.logprobs.push_back(*std::move(r.token_logprobs));
+  }
+  r.token_logprobs.reset();
 }
 
 void ContinuousBatchingExecutor::Accept(ActiveRequest& r, int32_t token) {
@@ -128,6 +158,7 @@ void ContinuousBatchingExecutor::Emit(ActiveRequest& r, std::vector<int32_t> tok
   event.prompt_tokens = r.prompt_tokens();
   event.cached_prompt_tokens = static_cast<int>(r.cached_tokens);
   event.completion_tokens = r.generated_tokens();
+  AttachLogprobs(r, event);
   r.group->callback(std::move(event));
 }
 
@@ -173,6 +204,7 @@ void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, F
       status = saved.status();
     }
   }
+  if (status.ok()) CacheFinalState(r);
   ReleaseStates(r);
   if (r.admitted) reserved_bytes_ -= r.reserved_bytes;
   ChoiceGroup& group = *r.group;
@@ -190,6 +222,7 @@ void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, F
   event.prompt_tokens = r.prompt_tokens();
   event.cached_prompt_tokens = static_cast<int>(r.cached_tokens);
   event.completion_tokens = group.n == 1 ? completion : group.completion_tokens;
+  AttachLogprobs(r, event);
   const bool last = group.open == 0;
   if (last && options_.observer != nullptr) {
     options_.observer->OnRequestFinished(group.status, event.prompt_tokens, group.completion_tokens,

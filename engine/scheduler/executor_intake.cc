@@ -26,9 +26,20 @@ absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& reque
   } else if (!request.prompt.empty() && !request.prompt_token_ids.empty()) {
     return absl::InvalidArgumentError("prompt: give text or token ids, not both");
   }
-  if (request.max_tokens < 1 || request.max_tokens > options_.max_new_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_tokens must be in [1, ", options_.max_new_tokens, "], got ", request.max_tokens));
+  const int min_tokens = request.prompt_logprobs ? 0 : 1;
+  if (request.max_tokens < min_tokens || request.max_tokens > options_.max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be in [", min_tokens, ", ",
+                                                   options_.max_new_tokens, "], got ",
+                                                   request.max_tokens));
+  }
+  if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs must be in [0, ", kMaxTopLogprobs, "], got ", request.logprobs));
+  }
+  if (request.prompt_logprobs &&
+      (encoder_decoder || request.n > 1 || request.beam_size > 1 || session)) {
+    return absl::InvalidArgumentError(
+        "echo: prompt log-probabilities need a decoder-only model, n = 1 and no session");
   }
   ABCD_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   if (request.beam_size < 1 || request.beam_size > kMaxBeamSize) {
@@ -80,36 +91,35 @@ absl::StatusOr<std::vector<int32_t>> ContinuousBatchingExecutor::PromptTokens(
   return ids;
 }
 
-absl::Status ContinuousBatchingExecutor::CheckSessionState(absl::string_view bytes) const {
+absl::StatusOr<SequenceBlob> ContinuousBatchingExecutor::DecodeSession(
+    absl::string_view bytes) const {
   if (config_.is_encoder_decoder()) {
     return absl::InvalidArgumentError("session_id: sessions need a decoder-only model");
   }
+  // The header first: another model's blob is a precondition failure, not corruption.
   ABCD_ASSIGN_OR_RETURN(SequenceBlobInfo info, PeekSequenceBlob(bytes));
   if (!options_.model_name.empty() && info.model != options_.model_name) {
     return absl::FailedPreconditionError(absl::StrCat(
         "session state is of model '", info.model, "', not of model '", options_.model_name, "'"));
   }
+  // Checksum, structure, and the state's position against `folded`.
   ABCD_ASSIGN_OR_RETURN(SequenceBlob blob, DecodeSequenceBlob(bytes));
   ABCD_RETURN_IF_ERROR(backend_->CheckSnapshot(blob.state));
-  ABCD_ASSIGN_OR_RETURN(StatePool::SnapshotHeader header,
-                        StatePool::ReadSnapshotHeader(blob.state));
-  if (header.position != blob.folded) {
-    return absl::InvalidArgumentError(absl::StrCat("session blob: the state has folded ",
-                                                   header.position, " tokens, the blob says ",
-                                                   blob.folded));
-  }
   for (int32_t token : blob.tokens) {
     if (token >= config_.vocab_size) {
       return absl::InvalidArgumentError(
           absl::StrCat("session blob: token ", token, " is outside the vocabulary"));
     }
   }
-  return absl::OkStatus();
+  return blob;
+}
+
+absl::Status ContinuousBatchingExecutor::CheckSessionState(absl::string_view bytes) const {
+  return DecodeSession(bytes).status();
 }
 
 absl::Status ContinuousBatchingExecutor::Resume(ActiveRequest& r) const {
-  ABCD_RETURN_IF_ERROR(CheckSessionState(r.request.resume_state));
-  ABCD_ASSIGN_OR_RETURN(SequenceBlob blob, DecodeSequenceBlob(r.request.resume_state));
+  ABCD_ASSIGN_OR_RETURN(SequenceBlob blob, DecodeSession(r.request.resume_state));
   r.request.resume_state = std::string();  // the state now lives in restore_state
   r.prompt_ids = std::move(blob.tokens);
   r.history_tokens = static_cast<int64_t>(r.prompt_ids.size());

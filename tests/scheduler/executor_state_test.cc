@@ -5,6 +5,7 @@
 // fixture (an abc layer and a softmax layer, so KV caches travel through snapshots too).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 
@@ -272,6 +273,70 @@ TEST_P(ExecutorStateTest, PrefixCacheChangesOnlyThePrefill) {
   const auto events = Run(*with_cache, Request(longer, 5, 0.0f, 0));
   EXPECT_EQ(events.back().cached_prompt_tokens, static_cast<int>(prompts[0].size()) + 1);
   EXPECT_EQ(Tokens(events), Tokens(Run(*without, Request(longer, 5, 0.0f, 0))));
+}
+
+// Generated tokens carry their log-probability and the top alternatives; scoring the prompt
+// plus those tokens (echo, max_tokens 0) gives the same numbers, however prefill is chunked.
+TEST_P(ExecutorStateTest, LogprobsOfGeneratedAndPromptTokensAgree) {
+  const std::vector<int32_t> prompt = Prompt(11, 9);
+  std::vector<int32_t> scored = prompt;
+  std::vector<TokenLogprobs> generated;
+  {
+    auto executor = Start();
+    GenerationRequest request = Request(prompt, 6, 0.0f, 0);
+    request.logprobs = 3;
+    const auto events = Run(*executor, request);
+    ASSERT_TRUE(events.back().status.ok()) << events.back().status;
+    for (const auto& e : events) {
+      ASSERT_EQ(e.logprobs.size(), e.token_ids.size());
+      for (size_t i = 0; i < e.token_ids.size(); ++i) {
+        const TokenLogprobs& lp = e.logprobs[i];
+        EXPECT_EQ(lp.token, e.token_ids[i]);
+        ASSERT_EQ(lp.top.size(), 3u);
+        // Greedy: the token is the most likely one.
+        EXPECT_EQ(lp.top[0].first, lp.token);
+        EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);
+        EXPECT_GE(lp.top[0].second, lp.top[1].second);
+        EXPECT_GE(lp.top[1].second, lp.top[2].second);
+        EXPECT_LE(
+            std::exp(lp.top[0].second) + std::exp(lp.top[1].second) + std::exp(lp.top[2].second),
+            1.0 + 1e-5);
+        generated.push_back(lp);
+        scored.push_back(lp.token);
+      }
+    }
+    ASSERT_EQ(generated.size(), 6u);
+  }
+  for (const int budget : {512, 5}) {
+    ExecutorOptions options;
+    options.prefill_token_budget = budget;
+    options.prefill_policy = PrefillPolicy::kTokens;
+    auto executor = Start(options);
+    GenerationRequest echo = Request(scored, 0, 0.0f, 0);
+    echo.prompt_logprobs = true;
+    echo.logprobs = 2;
+    const auto events = Run(*executor, echo);
+    ASSERT_TRUE(events.back().status.ok()) << events.back().status;
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_TRUE(events[0].token_ids.empty());
+    EXPECT_EQ(events[0].prompt_token_ids, scored);
+    ASSERT_EQ(events[0].prompt_logprobs.size(), scored.size());
+    for (size_t i = 0; i < generated.size(); ++i) {
+      const TokenLogprobs& lp = events[0].prompt_logprobs[prompt.size() + i];
+      EXPECT_EQ(lp.token, generated[i].token);
+      EXPECT_NEAR(lp.logprob, generated[i].logprob, 1e-4) << "budget " << budget << " i " << i;
+      EXPECT_EQ(lp.top.size(), 2u);
+    }
+  }
+  auto executor = Start();
+  GenerationRequest bad = Request(prompt, 4, 0.0f, 0);
+  bad.logprobs = 21;
+  Collector unused;
+  EXPECT_EQ(executor->Enqueue(bad, unused.Callback()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = Request(prompt, 0, 0.0f, 0);  // max_tokens 0 only scores a prompt
+  EXPECT_EQ(executor->Enqueue(bad, unused.Callback()).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ExecutorStateTest, ::testing::Values(kLmDir, kMixedDir),
