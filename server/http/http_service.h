@@ -1,6 +1,10 @@
 // The HTTP/JSON frontend (DESIGN.md section 6), default port 8080:
 //
-//   POST /v1/completions  OpenAI-compatible completions; "stream": true -> server-sent events
+//   POST /v1/completions  OpenAI-compatible completions; "stream": true -> server-sent events;
+//                         "n" choices, "session_id" ("new" or an id), "prompt" as token ids
+//   GET|DELETE /v1/sessions/ID   a session's metadata JSON / delete it
+//   GET  /v1/sessions/ID/state   the session's blob (application/octet-stream)
+//   POST /v1/sessions     a blob (body up to SessionOps::max_session_bytes) -> a new session
 //   POST /v1/translate    {"text": ...} -> {"translation": ...};
 //                         {"texts": [...]} -> {"translations": [...]}
 //   GET  /v1/models       OpenAI-style model list (+ kind, state_bytes_per_sequence)
@@ -18,7 +22,10 @@
 // load. At most `max_inflight` completions and translations are answered at once; beyond that
 // a request gets 429 (counted as "resource_exhausted") before any work is done. A client that
 // disconnects while its request runs (streaming or not) has its executor request cancelled at
-// once. On Stop, an unfinished SSE stream ends with an error event and `data: [DONE]`; a
+// once. Session store calls (opening a completion's session, saving it at the end, the
+// /v1/sessions routes) run on the I/O threads: the store fails fast in an outage (its breaker),
+// and a commit that fails is the answer's error (SSE: an error event before [DONE]). On Stop, an
+// unfinished SSE stream ends with an error event and `data: [DONE]`; a
 // waiting non-streaming request gets 503. Request bodies need a Content-Length (chunked ones get
 // 411).
 //
@@ -42,10 +49,10 @@ namespace abcd::http {
 struct HttpHooks {
   // The Prometheus text for GET /metrics; null serves an empty body.
   std::function<std::string()> render_metrics;
-  // Called once per request to /v1/completions ("completions"), /v1/translate ("translate") and
-  // /v1/models ("list_models") with the outcome: "ok", "invalid_argument",
-  // "resource_exhausted", "cancelled", "deadline_exceeded", "unavailable", "not_found",
-  // "internal". May be null.
+  // Called once per request to /v1/completions ("completions"), /v1/translate ("translate"),
+  // /v1/models ("list_models") and /v1/sessions ("sessions") with the outcome: "ok",
+  // "invalid_argument", "resource_exhausted", "cancelled", "deadline_exceeded", "unavailable",
+  // "not_found", "aborted", "failed_precondition", "internal". May be null.
   std::function<void(absl::string_view kind, absl::string_view status)> count_request;
 };
 

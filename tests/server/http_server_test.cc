@@ -211,6 +211,34 @@ TEST_F(HttpServerTest, OversizedBodyIs413BeforeTheBodyIsSent) {
   EXPECT_EQ(refusals_, std::vector<std::string>{"413 /v1/completions"});
 }
 
+// One path (POST /v1/sessions: an imported session blob) may have a larger body; every other
+// path keeps max_body_bytes, and both are refused from the Content-Length alone.
+TEST_F(HttpServerTest, LargeBodyPathHasItsOwnLimit) {
+  server_.reset();
+  ServerLimits limits;
+  limits.max_body_bytes = 2048;
+  limits.large_body_path = "/big";
+  limits.large_body_bytes = 8192;
+  StartServer(limits);
+  {
+    RawClient client(server_->port());
+    ASSERT_TRUE(client.Send(Post("/big?x=1", std::string(5000, 'b'))));
+    EXPECT_TRUE(client.ReadUntil("POST /big bbbb", absl::Seconds(2))) << client.received();
+  }
+  for (const std::string path : {"/echo", "/big/more"}) {
+    RawClient client(server_->port());
+    ASSERT_TRUE(
+        client.Send(absl::StrCat("POST ", path, " HTTP/1.1\r\nContent-Length: 5000\r\n\r\n")));
+    EXPECT_TRUE(client.ReadUntil("HTTP/1.1 413", absl::Seconds(2))) << client.received();
+    EXPECT_TRUE(absl::StrContains(client.received(), "limit of 2048 bytes")) << client.received();
+  }
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send("POST /big HTTP/1.1\r\nContent-Length: 9000\r\n\r\n"));
+  EXPECT_TRUE(client.ReadUntil("HTTP/1.1 413", absl::Seconds(2))) << client.received();
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(refusals_, (std::vector<std::string>{"413 /echo", "413 /big/more", "413 /big"}));
+}
+
 TEST_F(HttpServerTest, ChunkedBodyIs411) {
   RawClient client(server_->port());
   ASSERT_TRUE(client.Send("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello"));
