@@ -2,7 +2,7 @@
 // bytes are parsed as the abcd.v1 message (as gRPC does on arrival) and converted
 // (server/grpc/request_conversion.h). Built twice: grpc_generate_fuzzer (GenerateRequest) and
 // grpc_translate_fuzzer (ABCD_FUZZ_TRANSLATE, TranslateRequest). A converted request must have
-// the defaults applied and nothing negative left in it.
+// the defaults applied and nothing negative left in it (token ids included).
 #include <cstddef>
 #include <cstdint>
 
@@ -39,13 +39,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   abcd::v1::GenerateRequest message;
   if (!message.ParseFromArray(data, static_cast<int>(size))) return 0;
   absl::StatusOr<abcd::GenerationRequest> request = abcd::ToGenerationRequest(message, deadline);
+  bool negative_id = false;
+  for (int32_t id : message.prompt_token_ids()) negative_id |= id < 0;
+  const bool bad_ids =
+      !message.prompt_token_ids().empty() && (negative_id || !message.prompt().empty());
   if (!request.ok()) {
     ABCD_FUZZ_CHECK(request.status().code() == absl::StatusCode::kInvalidArgument);
-    ABCD_FUZZ_CHECK(message.max_tokens() < 0);
+    ABCD_FUZZ_CHECK(message.max_tokens() < 0 || message.n() < 0 || bad_ids ||
+                    (message.n() > 1 && !message.session_id().empty()));
     return 0;
   }
   ABCD_FUZZ_CHECK(request->prompt == message.prompt() && request->source.empty());
-  ABCD_FUZZ_CHECK(request->max_tokens >= 1);
+  ABCD_FUZZ_CHECK(request->prompt_token_ids.size() ==
+                  static_cast<size_t>(message.prompt_token_ids_size()));
+  ABCD_FUZZ_CHECK(request->max_tokens >= 1 && request->n >= 1);
   ABCD_FUZZ_CHECK(request->stop.size() == static_cast<size_t>(message.stop_size()));
   // The executor's own sampling check (run at Enqueue) must refuse, not crash, on any value.
   const absl::Status sampling = abcd::ValidateSamplingParams(request->sampling);

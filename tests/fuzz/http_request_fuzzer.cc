@@ -46,7 +46,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const abcd::GenerationRequest& g = request->generation;
-  ABCD_FUZZ_CHECK(!g.prompt.empty());
+  // Text or token ids, one of them; ids non-negative and at most max_prompt_tokens of them.
+  ABCD_FUZZ_CHECK(g.prompt.empty() != g.prompt_token_ids.empty());
+  ABCD_FUZZ_CHECK(g.prompt_token_ids.size() <= static_cast<size_t>(limits.max_prompt_tokens));
+  for (int32_t id : g.prompt_token_ids) ABCD_FUZZ_CHECK(id >= 0);
+  ABCD_FUZZ_CHECK(g.n >= 1 && g.n <= limits.max_choices);
+  ABCD_FUZZ_CHECK(request->session_id.empty() || g.n == 1);
   ABCD_FUZZ_CHECK(g.max_tokens >= 1 && g.max_tokens <= limits.max_tokens_limit);
   ABCD_FUZZ_CHECK(g.stop.size() <= static_cast<size_t>(limits.max_stop_strings));
   for (const std::string& stop : g.stop) ABCD_FUZZ_CHECK(!stop.empty());
