@@ -30,7 +30,9 @@ ENV CUDAARCHS="80;86;89;90"
 FROM build-${VARIANT} AS build
 WORKDIR /src
 COPY . .
-# The runtime stage installs exactly the packages that own the libraries these binaries load.
+# setup.sh installs the build packages (libhiredis-dev among them). The runtime stage installs
+# exactly the packages that own the libraries these binaries load (libhiredis with the Redis
+# session store).
 RUN deploy/scripts/setup.sh build \
  && deploy/docker/runtime-packages.sh build/server/abcd-server build/server/abcd-client \
       build/server/abcd-cli build/bin/libabcd_sentencepiece.so > /runtime-packages.txt \

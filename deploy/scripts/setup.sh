@@ -21,10 +21,12 @@ build_packages=(
   libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   nlohmann-json3-dev libgtest-dev libgmock-dev libsentencepiece-dev libopenblas-dev
   libcpp-httplib-dev prometheus-cpp-dev libboost-dev
+  libhiredis-dev  # the Redis session store (server/sessions)
 )
 # The tests also run the PyTorch reference's tests and a clang-format check.
 test_packages=(clang-format python3 python3-torch python3-numpy python3-sentencepiece python3-prometheus-client
-  clang libclang-rt-14-dev)  # clang + its sanitizer/libFuzzer runtimes: tests/fuzz
+  clang libclang-rt-14-dev  # clang + its sanitizer/libFuzzer runtimes: tests/fuzz
+  redis-server)  # the sessions.* tests start a real one on a free loopback port
 
 install_dependencies() {
   local packages=("${build_packages[@]}") missing=()

@@ -44,7 +44,8 @@ SUPPORTED_FIELDS = {
 }
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 
-# kustomize's legacy output order (api/resid/gvk.go); other kinds sort between, by group/kind.
+# kustomize's legacy output order (api/resid/gvk.go); other kinds sort between, by
+# group/version/kind.
 ORDER_FIRST = [
     "Namespace", "ResourceQuota", "StorageClass", "CustomResourceDefinition", "ServiceAccount",
     "PodSecurityPolicy", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ConfigMap",
@@ -466,7 +467,10 @@ def _sort_key(resource):
     else:
         rank = len(ORDER_FIRST)
     meta = resource.obj.get("metadata", {})
-    return (rank, kind, group, version, meta.get("namespace", ""), meta.get("name", ""))
+    # Within a rank kustomize compares Gvk.String(), "group_version_kind" ("~G"/"~V" if empty):
+    # HorizontalPodAutoscaler (autoscaling) < PodMonitor (monitoring...) < NetworkPolicy.
+    return (rank, group or "~G", version or "~V", kind, meta.get("namespace", ""),
+            meta.get("name", ""))
 
 
 def build(directory):

@@ -200,10 +200,16 @@ ExecutorObserver* ServerMetrics::AddModel(const std::string& model_name,
   return models_.back().get();
 }
 
+void ServerMetrics::AddRenderHook(std::function<void()> hook) {
+  absl::MutexLock lock(&mu_);
+  render_hooks_.push_back(std::move(hook));
+}
+
 std::string ServerMetrics::Render() const {
   ModelObserver::Totals totals;
   {
     absl::MutexLock lock(&mu_);
+    for (const auto& hook : render_hooks_) hook();
     for (const auto& model : models_) model->AddTo(totals);
   }
   running_sequences_->Set(static_cast<double>(totals.running_sequences));

@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,9 +79,14 @@ class ServerMetrics {
   // Bytes of `model_name` that are not UTF-8 are replaced with '?'.
   ExecutorObserver* AddModel(const std::string& model_name, int64_t state_bytes_per_sequence);
 
-  // Sums the models' latest stats into the gauges and returns the text exposition (format
-  // 0.0.4, Content-Type kContentType) written by prometheus::TextSerializer.
+  // Runs every render hook, sums the models' latest stats into the gauges and returns the text
+  // exposition (format 0.0.4, Content-Type kContentType) written by prometheus::TextSerializer.
   std::string Render() const;
+
+  // `hook` runs at the start of every Render() (e.g. SessionManager::RefreshMetrics, which
+  // sets gauges of metrics registered on registry()); it must be quick and must not call this
+  // object. Whatever it refers to must outlive this object or the last Render().
+  void AddRenderHook(std::function<void()> hook);
 
   // For metrics a frontend wants to add beside the contract (names must not clash with it).
   prometheus::Registry& registry() { return *registry_; }
@@ -107,8 +113,9 @@ class ServerMetrics {
   prometheus::Gauge* kv_cache_bytes_ = nullptr;
   prometheus::Family<prometheus::Gauge>* state_bytes_per_sequence_ = nullptr;
 
-  mutable absl::Mutex mu_;  // AddModel vs Render only; never held by an observer
+  mutable absl::Mutex mu_;  // AddModel/AddRenderHook vs Render; never held by an observer
   std::vector<std::unique_ptr<ModelObserver>> models_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> render_hooks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace abcd

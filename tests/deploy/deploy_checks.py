@@ -11,14 +11,16 @@ Checks (one ctest each, `ctest -R deploy`):
   docker_image     the final stage's COPYs emulated over this build; its ENTRYPOINT+CMD run,
                    its HEALTHCHECK passes, the plugin is loaded from next to the binaries
   k8s_render       every kustomization renders (kustomize_lite); identical to `kubectl
-                   kustomize` when kubectl is installed; renderer unit checks
+                   kustomize` when kubectl is installed; renderer unit checks; the redis
+                   overlay's Redis wiring (Service, selectors, security, NetworkPolicy)
   k8s_schema       every rendered object against the Kubernetes/Prometheus-operator schemas,
                    unknown fields included (npm kubernetes-models)           [skips without npm]
   contract         manifests vs the server: flags, config keys, ports, probes, drain times,
                    security, resources, HPA/adapter metric; each overlay's exact command and
-                   ConfigMap started as a real abcd-server (health, models, metrics, drain)
-  compose          the compose stack: replicas, ports, config, stop grace, Prometheus targets,
-                   Grafana provisioning; its command started as a real abcd-server
+                   ConfigMap started as a real abcd-server (health, models, metrics, drain);
+                   the redis overlay too once abcd-server has --session_store
+  compose          the compose stack: replicas, ports, config, stop grace, Redis, Prometheus
+                   targets, Grafana provisioning; its command started as a real abcd-server
   grafana          dashboard JSON: structure, required panels, every metric exported
   promql           every PromQL expression parsed with Prometheus' grammar (npm); metrics,
                    labels, rate() on counters, `le` in histogram_quantile    [skips without npm]
@@ -433,7 +435,13 @@ def check_k8s_render(ctx, c):
         if d.endswith("/base"):
             base_kinds = kinds
         elif "/overlays/" in d and base_kinds is not None:
-            c.equal(kinds, base_kinds, f"{d} renders every object of the base")
+            missing = list(base_kinds)
+            for k in kinds:
+                if k in missing:
+                    missing.remove(k)
+            c.equal(missing, [], f"{d} renders every object of the base")
+            if d.endswith("/overlays/redis"):
+                check_redis_overlay(c, objects)
         if kubectl:
             real = subprocess.run([kubectl, "kustomize", ctx.path(d)], capture_output=True,
                                   text=True, timeout=120)
@@ -456,6 +464,64 @@ def check_k8s_render(ctx, c):
         image = find(kl.build(ctx.path("deploy/k8s/overlays", overlay)), "Deployment")[
             "spec"]["template"]["spec"]["containers"][0]["image"]
         c.expect(image.rpartition(":")[2].endswith(tag), f"{overlay} overlay runs the {tag} image: {image}")
+
+
+def check_redis_overlay(c, objects):
+    """The redis overlay: abcd's --session_store names the overlay's Redis Service, which
+    selects the Redis pods (and not abcd's) on the container's port; the Redis pod is locked
+    down like abcd's; a NetworkPolicy admits only the abcd pods."""
+    where = "[redis]"
+    abcd = find(objects, "Deployment", "abcd")
+    args = abcd["spec"]["template"]["spec"]["containers"][0]["args"]
+    url = dict(flag_pairs(args)).get("session_store", "")
+    m = re.fullmatch(r"redis://([a-z0-9.-]+):(\d+)(?:/(\d+))?", url)
+    c.expect(m, f"{where} abcd runs with --session_store redis://HOST:PORT[/DB]: {url!r}")
+    if not m:
+        return
+    svc = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == m.group(1)]
+    c.expect(len(svc) == 1, f"{where} --session_store host {m.group(1)} is a Service of the overlay")
+    redis = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] != "abcd"]
+    c.expect(len(redis) == 1, f"{where} one Redis Deployment")
+    if len(svc) != 1 or len(redis) != 1:
+        return
+    spec, pod_meta = svc[0]["spec"], redis[0]["spec"]["template"]["metadata"]
+    pod = redis[0]["spec"]["template"]["spec"]
+    abcd_labels = abcd["spec"]["template"]["metadata"]["labels"]
+
+    def selects(selector, labels):
+        return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+    c.expect(selects(spec["selector"], pod_meta["labels"]), f"{where} the Service selects the Redis pods")
+    c.expect(not selects(spec["selector"], abcd_labels), f"{where} the Service does not select abcd pods")
+    for o in objects:
+        sel = o.get("spec", {}).get("selector", {})
+        sel = sel.get("matchLabels", sel) if isinstance(sel, dict) else {}
+        if o is not svc[0] and o["kind"] in ("Service", "PodDisruptionBudget", "PodMonitor"):
+            c.expect(not selects(sel, pod_meta["labels"]),
+                     f"{where} {o['kind']} {o['metadata']['name']} does not select the Redis pods")
+    ctr = pod["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
+    port = [p for p in spec["ports"] if p["port"] == int(m.group(2))]
+    c.expect(port and ports.get(port[0]["targetPort"], port[0]["targetPort"]) in ports.values(),
+             f"{where} Service port {m.group(2)} reaches the Redis container port")
+    c.equal(redis[0]["spec"].get("replicas", 1), 1, f"{where} one Redis (sessions are not sharded)")
+    psc, csc = pod.get("securityContext", {}), ctr.get("securityContext", {})
+    c.expect(psc.get("runAsNonRoot") is True and psc.get("seccompProfile", {}).get("type") == "RuntimeDefault",
+             f"{where} Redis pod: non-root, seccomp")
+    c.expect(csc.get("readOnlyRootFilesystem") is True and csc.get("allowPrivilegeEscalation") is False
+             and csc.get("capabilities", {}).get("drop") == ["ALL"], f"{where} Redis container locked down")
+    c.expect(pod.get("automountServiceAccountToken") is False, f"{where} Redis: no API token mounted")
+    c.expect("memory" in ctr.get("resources", {}).get("limits", {}) and "readinessProbe" in ctr,
+             f"{where} Redis has a memory limit and a readiness probe")
+    c.expect(re.search(r":\d+\.\d+\.\d+$", ctr["image"]) and ctr["image"].startswith("redis:7"),
+             f"{where} Redis image pinned (redis:7.x.y): {ctr['image']}")
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"
+                and selects(o["spec"]["podSelector"].get("matchLabels", {}), pod_meta["labels"])]
+    c.expect(len(policies) == 1, f"{where} a NetworkPolicy guards Redis")
+    if policies:
+        sources = [f.get("podSelector", {}).get("matchLabels", {})
+                   for rule in policies[0]["spec"].get("ingress", []) for f in rule.get("from", [])]
+        c.expect(sources and all(selects(src, abcd_labels) for src in sources),
+                 f"{where} the NetworkPolicy admits only abcd pods: {sources}")
 
 
 def check_k8s_schema(ctx, c):
@@ -503,12 +569,17 @@ def check_contract(ctx, c):
     bundled = ctx.bundled_models()
     catalogue = None
 
+    overlays = list(OVERLAYS)
+    if "session_store" in flags:
+        overlays.append("redis")
+    else:
+        c.note("abcd-server has no --session_store yet: the redis overlay is checked by k8s_render only")
     with temp_dir() as root:
         emulate_image(ctx, df, root)
-        for overlay in OVERLAYS:
+        for overlay in overlays:
             where = f"[{overlay}]"
             objects = render(ctx, f"deploy/k8s/overlays/{overlay}")
-            dep = find(objects, "Deployment")
+            dep = find(objects, "Deployment", "abcd")
             pod = dep["spec"]["template"]["spec"]
             pod_labels = dep["spec"]["template"]["metadata"]["labels"]
             ctr = next(x for x in pod["containers"] if x["name"] == "abcd")
@@ -598,7 +669,8 @@ def check_contract(ctx, c):
 
             def selects(selector):
                 return bool(selector) and all(pod_labels.get(k) == v for k, v in selector.items())
-            services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+            services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"
+                        and o["spec"].get("selector", {}).get("app.kubernetes.io/name") == "abcd"}
             http_svc = [s for s in services.values() if s["spec"].get("clusterIP") != "None"]
             grpc_svc = [s for s in services.values() if s["spec"].get("clusterIP") == "None"]
             c.expect(len(http_svc) == 1 and len(grpc_svc) == 1, f"{where} one ClusterIP and one headless Service")
@@ -772,6 +844,18 @@ def check_compose(ctx, c):
     c.expect(abcd.get("read_only") is True and "/tmp" in abcd.get("tmpfs", []), "read-only root, tmpfs /tmp")
     c.equal(abcd.get("cap_drop"), ["ALL"], "capabilities dropped")
 
+    redis = services.get("redis")
+    c.expect(redis is not None, "a redis service (the session store)")
+    if redis:
+        c.expect(re.fullmatch(r"redis:7\.\d+\.\d+", redis["image"]), f"redis image pinned: {redis['image']}")
+        c.expect(redis.get("read_only") is True and redis.get("cap_drop") == ["ALL"],
+                 "redis: read-only root, capabilities dropped")
+        c.expect(not redis.get("ports"), "redis is not published on the host")
+        store = argmap.get("session_store")
+        if store is not None:
+            c.expect(re.fullmatch(r"redis://redis:6379(/\d+)?", store),
+                     f"abcd --session_store names the redis service: {store}")
+            c.expect("redis" in abcd.get("depends_on", []), "abcd depends_on redis")
     for name in ("prometheus", "grafana"):
         image = services[name]["image"]
         c.expect(re.search(r":v?\d+\.\d+\.\d+$", image), f"{name} image pinned: {image}")
