@@ -32,6 +32,15 @@ class CpuBackend final : public DecodeBackend {
   absl::StatusOr<SequenceId> Acquire() override { return pool_.Acquire(); }
   void Release(SequenceId id) override { pool_.Release(id); }
   absl::StatusOr<SequenceId> Fork(SequenceId id) override { return pool_.Fork(id); }
+  bool snapshots_supported() const override { return true; }
+  absl::StatusOr<std::string> Snapshot(SequenceId id) const override { return pool_.Snapshot(id); }
+  absl::StatusOr<SequenceId> Restore(absl::string_view snapshot) override {
+    return pool_.Restore(snapshot);
+  }
+  // Reads only the pool's layout, which never changes: safe from any thread.
+  absl::Status CheckSnapshot(absl::string_view snapshot) const override {
+    return pool_.CheckSnapshot(snapshot);
+  }
   absl::Status Encode(std::span<const int32_t> source, SequenceId id) override {
     return model_.Encode(context_, source, id, pool_);
   }

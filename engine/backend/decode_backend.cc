@@ -5,6 +5,17 @@
 
 namespace abcd {
 
+namespace {
+absl::Status NoSnapshots(const DecodeBackend& backend) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("the ", backend.name(), " backend cannot save or restore sequence states"));
+}
+}  // namespace
+
+absl::StatusOr<std::string> DecodeBackend::Snapshot(SequenceId) const { return NoSnapshots(*this); }
+absl::StatusOr<SequenceId> DecodeBackend::Restore(absl::string_view) { return NoSnapshots(*this); }
+absl::Status DecodeBackend::CheckSnapshot(absl::string_view) const { return NoSnapshots(*this); }
+
 absl::StatusOr<std::vector<SequenceRun>> SplitIntoSequenceRuns(std::span<const DecodeRow> rows) {
   std::vector<SequenceRun> runs;
   absl::flat_hash_set<SequenceId> seen;

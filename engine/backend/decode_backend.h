@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/model/model.h"
 #include "engine/sampling/sampler.h"
 #include "engine/state/state_pool.h"
@@ -73,6 +74,15 @@ class DecodeBackend {
   virtual void Release(SequenceId id) = 0;
   // A new sequence with an identical state (beam search).
   virtual absl::StatusOr<SequenceId> Fork(SequenceId id) = 0;
+  // Sequence states as bytes (sessions, the prefix cache): the StatePool snapshot format
+  // (state_pool.h), whatever the backend. A backend without it answers FAILED_PRECONDITION.
+  virtual bool snapshots_supported() const { return false; }
+  virtual absl::StatusOr<std::string> Snapshot(SequenceId id) const;
+  // A new sequence holding the snapshot's state; RESOURCE_EXHAUSTED when there is no room.
+  virtual absl::StatusOr<SequenceId> Restore(absl::string_view snapshot);
+  // Whether Restore() would take `snapshot`: INVALID_ARGUMENT when it is corrupt,
+  // FAILED_PRECONDITION when it is another model's. Any thread may call it.
+  virtual absl::Status CheckSnapshot(absl::string_view snapshot) const;
   // Encoder-decoder: encodes `source` into `id`'s cross-attention memory.
   virtual absl::Status Encode(std::span<const int32_t> source, SequenceId id) = 0;
   // Folds `rows` into their sequences (a sequence's rows are consecutive and in order) and

@@ -1,318 +1,32 @@
-// The Executor implementation: one engine thread, continuous batching over a DecodeBackend.
-#include <chrono>
-#include <deque>
-#include <thread>
+// The ContinuousBatchingExecutor's engine loop: admission (with prefix reuse), encoding, the
+// batched step. Intake and events are in executor_intake.cc and executor_events.cc.
+#include "engine/scheduler/continuous_batching_executor.h"
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
+#include <chrono>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/core/status_macros.h"
-#include "engine/scheduler/batch_planner.h"
 #include "engine/scheduler/beam_search.h"
 #include "engine/scheduler/capacity_scheduler.h"
-#include "engine/scheduler/executor.h"
-#include "engine/scheduler/text_stream.h"
 
 namespace abcd {
-namespace {
-
-constexpr int kMaxBeamSize = 16;
-constexpr int kMaxStopStrings = 16;
-constexpr size_t kMaxStopLength = 256;
-
-struct Beam {
-  SequenceId sequence = 0;
-  std::vector<int32_t> tokens;
-  double score = 0.0;
-};
-
-struct ActiveRequest {
-  RequestId id = 0;
-  GenerationRequest request;
-  EventCallback callback;
-  std::vector<int32_t> prompt_ids;  // decoder prompt, starts with bos
-  std::vector<int32_t> source_ids;  // encoder input, ends with eos (encoder-decoder)
-  int64_t reserved_bytes = 0;
-  absl::Time enqueued;
-  absl::Time last_token;
-  bool any_token = false;
-  bool admitted = false;  // reserved_bytes counted against the budget
-  bool encoded = false;   // the source is in the cross-attention memory (or there is none)
-  bool done = false;
-
-  SequenceId sequence = 0;  // sampling path; beam path during prefill
-  bool has_sequence = false;
-  int64_t prefilled = 0;
-  std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<TextStream> text;
-  std::vector<int32_t> context;  // prompt + generated, for the repetition penalty
-  int32_t pending_token = -1;    // sampled last step, fed in the next decode
-
-  std::vector<Beam> beams;  // beam path (beam_size > 1)
-  std::vector<Beam> finished_beams;
-  int beam_steps = 0;
-
-  bool beam_search() const { return request.beam_size > 1; }
-  bool prefill_done() const { return prefilled == static_cast<int64_t>(prompt_ids.size()); }
-  int prompt_tokens() const { return static_cast<int>(prompt_ids.size() + source_ids.size()); }
-};
-
-class ContinuousBatchingExecutor final : public Executor {
- public:
-  ContinuousBatchingExecutor(std::unique_ptr<DecodeBackend> backend, const Tokenizer& tokenizer,
-                             const ExecutorOptions& options)
-      : backend_(std::move(backend)),
-        config_(backend_->config()),
-        tokenizer_(tokenizer),
-        options_(options),
-        capacity_bytes_(backend_->capacity_bytes()),
-        backend_samples_(backend_->samples_tokens()) {
-    stats_.state_bytes_capacity = capacity_bytes_;
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~ContinuousBatchingExecutor() override { Shutdown(); }
-
-  absl::StatusOr<RequestId> Enqueue(GenerationRequest request, EventCallback callback) override;
-  absl::StatusOr<std::vector<RequestId>> EnqueueBatch(
-      std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) override;
-  absl::Status CheckInput(absl::string_view field, size_t bytes) const override {
-    return CheckInputBytes(field, bytes, InputTokenLimit());
-  }
-  void Cancel(RequestId id) override {
-    absl::MutexLock lock(&mu_);
-    cancelled_.push_back(id);
-  }
-  void StartDraining() override {
-    absl::MutexLock lock(&mu_);
-    draining_ = true;
-    stats_.draining = true;
-  }
-  void Shutdown() override {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    if (thread_.joinable()) thread_.join();
-  }
-  ExecutorStats LatestStats() const override {
-    absl::MutexLock lock(&mu_);
-    return stats_;
-  }
-  const DecodeBackend& backend() const override { return *backend_; }
-
- private:
-  absl::Status Validate(const GenerationRequest& request) const;
-  int64_t InputTokenLimit() const {
-    return config_.is_encoder_decoder() ? options_.max_source_tokens : options_.max_prompt_tokens;
-  }
-  // Validates and tokenizes one request (no lock held); Enqueue's work before queueing.
-  absl::StatusOr<std::unique_ptr<ActiveRequest>> Prepare(GenerationRequest request,
-                                                         EventCallback callback) const;
-  // Queues prepared requests all or none.
-  absl::StatusOr<std::vector<RequestId>> Queue(std::vector<std::unique_ptr<ActiveRequest>> rs);
-  bool HasWork() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !incoming_.empty() || !cancelled_.empty();
-  }
-  void Loop();
-  void EndRequestsFromOutside(std::vector<RequestId> ids, const absl::Status& status);
-  void ExpireDeadlines();
-  void Admit();
-  // Encodes at most one admitted source per iteration (see the turns in the definition).
-  void EncodeSources();
-  void Step();
-  void Sample(ActiveRequest& r, std::span<const float> logits);
-  // Takes `token` as r's next generated token: finish, or emit it and feed it next step.
-  void Accept(ActiveRequest& r, int32_t token);
-  // The backend samples r's next token itself (no host-side penalty needs the logits).
-  bool SampledByBackend(const ActiveRequest& r) const {
-    return backend_samples_ && !r.beam_search() && r.request.sampling.repetition_penalty == 1.0f;
-  }
-  void BeamStepFor(ActiveRequest& r, std::span<const float> logits);
-  void FinishBeams(ActiveRequest& r);
-  void Emit(ActiveRequest& r, std::vector<int32_t> tokens, std::string text);
-  void Finish(ActiveRequest& r, absl::Status status, FinishReason reason,
-              std::vector<int32_t> tokens = {}, std::string text = {});
-  void ReleaseStates(ActiveRequest& r);
-  void RecordToken(ActiveRequest& r);
-  void Publish(int64_t batch_size);
-  // After a backend failure that Health() reports as permanent: ends every request with it and
-  // refuses new ones. Engine thread.
-  void CheckBackendHealth();
-
-  const std::unique_ptr<DecodeBackend> backend_;  // engine thread only (but constant accessors)
-  const ModelConfig& config_;
-  const Tokenizer& tokenizer_;
-  const ExecutorOptions options_;
-  const int64_t capacity_bytes_;
-  const bool backend_samples_;
-
-  mutable absl::Mutex mu_;
-  std::deque<std::unique_ptr<ActiveRequest>> incoming_ ABSL_GUARDED_BY(mu_);
-  std::vector<RequestId> cancelled_ ABSL_GUARDED_BY(mu_);
-  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // accepted, not yet admitted
-  RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status backend_failure_ ABSL_GUARDED_BY(mu_);  // UNAVAILABLE once the backend failed
-  ExecutorStats stats_ ABSL_GUARDED_BY(mu_);
-
-  // Engine thread only.
-  std::deque<std::unique_ptr<ActiveRequest>> waiting_;
-  std::vector<std::unique_ptr<ActiveRequest>> running_;
-  std::vector<float> logits_;  // the engine thread's step logits, reused
-  int64_t reserved_bytes_ = 0;
-  int64_t iterations_ = 0;
-  bool encode_oldest_next_ = true;  // EncodeSources alternates oldest and shortest turns
-  int64_t encode_credit_ = 0;       // source tokens the oldest may be encoded with
-  StepCostModel costs_;             // kTime: what a decode row and a prompt row take
-  std::thread thread_;
-};
-
-absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& request) const {
-  const bool encoder_decoder = config_.is_encoder_decoder();
-  if (encoder_decoder) {
-    if (request.source.empty()) return absl::InvalidArgumentError("text must not be empty");
-  } else if (request.prompt.empty()) {
-    return absl::InvalidArgumentError("prompt must not be empty");
-  }
-  if (request.max_tokens < 1 || request.max_tokens > options_.max_new_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_tokens must be in [1, ", options_.max_new_tokens, "], got ", request.max_tokens));
-  }
-  ABCD_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
-  if (request.beam_size < 1 || request.beam_size > kMaxBeamSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("beam_size must be in [1, ", kMaxBeamSize, "], got ", request.beam_size));
-  }
-  if (request.stop.size() > kMaxStopStrings) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("stop has ", request.stop.size(), " strings, at most ", kMaxStopStrings));
-  }
-  for (size_t i = 0; i < request.stop.size(); ++i) {
-    if (request.stop[i].empty() || request.stop[i].size() > kMaxStopLength) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopLength, " bytes"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<ActiveRequest>> ContinuousBatchingExecutor::Prepare(
-    GenerationRequest request, EventCallback callback) const {
-  ABCD_RETURN_IF_ERROR(Validate(request));
-  const ModelConfig& config = config_;
-  const bool encoder_decoder = config.is_encoder_decoder();
-  const absl::string_view field = encoder_decoder ? "text" : "prompt";
-  const std::string& input = encoder_decoder ? request.source : request.prompt;
-  // Refusal before work: the size bounds the tokens, so a hopeless text is never tokenized.
-  ABCD_RETURN_IF_ERROR(CheckInput(field, input.size()));
-  auto r = std::make_unique<ActiveRequest>();
-  r->prompt_ids.push_back(config.bos_id);
-  ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_.Encode(input));
-  if (encoder_decoder) {
-    r->source_ids = std::move(ids);
-    r->source_ids.push_back(config.eos_id);
-    if (static_cast<int64_t>(r->source_ids.size()) > options_.max_source_tokens) {
-      return absl::InvalidArgumentError(absl::StrCat("text is ", r->source_ids.size(),
-                                                     " tokens, longer than the limit of ",
-                                                     options_.max_source_tokens));
-    }
-  } else {
-    r->prompt_ids.insert(r->prompt_ids.end(), ids.begin(), ids.end());
-  }
-  r->encoded = r->source_ids.empty();
-  const int64_t input_tokens = static_cast<int64_t>(r->prompt_ids.size() + r->source_ids.size());
-  if (input_tokens > options_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " is ", input_tokens,
-                                                   " tokens, longer than the limit of ",
-                                                   options_.max_prompt_tokens));
-  }
-  const int sequences = request.beam_size > 1 ? 2 * request.beam_size : 1;
-  // RequestBytes() only reads constants of the backend, so this thread may call it.
-  absl::StatusOr<int64_t> bytes = backend_->RequestBytes(static_cast<int64_t>(r->prompt_ids.size()),
-                                                         static_cast<int64_t>(r->source_ids.size()),
-                                                         request.max_tokens, sequences);
-  if (absl::IsResourceExhausted(bytes.status())) {
-    // Waiting cannot help: a client error, not an overload to retry.
-    return absl::InvalidArgumentError(
-        absl::StrCat("request can never fit: ", bytes.status().message()));
-  }
-  ABCD_RETURN_IF_ERROR(bytes.status());
-  r->reserved_bytes = *bytes;
-  r->request = std::move(request);
-  r->callback = std::move(callback);
-  r->enqueued = absl::Now();
-  r->context = r->prompt_ids;
-  return r;
-}
-
-absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::Queue(
-    std::vector<std::unique_ptr<ActiveRequest>> rs) {
-  absl::MutexLock lock(&mu_);
-  if (!backend_failure_.ok()) return backend_failure_;
-  if (draining_ || stopping_) return absl::UnavailableError("server is draining");
-  const int64_t n = static_cast<int64_t>(rs.size());
-  if (queued_ + n > options_.max_waiting_requests) {
-    return absl::ResourceExhaustedError(absl::StrCat("overloaded: ", queued_,
-                                                     " requests are already waiting (limit ",
-                                                     options_.max_waiting_requests, ")"));
-  }
-  std::vector<RequestId> ids;
-  for (auto& r : rs) {
-    r->id = next_id_++;
-    ++queued_;
-    ids.push_back(r->id);
-    incoming_.push_back(std::move(r));
-  }
-  return ids;
-}
-
-absl::StatusOr<RequestId> ContinuousBatchingExecutor::Enqueue(GenerationRequest request,
-                                                              EventCallback callback) {
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<ActiveRequest> r,
-                        Prepare(std::move(request), std::move(callback)));
-  std::vector<std::unique_ptr<ActiveRequest>> rs;
-  rs.push_back(std::move(r));
-  ABCD_ASSIGN_OR_RETURN(std::vector<RequestId> ids, Queue(std::move(rs)));
-  return ids.front();
-}
-
-absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::EnqueueBatch(
-    std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) {
-  if (requests.size() != callbacks.size() || requests.empty()) {
-    return absl::InvalidArgumentError("a batch needs one callback per request, at least one");
-  }
-  // Bytes first, so the total is refused before any text is tokenized.
-  const bool encoder_decoder = config_.is_encoder_decoder();
-  size_t total_bytes = 0;
-  for (const GenerationRequest& request : requests) {
-    total_bytes += (encoder_decoder ? request.source : request.prompt).size();
-  }
-  if (encoder_decoder) {
-    ABCD_RETURN_IF_ERROR(
-        CheckInputBytes("texts (together)", total_bytes, options_.max_batch_source_tokens));
-  }
-  std::vector<std::unique_ptr<ActiveRequest>> rs;
-  int64_t source_tokens = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    absl::StatusOr<std::unique_ptr<ActiveRequest>> r =
-        Prepare(std::move(requests[i]), std::move(callbacks[i]));
-    if (!r.ok()) {
-      return absl::Status(r.status().code(),
-                          absl::StrCat("texts[", i, "]: ", r.status().message()));
-    }
-    source_tokens += static_cast<int64_t>((*r)->source_ids.size());
-    rs.push_back(*std::move(r));
-  }
-  if (encoder_decoder && source_tokens > options_.max_batch_source_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("texts are ", source_tokens,
-                                                   " tokens together, more than the limit of ",
-                                                   options_.max_batch_source_tokens));
-  }
-  return Queue(std::move(rs));
+namespace executor_internal {
+ContinuousBatchingExecutor::ContinuousBatchingExecutor(std::unique_ptr<DecodeBackend> backend,
+                                                       const Tokenizer& tokenizer,
+                                                       const ExecutorOptions& options)
+    : backend_(std::move(backend)),
+      config_(backend_->config()),
+      tokenizer_(tokenizer),
+      options_(options),
+      capacity_bytes_(backend_->capacity_bytes()),
+      backend_samples_(backend_->samples_tokens()),
+      prefix_cache_(backend_->snapshots_supported() && !backend_->config().is_encoder_decoder()
+                        ? options.prefix_cache_bytes
+                        : 0) {
+  stats_.state_bytes_capacity = capacity_bytes_;
+  thread_ = std::thread([this] { Loop(); });
 }
 
 void ContinuousBatchingExecutor::Loop() {
@@ -381,35 +95,85 @@ void ContinuousBatchingExecutor::ExpireDeadlines() {
   }
 }
 
+bool ContinuousBatchingExecutor::PlanPrefixReuse(ActiveRequest& r) {
+  if (r.cache_checked || prefix_cache_.budget_bytes() == 0 || r.restore_state != nullptr ||
+      !r.source_ids.empty() || r.request.prompt_logprobs) {
+    return true;
+  }
+  const std::span<const int32_t> prompt(r.prompt_ids);
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const PrefixCache::Match match = prefix_cache_.Lookup(prompt);
+  // A running request is about to store a longer prefix of this prompt: wait for it rather
+  // than prefill the same tokens twice.
+  if (match.pending > match.cached) return false;
+  r.cache_checked = true;
+  prefix_queried_tokens_ += n;
+  if (match.cached > 0) {
+    r.restore_state = match.snapshot;
+    r.prefilled = match.cached;
+    r.cached_tokens = match.cached;
+    prefix_hit_tokens_ += match.cached;
+  }
+  // Snapshots are taken exactly where prompts diverge (so the next prompt sharing this prefix
+  // hits), and at the end of the prompt (a later turn that resends the history hits). A state
+  // too large for a fair share of the cache is not worth copying on the engine thread.
+  absl::StatusOr<int64_t> bytes = backend_->RequestBytes(n, 0, 1, 1);
+  if (!bytes.ok() || *bytes > prefix_cache_.budget_bytes() / 8) return true;
+  const int64_t divergence = std::min(match.shared, n - 1);
+  if (divergence >= kMinCachedPrefix && divergence > r.prefilled) {
+    r.snapshot_at = divergence;
+    prefix_cache_.MarkPending(prompt.first(divergence));
+  }
+  if (n >= kMinCachedPrefix) {
+    r.snapshot_prompt_end = true;
+    prefix_cache_.MarkPending(prompt);
+  }
+  return true;
+}
+
 void ContinuousBatchingExecutor::Admit() {
-  std::vector<int64_t> needs;
-  for (const auto& r : waiting_) needs.push_back(r->reserved_bytes);
-  const int admit =
-      PlanAdmission(needs, {capacity_bytes_, reserved_bytes_, static_cast<int>(running_.size()),
-                            options_.max_running_sequences});
-  for (int i = 0; i < admit; ++i) {
-    std::unique_ptr<ActiveRequest> r = std::move(waiting_.front());
-    waiting_.pop_front();
+  // First come, first served (a request that does not fit stops admission, so a large one is
+  // never overtaken), except that a request waiting for a prefix snapshot lets others pass.
+  int64_t running = 0;
+  for (const auto& r : running_) running += r->done ? 0 : (r->forked ? 1 : r->request.n);
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    ActiveRequest& r = **it;
+    const int64_t sequences = r.request.n;
+    if (!CanAdmit({capacity_bytes_, reserved_bytes_, static_cast<int>(running),
+                   options_.max_running_sequences},
+                  r.reserved_bytes, static_cast<int>(sequences))) {
+      break;
+    }
+    if (!PlanPrefixReuse(r)) {
+      ++it;
+      continue;
+    }
+    std::unique_ptr<ActiveRequest> admitted = std::move(*it);
+    it = waiting_.erase(it);
     {
       absl::MutexLock lock(&mu_);
       --queued_;
     }
-    reserved_bytes_ += r->reserved_bytes;
-    r->admitted = true;
-    absl::StatusOr<SequenceId> sequence = backend_->Acquire();
+    running += sequences;
+    reserved_bytes_ += admitted->reserved_bytes;
+    admitted->admitted = true;
+    absl::StatusOr<SequenceId> sequence = admitted->restore_state != nullptr
+                                              ? backend_->Restore(*admitted->restore_state)
+                                              : backend_->Acquire();
+    admitted->restore_state.reset();
     if (!sequence.ok()) {
-      Finish(*r, sequence.status(), FinishReason::kLength);
+      Finish(*admitted, sequence.status(), FinishReason::kLength);
       continue;
     }
-    r->sequence = *sequence;
-    r->has_sequence = true;
-    if (r->beam_search()) {
-      r->beams.push_back({r->sequence, {}, 0.0});
+    admitted->sequence = *sequence;
+    admitted->has_sequence = true;
+    if (admitted->beam_search()) {
+      admitted->beams.push_back({admitted->sequence, {}, 0.0});
     } else {
-      r->sampler = std::make_unique<Sampler>(r->request.sampling);
-      r->text = std::make_unique<TextStream>(tokenizer_, r->request.stop);
+      admitted->sampler = std::make_unique<Sampler>(admitted->request.sampling);
+      admitted->text = std::make_unique<TextStream>(tokenizer_, admitted->request.stop);
     }
-    running_.push_back(std::move(r));
+    running_.push_back(std::move(admitted));
   }
 }
 
@@ -488,7 +252,10 @@ void ContinuousBatchingExecutor::Step() {
   std::vector<int64_t> remaining;
   int64_t prefilling = 0;
   for (const auto& r : running_) {
-    remaining.push_back(r->encoded ? static_cast<int64_t>(r->prompt_ids.size()) - r->prefilled : 0);
+    // Prefill stops where a prefix snapshot is due (taken after this step's rows are folded).
+    const int64_t until =
+        r->snapshot_at > r->prefilled ? r->snapshot_at : static_cast<int64_t>(r->prompt_ids.size());
+    remaining.push_back(r->encoded && !r->done ? until - r->prefilled : 0);
     prefilling += remaining.back() > 0;
   }
   const int64_t decode_rows = static_cast<int64_t>(rows.size() + sampled_rows.size());
@@ -503,12 +270,17 @@ void ContinuousBatchingExecutor::Step() {
         .token_budget = options_.prefill_token_budget,
     });
   }
+  for (const auto& r : running_) r->chunk_rows = 0;
   for (const PrefillChunk& chunk : PlanPrefill(remaining, prefill_tokens)) {
     ActiveRequest& r = *running_[chunk.index];
+    r.chunk_start = r.prefilled;
+    r.chunk_rows = chunk.tokens;
     for (int64_t t = r.prefilled; t < r.prefilled + chunk.tokens; ++t) {
       const bool last = t + 1 == static_cast<int64_t>(r.prompt_ids.size());
-      rows.push_back({r.sequence, r.prompt_ids[t], last});
-      if (last) owners.push_back(&r);
+      // Prompt log-probabilities need every prompt row's logits, not only the last's.
+      const bool want_logits = last || r.request.prompt_logprobs;
+      rows.push_back({r.sequence, r.prompt_ids[t], want_logits});
+      if (want_logits) owners.push_back(&r);
     }
     r.prefilled += chunk.tokens;
   }
@@ -560,10 +332,12 @@ void ContinuousBatchingExecutor::Step() {
     return;
   }
   if (sampled_ok) observe_costs();
+  StoreDueSnapshots();
   for (size_t i = 0; i < rows.size(); ++i) {
     batch_sequences += i == 0 || rows[i].sequence != rows[i - 1].sequence;
   }
   const int vocab = config_.vocab_size;
+  std::vector<std::unique_ptr<ActiveRequest>> choices;  // forked this step (n > 1)
   for (size_t i = 0; i < owners.size();) {
     ActiveRequest& r = *owners[i];
     size_t end = i + 1;
@@ -571,162 +345,63 @@ void ContinuousBatchingExecutor::Step() {
     const std::span<const float> slice(logits.data() + i * vocab, (end - i) * vocab);
     if (r.beam_search()) {
       BeamStepFor(r, slice);
+    } else if (r.request.prompt_logprobs && r.chunk_rows > 0) {
+      ScorePrompt(r, slice);
+      if (r.prefill_done() && r.request.max_tokens == 0) {
+        Finish(r, absl::OkStatus(), FinishReason::kLength);
+      } else if (r.prefill_done()) {
+        Sample(r, slice.last(vocab));
+      }
+    } else if (r.group->n > 1 && !r.forked) {
+      // The prompt is in: every choice starts from this state and these logits.
+      const size_t first = choices.size();
+      if (ForkChoices(r, &choices)) {
+        Sample(r, slice);
+        for (size_t c = first; c < choices.size(); ++c) Sample(*choices[c], slice);
+      }
     } else {
       Sample(r, slice);
     }
     i = end;
   }
+  for (auto& choice : choices) running_.push_back(std::move(choice));
   std::erase_if(running_, [](const auto& r) { return r->done; });
   Publish(batch_sequences);
 }
 
-void ContinuousBatchingExecutor::RecordToken(ActiveRequest& r) {
-  const absl::Time now = absl::Now();
-  if (options_.observer != nullptr) {
-    if (r.any_token) {
-      options_.observer->OnToken(absl::ToDoubleSeconds(now - r.last_token));
-    } else {
-      options_.observer->OnFirstToken(absl::ToDoubleSeconds(now - r.enqueued));
-    }
-  }
-  r.any_token = true;
-  r.last_token = now;
-}
-
-void ContinuousBatchingExecutor::Sample(ActiveRequest& r, std::span<const float> logits) {
-  Accept(r, r.sampler->Sample(logits, r.context));
-}
-
-void ContinuousBatchingExecutor::Accept(ActiveRequest& r, int32_t token) {
-  if (token == config_.eos_id && !r.request.ignore_eos) {
-    Finish(r, absl::OkStatus(), FinishReason::kEos, {}, r.text->Flush());
+void ContinuousBatchingExecutor::CacheFinalState(const ActiveRequest& r) {
+  if (!r.cache_checked || !r.has_sequence || r.beam_search() || r.request.save_state) return;
+  absl::StatusOr<int64_t> bytes =
+      backend_->RequestBytes(static_cast<int64_t>(r.context.size()), 0, 1, 1);
+  if (!bytes.ok() || *bytes > prefix_cache_.budget_bytes() / 8) return;
+  absl::StatusOr<std::string> snapshot = backend_->Snapshot(r.sequence);
+  if (!snapshot.ok()) return;
+  absl::StatusOr<StatePool::SnapshotHeader> header = StatePool::ReadSnapshotHeader(*snapshot);
+  if (!header.ok() || header->position < kMinCachedPrefix ||
+      header->position > static_cast<int64_t>(r.context.size())) {
     return;
   }
-  RecordToken(r);
-  r.context.push_back(token);
-  absl::StatusOr<std::string> text = r.text->Append(token);
-  if (!text.ok()) {
-    Finish(r, text.status(), FinishReason::kLength);
-    return;
-  }
-  if (r.text->stopped()) {
-    Finish(r, absl::OkStatus(), FinishReason::kStop, {token}, *std::move(text));
-  } else if (static_cast<int>(r.text->tokens().size()) >= r.request.max_tokens) {
-    Finish(r, absl::OkStatus(), FinishReason::kLength, {token}, *text + r.text->Flush());
-  } else {
-    r.pending_token = token;
-    Emit(r, {token}, *std::move(text));
-  }
+  prefix_cache_.Insert(std::span(r.context).first(header->position), *std::move(snapshot));
 }
 
-void ContinuousBatchingExecutor::BeamStepFor(ActiveRequest& r, std::span<const float> logits) {
-  std::vector<double> scores;
-  for (const Beam& beam : r.beams) scores.push_back(beam.score);
-  const BeamStep step =
-      SelectBeams(scores, logits, config_.vocab_size, r.request.beam_size, config_.eos_id);
-  ++r.beam_steps;
-  for (const BeamChoice& f : step.finished) {
-    r.finished_beams.push_back({0, r.beams[f.parent].tokens, f.score});
-  }
-  // The first child of a beam keeps its sequence; further children fork it.
-  std::vector<bool> kept(r.beams.size(), false);
-  std::vector<Beam> next;
-  for (const BeamChoice& c : step.continuing) {
-    const Beam& parent = r.beams[c.parent];
-    SequenceId sequence = parent.sequence;
-    if (kept[c.parent]) {
-      absl::StatusOr<SequenceId> fork = backend_->Fork(parent.sequence);
-      if (!fork.ok()) {
-        for (const Beam& b : next) {
-          if (b.sequence != parent.sequence) backend_->Release(b.sequence);
-        }
-        Finish(r, fork.status(), FinishReason::kLength);
-        return;
-      }
-      sequence = *fork;
-    }
-    kept[c.parent] = true;
-    Beam child{sequence, parent.tokens, c.score};
-    child.tokens.push_back(c.token);
-    next.push_back(std::move(child));
-  }
-  for (size_t b = 0; b < r.beams.size(); ++b) {
-    if (!kept[b]) backend_->Release(r.beams[b].sequence);
-  }
-  r.beams = std::move(next);
-  const bool enough = static_cast<int>(r.finished_beams.size()) >= r.request.beam_size;
-  if (enough || r.beams.empty() || r.beam_steps >= r.request.max_tokens) FinishBeams(r);
-}
-
-void ContinuousBatchingExecutor::FinishBeams(ActiveRequest& r) {
-  // Best by length-normalised log-probability (EOS counts as a token); finished hypotheses win
-  // over unfinished ones.
-  const bool any_finished = !r.finished_beams.empty();
-  const std::vector<Beam>& candidates = any_finished ? r.finished_beams : r.beams;
-  auto normalized = [any_finished](const Beam& b) {
-    return NormalizedScore(b.score, static_cast<int64_t>(b.tokens.size()) + (any_finished ? 1 : 0));
+void ContinuousBatchingExecutor::StoreDueSnapshots() {
+  const auto store = [this](ActiveRequest& r, int64_t length) {
+    const std::span<const int32_t> prefix = std::span(r.prompt_ids).first(length);
+    absl::StatusOr<std::string> snapshot = backend_->Snapshot(r.sequence);
+    if (snapshot.ok()) prefix_cache_.Insert(prefix, *std::move(snapshot));
+    prefix_cache_.ClearPending(prefix);
   };
-  const Beam* best = nullptr;
-  for (const Beam& b : candidates) {
-    if (best == nullptr || normalized(b) > normalized(*best)) best = &b;
-  }
-  std::vector<int32_t> tokens = best != nullptr ? best->tokens : std::vector<int32_t>{};
-  const FinishReason reason = any_finished ? FinishReason::kEos : FinishReason::kLength;
-  TextStream text(tokenizer_, r.request.stop);
-  std::string out;
-  for (int32_t t : tokens) {
-    absl::StatusOr<std::string> piece = text.Append(t);
-    if (!piece.ok()) {
-      Finish(r, piece.status(), FinishReason::kLength);
-      return;
+  for (const auto& r : running_) {
+    if (r->done) continue;
+    if (r->snapshot_at > 0 && r->prefilled == r->snapshot_at) {
+      store(*r, r->snapshot_at);
+      r->snapshot_at = 0;
     }
-    out += *piece;
-    if (text.stopped()) break;
+    if (r->snapshot_prompt_end && r->prefill_done()) {
+      store(*r, static_cast<int64_t>(r->prompt_ids.size()));
+      r->snapshot_prompt_end = false;
+    }
   }
-  out += text.Flush();
-  RecordToken(r);
-  Finish(r, absl::OkStatus(), text.stopped() ? FinishReason::kStop : reason, text.tokens(),
-         std::move(out));
-}
-
-void ContinuousBatchingExecutor::Emit(ActiveRequest& r, std::vector<int32_t> tokens,
-                                      std::string text) {
-  GenerationEvent event;
-  event.token_ids = std::move(tokens);
-  event.text = std::move(text);
-  event.prompt_tokens = r.prompt_tokens();
-  event.completion_tokens = static_cast<int>(r.context.size() - r.prompt_ids.size());
-  r.callback(std::move(event));
-}
-
-void ContinuousBatchingExecutor::ReleaseStates(ActiveRequest& r) {
-  for (const Beam& beam : r.beams) backend_->Release(beam.sequence);
-  if (r.has_sequence && r.beams.empty()) backend_->Release(r.sequence);
-  r.beams.clear();
-  r.has_sequence = false;
-}
-
-void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, FinishReason reason,
-                                        std::vector<int32_t> tokens, std::string text) {
-  if (r.done) return;
-  r.done = true;
-  ReleaseStates(r);
-  if (r.admitted) reserved_bytes_ -= r.reserved_bytes;
-  GenerationEvent event;
-  event.token_ids = std::move(tokens);
-  event.text = std::move(text);
-  event.finished = true;
-  event.finish_reason = reason;
-  event.status = std::move(status);
-  event.prompt_tokens = r.prompt_tokens();
-  event.completion_tokens = r.beam_search()
-                                ? static_cast<int>(event.token_ids.size())
-                                : static_cast<int>(r.context.size() - r.prompt_ids.size());
-  if (options_.observer != nullptr) {
-    options_.observer->OnRequestFinished(event.status, event.prompt_tokens, event.completion_tokens,
-                                         absl::ToDoubleSeconds(absl::Now() - r.enqueued));
-  }
-  r.callback(std::move(event));
 }
 
 void ContinuousBatchingExecutor::CheckBackendHealth() {
@@ -757,6 +432,11 @@ void ContinuousBatchingExecutor::Publish(int64_t batch_size) {
     stats_.state_bytes_in_use = memory.bytes_in_use;
     stats_.state_bytes_capacity = capacity_bytes_;
     stats_.kv_cache_bytes = memory.kv_bytes_in_use;
+    stats_.prefix_cache_bytes = prefix_cache_.bytes();
+    stats_.prefix_cache_entries = prefix_cache_.entries();
+    stats_.prefix_cache_queried_tokens = prefix_queried_tokens_;
+    stats_.prefix_cache_hit_tokens = prefix_hit_tokens_;
+    stats_.prefix_cache_evictions = prefix_cache_.evictions();
     stats_.iterations = iterations_;
     stats_.draining = draining_;
     stats = stats_;
@@ -764,7 +444,7 @@ void ContinuousBatchingExecutor::Publish(int64_t batch_size) {
   if (options_.observer != nullptr) options_.observer->OnIteration(batch_size, stats);
 }
 
-}  // namespace
+}  // namespace executor_internal
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::unique_ptr<DecodeBackend> backend,
                                                            const Tokenizer& tokenizer,
@@ -773,7 +453,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::unique_ptr<Decod
   if (options.max_waiting_requests < 0 || options.max_running_sequences < 1 ||
       options.prefill_token_budget < 1 || options.max_prompt_tokens < 1 ||
       options.max_new_tokens < 1 || options.max_source_tokens < 1 ||
-      options.encode_token_budget < 1 || options.max_batch_source_tokens < 1) {
+      options.encode_token_budget < 1 || options.max_batch_source_tokens < 1 ||
+      options.max_choices < 1 || options.prefix_cache_bytes < 0) {
     return absl::InvalidArgumentError("executor limits must be positive");
   }
   if (!(options.iteration_budget_ms >= 0 && options.iteration_budget_ms <= 1e6)) {
@@ -783,7 +464,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::unique_ptr<Decod
     return absl::InvalidArgumentError("prefill_step_share must be in (0, 16]");
   }
   return std::unique_ptr<Executor>(
-      new ContinuousBatchingExecutor(std::move(backend), tokenizer, options));
+      new executor_internal::ContinuousBatchingExecutor(std::move(backend), tokenizer, options));
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Model& model,

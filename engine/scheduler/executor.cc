@@ -24,6 +24,10 @@ absl::Status CheckInputBytes(absl::string_view field, size_t bytes, int64_t toke
 
 absl::Status Executor::CheckInput(absl::string_view, size_t) const { return absl::OkStatus(); }
 
+absl::Status Executor::CheckSessionState(absl::string_view) const {
+  return absl::FailedPreconditionError("this executor cannot resume sessions");
+}
+
 absl::StatusOr<std::vector<RequestId>> Executor::EnqueueBatch(
     std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) {
   if (requests.size() != callbacks.size() || requests.empty()) {

@@ -26,6 +26,7 @@
 #include "engine/backend/decode_backend.h"
 #include "engine/model/model.h"
 #include "engine/runtime/generator.h"
+#include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/batch_planner.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -35,26 +36,59 @@ namespace abcd {
 using RequestId = int64_t;
 
 struct GenerationRequest {
-  std::string prompt;             // decoder-only: the text to continue
-  std::string source;             // encoder-decoder: the text to translate
-  int max_tokens = 16;            // tokens to generate, >= 1
+  std::string prompt;  // decoder-only: the text to continue
+  // Decoder-only: the prompt as token ids instead of text (then `prompt` must be empty). bos is
+  // prepended as for text. Each id must be in [0, vocab_size).
+  std::vector<int32_t> prompt_token_ids;
+  std::string source;   // encoder-decoder: the text to translate
+  int max_tokens = 16;  // tokens to generate, >= 1 (0 with prompt_logprobs: only score the prompt)
   SamplingParams sampling;        // temperature 0 = greedy
   std::vector<std::string> stop;  // end when the text contains one (not returned)
   bool ignore_eos = false;
   int beam_size = 1;  // > 1: beam search (encoder-decoder only), one final event
+  // Decoder-only: choices sampled from one prefill (the state is forked n ways after the
+  // prompt). Choice i samples with seed sampling.seed + i, so it is reproducible on its own.
+  // Admission charges n sequences. Not with beam search or a session.
+  int n = 1;
   absl::Time deadline = absl::InfiniteFuture();
+  // Sessions (decoder-only). `resume_state`: a SequenceBlob (engine/state/sequence_blob.h) saved
+  // by an earlier request; the prompt is appended to everything it has seen and decoding goes on
+  // from its state, so only the new prompt is prefilled. FAILED_PRECONDITION when the blob is
+  // from another model, INVALID_ARGUMENT when it is corrupt. `save_state`: the final event of an
+  // OK request carries the blob of the state after it (prompt and generated tokens included).
+  std::string resume_state;
+  bool save_state = false;
+  // >= 0: every generated token's log-probability and this many most likely alternatives
+  // (at most kMaxTopLogprobs), from the raw logits (sampling/logprobs.h). -1: none.
+  int logprobs = -1;
+  // Decoder-only, n = 1, no session: the prompt's tokens scored too (OpenAI's echo with
+  // logprobs), on the first event; the prefix cache is not used for such a request.
+  bool prompt_logprobs = false;
 };
 
-// What a request produced since its previous event. The last event has finished = true and
-// either an OK status with the finish reason, or the error (CANCELLED, DEADLINE_EXCEEDED, ...).
+// What one choice of a request produced since its previous event. A choice's last event has
+// choice_finished = true and its finish reason. The request's last event has finished = true
+// and either an OK status or the error (CANCELLED, DEADLINE_EXCEEDED, ...); with n = 1 that is
+// the same event as the choice's last. With n > 1 the choices' events interleave, each carrying
+// its `index`, and the request's last event (index 0, no tokens) follows every choice's last.
 struct GenerationEvent {
+  int index = 0;  // the choice, in [0, n)
   std::vector<int32_t> token_ids;
   std::string text;  // new text; text that may begin a stop string is held back until resolved
+  bool choice_finished = false;
   bool finished = false;
-  FinishReason finish_reason = FinishReason::kLength;
+  FinishReason finish_reason = FinishReason::kLength;  // the choice's, when choice_finished
   absl::Status status;
-  int prompt_tokens = 0;
-  int completion_tokens = 0;
+  int prompt_tokens = 0;         // this request's prompt (a session's history not included)
+  int cached_prompt_tokens = 0;  // of those, restored from the prefix cache instead of prefilled
+  int completion_tokens = 0;     // all choices together
+  int64_t session_tokens = 0;    // with save_state: tokens the saved session has seen
+  std::string saved_state;       // final OK event with save_state: the SequenceBlob
+  std::vector<TokenLogprobs> logprobs;  // with request.logprobs >= 0: one per token_ids entry
+  // With request.prompt_logprobs, on the choice's first event: the prompt's ids (bos not
+  // included) and, one per id, its log-probability given bos and the ids before it.
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 
 using EventCallback = std::function<void(GenerationEvent event)>;
@@ -66,6 +100,12 @@ struct ExecutorStats {
   int64_t state_bytes_in_use = 0;
   int64_t state_bytes_capacity = 0;
   int64_t kv_cache_bytes = 0;  // softmax layers' share of state_bytes_in_use
+  // The prefix cache (ExecutorOptions::prefix_cache_bytes); the counters are cumulative.
+  int64_t prefix_cache_bytes = 0;
+  int64_t prefix_cache_entries = 0;
+  int64_t prefix_cache_queried_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t prefix_cache_evictions = 0;
   int64_t iterations = 0;
   bool draining = false;
   // Empty while the backend serves; else why it cannot (DecodeBackend::Health): the Executor
@@ -106,8 +146,13 @@ struct ExecutorOptions {
   // have accrued for them; a source within it can be encoded on every second iteration ahead
   // of older, longer ones. Cancel, deadline and shutdown are taken between sources.
   int encode_token_budget = 128;
-  int max_new_tokens = 4096;             // max_tokens above this is INVALID_ARGUMENT
-  int max_batch_source_tokens = 8192;    // EnqueueBatch: source tokens of a batch together
+  int max_new_tokens = 4096;           // max_tokens above this is INVALID_ARGUMENT
+  int max_batch_source_tokens = 8192;  // EnqueueBatch: source tokens of a batch together
+  int max_choices = 16;                // n above this is INVALID_ARGUMENT
+  // Decoder-only: state snapshots of prompt prefixes kept for reuse (prefix_cache.h), in bytes;
+  // 0 turns the cache off. Outputs are identical with and without it.
+  int64_t prefix_cache_bytes = 0;
+  std::string model_name;                // written into saved session blobs
   ExecutorObserver* observer = nullptr;  // not owned; may be null
 };
 
@@ -155,6 +200,10 @@ class Executor {
   // they copy the text: `field` names it in the error ("prompt", "text").
   // The default accepts every size.
   virtual absl::Status CheckInput(absl::string_view field, size_t bytes) const;
+  // Whether `blob` would resume on this executor's model: INVALID_ARGUMENT when corrupt,
+  // FAILED_PRECONDITION naming both models when it is another model's (or this backend cannot
+  // restore states). Any thread; the default refuses every blob.
+  virtual absl::Status CheckSessionState(absl::string_view blob) const;
   // Ends the request with CANCELLED and frees its state within one iteration. Unknown or
   // finished ids are ignored.
   virtual void Cancel(RequestId id) = 0;

@@ -23,6 +23,9 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
              [--python /usr/bin/python3] [--script loadtest/bench_reference.py]
   overhead   --model DIR[,DIR..] [--server build/server/abcd-server] [--requests 48] [--concurrency 8]
              [--max_tokens 32] [--prompts loadtest/prompts/brown_test.jsonl] [--rounds 3]
+  state      --models DIR[,DIR..] [--rounds 3] [--turns 16] [--turn_prompt 32] [--turn_tokens 64]
+             [--prefix 1000] [--suffixes 32] [--suffix_tokens 16] [--in_flight 8] [--choices 8]
+             [--choice_prompt 512] [--choice_tokens 32]   (sessions, prefix cache, n; not in `all`)
   all        everything above with --models_dir DIR (holding abc/ rfa/ t2r/ softmax/ ...):
              --memory_types, --decode_types, --reference_types (or --reference_models DIR,..),
              --overhead_type pick the subdirectories
@@ -44,7 +47,12 @@ const std::set<std::string> kValued = {"models",          "model",
                                        "overhead_type",   "reference_batches",
                                        "reference_steps", "reference_models",
                                        "rounds",          "weight_formats",
-                                       "prefill_tokens",  "kv_cache_format"};
+                                       "prefill_tokens",  "kv_cache_format",
+                                       "turns",           "turn_prompt",
+                                       "turn_tokens",     "prefix",
+                                       "suffixes",        "suffix_tokens",
+                                       "in_flight",       "choices",
+                                       "choice_prompt",   "choice_tokens"};
 
 std::vector<std::string> ModelsIn(const std::string& dir, const std::string& types) {
   std::vector<std::string> out;
@@ -147,8 +155,34 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
       out["overhead"].push_back(std::move(result));
     }
   }
+  if (command == "state") {
+    StateOptions o;
+    o.models = SplitList(args.String("models", ""));
+    if (o.models.empty()) return absl::InvalidArgumentError("state needs --models");
+    o.threads = static_cast<int>(threads);
+    const auto int_flag = [&](const char* name, int* value) -> absl::Status {
+      ABCD_ASSIGN_OR_RETURN(const int64_t v, args.Int(name, *value));
+      if (v < 1 || v > 1000000) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " must be in [1, 1000000]"));
+      }
+      *value = static_cast<int>(v);
+      return absl::OkStatus();
+    };
+    ABCD_RETURN_IF_ERROR(int_flag("rounds", &o.rounds));
+    ABCD_RETURN_IF_ERROR(int_flag("turns", &o.turns));
+    ABCD_RETURN_IF_ERROR(int_flag("turn_prompt", &o.turn_prompt_tokens));
+    ABCD_RETURN_IF_ERROR(int_flag("turn_tokens", &o.turn_tokens));
+    ABCD_RETURN_IF_ERROR(int_flag("prefix", &o.prefix_tokens));
+    ABCD_RETURN_IF_ERROR(int_flag("suffixes", &o.suffixes));
+    ABCD_RETURN_IF_ERROR(int_flag("suffix_tokens", &o.suffix_tokens));
+    ABCD_RETURN_IF_ERROR(int_flag("in_flight", &o.in_flight));
+    ABCD_RETURN_IF_ERROR(int_flag("choices", &o.choices));
+    ABCD_RETURN_IF_ERROR(int_flag("choice_prompt", &o.choice_prompt_tokens));
+    ABCD_RETURN_IF_ERROR(int_flag("choice_tokens", &o.choice_tokens));
+    ABCD_ASSIGN_OR_RETURN(out["state"], RunState(o));
+  }
   if (!out.contains("bandwidth") && !out.contains("memory") && !out.contains("decode") &&
-      !out.contains("reference") && !out.contains("overhead")) {
+      !out.contains("reference") && !out.contains("overhead") && !out.contains("state")) {
     return absl::InvalidArgumentError(absl::StrCat("unknown command \"", command, "\""));
   }
   if (args.Has("json")) {

@@ -8,6 +8,7 @@
 //              next to its memory-bandwidth floor; speed-up of each bounded type over softmax.
 //   reference  the engine against the PyTorch reference (loadtest/bench_reference.py) on the
 //              same checkpoint and tokens, both recurrent decode, in one run.
+//   state      sessions, the prefix cache and n choices (state_bench.cc), in-process.
 //   overhead   one greedy workload through the in-process Executor, then through abcd-server
 //              over gRPC and HTTP/SSE.
 #pragma once
@@ -82,5 +83,22 @@ struct OverheadOptions {
   int rounds = 3;  // the paths take turns; each reports its median round
 };
 absl::StatusOr<nlohmann::json> RunOverhead(const OverheadOptions& options);
+
+struct StateOptions {
+  std::vector<std::string> models;
+  int threads = 1;
+  int rounds = 3;  // each figure is the median of its rounds
+  int turns = 16;  // multi-turn
+  int turn_prompt_tokens = 32;
+  int turn_tokens = 64;
+  int prefix_tokens = 1000;  // shared prefix
+  int suffixes = 32;
+  int suffix_tokens = 16;
+  int in_flight = 8;
+  int choices = 8;  // n
+  int choice_prompt_tokens = 512;
+  int choice_tokens = 32;
+};
+absl::StatusOr<nlohmann::json> RunState(const StateOptions& options);
 
 }  // namespace abcd::bench

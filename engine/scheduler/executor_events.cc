@@ -1,0 +1,294 @@
+// Sampling, beam search, choices and events of the ContinuousBatchingExecutor, on the engine
+// thread.
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/scheduler/beam_search.h"
+#include "engine/scheduler/continuous_batching_executor.h"
+#include "engine/state/sequence_blob.h"
+
+namespace abcd {
+namespace executor_internal {
+
+void ContinuousBatchingExecutor::RecordToken(ActiveRequest& r) {
+  const absl::Time now = absl::Now();
+  if (options_.observer != nullptr) {
+    if (r.any_token) {
+      options_.observer->OnToken(absl::ToDoubleSeconds(now - r.last_token));
+    } else {
+      options_.observer->OnFirstToken(absl::ToDoubleSeconds(now - r.enqueued));
+    }
+  }
+  r.any_token = true;
+  r.last_token = now;
+}
+
+void ContinuousBatchingExecutor::Sample(ActiveRequest& r, std::span<const float> logits) {
+  const int32_t token = r.sampler->Sample(logits, r.context);
+  if (r.request.logprobs >= 0) {
+    r.token_logprobs = ComputeLogprobs(logits, token, r.request.logprobs, &logprob_scratch_);
+  }
+  Accept(r, token);
+}
+
+void ContinuousBatchingExecutor::ScorePrompt(ActiveRequest& r, std::span<const float> logits) {
+  const int vocab = config_.vocab_size;
+  const int64_t prompt = static_cast<int64_t>(r.prompt_ids.size());
+  for (int64_t j = 0; j < r.chunk_rows; ++j) {
+    const int64_t next = r.chunk_start + j + 1;  // the prompt token row j predicts
+    if (next >= prompt) break;
+    r.prompt_scores.push_back(ComputeLogprobs(logits.subspan(j * vocab, vocab), r.prompt_ids[next],
+                                              std::max(r.request.logprobs, 0), &logprob_scratch_));
+  }
+}
+
+void ContinuousBatchingExecutor::AttachLogprobs(ActiveRequest& r, GenerationEvent& event) {
+  if (r.request.prompt_logprobs && !r.prompt_scores_sent) {
+    r.prompt_scores_sent = true;
+    // bos is not part of the prompt the client sent.
+    event.prompt_token_ids.assign(r.prompt_ids.begin() + 1, r.prompt_ids.end());
+    event.prompt_logprobs = std::move(r.prompt_scores);
+  }
+  if (r.token_logprobs.has_value() && !event.token_ids.empty()) {
+    event.logprobs.push_back(*std::move(r.token_logprobs));
+  }
+  r.token_logprobs.reset();
+}
+
+void ContinuousBatchingExecutor::Accept(ActiveRequest& r, int32_t token) {
+  if (token == config_.eos_id && !r.request.ignore_eos) {
+    Finish(r, absl::OkStatus(), FinishReason::kEos, {}, r.text->Flush());
+    return;
+  }
+  RecordToken(r);
+  r.context.push_back(token);
+  absl::StatusOr<std::string> text = r.text->Append(token);
+  if (!text.ok()) {
+    Finish(r, text.status(), FinishReason::kLength);
+    return;
+  }
+  if (r.text->stopped()) {
+    Finish(r, absl::OkStatus(), FinishReason::kStop, {token}, *std::move(text));
+  } else if (static_cast<int>(r.text->tokens().size()) >= r.request.max_tokens) {
+    Finish(r, absl::OkStatus(), FinishReason::kLength, {token}, *text + r.text->Flush());
+  } else {
+    r.pending_token = token;
+    Emit(r, {token}, *std::move(text));
+  }
+}
+
+void ContinuousBatchingExecutor::BeamStepFor(ActiveRequest& r, std::span<const float> logits) {
+  std::vector<double> scores;
+  for (const Beam& beam : r.beams) scores.push_back(beam.score);
+  const BeamStep step =
+      SelectBeams(scores, logits, config_.vocab_size, r.request.beam_size, config_.eos_id);
+  ++r.beam_steps;
+  for (const BeamChoice& f : step.finished) {
+    r.finished_beams.push_back({0, r.beams[f.parent].tokens, f.score});
+  }
+  // The first child of a beam keeps its sequence; further children fork it.
+  std::vector<bool> kept(r.beams.size(), false);
+  std::vector<Beam> next;
+  for (const BeamChoice& c : step.continuing) {
+    const Beam& parent = r.beams[c.parent];
+    SequenceId sequence = parent.sequence;
+    if (kept[c.parent]) {
+      absl::StatusOr<SequenceId> fork = backend_->Fork(parent.sequence);
+      if (!fork.ok()) {
+        for (const Beam& b : next) {
+          if (b.sequence != parent.sequence) backend_->Release(b.sequence);
+        }
+        Finish(r, fork.status(), FinishReason::kLength);
+        return;
+      }
+      sequence = *fork;
+    }
+    kept[c.parent] = true;
+    Beam child{sequence, parent.tokens, c.score};
+    child.tokens.push_back(c.token);
+    next.push_back(std::move(child));
+  }
+  for (size_t b = 0; b < r.beams.size(); ++b) {
+    if (!kept[b]) backend_->Release(r.beams[b].sequence);
+  }
+  r.beams = std::move(next);
+  const bool enough = static_cast<int>(r.finished_beams.size()) >= r.request.beam_size;
+  if (enough || r.beams.empty() || r.beam_steps >= r.request.max_tokens) FinishBeams(r);
+}
+
+void ContinuousBatchingExecutor::FinishBeams(ActiveRequest& r) {
+  // Best by length-normalised log-probability (EOS counts as a token); finished hypotheses win
+  // over unfinished ones.
+  const bool any_finished = !r.finished_beams.empty();
+  const std::vector<Beam>& candidates = any_finished ? r.finished_beams : r.beams;
+  auto normalized = [any_finished](const Beam& b) {
+    return NormalizedScore(b.score, static_cast<int64_t>(b.tokens.size()) + (any_finished ? 1 : 0));
+  };
+  const Beam* best = nullptr;
+  for (const Beam& b : candidates) {
+    if (best == nullptr || normalized(b) > normalized(*best)) best = &b;
+  }
+  std::vector<int32_t> tokens = best != nullptr ? best->tokens : std::vector<int32_t>{};
+  const FinishReason reason = any_finished ? FinishReason::kEos : FinishReason::kLength;
+  TextStream text(tokenizer_, r.request.stop);
+  std::string out;
+  for (int32_t t : tokens) {
+    absl::StatusOr<std::string> piece = text.Append(t);
+    if (!piece.ok()) {
+      Finish(r, piece.status(), FinishReason::kLength);
+      return;
+    }
+    out += *piece;
+    if (text.stopped()) break;
+  }
+  out += text.Flush();
+  RecordToken(r);
+  Finish(r, absl::OkStatus(), text.stopped() ? FinishReason::kStop : reason, text.tokens(),
+         std::move(out));
+}
+
+void ContinuousBatchingExecutor::Emit(ActiveRequest& r, std::vector<int32_t> tokens,
+                                      std::string text) {
+  GenerationEvent event;
+  event.index = r.index;
+  event.token_ids = std::move(tokens);
+  event.text = std::move(text);
+  event.prompt_tokens = r.prompt_tokens();
+  event.cached_prompt_tokens = static_cast<int>(r.cached_tokens);
+  event.completion_tokens = r.generated_tokens();
+  AttachLogprobs(r, event);
+  r.group->callback(std::move(event));
+}
+
+absl::StatusOr<std::string> ContinuousBatchingExecutor::SaveSession(const ActiveRequest& r) {
+  ABCD_ASSIGN_OR_RETURN(std::string state, backend_->Snapshot(r.sequence));
+  ABCD_ASSIGN_OR_RETURN(StatePool::SnapshotHeader header, StatePool::ReadSnapshotHeader(state));
+  SequenceBlob blob;
+  blob.model = options_.model_name;
+  blob.fingerprint = header.fingerprint;
+  blob.tokens = r.context;
+  blob.folded = header.position;
+  blob.state = std::move(state);
+  return EncodeSequenceBlob(blob);
+}
+
+void ContinuousBatchingExecutor::ReleaseStates(ActiveRequest& r) {
+  for (const Beam& beam : r.beams) backend_->Release(beam.sequence);
+  if (r.has_sequence && r.beams.empty()) backend_->Release(r.sequence);
+  r.beams.clear();
+  r.has_sequence = false;
+}
+
+void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, FinishReason reason,
+                                        std::vector<int32_t> tokens, std::string text) {
+  if (r.done) return;
+  r.done = true;
+  // Prefix snapshots this request was to take will not come: others must not wait for them.
+  if (r.snapshot_at > 0) {
+    prefix_cache_.ClearPending(std::span(r.prompt_ids).first(r.snapshot_at));
+    r.snapshot_at = 0;
+  }
+  if (r.snapshot_prompt_end) {
+    prefix_cache_.ClearPending(r.prompt_ids);
+    r.snapshot_prompt_end = false;
+  }
+  GenerationEvent event;
+  if (status.ok() && r.request.save_state) {
+    absl::StatusOr<std::string> saved = SaveSession(r);
+    if (saved.ok()) {
+      event.saved_state = *std::move(saved);
+      event.session_tokens = static_cast<int64_t>(r.context.size());
+    } else {
+      status = saved.status();
+    }
+  }
+  if (status.ok()) CacheFinalState(r);
+  ReleaseStates(r);
+  if (r.admitted) reserved_bytes_ -= r.reserved_bytes;
+  ChoiceGroup& group = *r.group;
+  const int completion = r.beam_search() ? static_cast<int>(tokens.size()) : r.generated_tokens();
+  group.completion_tokens += completion;
+  if (!status.ok() && group.status.ok()) group.status = status;
+  // A request that ends before its choices were forked closes all of them.
+  group.open -= group.n > 1 && !r.forked ? group.open : 1;
+  event.index = r.index;
+  event.token_ids = std::move(tokens);
+  event.text = std::move(text);
+  event.choice_finished = true;
+  event.finish_reason = reason;
+  event.status = status;
+  event.prompt_tokens = r.prompt_tokens();
+  event.cached_prompt_tokens = static_cast<int>(r.cached_tokens);
+  event.completion_tokens = group.n == 1 ? completion : group.completion_tokens;
+  AttachLogprobs(r, event);
+  const bool last = group.open == 0;
+  if (last && options_.observer != nullptr) {
+    options_.observer->OnRequestFinished(group.status, event.prompt_tokens, group.completion_tokens,
+                                         absl::ToDoubleSeconds(absl::Now() - r.enqueued));
+  }
+  if (group.n == 1) {
+    event.finished = true;
+    group.callback(std::move(event));
+    return;
+  }
+  group.callback(std::move(event));
+  if (!last) return;
+  GenerationEvent final_event;
+  final_event.finished = true;
+  final_event.choice_finished = true;
+  final_event.finish_reason = reason;
+  final_event.status = group.status;
+  final_event.prompt_tokens = r.prompt_tokens();
+  final_event.cached_prompt_tokens = static_cast<int>(r.cached_tokens);
+  final_event.completion_tokens = group.completion_tokens;
+  group.callback(std::move(final_event));
+}
+
+bool ContinuousBatchingExecutor::ForkChoices(ActiveRequest& r,
+                                             std::vector<std::unique_ptr<ActiveRequest>>* out) {
+  const int n = r.group->n;
+  std::vector<SequenceId> forks;
+  for (int i = 1; i < n; ++i) {
+    absl::StatusOr<SequenceId> fork = backend_->Fork(r.sequence);
+    if (!fork.ok()) {
+      for (SequenceId id : forks) backend_->Release(id);
+      Finish(r, fork.status(), FinishReason::kLength);
+      return false;
+    }
+    forks.push_back(*fork);
+  }
+  // The request's reservation is split among its choices, so each returns its share.
+  const int64_t share = r.reserved_bytes / n;
+  for (int i = 1; i < n; ++i) {
+    auto choice = std::make_unique<ActiveRequest>();
+    choice->id = r.id;
+    choice->index = i;
+    choice->request = r.request;
+    choice->request.sampling.seed += static_cast<uint64_t>(i);
+    choice->group = r.group;
+    choice->prompt_ids = r.prompt_ids;
+    choice->source_ids = r.source_ids;
+    choice->history_tokens = r.history_tokens;
+    choice->reserved_bytes = share;
+    choice->enqueued = r.enqueued;
+    choice->admitted = true;
+    choice->encoded = true;
+    choice->forked = true;
+    choice->cached_tokens = r.cached_tokens;
+    choice->sequence = forks[i - 1];
+    choice->has_sequence = true;
+    choice->prefilled = r.prefilled;
+    choice->sampler = std::make_unique<Sampler>(choice->request.sampling);
+    choice->text = std::make_unique<TextStream>(tokenizer_, choice->request.stop);
+    choice->context = r.context;
+    out->push_back(std::move(choice));
+  }
+  r.reserved_bytes -= share * (n - 1);
+  r.forked = true;
+  return true;
+}
+
+}  // namespace executor_internal
+}  // namespace abcd

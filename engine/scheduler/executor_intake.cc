@@ -1,0 +1,251 @@
+// Request intake of the ContinuousBatchingExecutor: validation, refusal before work,
+// tokenization, sessions and queueing. Runs on the caller's thread.
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/scheduler/continuous_batching_executor.h"
+#include "engine/state/sequence_blob.h"
+
+namespace abcd {
+namespace executor_internal {
+
+absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& request) const {
+  const bool encoder_decoder = config_.is_encoder_decoder();
+  const bool session = !request.resume_state.empty() || request.save_state;
+  if (encoder_decoder) {
+    if (request.source.empty()) return absl::InvalidArgumentError("text must not be empty");
+    if (!request.prompt_token_ids.empty()) {
+      return absl::InvalidArgumentError(
+          "prompt_token_ids: an encoder-decoder model translates text");
+    }
+    if (session) {
+      return absl::InvalidArgumentError("session_id: sessions need a decoder-only model");
+    }
+  } else if (request.prompt.empty() && request.prompt_token_ids.empty()) {
+    return absl::InvalidArgumentError("prompt must not be empty");
+  } else if (!request.prompt.empty() && !request.prompt_token_ids.empty()) {
+    return absl::InvalidArgumentError("prompt: give text or token ids, not both");
+  }
+  const int min_tokens = request.prompt_logprobs ? 0 : 1;
+  if (request.max_tokens < min_tokens || request.max_tokens > options_.max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be in [", min_tokens, ", ",
+                                                   options_.max_new_tokens, "], got ",
+                                                   request.max_tokens));
+  }
+  if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs must be in [0, ", kMaxTopLogprobs, "], got ", request.logprobs));
+  }
+  if (request.prompt_logprobs &&
+      (encoder_decoder || request.n > 1 || request.beam_size > 1 || session)) {
+    return absl::InvalidArgumentError(
+        "echo: prompt log-probabilities need a decoder-only model, n = 1 and no session");
+  }
+  ABCD_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  if (request.beam_size < 1 || request.beam_size > kMaxBeamSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("beam_size must be in [1, ", kMaxBeamSize, "], got ", request.beam_size));
+  }
+  if (request.n < 1 || request.n > options_.max_choices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n must be in [1, ", options_.max_choices, "], got ", request.n));
+  }
+  if (request.n > 1 && request.beam_size > 1) {
+    return absl::InvalidArgumentError("n: must be 1 with beam search");
+  }
+  if (request.n > 1 && session) return absl::InvalidArgumentError("n: must be 1 with a session");
+  if (request.stop.size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop has ", request.stop.size(), " strings, at most ", kMaxStopStrings));
+  }
+  for (size_t i = 0; i < request.stop.size(); ++i) {
+    if (request.stop[i].empty() || request.stop[i].size() > kMaxStopLength) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopLength, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> ContinuousBatchingExecutor::PromptTokens(
+    const GenerationRequest& request) const {
+  if (config_.is_encoder_decoder() || request.prompt_token_ids.empty()) {
+    const bool encoder_decoder = config_.is_encoder_decoder();
+    const std::string& input = encoder_decoder ? request.source : request.prompt;
+    // Refusal before work: the size bounds the tokens, so a hopeless text is never tokenized.
+    ABCD_RETURN_IF_ERROR(CheckInput(encoder_decoder ? "text" : "prompt", input.size()));
+    return tokenizer_.Encode(input);
+  }
+  const std::vector<int32_t>& ids = request.prompt_token_ids;
+  if (static_cast<int64_t>(ids.size()) >= options_.max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt_token_ids has ", ids.size(),
+                                                   " tokens, the limit is ",
+                                                   options_.max_prompt_tokens - 1, " (and bos)"));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt_token_ids[", i, "] must be in [0, ",
+                                                     config_.vocab_size, "), got ", ids[i]));
+    }
+  }
+  return ids;
+}
+
+absl::StatusOr<SequenceBlob> ContinuousBatchingExecutor::DecodeSession(
+    absl::string_view bytes) const {
+  if (config_.is_encoder_decoder()) {
+    return absl::InvalidArgumentError("session_id: sessions need a decoder-only model");
+  }
+  // The header first: another model's blob is a precondition failure, not corruption.
+  ABCD_ASSIGN_OR_RETURN(SequenceBlobInfo info, PeekSequenceBlob(bytes));
+  if (!options_.model_name.empty() && info.model != options_.model_name) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session state is of model '", info.model, "', not of model '", options_.model_name, "'"));
+  }
+  // Checksum, structure, and the state's position against `folded`.
+  ABCD_ASSIGN_OR_RETURN(SequenceBlob blob, DecodeSequenceBlob(bytes));
+  ABCD_RETURN_IF_ERROR(backend_->CheckSnapshot(blob.state));
+  for (int32_t token : blob.tokens) {
+    if (token >= config_.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("session blob: token ", token, " is outside the vocabulary"));
+    }
+  }
+  return blob;
+}
+
+absl::Status ContinuousBatchingExecutor::CheckSessionState(absl::string_view bytes) const {
+  return DecodeSession(bytes).status();
+}
+
+absl::Status ContinuousBatchingExecutor::Resume(ActiveRequest& r) const {
+  ABCD_ASSIGN_OR_RETURN(SequenceBlob blob, DecodeSession(r.request.resume_state));
+  r.request.resume_state = std::string();  // the state now lives in restore_state
+  r.prompt_ids = std::move(blob.tokens);
+  r.history_tokens = static_cast<int64_t>(r.prompt_ids.size());
+  r.prefilled = blob.folded;
+  r.restore_state = std::make_shared<const std::string>(std::move(blob.state));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ActiveRequest>> ContinuousBatchingExecutor::Prepare(
+    GenerationRequest request, EventCallback callback) const {
+  ABCD_RETURN_IF_ERROR(Validate(request));
+  const ModelConfig& config = config_;
+  const bool encoder_decoder = config.is_encoder_decoder();
+  const absl::string_view field = encoder_decoder ? "text" : "prompt";
+  auto r = std::make_unique<ActiveRequest>();
+  ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PromptTokens(request));
+  r->request = std::move(request);
+  if (!r->request.resume_state.empty()) {
+    ABCD_RETURN_IF_ERROR(Resume(*r));
+  } else {
+    r->prompt_ids.push_back(config.bos_id);
+  }
+  if (encoder_decoder) {
+    r->source_ids = std::move(ids);
+    r->source_ids.push_back(config.eos_id);
+    if (static_cast<int64_t>(r->source_ids.size()) > options_.max_source_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat("text is ", r->source_ids.size(),
+                                                     " tokens, longer than the limit of ",
+                                                     options_.max_source_tokens));
+    }
+  } else {
+    r->prompt_ids.insert(r->prompt_ids.end(), ids.begin(), ids.end());
+  }
+  r->encoded = r->source_ids.empty();
+  const int64_t input_tokens = r->prompt_tokens();
+  if (input_tokens > options_.max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is ", input_tokens,
+                                                   " tokens, longer than the limit of ",
+                                                   options_.max_prompt_tokens));
+  }
+  const int sequences = r->request.beam_size > 1 ? 2 * r->request.beam_size : r->request.n;
+  // RequestBytes() only reads constants of the backend, so this thread may call it.
+  absl::StatusOr<int64_t> bytes = backend_->RequestBytes(static_cast<int64_t>(r->prompt_ids.size()),
+                                                         static_cast<int64_t>(r->source_ids.size()),
+                                                         r->request.max_tokens, sequences);
+  if (absl::IsResourceExhausted(bytes.status())) {
+    // Waiting cannot help: a client error, not an overload to retry.
+    return absl::InvalidArgumentError(
+        absl::StrCat("request can never fit: ", bytes.status().message()));
+  }
+  ABCD_RETURN_IF_ERROR(bytes.status());
+  r->reserved_bytes = *bytes;
+  r->group = std::make_shared<ChoiceGroup>();
+  r->group->callback = std::move(callback);
+  r->group->n = r->request.n;
+  r->group->open = r->request.n;
+  r->enqueued = absl::Now();
+  r->context = r->prompt_ids;
+  return r;
+}
+
+absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::Queue(
+    std::vector<std::unique_ptr<ActiveRequest>> rs) {
+  absl::MutexLock lock(&mu_);
+  if (!backend_failure_.ok()) return backend_failure_;
+  if (draining_ || stopping_) return absl::UnavailableError("server is draining");
+  const int64_t n = static_cast<int64_t>(rs.size());
+  if (queued_ + n > options_.max_waiting_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat("overloaded: ", queued_,
+                                                     " requests are already waiting (limit ",
+                                                     options_.max_waiting_requests, ")"));
+  }
+  std::vector<RequestId> ids;
+  for (auto& r : rs) {
+    r->id = next_id_++;
+    ++queued_;
+    ids.push_back(r->id);
+    incoming_.push_back(std::move(r));
+  }
+  return ids;
+}
+
+absl::StatusOr<RequestId> ContinuousBatchingExecutor::Enqueue(GenerationRequest request,
+                                                              EventCallback callback) {
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<ActiveRequest> r,
+                        Prepare(std::move(request), std::move(callback)));
+  std::vector<std::unique_ptr<ActiveRequest>> rs;
+  rs.push_back(std::move(r));
+  ABCD_ASSIGN_OR_RETURN(std::vector<RequestId> ids, Queue(std::move(rs)));
+  return ids.front();
+}
+
+absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::EnqueueBatch(
+    std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) {
+  if (requests.size() != callbacks.size() || requests.empty()) {
+    return absl::InvalidArgumentError("a batch needs one callback per request, at least one");
+  }
+  // Bytes first, so the total is refused before any text is tokenized.
+  const bool encoder_decoder = config_.is_encoder_decoder();
+  size_t total_bytes = 0;
+  for (const GenerationRequest& request : requests) {
+    total_bytes += (encoder_decoder ? request.source : request.prompt).size();
+  }
+  if (encoder_decoder) {
+    ABCD_RETURN_IF_ERROR(
+        CheckInputBytes("texts (together)", total_bytes, options_.max_batch_source_tokens));
+  }
+  std::vector<std::unique_ptr<ActiveRequest>> rs;
+  int64_t source_tokens = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::StatusOr<std::unique_ptr<ActiveRequest>> r =
+        Prepare(std::move(requests[i]), std::move(callbacks[i]));
+    if (!r.ok()) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat("texts[", i, "]: ", r.status().message()));
+    }
+    source_tokens += static_cast<int64_t>((*r)->source_ids.size());
+    rs.push_back(*std::move(r));
+  }
+  if (encoder_decoder && source_tokens > options_.max_batch_source_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("texts are ", source_tokens,
+                                                   " tokens together, more than the limit of ",
+                                                   options_.max_batch_source_tokens));
+  }
+  return Queue(std::move(rs));
+}
+
+}  // namespace executor_internal
+}  // namespace abcd
