@@ -175,10 +175,20 @@ def snapshot(position, fingerprint=FUZZ_FINGERPRINT, fixed=4, width=2, encoded=0
     return out
 
 
-def fnv1a64(data):
-    h = 0xcbf29ce484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+def blob_checksum(data):
+    """SequenceBlobChecksum: four FNV-1a lanes over 8-byte little-endian words (word i into lane
+    i % 4), the tail bytes into lane 0, then the length and the lanes folded together."""
+    mask, prime = (1 << 64) - 1, 0x100000001b3
+    lanes = [0xcbf29ce484222325, 0x84222325cbf29ce5, 0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f]
+    words = len(data) // 8
+    for i in range(words):
+        (word,) = struct.unpack_from('<Q', data, 8 * i)
+        lanes[i % 4] = ((lanes[i % 4] ^ word) * prime) & mask
+    for b in data[8 * words:]:
+        lanes[0] = ((lanes[0] ^ b) * prime) & mask
+    h = len(data)
+    for lane in lanes:
+        h = ((h ^ lane) * prime) & mask
     return h
 
 
@@ -189,7 +199,7 @@ def session_blob(model, tokens, folded, state, fingerprint=FUZZ_FINGERPRINT, ver
             struct.pack('<QQ', fingerprint, len(tokens) if token_count is None else token_count) +
             struct.pack('<%di' % len(tokens), *tokens) + struct.pack('<qQ', folded, len(state)) +
             state)
-    return body + struct.pack('<Q', fnv1a64(body))
+    return body + struct.pack('<Q', blob_checksum(body))
 
 
 def session_blob_seeds():
