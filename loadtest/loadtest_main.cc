@@ -21,6 +21,7 @@
 #include "engine/scheduler/executor.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "httplib.h"
+#include "loadtest/lib/conversations.h"
 #include "loadtest/lib/executor_driver.h"
 #include "loadtest/lib/grpc_driver.h"
 #include "loadtest/lib/host_check.h"
@@ -56,6 +57,11 @@ Arrivals
                           (default: --duration 10)
   --warmup N              N unmeasured requests first (default 4)
   --drain_timeout S       wait S seconds for in-flight requests at the end (default 300)
+Conversations (generate endpoints, closed loop: --concurrency conversations at a time)
+  --conversations N       N multi-turn conversations instead of independent requests
+  --turns T               turns per conversation (default 4); each turn's prompt is the next prompt
+  --history H             session (default: turn 1 asks for a session, later turns send only their
+                          new prompt) | resend (every turn resends the whole conversation as text)
 Workload
   --prompts FILE          JSONL {"prompt": ...} or text lines (default loadtest/prompts/brown_test.jsonl,
                           mt_test.jsonl for translate endpoints)
@@ -83,7 +89,8 @@ const std::set<std::string> kValued = {"endpoint",      "host",           "grpc_
                                        "seed",          "beam_size",      "request_timeout",
                                        "result_json",   "requests_jsonl", "label",
                                        "poll_ms",       "grpc_channels",  "http_max_threads",
-                                       "goodput"};
+                                       "goodput",       "conversations",  "turns",
+                                       "history"};
 const std::set<std::string> kFlags = {"ignore_eos", "save_texts", "no_metrics", "help"};
 
 absl::StatusOr<std::vector<double>> ParseList(const Arguments& args, const std::string& name) {
@@ -255,6 +262,19 @@ absl::StatusOr<int> Run(const Arguments& args) {
       return absl::InvalidArgumentError("--request_rate inf needs --num_requests");
     }
   }
+  ABCD_ASSIGN_OR_RETURN(const int64_t conversations, args.Int("conversations", 0));
+  ABCD_ASSIGN_OR_RETURN(const int64_t turns, args.Int("turns", 4));
+  const std::string history = args.String("history", "session");
+  if (conversations < 0 || turns < 1 || turns > 1000) {
+    return absl::InvalidArgumentError("--conversations must be >= 0 and --turns in [1, 1000]");
+  }
+  if (history != "session" && history != "resend") {
+    return absl::InvalidArgumentError("--history must be session or resend");
+  }
+  if (conversations > 0 && (!closed || !IsStreaming(endpoint))) {
+    return absl::InvalidArgumentError(
+        "--conversations needs a generate endpoint and a closed loop (--concurrency)");
+  }
   ABCD_ASSIGN_OR_RETURN(const int64_t warmup, args.Int("warmup", 4));
   ABCD_ASSIGN_OR_RETURN(const double drain_timeout, args.Double("drain_timeout", 300));
   ABCD_ASSIGN_OR_RETURN(const int64_t poll_ms, args.Int("poll_ms", 200));
@@ -325,7 +345,18 @@ absl::StatusOr<int> Run(const Arguments& args) {
                                                  static_cast<int>(poll_ms));
       watcher->Start();
     }
-    PhaseResult result = RunPhase(*driver, workload, phase, next_index);
+    PhaseResult result;
+    if (conversations > 0) {
+      ConversationOptions co;
+      co.conversations = conversations;
+      co.turns = static_cast<int>(turns);
+      co.concurrency = info.concurrency;
+      co.resend_history = history == "resend";
+      co.drain_timeout_s = drain_timeout;
+      result = RunConversations(*driver, workload, co, next_index);
+    } else {
+      result = RunPhase(*driver, workload, phase, next_index);
+    }
     next_index += static_cast<int64_t>(result.records.size());
     std::optional<ServerMetricsReport> server_report;
     if (watcher) server_report = watcher->Stop();
@@ -333,6 +364,20 @@ absl::StatusOr<int> Run(const Arguments& args) {
     total_failed += metrics.failed;
     const ServerMetricsReport* server_ptr = server_report ? &*server_report : nullptr;
     std::cout << HumanTable(info, metrics, server_ptr) << std::flush;
+    nlohmann::json turn_json = nlohmann::json::array();
+    if (conversations > 0) {
+      std::cout << absl::StrFormat("Conversations (%s): %d x %d turns\n%-6s %9s %12s %14s\n",
+                                   history, conversations, turns, "turn", "requests", "TTFT p50 ms",
+                                   "prompt tokens");
+      for (const TurnSummary& t : SummarizeTurns(result.records, static_cast<int>(turns))) {
+        std::cout << absl::StrFormat("%-6d %9d %12.2f %14.1f\n", t.turn + 1, t.requests,
+                                     t.ttft_ms_p50, t.prompt_tokens_mean);
+        turn_json.push_back({{"turn", t.turn + 1},
+                             {"requests", t.requests},
+                             {"ttft_ms_p50", t.ttft_ms_p50},
+                             {"prompt_tokens_mean", t.prompt_tokens_mean}});
+      }
+    }
     summary.push_back(absl::StrFormat(
         "%-12s %8.2f %10.2f %10.2f %10.2f %10.2f %10.2f %7d",
         closed ? absl::StrCat("c=", info.concurrency)
@@ -341,8 +386,11 @@ absl::StatusOr<int> Run(const Arguments& args) {
         metrics.tpot_ms.median, metrics.e2el_ms.median, metrics.e2el_ms.p99, metrics.failed));
     if (args.Has("result_json")) {
       const std::string path = WithSuffix(args.String("result_json", ""), suffix);
-      ABCD_RETURN_IF_ERROR(WriteJsonFile(
-          path, ResultJson(info, metrics, result, server_ptr, args.Has("save_texts"))));
+      nlohmann::json j = ResultJson(info, metrics, result, server_ptr, args.Has("save_texts"));
+      if (conversations > 0) {
+        j["conversations"] = {{"history", history}, {"turns", turn_json}};
+      }
+      ABCD_RETURN_IF_ERROR(WriteJsonFile(path, j));
       std::cout << "wrote " << path << "\n";
     }
     if (args.Has("requests_jsonl")) {

@@ -21,16 +21,11 @@ int64_t RequestStateBytes(const StateLayout& layout, int64_t prompt_tokens, int6
   return per_sequence * sequences;
 }
 
-int PlanAdmission(std::span<const int64_t> waiting_needs, const CapacityLimits& limits) {
-  int admitted = 0;
-  int64_t reserved = limits.reserved_bytes;
-  for (int64_t need : waiting_needs) {
-    if (limits.running_requests + admitted >= limits.max_running) break;
-    if (reserved + need > limits.budget_bytes) break;
-    reserved += need;
-    ++admitted;
+bool CanAdmit(const CapacityLimits& limits, int64_t need, int sequences) {
+  if (limits.running_sequences > 0 && limits.running_sequences + sequences > limits.max_running) {
+    return false;
   }
-  return admitted;
+  return limits.reserved_bytes + need <= limits.budget_bytes;
 }
 
 }  // namespace abcd

@@ -9,6 +9,7 @@
 #include "engine/backend/cpu_backend.h"
 #include "engine/core/status_macros.h"
 #include "engine/scheduler/beam_search.h"
+#include "engine/scheduler/capacity_scheduler.h"
 
 namespace abcd {
 namespace executor_internal {
@@ -138,8 +139,11 @@ void ContinuousBatchingExecutor::Admit() {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     ActiveRequest& r = **it;
     const int64_t sequences = r.request.n;
-    if (running + sequences > options_.max_running_sequences && running > 0) break;
-    if (reserved_bytes_ + r.reserved_bytes > capacity_bytes_) break;
+    if (!CanAdmit({capacity_bytes_, reserved_bytes_, static_cast<int>(running),
+                   options_.max_running_sequences},
+                  r.reserved_bytes, static_cast<int>(sequences))) {
+      break;
+    }
     if (!PlanPrefixReuse(r)) {
       ++it;
       continue;

@@ -29,8 +29,8 @@ namespace abcd {
 
 class PrefixCache {
  public:
-  explicit PrefixCache(
-      int64_t budget_bytes);  // 0 disables: Lookup finds nothing, Insert stores nothing
+  // 0 (or less) disables: Lookup finds nothing, Insert stores nothing.
+  explicit PrefixCache(int64_t budget_bytes);
   ~PrefixCache();
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;

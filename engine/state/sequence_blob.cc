@@ -177,7 +177,9 @@ std::string EncodeSequenceBlob(const SequenceBlob& blob) {
   out.append(blob.model);
   Put<uint64_t>(out, blob.fingerprint);
   Put<uint64_t>(out, blob.tokens.size());
-  for (const int32_t token : blob.tokens) Put<int32_t>(out, token);
+  if (!blob.tokens.empty()) {  // little-endian int32 in memory already
+    out.append(reinterpret_cast<const char*>(blob.tokens.data()), blob.tokens.size() * 4);
+  }
   Put<int64_t>(out, blob.folded);
   Put<uint64_t>(out, blob.state.size());
   out.append(blob.state);
@@ -192,8 +194,10 @@ absl::StatusOr<SequenceBlob> DecodeSequenceBlob(absl::string_view bytes) {
   blob.model = std::string(parsed.model);
   blob.fingerprint = parsed.fingerprint;
   blob.tokens.resize(static_cast<size_t>(parsed.token_count));
+  if (!blob.tokens.empty()) {
+    std::memcpy(blob.tokens.data(), parsed.tokens.data(), parsed.tokens.size());
+  }
   for (size_t i = 0; i < blob.tokens.size(); ++i) {
-    std::memcpy(&blob.tokens[i], parsed.tokens.data() + 4 * i, 4);
     if (blob.tokens[i] < 0) {
       return Invalid(absl::StrCat("token[", i, "] = ", blob.tokens[i], " is negative"));
     }

@@ -42,6 +42,7 @@ class Reader {
   bool GetFloats(float* data, int64_t count) {
     const size_t bytes = static_cast<size_t>(count) * 4;
     if (count < 0 || in_.size() < bytes) return false;
+    if (bytes == 0) return true;  // `data` may be null (an empty vector): no memcpy
     std::memcpy(data, in_.data(), bytes);
     in_.remove_prefix(bytes);
     return true;

@@ -25,7 +25,8 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
              [--max_tokens 32] [--prompts loadtest/prompts/brown_test.jsonl] [--rounds 3]
   state      --models DIR[,DIR..] [--rounds 3] [--turns 16] [--turn_prompt 32] [--turn_tokens 64]
              [--prefix 1000] [--suffixes 32] [--suffix_tokens 16] [--in_flight 8] [--choices 8]
-             [--choice_prompt 512] [--choice_tokens 32]   (sessions, prefix cache, n; not in `all`)
+             [--choice_prompt 512] [--choice_tokens 32] [--session_store memory|redis://H:P]
+             (sessions, prefix cache, n; not in `all`)
   all        everything above with --models_dir DIR (holding abc/ rfa/ t2r/ softmax/ ...):
              --memory_types, --decode_types, --reference_types (or --reference_models DIR,..),
              --overhead_type pick the subdirectories
@@ -52,7 +53,8 @@ const std::set<std::string> kValued = {"models",          "model",
                                        "turn_tokens",     "prefix",
                                        "suffixes",        "suffix_tokens",
                                        "in_flight",       "choices",
-                                       "choice_prompt",   "choice_tokens"};
+                                       "choice_prompt",   "choice_tokens",
+                                       "session_store"};
 
 std::vector<std::string> ModelsIn(const std::string& dir, const std::string& types) {
   std::vector<std::string> out;
@@ -160,6 +162,7 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     o.models = SplitList(args.String("models", ""));
     if (o.models.empty()) return absl::InvalidArgumentError("state needs --models");
     o.threads = static_cast<int>(threads);
+    o.session_store = args.String("session_store", "");
     const auto int_flag = [&](const char* name, int* value) -> absl::Status {
       ABCD_ASSIGN_OR_RETURN(const int64_t v, args.Int(name, *value));
       if (v < 1 || v > 1000000) {

@@ -91,7 +91,8 @@ struct StateOptions {
   int turns = 16;  // multi-turn
   int turn_prompt_tokens = 32;
   int turn_tokens = 64;
-  int prefix_tokens = 1000;  // shared prefix
+  std::string session_store;  // "", "memory" or "redis://HOST:PORT[/DB]" (multi-turn sessions)
+  int prefix_tokens = 1000;   // shared prefix
   int suffixes = 32;
   int suffix_tokens = 16;
   int in_flight = 8;

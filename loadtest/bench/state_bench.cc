@@ -2,7 +2,9 @@
 // backend, so the numbers are the engine's own (the wire adds the same to every row):
 //   multi-turn     T turns of P new prompt tokens and G generated: time to first token per turn
 //                  continuing a session, against resending the whole history (what clients of
-//                  stateless servers do), without and with the prefix cache;
+//                  stateless servers do), without and with the prefix cache; with
+//                  --session_store the session's blob goes through that store (memory or
+//                  redis://) before and after every turn, timed;
 //   shared prefix  one long prefix and S different suffixes, F in flight: prompt tokens actually
 //                  prefilled and mean TTFT, prefix cache on and off;
 //   choices        n = N from one prefill against N separate requests: prefilled tokens, wall time.
@@ -21,6 +23,8 @@
 #include "engine/state/sequence_blob.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "loadtest/bench/benchmarks.h"
+#include "server/sessions/session_manager.h"
+#include "server/sessions/session_store.h"
 
 namespace abcd::bench {
 namespace {
@@ -106,9 +110,11 @@ double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 // --- multi-turn ---------------------------------------------------------------------------
 
 struct TurnResult {
-  double ttft_ms = 0;
+  double ttft_ms = 0;  // from the request's start (with a store: after the blob was fetched)
   int prefilled = 0;
   int64_t blob_bytes = 0;
+  double fetch_ms = 0;  // sessions through a store: Get before the turn
+  double save_ms = 0;   // ... and Put after it
 };
 
 // One conversation of options.turns turns. mode: "session", "resend" (cache off), "resend+cache".
@@ -122,11 +128,25 @@ absl::StatusOr<std::vector<TurnResult>> Conversation(const Loaded& loaded,
   std::vector<int32_t> history;
   std::string state;
   std::vector<TurnResult> turns;
+  // Sessions through a store (--session_store): the blob is fetched before and saved after
+  // every turn, as abcd-server does.
+  std::unique_ptr<SessionStore> store;
+  const std::string id = SessionManager::NewId();
+  if (mode == "session" && !options.session_store.empty()) {
+    ABCD_ASSIGN_OR_RETURN(store, CreateSessionStore(options.session_store, {}));
+  }
   for (int turn = 0; turn < options.turns; ++turn) {
     const std::vector<int32_t> prompt = RandomTokens(rng, vocab, options.turn_prompt_tokens);
     history.insert(history.end(), prompt.begin(), prompt.end());
     GenerationRequest request = Greedy(mode == "session" ? prompt : history, options.turn_tokens);
+    TurnResult result;
     if (mode == "session") {
+      if (store != nullptr && turn > 0) {
+        const absl::Time fetch = absl::Now();
+        ABCD_ASSIGN_OR_RETURN(StoredSession stored, store->Get(id));
+        result.fetch_ms = Ms(absl::Now() - fetch);
+        state = std::move(stored.blob);
+      }
       request.resume_state = state;
       request.save_state = true;
     }
@@ -137,12 +157,16 @@ absl::StatusOr<std::vector<TurnResult>> Conversation(const Loaded& loaded,
     ABCD_RETURN_IF_ERROR(last.status);
     const std::vector<int32_t>& generated = waiter.tokens(0);
     history.insert(history.end(), generated.begin(), generated.end());
-    TurnResult result;
     result.ttft_ms = Ms(waiter.first_token() - start);
     result.prefilled = last.prompt_tokens - last.cached_prompt_tokens;
     if (mode == "session") {
       state = last.saved_state;
       result.blob_bytes = static_cast<int64_t>(state.size());
+      if (store != nullptr) {
+        const absl::Time save = absl::Now();
+        ABCD_RETURN_IF_ERROR(store->Put(id, state));
+        result.save_ms = Ms(absl::Now() - save);
+      }
     }
     turns.push_back(result);
   }
@@ -182,7 +206,24 @@ absl::StatusOr<nlohmann::json> MultiTurn(const Loaded& loaded, const StateOption
     }
     const int64_t blob = runs["session"][0][turn].blob_bytes;
     out["session"]["blob_bytes"].push_back(blob);
-    std::cout << absl::StrFormat(" | %d\n", blob);
+    std::cout << absl::StrFormat(" | %d", blob);
+    if (!options.session_store.empty()) {
+      std::vector<double> fetch, save;
+      for (const auto& run : runs["session"]) {
+        fetch.push_back(run[turn].fetch_ms);
+        save.push_back(run[turn].save_ms);
+      }
+      std::sort(fetch.begin(), fetch.end());
+      std::sort(save.begin(), save.end());
+      const double f = fetch[fetch.size() / 2], v = save[save.size() / 2];
+      const double share = f / (f + ttft["session"].back());
+      out["session"]["fetch_ms"].push_back(f);
+      out["session"]["save_ms"].push_back(v);
+      out["session"]["fetch_share_of_ttft"].push_back(share);
+      std::cout << absl::StrFormat(" | fetch %.3f ms (%.1f%% of TTFT)  save %.3f ms", f,
+                                   100 * share, v);
+    }
+    std::cout << "\n";
   }
   for (const std::string& mode : modes) {
     const double ratio = ttft[mode].back() / ttft[mode].front();

@@ -45,6 +45,8 @@ struct RequestSpec {
   std::string model;        // empty = the server's default model of the endpoint's kind
   int beam_size = 0;        // translate endpoints; 0 = server default
   double timeout_s = 600;   // client-side deadline
+  // Sessions (generate endpoints): "new" asks for one, an id continues it; empty: none.
+  std::string session_id;
 };
 
 struct RequestRecord {
@@ -63,6 +65,8 @@ struct RequestRecord {
   int prompt_tokens = 0;  // the server's usage when it sent one, else the client's count
   int output_tokens = 0;  // the server's usage when it sent one, else tokens counted
   std::string text;
+  std::string session_id;  // the session the server named in its answer (sessions)
+  int turn = -1;           // a conversation's turn (conversations.h); -1 outside one
 };
 
 using DoneCallback = std::function<void(RequestRecord record)>;

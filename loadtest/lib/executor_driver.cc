@@ -1,6 +1,7 @@
 #include "loadtest/lib/executor_driver.h"
 
 #include <cctype>
+#include <map>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -28,6 +29,17 @@ class ExecutorDriver final : public Driver {
     request.sampling.seed = spec.seed;
     request.ignore_eos = spec.ignore_eos;
     request.deadline = absl::Now() + absl::Seconds(spec.timeout_s);
+    // Sessions in process: the driver keeps the saved states, as the server's store would.
+    std::string session_id = spec.session_id;
+    if (!session_id.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (session_id == "new") {
+        session_id = absl::StrCat("s", next_session_++);
+      } else if (auto it = sessions_.find(session_id); it != sessions_.end()) {
+        request.resume_state = it->second;
+      }
+      request.save_state = true;
+    }
 
     // The callback runs on the engine thread; the record is its own until the last event.
     auto state = std::make_shared<State>();
@@ -35,6 +47,7 @@ class ExecutorDriver final : public Driver {
     state->record.prompt_tokens = spec.prompt_tokens;
     state->done = std::move(done);
     state->record.send = Clock::now();
+    state->session_id = session_id;
     absl::StatusOr<RequestId> id = executor_.Enqueue(
         std::move(request), [this, state](GenerationEvent event) { OnEvent(*state, event); });
     if (!id.ok()) {
@@ -60,6 +73,7 @@ class ExecutorDriver final : public Driver {
   struct State {
     RequestRecord record;
     DoneCallback done;
+    std::string session_id;
   };
 
   void OnEvent(State& state, const GenerationEvent& event) {
@@ -76,6 +90,13 @@ class ExecutorDriver final : public Driver {
     r.status = CodeName(event.status.code());
     if (!r.ok) r.error = std::string(event.status.message());
     r.output_tokens = event.completion_tokens;
+    if (!state.session_id.empty()) {
+      r.session_id = state.session_id;
+      if (r.ok) {
+        std::lock_guard<std::mutex> lock(mu_);
+        sessions_[state.session_id] = event.saved_state;
+      }
+    }
     if (event.prompt_tokens > 0) r.prompt_tokens = event.prompt_tokens;
     DoneCallback callback = std::move(state.done);
     callback(std::move(r));
@@ -84,6 +105,8 @@ class ExecutorDriver final : public Driver {
   Executor& executor_;
   std::mutex mu_;
   std::set<RequestId> live_;  // every id started; Cancel ignores the ones already finished
+  std::map<std::string, std::string> sessions_;  // id -> saved state (sessions in process)
+  int64_t next_session_ = 1;
 };
 
 }  // namespace

@@ -127,6 +127,7 @@ RequestRecord HttpDriver::Complete(httplib::Client& client, const RequestSpec& s
                {"stream", true}};
   if (spec.ignore_eos) body["ignore_eos"] = true;
   if (!spec.model.empty()) body["model"] = spec.model;
+  if (!spec.session_id.empty()) body["session_id"] = spec.session_id;
 
   const auto timeout = static_cast<time_t>(std::max(1.0, spec.timeout_s));
   client.set_read_timeout(timeout, 0);
@@ -170,6 +171,7 @@ RequestRecord HttpDriver::Complete(httplib::Client& client, const RequestSpec& s
           record.chunk_tokens.push_back(1);
           record.text += chunk.text;
         }
+        if (!chunk.session_id.empty()) record.session_id = chunk.session_id;
         if (chunk.has_usage) {
           has_usage = true;
           usage_prompt = chunk.prompt_tokens;

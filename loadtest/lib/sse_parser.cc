@@ -59,6 +59,9 @@ CompletionChunk ParseCompletionChunk(absl::string_view data) {
     }
     return chunk;
   }
+  if (auto id = j.find("session_id"); id != j.end() && id->is_string()) {
+    chunk.session_id = id->get<std::string>();
+  }
   auto choices = j.find("choices");
   if (choices == j.end() || !choices->is_array() || choices->empty() ||
       !(*choices)[0].is_object()) {

@@ -33,6 +33,7 @@ struct CompletionChunk {
   int prompt_tokens = 0;      // usage.prompt_tokens
   int completion_tokens = 0;  // usage.completion_tokens
   bool malformed = false;     // not JSON, or not the expected shape
+  std::string session_id;     // "session_id", when the request used a session
 };
 
 CompletionChunk ParseCompletionChunk(absl::string_view data);

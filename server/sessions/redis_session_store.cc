@@ -16,7 +16,9 @@
 // drops the idle ones: for options.breaker every call fails at once with UNAVAILABLE; the first
 // call after that probes (others keep failing fast while it does) and a success closes the
 // breaker. Error replies from Redis (LOADING, OOM, ...) are UNAVAILABLE but keep the connection.
-// hiredis writes with write(2): the process must ignore SIGPIPE (abcd-server does).
+// hiredis writes with write(2): the process must ignore SIGPIPE (abcd-server does). Host names
+// are resolved by getaddrinfo(3) when a connection is opened, outside the timeout: a stalled
+// resolver delays the calls that open connections.
 #include <sys/random.h>
 #include <sys/time.h>
 

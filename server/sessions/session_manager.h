@@ -31,7 +31,11 @@ class SessionLease {
   const std::string& id() const { return id_; }
   const std::string& blob() const { return blob_; }  // empty for a new session
   // Moves the blob out (to restore it without a copy); blob() is empty afterwards.
-  std::string TakeBlob() { return std::move(blob_); }
+  std::string TakeBlob() {
+    std::string blob;
+    blob.swap(blob_);
+    return blob;
+  }
   bool is_new() const { return is_new_; }
   // False once moved from or committed.
   bool held() const { return store_ != nullptr; }

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "engine/state/state_pool.h"
@@ -185,6 +187,25 @@ TEST(SequenceBlob, HugeDeclaredLengthsAreRefusedWithoutAllocating) {
   ExpectInvalid(Reseal(model_length), "model name of 4294967295 bytes");
   std::string fingerprint = with(kFingerprintAt, 78);
   ExpectInvalid(fingerprint, "state fingerprint 77 differs from the blob's 78");
+}
+
+// A blob written by another implementation of models/FORMAT.md (tests/fuzz/make_corpus.py,
+// the fuzzer's seed) decodes to what that script put in.
+TEST(SequenceBlob, DecodesTheFormatAsDocumented) {
+  std::ifstream file(ABCD_FIXTURE_DIR "/../fuzz/corpus/session_blob_fuzzer/valid",
+                     std::ios::binary);
+  ASSERT_TRUE(file.good());
+  std::stringstream content;
+  content << file.rdbuf();
+  auto blob = DecodeSequenceBlob(content.str());
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  EXPECT_EQ(blob->model, "abc-lm");
+  EXPECT_EQ(blob->fingerprint, 0xabcd5e55u);
+  EXPECT_EQ(blob->tokens, (std::vector<int32_t>{1, 17, 4, 99, 5, 23, 8}));
+  EXPECT_EQ(blob->folded, 5);
+  auto header = StatePool::ReadSnapshotHeader(blob->state);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->position, 5);
 }
 
 }  // namespace

@@ -165,6 +165,16 @@ TEST(StatePool, CheckSnapshotAgreesWithRestore) {
     changed[at] ^= 0x40;
     agree(changed, "byte " + std::to_string(at));
   }
+  // An empty softmax sequence (no KV rows, so empty vectors) round-trips too (the fuzzer found
+  // that its restore passed a null pointer to memcpy).
+  const SequenceId empty = *pool.Acquire();
+  const std::string empty_snapshot = *pool.Snapshot(empty);
+  EXPECT_TRUE(pool.CheckSnapshot(empty_snapshot).ok());
+  auto restored_empty = pool.Restore(empty_snapshot);
+  ASSERT_TRUE(restored_empty.ok()) << restored_empty.status();
+  EXPECT_EQ(pool.Get(*restored_empty)->kv[0].length, 0);
+  pool.Release(*restored_empty);
+  pool.Release(empty);
   // A position that claims more KV rows than the bytes hold is refused before any allocation.
   std::string huge = snapshot;
   const int64_t position = int64_t{1} << 60;

@@ -160,12 +160,80 @@ def grpc_seeds():
         write('grpc_translate_fuzzer', name, data)
 
 
+# --- session blobs (engine/state/sequence_blob.h, models/FORMAT.md "Session blob") ------------
+FUZZ_FINGERPRINT = 0xabcd5e55  # session_blob_fuzzer.cc's tiny layout: 4 fixed floats, 1 KV cache
+
+
+def snapshot(position, fingerprint=FUZZ_FINGERPRINT, fixed=4, width=2, encoded=0):
+    """A StatePool snapshot of the fuzzer's tiny layout, KV rows as fp32."""
+    out = b'ABCDSEQ1' + struct.pack('<QqqBq', fingerprint, position, 0, encoded, fixed)
+    out += struct.pack('<%df' % fixed, *[0.25 * i for i in range(fixed)])
+    out += struct.pack('<qq', 1, position)
+    floats = position * width
+    out += struct.pack('<%df' % floats, *[0.5 * i for i in range(floats)])  # keys
+    out += struct.pack('<%df' % floats, *[-0.5 * i for i in range(floats)])  # values
+    return out
+
+
+def blob_checksum(data):
+    """SequenceBlobChecksum: four FNV-1a lanes over 8-byte little-endian words (word i into lane
+    i % 4), the tail bytes into lane 0, then the length and the lanes folded together."""
+    mask, prime = (1 << 64) - 1, 0x100000001b3
+    lanes = [0xcbf29ce484222325, 0x84222325cbf29ce5, 0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f]
+    words = len(data) // 8
+    for i in range(words):
+        (word,) = struct.unpack_from('<Q', data, 8 * i)
+        lanes[i % 4] = ((lanes[i % 4] ^ word) * prime) & mask
+    for b in data[8 * words:]:
+        lanes[0] = ((lanes[0] ^ b) * prime) & mask
+    h = len(data)
+    for lane in lanes:
+        h = ((h ^ lane) * prime) & mask
+    return h
+
+
+def session_blob(model, tokens, folded, state, fingerprint=FUZZ_FINGERPRINT, version=1,
+                 token_count=None):
+    model = model.encode()
+    body = (b'ABCDSESS' + struct.pack('<II', version, len(model)) + model +
+            struct.pack('<QQ', fingerprint, len(tokens) if token_count is None else token_count) +
+            struct.pack('<%di' % len(tokens), *tokens) + struct.pack('<qQ', folded, len(state)) +
+            state)
+    return body + struct.pack('<Q', blob_checksum(body))
+
+
+def session_blob_seeds():
+    tokens = [1, 17, 4, 99, 5, 23, 8]
+    valid = session_blob('abc-lm', tokens, 5, snapshot(5))
+    seeds = {
+        'valid': valid,
+        'valid_empty': session_blob('', [], 0, snapshot(0)),
+        'valid_all_folded': session_blob('abc-lm', tokens, 7, snapshot(7)),
+        'valid_long': session_blob('m' * 256, list(range(100)), 40, snapshot(40)),
+        'other_model_state': session_blob('other', tokens, 5, snapshot(5, fingerprint=99),
+                                          fingerprint=99),
+        'bad_encoded_flag': session_blob('abc-lm', tokens, 5, snapshot(5, encoded=7)),
+        'wrong_fixed_size': session_blob('abc-lm', tokens, 5, snapshot(5, fixed=3)),
+        'truncated': valid[:-11],
+        'corrupt_byte': valid[:40] + bytes([valid[40] ^ 0x10]) + valid[41:],
+        'version_2': session_blob('abc-lm', tokens, 5, snapshot(5), version=2),
+        'folded_past_end': session_blob('abc-lm', tokens, 9, snapshot(9)),
+        'negative_token': session_blob('abc-lm', [1, -3, 4], 2, snapshot(2)),
+        'huge_token_count': session_blob('abc-lm', tokens, 5, snapshot(5), token_count=1 << 60),
+        'state_position_mismatch': session_blob('abc-lm', tokens, 5, snapshot(4)),
+        'bare_snapshot': snapshot(3),
+    }
+    for name, data in seeds.items():
+        write('session_blob_fuzzer', name, data)
+
+
 def main():
     shutil.rmtree(CORPUS, ignore_errors=True)
     safetensors_seeds()
     config_seeds()
     http_seeds()
     grpc_seeds()
+    session_blob_seeds()
     for fuzzer in sorted(os.listdir(CORPUS)):
         print(fuzzer, len(os.listdir(os.path.join(CORPUS, fuzzer))), 'seeds')
 

@@ -14,7 +14,7 @@ shift $(($# >= 2 ? 2 : $#))
 fuzzers=("$@")
 if ((${#fuzzers[@]} == 0)); then
   fuzzers=(safetensors_fuzzer model_config_fuzzer http_completion_fuzzer http_translate_fuzzer
-           grpc_generate_fuzzer grpc_translate_fuzzer)
+           grpc_generate_fuzzer grpc_translate_fuzzer session_blob_fuzzer)
 fi
 artifacts="${ARTIFACTS:-$build/fuzz-artifacts}"
 mkdir -p "$artifacts"

@@ -1,17 +1,21 @@
 // Unit tests of the load-test library: metric definitions (against numpy's and vLLM's),
 // goodput, loopback-only targets, the SSE and Prometheus readers, arrival processes, workloads
 // and the closed/open-loop runner (with a fake driver).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "loadtest/lib/conversations.h"
 #include "loadtest/lib/host_check.h"
 #include "loadtest/lib/prometheus_text.h"
 #include "loadtest/lib/runner.h"
@@ -348,6 +352,95 @@ TEST(Runner, DurationBoundsAndDrainCancels) {
   ASSERT_EQ(r.records.size(), 3u);
   EXPECT_EQ(r.cancelled_at_drain, 3);
   for (const RequestRecord& rec : r.records) EXPECT_EQ(rec.status, "CANCELLED");
+}
+
+// Answers each request on its own thread with "<" + prompt's last char + ">" and, for
+// "new", a fresh session id; records every spec it was sent.
+class ConversationDriver : public Driver {
+ public:
+  ~ConversationDriver() override {
+    for (std::thread& t : threads_) t.join();
+  }
+  void Start(const RequestSpec& spec, DoneCallback done) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    specs_.push_back(spec);
+    const int id = next_id_++;
+    threads_.emplace_back([spec, id, done = std::move(done)] {
+      std::this_thread::sleep_for(milliseconds(2));
+      RequestRecord r;
+      r.index = spec.index;
+      r.send = Clock::now();
+      r.chunk_times = {Clock::now()};
+      r.chunk_tokens = {1};
+      r.end = Clock::now();
+      r.ok = true;
+      r.text = absl::StrCat("<", spec.prompt.substr(spec.prompt.size() - 1), ">");
+      r.session_id = spec.session_id == "new" ? absl::StrCat("S", id) : spec.session_id;
+      done(std::move(r));
+    });
+  }
+  void CancelAll() override {}
+  Endpoint endpoint() const override { return Endpoint::kInProcess; }
+  std::vector<RequestSpec> specs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return specs_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<RequestSpec> specs_;
+  std::vector<std::thread> threads_;
+  int next_id_ = 0;
+};
+
+TEST(Conversations, SessionsNameTheServersIdAndTurnsRunInOrder) {
+  ConversationDriver driver;
+  ConversationOptions o;
+  o.conversations = 5;
+  o.turns = 3;
+  o.concurrency = 2;
+  const PhaseResult r = RunConversations(driver, SimpleWorkload(), o, 0);
+  ASSERT_EQ(r.records.size(), 15u);
+  std::map<int64_t, std::vector<RequestSpec>> by_conversation;  // index / turns
+  for (const RequestSpec& spec : driver.specs()) by_conversation[spec.index / 3].push_back(spec);
+  ASSERT_EQ(by_conversation.size(), 5u);
+  for (const auto& [c, specs] : by_conversation) {
+    ASSERT_EQ(specs.size(), 3u);
+    EXPECT_EQ(specs[0].session_id, "new");
+    EXPECT_EQ(specs[1].session_id.substr(0, 1), "S");  // the id the server returned
+    EXPECT_EQ(specs[2].session_id, specs[1].session_id);
+    for (int t = 0; t < 3; ++t) EXPECT_EQ(specs[t].index, c * 3 + t);
+  }
+  for (int turn = 0; turn < 3; ++turn) {
+    EXPECT_EQ(std::count_if(r.records.begin(), r.records.end(),
+                            [turn](const RequestRecord& rec) { return rec.turn == turn; }),
+              5);
+  }
+  const std::vector<TurnSummary> turns = SummarizeTurns(r.records, 3);
+  ASSERT_EQ(turns.size(), 3u);
+  EXPECT_EQ(turns[2].requests, 5);
+}
+
+TEST(Conversations, ResendCarriesTheWholeHistory) {
+  ConversationDriver driver;
+  ConversationOptions o;
+  o.conversations = 1;
+  o.turns = 3;
+  o.resend_history = true;
+  const PhaseResult r = RunConversations(driver, SimpleWorkload(), o, 0);
+  ASSERT_EQ(r.records.size(), 3u);
+  const std::vector<RequestSpec> specs = driver.specs();
+  ASSERT_EQ(specs.size(), 3u);
+  const Workload w = SimpleWorkload();
+  const std::string p0 = w.Make(0).prompt, p1 = w.Make(1).prompt, p2 = w.Make(2).prompt;
+  const auto answer = [](const std::string& prompt) {
+    return absl::StrCat("<", prompt.substr(prompt.size() - 1), ">");
+  };
+  EXPECT_EQ(specs[0].prompt, p0);
+  EXPECT_EQ(specs[1].prompt, p0 + answer(p0) + p1);
+  const std::string second = p0 + answer(p0) + p1;
+  EXPECT_EQ(specs[2].prompt, second + answer(second) + p2);
+  for (const RequestSpec& spec : specs) EXPECT_TRUE(spec.session_id.empty());
 }
 
 }  // namespace

@@ -15,12 +15,12 @@
 namespace abcd {
 namespace {
 
-TEST(CapacityScheduler, AdmitsInOrderWhileBytesAndSlotsLast) {
-  const std::vector<int64_t> needs = {40, 30, 10, 50};
-  EXPECT_EQ(PlanAdmission(needs, {100, 0, 0, 10}), 3);
-  EXPECT_EQ(PlanAdmission(needs, {100, 50, 0, 10}), 1);
-  EXPECT_EQ(PlanAdmission(needs, {100, 0, 8, 10}), 2);   // slot limit
-  EXPECT_EQ(PlanAdmission(needs, {100, 70, 0, 10}), 0);  // head blocks; nobody overtakes it
+TEST(CapacityScheduler, AdmitsWhileBytesAndSequenceSlotsLast) {
+  EXPECT_TRUE(CanAdmit({100, 0, 0, 10}, 100, 1));
+  EXPECT_FALSE(CanAdmit({100, 1, 0, 10}, 100, 1));  // bytes
+  EXPECT_TRUE(CanAdmit({100, 0, 8, 10}, 10, 2));
+  EXPECT_FALSE(CanAdmit({100, 0, 8, 10}, 10, 3));  // n choices count as n sequences
+  EXPECT_TRUE(CanAdmit({100, 0, 0, 4}, 10, 8));    // alone, a request may exceed the slots
 }
 
 TEST(CapacityScheduler, WorstCaseBytesCoverKvPages) {

@@ -70,6 +70,8 @@ TEST(SessionManager, CreateCommitContinue) {
   EXPECT_FALSE(turn2->is_new());
   EXPECT_EQ(turn2->id(), id);
   EXPECT_EQ(turn2->blob(), "state-1");
+  EXPECT_EQ(turn2->TakeBlob(), "state-1");
+  EXPECT_TRUE(turn2->blob().empty());
   absl::Status busy = manager.Continue(id).status();
   EXPECT_TRUE(absl::IsAborted(busy)) << busy;
   EXPECT_EQ(busy.message(), absl::StrCat("session ", id, " is in use by another request"));

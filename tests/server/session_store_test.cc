@@ -13,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -265,14 +267,21 @@ TEST_F(RedisSessionStoreTest, DatabasesAreSeparate) {
 
 TEST_F(RedisSessionStoreTest, TtlIsRedisExpiryRefreshedByPut) {
   SessionStoreOptions options;
-  options.ttl = absl::Milliseconds(400);
+  options.ttl = absl::Seconds(1);
   auto store = Redis(options);
   ASSERT_TRUE(store->Put("a", "blob").ok());
-  absl::SleepFor(absl::Milliseconds(250));
-  ASSERT_TRUE(store->Put("a", "blob2").ok());  // refreshed
-  absl::SleepFor(absl::Milliseconds(250));
-  EXPECT_EQ(store->Get("a")->blob, "blob2");
   absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(store->Get("a")->blob, "blob");
+  // Get does not refresh the expiry: at most 700 ms left.
+  int64_t left = 0;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(absl::StripPrefix(redis_->Command({"PTTL", "abcd:session:a"}), ":"), &left));
+  EXPECT_LE(left, 700);
+  ASSERT_TRUE(store->Put("a", "blob2").ok());  // Put does: ~1000 ms again
+  ASSERT_TRUE(
+      absl::SimpleAtoi(absl::StripPrefix(redis_->Command({"PTTL", "abcd:session:a"}), ":"), &left));
+  EXPECT_GT(left, 800);
+  absl::SleepFor(absl::Milliseconds(1100));
   EXPECT_TRUE(absl::IsNotFound(store->Get("a").status()));
 }
 
@@ -315,27 +324,27 @@ TEST_F(RedisSessionStoreTest, FailedUnlockIsRetriedLater) {
 
 // A lock taken again after it expired is not released by its previous holder's Unlock.
 TEST_F(RedisSessionStoreTest, ExpiredLockRetakenIsNotReleasedByTheOldHolder) {
-  SessionStoreOptions options;
-  options.lock_ttl = absl::Milliseconds(200);
-  auto a = Redis(options);
-  auto b = Redis(options);
+  SessionStoreOptions short_locks;
+  short_locks.lock_ttl = absl::Milliseconds(200);
+  auto a = Redis(short_locks);
+  auto b = Redis();  // default lock_ttl: b's lock stays for the rest of the test
   ASSERT_TRUE(a->Lock("s").ok());
   absl::SleepFor(absl::Milliseconds(300));
   ASSERT_TRUE(b->Lock("s").ok());  // a's lock expired (a slow request)
   a->Unlock("s");                  // a finishes late: must not free b's lock
-  EXPECT_TRUE(absl::IsAborted(a->Lock("s")));
   EXPECT_EQ(redis_->Command({"EXISTS", "abcd:session-lock:s"}), ":1");
+  EXPECT_TRUE(absl::IsAborted(a->Lock("s")));
 }
 
 TEST_F(RedisSessionStoreTest, LockOfACrashedReplicaExpires) {
-  SessionStoreOptions options;
-  options.lock_ttl = absl::Milliseconds(300);
-  auto crashed = Redis(options);
-  auto b = Redis(options);
+  SessionStoreOptions short_locks;
+  short_locks.lock_ttl = absl::Seconds(1);
+  auto crashed = Redis(short_locks);
+  auto b = Redis();
   ASSERT_TRUE(crashed->Lock("s").ok());
   crashed.reset();  // never unlocks
   EXPECT_TRUE(absl::IsAborted(b->Lock("s")));
-  absl::SleepFor(absl::Milliseconds(450));
+  absl::SleepFor(absl::Milliseconds(1100));
   EXPECT_TRUE(b->Lock("s").ok());
 }
 
@@ -400,7 +409,7 @@ TEST_F(RedisSessionStoreTest, OutageFailsFastAndRecovers) {
     slowest = std::max(slowest, SecondsSince(start));
     EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   }
-  EXPECT_LT(slowest, 0.05) << "calls within the breaker window";
+  EXPECT_LT(slowest, 0.1) << "calls within the breaker window";
   std::printf("redis killed: first call %.2f ms, slowest of 20 in the breaker window %.3f ms\n",
               first * 1e3, slowest * 1e3);
   EXPECT_LT(SecondsSince(tripped), 0.5);
@@ -432,7 +441,7 @@ TEST_F(RedisSessionStoreTest, StalledRedisTimesOut) {
   start = absl::Now();
   EXPECT_TRUE(absl::IsUnavailable(store->Lock("a")));
   const double next = SecondsSince(start);
-  EXPECT_LT(next, 0.05);
+  EXPECT_LT(next, 0.1);
   std::printf("redis stalled: first call %.1f ms (timeout 300 ms), next %.3f ms\n", first * 1e3,
               next * 1e3);
   redis_->Resume();

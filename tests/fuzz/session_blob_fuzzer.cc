@@ -1,0 +1,126 @@
+// libFuzzer target: session blobs (DecodeSequenceBlob, PeekSequenceBlob) and the StatePool
+// snapshots inside them (CheckSnapshot, Restore, Release) on a tiny model with one bounded
+// layer and one softmax KV cache, in fp32 and bf16 pools. Each input runs three ways: as a blob,
+// as the same blob with its checksum recomputed (so mutations reach the fields behind it), and
+// as a bare snapshot.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "engine/ops/packed_matrix.h"
+#include "engine/state/sequence_blob.h"
+#include "engine/state/state_pool.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace {
+
+constexpr uint64_t kFingerprint = 0xabcd5e55;  // tests/fuzz/make_corpus.py writes the same
+
+abcd::StateLayout TinyLayout(bool bf16) {
+  abcd::StateLayout layout;
+  layout.initial_fixed.assign(4, 0.0f);  // the bounded layer
+  layout.kv_is_cross = {false};          // the softmax layer
+  layout.kv_width = 2;
+  layout.kv_bf16 = bf16;
+  layout.fingerprint = kFingerprint;
+  return layout;
+}
+
+// `expected_position` < 0: unknown (a bare snapshot).
+void CheckSnapshotBytes(absl::string_view snapshot, int64_t expected_position) {
+  const auto header = abcd::StatePool::ReadSnapshotHeader(snapshot);
+  for (const bool bf16 : {false, true}) {
+    abcd::StatePool pool(TinyLayout(bf16), int64_t{1} << 24);
+    const absl::Status checked = pool.CheckSnapshot(snapshot);
+    ABCD_FUZZ_CHECK(pool.size() == 0 && pool.bytes_in_use() == 0);
+    const absl::StatusOr<abcd::SequenceId> restored = pool.Restore(snapshot);
+    if (!checked.ok()) {
+      ABCD_FUZZ_CHECK(checked.code() == absl::StatusCode::kInvalidArgument ||
+                      checked.code() == absl::StatusCode::kFailedPrecondition);
+      ABCD_FUZZ_CHECK(!checked.message().empty());
+      ABCD_FUZZ_CHECK(!restored.ok() && restored.status().code() == checked.code());
+      ABCD_FUZZ_CHECK(pool.size() == 0 && pool.bytes_in_use() == 0);
+      continue;
+    }
+    ABCD_FUZZ_CHECK(header.ok() && header->fingerprint == kFingerprint);
+    if (!restored.ok()) {
+      ABCD_FUZZ_CHECK(restored.status().code() == absl::StatusCode::kResourceExhausted);
+      continue;
+    }
+    const abcd::SequenceState* state = pool.Get(*restored);
+    ABCD_FUZZ_CHECK(state != nullptr && state->position == header->position);
+    ABCD_FUZZ_CHECK(expected_position < 0 || state->position == expected_position);
+    ABCD_FUZZ_CHECK(state->kv.size() == 1 && state->kv[0].length == state->position);
+    ABCD_FUZZ_CHECK(state->kv[0].capacity() >= state->kv[0].length);
+    const absl::StatusOr<std::string> again = pool.Snapshot(*restored);
+    ABCD_FUZZ_CHECK(again.ok() && again->size() == snapshot.size());
+    ABCD_FUZZ_CHECK(pool.CheckSnapshot(*again).ok());
+    pool.Release(*restored);
+    ABCD_FUZZ_CHECK(pool.size() == 0 && pool.bytes_in_use() == 0);
+  }
+}
+
+void CheckBlob(absl::string_view bytes) {
+  const absl::StatusOr<abcd::SequenceBlob> blob = abcd::DecodeSequenceBlob(bytes);
+  const absl::StatusOr<abcd::SequenceBlobInfo> info = abcd::PeekSequenceBlob(bytes);
+  if (!info.ok()) {
+    ABCD_FUZZ_CHECK(info.status().code() == absl::StatusCode::kInvalidArgument);
+    ABCD_FUZZ_CHECK(!blob.ok());  // Decode checks everything Peek does
+  }
+  if (!blob.ok()) {
+    ABCD_FUZZ_CHECK(blob.status().code() == absl::StatusCode::kInvalidArgument);
+    ABCD_FUZZ_CHECK(absl::string_view(blob.status().message()).substr(0, 14) == "session blob: ");
+    return;
+  }
+  ABCD_FUZZ_CHECK(info.ok());
+  ABCD_FUZZ_CHECK(info->model == blob->model && info->fingerprint == blob->fingerprint);
+  ABCD_FUZZ_CHECK(info->tokens == static_cast<int64_t>(blob->tokens.size()));
+  ABCD_FUZZ_CHECK(info->folded == blob->folded);
+  ABCD_FUZZ_CHECK(info->state_bytes == static_cast<int64_t>(blob->state.size()));
+  ABCD_FUZZ_CHECK(info->total_bytes == static_cast<int64_t>(bytes.size()));
+  ABCD_FUZZ_CHECK(blob->model.size() <= abcd::SequenceBlob::kMaxModelBytes);
+  ABCD_FUZZ_CHECK(blob->folded >= 0 && blob->folded <= static_cast<int64_t>(blob->tokens.size()));
+  for (const int32_t token : blob->tokens) ABCD_FUZZ_CHECK(token >= 0);
+  ABCD_FUZZ_CHECK(abcd::EncodeSequenceBlob(*blob) == bytes);  // the format is canonical
+  CheckSnapshotBytes(blob->state, blob->folded);
+}
+
+}  // namespace
+
+namespace abcd {
+
+// The bf16 conversions the KV cache calls, as in engine/ops/packed_matrix.cc: that file also
+// holds f16 code that clang 14 (Debian 12) cannot compile for x86 (_Float16), and nothing else
+// of it is needed here.
+uint16_t FloatToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float Bf16ToFloat(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+}  // namespace abcd
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const absl::string_view bytes(reinterpret_cast<const char*>(data), size);
+  CheckBlob(bytes);
+  if (size >= 8) {
+    std::string resealed(bytes);
+    const uint64_t sum = abcd::SequenceBlobChecksum(bytes.substr(0, size - 8));
+    std::memcpy(resealed.data() + size - 8, &sum, 8);
+    CheckBlob(resealed);
+  }
+  CheckSnapshotBytes(bytes, -1);
+  return 0;
+}
