@@ -176,7 +176,7 @@ class HttpService::Impl {
   void Translate(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
   void Readiness(Exchange& exchange);
   // /v1/sessions routes; the store is called on this I/O thread.
-  void Sessions(const ServerRequest& request, Exchange& exchange);
+  void Sessions(ServerRequest& request, Exchange& exchange);
   json ModelObject(const ServedModel& model) const;
 
   ServedModels& models_;
@@ -664,7 +664,7 @@ json SessionObject(const SessionMetadata& metadata) {
 
 // POST /v1/sessions (blob body) -> a new session; GET|DELETE /v1/sessions/{id};
 // GET /v1/sessions/{id}/state -> the blob.
-void HttpService::Impl::Sessions(const ServerRequest& request, Exchange& exchange) {
+void HttpService::Impl::Sessions(ServerRequest& request, Exchange& exchange) {
   constexpr absl::string_view kKind = "sessions";
   const std::string& path = request.path;
   std::string id;
@@ -706,7 +706,7 @@ void HttpService::Impl::Sessions(const ServerRequest& request, Exchange& exchang
   }
   const SessionOps& sessions = *options_.sessions;
   if (path == "/v1/sessions") {
-    absl::StatusOr<SessionMetadata> imported = sessions.Import(request.body);
+    absl::StatusOr<SessionMetadata> imported = sessions.Import(std::move(request.body));
     if (!imported.ok()) return Fail(exchange, kKind, imported.status());
     return Reply(exchange, kKind, SessionObject(*imported));
   }
