@@ -270,6 +270,11 @@ TEST_F(SessionE2eTest, UnknownMalformedAndDeletedIds) {
             grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(c().Generate(c().Request(Tokens(3, 1), Sampling{}, session)).status.error_code(),
             grpc::StatusCode::NOT_FOUND);
+  // Counted: the session routes and rpcs under kind "sessions", misses by the store's metrics.
+  EXPECT_GE(c().Metric("abcd_requests_total{kind=\"sessions\",status=\"not_found\"}"), 5);
+  EXPECT_GE(c().Metric("abcd_requests_total{kind=\"sessions\",status=\"ok\"}"), 1);
+  EXPECT_GE(c().Metric("abcd_requests_total{kind=\"completions\",status=\"not_found\"}"), 1);
+  EXPECT_GE(c().Metric("abcd_session_misses_total"), 2);
 }
 
 TEST_F(SessionE2eTest, ExportImportContinueEqualsContinuingTheOriginal) {
