@@ -4,6 +4,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -126,6 +127,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       }
     }
     if (status.ok()) {
+      choice_ended_.assign(static_cast<size_t>(generation->n), false);
       executor_ = (*model)->executor.get();
       std::lock_guard<std::mutex> lock(mu_);
       absl::StatusOr<RequestId> id = executor_->Enqueue(
@@ -211,7 +213,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       response_.set_session_id(session_id_);
     }
     first_response_ = false;
-    if (event.choice_finished || event.finished) {
+    // A choice's finish_reason is reported once (with n > 1 the request's last event may repeat
+    // choice 0's end).
+    const size_t index = static_cast<size_t>(event.index);  // in [0, n) (executor.h)
+    if ((event.choice_finished || event.finished) && index < choice_ended_.size() &&
+        !choice_ended_[index]) {
+      choice_ended_[index] = true;
       response_.set_finish_reason(ToProto(event.finish_reason));
     }
     if (event.finished) {
@@ -254,6 +261,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   bool finished_ = false;
   bool client_gone_ = false;
   bool first_response_ = true;
+  std::vector<bool> choice_ended_;
   std::optional<SessionLease> lease_;
   std::string session_id_;
   bool commit_pending_ = false;  // the last response is being written; then Commit

@@ -231,6 +231,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   // After every part was enqueued: starts listening (and the stream's head).
   void Begin() {
     pending_.assign(static_cast<size_t>(std::max(choices, 1)), "");
+    choice_ended_.assign(pending_.size(), false);
     for (Part& part : parts_) {
       part.choice_texts.assign(pending_.size(), "");
       part.choice_reasons.assign(pending_.size(), FinishReason::kLength);
@@ -298,7 +299,10 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
             const size_t index = static_cast<size_t>(event.index);
             if (index < part.choice_texts.size()) {
               part.choice_texts[index] += event.text;
-              if (event.choice_finished) part.choice_reasons[index] = event.finish_reason;
+              if (event.choice_finished && !choice_ended_[index]) {
+                choice_ended_[index] = true;
+                part.choice_reasons[index] = event.finish_reason;
+              }
             }
           } else {
             part.text += event.text;
@@ -354,7 +358,10 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     if (index >= pending_.size()) return;  // the engine keeps index in [0, n)
     std::string& pending = pending_[index];
     pending += event.text;
-    const bool choice_end = event.choice_finished || (choices == 1 && event.finished);
+    // A choice ends once (the request's last event may repeat choice 0's end).
+    const bool choice_end =
+        (event.choice_finished || (choices == 1 && event.finished)) && !choice_ended_[index];
+    if (choice_end) choice_ended_[index] = true;
     if (!event.finished && !choice_end) {
       const std::string text = TakeCompleteUtf8(pending);
       if (!text.empty()) SendEvent(Dump(StreamChunk(text, event.index)));
@@ -449,6 +456,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   std::vector<Part> parts_;
   // Streamed text per choice, held back until it completes a UTF-8 character.
   std::vector<std::string> pending_;
+  std::vector<bool> choice_ended_;  // per choice: its finish_reason was reported
   bool settled_ = false;
 };
 

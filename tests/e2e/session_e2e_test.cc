@@ -426,6 +426,24 @@ TEST_F(SessionE2eTest, NChoicesEqualSingleRequestsWithSeedPlusIndex) {
     EXPECT_EQ(HttpText(streamed, i), single_text) << "choice " << i;
     EXPECT_EQ(http.body["choices"][i]["index"], i);
   }
+  // gRPC: each choice's last response has its finish_reason; the call's last has the usage.
+  std::vector<int> finishes(kN, 0);
+  for (const auto& r : n_way.responses) {
+    ASSERT_GE(r.index(), 0);
+    ASSERT_LT(r.index(), kN);
+    if (r.finish_reason() != abcd::v1::FINISH_REASON_UNSPECIFIED) ++finishes[r.index()];
+  }
+  EXPECT_EQ(finishes, std::vector<int>(kN, 1));
+  EXPECT_TRUE(n_way.responses.back().has_usage());
+  // SSE: every choice ends with a finish_reason chunk, and the usage comes last.
+  std::vector<int> stream_finishes(kN, 0);
+  for (const auto& chunk : streamed.chunks) {
+    for (const auto& choice : chunk["choices"]) {
+      if (!choice["finish_reason"].is_null()) ++stream_finishes[choice["index"].get<int>()];
+    }
+  }
+  EXPECT_EQ(stream_finishes, std::vector<int>(kN, 1));
+  EXPECT_TRUE(streamed.chunks.back().contains("usage")) << streamed.chunks.back().dump();
   EXPECT_EQ(
       n_way.usage().completion_tokens(),
       static_cast<int>(n_way.tokens(0).size() + n_way.tokens(1).size() + n_way.tokens(2).size()));
