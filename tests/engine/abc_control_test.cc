@@ -2,13 +2,18 @@
 // masked read, ReLU slots dead for the first tokens, the random control's slot hash (pinned to
 // the PyTorch reference's values) and the state bytes of each control.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "engine/attention/abc_state.h"
 #include "engine/model/model.h"
+#include "nlohmann/json.hpp"
 #include "tests/engine/fixtures.h"
 
 namespace abcd {
@@ -124,6 +129,28 @@ TEST(AbcControl, FixtureStateBytesFollowTheFormat) {
     }
     EXPECT_EQ((*model)->state_layout().FixedBytes(), 4 * floats) << name;
   }
+}
+
+// random control has no projection: a checkpoint that carries `control.*` tensors for a random
+// layer is refused by the loader (they would be silently ignored otherwise), naming them.
+TEST(AbcControl, RandomControlRefusesControlTensors) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("abc_control_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path source = testing::FixtureDir("dec_abc");
+  std::filesystem::copy_file(source / "model.safetensors", dir / "model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(source / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["decoder_layers"][0]["attention"]["control"] = "random";
+  config["decoder_layers"][0]["attention"]["seed"] = 1;
+  std::ofstream(dir / "config.json") << config.dump();
+  auto model = Model::Load(dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("decoder.layers.0.attn.control.weight"),
+            std::string::npos)
+      << model.status();
 }
 
 }  // namespace
