@@ -39,16 +39,18 @@ ABCD_VECTOR_CLONES float Dot(const float* a, const float* b, int n) {
   return sum;
 }
 
-// a' of the learned controls (exp is the identity and never gets here).
+// a' of the learned controls (exp is the identity and never gets here); n <= kChunk.
 void LogControl(AbcControl control, const float* a, int n, float* out) {
-  for (int j = 0; j < n; ++j) {
-    if (control == AbcControl::kSigmoid) {
-      // logsigmoid(a) = min(a, 0) - log1p(exp(-|a|)): finite for every finite a.
-      out[j] = std::min(a[j], 0.0f) - std::log1p(std::exp(-std::fabs(a[j])));
-    } else {
-      out[j] = a[j] > 0.0f ? std::log(a[j]) : kNegInf;
-    }
+  if (control == AbcControl::kSigmoid) {
+    // logsigmoid(a) = min(a, 0) - log1p(exp(-|a|)): finite for every finite a; exp(-|a|) is in
+    // (0, 1], the range of the vectorised log1p.
+    for (int j = 0; j < n; ++j) out[j] = -std::fabs(a[j]);
+    cpu::ExpArray(out, n, out);
+    cpu::Log1pUnitArray(out, n, out);
+    for (int j = 0; j < n; ++j) out[j] = std::min(a[j], 0.0f) - out[j];
+    return;
   }
+  for (int j = 0; j < n; ++j) out[j] = a[j] > 0.0f ? std::log(a[j]) : kNegInf;
 }
 
 }  // namespace
