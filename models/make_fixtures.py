@@ -55,6 +55,25 @@ FIXTURES = {
     "encdec_abc": encoder_decoder([SOFTMAX] * 2, [(ABC4, {"type": "abc", "slots": 6})] * 2),
     "encdec_softmax": encoder_decoder([SOFTMAX] * 2, [(SOFTMAX, SOFTMAX)] * 2),
     "encdec_mixed": encoder_decoder([ABC4, {"type": "elu"}], [(T2R8, SOFTMAX), (RFA_GAUSSIAN_GATE8, ABC4)]),
+    # Generalised abc control (issue 15). The fixture init draws control biases ~ N(0, 1), so relu
+    # leaves some slots dead for the first tokens and random (n = 4) fills its slots over the
+    # first tokens: both exercise the never-written-slot guard.
+    "dec_abc_sigmoid": decoder(*[{"type": "abc", "slots": 4, "control": "sigmoid"}] * 2),
+    "dec_abc_relu": decoder(*[{"type": "abc", "slots": 4, "control": "relu"}] * 2),
+    "dec_abc_random": decoder(
+        {"type": "abc", "slots": 4, "control": "random", "seed": 1234},
+        {"type": "abc", "slots": 6, "control": "random", "seed": 99, "reduce": "sum"},
+    ),
+    "encdec_abc_control": encoder_decoder(
+        [{"type": "abc", "slots": 4, "control": "relu"}, {"type": "abc", "slots": 4, "control": "random", "seed": 7}],
+        [
+            ({"type": "abc", "slots": 4, "control": "sigmoid"}, {"type": "abc", "slots": 6, "control": "random", "seed": 5}),
+            (
+                {"type": "abc", "slots": 4, "control": "random", "seed": 3, "reduce": "sum"},
+                {"type": "abc", "slots": 4, "control": "relu"},
+            ),
+        ],
+    ),
 }
 
 

@@ -60,6 +60,12 @@ LM_ATTENTION = {
     "rfa": {"type": "rfa", "features": 32, "kernel": "gaussian", "gate": True},
     "t2r": {"type": "t2r", "features": 32},
     "elu": {"type": "elu"},
+    # Generalised abc control (issue 15), n = 32 like abc32; presets lm-abc-sigmoid, lm-abc-relu,
+    # lm-abc-random. relu's control bias starts at +1 (init_for_training); random draws a fresh
+    # slot-hash seed every training step and uses the config's seed for eval and export.
+    "abc-sigmoid": {"type": "abc", "slots": 32, "control": "sigmoid"},
+    "abc-relu": {"type": "abc", "slots": 32, "control": "relu"},
+    "abc-random": {"type": "abc", "slots": 32, "control": "random", "seed": 1234},
 }
 
 
@@ -81,6 +87,7 @@ class TrainConfig:
     eval_batches: int = 10  # valid batches for the periodic check
     final_eval_batches: int = 25  # valid batches for the final check (0 = the whole valid set)
     abc_chunk: int = 32  # chunk length of the causal abc training path
+    resample_random_control: bool = True  # abc random: a fresh slot-hash seed per step (eval: config seed)
     threads: int = 2  # torch threads (0 = torch default)
     init_from: str = ""  # model directory: copy every tensor whose name and shape match
     max_src_len: int = 128  # MT: longer sources (with eos) are truncated (valid) or dropped (train)
@@ -258,6 +265,12 @@ def init_for_training(model, config, seed):
             torch.nn.init.normal_(module.weight, std=module.weight.shape[-1] ** -0.5)
             torch.nn.init.zeros_(module.bias)
     torch.nn.init.normal_(model.embed.weight, std=config.d_model ** -0.5)
+    # relu control: bias +1 so every slot starts alive (SEEDS.md 1.1; with a zero bias half the
+    # slots would start dead and relu's "rich get richer" leaves them so).
+    for module in model.modules():
+        if getattr(module, "control_kind", None) == "relu":
+            control = module.control if module.control is not None else module.shared_control
+            torch.nn.init.ones_(control.bias)
     # the residual output projections get the GPT-2 style 1/sqrt(2 * layers) scaling
     n_layers = len(config.decoder_layers) + len(config.encoder_layers)
     for name, p in model.named_parameters():
@@ -278,6 +291,17 @@ def copy_matching(model, source_dir):
         else:
             kept.append(name)
     return copied, kept
+
+
+def random_control_modules(model):
+    """(module, config seed) of every abc module with random control."""
+    return [(m, m.seed) for m in model.modules() if getattr(m, "control_kind", None) == "random"]
+
+
+def set_random_control_seeds(modules, rng=None):
+    """A fresh slot-hash seed per module from rng (training step), or the config's (rng None)."""
+    for module, seed in modules:
+        module.seed = seed if rng is None else rng.getrandbits(63)
 
 
 def set_abc_chunk(model, chunk):
@@ -359,7 +383,11 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
         valid_batches = [tuple(t.to(device) for t in mt_tensors(valid_ex, b, config)) for b in vb]
         loss_fn = mt_loss
 
+    random_modules = random_control_modules(model) if tc.resample_random_control else []
+    seed_rng = random.Random(tc.seed + 1)  # its own stream: the data order stays that of other presets
+
     def evaluate(batches):
+        set_random_control_seeds(random_modules)
         model.eval()
         total, count = 0.0, 0
         with torch.no_grad():
@@ -391,6 +419,7 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, tc, time_progress)
         batch = next(stream)
+        set_random_control_seeds(random_modules, seed_rng)
         loss, n = loss_fn(model, *batch)
         opt.zero_grad(set_to_none=True)
         (loss / n).backward()
@@ -410,6 +439,7 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
             log(f"step {step + 1} valid loss (first {tc.eval_batches} batches) {v:.4f} ppl {math.exp(v):.2f}")
             history["valid"].append({"step": step + 1, "loss": v, "batches": tc.eval_batches})
     train_s = time.time() - t0
+    set_random_control_seeds(random_modules)  # export the config's seed
     final_batches = valid_batches[: tc.final_eval_batches] if tc.final_eval_batches else valid_batches
     v = evaluate(final_batches)
     log(f"final valid loss {v:.4f} ppl {math.exp(v):.2f} ({len(final_batches)} valid batches); train time {train_s:.0f}s, {tokens_seen} target tokens")

@@ -3,26 +3,17 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "engine/attention/softmax_state.h"
 #include "engine/ops/vector_clones.h"
 #include "engine/ops/vector_math.h"
 
 namespace abcd {
-
-int64_t AbcState::FixedFloats() const { return n_heads_ * HeadFloats(); }
-
-void AbcState::Init(float* fixed) const {
-  for (int h = 0; h < n_heads_; ++h) {
-    float* head = fixed + h * HeadFloats();
-    const int64_t means = 2 * static_cast<int64_t>(slots_) * head_dim_;
-    std::fill(head, head + means, 0.0f);
-    std::fill(head + means, head + means + slots_, -std::numeric_limits<float>::infinity());
-  }
-}
-
 namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Slots per pass of the update (the stack buffers of the exp/log1p passes).
+constexpr int kChunk = 64;
 
 // Folds k, v into every slot with its weight w[j] (running means).
 ABCD_VECTOR_CLONES void FoldIntoSlots(const float* k, const float* v, const float* w, int slots,
@@ -38,28 +29,80 @@ ABCD_VECTOR_CLONES void FoldIntoSlots(const float* k, const float* v, const floa
   }
 }
 
+ABCD_VECTOR_CLONES void AddInto(const float* x, int n, float* y) {
+  for (int c = 0; c < n; ++c) y[c] += x[c];
+}
+
+ABCD_VECTOR_CLONES float Dot(const float* a, const float* b, int n) {
+  float sum = 0.0f;
+  for (int c = 0; c < n; ++c) sum += a[c] * b[c];
+  return sum;
+}
+
+// a' of the learned controls (exp is the identity and never gets here); n <= kChunk.
+void LogControl(AbcControl control, const float* a, int n, float* out) {
+  if (control == AbcControl::kSigmoid) {
+    // logsigmoid(a) = min(a, 0) - log1p(exp(-|a|)): finite for every finite a; exp(-|a|) is in
+    // (0, 1], the range of the vectorised log1p.
+    for (int j = 0; j < n; ++j) out[j] = -std::fabs(a[j]);
+    cpu::ExpArray(out, n, out);
+    cpu::Log1pUnitArray(out, n, out);
+    for (int j = 0; j < n; ++j) out[j] = std::min(a[j], 0.0f) - out[j];
+    return;
+  }
+  for (int j = 0; j < n; ++j) out[j] = a[j] > 0.0f ? std::log(a[j]) : kNegInf;
+}
+
 }  // namespace
 
-void AbcUpdateHead(const float* k, const float* v, const float* control, int slots, int head_dim,
-                   float* keys, float* values, float* log_norm) {
+uint64_t SplitMix64(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+int64_t AbcState::FixedFloats() const { return n_heads_ * HeadFloats(); }
+
+int64_t AbcState::ExtraColumns() const {
+  return control_ == AbcControl::kRandom ? 0 : static_cast<int64_t>(n_heads_) * slots_;
+}
+
+void AbcState::Init(float* fixed) const {
+  for (int h = 0; h < n_heads_; ++h) {
+    float* head = fixed + h * HeadFloats();
+    const int64_t means = 2 * static_cast<int64_t>(slots_) * head_dim_;
+    std::fill(head, head + means, 0.0f);
+    if (reduce_ == AbcReduce::kMean) std::fill(head + means, head + means + slots_, kNegInf);
+  }
+}
+
+int AbcState::RandomSlot(int head, int64_t position) const {
+  const uint64_t key = static_cast<uint64_t>(seed_) ^ (static_cast<uint64_t>(layer_id_) << 48) ^
+                       (static_cast<uint64_t>(head) << 40) ^ static_cast<uint64_t>(position);
+  return static_cast<int>(SplitMix64(key) % static_cast<uint64_t>(slots_));
+}
+
+void AbcUpdateHead(const float* k, const float* v, const float* log_control, int slots,
+                   int head_dim, float* keys, float* values, float* log_norm) {
   // Slots in chunks, each chunk's normalisers and weights as whole-array exp/log1p passes:
   //   L' = max(L, a) + log1p(exp(-|L - a|)),  w = exp(a - L')
-  // (L = -inf on the first token gives L' = a and w = 1 exactly).
-  constexpr int kChunk = 64;
+  // (L = -inf on the first write gives L' = a and w = 1 exactly). a = -inf is no write: L' = L and
+  // w = 0 (the guard keeps (-inf) - (-inf) out of a never-written slot).
   float spread[kChunk], weight[kChunk];
   for (int first = 0; first < slots; first += kChunk) {
     const int n = std::min(kChunk, slots - first);
-    const float* a = control + first;
+    const float* a = log_control + first;
     float* old = log_norm + first;
     for (int j = 0; j < n; ++j) spread[j] = -std::fabs(old[j] - a[j]);
     for (int j = 0; j < n; ++j) {
-      if (std::isinf(old[j]) && old[j] < 0) spread[j] = -std::numeric_limits<float>::infinity();
+      if (std::isinf(old[j]) && old[j] < 0) spread[j] = kNegInf;
     }
     cpu::ExpArray(spread, n, spread);
     cpu::Log1pUnitArray(spread, n, spread);
     for (int j = 0; j < n; ++j) {
       const float updated = std::max(old[j], a[j]) + spread[j];
-      weight[j] = a[j] - updated;
+      weight[j] = a[j] == kNegInf ? kNegInf : a[j] - updated;
       old[j] = updated;
     }
     cpu::ExpArray(weight, n, weight);
@@ -68,19 +111,78 @@ void AbcUpdateHead(const float* k, const float* v, const float* control, int slo
   }
 }
 
+void AbcReadHead(const float* q, const float* keys, const float* values, const float* log_norm,
+                 int slots, int head_dim, float* out) {
+  const bool all_live = log_norm == nullptr || std::none_of(log_norm, log_norm + slots,
+                                                            [](float l) { return l == kNegInf; });
+  if (all_live) {
+    // Reading n slots is softmax attention over n (key, value) pairs.
+    SoftmaxReadHead(q, keys, values, slots, head_dim, head_dim, out);
+    return;
+  }
+  // Online softmax over the live slots only.
+  std::fill(out, out + head_dim, 0.0f);
+  float max_score = kNegInf, total = 0.0f;
+  for (int j = 0; j < slots; ++j) {
+    if (log_norm[j] == kNegInf) continue;
+    const int64_t row = static_cast<int64_t>(j) * head_dim;
+    const float score = Dot(q, keys + row, head_dim);
+    if (score > max_score) {
+      const float rescale = std::exp(max_score - score);  // 0 on the first live slot
+      for (int c = 0; c < head_dim; ++c) out[c] *= rescale;
+      total *= rescale;
+      max_score = score;
+    }
+    const float p = std::exp(score - max_score);
+    total += p;
+    for (int c = 0; c < head_dim; ++c) out[c] += p * values[row + c];
+  }
+  if (total > 0.0f) {
+    for (int c = 0; c < head_dim; ++c) out[c] /= total;
+  }
+}
+
 void AbcState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
   float* head = state.fixed + h * HeadFloats();
   const int64_t means = static_cast<int64_t>(slots_) * head_dim_;
-  AbcUpdateHead(row.k + h * head_dim_, row.v + h * head_dim_, row.extra + h * slots_, slots_,
-                head_dim_, head, head + means, head + 2 * means);
+  const float* k = row.k + h * head_dim_;
+  const float* v = row.v + h * head_dim_;
+  float* keys = head;
+  float* values = head + means;
+  float* log_norm = head + 2 * means;
+  if (control_ == AbcControl::kRandom) {
+    const int j = RandomSlot(h, state.position);
+    const int64_t offset = static_cast<int64_t>(j) * head_dim_;
+    if (reduce_ == AbcReduce::kSum) {
+      AddInto(k, head_dim_, keys + offset);
+      AddInto(v, head_dim_, values + offset);
+      return;
+    }
+    const float zero = 0.0f;  // a' = 0 on the token's slot; every other slot is not written
+    AbcUpdateHead(k, v, &zero, 1, head_dim_, keys + offset, values + offset, log_norm + j);
+    return;
+  }
+  const float* control = row.extra + h * slots_;
+  if (control_ == AbcControl::kExp) {
+    AbcUpdateHead(k, v, control, slots_, head_dim_, keys, values, log_norm);
+    return;
+  }
+  float log_control[kChunk];
+  for (int first = 0; first < slots_; first += kChunk) {
+    const int n = std::min(kChunk, slots_ - first);
+    const int64_t offset = static_cast<int64_t>(first) * head_dim_;
+    LogControl(control_, control + first, n, log_control);
+    AbcUpdateHead(k, v, log_control, n, head_dim_, keys + offset, values + offset,
+                  log_norm + first);
+  }
 }
 
 void AbcState::ReadHead(int h, const float* q, const StateRef& state, float* out) const {
-  // Reading n slots is softmax attention over n (key, value) pairs.
   const float* head = state.fixed + h * HeadFloats();
   const int64_t means = static_cast<int64_t>(slots_) * head_dim_;
-  SoftmaxReadHead(q + h * head_dim_, head, head + means, slots_, head_dim_, head_dim_,
-                  out + h * head_dim_);
+  const float* log_norm = reduce_ == AbcReduce::kMean ? head + 2 * means : nullptr;
+  AbcReadHead(q + h * head_dim_, head, head + means, log_norm, slots_, head_dim_,
+              out + h * head_dim_);
 }
 
 }  // namespace abcd

@@ -21,7 +21,8 @@ absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelCo
     case AttentionType::kWindow:
       return std::make_unique<WindowState>(heads, dh, spec.window);
     case AttentionType::kAbc:
-      return std::make_unique<AbcState>(heads, dh, spec.slots);
+      return std::make_unique<AbcState>(heads, dh, spec.slots, spec.control, spec.reduce, spec.seed,
+                                        spec.layer_id);
     case AttentionType::kRfa: {
       const int64_t features = spec.features;
       ABCD_ASSIGN_OR_RETURN(std::vector<float> projection,

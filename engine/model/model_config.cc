@@ -1,6 +1,7 @@
 #include "engine/model/model_config.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -40,6 +41,18 @@ class Fields {
     }
     return static_cast<int>(value);
   }
+  absl::StatusOr<int64_t> NonNegativeInt64(absl::string_view key) const {
+    const auto it = object_.find(key);
+    if (it == object_.end()) return FieldError(Path(key), "is required");
+    if (!it->is_number_integer()) return FieldError(Path(key), "must be an integer");
+    if (it->is_number_unsigned() &&
+        it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return FieldError(Path(key), "must be in [0, 2^63)");
+    }
+    const int64_t value = it->get<int64_t>();
+    if (value < 0) return FieldError(Path(key), absl::StrCat("must be >= 0, got ", value));
+    return value;
+  }
   absl::StatusOr<float> Float(absl::string_view key, float fallback) const {
     const auto it = object_.find(key);
     if (it == object_.end()) return fallback;
@@ -72,6 +85,44 @@ class Fields {
 
 enum class Role { kDecoderSelf, kEncoderSelf, kCross };
 
+// abc "control" (default exp) and, for random, "seed" (required) and "reduce" (mean | sum).
+absl::Status ParseAbcControl(const Fields& f, AttentionSpec& spec) {
+  ABCD_ASSIGN_OR_RETURN(const std::string control, f.String("control", "exp"));
+  if (control == "exp") {
+    spec.control = AbcControl::kExp;
+  } else if (control == "sigmoid") {
+    spec.control = AbcControl::kSigmoid;
+  } else if (control == "relu") {
+    spec.control = AbcControl::kRelu;
+  } else if (control == "random") {
+    spec.control = AbcControl::kRandom;
+  } else {
+    return FieldError(f.Path("control"),
+                      absl::StrCat("unknown abc control \"", control,
+                                   "\" (expected exp, sigmoid, relu or random)"));
+  }
+  if (spec.control != AbcControl::kRandom) {
+    for (const char* key : {"seed", "reduce"}) {
+      if (f.Has(key)) return FieldError(f.Path(key), "is only allowed with control \"random\"");
+    }
+    return absl::OkStatus();
+  }
+  ABCD_ASSIGN_OR_RETURN(spec.seed, f.NonNegativeInt64("seed"));
+  ABCD_ASSIGN_OR_RETURN(const std::string reduce, f.String("reduce", "mean"));
+  if (reduce == "mean") {
+    spec.reduce = AbcReduce::kMean;
+  } else if (reduce == "sum") {
+    spec.reduce = AbcReduce::kSum;
+  } else {
+    return FieldError(f.Path("reduce"),
+                      absl::StrCat("must be \"mean\" or \"sum\", got \"", reduce, "\""));
+  }
+  if (spec.shared_control) {
+    return FieldError(f.Path("shared_control"), "needs a learned control (not \"random\")");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string& path, Role role) {
   if (!node.is_object()) return FieldError(path, "must be an object");
   Fields f(node, path);
@@ -86,6 +137,7 @@ absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string
     spec.type = AttentionType::kAbc;
     ABCD_ASSIGN_OR_RETURN(spec.slots, f.Int("slots", std::nullopt, 1));
     ABCD_ASSIGN_OR_RETURN(spec.shared_control, f.Bool("shared_control", false));
+    ABCD_RETURN_IF_ERROR(ParseAbcControl(f, spec));
   } else if (type == "rfa") {
     spec.type = AttentionType::kRfa;
     ABCD_ASSIGN_OR_RETURN(spec.features, f.Int("features", std::nullopt, 1));
@@ -111,6 +163,11 @@ absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string
     return FieldError(f.Path("type"),
                       absl::StrCat("unknown attention type \"", type,
                                    "\" (expected softmax, window, abc, rfa, t2r or elu)"));
+  }
+  if (spec.type != AttentionType::kAbc) {
+    for (const char* key : {"control", "seed", "reduce"}) {
+      if (f.Has(key)) return FieldError(f.Path(key), "is only allowed on abc attention");
+    }
   }
   if (role == Role::kCross && spec.type != AttentionType::kSoftmax &&
       spec.type != AttentionType::kAbc) {
@@ -143,6 +200,8 @@ absl::StatusOr<std::vector<LayerSpec>> ParseLayers(const json& root, const std::
     ABCD_ASSIGN_OR_RETURN(spec.attention,
                           ParseAttention(layer["attention"], path + ".attention",
                                          decoder ? Role::kDecoderSelf : Role::kEncoderSelf));
+    const int index = static_cast<int>(i);
+    spec.attention.layer_id = decoder ? index : kAbcEncoderLayerId + index;
     if (cross) {
       if (!layer.contains("cross_attention")) {
         return FieldError(path + ".cross_attention", "is required for encoder-decoder models");
@@ -150,6 +209,7 @@ absl::StatusOr<std::vector<LayerSpec>> ParseLayers(const json& root, const std::
       ABCD_ASSIGN_OR_RETURN(
           spec.cross_attention,
           ParseAttention(layer["cross_attention"], path + ".cross_attention", Role::kCross));
+      spec.cross_attention->layer_id = kAbcCrossLayerId + index;
     } else if (layer.contains("cross_attention")) {
       return FieldError(path + ".cross_attention", "is only allowed in encoder-decoder decoders");
     }
@@ -189,6 +249,20 @@ absl::string_view AttentionTypeName(AttentionType type) {
   return "?";
 }
 
+absl::string_view AbcControlName(AbcControl control) {
+  switch (control) {
+    case AbcControl::kExp:
+      return "exp";
+    case AbcControl::kSigmoid:
+      return "sigmoid";
+    case AbcControl::kRelu:
+      return "relu";
+    case AbcControl::kRandom:
+      return "random";
+  }
+  return "?";
+}
+
 int AttentionSpec::FeatureDim(int head_dim) const {
   switch (type) {
     case AttentionType::kRfa:
@@ -209,9 +283,17 @@ std::string DescribeAttention(const AttentionSpec& spec) {
       return name;
     case AttentionType::kWindow:
       return absl::StrCat(name, "(window=", spec.window, ")");
-    case AttentionType::kAbc:
+    case AttentionType::kAbc: {
+      std::string control;  // exp (the default) is not shown
+      if (spec.control == AbcControl::kRandom) {
+        control = absl::StrCat(", control=random(seed=", spec.seed, ", ",
+                               spec.reduce == AbcReduce::kSum ? "sum" : "mean", ")");
+      } else if (spec.control != AbcControl::kExp) {
+        control = absl::StrCat(", control=", AbcControlName(spec.control));
+      }
       return absl::StrCat(name, "(slots=", spec.slots,
-                          spec.shared_control ? ", shared control" : "", ")");
+                          spec.shared_control ? ", shared control" : "", control, ")");
+    }
     case AttentionType::kRfa:
       return absl::StrCat(name, "(features=", spec.features, ", ",
                           spec.kernel == RfaKernel::kGaussian ? "gaussian" : "arccos",

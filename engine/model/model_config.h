@@ -3,6 +3,7 @@
 // "decoder_layers[1].attention.slots") in the returned error.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,15 +17,33 @@ enum class AttentionType { kSoftmax, kWindow, kAbc, kRfa, kT2r, kElu };
 enum class RfaKernel { kGaussian, kArccos };
 enum class Architecture { kDecoder, kEncoderDecoder };
 enum class Activation { kGelu, kRelu };
+// abc control (models/FORMAT.md): the per-slot log-control a' of a token. exp: a' = a;
+// sigmoid: a' = logsigmoid(a); relu: a' = log(a) if a > 0 else -inf (no write); random: one slot
+// per (layer, head, position) from a hash of `seed`, no learned projection.
+enum class AbcControl { kExp, kSigmoid, kRelu, kRandom };
+// How abc slots fold tokens: running means with a log-normaliser (mean) or plain sums (sum,
+// random control only).
+enum class AbcReduce { kMean, kSum };
 
 absl::string_view AttentionTypeName(AttentionType type);
+absl::string_view AbcControlName(AbcControl control);
+
+// Layer ids of the abc random control's slot hash: decoder self attention of decoder layer i
+// uses i, encoder self attention of encoder layer i uses kAbcEncoderLayerId + i, cross attention
+// of decoder layer i uses kAbcCrossLayerId + i.
+inline constexpr int kAbcEncoderLayerId = 1 << 12;
+inline constexpr int kAbcCrossLayerId = 1 << 13;
 
 struct AttentionSpec {
   AttentionType type = AttentionType::kSoftmax;
-  int window = 0;               // window
-  int slots = 0;                // abc
-  bool shared_control = false;  // abc: control tensor shared by the stack
-  int features = 0;             // rfa (D), t2r (r)
+  int window = 0;                         // window
+  int slots = 0;                          // abc
+  bool shared_control = false;            // abc: control tensor shared by the stack
+  AbcControl control = AbcControl::kExp;  // abc
+  AbcReduce reduce = AbcReduce::kMean;    // abc (sum: random control only)
+  int64_t seed = 0;                       // abc random: slot hash seed
+  int layer_id = 0;  // abc random: the layer id of the slot hash (set by the parser, see above)
+  int features = 0;  // rfa (D), t2r (r)
   RfaKernel kernel = RfaKernel::kGaussian;
   bool gate = false;  // rfa
   float eps = 0.0f;   // rfa, t2r, elu: denominator floor

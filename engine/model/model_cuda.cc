@@ -145,6 +145,12 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
         kv_bytes_per_token_ += 2 * d * 4;
         break;
       case AttentionType::kAbc:
+        // The CUDA abc kernels implement exp control only (learned logits, running means).
+        if (spec.control != AbcControl::kExp) {
+          return absl::UnimplementedError(absl::StrCat(
+              "decoder_layers[", l, "]: abc attention with control \"",
+              AbcControlName(spec.control), "\" has no CUDA kernel; use the CPU backend"));
+        }
         layer.abc = AbcShape{heads, dh, spec.slots};
         break;
       case AttentionType::kRfa:

@@ -7,6 +7,10 @@ from typing import List, Optional
 FORMAT_VERSION = 1
 ATTENTION_TYPES = ("softmax", "window", "abc", "rfa", "t2r", "elu")
 DEFAULT_EPS = {"rfa": 1e-2, "t2r": 1e-6, "elu": 1e-6}
+# abc control functions (FORMAT.md, "abc control") and the reductions of `random` control.
+ABC_CONTROLS = ("exp", "sigmoid", "relu", "random")
+ABC_REDUCES = ("mean", "sum")
+MAX_SEED = 2**63 - 1
 # Which attention types each position admits (FORMAT.md, "Attention specs").
 ALLOWED = {
     "decoder self": set(ATTENTION_TYPES),
@@ -17,7 +21,7 @@ ALLOWED = {
 _FIELDS = {
     "softmax": (),
     "window": ("window",),
-    "abc": ("slots", "shared_control"),
+    "abc": ("slots", "shared_control", "control", "seed", "reduce"),
     "rfa": ("features", "kernel", "gate", "eps"),
     "t2r": ("features", "eps"),
     "elu": ("eps",),
@@ -45,10 +49,15 @@ class AttentionSpec:
     kernel: Optional[str] = None  # rfa: "gaussian" | "arccos"
     gate: bool = False  # rfa
     eps: Optional[float] = None  # rfa, t2r, elu
+    control: str = "exp"  # abc: exp | sigmoid | relu | random
+    seed: Optional[int] = None  # abc random: slot hash seed
+    reduce: Optional[str] = None  # abc random: "mean" (default) | "sum"
 
     def __post_init__(self):
         if self.eps is None and self.type in DEFAULT_EPS:
             self.eps = DEFAULT_EPS[self.type]
+        if self.type == "abc" and self.control == "random" and self.reduce is None:
+            self.reduce = "mean"
 
     @classmethod
     def from_dict(cls, d, where):
@@ -66,6 +75,12 @@ class AttentionSpec:
         """JSON form with every field of the type written explicitly (eps included)."""
         out = {"type": self.type}
         for name in _FIELDS[self.type]:
+            # abc: `control` only when it is not the default exp (configs written before it existed
+            # stay byte-identical); `seed` and `reduce` only for random control.
+            if name == "control" and self.control == "exp":
+                continue
+            if name in ("seed", "reduce") and self.control != "random":
+                continue
             out[name] = getattr(self, name)
         return out
 
@@ -80,6 +95,7 @@ class AttentionSpec:
                 raise ConfigError(f"{where}: 'shared_control' must be a bool")
             if self.shared_control and position == "cross":
                 raise ConfigError(f"{where}: shared_control is only for self attention")
+            self._validate_control(where)
         elif self.type in ("rfa", "t2r"):
             _require_int(where, "features", self.features, 1)
         if self.type == "rfa":
@@ -92,6 +108,24 @@ class AttentionSpec:
         if self.type in DEFAULT_EPS:
             if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not self.eps > 0:
                 raise ConfigError(f"{where}: 'eps' must be a positive number, got {self.eps!r}")
+
+
+    def _validate_control(self, where):
+        if self.control not in ABC_CONTROLS:
+            raise ConfigError(f"{where}: 'control' must be one of {ABC_CONTROLS}, got {self.control!r}")
+        if self.control != "random":
+            for name in ("seed", "reduce"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"{where}: '{name}' is only for control 'random'")
+            return
+        if self.seed is None:
+            raise ConfigError(f"{where}: 'seed' is required for control 'random'")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"{where}: 'seed' must be an integer in [0, 2^63), got {self.seed!r}")
+        if self.reduce not in ABC_REDUCES:
+            raise ConfigError(f"{where}: 'reduce' must be one of {ABC_REDUCES}, got {self.reduce!r}")
+        if self.shared_control:
+            raise ConfigError(f"{where}: shared_control needs a learned control (not 'random')")
 
 
 @dataclass

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import make_cross_attention, make_self_attention
+from .attention import CROSS_LAYER_ID, ENCODER_LAYER_ID, make_cross_attention, make_self_attention
 
 
 def sinusoidal_positions(start, length, d_model):
@@ -39,14 +39,16 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """Pre-LN layer: x += attn(ln1(x)); [x += cross(ln_cross(x), memory)]; x += ffn(ln2(x))."""
 
-    def __init__(self, config, spec, causal, shared_control):
+    def __init__(self, config, spec, causal, shared_control, index=0):
         super().__init__()
         d, eps = config.d_model, config.layer_norm_eps
         self.ln1 = nn.LayerNorm(d, eps=eps)
-        self.attn = make_self_attention(spec.attention, d, config.n_heads, causal, shared_control)
+        # Layer ids of the abc `random` slot hash (FORMAT.md): decoder i, encoder 4096 + i, cross 8192 + i.
+        self_id = index if causal else ENCODER_LAYER_ID + index
+        self.attn = make_self_attention(spec.attention, d, config.n_heads, causal, shared_control, self_id)
         if spec.cross_attention is not None:
             self.ln_cross = nn.LayerNorm(d, eps=eps)
-            self.cross = make_cross_attention(spec.cross_attention, d, config.n_heads)
+            self.cross = make_cross_attention(spec.cross_attention, d, config.n_heads, CROSS_LAYER_ID + index)
         else:
             self.cross = None
         self.ln2 = nn.LayerNorm(d, eps=eps)
@@ -77,7 +79,7 @@ class Stack(nn.Module):
         shared = [spec.attention for spec in layers if spec.attention.type == "abc" and spec.attention.shared_control]
         d = config.d_model
         self.shared_control = nn.Linear(d, config.n_heads * shared[0].slots) if shared else None
-        self.layers = nn.ModuleList(Block(config, spec, causal, self.shared_control) for spec in layers)
+        self.layers = nn.ModuleList(Block(config, spec, causal, self.shared_control, i) for i, spec in enumerate(layers))
         self.ln_f = nn.LayerNorm(d, eps=config.layer_norm_eps)
 
     def forward(self, x, memories=None):

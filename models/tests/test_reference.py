@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from abcd_ref import ConfigError, LayerSpec, ModelConfig, build_model, export, load  # noqa: E402
-from abcd_ref.attention import ABCAttention, abc_update, make_cross_attention, make_self_attention  # noqa: E402
+from abcd_ref.attention import ABCAttention, abc_read, abc_update, make_cross_attention, make_self_attention  # noqa: E402
 from abcd_ref.config import AttentionSpec  # noqa: E402
 from abcd_ref.model import sinusoidal_positions  # noqa: E402
 from abcd_ref.safetensors_io import load_file, save_file  # noqa: E402
@@ -32,8 +32,13 @@ SELF_SPECS = {
     "rfa_arccos_gate": {"type": "rfa", "features": 8, "kernel": "arccos", "gate": True},
     "t2r": {"type": "t2r", "features": 8},
     "elu": {"type": "elu"},
+    "abc_sigmoid": {"type": "abc", "slots": 4, "control": "sigmoid"},
+    "abc_relu": {"type": "abc", "slots": 4, "control": "relu"},
+    "abc_random": {"type": "abc", "slots": 4, "control": "random", "seed": 17},
+    "abc_random_sum": {"type": "abc", "slots": 5, "control": "random", "seed": 3, "reduce": "sum"},
 }
-ENCODER_TYPES = ("softmax", "abc", "rfa_gaussian", "rfa_arccos", "t2r", "elu")
+ABC_CONTROL_SPECS = ("abc_sigmoid", "abc_relu", "abc_random", "abc_random_sum")
+ENCODER_TYPES = ("softmax", "abc", "rfa_gaussian", "rfa_arccos", "t2r", "elu", *ABC_CONTROL_SPECS)
 
 
 def spec(fields):
@@ -119,6 +124,69 @@ class AttentionParityTest(unittest.TestCase):
         self.assertLess(max_diff(memory["K"], state["K"]), 1e-12)
         self.assertLess(max_diff(memory["V"], state["V"]), 1e-12)
 
+    def test_abc_cross_memory_every_control(self):
+        """Cross memory (one parallel pass over the source) == the token-by-token recurrence."""
+        enc_out = torch.randn(2, 10, D_MODEL, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+        for name in ("abc", *ABC_CONTROL_SPECS):
+            with self.subTest(name), torch.no_grad():
+                torch.manual_seed(10)
+                cross = make_cross_attention(spec(SELF_SPECS[name]), D_MODEL, N_HEADS).double()
+                if cross.control is not None:
+                    cross.control.weight.mul_(3.0)  # relu: some slots stay dead for several tokens
+                memory = cross.memory(enc_out)
+                a = cross._log_control(enc_out)
+                k, v = cross._heads(cross.k(enc_out)), cross._heads(cross.v(enc_out))
+                n = cross.slots
+                zeros = torch.zeros(2, N_HEADS, n, D_MODEL // N_HEADS, dtype=torch.float64)
+                state = {"L": torch.full((2, N_HEADS, n), -math.inf, dtype=torch.float64), "K": zeros, "V": zeros}
+                for i in range(10):
+                    if cross.sums:
+                        phi = a[:, :, i].exp()[..., None]
+                        state = {"L": state["L"], "K": state["K"] + phi * k[:, :, i, None], "V": state["V"] + phi * v[:, :, i, None]}
+                    else:
+                        state = abc_update(state, a[:, :, i], k[:, :, i], v[:, :, i])
+                self.assertTrue(torch.isfinite(memory["K"]).all())
+                self.assertLess(max_diff(memory["K"], state["K"]), 1e-12)
+                self.assertLess(max_diff(memory["V"], state["V"]), 1e-12)
+                if not cross.sums:
+                    self.assertTrue(torch.equal(memory["live"], state["L"] > -math.inf))
+
+    def test_abc_never_written_slots(self):
+        """SEEDS.md 1.0: a slot with log-control -inf is not written; dead slots are masked."""
+        zeros = torch.zeros(1, 1, 3, 2, dtype=torch.float64)
+        state = {"L": torch.full((1, 1, 3), -math.inf, dtype=torch.float64), "K": zeros, "V": zeros}
+        k = torch.tensor([[[1.0, 2.0]]], dtype=torch.float64)
+        v = torch.tensor([[[3.0, 4.0]]], dtype=torch.float64)
+        state = abc_update(state, torch.tensor([[[0.0, -math.inf, -math.inf]]], dtype=torch.float64), k, v)
+        self.assertFalse(torch.isnan(state["K"]).any() or torch.isnan(state["V"]).any())
+        self.assertEqual(state["L"].tolist(), [[[0.0, -math.inf, -math.inf]]])
+        self.assertEqual(state["V"][0, 0].tolist(), [[3.0, 4.0], [0.0, 0.0], [0.0, 0.0]])
+        q = torch.tensor([[[5.0, -5.0]]], dtype=torch.float64)
+        live = state["L"] > -math.inf
+        self.assertEqual(abc_read(q, state["K"], state["V"], live).tolist(), [[[3.0, 4.0]]])
+        dead = torch.zeros_like(live)
+        self.assertEqual(abc_read(q, state["K"], state["V"], dead).tolist(), [[[0.0, 0.0]]])
+
+    def test_relu_dead_slots_in_every_form(self):
+        """ReLU control with every logit negative for the first tokens: out = 0 there, no NaN."""
+        x = torch.randn(1, 12, D_MODEL, dtype=torch.float64, generator=torch.Generator().manual_seed(11))
+        module = ABCAttention(D_MODEL, N_HEADS, slots=4, control="relu").double()
+        with torch.no_grad():
+            module.control.weight.zero_()
+            module.control.weight[:, 0] = 1.0  # a = x[0]: dead while x[0] <= 0
+            module.control.bias.zero_()
+            x[0, :4, 0] = -1.0
+            x[0, 4:, 0] = x[0, 4:, 0].abs() + 0.1
+            outs = {"masked": module(x), "recurrent": module.forward_recurrent(x)}
+            module.chunk = 3
+            outs["chunked"] = module(x)
+        for name, out in outs.items():
+            with self.subTest(name):
+                self.assertTrue(torch.isfinite(out).all())
+                expected_zero = module.o.bias.expand(4, -1)  # o(0) = bias for the dead tokens
+                self.assertLess(max_diff(out[0, :4], expected_zero), 1e-12)
+                self.assertLess(max_diff(out, outs["masked"]), 1e-10)
+
     def test_abc_extreme_control_logits(self):
         """Control logits around +-80 (and beyond): the recurrence stays finite and exact."""
         x = torch.randn(2, 24, D_MODEL, generator=torch.Generator().manual_seed(5))
@@ -173,6 +241,11 @@ class ModelParityTest(unittest.TestCase):
                 [SELF_SPECS["t2r"], SELF_SPECS["rfa_gaussian_gate"]],
                 [softmax, abc],
             ),
+            "abc controls": (
+                [SELF_SPECS["abc_relu"], SELF_SPECS["abc_random"]],
+                [SELF_SPECS["abc_sigmoid"], SELF_SPECS["abc_random_sum"]],
+                [SELF_SPECS["abc_random"], SELF_SPECS["abc_relu"]],
+            ),
         }
         for name, specs in cases.items():
             with self.subTest(name):
@@ -199,6 +272,17 @@ class ExportTest(unittest.TestCase):
         self.assertEqual(written["decoder_layers"][1]["attention"]["eps"], 1e-2)
         self.assertEqual(written["decoder_layers"][2]["attention"]["eps"], 1e-6)
         self.assertEqual(written["layer_norm_eps"], 1e-5)
+
+    def test_abc_control_round_trip(self):
+        """Every control round-trips; random writes no control tensor (nothing to learn)."""
+        layers = [SELF_SPECS[n] for n in ABC_CONTROL_SPECS]
+        before, after, written, model, _ = self.round_trip(decoder_config(layers))
+        self.assertTrue(torch.equal(before, after))
+        self.assertEqual(written["decoder_layers"][1]["attention"]["control"], "relu")
+        self.assertEqual(written["decoder_layers"][3]["attention"]["reduce"], "sum")
+        names = set(model.state_dict())
+        self.assertIn("decoder.layers.1.attn.control.weight", names)
+        self.assertFalse(any(n.startswith(("decoder.layers.2.attn.control", "decoder.layers.3.attn.control")) for n in names))
 
     def test_encoder_decoder_round_trip_identical(self):
         abc = SELF_SPECS["abc"]
@@ -284,6 +368,28 @@ class ConfigTest(unittest.TestCase):
             ModelConfig.from_dict({**decoder_config([SELF_SPECS["softmax"]]).to_dict(), "extra": 1})
         with self.assertRaises(ConfigError):
             AttentionSpec.from_dict({"type": "softmax", "slots": 3}, "layer")
+
+    def test_abc_control_fields(self):
+        for fields in (
+            {"type": "abc", "slots": 4, "control": "tanh"},
+            {"type": "abc", "slots": 4, "control": "random"},  # seed missing
+            {"type": "abc", "slots": 4, "control": "random", "seed": -1},
+            {"type": "abc", "slots": 4, "control": "random", "seed": 1, "reduce": "max"},
+            {"type": "abc", "slots": 4, "control": "relu", "seed": 1},
+            {"type": "abc", "slots": 4, "control": "random", "seed": 1, "shared_control": True},
+        ):
+            with self.subTest(fields), self.assertRaises(ConfigError):
+                decoder_config([fields]).validate()
+        with self.assertRaises(ConfigError):
+            AttentionSpec.from_dict({"type": "softmax", "control": "exp"}, "layer")
+        # exp (the default) is not written, so configs from before `control` stay byte-identical.
+        self.assertEqual(spec(SELF_SPECS["abc"]).to_dict(), {"type": "abc", "slots": 4, "shared_control": False})
+        self.assertEqual(
+            spec({"type": "abc", "slots": 4, "control": "random", "seed": 5}).to_dict(),
+            {"type": "abc", "slots": 4, "shared_control": False, "control": "random", "seed": 5, "reduce": "mean"},
+        )
+        config = encdec_config([SELF_SPECS["abc_relu"]], [SELF_SPECS["abc_random_sum"]], [SELF_SPECS["abc_random"]])
+        self.assertEqual(ModelConfig.from_dict(json.loads(json.dumps(config.to_dict()))), config)
 
 
 class PositionsTest(unittest.TestCase):

@@ -3,6 +3,7 @@
 No training is run (CI stays free of training). Run: /usr/bin/python3 -m unittest discover -s models/tests
 """
 
+import math
 import sys
 import tempfile
 import unittest
@@ -20,11 +21,12 @@ from abcd_ref.attention import ABCAttention  # noqa: E402
 
 
 class ChunkedAbc(unittest.TestCase):
-    def check(self, t, chunk, scale=1.0, slots=5):
+    def check(self, t, chunk, scale=1.0, slots=5, **control):
         torch.manual_seed(t * 100 + chunk)
-        module = ABCAttention(32, 4, slots).double()
+        module = ABCAttention(32, 4, slots, **control).double()
         with torch.no_grad():
-            module.control.weight.mul_(scale)
+            if module.control is not None:
+                module.control.weight.mul_(scale)
         x = torch.randn(2, t, 32, dtype=torch.float64, requires_grad=True)
         module.chunk = None
         reference = module(x)
@@ -45,6 +47,13 @@ class ChunkedAbc(unittest.TestCase):
     def test_large_control_logits(self):
         self.check(24, 8, scale=20.0)
 
+    def test_controls_with_dead_slots(self):
+        """sigmoid, relu (slots dead for a while) and random: chunked == masked == recurrent, grads too."""
+        for control in ({"control": "sigmoid"}, {"control": "relu"}, {"control": "random", "seed": 3}):
+            for t, chunk in ((1, 4), (13, 4), (20, 32)):
+                with self.subTest(control=control["control"], t=t, chunk=chunk):
+                    self.check(t, chunk, scale=2.0, slots=6, **control)
+
     def test_fp32_model_logits(self):
         config = ModelConfig(vocab_size=50, d_model=32, n_heads=2, d_ff=64,
                              decoder_layers=[LayerSpec(AttentionSpec(type="abc", slots=4)) for _ in range(2)])
@@ -53,6 +62,43 @@ class ChunkedAbc(unittest.TestCase):
         reference = model(tokens)
         train.set_abc_chunk(model, 16)
         torch.testing.assert_close(model(tokens), reference, rtol=1e-5, atol=1e-5)
+
+
+class ControlPresets(unittest.TestCase):
+    def test_abc_control_presets_build_and_train(self):
+        """lm-abc-{sigmoid,relu,random}: build, init, a few steps on random tokens, loss finite and falling."""
+        table = train.presets()
+        for control in ("sigmoid", "relu", "random"):
+            with self.subTest(control):
+                config, tc = table[f"lm-abc-{control}"]
+                layer = config.decoder_layers[0].attention
+                self.assertEqual((layer.type, layer.control, layer.slots), ("abc", control, 32))
+                config = ModelConfig.from_dict({**config.to_dict(), "vocab_size": 64})  # small vocab: fast
+                model = build_model(config, seed=1)
+                train.init_for_training(model, config, tc.seed)
+                train.set_abc_chunk(model, tc.abc_chunk)
+                attn = model.decoder.layers[0].attn
+                if control == "relu":
+                    self.assertTrue(torch.equal(attn.control.bias, torch.ones_like(attn.control.bias)))
+                random_modules = train.random_control_modules(model)
+                self.assertEqual(len(random_modules), 4 if control == "random" else 0)
+                opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+                batch = torch.randint(4, 64, (2, 33), generator=torch.Generator().manual_seed(2))
+                rng = __import__("random").Random(0)
+                losses = []
+                for _ in range(6):
+                    train.set_random_control_seeds(random_modules, rng)
+                    loss, n = train.lm_loss(model, batch)
+                    opt.zero_grad()
+                    (loss / n).backward()
+                    self.assertTrue(all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None))
+                    opt.step()
+                    losses.append(float(loss / n))
+                self.assertTrue(all(math.isfinite(x) for x in losses))
+                self.assertLess(losses[-1], losses[0])
+                train.set_random_control_seeds(random_modules)
+                if random_modules:
+                    self.assertEqual(attn.seed, 1234)
 
 
 class Data(unittest.TestCase):

@@ -38,6 +38,21 @@ TEST(Cli, InfoPrintsLayersAndStateBytes) {
   EXPECT_NE(r.output.find("state per sequence: 133120 bytes fixed"), std::string::npos) << r.output;
 }
 
+// abc control (issue 15): info names each layer's control and the state bytes it costs
+// (random/mean: H n (2 dh + 1) floats, random/sum: H n 2 dh).
+TEST(Cli, InfoShowsAbcControlAndStateBytes) {
+  const Result r = RunCli(std::string("info --model ") + ABCD_SOURCE_DIR +
+                          "/tests/fixtures/golden/dec_abc_random");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("abc(slots=4, control=random(seed=1234, mean)) 1088 bytes"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("abc(slots=6, control=random(seed=99, sum)) 1536 bytes"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("state per sequence: 2624 bytes fixed"), std::string::npos) << r.output;
+}
+
 // With no --model, `info` loads the compiled default model, whichever it is.
 TEST(Cli, InfoWithoutModelUsesTheDefault) {
   const Result r = RunCli("info");

@@ -70,6 +70,28 @@ class ModelCudaTest : public CudaTest {
   std::vector<std::unique_ptr<Model>> cpu_models_;
 };
 
+// The CUDA abc kernels know exp control only: other controls are refused by name (the server
+// then serves the model on the CPU).
+TEST_F(ModelCudaTest, RefusesAbcControlOtherThanExp) {
+  for (const char* control : {"sigmoid", "relu", "random"}) {
+    const std::string name = std::string("dec_abc_") + control;
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(FixtureDir(name));
+    ASSERT_TRUE(model.ok()) << model.status();
+    CudaModelOptions options;
+    options.max_sequences = 4;
+    options.max_context = 128;
+    options.weights = WeightType::kF32;
+    options.cuda_graphs = false;
+    absl::StatusOr<std::unique_ptr<CudaModel>> cuda_model =
+        CudaModel::Create(**model, context(), options);
+    ASSERT_FALSE(cuda_model.ok()) << name;
+    EXPECT_EQ(cuda_model.status().code(), absl::StatusCode::kUnimplemented);
+    const std::string expected = std::string("abc attention with control \"") + control + "\"";
+    EXPECT_NE(cuda_model.status().message().find(expected), std::string::npos)
+        << cuda_model.status();
+  }
+}
+
 TEST_F(ModelCudaTest, MatchesGoldenLogitsAloneAndBatched) {
   int checked = 0;
   for (const std::string& name : FixtureNames()) {

@@ -87,5 +87,78 @@ TEST(ModelConfig, EncoderDecoderRules) {
   EXPECT_TRUE(ParseModelConfig(config.dump()).ok());
 }
 
+TEST(ModelConfig, AbcControl) {
+  nlohmann::json config = ValidDecoder();
+  auto parsed = ParseModelConfig(config.dump());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->decoder_layers[0].attention.control, AbcControl::kExp);  // the default
+  EXPECT_EQ(DescribeAttention(parsed->decoder_layers[0].attention), "abc(slots=8)");
+  config["decoder_layers"][0]["attention"]["control"] = "relu";
+  parsed = ParseModelConfig(config.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->decoder_layers[0].attention.control, AbcControl::kRelu);
+  EXPECT_EQ(DescribeAttention(parsed->decoder_layers[0].attention), "abc(slots=8, control=relu)");
+
+  config["decoder_layers"][0]["attention"] = {
+      {"type", "abc"}, {"slots", 8}, {"control", "random"}, {"seed", 42}};
+  parsed = ParseModelConfig(config.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const AttentionSpec& random = parsed->decoder_layers[0].attention;
+  EXPECT_EQ(random.seed, 42);
+  EXPECT_EQ(random.reduce, AbcReduce::kMean);
+  EXPECT_EQ(random.layer_id, 0);
+  EXPECT_EQ(DescribeAttention(random), "abc(slots=8, control=random(seed=42, mean))");
+
+  // Layer ids of the slot hash: decoder i, encoder 4096 + i, cross 8192 + i.
+  nlohmann::json encdec = ValidDecoder();
+  encdec["architecture"] = "encoder-decoder";
+  const nlohmann::json abc = {{"type", "abc"}, {"slots", 2}};
+  encdec["decoder_layers"] = {{{"attention", abc}, {"cross_attention", abc}},
+                              {{"attention", abc}, {"cross_attention", abc}}};
+  encdec["encoder_layers"] = {{{"attention", abc}}, {{"attention", abc}}};
+  parsed = ParseModelConfig(encdec.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->decoder_layers[1].attention.layer_id, 1);
+  EXPECT_EQ(parsed->decoder_layers[1].cross_attention->layer_id, kAbcCrossLayerId + 1);
+  EXPECT_EQ(parsed->encoder_layers[1].attention.layer_id, kAbcEncoderLayerId + 1);
+}
+
+TEST(ModelConfig, AbcControlNamesTheBadField) {
+  const nlohmann::json random = {{"type", "abc"}, {"slots", 8}, {"control", "random"}, {"seed", 1}};
+  struct Case {
+    nlohmann::json attention;
+    const char* field;
+  };
+  const Case cases[] = {
+      {{{"type", "abc"}, {"slots", 8}, {"control", "tanh"}}, "attention.control"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", 1}}, "attention.control"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", "random"}}, "attention.seed"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", "random"}, {"seed", -1}}, "attention.seed"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", "random"}, {"seed", 1.5}}, "attention.seed"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", "random"}, {"seed", 1}, {"reduce", "max"}},
+       "attention.reduce"},
+      {{{"type", "abc"}, {"slots", 8}, {"seed", 1}}, "attention.seed"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", "relu"}, {"reduce", "sum"}}, "attention.reduce"},
+      {{{"type", "abc"},
+        {"slots", 8},
+        {"control", "random"},
+        {"seed", 1},
+        {"shared_control", true}},
+       "attention.shared_control"},
+      {{{"type", "softmax"}, {"control", "exp"}}, "attention.control"},
+      {{{"type", "rfa"}, {"features", 4}, {"seed", 3}}, "attention.seed"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json config = ValidDecoder();
+    config["decoder_layers"][1]["attention"] = c.attention;
+    const std::string expected = std::string("decoder_layers[1].") + c.field;
+    EXPECT_NE(ErrorFor(config).find(expected), std::string::npos)
+        << c.attention.dump() << " -> " << ErrorFor(config);
+  }
+  nlohmann::json config = ValidDecoder();
+  config["decoder_layers"][1]["attention"] = random;
+  EXPECT_TRUE(ParseModelConfig(config.dump()).ok());
+}
+
 }  // namespace
 }  // namespace abcd

@@ -79,6 +79,10 @@ def config_seeds():
           json.dumps(dict(base, architecture='encoder-decoder',
                           decoder_layers=[{'attention': kinds[2], 'cross_attention': kinds[0]}],
                           encoder_layers=[{'attention': kinds[0]}])))
+    controls = [{'type': 'abc', 'slots': 4, 'control': 'sigmoid'}, {'type': 'abc', 'slots': 4, 'control': 'relu'},
+                {'type': 'abc', 'slots': 4, 'control': 'random', 'seed': 7, 'reduce': 'sum'}]
+    write('model_config_fuzzer', 'abc_controls',
+          json.dumps(dict(base, decoder_layers=[{'attention': k} for k in controls])))
     write('model_config_fuzzer', 'bad_heads', json.dumps(dict(base, n_heads=3, decoder_layers=[])))
 
 
