@@ -295,7 +295,7 @@ def check_docker_image(ctx, c):
         # The HTTP server is header-only Boost.Beast: no HTTP library is loaded at run time; the
         # CPU kernels are abcd's own (no BLAS).
         for prefix in ("libgrpc++", "libprotobuf", "libabsl", "libsentencepiece",
-                       "libprometheus-cpp-core"):
+                       "libprometheus-cpp-core", "libhiredis"):
             c.expect(any(p.startswith(prefix) for p in packages),
                      f"runtime packages include {prefix}*: {packages}")
         entry = final.all("ENTRYPOINT")[-1].exec_form()
