@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/state/byte_reader.h"
 #include "engine/state/state_pool.h"
 
 namespace abcd {
@@ -23,29 +24,6 @@ void Put(std::string& out, T value) {
   std::memcpy(bytes, &value, sizeof(T));  // the engine runs on little-endian hosts only
   out.append(bytes, sizeof(T));
 }
-
-class Reader {
- public:
-  explicit Reader(absl::string_view in) : in_(in) {}
-  template <typename T>
-  bool Get(T* value) {
-    if (in_.size() < sizeof(T)) return false;
-    std::memcpy(value, in_.data(), sizeof(T));
-    in_.remove_prefix(sizeof(T));
-    return true;
-  }
-  // The next `bytes` bytes as a view (no copy), or false when fewer remain.
-  bool Take(uint64_t bytes, absl::string_view* out) {
-    if (in_.size() < bytes) return false;
-    *out = in_.substr(0, static_cast<size_t>(bytes));
-    in_.remove_prefix(static_cast<size_t>(bytes));
-    return true;
-  }
-  size_t remaining() const { return in_.size(); }
-
- private:
-  absl::string_view in_;
-};
 
 // The parsed layout of a blob: views into the bytes, nothing copied.
 struct Parsed {
@@ -78,7 +56,7 @@ absl::Status Parse(absl::string_view bytes, Parsed* parsed) {
   if (absl::Status status = CheckMagicAndVersion(bytes); !status.ok()) return status;
   if (bytes.size() < kMinBytes) return Invalid("truncated header");
   // The checksum is the last 8 bytes: the fields below must end exactly there.
-  Reader in(bytes.substr(12, bytes.size() - 12 - 8));
+  ByteReader in(bytes.substr(12, bytes.size() - 12 - 8));
   uint32_t model_bytes;
   if (!in.Get(&model_bytes)) return Invalid("truncated model name");
   if (model_bytes > SequenceBlob::kMaxModelBytes) {

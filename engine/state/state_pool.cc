@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/state/byte_reader.h"
 
 namespace abcd {
 namespace {
@@ -27,36 +28,6 @@ class Writer {
 
  private:
   std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(absl::string_view in) : in_(in) {}
-  template <typename T>
-  bool Get(T* value) {
-    if (in_.size() < sizeof(T)) return false;
-    std::memcpy(value, in_.data(), sizeof(T));
-    in_.remove_prefix(sizeof(T));
-    return true;
-  }
-  bool GetFloats(float* data, int64_t count) {
-    const size_t bytes = static_cast<size_t>(count) * 4;
-    if (count < 0 || in_.size() < bytes) return false;
-    if (bytes == 0) return true;  // `data` may be null (an empty vector): no memcpy
-    std::memcpy(data, in_.data(), bytes);
-    in_.remove_prefix(bytes);
-    return true;
-  }
-  bool Skip(int64_t bytes) {
-    if (bytes < 0 || in_.size() < static_cast<size_t>(bytes)) return false;
-    in_.remove_prefix(static_cast<size_t>(bytes));
-    return true;
-  }
-  size_t remaining() const { return in_.size(); }
-  bool done() const { return in_.empty(); }
-
- private:
-  absl::string_view in_;
 };
 
 int64_t RoundUpToPage(int64_t rows) {
@@ -197,7 +168,7 @@ absl::Status InvalidSnapshot(absl::string_view what) {
 }
 
 // Magic, fingerprint, position and source length: the fixed start of every snapshot.
-absl::Status ReadHeader(Reader& in, StatePool::SnapshotHeader* header) {
+absl::Status ReadHeader(ByteReader& in, StatePool::SnapshotHeader* header) {
   char magic[8];
   for (char& c : magic) {
     if (!in.Get(&c)) return InvalidSnapshot("truncated header");
@@ -218,14 +189,14 @@ absl::Status ReadHeader(Reader& in, StatePool::SnapshotHeader* header) {
 
 absl::StatusOr<StatePool::SnapshotHeader> StatePool::ReadSnapshotHeader(
     absl::string_view snapshot) {
-  Reader in(snapshot);
+  ByteReader in(snapshot);
   SnapshotHeader header;
   if (absl::Status status = ReadHeader(in, &header); !status.ok()) return status;
   return header;
 }
 
 absl::Status StatePool::ParseSnapshot(absl::string_view snapshot, SequenceState* state) const {
-  Reader in(snapshot);
+  ByteReader in(snapshot);
   SnapshotHeader header;
   if (absl::Status status = ReadHeader(in, &header); !status.ok()) return status;
   if (header.fingerprint != layout_.fingerprint) {

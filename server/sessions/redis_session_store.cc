@@ -19,7 +19,6 @@
 // hiredis writes with write(2): the process must ignore SIGPIPE (abcd-server does). Host names
 // are resolved by getaddrinfo(3) when a connection is opened, outside the timeout: a stalled
 // resolver delays the calls that open connections.
-#include <sys/random.h>
 #include <sys/time.h>
 
 #include <algorithm>
@@ -32,10 +31,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "hiredis/hiredis.h"
+#include "server/sessions/random_id.h"
 #include "server/sessions/session_store.h"
 
 namespace abcd {
@@ -59,18 +58,6 @@ struct ReplyDeleter {
 using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 int64_t Millis(absl::Duration d) { return std::max<int64_t>(1, absl::ToInt64Milliseconds(d)); }
-
-std::string RandomToken() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-    // EINTR: retry. getrandom cannot otherwise fail for 16 bytes with flags 0 on Linux >= 3.17.
-  }
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
-}
 
 // hiredis' errstr, with its timeout (EAGAIN on SO_RCVTIMEO) spelled out.
 std::string ConnectionError(const redisContext* c) {
@@ -97,7 +84,7 @@ class RedisSessionStore final : public SessionStore {
       : url_(std::move(url)),
         address_(std::move(address)),
         options_(options),
-        token_prefix_(RandomToken()) {}
+        token_prefix_(RandomHex128()) {}
 
   std::string name() const override { return url_; }
 

@@ -1,11 +1,9 @@
 #include "server/sessions/session_manager.h"
 
-#include <sys/random.h>
-
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "server/sessions/random_id.h"
 
 namespace abcd {
 
@@ -35,17 +33,7 @@ void SessionLease::Release() {
 SessionManager::SessionManager(std::unique_ptr<SessionStore> store, SessionMetrics* metrics)
     : store_(std::move(store)), metrics_(metrics) {}
 
-std::string SessionManager::NewId() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    // Blocks only before the kernel's pool is first initialised (early boot); EINTR retries.
-    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
-}
+std::string SessionManager::NewId() { return RandomHex128(); }
 
 absl::Status SessionManager::CheckId(absl::string_view id) {
   bool ok = id.size() == 32;
