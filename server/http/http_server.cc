@@ -399,11 +399,6 @@ void Session::Parse() {
       }
       if (ec) {
         // body_limit comes from the header's Content-Length: the target is known.
-        if (ec == bhttp::error::body_limit && shared_.on_refused) {
-          const beast::string_view target = parser_->get().target();
-          shared_.on_refused(absl::string_view(target.data(), target.size()),
-                             ParseError(ec, limits).first);
-        }
         auto [status, message] = ParseError(ec, limits);
         return Fail(status, std::move(message));
       }
@@ -417,15 +412,10 @@ void Session::Parse() {
                                  ? limits.large_body_bytes
                                  : limits.max_body_bytes;
         if (*length > limit) {
-          if (shared_.on_refused) shared_.on_refused(path, 413);
           return Fail(413, absl::StrCat("request body exceeds the limit of ", limit, " bytes"));
         }
       }
       if (parser_->chunked()) {
-        const beast::string_view target = parser_->get().target();
-        if (shared_.on_refused) {
-          shared_.on_refused(absl::string_view(target.data(), target.size()), 411);
-        }
         return Fail(411,
                     "request bodies must have a Content-Length (chunked transfer encoding is "
                     "not accepted)");
@@ -483,6 +473,16 @@ void Session::StartHandling() {
 
 void Session::Fail(int status, std::string message) {
   DisarmRead();
+  // Every answer the transport gives itself is reported (counted by the service), with the
+  // request's target once its header was read.
+  if (shared_.on_refused) {
+    absl::string_view target;  // empty until the request line was parsed
+    if (parser_.has_value()) {
+      const beast::string_view t = parser_->get().target();
+      target = absl::string_view(t.data(), t.size());
+    }
+    shared_.on_refused(target, status);
+  }
   parser_.reset();
   phase_ = Phase::kDraining;
   ServerResponse response;

@@ -101,8 +101,10 @@ class Exchange {
 using RequestHandler =
     std::function<void(ServerRequest request, std::shared_ptr<Exchange> exchange)>;
 
-// Called on a connection's strand when a request whose header was read is refused by the
-// transport (413 body too large, 411 chunked body) with its target and status.
+// Called on a connection's strand whenever the transport answers by itself and closes: a
+// connection over the cap (503), an over-long request line or header (414, 431), a malformed
+// request (400), a header or body that came too late (408), a body too large (413) or chunked
+// (411). `target` is the request's target when its header was read, else empty.
 using RefusalHook = std::function<void(absl::string_view target, int status)>;
 
 class HttpServer {

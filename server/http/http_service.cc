@@ -510,10 +510,15 @@ void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> 
 }
 
 void HttpService::Impl::Refused(absl::string_view target, int status) {
+  // Refusals before a request could be read (the connection cap, broken or slow headers)
+  // have no path: they count as kind "other", so abcd_requests_total sees every one.
   const absl::string_view path = target.substr(0, target.find('?'));
-  if (const absl::string_view kind = KindOfPath(path); !kind.empty() && status < 500) {
-    Count(kind, "invalid_argument");
-  }
+  absl::string_view kind = KindOfPath(path);
+  if (kind.empty()) kind = "other";
+  const absl::string_view label = status == 503   ? "resource_exhausted"
+                                  : status == 408 ? "deadline_exceeded"
+                                                  : "invalid_argument";
+  Count(kind, label);
 }
 
 void HttpService::Impl::Readiness(Exchange& exchange) {

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -237,6 +238,49 @@ TEST_F(HttpServerTest, LargeBodyPathHasItsOwnLimit) {
   EXPECT_TRUE(client.ReadUntil("HTTP/1.1 413", absl::Seconds(2))) << client.received();
   std::lock_guard<std::mutex> lock(mu_);
   EXPECT_EQ(refusals_, (std::vector<std::string>{"413 /echo", "413 /big/more", "413 /big"}));
+}
+
+// Whatever the transport answers by itself is reported to the service (which counts it in
+// abcd_requests_total), with the target when the header was read and empty before that.
+TEST_F(HttpServerTest, EveryTransportRefusalIsReported) {
+  server_.reset();
+  ServerLimits limits;
+  limits.max_line_bytes = 1024;
+  StartServer(limits);
+  {
+    RawClient client(server_->port());
+    ASSERT_TRUE(client.Send("GET /" + std::string(1100, 'a')));
+    EXPECT_TRUE(client.ReadUntil("HTTP/1.1 414", absl::Seconds(2))) << client.received();
+  }
+  {
+    RawClient client(server_->port());
+    ASSERT_TRUE(client.Send("GET /echo HTTP/1.1\r\nX-Big: " + std::string(1100, 'a')));
+    EXPECT_TRUE(client.ReadUntil("HTTP/1.1 431", absl::Seconds(2))) << client.received();
+  }
+  {
+    RawClient client(server_->port());
+    ASSERT_TRUE(client.Send("POST /echo HTTP/1.1\r\nContent-Length: abc\r\n\r\n"));
+    EXPECT_TRUE(client.ReadUntil("HTTP/1.1 400", absl::Seconds(2))) << client.received();
+  }
+  std::vector<std::string> got;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    got.swap(refusals_);
+  }
+  server_.reset();
+  limits.max_connections = 1;
+  StartServer(limits);
+  {
+    RawClient held(server_->port());
+    ASSERT_TRUE(held.Send("GET /echo HTTP/1.1\r\n\r\n"));
+    ASSERT_TRUE(held.ReadUntil("GET /echo", absl::Seconds(2)));
+    RawClient over(server_->port());
+    EXPECT_TRUE(over.ReadUntil("HTTP/1.1 503", absl::Seconds(2))) << over.received();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  got.insert(got.end(), refusals_.begin(), refusals_.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"400 /echo", "414 ", "431 ", "503 "}));
 }
 
 TEST_F(HttpServerTest, ChunkedBodyIs411) {

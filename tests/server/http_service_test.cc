@@ -786,6 +786,16 @@ TEST_F(HttpServiceTest, BadInputTable) {
   EXPECT_EQ(Count("completions/invalid_argument"), completions);
 }
 
+// What the transport refuses before a request could be read is counted too, as kind "other".
+TEST_F(HttpServiceTest, TransportRefusalsAreCounted) {
+  RawClient client(service_->port());
+  ASSERT_TRUE(client.connected());
+  ASSERT_TRUE(client.SendRaw("GET /" + std::string(64 * 1024, 'a')));
+  ASSERT_TRUE(client.ReadUntil("\r\n\r\n", absl::Seconds(3)));
+  EXPECT_TRUE(absl::StartsWith(client.received(), "HTTP/1.1 414")) << client.received();
+  EXPECT_TRUE(WaitFor([&] { return Count("other/invalid_argument") == 1; }));
+}
+
 TEST_F(HttpServiceTest, ChunkedRequestBodyIsRefusedUnread) {
   // httplib applies max_body_bytes to Content-Length bodies only; chunked ones are refused.
   RawClient client(service_->port());
