@@ -126,6 +126,7 @@ class GenerateCall final : public grpc::ClientReadReactor<abcd::v1::GenerateResp
     request_.set_max_tokens(spec.max_tokens);
     request_.mutable_sampling()->set_temperature(spec.temperature);
     request_.mutable_sampling()->set_seed(spec.seed);
+    request_.set_session_id(spec.session_id);  // "new", an id, or empty
     record_.index = spec.index;
     record_.prompt_tokens = spec.prompt_tokens;
     SetDeadline(context_, spec.timeout_s);
@@ -145,6 +146,8 @@ class GenerateCall final : public grpc::ClientReadReactor<abcd::v1::GenerateResp
       tokens_ += response_.token_ids_size();
     }
     record_.text += response_.text();
+    // The first response of a call on a session names it (conversations.h chains turns on it).
+    if (!response_.session_id().empty()) record_.session_id = response_.session_id();
     if (response_.has_usage()) {
       has_usage_ = true;
       usage_prompt_ = response_.usage().prompt_tokens();

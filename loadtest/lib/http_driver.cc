@@ -124,7 +124,8 @@ RequestRecord HttpDriver::Complete(httplib::Client& client, const RequestSpec& s
                {"max_tokens", spec.max_tokens},
                {"temperature", spec.temperature},
                {"seed", spec.seed},
-               {"stream", true}};
+               {"stream", true},
+               {"stream_options", {{"include_usage", true}}}};
   if (spec.ignore_eos) body["ignore_eos"] = true;
   if (!spec.model.empty()) body["model"] = spec.model;
   if (!spec.session_id.empty()) body["session_id"] = spec.session_id;

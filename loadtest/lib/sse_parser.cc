@@ -62,20 +62,30 @@ CompletionChunk ParseCompletionChunk(absl::string_view data) {
   if (auto id = j.find("session_id"); id != j.end() && id->is_string()) {
     chunk.session_id = id->get<std::string>();
   }
+  auto usage = j.find("usage");
+  const bool has_usage = usage != j.end() && usage->is_object();
+  if (has_usage) {
+    chunk.has_usage = true;
+    chunk.prompt_tokens = usage->value("prompt_tokens", 0);
+    chunk.completion_tokens = usage->value("completion_tokens", 0);
+  }
   auto choices = j.find("choices");
-  if (choices == j.end() || !choices->is_array() || choices->empty() ||
-      !(*choices)[0].is_object()) {
+  if (choices == j.end() || !choices->is_array()) {
     chunk.malformed = true;
     return chunk;
   }
+  // stream_options.include_usage: the usage comes in a last chunk of its own, "choices": [].
+  if (choices->empty()) {
+    chunk.malformed = !has_usage;
+    return chunk;
+  }
   const nlohmann::json& choice = (*choices)[0];
+  if (!choice.is_object()) {
+    chunk.malformed = true;
+    return chunk;
+  }
   if (auto t = choice.find("text"); t != choice.end() && t->is_string()) {
     chunk.text = t->get<std::string>();
-  }
-  if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-    chunk.has_usage = true;
-    chunk.prompt_tokens = u->value("prompt_tokens", 0);
-    chunk.completion_tokens = u->value("completion_tokens", 0);
   }
   return chunk;
 }

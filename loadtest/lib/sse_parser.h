@@ -29,7 +29,7 @@ struct CompletionChunk {
   std::string error_type;
   std::string error_message;
   std::string text;           // choices[0].text
-  bool has_usage = false;     // the last chunk carries usage
+  bool has_usage = false;     // the usage chunk ("choices": [], stream_options.include_usage)
   int prompt_tokens = 0;      // usage.prompt_tokens
   int completion_tokens = 0;  // usage.completion_tokens
   bool malformed = false;     // not JSON, or not the expected shape

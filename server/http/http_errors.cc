@@ -9,10 +9,11 @@ namespace abcd::http {
 namespace {
 
 // Every field the JSON requests accept; a message that starts with one of them names it.
-constexpr std::array<absl::string_view, 18> kRequestFields = {
-    "model",   "prompt",     "max_tokens", "temperature", "top_p",     "top_k",
-    "seed",    "stop",       "stream",     "text",        "texts",     "n",
-    "best_of", "ignore_eos", "session_id", "state",       "beam_size", "repetition_penalty"};
+constexpr std::array<absl::string_view, 21> kRequestFields = {
+    "model",    "prompt",     "max_tokens",    "temperature", "top_p",     "top_k",
+    "seed",     "stop",       "stream",        "text",        "texts",     "n",
+    "best_of",  "ignore_eos", "session_id",    "state",       "beam_size", "repetition_penalty",
+    "logprobs", "echo",       "stream_options"};
 
 }  // namespace
 
@@ -50,7 +51,10 @@ std::string ParamFromMessage(absl::string_view message) {
   std::string wire = WireMessage(message);
   size_t end = 0;
   while (end < wire.size() && ((wire[end] >= 'a' && wire[end] <= 'z') || wire[end] == '_')) ++end;
-  if (end == wire.size() || (wire[end] != ' ' && wire[end] != '[' && wire[end] != ':')) return "";
+  if (end == wire.size() ||
+      (wire[end] != ' ' && wire[end] != '[' && wire[end] != ':' && wire[end] != '.')) {
+    return "";
+  }
   absl::string_view word(wire.data(), end);
   for (absl::string_view field : kRequestFields) {
     if (word == field) return std::string(word);

@@ -17,6 +17,7 @@
 #include "engine/core/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/core/session_ops.h"
+#include "server/http/completion_format.h"
 #include "server/http/event_channel.h"
 #include "server/http/http_errors.h"
 #include "server/http/http_server.h"
@@ -41,51 +42,6 @@ absl::string_view KindOfPath(absl::string_view path) {
   if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) return "list_models";
   if (path == "/v1/sessions" || absl::StartsWith(path, "/v1/sessions/")) return "sessions";
   return "";
-}
-
-// OpenAI reports EOS as "stop"; abcd's own reason goes in abcd_finish_reason.
-absl::string_view OpenAiFinishReason(FinishReason reason) {
-  return reason == FinishReason::kLength ? "length" : "stop";
-}
-
-json Usage(int prompt_tokens, int completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
-}
-
-// A completion's usage; prompt_tokens_details.cached_tokens (OpenAI's name) counts the prompt
-// tokens restored from the prefix cache instead of prefilled.
-json Usage(const GenerationEvent& last) {
-  json usage = Usage(last.prompt_tokens, last.completion_tokens);
-  usage["prompt_tokens_details"] = {{"cached_tokens", last.cached_prompt_tokens}};
-  return usage;
-}
-
-// Moves the longest prefix of `pending` that does not end inside a UTF-8 character out of it,
-// so streamed deltas never split a character (json would otherwise replace the halves).
-std::string TakeCompleteUtf8(std::string& pending) {
-  size_t start = pending.size();
-  int continuation = 0;
-  while (start > 0 && continuation < 4) {
-    const auto byte = static_cast<unsigned char>(pending[start - 1]);
-    if ((byte & 0xC0) != 0x80) break;
-    --start;
-    ++continuation;
-  }
-  size_t keep_from = pending.size();
-  if (start > 0) {
-    const auto lead = static_cast<unsigned char>(pending[start - 1]);
-    const size_t length = (lead & 0x80) == 0      ? 1
-                          : (lead & 0xE0) == 0xC0 ? 2
-                          : (lead & 0xF0) == 0xE0 ? 3
-                          : (lead & 0xF8) == 0xF0 ? 4
-                                                  : 1;
-    if (start - 1 + length > pending.size()) keep_from = start - 1;
-  }
-  std::string complete = pending.substr(0, keep_from);
-  pending.erase(0, keep_from);
-  return complete;
 }
 
 // At most this much of a client's path is echoed in an error message.
@@ -227,11 +183,19 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   // the call settles) and its id, echoed in every response and chunk.
   std::optional<SessionLease> lease;
   std::string session_id;
+  // Completions: echo (echo_text comes before choice 0's first text, and with logprobs the
+  // prompt's scores before its tokens'), logprobs, stream_options.include_usage.
+  bool echo = false;
+  std::string echo_text;
+  bool want_logprobs = false;
+  bool include_usage = false;
+  TokenTexts token_texts{nullptr};
 
   // After every part was enqueued: starts listening (and the stream's head).
   void Begin() {
     pending_.assign(static_cast<size_t>(std::max(choices, 1)), "");
     choice_ended_.assign(pending_.size(), false);
+    logprobs_.assign(pending_.size(), ChoiceLogprobs(&token_texts));
     for (Part& part : parts_) {
       part.choice_texts.assign(pending_.size(), "");
       part.choice_reasons.assign(pending_.size(), FinishReason::kLength);
@@ -283,6 +247,28 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     return service_.options_.sessions->Commit(std::move(held), std::move(event.saved_state));
   }
 
+  // An event's new text for its choice (the echoed prompt first, on the first event); its
+  // tokens' logprobs are added to the choice's.
+  std::string Absorb(GenerationEvent& event) {
+    const size_t index = static_cast<size_t>(event.index);
+    std::string text;
+    if (echo && !echoed_) {
+      echoed_ = true;
+      text = std::move(echo_text);
+      if (want_logprobs && !logprobs_.empty()) {
+        logprobs_[0].Add(event.prompt_logprobs);
+        logprobs_[0].Restart();  // the generated text is decoded on its own (TextStream)
+      }
+    }
+    text += event.text;
+    if (want_logprobs && index < logprobs_.size()) logprobs_[index].Add(event.logprobs);
+    return text;
+  }
+  json TakeLogprobs(size_t index) {
+    if (!want_logprobs || index >= logprobs_.size()) return nullptr;
+    return logprobs_[index].Take();
+  }
+
   void Pump() {
     if (settled_) return;
     std::vector<GenerationEvent> events;
@@ -298,14 +284,14 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
           if (choices > 1) {
             const size_t index = static_cast<size_t>(event.index);
             if (index < part.choice_texts.size()) {
-              part.choice_texts[index] += event.text;
+              part.choice_texts[index] += Absorb(event);
               if (event.choice_finished && !choice_ended_[index]) {
                 choice_ended_[index] = true;
                 part.choice_reasons[index] = event.finish_reason;
               }
             }
           } else {
-            part.text += event.text;
+            part.text += Absorb(event);
           }
           if (event.finished) {
             part.done = true;
@@ -329,7 +315,9 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     }
   }
 
-  json StreamChunk(const std::string& text, int index = 0) const {
+  // A chunk with the choice's text and the logprobs of its tokens since the last chunk;
+  // "usage": null on every chunk with include_usage (OpenAI's shape).
+  json StreamChunk(const std::string& text, int index = 0) {
     json chunk = {{"id", response_id},
                   {"object", "text_completion"},
                   {"created", created},
@@ -337,8 +325,9 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
                   {"choices", json::array({{{"index", index},
                                             {"text", text},
                                             {"finish_reason", nullptr},
-                                            {"logprobs", nullptr}}})}};
+                                            {"logprobs", TakeLogprobs(index)}}})}};
     if (!session_id.empty()) chunk["session_id"] = session_id;
+    if (include_usage) chunk["usage"] = nullptr;
     return chunk;
   }
   void SendEvent(const std::string& payload) {
@@ -351,20 +340,23 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   }
 
   // Streams one event. Text is held back per choice until it completes a UTF-8 character. A
-  // choice's last event sends its finish_reason; the request's last one the usage (with n = 1
-  // in the same chunk). A failed session commit is an error event before [DONE].
+  // choice's last event sends its finish_reason (and abcd.finish_reason); with include_usage
+  // the request's last one is followed by a chunk with "choices": [] and the usage, as
+  // OpenAI's. A failed session commit is an error event before [DONE].
   void StreamEvent(GenerationEvent event) {
     const size_t index = static_cast<size_t>(event.index);
     if (index >= pending_.size()) return;  // the engine keeps index in [0, n)
     std::string& pending = pending_[index];
-    pending += event.text;
+    pending += Absorb(event);
     // A choice ends once (the request's last event may repeat choice 0's end).
     const bool choice_end =
         (event.choice_finished || (choices == 1 && event.finished)) && !choice_ended_[index];
     if (choice_end) choice_ended_[index] = true;
     if (!event.finished && !choice_end) {
       const std::string text = TakeCompleteUtf8(pending);
-      if (!text.empty()) SendEvent(Dump(StreamChunk(text, event.index)));
+      if (!text.empty() || !event.logprobs.empty()) {
+        SendEvent(Dump(StreamChunk(text, event.index)));
+      }
       return;
     }
     if (event.finished) {
@@ -377,22 +369,28 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
       SendEvent(ErrorBody(event.status));
       return EndStream(MapStatusCode(event.status.code()).label);
     }
-    json chunk = StreamChunk(pending, event.index);
-    pending.clear();
     if (choice_end) {
+      json chunk = StreamChunk(pending, event.index);
+      pending.clear();
       chunk["choices"][0]["finish_reason"] = OpenAiFinishReason(event.finish_reason);
-      chunk["choices"][0]["abcd_finish_reason"] = FinishReasonName(event.finish_reason);
-    } else {
-      chunk["choices"] = json::array();  // n > 1: the usage comes after every choice's end
+      chunk["choices"][0]["abcd"] = {{"finish_reason", FinishReasonName(event.finish_reason)}};
+      SendEvent(Dump(chunk));
     }
-    if (event.finished) chunk["usage"] = Usage(event);
-    SendEvent(Dump(chunk));
-    if (event.finished) EndStream("ok");
+    if (!event.finished) return;
+    if (include_usage) {
+      json chunk = StreamChunk("", 0);
+      chunk["choices"] = json::array();
+      chunk["usage"] = Usage(event);
+      SendEvent(Dump(chunk));
+    }
+    EndStream("ok");
   }
 
   void FlushPending() {
     for (size_t i = 0; i < pending_.size(); ++i) {
-      if (!pending_[i].empty()) SendEvent(Dump(StreamChunk(pending_[i], static_cast<int>(i))));
+      if (!pending_[i].empty() || (want_logprobs && !logprobs_[i].empty())) {
+        SendEvent(Dump(StreamChunk(pending_[i], static_cast<int>(i))));
+      }
       pending_[i].clear();
     }
   }
@@ -420,8 +418,8 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
             {{"index", i},
              {"text", choices > 1 ? std::move(part.choice_texts[i]) : std::move(part.text)},
              {"finish_reason", OpenAiFinishReason(reason)},
-             {"abcd_finish_reason", FinishReasonName(reason)},
-             {"logprobs", nullptr}});
+             {"logprobs", TakeLogprobs(static_cast<size_t>(i))},
+             {"abcd", {{"finish_reason", FinishReasonName(reason)}}}});
       }
       json body = {{"id", service_.NewId("cmpl-")},
                    {"object", "text_completion"},
@@ -456,7 +454,9 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   std::vector<Part> parts_;
   // Streamed text per choice, held back until it completes a UTF-8 character.
   std::vector<std::string> pending_;
-  std::vector<bool> choice_ended_;  // per choice: its finish_reason was reported
+  std::vector<bool> choice_ended_;        // per choice: its finish_reason was reported
+  std::vector<ChoiceLogprobs> logprobs_;  // per choice: not yet sent (streaming) or answered
+  bool echoed_ = false;
   bool settled_ = false;
 };
 
@@ -599,6 +599,14 @@ void HttpService::Impl::Completions(const ServerRequest& http_request,
   call->model = (*model)->name;
   call->response_id = NewId("cmpl-");
   call->created = absl::ToUnixSeconds(absl::Now());
+  call->echo = request->echo;
+  call->want_logprobs = request->generation.logprobs >= 0;
+  call->include_usage = request->include_usage;
+  call->token_texts = TokenTexts((*model)->tokenizer.get());
+  // The echoed text: the prompt as sent, or its ids decoded (after Enqueue checked them).
+  call->echo_text = request->generation.prompt;
+  std::vector<int32_t> echo_ids;
+  if (request->echo) echo_ids = request->generation.prompt_token_ids;
   if (!request->session_id.empty()) {
     // The store is called on this I/O thread; in an outage it fails fast (its breaker).
     absl::StatusOr<std::optional<SessionLease>> lease =
@@ -615,6 +623,10 @@ void HttpService::Impl::Completions(const ServerRequest& http_request,
   if (!id.ok()) return call->FailEnqueue(id.status());
   part.id = *id;
   part.enqueued = true;
+  if (!echo_ids.empty() && (*model)->tokenizer != nullptr) {
+    absl::StatusOr<std::string> text = (*model)->tokenizer->Decode(echo_ids);
+    if (text.ok()) call->echo_text = *std::move(text);
+  }
   call->Begin();
 }
 

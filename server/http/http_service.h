@@ -1,7 +1,9 @@
 // The HTTP/JSON frontend (DESIGN.md section 6), default port 8080:
 //
 //   POST /v1/completions  OpenAI-compatible completions; "stream": true -> server-sent events;
-//                         "n" choices, "session_id" ("new" or an id), "prompt" as token ids
+//                         "n" choices, "session_id" ("new" or an id), "prompt" as token ids,
+//                         "logprobs", "echo", "stream_options" (completion_format.h shapes;
+//                         abcd's own fields under a choice's "abcd" object)
 //   GET|DELETE /v1/sessions/ID   a session's metadata JSON / delete it
 //   GET  /v1/sessions/ID/state   the session's blob (application/octet-stream)
 //   POST /v1/sessions     a blob (body up to SessionOps::max_session_bytes) -> a new session

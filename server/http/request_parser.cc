@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "nlohmann/json.hpp"
 #include "server/http/http_errors.h"
@@ -257,7 +258,12 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = ReadInt(o, "max_tokens", 1, limits.max_tokens_limit, &g.max_tokens);
+  if (absl::Status s = ReadInt(o, "logprobs", 0, kMaxTopLogprobs, &g.logprobs); !s.ok()) return s;
+  if (absl::Status s = ReadBool(o, "echo", &request.echo); !s.ok()) return s;
+  g.prompt_logprobs = request.echo && g.logprobs >= 0;
+  // echo with logprobs and max_tokens 0 only scores the prompt (lm-eval-harness loglikelihood).
+  if (absl::Status s = ReadInt(o, "max_tokens", g.prompt_logprobs ? 0 : 1, limits.max_tokens_limit,
+                               &g.max_tokens);
       !s.ok()) {
     return s;
   }
@@ -270,6 +276,23 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   if (absl::Status s = ReadSessionId(o, &request.session_id); !s.ok()) return s;
   if (!request.session_id.empty() && g.n > 1) {
     return absl::InvalidArgumentError("n: must be 1 with a session");
+  }
+  if (request.echo && g.n > 1) {
+    return absl::InvalidArgumentError("echo: must be false with n > 1");
+  }
+  if (request.echo && !request.session_id.empty()) {
+    return absl::InvalidArgumentError("echo: must be false with a session");
+  }
+  if (const json* options = Field(o, "stream_options"); options != nullptr) {
+    if (!options->is_object()) {
+      return FieldError("stream_options", "an object ({\"include_usage\": true})", *options);
+    }
+    if (!request.stream) {
+      return absl::InvalidArgumentError("stream_options: only allowed when stream is true");
+    }
+    if (absl::Status s = ReadBool(*options, "include_usage", &request.include_usage); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("stream_options.", s.message()));
+    }
   }
   return request;
 }

@@ -31,7 +31,9 @@ struct CompletionRequest {
   std::string model;  // empty: the default language model
   GenerationRequest generation;
   bool stream = false;
-  std::string session_id;  // "new", an id, or empty (no session)
+  std::string session_id;      // "new", an id, or empty (no session)
+  bool echo = false;           // the prompt's text (and with logprobs its scores) comes first
+  bool include_usage = false;  // stream_options.include_usage: a usage chunk before [DONE]
 };
 
 // POST /v1/translate: {"text": ...} or {"texts": [...]} (batch = true).
@@ -46,9 +48,11 @@ struct TranslateRequest {
 // OpenAI completion fields: model, prompt (a string, [string], or an array of token ids ->
 // generation.prompt_token_ids), max_tokens (default 16, or max_tokens_limit when lower),
 // temperature (1.0), top_p, top_k, repetition_penalty, seed, stop (string or [string]), stream,
-// n (1..max_choices; must be 1 with a session); best_of must be 1 when given; ignore_eos (bool)
-// and session_id ("new" or an id) are extensions. Sampling fields are also checked with
-// ValidateSamplingParams (messages use the JSON names).
+// n (1..max_choices; must be 1 with a session); best_of must be 1 when given; logprobs (0..20 ->
+// generation.logprobs); echo (bool; not with n > 1 or a session; with logprobs it sets
+// generation.prompt_logprobs and max_tokens may be 0); stream_options ({"include_usage": bool},
+// only with stream); ignore_eos (bool) and session_id ("new" or an id) are extensions. Sampling
+// fields are also checked with ValidateSamplingParams (messages use the JSON names).
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
                                                          const ParseLimits& limits);
 

@@ -111,6 +111,7 @@ TEST_F(SessionE2eTest, HttpConversationEqualsGrpcConversation) {
 
       nlohmann::json body = c().Body(prompt, sampling, http_session);
       body["stream"] = turn % 2 == 1;
+      if (turn % 2 == 1) body["stream_options"] = {{"include_usage", true}};
       const HttpTurn http = c().Complete(body);
       ASSERT_EQ(http.status, 200) << http.body.dump();
       if (body["stream"].get<bool>()) {
@@ -413,6 +414,7 @@ TEST_F(SessionE2eTest, NChoicesEqualSingleRequestsWithSeedPlusIndex) {
   ASSERT_EQ(http.status, 200) << http.body.dump();
   ASSERT_EQ(http.body["choices"].size(), static_cast<size_t>(kN));
   body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
   const HttpTurn streamed = c().Complete(body);
   ASSERT_EQ(streamed.status, 200);
   ASSERT_TRUE(streamed.done);
@@ -443,7 +445,8 @@ TEST_F(SessionE2eTest, NChoicesEqualSingleRequestsWithSeedPlusIndex) {
     }
   }
   EXPECT_EQ(stream_finishes, std::vector<int>(kN, 1));
-  EXPECT_TRUE(streamed.chunks.back().contains("usage")) << streamed.chunks.back().dump();
+  EXPECT_TRUE(streamed.chunks.back()["usage"].is_object()) << streamed.chunks.back().dump();
+  EXPECT_TRUE(streamed.chunks.back()["choices"].empty()) << streamed.chunks.back().dump();
   EXPECT_EQ(
       n_way.usage().completion_tokens(),
       static_cast<int>(n_way.tokens(0).size() + n_way.tokens(1).size() + n_way.tokens(2).size()));

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "server/http/request_parser.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -52,7 +53,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int32_t id : g.prompt_token_ids) ABCD_FUZZ_CHECK(id >= 0);
   ABCD_FUZZ_CHECK(g.n >= 1 && g.n <= limits.max_choices);
   ABCD_FUZZ_CHECK(request->session_id.empty() || g.n == 1);
-  ABCD_FUZZ_CHECK(g.max_tokens >= 1 && g.max_tokens <= limits.max_tokens_limit);
+  // max_tokens 0 only scores the prompt: echo with logprobs, one choice, no session.
+  ABCD_FUZZ_CHECK(g.max_tokens >= (g.prompt_logprobs ? 0 : 1) &&
+                  g.max_tokens <= limits.max_tokens_limit);
+  ABCD_FUZZ_CHECK(g.logprobs >= -1 && g.logprobs <= abcd::kMaxTopLogprobs);
+  ABCD_FUZZ_CHECK(g.prompt_logprobs == (request->echo && g.logprobs >= 0));
+  ABCD_FUZZ_CHECK(!request->echo || (g.n == 1 && request->session_id.empty()));
+  ABCD_FUZZ_CHECK(!request->include_usage || request->stream);
   ABCD_FUZZ_CHECK(g.stop.size() <= static_cast<size_t>(limits.max_stop_strings));
   for (const std::string& stop : g.stop) ABCD_FUZZ_CHECK(!stop.empty());
   // What the executor checks again at Enqueue: the door must not let through what it refuses.

@@ -97,6 +97,10 @@ def http_seeds():
         'greedy_stop_string': {'prompt': 'x', 'temperature': 0, 'stop': '.', 'max_tokens': 1},
         'bad_types': {'prompt': 5, 'max_tokens': -1, 'temperature': 'hot', 'top_p': 1.5e300},
         'nulls': {'prompt': 'p', 'model': None, 'stop': None, 'seed': 18446744073709551615},
+        'echo_logprobs': {'prompt': [464, 1468, 2156], 'echo': True, 'logprobs': 5,
+                          'max_tokens': 0},
+        'stream_usage': {'prompt': 'x', 'stream': True, 'logprobs': 20,
+                         'stream_options': {'include_usage': True}},
     }
     for name, body in completions.items():
         write('http_completion_fuzzer', name, json.dumps(body))

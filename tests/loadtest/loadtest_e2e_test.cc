@@ -9,6 +9,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "loadtest/lib/prometheus_text.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/server_process.h"
 
@@ -178,6 +180,37 @@ TEST_F(LoadtestE2E, HttpCompletionsOpenLoop) {
   for (const json& n : r["output_lens"]) {  // ignore_eos: exactly max_tokens
     EXPECT_GE(n.get<int>(), 8);
     EXPECT_LE(n.get<int>(), 16);
+  }
+}
+
+// --conversations on sessions over both protocols: every later turn continues the session the
+// server named (a session hit each) and sends only its new prompt.
+TEST_F(LoadtestE2E, ConversationsOnSessionsOverGrpcAndHttp) {
+  httplib::Client http("127.0.0.1", server_->http_port());
+  const auto session_hits = [&http] {
+    httplib::Result metrics = http.Get("/metrics");
+    if (!metrics || metrics->status != 200) return -1.0;
+    return loadtest::MetricSnapshot(loadtest::ParsePrometheusText(metrics->body))
+        .Sum("abcd_session_hits_total");
+  };
+  for (const std::string endpoint : {"grpc-generate", "http-completions"}) {
+    const double hits_before = session_hits();
+    ASSERT_GE(hits_before, 0);
+    const std::string out = Output(endpoint + "-conversations.json");
+    const Command c = RunLoadtest(Target() + " --endpoint " + endpoint +
+                                  " --concurrency 2 --conversations 2 --turns 2 --warmup 0" +
+                                  " --prompt_tokens 12 --output_tokens 4 --result_json " + out);
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    const json r = ReadJson(out);
+    EXPECT_EQ(r["failed"], 0) << endpoint << " " << r["errors_by_status"].dump();
+    EXPECT_EQ(r["completed"], 4) << endpoint;
+    const json& turns = r["conversations"]["turns"];
+    ASSERT_EQ(turns.size(), 2u) << endpoint << " " << r["conversations"].dump();
+    EXPECT_EQ(turns[1]["requests"], 2) << endpoint;
+    // Turn 2's prompt is its new prompt only (resending would add turn 1's 12 + 4 tokens).
+    EXPECT_LE(turns[1]["prompt_tokens_mean"].get<double>(), 13) << endpoint;
+    EXPECT_GT(turns[1]["prompt_tokens_mean"].get<double>(), 0) << endpoint;
+    EXPECT_EQ(session_hits() - hits_before, 2) << endpoint;  // one per conversation's turn 2
   }
 }
 

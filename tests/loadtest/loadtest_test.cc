@@ -152,6 +152,21 @@ TEST(SseParser, ReadsCompletionChunks) {
   EXPECT_TRUE(ParseCompletionChunk("[DONE]").done);
   EXPECT_TRUE(ParseCompletionChunk("not json").malformed);
   EXPECT_TRUE(ParseCompletionChunk(R"({"choices":[]})").malformed);
+  // OpenAI's stream_options.include_usage: "usage": null on every chunk, then a usage-only
+  // chunk with "choices": [].
+  c = ParseCompletionChunk(
+      R"({"choices":[{"index":0,"text":"Hi","finish_reason":null}],"usage":null})");
+  EXPECT_FALSE(c.malformed);
+  EXPECT_FALSE(c.has_usage);
+  EXPECT_EQ(c.text, "Hi");
+  c = ParseCompletionChunk(
+      R"({"id":"x","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})");
+  EXPECT_FALSE(c.malformed);
+  EXPECT_TRUE(c.has_usage);
+  EXPECT_EQ(c.prompt_tokens, 3);
+  EXPECT_EQ(c.completion_tokens, 4);
+  EXPECT_EQ(c.text, "");
+  EXPECT_TRUE(ParseCompletionChunk(R"({"choices":[],"usage":null})").malformed);
 }
 
 TEST(PrometheusText, ParsesSamplesAndSumsByLabel) {

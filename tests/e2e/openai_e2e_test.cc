@@ -1,0 +1,221 @@
+// OpenAI Completions extras on the real abcd-server with the bundled abc-lm: logprobs (greedy:
+// the chosen token is the top-1), echo + logprobs + max_tokens 0 (the lm-eval-harness
+// loglikelihood request) reproducing the generated tokens' scores, and the SSE shapes with and
+// without stream_options.include_usage. The JSON shapes are those of OpenAI's legacy
+// Completions API (no OpenAI client is installed here; they are checked field by field).
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "abcd/v1/generator.grpc.pb.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "tests/e2e/server_process.h"
+
+namespace abcd {
+namespace {
+
+using nlohmann::json;
+
+const std::string kModelDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm";
+
+class OpenAiE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new testing::ServerProcess(ABCD_SERVER, {"--models", kModelDir});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(server_->started()) << server_->Log();
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
+    http_->set_read_timeout(30, 0);
+    stub_ = abcd::v1::Generator::NewStub(
+        grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials()));
+    auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    auto ids = (*tokenizer)->Encode("Once upon a time there was a little");
+    ASSERT_TRUE(ids.ok());
+    prompt_ = *ids;
+  }
+
+  json Complete(const json& body, int* status = nullptr) {
+    auto response = http_->Post("/v1/completions", body.dump(), "application/json");
+    if (!response) return json();
+    if (status != nullptr) *status = response->status;
+    EXPECT_EQ(response->status, 200) << response->body;
+    return json::parse(response->body, nullptr, false);
+  }
+  // The data payloads of an SSE body; "[DONE]" must be the last.
+  std::vector<json> Stream(const json& body) {
+    auto response = http_->Post("/v1/completions", body.dump(), "application/json");
+    std::vector<json> chunks;
+    if (!response) {
+      ADD_FAILURE() << "no response";
+      return chunks;
+    }
+    EXPECT_EQ(response->status, 200) << response->body;
+    bool done = false;
+    for (absl::string_view event : absl::StrSplit(response->body, "\n\n", absl::SkipEmpty())) {
+      EXPECT_TRUE(absl::StartsWith(event, "data: ")) << event;
+      EXPECT_FALSE(done) << "data after [DONE]";
+      if (event == "data: [DONE]") {
+        done = true;
+        continue;
+      }
+      chunks.push_back(json::parse(event.substr(6), nullptr, false));
+    }
+    EXPECT_TRUE(done) << response->body;
+    return chunks;
+  }
+
+  // Greedy generation over gRPC (it returns the token ids).
+  std::vector<int32_t> GenerateIds(int max_tokens) {
+    abcd::v1::GenerateRequest request;
+    for (int32_t id : prompt_) request.add_prompt_token_ids(id);
+    request.set_max_tokens(max_tokens);
+    request.mutable_sampling()->set_temperature(0);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = stub_->Generate(&context, request);
+    abcd::v1::GenerateResponse response;
+    std::vector<int32_t> ids;
+    while (reader->Read(&response)) {
+      ids.insert(ids.end(), response.token_ids().begin(), response.token_ids().end());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return ids;
+  }
+
+  static testing::ServerProcess* server_;
+  std::unique_ptr<httplib::Client> http_;
+  std::unique_ptr<abcd::v1::Generator::Stub> stub_;
+  std::vector<int32_t> prompt_;
+};
+
+testing::ServerProcess* OpenAiE2eTest::server_ = nullptr;
+
+TEST_F(OpenAiE2eTest, GreedyLogprobsPickTopOneAndEchoReproducesThem) {
+  constexpr int kMaxTokens = 8;
+  const json greedy = Complete(
+      {{"prompt", prompt_}, {"max_tokens", kMaxTokens}, {"temperature", 0}, {"logprobs", 3}});
+  const json& choice = greedy["choices"][0];
+  const json& logprobs = choice["logprobs"];
+  ASSERT_TRUE(logprobs.is_object()) << greedy.dump();
+  const size_t n = logprobs["tokens"].size();
+  ASSERT_GT(n, 0u);
+  ASSERT_EQ(logprobs["token_logprobs"].size(), n);
+  ASSERT_EQ(logprobs["top_logprobs"].size(), n);
+  ASSERT_EQ(logprobs["text_offset"].size(), n);
+  EXPECT_EQ(greedy["usage"]["completion_tokens"], n);
+  std::string joined;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string token = logprobs["tokens"][i];
+    const double lp = logprobs["token_logprobs"][i];
+    const json& top = logprobs["top_logprobs"][i];
+    ASSERT_GE(top.size(), 1u);
+    EXPECT_LE(top.size(), 3u);
+    double best = -INFINITY;
+    std::string best_text;
+    for (auto it = top.begin(); it != top.end(); ++it) {
+      EXPECT_LE(it.value().get<double>(), 0.0);
+      if (it.value().get<double>() > best) {
+        best = it.value();
+        best_text = it.key();
+      }
+    }
+    EXPECT_EQ(best_text, token) << "token " << i;  // greedy: the chosen token is the top-1
+    EXPECT_NEAR(best, lp, 1e-6) << "token " << i;
+    EXPECT_EQ(logprobs["text_offset"][i], joined.size());
+    joined += token;
+  }
+  EXPECT_EQ(joined, choice["text"]);
+
+  // The same continuation's ids (gRPC returns them), scored as a prompt: echo + logprobs +
+  // max_tokens 0 gives each generated token the score it had when generated.
+  const std::vector<int32_t> generated = GenerateIds(kMaxTokens);
+  ASSERT_EQ(generated.size(), n);
+  std::vector<int32_t> all = prompt_;
+  all.insert(all.end(), generated.begin(), generated.end());
+  const json scored =
+      Complete({{"prompt", all}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 0}});
+  const json& echoed = scored["choices"][0];
+  ASSERT_EQ(echoed["logprobs"]["token_logprobs"].size(), all.size()) << scored.dump();
+  EXPECT_EQ(scored["usage"]["completion_tokens"], 0);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(echoed["logprobs"]["token_logprobs"][prompt_.size() + i].get<double>(),
+                logprobs["token_logprobs"][i].get<double>(), 1e-4)
+        << "generated token " << i;
+  }
+  // The echoed text is the prompt's and the continuation's text.
+  EXPECT_TRUE(absl::EndsWith(echoed["text"].get<std::string>(), choice["text"].get<std::string>()))
+      << echoed["text"] << " vs " << choice["text"];
+  EXPECT_EQ(echoed["finish_reason"], "length");
+}
+
+TEST_F(OpenAiE2eTest, StreamShapesWithAndWithoutIncludeUsage) {
+  const json base = {{"prompt", prompt_},
+                     {"max_tokens", 5},
+                     {"temperature", 0},
+                     {"stream", true},
+                     {"ignore_eos", true}};
+  // Default: no usage anywhere; the last chunk has the finish_reason and abcd.finish_reason.
+  std::vector<json> chunks = Stream(base);
+  ASSERT_FALSE(chunks.empty());
+  for (const json& chunk : chunks) {
+    EXPECT_EQ(chunk["object"], "text_completion");
+    EXPECT_FALSE(chunk.contains("usage")) << chunk.dump();
+    ASSERT_EQ(chunk["choices"].size(), 1u) << chunk.dump();
+  }
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(chunks.back()["choices"][0]["abcd"]["finish_reason"], "length");
+
+  // include_usage: "usage": null on every chunk, then {"choices": [], "usage": {...}}.
+  json with_usage = base;
+  with_usage["stream_options"] = {{"include_usage", true}};
+  with_usage["logprobs"] = 2;
+  with_usage["echo"] = true;
+  chunks = Stream(with_usage);
+  ASSERT_GE(chunks.size(), 2u);
+  size_t tokens = 0;
+  for (size_t i = 0; i + 1 < chunks.size(); ++i) {
+    ASSERT_TRUE(chunks[i].contains("usage")) << chunks[i].dump();
+    EXPECT_TRUE(chunks[i]["usage"].is_null());
+    ASSERT_EQ(chunks[i]["choices"].size(), 1u);
+    tokens += chunks[i]["choices"][0]["logprobs"]["tokens"].size();
+  }
+  EXPECT_EQ(tokens, prompt_.size() + 5);  // echo: the prompt's tokens, then the 5 generated
+  EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "length");
+  const json& last = chunks.back();
+  EXPECT_TRUE(last["choices"].is_array() && last["choices"].empty()) << last.dump();
+  EXPECT_EQ(last["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(last["usage"]["total_tokens"], last["usage"]["prompt_tokens"].get<int>() + 5);
+  EXPECT_EQ(last["id"], chunks.front()["id"]);
+}
+
+TEST_F(OpenAiE2eTest, EchoRefusals) {
+  int status = 0;
+  auto refused = [&](const json& body) {
+    auto response = http_->Post("/v1/completions", body.dump(), "application/json");
+    if (!response) return std::string("no response");
+    status = response->status;
+    return json::parse(response->body, nullptr, false)["error"]["message"].get<std::string>();
+  };
+  EXPECT_TRUE(absl::StartsWith(refused({{"prompt", "x"}, {"echo", true}, {"n", 2}}), "echo"));
+  EXPECT_EQ(status, 400);
+  EXPECT_TRUE(absl::StartsWith(refused({{"prompt", "x"}, {"logprobs", 21}}), "logprobs"));
+  EXPECT_EQ(status, 400);
+}
+
+}  // namespace
+}  // namespace abcd

@@ -1,0 +1,387 @@
+// OpenAI Completions extras on POST /v1/completions: logprobs, echo (with prompt scores and
+// max_tokens 0), stream_options.include_usage and abcd's own fields under "abcd". The real
+// HttpService over a scripted executor that replays given events; token texts come from the
+// bundled lm tokenizer.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "engine/backend/cpu_backend.h"
+#include "engine/model/model.h"
+#include "engine/scheduler/executor.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "server/core/served_models.h"
+#include "server/http/completion_format.h"
+#include "server/http/http_service.h"
+
+namespace abcd {
+namespace {
+
+using nlohmann::json;
+
+// Replays `events` (the last one gets finished = true) for each accepted request on its own
+// thread, and records the requests.
+class ScriptedExecutor final : public Executor {
+ public:
+  explicit ScriptedExecutor(const Model& model) : backend_(model, 1 << 20) {}
+  ~ScriptedExecutor() override { Shutdown(); }
+
+  void set_events(std::vector<GenerationEvent> events) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_ = std::move(events);
+  }
+  std::vector<GenerationRequest> requests() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+  absl::StatusOr<RequestId> Enqueue(GenerationRequest request, EventCallback callback) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    requests_.push_back(std::move(request));
+    threads_.emplace_back([events = events_, callback = std::move(callback)]() mutable {
+      for (size_t i = 0; i < events.size(); ++i) {
+        events[i].finished = i + 1 == events.size();
+        callback(std::move(events[i]));
+      }
+    });
+    return static_cast<RequestId>(requests_.size());
+  }
+  void Cancel(RequestId) override {}
+  void StartDraining() override {}
+  void Shutdown() override {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  ExecutorStats LatestStats() const override { return {}; }
+  const DecodeBackend& backend() const override { return backend_; }
+
+ private:
+  CpuBackend backend_;
+  mutable std::mutex mu_;
+  std::vector<GenerationEvent> events_;
+  std::vector<GenerationRequest> requests_;
+  std::vector<std::thread> threads_;
+};
+
+TokenLogprobs Scored(int32_t token, float logprob, std::vector<std::pair<int32_t, float>> top) {
+  TokenLogprobs scored;
+  scored.token = token;
+  scored.logprob = logprob;
+  scored.top = std::move(top);
+  return scored;
+}
+
+std::vector<json> SseChunks(const std::string& body, bool* done) {
+  std::vector<json> chunks;
+  *done = false;
+  for (absl::string_view event : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::StartsWith(event, "data: ")) << event;
+    const absl::string_view data = event.substr(6);
+    if (data == "[DONE]") {
+      *done = true;
+      continue;
+    }
+    EXPECT_FALSE(*done) << "a chunk after [DONE]";
+    chunks.push_back(json::parse(data.begin(), data.end(), nullptr, false));
+    EXPECT_FALSE(chunks.back().is_discarded()) << data;
+  }
+  return chunks;
+}
+
+class HttpOpenAiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto model = Model::Load(std::string(ABCD_FIXTURE_DIR) + "/golden/dec_abc");
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(model_, nullptr);
+    auto tokenizer = Tokenizer::Load(std::string(ABCD_SOURCE_DIR) + "/models/tokenizers/lm.model");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    models_ = std::make_unique<ServedModels>();
+    auto lm = std::make_unique<ServedModel>();
+    lm->name = "abc-lm-test";
+    lm->kind = ModelKind::kLanguageModel;
+    lm->tokenizer = *std::move(tokenizer);
+    tokenizer_ = lm->tokenizer.get();
+    lm->executor = std::make_unique<ScriptedExecutor>(*model_);
+    lm_ = static_cast<ScriptedExecutor*>(lm->executor.get());
+    models_->Add(std::move(lm));
+    models_->set_ready(true);
+    service_ =
+        std::make_unique<http::HttpService>(*models_, http::HttpHooks{}, http::HttpOptions{});
+    ASSERT_TRUE(service_->Start("127.0.0.1", 0).ok());
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", service_->port());
+    client_->set_read_timeout(5, 0);
+
+    // The script generates these ids (the first with two alternatives) and ends with EOS.
+    ids_ = *tokenizer_->Encode(" big red dog");
+    ASSERT_GE(ids_.size(), 2u);
+    GenerationEvent first;
+    first.token_ids = {ids_[0]};
+    first.text = *tokenizer_->Decode(std::vector<int32_t>{ids_[0]});
+    first.logprobs = {Scored(ids_[0], -0.5f, {{ids_[0], -0.5f}, {ids_[1], -1.5f}})};
+    GenerationEvent rest;
+    for (size_t i = 1; i < ids_.size(); ++i) {
+      rest.token_ids.push_back(ids_[i]);
+      rest.logprobs.push_back(Scored(ids_[i], -0.25f * static_cast<float>(i), {{ids_[i], -0.1f}}));
+    }
+    rest.text = Text(ids_).substr(first.text.size());
+    GenerationEvent last;
+    last.finish_reason = FinishReason::kEos;
+    last.prompt_tokens = 3;
+    last.completion_tokens = static_cast<int>(ids_.size());
+    generated_ = {first, rest, last};
+  }
+
+  void TearDown() override {
+    client_.reset();
+    service_.reset();
+    models_.reset();
+  }
+
+  std::string Text(const std::vector<int32_t>& ids) const { return *tokenizer_->Decode(ids); }
+
+  httplib::Result Post(const json& body) {
+    return client_->Post("/v1/completions", body.dump(), "application/json");
+  }
+  json PostJson(const json& body) {
+    httplib::Result result = Post(body);
+    EXPECT_TRUE(result);
+    if (!result) return json();
+    EXPECT_EQ(result->status, 200) << result->body;
+    return json::parse(result->body, nullptr, false);
+  }
+  // A 400 whose message starts with `field`.
+  void ExpectRefused(const json& body, const std::string& field) {
+    httplib::Result result = Post(body);
+    ASSERT_TRUE(result);
+    EXPECT_EQ(result->status, 400) << body.dump() << " -> " << result->body;
+    const json error = json::parse(result->body, nullptr, false);
+    const std::string message = error["error"]["message"];
+    EXPECT_TRUE(absl::StartsWith(message, field)) << body.dump() << " -> " << message;
+    // OpenAI's error.param: the field's top-level name.
+    EXPECT_EQ(error["error"]["param"], field.substr(0, field.find('.'))) << result->body;
+  }
+
+  static Model* model_;
+  std::unique_ptr<ServedModels> models_;
+  const Tokenizer* tokenizer_ = nullptr;
+  ScriptedExecutor* lm_ = nullptr;
+  std::unique_ptr<http::HttpService> service_;
+  std::unique_ptr<httplib::Client> client_;
+  std::vector<int32_t> ids_;
+  std::vector<GenerationEvent> generated_;
+};
+
+Model* HttpOpenAiTest::model_ = nullptr;
+
+TEST_F(HttpOpenAiTest, LogprobsNonStreaming) {
+  lm_->set_events(generated_);
+  const json response = PostJson({{"prompt", "x"}, {"logprobs", 2}});
+  ASSERT_EQ(lm_->requests().size(), 1u);
+  EXPECT_EQ(lm_->requests()[0].logprobs, 2);
+  EXPECT_FALSE(lm_->requests()[0].prompt_logprobs);
+  const json& choice = response["choices"][0];
+  EXPECT_EQ(choice["text"], Text(ids_));
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  EXPECT_EQ(choice["abcd"]["finish_reason"], "eos");
+  const json& logprobs = choice["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), ids_.size()) << logprobs.dump();
+  ASSERT_EQ(logprobs["token_logprobs"].size(), ids_.size());
+  ASSERT_EQ(logprobs["top_logprobs"].size(), ids_.size());
+  ASSERT_EQ(logprobs["text_offset"].size(), ids_.size());
+  std::string joined;
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    EXPECT_EQ(logprobs["text_offset"][i], joined.size());
+    joined += logprobs["tokens"][i].get<std::string>();
+  }
+  EXPECT_EQ(joined, choice["text"]);  // the tokens' texts make up the text
+  EXPECT_NEAR(logprobs["token_logprobs"][0].get<double>(), -0.5, 1e-6);
+  const std::string token0 = logprobs["tokens"][0];
+  EXPECT_NEAR(logprobs["top_logprobs"][0][token0].get<double>(), -0.5, 1e-6);
+  EXPECT_EQ(logprobs["top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(logprobs["top_logprobs"][1].size(), 1u);
+  EXPECT_EQ(response["usage"]["completion_tokens"], ids_.size());
+}
+
+TEST_F(HttpOpenAiTest, NoLogprobsIsNull) {
+  lm_->set_events(generated_);
+  const json response = PostJson({{"prompt", "x"}, {"logprobs", nullptr}});
+  EXPECT_TRUE(response["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(lm_->requests()[0].logprobs, -1);
+}
+
+TEST_F(HttpOpenAiTest, EchoWithLogprobsAndMaxTokensZeroScoresThePrompt) {
+  GenerationEvent only;
+  only.prompt_token_ids = ids_;
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    only.prompt_logprobs.push_back(Scored(ids_[i], -1.0f - static_cast<float>(i), {}));
+  }
+  only.prompt_tokens = static_cast<int>(ids_.size()) + 1;
+  lm_->set_events({only});
+  const std::string prompt = Text(ids_);
+  const json response =
+      PostJson({{"prompt", prompt}, {"echo", true}, {"logprobs", 0}, {"max_tokens", 0}});
+  ASSERT_EQ(lm_->requests().size(), 1u);
+  EXPECT_TRUE(lm_->requests()[0].prompt_logprobs);
+  EXPECT_EQ(lm_->requests()[0].max_tokens, 0);
+  const json& choice = response["choices"][0];
+  EXPECT_EQ(choice["text"], prompt);
+  const json& logprobs = choice["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), ids_.size());
+  std::string joined;
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    EXPECT_EQ(logprobs["text_offset"][i], joined.size());
+    joined += logprobs["tokens"][i].get<std::string>();
+    EXPECT_NEAR(logprobs["token_logprobs"][i].get<double>(), -1.0 - static_cast<double>(i), 1e-6);
+    EXPECT_TRUE(logprobs["top_logprobs"][i].empty());  // logprobs 0: no alternatives
+  }
+  EXPECT_EQ(joined, prompt);
+}
+
+TEST_F(HttpOpenAiTest, EchoOfTokenIdsPrependsTheirText) {
+  lm_->set_events(generated_);
+  const std::vector<int32_t> prompt = {ids_[1], ids_[0]};
+  const json response = PostJson({{"prompt", prompt}, {"echo", true}});
+  EXPECT_FALSE(lm_->requests()[0].prompt_logprobs);  // echo alone scores nothing
+  EXPECT_EQ(response["choices"][0]["text"], Text(prompt) + Text(ids_));
+  EXPECT_TRUE(response["choices"][0]["logprobs"].is_null());
+}
+
+TEST_F(HttpOpenAiTest, StreamingEchoLogprobsAndIncludeUsage) {
+  std::vector<GenerationEvent> events = generated_;
+  events[0].prompt_token_ids = {ids_[0]};
+  events[0].prompt_logprobs = {Scored(ids_[0], -3.0f, {{ids_[1], -0.5f}})};
+  lm_->set_events(events);
+  const std::string prompt = Text({ids_[0]});
+  httplib::Result result = Post({{"prompt", prompt},
+                                 {"echo", true},
+                                 {"logprobs", 1},
+                                 {"stream", true},
+                                 {"stream_options", {{"include_usage", true}}}});
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  bool done = false;
+  const std::vector<json> chunks = SseChunks(result->body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(chunks.size(), 3u) << result->body;
+  // The prompt comes first, with its scores before the generated tokens'.
+  const std::string first_text = chunks[0]["choices"][0]["text"];
+  EXPECT_TRUE(absl::StartsWith(first_text, prompt)) << first_text;
+  EXPECT_NEAR(chunks[0]["choices"][0]["logprobs"]["token_logprobs"][0].get<double>(), -3.0, 1e-6);
+  std::string text;
+  size_t tokens = 0;
+  for (size_t i = 0; i + 1 < chunks.size(); ++i) {
+    const json& chunk = chunks[i];
+    ASSERT_TRUE(chunk.contains("usage")) << chunk.dump();
+    EXPECT_TRUE(chunk["usage"].is_null()) << chunk.dump();  // OpenAI: null until the last
+    ASSERT_EQ(chunk["choices"].size(), 1u);
+    const json& choice = chunk["choices"][0];
+    text += choice["text"].get<std::string>();
+    const json& logprobs = choice["logprobs"];
+    ASSERT_TRUE(logprobs.is_object()) << chunk.dump();
+    tokens += logprobs["tokens"].size();
+    EXPECT_EQ(logprobs["tokens"].size(), logprobs["token_logprobs"].size());
+    EXPECT_EQ(logprobs["tokens"].size(), logprobs["text_offset"].size());
+    const bool last_choice_chunk = i + 2 == chunks.size();
+    if (last_choice_chunk) {
+      EXPECT_EQ(choice["finish_reason"], "stop");
+      EXPECT_EQ(choice["abcd"]["finish_reason"], "eos");
+    } else {
+      EXPECT_TRUE(choice["finish_reason"].is_null());
+    }
+  }
+  EXPECT_EQ(text, prompt + Text(ids_));
+  EXPECT_EQ(tokens, 1 + ids_.size());
+  const json& usage_chunk = chunks.back();
+  EXPECT_TRUE(usage_chunk["choices"].is_array() && usage_chunk["choices"].empty());
+  EXPECT_EQ(usage_chunk["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(usage_chunk["usage"]["completion_tokens"], ids_.size());
+  EXPECT_EQ(usage_chunk["usage"]["total_tokens"], 3 + ids_.size());
+  EXPECT_EQ(usage_chunk["id"], chunks[0]["id"]);
+  EXPECT_EQ(usage_chunk["object"], "text_completion");
+}
+
+TEST_F(HttpOpenAiTest, StreamingWithoutIncludeUsageHasNoUsage) {
+  lm_->set_events(generated_);
+  httplib::Result result =
+      Post({{"prompt", "x"}, {"stream", true}, {"stream_options", {{"include_usage", false}}}});
+  ASSERT_TRUE(result);
+  bool done = false;
+  const std::vector<json> chunks = SseChunks(result->body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_FALSE(chunks.empty());
+  for (const json& chunk : chunks) {
+    EXPECT_FALSE(chunk.contains("usage")) << chunk.dump();
+    EXPECT_EQ(chunk["choices"].size(), 1u);
+    EXPECT_TRUE(chunk["choices"][0]["logprobs"].is_null());
+  }
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(chunks.back()["choices"][0]["abcd"]["finish_reason"], "eos");
+  EXPECT_FALSE(chunks.back()["choices"][0].contains("abcd_finish_reason"));
+}
+
+TEST_F(HttpOpenAiTest, BadFieldsAreRefusedNamingThem) {
+  ExpectRefused({{"prompt", "x"}, {"logprobs", 21}}, "logprobs");
+  ExpectRefused({{"prompt", "x"}, {"logprobs", -1}}, "logprobs");
+  ExpectRefused({{"prompt", "x"}, {"logprobs", "3"}}, "logprobs");
+  ExpectRefused({{"prompt", "x"}, {"logprobs", true}}, "logprobs");
+  ExpectRefused({{"prompt", "x"}, {"echo", "yes"}}, "echo");
+  ExpectRefused({{"prompt", "x"}, {"echo", true}, {"n", 2}}, "echo");
+  ExpectRefused({{"prompt", "x"}, {"echo", true}, {"session_id", "new"}}, "echo");
+  ExpectRefused({{"prompt", "x"}, {"max_tokens", 0}}, "max_tokens");
+  ExpectRefused({{"prompt", "x"}, {"echo", true}, {"max_tokens", 0}}, "max_tokens");
+  ExpectRefused({{"prompt", "x"}, {"logprobs", 1}, {"max_tokens", 0}}, "max_tokens");
+  ExpectRefused({{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, "stream_options");
+  ExpectRefused({{"prompt", "x"}, {"stream", true}, {"stream_options", true}}, "stream_options");
+  ExpectRefused({{"prompt", "x"}, {"stream", true}, {"stream_options", {{"include_usage", 1}}}},
+                "stream_options.include_usage");
+  EXPECT_TRUE(lm_->requests().empty());
+}
+
+// Two top ids with one text keep the higher log-probability; a token's text is what it adds
+// after the token before it.
+TEST_F(HttpOpenAiTest, ChoiceLogprobsShapes) {
+  http::TokenTexts texts(tokenizer_);
+  http::ChoiceLogprobs logprobs(&texts);
+  std::vector<TokenLogprobs> scored;
+  for (int32_t id : ids_) scored.push_back(Scored(id, -1.0f, {{id, -2.0f}, {id, -0.5f}}));
+  logprobs.Add(scored);
+  const json object = logprobs.Take();
+  EXPECT_TRUE(logprobs.empty());
+  std::string joined;
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    const std::string token = object["tokens"][i];
+    joined += token;
+    ASSERT_EQ(object["top_logprobs"][i].size(), 1u);
+    EXPECT_NEAR(object["top_logprobs"][i][token].get<double>(), -0.5, 1e-6);
+  }
+  EXPECT_EQ(joined, Text(ids_));
+  // Offsets go on across Takes.
+  logprobs.Add(scored);
+  EXPECT_EQ(logprobs.Take()["text_offset"][0], joined.size());
+  EXPECT_EQ(http::TokenTexts(nullptr).Text(7, -1), "<7>");
+}
+
+}  // namespace
+}  // namespace abcd
