@@ -74,6 +74,18 @@ FIXTURES = {
             ),
         ],
     ),
+    # Issue 15, part 2: causal Linformer (position), compressive mean pooling (block; 44 tokens
+    # evict blocks in both rings) and online k-means (cluster; self, encoder and cross).
+    "dec_abc_position": decoder(*[{"type": "abc", "slots": 4, "control": "position", "max_positions": 64}] * 2),
+    "dec_abc_block": decoder(
+        {"type": "abc", "slots": 3, "control": "block", "block": 4},
+        {"type": "abc", "slots": 2, "control": "block", "block": 3},
+    ),
+    "dec_abc_cluster": decoder(*[{"type": "abc", "slots": 4, "control": "cluster"}] * 2),
+    "encdec_abc_cluster": encoder_decoder(
+        [{"type": "abc", "slots": 4, "control": "cluster"}, SOFTMAX],
+        [({"type": "abc", "slots": 4, "control": "cluster"}, {"type": "abc", "slots": 3, "control": "cluster"})] * 2,
+    ),
 }
 
 

@@ -66,6 +66,14 @@ LM_ATTENTION = {
     "abc-sigmoid": {"type": "abc", "slots": 32, "control": "sigmoid"},
     "abc-relu": {"type": "abc", "slots": 32, "control": "relu"},
     "abc-random": {"type": "abc", "slots": 32, "control": "random", "seed": 1234},
+    # Issue 15 part 2 (presets lm-abc-position, lm-abc-block, lm-abc-cluster), n = 32: position is
+    # the causal Linformer with N = the training window (seq_len 128; the served model refuses
+    # longer sequences); block pools blocks of 4 tokens (32 x 4 = one window); cluster runs online
+    # k-means on each sequence's keys. None has a control projection; the linformer table is an
+    # nn.Linear, so it starts N(0, 0.02) like the other projections.
+    "abc-position": {"type": "abc", "slots": 32, "control": "position", "max_positions": 128},
+    "abc-block": {"type": "abc", "slots": 32, "control": "block", "block": 4},
+    "abc-cluster": {"type": "abc", "slots": 32, "control": "cluster"},
 }
 
 

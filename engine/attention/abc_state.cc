@@ -65,7 +65,7 @@ uint64_t SplitMix64(uint64_t x) {
 int64_t AbcState::FixedFloats() const { return n_heads_ * HeadFloats(); }
 
 int64_t AbcState::ExtraColumns() const {
-  return control_ == AbcControl::kRandom ? 0 : static_cast<int64_t>(n_heads_) * slots_;
+  return AbcControlIsLearned(control_) ? static_cast<int64_t>(n_heads_) * slots_ : 0;
 }
 
 void AbcState::Init(float* fixed) const {
@@ -75,6 +75,26 @@ void AbcState::Init(float* fixed) const {
     std::fill(head, head + means, 0.0f);
     if (reduce_ == AbcReduce::kMean) std::fill(head + means, head + means + slots_, kNegInf);
   }
+}
+
+int AbcState::ClusterSlot(const float* k, const float* keys, const float* log_norm, int slots,
+                          int head_dim) {
+  int best = 0;
+  float best_distance = std::numeric_limits<float>::infinity();
+  for (int j = 0; j < slots; ++j) {
+    if (log_norm[j] == kNegInf) return j;  // an empty slot first
+    const float* centroid = keys + static_cast<int64_t>(j) * head_dim;
+    float distance = 0.0f;
+    for (int c = 0; c < head_dim; ++c) {
+      const float diff = k[c] - centroid[c];
+      distance += diff * diff;
+    }
+    if (distance < best_distance) {  // strict: ties keep the lowest j
+      best_distance = distance;
+      best = j;
+    }
+  }
+  return best;
 }
 
 int AbcState::RandomSlot(int head, int64_t position) const {
@@ -150,8 +170,39 @@ void AbcState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) 
   float* keys = head;
   float* values = head + means;
   float* log_norm = head + 2 * means;
-  if (control_ == AbcControl::kRandom) {
-    const int j = RandomSlot(h, state.position);
+  if (control_ == AbcControl::kPosition) {
+    if (state.position >= max_positions_) return;  // beyond N: refused by the executor
+    const float* column = position_table_.data() + state.position;
+    for (int j = 0; j < slots_; ++j) {
+      const float phi = column[static_cast<int64_t>(j) * max_positions_];
+      const int64_t offset = static_cast<int64_t>(j) * head_dim_;
+      for (int c = 0; c < head_dim_; ++c) {
+        keys[offset + c] += phi * k[c];
+        values[offset + c] += phi * v[c];
+      }
+    }
+    return;
+  }
+  if (control_ == AbcControl::kBlock) {
+    const int64_t b = state.position / block_;
+    const int64_t fill = state.position % block_ + 1;
+    const int64_t offset = (b % slots_) * head_dim_;
+    if (fill == 1) {  // the block's first token: overwrite (evicts block b - n)
+      std::copy(k, k + head_dim_, keys + offset);
+      std::copy(v, v + head_dim_, values + offset);
+      return;
+    }
+    const float inverse = 1.0f / static_cast<float>(fill);
+    for (int c = 0; c < head_dim_; ++c) {
+      keys[offset + c] += (k[c] - keys[offset + c]) * inverse;
+      values[offset + c] += (v[c] - values[offset + c]) * inverse;
+    }
+    return;
+  }
+  if (control_ == AbcControl::kRandom || control_ == AbcControl::kCluster) {
+    const int j = control_ == AbcControl::kRandom
+                      ? RandomSlot(h, state.position)
+                      : ClusterSlot(k, keys, log_norm, slots_, head_dim_);
     const int64_t offset = static_cast<int64_t>(j) * head_dim_;
     if (reduce_ == AbcReduce::kSum) {
       AddInto(k, head_dim_, keys + offset);
@@ -181,7 +232,12 @@ void AbcState::ReadHead(int h, const float* q, const StateRef& state, float* out
   const float* head = state.fixed + h * HeadFloats();
   const int64_t means = static_cast<int64_t>(slots_) * head_dim_;
   const float* log_norm = reduce_ == AbcReduce::kMean ? head + 2 * means : nullptr;
-  AbcReadHead(q + h * head_dim_, head, head + means, log_norm, slots_, head_dim_,
+  int live = slots_;
+  if (control_ == AbcControl::kBlock) {
+    // Slots 0..b hold blocks until the ring is full (b: the block of the last token).
+    live = static_cast<int>(std::min<int64_t>(slots_, state.position / block_ + 1));
+  }
+  AbcReadHead(q + h * head_dim_, head, head + means, log_norm, live, head_dim_,
               out + h * head_dim_);
 }
 

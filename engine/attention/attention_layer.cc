@@ -41,9 +41,9 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Load(
   ABCD_ASSIGN_OR_RETURN(layer->out_bias_, weights.Load(prefix + ".o.bias", {d}));
 
   std::vector<float> we, be;  // extra columns: abc control or rfa gate logits
-  if (spec.type == AttentionType::kAbc && spec.control != AbcControl::kRandom) {
-    // random control has no projection: a checkpoint carrying `control.*` for it is refused by
-    // the loader's unused-tensor check.
+  if (spec.type == AttentionType::kAbc && AbcControlIsLearned(spec.control)) {
+    // random, position, block and cluster have no projection: a checkpoint carrying `control.*`
+    // for them is refused by the loader's unused-tensor check.
     const std::string control = spec.shared_control ? shared_prefix : prefix + ".control";
     const int64_t n = heads * spec.slots;
     ABCD_ASSIGN_OR_RETURN(we, weights.Load(control + ".weight", {n, d}));

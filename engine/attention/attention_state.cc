@@ -20,9 +20,18 @@ absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelCo
       return std::make_unique<SoftmaxState>(heads, dh);
     case AttentionType::kWindow:
       return std::make_unique<WindowState>(heads, dh, spec.window);
-    case AttentionType::kAbc:
+    case AttentionType::kAbc: {
+      std::vector<float> table;
+      if (spec.control == AbcControl::kPosition) {
+        // One table for the stack (position is decoder self attention only); each layer keeps
+        // its own copy.
+        ABCD_ASSIGN_OR_RETURN(
+            table, weights.Load("decoder.linformer.weight", {spec.slots, spec.max_positions}));
+      }
       return std::make_unique<AbcState>(heads, dh, spec.slots, spec.control, spec.reduce, spec.seed,
-                                        spec.layer_id);
+                                        spec.layer_id, spec.block, std::move(table),
+                                        spec.max_positions);
+    }
     case AttentionType::kRfa: {
       const int64_t features = spec.features;
       ABCD_ASSIGN_OR_RETURN(std::vector<float> projection,

@@ -1,5 +1,6 @@
 #include "engine/model/model_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -85,8 +86,9 @@ class Fields {
 
 enum class Role { kDecoderSelf, kEncoderSelf, kCross };
 
-// abc "control" (default exp) and, for random, "seed" (required) and "reduce" (mean | sum).
-absl::Status ParseAbcControl(const Fields& f, AttentionSpec& spec) {
+// abc "control" (default exp) and, for random, "seed" (required) and "reduce" (mean | sum); for
+// position "max_positions", for block "block" (both required, decoder self attention only).
+absl::Status ParseAbcControl(const Fields& f, Role role, AttentionSpec& spec) {
   ABCD_ASSIGN_OR_RETURN(const std::string control, f.String("control", "exp"));
   if (control == "exp") {
     spec.control = AbcControl::kExp;
@@ -96,17 +98,48 @@ absl::Status ParseAbcControl(const Fields& f, AttentionSpec& spec) {
     spec.control = AbcControl::kRelu;
   } else if (control == "random") {
     spec.control = AbcControl::kRandom;
+  } else if (control == "position") {
+    spec.control = AbcControl::kPosition;
+  } else if (control == "block") {
+    spec.control = AbcControl::kBlock;
+  } else if (control == "cluster") {
+    spec.control = AbcControl::kCluster;
   } else {
-    return FieldError(f.Path("control"),
-                      absl::StrCat("unknown abc control \"", control,
-                                   "\" (expected exp, sigmoid, relu or random)"));
+    return FieldError(
+        f.Path("control"),
+        absl::StrCat("unknown abc control \"", control,
+                     "\" (expected exp, sigmoid, relu, random, position, block or cluster)"));
   }
-  if (spec.control != AbcControl::kRandom) {
-    for (const char* key : {"seed", "reduce"}) {
-      if (f.Has(key)) return FieldError(f.Path(key), "is only allowed with control \"random\"");
+  for (auto [key, owner] : {std::pair<const char*, AbcControl>{"seed", AbcControl::kRandom},
+                            {"reduce", AbcControl::kRandom},
+                            {"max_positions", AbcControl::kPosition},
+                            {"block", AbcControl::kBlock}}) {
+    if (spec.control != owner && f.Has(key)) {
+      return FieldError(f.Path(key), absl::StrCat("is only allowed with control \"",
+                                                  AbcControlName(owner), "\""));
     }
+  }
+  if (spec.shared_control && !AbcControlIsLearned(spec.control)) {
+    return FieldError(f.Path("shared_control"),
+                      absl::StrCat("needs a learned control (not \"", control, "\")"));
+  }
+  if (role != Role::kDecoderSelf &&
+      (spec.control == AbcControl::kPosition || spec.control == AbcControl::kBlock)) {
+    return FieldError(f.Path("control"), absl::StrCat("\"", control,
+                                                      "\" is only supported in decoder self "
+                                                      "attention"));
+  }
+  if (spec.control == AbcControl::kPosition) {
+    ABCD_ASSIGN_OR_RETURN(spec.max_positions, f.Int("max_positions", std::nullopt, 1));
+    spec.reduce = AbcReduce::kSum;  // signed sums: no log-normaliser
     return absl::OkStatus();
   }
+  if (spec.control == AbcControl::kBlock) {
+    ABCD_ASSIGN_OR_RETURN(spec.block, f.Int("block", std::nullopt, 1));
+    spec.reduce = AbcReduce::kSum;  // liveness and fill follow from the position: no L
+    return absl::OkStatus();
+  }
+  if (spec.control != AbcControl::kRandom) return absl::OkStatus();
   ABCD_ASSIGN_OR_RETURN(spec.seed, f.NonNegativeInt64("seed"));
   ABCD_ASSIGN_OR_RETURN(const std::string reduce, f.String("reduce", "mean"));
   if (reduce == "mean") {
@@ -116,9 +149,6 @@ absl::Status ParseAbcControl(const Fields& f, AttentionSpec& spec) {
   } else {
     return FieldError(f.Path("reduce"),
                       absl::StrCat("must be \"mean\" or \"sum\", got \"", reduce, "\""));
-  }
-  if (spec.shared_control) {
-    return FieldError(f.Path("shared_control"), "needs a learned control (not \"random\")");
   }
   return absl::OkStatus();
 }
@@ -137,7 +167,7 @@ absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string
     spec.type = AttentionType::kAbc;
     ABCD_ASSIGN_OR_RETURN(spec.slots, f.Int("slots", std::nullopt, 1));
     ABCD_ASSIGN_OR_RETURN(spec.shared_control, f.Bool("shared_control", false));
-    ABCD_RETURN_IF_ERROR(ParseAbcControl(f, spec));
+    ABCD_RETURN_IF_ERROR(ParseAbcControl(f, role, spec));
   } else if (type == "rfa") {
     spec.type = AttentionType::kRfa;
     ABCD_ASSIGN_OR_RETURN(spec.features, f.Int("features", std::nullopt, 1));
@@ -165,7 +195,7 @@ absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string
                                    "\" (expected softmax, window, abc, rfa, t2r or elu)"));
   }
   if (spec.type != AttentionType::kAbc) {
-    for (const char* key : {"control", "seed", "reduce"}) {
+    for (const char* key : {"control", "seed", "reduce", "max_positions", "block"}) {
       if (f.Has(key)) return FieldError(f.Path(key), "is only allowed on abc attention");
     }
   }
@@ -226,6 +256,19 @@ absl::StatusOr<std::vector<LayerSpec>> ParseLayers(const json& root, const std::
     }
     shared_slots = a.slots;
   }
+  // position layers share one [slots, max_positions] linformer table.
+  const AttentionSpec* linformer = nullptr;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const AttentionSpec& a = layers[i].attention;
+    if (a.type != AttentionType::kAbc || a.control != AbcControl::kPosition) continue;
+    if (linformer != nullptr &&
+        (a.slots != linformer->slots || a.max_positions != linformer->max_positions)) {
+      return FieldError(absl::StrCat(key, "[", i, "].attention.max_positions"),
+                        "control \"position\" layers share one linformer table: they must all "
+                        "have the same slots and max_positions");
+    }
+    linformer = &a;
+  }
   return layers;
 }
 
@@ -259,8 +302,29 @@ absl::string_view AbcControlName(AbcControl control) {
       return "relu";
     case AbcControl::kRandom:
       return "random";
+    case AbcControl::kPosition:
+      return "position";
+    case AbcControl::kBlock:
+      return "block";
+    case AbcControl::kCluster:
+      return "cluster";
   }
   return "?";
+}
+
+bool AbcControlIsLearned(AbcControl control) {
+  return control == AbcControl::kExp || control == AbcControl::kSigmoid ||
+         control == AbcControl::kRelu;
+}
+
+int ModelConfig::max_positions() const {
+  int limit = 0;
+  for (const LayerSpec& layer : decoder_layers) {
+    const AttentionSpec& a = layer.attention;
+    if (a.type != AttentionType::kAbc || a.control != AbcControl::kPosition) continue;
+    limit = limit == 0 ? a.max_positions : std::min(limit, a.max_positions);
+  }
+  return limit;
 }
 
 int AttentionSpec::FeatureDim(int head_dim) const {
@@ -288,6 +352,10 @@ std::string DescribeAttention(const AttentionSpec& spec) {
       if (spec.control == AbcControl::kRandom) {
         control = absl::StrCat(", control=random(seed=", spec.seed, ", ",
                                spec.reduce == AbcReduce::kSum ? "sum" : "mean", ")");
+      } else if (spec.control == AbcControl::kPosition) {
+        control = absl::StrCat(", control=position(max_positions=", spec.max_positions, ")");
+      } else if (spec.control == AbcControl::kBlock) {
+        control = absl::StrCat(", control=block(block=", spec.block, ")");
       } else if (spec.control != AbcControl::kExp) {
         control = absl::StrCat(", control=", AbcControlName(spec.control));
       }

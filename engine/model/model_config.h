@@ -19,14 +19,19 @@ enum class Architecture { kDecoder, kEncoderDecoder };
 enum class Activation { kGelu, kRelu };
 // abc control (models/FORMAT.md): the per-slot log-control a' of a token. exp: a' = a;
 // sigmoid: a' = logsigmoid(a); relu: a' = log(a) if a > 0 else -inf (no write); random: one slot
-// per (layer, head, position) from a hash of `seed`, no learned projection.
-enum class AbcControl { kExp, kSigmoid, kRelu, kRandom };
-// How abc slots fold tokens: running means with a log-normaliser (mean) or plain sums (sum,
-// random control only).
+// per (layer, head, position) from a hash of `seed`, no learned projection; position (causal
+// Linformer): signed plain sums with phi = column t of the decoder's [n, N] linformer table;
+// block (compressive mean pooling): a FIFO ring of n block means of `block` tokens; cluster:
+// online k-means on the sequence's own keys (lowest empty slot, else the nearest centroid).
+enum class AbcControl { kExp, kSigmoid, kRelu, kRandom, kPosition, kBlock, kCluster };
+// How abc slots fold tokens: running means with a log-normaliser (mean) or plain sums / block
+// means without one (sum: random with reduce sum, position, block; the state has no L).
 enum class AbcReduce { kMean, kSum };
 
 absl::string_view AttentionTypeName(AttentionType type);
 absl::string_view AbcControlName(AbcControl control);
+// True for the controls with a learned projection `control.{weight,bias}` (exp, sigmoid, relu).
+bool AbcControlIsLearned(AbcControl control);
 
 // Layer ids of the abc random control's slot hash: decoder self attention of decoder layer i
 // uses i, encoder self attention of encoder layer i uses kAbcEncoderLayerId + i, cross attention
@@ -42,6 +47,8 @@ struct AttentionSpec {
   AbcControl control = AbcControl::kExp;  // abc
   AbcReduce reduce = AbcReduce::kMean;    // abc (sum: random control only)
   int64_t seed = 0;                       // abc random: slot hash seed
+  int max_positions = 0;                  // abc position: N (columns of the linformer table)
+  int block = 0;                          // abc block: tokens per block (c)
   int layer_id = 0;  // abc random: the layer id of the slot hash (set by the parser, see above)
   int features = 0;  // rfa (D), t2r (r)
   RfaKernel kernel = RfaKernel::kGaussian;
@@ -77,6 +84,9 @@ struct ModelConfig {
   std::vector<LayerSpec> encoder_layers;
 
   int head_dim() const { return d_model / n_heads; }
+  // Decoder positions a sequence may reach (prompt + generated tokens): the max_positions of
+  // abc position layers, 0 = unbounded.
+  int max_positions() const;
   bool is_encoder_decoder() const { return architecture == Architecture::kEncoderDecoder; }
 };
 

@@ -160,6 +160,13 @@ absl::StatusOr<std::unique_ptr<ActiveRequest>> ContinuousBatchingExecutor::Prepa
                                                    " tokens, longer than the limit of ",
                                                    options_.max_prompt_tokens));
   }
+  // abc position layers (causal Linformer) have no column beyond max_positions.
+  if (const int64_t limit = config.max_positions();
+      limit > 0 && static_cast<int64_t>(r->prompt_ids.size()) + r->request.max_tokens > limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: the prompt (", r->prompt_ids.size(), " tokens) plus max_tokens (",
+                     r->request.max_tokens, ") exceeds the model's max_positions (", limit, ")"));
+  }
   const int sequences = r->request.beam_size > 1 ? 2 * r->request.beam_size : r->request.n;
   // RequestBytes() only reads constants of the backend, so this thread may call it.
   absl::StatusOr<int64_t> bytes = backend_->RequestBytes(static_cast<int64_t>(r->prompt_ids.size()),

@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .config import ABC_LEARNED_CONTROLS
+
 
 def _causal_mask(t, device, window=None):
     """Boolean [T, T] mask, True where query t may see key i (i <= t, and i > t - window)."""
@@ -303,6 +305,54 @@ def abc_sum_parallel(q, k, v, phi, causal):
     return mixed @ v
 
 
+@torch.no_grad()
+def cluster_ids(k, slots):
+    """Online (MacQueen) k-means slot of every key: LongTensor [B, H, T] (FORMAT.md, abc `cluster`).
+
+    Token t goes to the lowest empty slot while one exists, else to argmin_j ||k_t - K~_j||^2 (ties:
+    lowest j); K~_j is the running mean of the keys assigned so far. No gradient (a scan for ids).
+    """
+    b, h, t, dh = k.shape
+    centroids = torch.zeros(b, h, slots, dh, dtype=k.dtype, device=k.device)
+    counts = torch.zeros(b, h, slots, dtype=k.dtype, device=k.device)
+    ids = []
+    for i in range(t):
+        pick = _cluster_pick(centroids, counts == 0, k[:, :, i])
+        ids.append(pick)
+        one_hot = F.one_hot(pick, slots).to(k.dtype)  # [B, H, n]
+        counts = counts + one_hot
+        w = (one_hot / counts.clamp_min(1))[..., None]
+        centroids = centroids + w * (k[:, :, i, None, :] - centroids)
+    return torch.stack(ids, dim=2)
+
+
+def _cluster_pick(centroids, empty, k):
+    """Slot [B, H] for key k [B, H, dh]: the lowest empty slot, else the nearest centroid."""
+    dist = ((k[:, :, None, :] - centroids) ** 2).sum(-1)  # [B, H, n]
+    nearest = torch.argmin(dist, dim=-1)  # first minimum: ties go to the lowest j
+    first_empty = torch.argmax(empty.to(torch.int8), dim=-1)
+    return torch.where(empty.any(dim=-1), first_empty, nearest)
+
+
+@torch.no_grad()
+def cluster_step_ids(state, k):
+    """cluster_ids for one recurrent step from the mean-kernel state (empty = L still -inf)."""
+    return _cluster_pick(state["K"], state["L"] == _NEG_INF, k)
+
+
+def block_log_control(t, slots, block, device):
+    """a' [T(query), T(key), n] of control block: 0 where key i (<= query t) lies in the block that
+    ring slot j holds at t, -inf elsewhere. Block b = floor(i / c) lives in slot b mod n until block
+    b + n evicts it, so at query t slot j holds b_j = b_t - ((b_t - j) mod n) when that is >= 0."""
+    pos = torch.arange(t, device=device)
+    b_query = (pos // block)[:, None]  # [T, 1]
+    j = torch.arange(slots, device=device)[None, :]  # [1, n]
+    held = b_query - torch.remainder(b_query - j, slots)  # [T(query), n]
+    in_block = (pos // block)[None, :, None] == held[:, None, :]  # [T, T, n]
+    causal = (pos[None, :] <= pos[:, None])[:, :, None]
+    return torch.zeros(t, t, slots, device=device).masked_fill(~(in_block & causal), _NEG_INF)
+
+
 class _AbcControl:
     """The control of an abc module: log-control a' per slot, or the `random` one-hot writes.
 
@@ -318,15 +368,33 @@ class _AbcControl:
         log_c = torch.log(one_hot)  # 0 / -inf
         return log_c[None].expand(x.shape[0], -1, -1, -1)
 
-    def _log_control(self, x, start=0):
-        """x [B, T, d] at positions start.. -> a' [B, H, T, n]."""
+    def _log_control(self, x, start=0, k=None, state=None):
+        """x [B, T, d] at positions start.. -> a' [B, H, T, n].
+
+        cluster needs the keys k [B, H, T, dh] and, for one recurrent step, the state.
+        """
         if self.control_kind == "random":
             return self._random_log_control(x, start)
+        if self.control_kind == "cluster":
+            ids = cluster_step_ids(state, k[:, :, 0])[..., None] if state is not None else cluster_ids(k, self.slots)
+            return torch.log(F.one_hot(ids, self.slots).to(k.dtype))
         return log_control(self._control_logits(x), self.control_kind)
+
+    def _position_phi(self, start, length, like):
+        """phi [1, H, T, n] of control position: columns start.. of the linformer table."""
+        table = self.linformer.weight  # [n, N]
+        if start + length > table.shape[1]:
+            raise ValueError(f"position {start + length - 1} is beyond max_positions {table.shape[1]}")
+        return table[:, start:start + length].t().to(like)[None, None].expand(-1, self.n_heads, -1, -1)
 
     @property
     def sums(self):
-        return self.control_kind == "random" and self.reduce == "sum"
+        """Plain-sum slots (no L): random with reduce sum, position (signed phi), block (ring)."""
+        return (self.control_kind == "random" and self.reduce == "sum") or self.control_kind in ("position", "block")
+
+    @property
+    def counts_positions(self):
+        return self.control_kind in ("random", "position", "block")
 
 
 class ABCAttention(_AbcControl, SelfAttention):
@@ -339,14 +407,16 @@ class ABCAttention(_AbcControl, SelfAttention):
     reference to it (so it is saved once, as `{decoder,encoder}.shared_control`).
     """
 
-    def __init__(self, d_model, n_heads, slots, causal=True, shared_control=None, control="exp", seed=None, reduce=None, layer_id=0):
+    def __init__(self, d_model, n_heads, slots, causal=True, shared_control=None, control="exp", seed=None, reduce=None, layer_id=0, linformer=None, block=None):
         super().__init__(d_model, n_heads, causal)
         self.slots = slots
         self.control_kind = control
         self.seed, self.reduce, self.layer_id = seed, reduce or "mean", layer_id
-        learned = control != "random"
+        self.block = block
+        learned = control in ABC_LEARNED_CONTROLS
         self.control = nn.Linear(d_model, n_heads * slots) if learned and shared_control is None else None
         object.__setattr__(self, "shared_control", shared_control)  # not registered: owned by the stack
+        object.__setattr__(self, "linformer", linformer)  # position: the stack's [n, N] table
 
     def _control_logits(self, x):
         """[B, T, d] -> control logits a [B, H, T, n]."""
@@ -358,14 +428,24 @@ class ABCAttention(_AbcControl, SelfAttention):
 
     def parallel(self, x):
         q, k, v = self._query(x), self._heads(self.k(x)), self._heads(self.v(x))
-        a = self._log_control(x)
+        t = x.shape[1]
+        if self.control_kind == "position":
+            return abc_sum_parallel(q, k, v, self._position_phi(0, t, q).expand(x.shape[0], -1, -1, -1), self.causal)
+        if self.control_kind == "block":
+            # The ring of block means: per query position, a mean over the tokens of the block each
+            # slot holds (the open block included); slots holding no block yet are masked.
+            logits = block_log_control(t, self.slots, self.block, x.device).to(q.dtype)
+            weights, live = _guarded_softmax(logits[None, None].expand(x.shape[0], self.n_heads, -1, -1, -1), dim=3)
+            keys = torch.einsum("bhtin,bhid->bhtnd", weights, k)
+            values = torch.einsum("bhtin,bhid->bhtnd", weights, v)
+            return abc_read(q, keys, values, live)
+        a = self._log_control(x, 0, k)
         if self.sums:
             return abc_sum_parallel(q, k, v, torch.exp(a), self.causal)
         if self.causal and self.chunk:
             return abc_causal_chunked(q, k, v, a, self.chunk)
         if self.causal:
             # W[t, i, j] = softmax over i <= t of a[i, j]: a masked softmax per query position.
-            t = x.shape[1]
             mask = _causal_mask(t, x.device)[:, :, None]
             logits = a[:, :, None, :, :].expand(-1, -1, t, -1, -1).masked_fill(~mask, _NEG_INF)
             weights, live = _guarded_softmax(logits, dim=3)  # [B, H, T(query), T(key), n]
@@ -383,14 +463,25 @@ class ABCAttention(_AbcControl, SelfAttention):
         state = {"K": self._state_zeros(batch, h, n, dh), "V": self._state_zeros(batch, h, n, dh)}
         if not self.sums:
             state["L"] = torch.full((batch, h, n), _NEG_INF, dtype=self.q.weight.dtype, device=self.q.weight.device)
-        if self.control_kind == "random":
-            state["t"] = 0  # position of the next token (the slot hash needs it)
+        if self.counts_positions:
+            state["t"] = 0  # position of the next token (slot hash, linformer column, block ring)
         return state
 
     def update(self, state, x_t):
         start = state.get("t", 0)
-        a = self._log_control(x_t, start)[:, :, 0]
         k, v = self._heads(self.k(x_t))[:, :, 0], self._heads(self.v(x_t))[:, :, 0]
+        if self.control_kind == "block":
+            # Ring slot s = b mod n of block b = floor(t / c) holds the running mean of its r tokens;
+            # the first token of a block overwrites the slot (evicting block b - n).
+            slot, fill = (start // self.block) % self.slots, start % self.block + 1
+            keys, values = state["K"].clone(), state["V"].clone()
+            keys[:, :, slot] = keys[:, :, slot] + (k - keys[:, :, slot]) / fill if fill > 1 else k
+            values[:, :, slot] = values[:, :, slot] + (v - values[:, :, slot]) / fill if fill > 1 else v
+            return {"K": keys, "V": values, "t": start + 1}
+        if self.control_kind == "position":
+            phi = self._position_phi(start, 1, k)[:, :, 0, :, None]  # [1, H, n, 1]
+            return {"K": state["K"] + phi * k[:, :, None, :], "V": state["V"] + phi * v[:, :, None, :], "t": start + 1}
+        a = self._log_control(x_t, start, k[:, :, None], state if self.control_kind == "cluster" else None)[:, :, 0]
         if self.sums:
             phi = torch.exp(a)[..., None]
             new = {"K": state["K"] + phi * k[:, :, None, :], "V": state["V"] + phi * v[:, :, None, :]}
@@ -401,7 +492,13 @@ class ABCAttention(_AbcControl, SelfAttention):
         return new
 
     def read(self, state, x_t):
-        live = None if self.sums else (state["L"] > _NEG_INF)[:, :, None]
+        if self.control_kind == "block":
+            # Slots 0..b hold blocks until the ring is full (b = block of the last token).
+            b = (state["t"] - 1) // self.block
+            live = torch.arange(self.slots, device=state["K"].device) <= b
+            live = live[None, None, None].expand(state["K"].shape[0], self.n_heads, 1, -1)
+        else:
+            live = None if self.sums else (state["L"] > _NEG_INF)[:, :, None]
         return abc_read(self._query(x_t), state["K"][:, :, None], state["V"][:, :, None], live)
 
 
@@ -560,7 +657,7 @@ class ELUAttention(LinearAttention):
         return self.head_dim
 
 
-def make_self_attention(spec, d_model, n_heads, causal, shared_control=None, layer_id=0):
+def make_self_attention(spec, d_model, n_heads, causal, shared_control=None, layer_id=0, linformer=None):
     """Build the self attention module of an AttentionSpec (layer_id: abc `random` slot hash)."""
     if spec.type == "softmax":
         return SoftmaxAttention(d_model, n_heads, causal)
@@ -568,7 +665,7 @@ def make_self_attention(spec, d_model, n_heads, causal, shared_control=None, lay
         return WindowAttention(d_model, n_heads, spec.window)
     if spec.type == "abc":
         shared = shared_control if spec.shared_control else None
-        return ABCAttention(d_model, n_heads, spec.slots, causal, shared, spec.control, spec.seed, spec.reduce, layer_id)
+        return ABCAttention(d_model, n_heads, spec.slots, causal, shared, spec.control, spec.seed, spec.reduce, layer_id, linformer, spec.block)
     if spec.type == "rfa":
         return RFAAttention(d_model, n_heads, spec.features, spec.kernel, spec.gate, spec.eps, causal)
     if spec.type == "t2r":
@@ -619,14 +716,14 @@ class ABCCrossAttention(_AbcControl, CrossAttention):
         self.slots = slots
         self.control_kind = control
         self.seed, self.reduce, self.layer_id = seed, reduce or "mean", layer_id
-        self.control = nn.Linear(d_model, n_heads * slots) if control != "random" else None
+        self.control = nn.Linear(d_model, n_heads * slots) if control in ABC_LEARNED_CONTROLS else None
 
     def _control_logits(self, x):
         return self._heads(self.control(x), self.slots)
 
     def memory(self, enc_out):
-        a = self._log_control(enc_out)  # [B, H, M, n]
         k, v = self._heads(self.k(enc_out)), self._heads(self.v(enc_out))
+        a = self._log_control(enc_out, 0, k)  # [B, H, M, n]
         if self.sums:
             weights, live = torch.exp(a), None
         else:

@@ -8,7 +8,12 @@ FORMAT_VERSION = 1
 ATTENTION_TYPES = ("softmax", "window", "abc", "rfa", "t2r", "elu")
 DEFAULT_EPS = {"rfa": 1e-2, "t2r": 1e-6, "elu": 1e-6}
 # abc control functions (FORMAT.md, "abc control") and the reductions of `random` control.
-ABC_CONTROLS = ("exp", "sigmoid", "relu", "random")
+ABC_CONTROLS = ("exp", "sigmoid", "relu", "random", "position", "block", "cluster")
+# Controls with a learned projection `A.control` (the others compute their writes from the position
+# or the keys; `position` reads the stack's `linformer` table).
+ABC_LEARNED_CONTROLS = ("exp", "sigmoid", "relu")
+# Controls only served in decoder self attention (SEEDS.md 1.2, 1.5 give no encoder/cross form we serve).
+ABC_DECODER_ONLY_CONTROLS = ("position", "block")
 ABC_REDUCES = ("mean", "sum")
 MAX_SEED = 2**63 - 1
 # Which attention types each position admits (FORMAT.md, "Attention specs").
@@ -21,7 +26,7 @@ ALLOWED = {
 _FIELDS = {
     "softmax": (),
     "window": ("window",),
-    "abc": ("slots", "shared_control", "control", "seed", "reduce"),
+    "abc": ("slots", "shared_control", "control", "seed", "reduce", "max_positions", "block"),
     "rfa": ("features", "kernel", "gate", "eps"),
     "t2r": ("features", "eps"),
     "elu": ("eps",),
@@ -52,6 +57,8 @@ class AttentionSpec:
     control: str = "exp"  # abc: exp | sigmoid | relu | random
     seed: Optional[int] = None  # abc random: slot hash seed
     reduce: Optional[str] = None  # abc random: "mean" (default) | "sum"
+    max_positions: Optional[int] = None  # abc position: N, columns of the stack's linformer table
+    block: Optional[int] = None  # abc block: tokens per block (c)
 
     def __post_init__(self):
         if self.eps is None and self.type in DEFAULT_EPS:
@@ -81,6 +88,10 @@ class AttentionSpec:
                 continue
             if name in ("seed", "reduce") and self.control != "random":
                 continue
+            if name == "max_positions" and self.control != "position":
+                continue
+            if name == "block" and self.control != "block":
+                continue
             out[name] = getattr(self, name)
         return out
 
@@ -96,6 +107,8 @@ class AttentionSpec:
             if self.shared_control and position == "cross":
                 raise ConfigError(f"{where}: shared_control is only for self attention")
             self._validate_control(where)
+            if self.control in ABC_DECODER_ONLY_CONTROLS and position != "decoder self":
+                raise ConfigError(f"{where}: control {self.control!r} is only supported in decoder self attention")
         elif self.type in ("rfa", "t2r"):
             _require_int(where, "features", self.features, 1)
         if self.type == "rfa":
@@ -113,10 +126,16 @@ class AttentionSpec:
     def _validate_control(self, where):
         if self.control not in ABC_CONTROLS:
             raise ConfigError(f"{where}: 'control' must be one of {ABC_CONTROLS}, got {self.control!r}")
+        for name, owner in (("seed", "random"), ("reduce", "random"), ("max_positions", "position"), ("block", "block")):
+            if self.control != owner and getattr(self, name) is not None:
+                raise ConfigError(f"{where}: '{name}' is only for control '{owner}'")
+        if self.shared_control and self.control not in ABC_LEARNED_CONTROLS:
+            raise ConfigError(f"{where}: shared_control needs a learned control (not {self.control!r})")
+        if self.control == "position":
+            _require_int(where, "max_positions", self.max_positions, 1)
+        if self.control == "block":
+            _require_int(where, "block", self.block, 1)
         if self.control != "random":
-            for name in ("seed", "reduce"):
-                if getattr(self, name) is not None:
-                    raise ConfigError(f"{where}: '{name}' is only for control 'random'")
             return
         if self.seed is None:
             raise ConfigError(f"{where}: 'seed' is required for control 'random'")
@@ -221,11 +240,16 @@ class ModelConfig:
             ("encoder_layers", self.encoder_layers, "encoder self"),
         ):
             shared_slots = set()
+            linformer = set()  # (slots, max_positions) of the position layers: one table per stack
             for i, layer in enumerate(layers):
                 where = f"{stack}[{i}]"
                 layer.attention.validate(f"{where}.attention", position)
                 if layer.attention.type == "abc" and layer.attention.shared_control:
                     shared_slots.add(layer.attention.slots)
+                if layer.attention.type == "abc" and layer.attention.control == "position":
+                    linformer.add((layer.attention.slots, layer.attention.max_positions))
+                    if len(linformer) > 1:
+                        raise ConfigError(f"{where}.attention: control 'position' layers share one linformer table: they must all have the same slots and max_positions")
                 has_cross = layer.cross_attention is not None
                 if position == "decoder self" and self.is_encoder_decoder:
                     if not has_cross:
@@ -256,6 +280,11 @@ class ModelConfig:
         config = cls(**fields)
         config.validate()
         return config
+
+    @property
+    def max_positions(self):
+        """Decoder positions the model can serve (abc `position` layers' N), 0 = unbounded."""
+        return min((l.attention.max_positions for l in self.decoder_layers if l.attention.type == "abc" and l.attention.control == "position"), default=0)
 
     def to_dict(self):
         out = {

@@ -39,13 +39,13 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """Pre-LN layer: x += attn(ln1(x)); [x += cross(ln_cross(x), memory)]; x += ffn(ln2(x))."""
 
-    def __init__(self, config, spec, causal, shared_control, index=0):
+    def __init__(self, config, spec, causal, shared_control, index=0, linformer=None):
         super().__init__()
         d, eps = config.d_model, config.layer_norm_eps
         self.ln1 = nn.LayerNorm(d, eps=eps)
         # Layer ids of the abc `random` slot hash (FORMAT.md): decoder i, encoder 4096 + i, cross 8192 + i.
         self_id = index if causal else ENCODER_LAYER_ID + index
-        self.attn = make_self_attention(spec.attention, d, config.n_heads, causal, shared_control, self_id)
+        self.attn = make_self_attention(spec.attention, d, config.n_heads, causal, shared_control, self_id, linformer)
         if spec.cross_attention is not None:
             self.ln_cross = nn.LayerNorm(d, eps=eps)
             self.cross = make_cross_attention(spec.cross_attention, d, config.n_heads, CROSS_LAYER_ID + index)
@@ -71,7 +71,8 @@ class Block(nn.Module):
 class Stack(nn.Module):
     """A decoder (causal) or encoder (bidirectional) stack with its final LayerNorm `ln_f`.
 
-    Owns `shared_control` when some abc layer uses shared_control (all such layers share it).
+    Owns `shared_control` when some abc layer uses shared_control (all such layers share it), and
+    `linformer` (weight [n, N]) when some abc layer has control `position`.
     """
 
     def __init__(self, config, layers, causal):
@@ -79,7 +80,10 @@ class Stack(nn.Module):
         shared = [spec.attention for spec in layers if spec.attention.type == "abc" and spec.attention.shared_control]
         d = config.d_model
         self.shared_control = nn.Linear(d, config.n_heads * shared[0].slots) if shared else None
-        self.layers = nn.ModuleList(Block(config, spec, causal, self.shared_control, i) for i, spec in enumerate(layers))
+        # abc `position` (causal Linformer): one [n, N] table for every layer and head of the stack.
+        position = [spec.attention for spec in layers if spec.attention.type == "abc" and spec.attention.control == "position"]
+        self.linformer = nn.Linear(position[0].max_positions, position[0].slots, bias=False) if position else None
+        self.layers = nn.ModuleList(Block(config, spec, causal, self.shared_control, i, self.linformer) for i, spec in enumerate(layers))
         self.ln_f = nn.LayerNorm(d, eps=config.layer_norm_eps)
 
     def forward(self, x, memories=None):

@@ -66,9 +66,9 @@ class ChunkedAbc(unittest.TestCase):
 
 class ControlPresets(unittest.TestCase):
     def test_abc_control_presets_build_and_train(self):
-        """lm-abc-{sigmoid,relu,random}: build, init, a few steps on random tokens, loss finite and falling."""
+        """lm-abc-{sigmoid,relu,random,position,block,cluster}: build, init, a few steps on random tokens, loss finite and falling."""
         table = train.presets()
-        for control in ("sigmoid", "relu", "random"):
+        for control in ("sigmoid", "relu", "random", "position", "block", "cluster"):
             with self.subTest(control):
                 config, tc = table[f"lm-abc-{control}"]
                 layer = config.decoder_layers[0].attention

@@ -53,6 +53,30 @@ TEST(Cli, InfoShowsAbcControlAndStateBytes) {
   EXPECT_NE(r.output.find("state per sequence: 2624 bytes fixed"), std::string::npos) << r.output;
 }
 
+// position (sum: H n 2 dh floats, one linformer table for the stack), block (H n 2 dh) and
+// cluster (mean: H n (2 dh + 1)) show their control and state bytes.
+TEST(Cli, InfoShowsPositionBlockClusterControls) {
+  const struct {
+    const char* fixture;
+    const char* layer;
+    const char* total;
+  } cases[] = {
+      {"dec_abc_position", "abc(slots=4, control=position(max_positions=64)) 1024 bytes",
+       "state per sequence: 2048 bytes fixed"},
+      {"dec_abc_block", "abc(slots=3, control=block(block=4)) 768 bytes",
+       "state per sequence: 1280 bytes fixed"},
+      {"dec_abc_cluster", "abc(slots=4, control=cluster)      1088 bytes",
+       "state per sequence: 2176 bytes fixed"},
+  };
+  for (const auto& c : cases) {
+    const Result r = RunCli(std::string("info --model ") + ABCD_SOURCE_DIR +
+                            "/tests/fixtures/golden/" + c.fixture);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(c.layer), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(c.total), std::string::npos) << r.output;
+  }
+}
+
 // With no --model, `info` loads the compiled default model, whichever it is.
 TEST(Cli, InfoWithoutModelUsesTheDefault) {
   const Result r = RunCli("info");

@@ -73,7 +73,7 @@ class ModelCudaTest : public CudaTest {
 // The CUDA abc kernels know exp control only: other controls are refused by name (the server
 // then serves the model on the CPU).
 TEST_F(ModelCudaTest, RefusesAbcControlOtherThanExp) {
-  for (const char* control : {"sigmoid", "relu", "random"}) {
+  for (const char* control : {"sigmoid", "relu", "random", "position", "block", "cluster"}) {
     const std::string name = std::string("dec_abc_") + control;
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(FixtureDir(name));
     ASSERT_TRUE(model.ok()) << model.status();

@@ -13,6 +13,7 @@
 
 #include "engine/attention/abc_state.h"
 #include "engine/model/model.h"
+#include "engine/state/state_pool.h"
 #include "nlohmann/json.hpp"
 #include "tests/engine/fixtures.h"
 
@@ -117,7 +118,8 @@ TEST(AbcControl, RandomSlotHashMatchesTheReference) {
 // State bytes of the abc-control fixtures: H n (2 dh + 1) floats per mean layer, H n 2 dh per
 // sum layer, as models/FORMAT.md states.
 TEST(AbcControl, FixtureStateBytesFollowTheFormat) {
-  for (const char* name : {"dec_abc_sigmoid", "dec_abc_relu", "dec_abc_random"}) {
+  for (const char* name : {"dec_abc_sigmoid", "dec_abc_relu", "dec_abc_random", "dec_abc_position",
+                           "dec_abc_block", "dec_abc_cluster"}) {
     auto model = Model::Load(testing::FixtureDir(name));
     ASSERT_TRUE(model.ok()) << model.status();
     const ModelConfig& c = (*model)->config();
@@ -151,6 +153,78 @@ TEST(AbcControl, RandomControlRefusesControlTensors) {
   EXPECT_NE(model.status().message().find("decoder.layers.0.attn.control.weight"),
             std::string::npos)
       << model.status();
+}
+
+// position: the state holds 2 n dh floats per head whatever the length, up to N tokens (the
+// fixture's max_positions = 64); past N nothing is written and the logits stay finite.
+TEST(AbcControl, PositionStateBytesAfter16AndNTokens) {
+  auto model = Model::Load(testing::FixtureDir("dec_abc_position"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelConfig& c = (*model)->config();
+  ASSERT_EQ(c.max_positions(), 64);
+  StatePool pool((*model)->state_layout(), int64_t{1} << 30);
+  const int64_t fixed = (*model)->state_layout().FixedBytes();
+  EXPECT_EQ(fixed, int64_t{4} * 2 * c.n_heads * 4 * 2 * c.head_dim());  // 2 layers, n = 4
+  for (int64_t tokens : {int64_t{16}, int64_t{64}, int64_t{80}}) {
+    auto id = pool.Acquire();
+    ASSERT_TRUE(id.ok());
+    std::vector<DecodeRow> rows;
+    for (int64_t t = 0; t < tokens; ++t) {
+      rows.push_back({*id, static_cast<int32_t>(4 + t % 90), t + 1 == tokens});
+    }
+    std::vector<float> logits;
+    ASSERT_TRUE((*model)->Decode(rows, pool, &logits).ok());
+    for (float v : logits) EXPECT_TRUE(std::isfinite(v));
+    EXPECT_EQ(*pool.SequenceBytes(*id), fixed) << tokens;
+    pool.Release(*id);
+  }
+}
+
+// cluster: the first n keys take the empty slots in order, then each key joins its nearest
+// centroid (ties: the lowest slot), and that centroid moves to the running mean.
+TEST(AbcControl, ClusterAssignsEmptySlotsThenNearestCentroid) {
+  constexpr int kHeads = 1, kDim = 2, kSlots = 2;
+  const AbcState state(kHeads, kDim, kSlots, AbcControl::kCluster);
+  EXPECT_EQ(state.ExtraColumns(), 0);
+  EXPECT_EQ(state.FixedFloats(), kSlots * (2 * kDim + 1));
+  std::vector<float> fixed(state.FixedFloats());
+  state.Init(fixed.data());
+  auto feed = [&](std::vector<float> k, int64_t position) {
+    state.UpdateHead(0, {k.data(), k.data(), nullptr}, {fixed.data(), nullptr, position});
+  };
+  feed({4, 0}, 0);  // slot 0 (empty)
+  feed({4, 0}, 1);  // slot 1 is still empty: it takes it although slot 0 is at distance 0
+  EXPECT_EQ(std::vector<float>(fixed.begin(), fixed.begin() + 4), (std::vector<float>{4, 0, 4, 0}));
+  feed({2, 0}, 2);  // tie between the two centroids: slot 0, mean (4 + 2) / 2
+  EXPECT_EQ(std::vector<float>(fixed.begin(), fixed.begin() + 4), (std::vector<float>{3, 0, 4, 0}));
+  feed({5, 2}, 3);  // nearer to slot 1
+  EXPECT_EQ(std::vector<float>(fixed.begin(), fixed.begin() + 4),
+            (std::vector<float>{3, 0, 4.5f, 1}));
+  const float* keys = fixed.data();
+  const float* log_norm = fixed.data() + 2 * kSlots * kDim;
+  const float k[kDim] = {3.4f, 0};
+  EXPECT_EQ(AbcState::ClusterSlot(k, keys, log_norm, kSlots, kDim), 0);
+}
+
+// block: ring slot floor(t/c) mod n holds the running mean of its block, the block's first token
+// overwrites it, and the read sees only the slots holding a block.
+TEST(AbcControl, BlockRingOfRunningMeans) {
+  constexpr int kHeads = 1, kDim = 1, kSlots = 2, kBlock = 2;
+  const AbcState state(kHeads, kDim, kSlots, AbcControl::kBlock, AbcReduce::kSum, 0, 0, kBlock);
+  EXPECT_EQ(state.FixedFloats(), kSlots * 2 * kDim);
+  std::vector<float> fixed(state.FixedFloats());
+  state.Init(fixed.data());
+  const float q[kDim] = {0.0f};  // equal logits: the read is the mean of the live slots' values
+  float out[kDim];
+  const float values[] = {2, 4, 10, 20, 100};
+  const float expected_read[] = {2, 3, (3 + 10) / 2.0f, (3 + 15) / 2.0f, (100 + 15) / 2.0f};
+  for (int64_t t = 0; t < 5; ++t) {
+    const float v = values[t];
+    state.UpdateHead(0, {&v, &v, nullptr}, {fixed.data(), nullptr, t});
+    state.ReadHead(0, q, {fixed.data(), nullptr, t}, out);
+    EXPECT_FLOAT_EQ(out[0], expected_read[t]) << t;
+  }
+  EXPECT_EQ(fixed[0], 100.0f);  // block 2 evicted block 0 from slot 0
 }
 
 }  // namespace

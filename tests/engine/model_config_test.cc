@@ -160,5 +160,76 @@ TEST(ModelConfig, AbcControlNamesTheBadField) {
   EXPECT_TRUE(ParseModelConfig(config.dump()).ok());
 }
 
+// Issue 15 part 2: position (causal Linformer), block (compressive) and cluster controls.
+TEST(ModelConfig, AbcPositionBlockCluster) {
+  nlohmann::json config = ValidDecoder();
+  EXPECT_EQ(ParseModelConfig(config.dump())->max_positions(), 0);  // unbounded
+  const nlohmann::json position = {
+      {"type", "abc"}, {"slots", 8}, {"control", "position"}, {"max_positions", 512}};
+  config["decoder_layers"][0]["attention"] = position;
+  config["decoder_layers"][1]["attention"] = {
+      {"type", "abc"}, {"slots", 4}, {"control", "block"}, {"block", 16}};
+  auto parsed = ParseModelConfig(config.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->max_positions(), 512);
+  EXPECT_EQ(parsed->decoder_layers[0].attention.reduce, AbcReduce::kSum);
+  EXPECT_EQ(DescribeAttention(parsed->decoder_layers[0].attention),
+            "abc(slots=8, control=position(max_positions=512))");
+  EXPECT_EQ(parsed->decoder_layers[1].attention.block, 16);
+  EXPECT_EQ(DescribeAttention(parsed->decoder_layers[1].attention),
+            "abc(slots=4, control=block(block=16))");
+  config["decoder_layers"][1]["attention"] = {
+      {"type", "abc"}, {"slots", 4}, {"control", "cluster"}};
+  parsed = ParseModelConfig(config.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->decoder_layers[1].attention.reduce, AbcReduce::kMean);
+  EXPECT_EQ(DescribeAttention(parsed->decoder_layers[1].attention),
+            "abc(slots=4, control=cluster)");
+  EXPECT_FALSE(AbcControlIsLearned(AbcControl::kCluster));
+
+  struct Case {
+    nlohmann::json attention;
+    const char* field;
+  };
+  const Case cases[] = {
+      {{{"type", "abc"}, {"slots", 8}, {"control", "position"}}, "attention.max_positions"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", "position"}, {"max_positions", 0}},
+       "attention.max_positions"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", "block"}}, "attention.block"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", "block"}, {"block", "x"}}, "attention.block"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", "cluster"}, {"block", 4}}, "attention.block"},
+      {{{"type", "abc"}, {"slots", 8}, {"max_positions", 4}}, "attention.max_positions"},
+      {{{"type", "abc"}, {"slots", 8}, {"control", "cluster"}, {"shared_control", true}},
+       "attention.shared_control"},
+      // One linformer table per stack: every position layer has the same slots and N.
+      {{{"type", "abc"}, {"slots", 8}, {"control", "position"}, {"max_positions", 256}},
+       "attention.max_positions"},
+      {{{"type", "window"}, {"window", 4}, {"block", 4}}, "attention.block"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json bad = ValidDecoder();
+    bad["decoder_layers"][0]["attention"] = position;
+    bad["decoder_layers"][1]["attention"] = c.attention;
+    const std::string expected = std::string("decoder_layers[1].") + c.field;
+    EXPECT_NE(ErrorFor(bad).find(expected), std::string::npos)
+        << c.attention.dump() << " -> " << ErrorFor(bad);
+  }
+  // position and block are decoder self attention only; cluster is allowed everywhere.
+  nlohmann::json encdec = ValidDecoder();
+  encdec["architecture"] = "encoder-decoder";
+  const nlohmann::json cluster = {{"type", "abc"}, {"slots", 2}, {"control", "cluster"}};
+  encdec["decoder_layers"] = {{{"attention", position}, {"cross_attention", cluster}}};
+  encdec["encoder_layers"] = {{{"attention", cluster}}};
+  ASSERT_TRUE(ParseModelConfig(encdec.dump()).ok()) << ParseModelConfig(encdec.dump()).status();
+  encdec["decoder_layers"][0]["cross_attention"] = position;
+  EXPECT_NE(ErrorFor(encdec).find("decoder_layers[0].cross_attention.control"), std::string::npos)
+      << ErrorFor(encdec);
+  encdec["decoder_layers"][0]["cross_attention"] = cluster;
+  encdec["encoder_layers"][0]["attention"] = {
+      {"type", "abc"}, {"slots", 2}, {"control", "block"}, {"block", 2}};
+  EXPECT_NE(ErrorFor(encdec).find("encoder_layers[0].attention.control"), std::string::npos)
+      << ErrorFor(encdec);
+}
+
 }  // namespace
 }  // namespace abcd

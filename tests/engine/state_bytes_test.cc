@@ -52,7 +52,7 @@ INSTANTIATE_TEST_SUITE_P(Layers, StateBytesTest,
                          ::testing::Values("dec_softmax", "dec_window", "dec_abc",
                                            "dec_rfa_gaussian_gate", "dec_rfa_arccos", "dec_t2r",
                                            "dec_elu", "dec_abc_sigmoid", "dec_abc_relu",
-                                           "dec_abc_random"),
+                                           "dec_abc_random", "dec_abc_block", "dec_abc_cluster"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

@@ -83,6 +83,10 @@ def config_seeds():
                 {'type': 'abc', 'slots': 4, 'control': 'random', 'seed': 7, 'reduce': 'sum'}]
     write('model_config_fuzzer', 'abc_controls',
           json.dumps(dict(base, decoder_layers=[{'attention': k} for k in controls])))
+    more = [{'type': 'abc', 'slots': 4, 'control': 'position', 'max_positions': 32},
+            {'type': 'abc', 'slots': 4, 'control': 'block', 'block': 2}, {'type': 'abc', 'slots': 4, 'control': 'cluster'}]
+    write('model_config_fuzzer', 'abc_controls_2',
+          json.dumps(dict(base, decoder_layers=[{'attention': k} for k in more])))
     write('model_config_fuzzer', 'bad_heads', json.dumps(dict(base, n_heads=3, decoder_layers=[])))
 
 
