@@ -86,6 +86,19 @@ FIXTURES = {
         [{"type": "abc", "slots": 4, "control": "cluster"}, SOFTMAX],
         [({"type": "abc", "slots": 4, "control": "cluster"}, {"type": "abc", "slots": 3, "control": "cluster"})] * 2,
     ),
+    # Feature-map cross attention (issue 15, thesis Alg. 5): rfa / t2r / elu in decoder cross and
+    # causal attention as in the seeds' MT models (encoder softmax); rfa covers both kernels.
+    "encdec_rfa_cross": encoder_decoder(
+        [SOFTMAX] * 2,
+        [
+            (RFA_GAUSSIAN_GATE8, {"type": "rfa", "features": 8, "kernel": "gaussian"}),
+            (RFA_GAUSSIAN_GATE8, {"type": "rfa", "features": 6, "kernel": "arccos"}),
+        ],
+    ),
+    "encdec_t2r_cross": encoder_decoder([SOFTMAX] * 2, [({"type": "t2r", "features": 4}, T2R8)] * 2),
+    "encdec_elu_cross": encoder_decoder([SOFTMAX] * 2, [({"type": "elu"}, {"type": "elu"})] * 2),
+    # Dilated window (ABC-I App. A.4): 44 tokens run many times round the rings of 7 and 11 keys.
+    "dec_window_dilated": decoder({"type": "window", "window": 4, "dilation": 2}, {"type": "window", "window": 3, "dilation": 5}),
 }
 
 

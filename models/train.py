@@ -74,6 +74,20 @@ LM_ATTENTION = {
     "abc-position": {"type": "abc", "slots": 32, "control": "position", "max_positions": 128},
     "abc-block": {"type": "abc", "slots": 32, "control": "block", "block": 4},
     "abc-cluster": {"type": "abc", "slots": 32, "control": "cluster"},
+    # Dilated window (issue 15, ABC-I App. A.4): 32 keys two apart, a ring of 63 tokens.
+    "window-dilated": {"type": "window", "window": 32, "dilation": 2},
+}
+
+# Feature-map cross attention (issue 15), the seeds' MT configurations scaled to MT_SIZE (head_dim
+# 32 instead of 64): RFA "256/128" (phi sizes, cross/causal; gated causal) -> D = 64 cross, 32
+# causal (phi 128 / 64); T2R 32/4 cross/causal kept as is (r is already small); ELU in both.
+MT_CROSS = {
+    "rfa-cross": (
+        {"type": "rfa", "features": 32, "kernel": "gaussian", "gate": True},
+        {"type": "rfa", "features": 64, "kernel": "gaussian"},
+    ),
+    "t2r-cross": ({"type": "t2r", "features": 4}, {"type": "t2r", "features": 32}),
+    "elu-cross": ({"type": "elu"}, {"type": "elu"}),
 }
 
 
@@ -142,6 +156,8 @@ def presets():
                     max_src_len=24, max_tgt_len=28)
     out["mt-abc"] = (mt_config({"type": "abc", "slots": 8}, {"type": "abc", "slots": 32}), TrainConfig(**mt_train))
     out["mt-softmax"] = (mt_config({"type": "softmax"}, {"type": "softmax"}), TrainConfig(**mt_train))
+    for name, (decoder_self, cross) in MT_CROSS.items():  # mt-rfa-cross, mt-t2r-cross, mt-elu-cross
+        out[f"mt-{name}"] = (mt_config(decoder_self, cross), TrainConfig(**mt_train))
     # The shipped abc-en-de: twice the width, 3 + 3 layers, larger batches, a wall-clock budget
     # (the schedule runs on elapsed time; see checkpoints/abc-en-de/README.md for the run).
     base = dict(mt_train, steps=100000, max_minutes=110.0, batch_size=128, batch_tokens=1600, warmup=300, lr=1e-3,

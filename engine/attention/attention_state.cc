@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelCo
     case AttentionType::kSoftmax:
       return std::make_unique<SoftmaxState>(heads, dh);
     case AttentionType::kWindow:
-      return std::make_unique<WindowState>(heads, dh, spec.window);
+      return std::make_unique<WindowState>(heads, dh, spec.window, spec.dilation);
     case AttentionType::kAbc: {
       std::vector<float> table;
       if (spec.control == AbcControl::kPosition) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "engine/ops/vector_clones.h"
 #include "engine/ops/vector_math.h"
 
@@ -125,30 +126,44 @@ void SoftmaxState::ReadHead(int h, const float* q, const StateRef& state, float*
   }
 }
 
-// Window layout: keys [window, d_model] then values [window, d_model]; token p lives in row
-// p % window.
-int64_t WindowState::FixedFloats() const {
-  return 2 * static_cast<int64_t>(window_) * n_heads_ * head_dim_;
-}
+// Window layout: keys [span, d_model] then values [span, d_model], span = (window - 1) *
+// dilation + 1; token p lives in row p % span.
+int64_t WindowState::FixedFloats() const { return 2 * span_ * n_heads_ * head_dim_; }
 
 void WindowState::Init(float* fixed) const { std::fill(fixed, fixed + FixedFloats(), 0.0f); }
 
 void WindowState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
   const int64_t width = static_cast<int64_t>(n_heads_) * head_dim_;
-  const int64_t slot = state.position % window_;
+  const int64_t slot = state.position % span_;
   const int64_t offset = static_cast<int64_t>(h) * head_dim_;
   std::copy(row.k + offset, row.k + offset + head_dim_, state.fixed + slot * width + offset);
   std::copy(row.v + offset, row.v + offset + head_dim_,
-            state.fixed + (window_ + slot) * width + offset);
+            state.fixed + (span_ + slot) * width + offset);
 }
 
 void WindowState::ReadHead(int h, const float* q, const StateRef& state, float* out) const {
   const int64_t width = static_cast<int64_t>(n_heads_) * head_dim_;
   // Softmax is order-independent, so the ring can be read in storage order.
-  const int64_t count = std::min<int64_t>(state.position + 1, window_);
   const int64_t offset = static_cast<int64_t>(h) * head_dim_;
-  SoftmaxReadHead(q + offset, state.fixed + offset, state.fixed + window_ * width + offset, count,
-                  width, head_dim_, out + offset);
+  if (dilation_ == 1) {
+    const int64_t count = std::min<int64_t>(state.position + 1, window_);
+    SoftmaxReadHead(q + offset, state.fixed + offset, state.fixed + window_ * width + offset, count,
+                    width, head_dim_, out + offset);
+    return;
+  }
+  // Dilated: positions t, t - d, ... (>= 0) sit at scattered ring rows; gather them (at most
+  // `window` rows of this head) and read them as one block.
+  const int64_t count = std::min<int64_t>(state.position / dilation_ + 1, window_);
+  absl::InlinedVector<float, 1024> keys(static_cast<size_t>(count * head_dim_));
+  absl::InlinedVector<float, 1024> values(keys.size());
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t slot = (state.position - j * dilation_) % span_;
+    std::copy_n(state.fixed + slot * width + offset, head_dim_, keys.data() + j * head_dim_);
+    std::copy_n(state.fixed + (span_ + slot) * width + offset, head_dim_,
+                values.data() + j * head_dim_);
+  }
+  SoftmaxReadHead(q + offset, keys.data(), values.data(), count, head_dim_, head_dim_,
+                  out + offset);
 }
 
 }  // namespace abcd

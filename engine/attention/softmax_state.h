@@ -22,11 +22,17 @@ class SoftmaxState final : public AttentionState {
   int head_dim_;
 };
 
-// Softmax over the last `window` tokens, kept in a fixed ring of keys and values.
+// Softmax over `window` tokens t, t - dilation, ..., t - (window - 1) * dilation (dilation 1: the
+// last `window`), kept in a fixed ring of the last (window - 1) * dilation + 1 keys and values
+// (tokens of the other residues are read by later queries).
 class WindowState final : public AttentionState {
  public:
-  WindowState(int n_heads, int head_dim, int window)
-      : n_heads_(n_heads), head_dim_(head_dim), window_(window) {}
+  WindowState(int n_heads, int head_dim, int window, int dilation = 1)
+      : n_heads_(n_heads),
+        head_dim_(head_dim),
+        window_(window),
+        dilation_(dilation),
+        span_(int64_t{window - 1} * dilation + 1) {}
   int64_t FixedFloats() const override;
   void Init(float* fixed) const override;
   int heads() const override { return n_heads_; }
@@ -37,6 +43,8 @@ class WindowState final : public AttentionState {
   int n_heads_;
   int head_dim_;
   int window_;
+  int dilation_;
+  int64_t span_;  // ring rows
 };
 
 // out[dh] = sum_i softmax_i(q . keys[i]) values[i] over `count` rows `stride` floats apart.

@@ -163,6 +163,12 @@ absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string
   } else if (type == "window") {
     spec.type = AttentionType::kWindow;
     ABCD_ASSIGN_OR_RETURN(spec.window, f.Int("window", std::nullopt, 1));
+    ABCD_ASSIGN_OR_RETURN(spec.dilation, f.Int("dilation", 1, 1));
+    if (spec.WindowSpan() > (int64_t{1} << 30)) {
+      return FieldError(f.Path("dilation"),
+                        absl::StrCat("(window - 1) * dilation + 1 must be at most 2^30, got ",
+                                     spec.WindowSpan()));
+    }
   } else if (type == "abc") {
     spec.type = AttentionType::kAbc;
     ABCD_ASSIGN_OR_RETURN(spec.slots, f.Int("slots", std::nullopt, 1));
@@ -199,9 +205,14 @@ absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string
       if (f.Has(key)) return FieldError(f.Path(key), "is only allowed on abc attention");
     }
   }
-  if (role == Role::kCross && spec.type != AttentionType::kSoftmax &&
-      spec.type != AttentionType::kAbc) {
-    return FieldError(f.Path("type"), "cross attention must be softmax or abc");
+  if (spec.type != AttentionType::kWindow && f.Has("dilation")) {
+    return FieldError(f.Path("dilation"), "is only allowed on window attention");
+  }
+  if (role == Role::kCross && spec.type == AttentionType::kWindow) {
+    return FieldError(f.Path("type"), "cross attention must be softmax, abc, rfa, t2r or elu");
+  }
+  if (role == Role::kCross && spec.gate) {
+    return FieldError(f.Path("gate"), "is not allowed on cross attention (gates are causal)");
   }
   if (role == Role::kEncoderSelf && spec.type == AttentionType::kWindow) {
     return FieldError(f.Path("type"), "window attention is causal-only (decoder)");
@@ -346,6 +357,9 @@ std::string DescribeAttention(const AttentionSpec& spec) {
     case AttentionType::kSoftmax:
       return name;
     case AttentionType::kWindow:
+      if (spec.dilation != 1) {
+        return absl::StrCat(name, "(window=", spec.window, ", dilation=", spec.dilation, ")");
+      }
       return absl::StrCat(name, "(window=", spec.window, ")");
     case AttentionType::kAbc: {
       std::string control;  // exp (the default) is not shown

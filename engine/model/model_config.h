@@ -41,7 +41,8 @@ inline constexpr int kAbcCrossLayerId = 1 << 13;
 
 struct AttentionSpec {
   AttentionType type = AttentionType::kSoftmax;
-  int window = 0;                         // window
+  int window = 0;                         // window: keys attended per query
+  int dilation = 1;                       // window: stride between them (1 = the last `window`)
   int slots = 0;                          // abc
   bool shared_control = false;            // abc: control tensor shared by the stack
   AbcControl control = AbcControl::kExp;  // abc
@@ -59,6 +60,8 @@ struct AttentionSpec {
   bool bounded() const { return type != AttentionType::kSoftmax; }
   // Feature count of the linear-attention state (rfa, t2r, elu); 0 otherwise.
   int FeatureDim(int head_dim) const;
+  // window: tokens the ring keeps, (window - 1) * dilation + 1 (every key a later query reads).
+  int64_t WindowSpan() const { return int64_t{window - 1} * dilation + 1; }
 };
 
 struct LayerSpec {

@@ -74,6 +74,18 @@ CudaModel::~CudaModel() = default;
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
                                                              CudaContext& context,
                                                              const CudaModelOptions& options) {
+  // Feature-map cross attention (issue 15) has no CUDA kernel: refused by type, before the
+  // encoder-decoder check, so the message names what the GPU lacks.
+  const std::vector<LayerSpec>& decoder_layers = model.config().decoder_layers;
+  for (size_t l = 0; l < decoder_layers.size(); ++l) {
+    const std::optional<AttentionSpec>& cross = decoder_layers[l].cross_attention;
+    if (cross && (cross->type == AttentionType::kRfa || cross->type == AttentionType::kT2r ||
+                  cross->type == AttentionType::kElu)) {
+      return absl::UnimplementedError(
+          absl::StrCat("decoder_layers[", l, "].cross_attention: ", AttentionTypeName(cross->type),
+                       " cross attention has no CUDA kernel; use the CPU backend"));
+    }
+  }
   if (model.config().is_encoder_decoder()) {
     return absl::UnimplementedError(
         "the CUDA backend runs decoder-only models; encoder-decoder models use the CPU");

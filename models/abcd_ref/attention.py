@@ -9,7 +9,8 @@ A step first updates the state with the current token, then reads it with the cu
 Bidirectional (encoder) modules read every query against the state after the whole sequence.
 
 Cross attention modules build a memory once from the encoder output (`memory(enc_out)`) and
-attend to it with `forward(x, memory)` / `step(x_t, memory)`.
+attend to it with `forward(x, memory)` / `step(x_t, memory)` (feature-map cross attention: forward
+is the parallel form over the source positions, step reads the fixed-size (S, z) state).
 
 Inside a module, per-head tensors are [B, H, T, ...]; a decode step uses T = 1.
 """
@@ -23,12 +24,19 @@ import torch.nn.functional as F
 from .config import ABC_LEARNED_CONTROLS
 
 
-def _causal_mask(t, device, window=None):
-    """Boolean [T, T] mask, True where query t may see key i (i <= t, and i > t - window)."""
+def _causal_mask(t, device, window=None, dilation=1):
+    """Boolean [T, T] mask, True where query t may see key i.
+
+    i <= t; with a window also i in {t, t - dilation, ..., t - (window - 1) * dilation}
+    (dilation 1: i > t - window).
+    """
     pos = torch.arange(t, device=device)
     allowed = pos[None, :] <= pos[:, None]
     if window is not None:
-        allowed &= pos[None, :] > pos[:, None] - window
+        back = pos[:, None] - pos[None, :]  # t - i
+        allowed &= back <= (window - 1) * dilation
+        if dilation > 1:
+            allowed &= back % dilation == 0
     return allowed
 
 
@@ -120,10 +128,11 @@ class SoftmaxAttention(SelfAttention):
     """Exact softmax attention: causal (decoder) or bidirectional (encoder); state is a KV cache."""
 
     window = None
+    dilation = 1
 
     def parallel(self, x):
         q, k, v = self._query(x), self._heads(self.k(x)), self._heads(self.v(x))
-        mask = _causal_mask(x.shape[1], x.device, self.window) if self.causal else None
+        mask = _causal_mask(x.shape[1], x.device, self.window, self.dilation) if self.causal else None
         return _softmax_attend(q, k, v, mask)
 
     def init_state(self, batch):
@@ -134,19 +143,31 @@ class SoftmaxAttention(SelfAttention):
         k = torch.cat([state["k"], self._heads(self.k(x_t))], dim=2)
         v = torch.cat([state["v"], self._heads(self.v(x_t))], dim=2)
         if self.window is not None:
-            k, v = k[:, :, -self.window :], v[:, :, -self.window :]
+            span = (self.window - 1) * self.dilation + 1  # the ring: every key a later query needs
+            k, v = k[:, :, -span:], v[:, :, -span:]
         return {"k": k, "v": v}
 
     def read(self, state, x_t):
-        return _softmax_attend(self._query(x_t), state["k"], state["v"])
+        k, v = state["k"], state["v"]
+        if self.dilation > 1:
+            # The newest key is position t; keep t, t - dilation, ... (softmax ignores the order).
+            keep = torch.arange(k.shape[2] - 1, -1, -self.dilation, device=k.device)
+            k, v = k[:, :, keep], v[:, :, keep]
+        return _softmax_attend(self._query(x_t), k, v)
 
 
 class WindowAttention(SoftmaxAttention):
-    """Causal softmax attention over the last `window` keys (the current one included)."""
+    """Causal softmax attention over `window` keys: t, t - dilation, ..., t - (window - 1) * dilation.
 
-    def __init__(self, d_model, n_heads, window):
+    dilation 1 (default) is the last `window` keys. The recurrent state is a ring of the last
+    (window - 1) * dilation + 1 keys and values (the keys of the other residues are read by later
+    queries), ABC-I App. A.4.
+    """
+
+    def __init__(self, d_model, n_heads, window, dilation=1):
         super().__init__(d_model, n_heads, causal=True)
         self.window = window
+        self.dilation = dilation
 
 
 # --------------------------------------------------------------------------------------- abc
@@ -662,7 +683,7 @@ def make_self_attention(spec, d_model, n_heads, causal, shared_control=None, lay
     if spec.type == "softmax":
         return SoftmaxAttention(d_model, n_heads, causal)
     if spec.type == "window":
-        return WindowAttention(d_model, n_heads, spec.window)
+        return WindowAttention(d_model, n_heads, spec.window, spec.dilation)
     if spec.type == "abc":
         shared = shared_control if spec.shared_control else None
         return ABCAttention(d_model, n_heads, spec.slots, causal, shared, spec.control, spec.seed, spec.reduce, layer_id, linformer, spec.block)
@@ -738,10 +759,90 @@ class ABCCrossAttention(_AbcControl, CrossAttention):
         return abc_read(q, memory["K"][:, :, None], memory["V"][:, :, None], None if live is None else live[:, :, None])
 
 
+class LinearCrossAttention(CrossAttention):
+    """Feature-map cross attention for rfa, t2r and elu (the thesis's Algorithm 5, RFA-CROSS).
+
+    The memory is built once per source: S = sum_m phi(k_m) (x) v_m [B, H, F, dh] and
+    z = sum_m phi(k_m) [B, H, F]; F(dh + 1) floats per head whatever the source length M.
+    Recurrent form (`step`, decoding): out = S^T phi(q) / max(phi(q) . z, eps), as the self
+    attention read. Parallel form (`forward`, training): sum_m (phi(q) . phi(k_m)) v_m /
+    max(sum_m phi(q) . phi(k_m), eps) over the kept phi(k_m), v_m. `fold` adds one source
+    position to a memory (the order the engine builds it in). phi, q and k are those of the
+    type's self attention (rfa: l2-normalised q and k; t2r, elu: q scaled by 1/sqrt(dh)), with
+    its tensors under the same names (`cross.rfa.*`, `cross.t2r.*`). No gate: gates are causal.
+    """
+
+    def __init__(self, d_model, n_heads, kind, eps, features=None, kernel=None):
+        super().__init__(d_model, n_heads)
+        self.kind, self.eps = kind, eps
+        if kind == "rfa":
+            self.rfa = RandomFeatureMap(n_heads, features, self.head_dim, kernel)
+        elif kind == "t2r":
+            self.t2r = HeadLinear(n_heads, features, self.head_dim)
+        elif kind != "elu":
+            raise ValueError(f"no feature map for {kind!r}")
+
+    def features(self, x):
+        """phi over [B, H, T, dh] -> [B, H, T, F]."""
+        if self.kind == "rfa":
+            return self.rfa(x)
+        if self.kind == "t2r":
+            return torch.relu(self.t2r(x))
+        return F.elu(x) + 1
+
+    def _query(self, x):
+        if self.kind == "rfa":
+            return F.normalize(self._heads(self.q(x)), dim=-1, eps=1e-12)
+        return super()._query(x)
+
+    def _key(self, enc_out):
+        k = self._heads(self.k(enc_out))
+        return F.normalize(k, dim=-1, eps=1e-12) if self.kind == "rfa" else k
+
+    def memory(self, enc_out):
+        fk, v = self.features(self._key(enc_out)), self._heads(self.v(enc_out))
+        return {"S": fk.transpose(-1, -2) @ v, "z": fk.sum(dim=2), "phi_k": fk, "v": v}
+
+    def feature_count(self):
+        if self.kind == "rfa":
+            d = self.rfa.proj.shape[1]
+            return 2 * d if self.rfa.kernel == "gaussian" else d
+        return self.t2r.weight.shape[1] if self.kind == "t2r" else self.head_dim
+
+    def init_memory(self, batch):
+        """The empty memory (no source position folded in yet)."""
+        f = self.feature_count()
+        return {"S": self._state_zeros(batch, self.n_heads, f, self.head_dim), "z": self._state_zeros(batch, self.n_heads, f)}
+
+    def fold(self, memory, enc_t):
+        """memory + one source position enc_t [B, d]: S += phi(k) (x) v, z += phi(k)."""
+        fk = self.features(self._key(enc_t[:, None]))[:, :, 0]  # [B, H, F]
+        v = self._heads(self.v(enc_t[:, None]))[:, :, 0]  # [B, H, dh]
+        return {"S": memory["S"] + fk[..., None] * v[:, :, None, :], "z": memory["z"] + fk}
+
+    def attend(self, q, memory):
+        """Parallel form over the source positions (needs memory's phi_k and v)."""
+        scores = self.features(q) @ memory["phi_k"].transpose(-1, -2)  # [B, H, T, M]
+        return (scores @ memory["v"]) / scores.sum(-1, keepdim=True).clamp_min(self.eps)
+
+    def read(self, q, memory):
+        """Recurrent form: q [B, H, T, dh] against (S, z) only."""
+        fq = self.features(q)
+        denominator = (fq * memory["z"][:, :, None, :]).sum(-1, keepdim=True)
+        return (fq @ memory["S"]) / denominator.clamp_min(self.eps)
+
+    def step(self, x_t, memory):
+        return self._output(self.read(self._query(x_t[:, None, :]), memory))[:, 0]
+
+
 def make_cross_attention(spec, d_model, n_heads, layer_id=CROSS_LAYER_ID):
     """Build the cross attention module of an AttentionSpec (layer_id: abc `random` slot hash)."""
     if spec.type == "softmax":
         return SoftmaxCrossAttention(d_model, n_heads)
     if spec.type == "abc":
         return ABCCrossAttention(d_model, n_heads, spec.slots, spec.control, spec.seed, spec.reduce, layer_id)
+    if spec.type in ("rfa", "t2r", "elu"):
+        if spec.gate:
+            raise ValueError("gated rfa has no cross attention form (gates are causal)")
+        return LinearCrossAttention(d_model, n_heads, spec.type, spec.eps, spec.features, spec.kernel)
     raise ValueError(f"attention type {spec.type!r} cannot be used for cross attention")

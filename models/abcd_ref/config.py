@@ -16,16 +16,18 @@ ABC_LEARNED_CONTROLS = ("exp", "sigmoid", "relu")
 ABC_DECODER_ONLY_CONTROLS = ("position", "block")
 ABC_REDUCES = ("mean", "sum")
 MAX_SEED = 2**63 - 1
+# Longest ring a (dilated) window may keep: (window - 1) * dilation + 1 tokens (the engine's bound).
+MAX_WINDOW_SPAN = 2**30
 # Which attention types each position admits (FORMAT.md, "Attention specs").
 ALLOWED = {
     "decoder self": set(ATTENTION_TYPES),
     "encoder self": {"softmax", "abc", "rfa", "t2r", "elu"},
-    "cross": {"softmax", "abc"},
+    "cross": {"softmax", "abc", "rfa", "t2r", "elu"},
 }
 # JSON fields of each type besides "type".
 _FIELDS = {
     "softmax": (),
-    "window": ("window",),
+    "window": ("window", "dilation"),
     "abc": ("slots", "shared_control", "control", "seed", "reduce", "max_positions", "block"),
     "rfa": ("features", "kernel", "gate", "eps"),
     "t2r": ("features", "eps"),
@@ -50,6 +52,7 @@ class AttentionSpec:
     slots: Optional[int] = None  # abc
     shared_control: bool = False  # abc
     window: Optional[int] = None  # window
+    dilation: int = 1  # window: attend to t, t - dilation, ..., t - (window - 1) * dilation
     features: Optional[int] = None  # rfa (D), t2r (r)
     kernel: Optional[str] = None  # rfa: "gaussian" | "arccos"
     gate: bool = False  # rfa
@@ -92,6 +95,9 @@ class AttentionSpec:
                 continue
             if name == "block" and self.control != "block":
                 continue
+            # window: `dilation` only when dilated (configs written before it existed stay byte-identical).
+            if name == "dilation" and self.dilation == 1:
+                continue
             out[name] = getattr(self, name)
         return out
 
@@ -100,6 +106,9 @@ class AttentionSpec:
             raise ConfigError(f"{where}: type {self.type!r} is not allowed in {position} attention")
         if self.type == "window":
             _require_int(where, "window", self.window, 1)
+            _require_int(where, "dilation", self.dilation, 1)
+            if (self.window - 1) * self.dilation + 1 > MAX_WINDOW_SPAN:
+                raise ConfigError(f"{where}: 'dilation' makes the ring (window - 1) * dilation + 1 longer than {MAX_WINDOW_SPAN}")
         elif self.type == "abc":
             _require_int(where, "slots", self.slots, 1)
             if not isinstance(self.shared_control, bool):
@@ -118,6 +127,8 @@ class AttentionSpec:
                 raise ConfigError(f"{where}: 'gate' must be a bool")
             if self.gate and position == "encoder self":
                 raise ConfigError(f"{where}: gated rfa is not allowed in the encoder")
+            if self.gate and position == "cross":
+                raise ConfigError(f"{where}: 'gate' is not allowed on cross attention (gates are causal)")
         if self.type in DEFAULT_EPS:
             if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not self.eps > 0:
                 raise ConfigError(f"{where}: 'eps' must be a positive number, got {self.eps!r}")

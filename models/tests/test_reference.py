@@ -16,7 +16,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from abcd_ref import ConfigError, LayerSpec, ModelConfig, build_model, export, load  # noqa: E402
-from abcd_ref.attention import ABCAttention, abc_read, abc_update, make_cross_attention, make_self_attention  # noqa: E402
+from abcd_ref.attention import (  # noqa: E402
+    ABCAttention,
+    _causal_mask,
+    abc_read,
+    abc_update,
+    make_cross_attention,
+    make_self_attention,
+)
 from abcd_ref.config import AttentionSpec  # noqa: E402
 from abcd_ref.model import sinusoidal_positions  # noqa: E402
 from abcd_ref.safetensors_io import load_file, save_file  # noqa: E402
@@ -25,6 +32,7 @@ D_MODEL, N_HEADS = 32, 4
 SELF_SPECS = {
     "softmax": {"type": "softmax"},
     "window": {"type": "window", "window": 4},
+    "window_dilated": {"type": "window", "window": 3, "dilation": 3},
     "abc": {"type": "abc", "slots": 4},
     "rfa_gaussian": {"type": "rfa", "features": 8, "kernel": "gaussian"},
     "rfa_gaussian_gate": {"type": "rfa", "features": 8, "kernel": "gaussian", "gate": True},
@@ -38,6 +46,8 @@ SELF_SPECS = {
     "abc_random_sum": {"type": "abc", "slots": 5, "control": "random", "seed": 3, "reduce": "sum"},
 }
 ABC_CONTROL_SPECS = ("abc_sigmoid", "abc_relu", "abc_random", "abc_random_sum")
+# Feature-map cross attention (issue 15): every feature map, ungated.
+LINEAR_CROSS_SPECS = ("rfa_gaussian", "rfa_arccos", "t2r", "elu")
 ENCODER_TYPES = ("softmax", "abc", "rfa_gaussian", "rfa_arccos", "t2r", "elu", *ABC_CONTROL_SPECS)
 
 
@@ -202,6 +212,66 @@ class AttentionParityTest(unittest.TestCase):
                 self.assertLess(max_diff(parallel, recurrent), tol)
 
 
+class LinearCrossTest(unittest.TestCase):
+    """rfa / t2r / elu cross attention (thesis Alg. 5): parallel form == recurrent form, float64."""
+
+    def module(self, name):
+        reference = build_model(encdec_config([SELF_SPECS["softmax"]], [SELF_SPECS["softmax"]], [SELF_SPECS[name]]), seed=11)
+        return reference.double().decoder.layers[0].cross
+
+    def test_parallel_equals_recurrent(self):
+        enc_out = torch.randn(2, 10, D_MODEL, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
+        x = torch.randn(2, 7, D_MODEL, dtype=torch.float64, generator=torch.Generator().manual_seed(13))
+        for name in LINEAR_CROSS_SPECS:
+            with self.subTest(name), torch.no_grad():
+                cross = self.module(name)
+                parallel = cross(x, cross.memory(enc_out))
+                # The recurrent form: the source folded in one position at a time, then one read per query.
+                memory = cross.init_memory(2)
+                for m in range(enc_out.shape[1]):
+                    memory = cross.fold(memory, enc_out[:, m])
+                folded = cross.memory(enc_out)
+                self.assertLess(max_diff(memory["S"], folded["S"]), 1e-12)
+                self.assertLess(max_diff(memory["z"], folded["z"]), 1e-12)
+                recurrent = torch.stack([cross.step(x[:, t], memory) for t in range(x.shape[1])], dim=1)
+                self.assertLess(max_diff(parallel, recurrent), 1e-10)
+
+    def test_state_is_fixed_size(self):
+        """S [B, H, F, dh] and z [B, H, F] whatever the source length."""
+        for name in LINEAR_CROSS_SPECS:
+            cross = self.module(name)
+            f = cross.feature_count()
+            for length in (1, 64):
+                with torch.no_grad():
+                    memory = cross.memory(torch.randn(1, length, D_MODEL, dtype=torch.float64))
+                self.assertEqual(tuple(memory["S"].shape), (1, N_HEADS, f, D_MODEL // N_HEADS))
+                self.assertEqual(tuple(memory["z"].shape), (1, N_HEADS, f))
+
+    def test_gated_cross_refused(self):
+        with self.assertRaises(ConfigError):
+            encdec_config([SELF_SPECS["softmax"]], [SELF_SPECS["softmax"]], [SELF_SPECS["rfa_gaussian_gate"]]).validate()
+
+
+class DilatedWindowTest(unittest.TestCase):
+    def test_mask_positions(self):
+        """Query t sees t, t - d, ..., t - (n - 1) d (those >= 0), nothing else."""
+        module = random_module(SELF_SPECS["window_dilated"])  # n = 3, d = 3
+        t = 12
+        mask = _causal_mask(t, "cpu", module.window, module.dilation)
+        for query in range(t):
+            allowed = {query - 3 * j for j in range(3) if query - 3 * j >= 0}
+            self.assertEqual({i for i in range(t) if mask[query, i]}, allowed)
+
+    def test_ring_length(self):
+        """The recurrent state keeps the last (n - 1) d + 1 keys, however long the sequence."""
+        module = random_module(SELF_SPECS["window_dilated"])
+        state = module.init_state(1)
+        with torch.no_grad():
+            for _ in range(20):
+                _, state = module.step(torch.randn(1, D_MODEL, dtype=torch.float64), state)
+        self.assertEqual(state["k"].shape[2], 7)
+
+
 class ModelParityTest(unittest.TestCase):
     """Whole models: parallel logits == recurrent (step) logits."""
 
@@ -241,6 +311,10 @@ class ModelParityTest(unittest.TestCase):
                 [SELF_SPECS["t2r"], SELF_SPECS["rfa_gaussian_gate"]],
                 [softmax, abc],
             ),
+            **{
+                f"{name} cross": ([softmax], [SELF_SPECS["rfa_gaussian_gate"]], [SELF_SPECS[name]])
+                for name in LINEAR_CROSS_SPECS
+            },
             "abc controls": (
                 [SELF_SPECS["abc_relu"], SELF_SPECS["abc_random"]],
                 [SELF_SPECS["abc_sigmoid"], SELF_SPECS["abc_random_sum"]],
@@ -363,7 +437,15 @@ class ConfigTest(unittest.TestCase):
         rejects(lambda: decoder_config([{"type": "abc", "slots": 4, "shared_control": True}, {"type": "abc", "slots": 2, "shared_control": True}]))
         rejects(lambda: encdec_config([SELF_SPECS["window"]], [SELF_SPECS["softmax"]], [SELF_SPECS["softmax"]]))
         rejects(lambda: encdec_config([SELF_SPECS["rfa_gaussian_gate"]], [SELF_SPECS["softmax"]], [SELF_SPECS["softmax"]]))
-        rejects(lambda: encdec_config([SELF_SPECS["softmax"]], [SELF_SPECS["softmax"]], [SELF_SPECS["elu"]]))
+        rejects(lambda: encdec_config([SELF_SPECS["softmax"]], [SELF_SPECS["softmax"]], [SELF_SPECS["window"]]))
+        rejects(lambda: encdec_config([SELF_SPECS["softmax"]], [SELF_SPECS["softmax"]], [SELF_SPECS["rfa_arccos_gate"]]))
+        rejects(lambda: decoder_config([{"type": "window", "window": 4, "dilation": 0}]))
+        rejects(lambda: decoder_config([{"type": "window", "window": 3, "dilation": 2**30}]))
+        with self.assertRaises(ConfigError):
+            AttentionSpec.from_dict({"type": "softmax", "dilation": 2}, "layer")
+        # dilation 1 (the default) is not written: configs from before it existed stay byte-identical.
+        self.assertEqual(spec(SELF_SPECS["window"]).to_dict(), {"type": "window", "window": 4})
+        self.assertEqual(spec(SELF_SPECS["window_dilated"]).to_dict(), SELF_SPECS["window_dilated"])
         with self.assertRaises(ConfigError):
             ModelConfig.from_dict({**decoder_config([SELF_SPECS["softmax"]]).to_dict(), "extra": 1})
         with self.assertRaises(ConfigError):

@@ -77,6 +77,29 @@ TEST(Cli, InfoShowsPositionBlockClusterControls) {
   }
 }
 
+// Feature-map cross attention and the dilated window (issue 15): info shows each layer's state
+// bytes. rfa cross: H F (dh + 1) floats whatever the source (F = 2D gaussian, D arccos);
+// dilated window: 2 ((n - 1) d + 1) d_model floats.
+TEST(Cli, InfoShowsCrossAndDilatedWindowStateBytes) {
+  Result r = RunCli(std::string("info --model ") + ABCD_SOURCE_DIR +
+                    "/tests/fixtures/golden/encdec_rfa_cross");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cross rfa(features=8, gaussian)          2304 bytes (fixed)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("cross rfa(features=6, arccos)            864 bytes (fixed)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("state per sequence: 7776 bytes fixed"), std::string::npos) << r.output;
+  r = RunCli(std::string("info --model ") + ABCD_SOURCE_DIR +
+             "/tests/fixtures/golden/dec_window_dilated");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("window(window=4, dilation=2)       1792 bytes (fixed)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("state per sequence: 4608 bytes fixed"), std::string::npos) << r.output;
+}
+
 // With no --model, `info` loads the compiled default model, whichever it is.
 TEST(Cli, InfoWithoutModelUsesTheDefault) {
   const Result r = RunCli("info");

@@ -92,6 +92,28 @@ TEST_F(ModelCudaTest, RefusesAbcControlOtherThanExp) {
   }
 }
 
+// Feature-map cross attention (issue 15) has no CUDA kernel: refused naming the layer and type.
+TEST_F(ModelCudaTest, RefusesFeatureMapCrossAttention) {
+  for (const char* type : {"rfa", "t2r", "elu"}) {
+    const std::string name = std::string("encdec_") + type + "_cross";
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(FixtureDir(name));
+    ASSERT_TRUE(model.ok()) << model.status();
+    CudaModelOptions options;
+    options.max_sequences = 4;
+    options.max_context = 128;
+    options.weights = WeightType::kF32;
+    options.cuda_graphs = false;
+    absl::StatusOr<std::unique_ptr<CudaModel>> cuda_model =
+        CudaModel::Create(**model, context(), options);
+    ASSERT_FALSE(cuda_model.ok()) << name;
+    EXPECT_EQ(cuda_model.status().code(), absl::StatusCode::kUnimplemented);
+    const std::string expected =
+        std::string("decoder_layers[0].cross_attention: ") + type + " cross attention";
+    EXPECT_NE(cuda_model.status().message().find(expected), std::string::npos)
+        << cuda_model.status();
+  }
+}
+
 TEST_F(ModelCudaTest, MatchesGoldenLogitsAloneAndBatched) {
   int checked = 0;
   for (const std::string& name : FixtureNames()) {

@@ -81,7 +81,7 @@ TEST(ModelConfig, EncoderDecoderRules) {
   config["encoder_layers"] = {{{"attention", {{"type", "window"}, {"window", 4}}}}};
   EXPECT_NE(ErrorFor(config).find("encoder_layers[0].attention.type"), std::string::npos);
   config["encoder_layers"] = {{{"attention", {{"type", "softmax"}}}}};
-  config["decoder_layers"][0]["cross_attention"] = {{"type", "rfa"}, {"features", 4}};
+  config["decoder_layers"][0]["cross_attention"] = {{"type", "window"}, {"window", 4}};
   EXPECT_NE(ErrorFor(config).find("decoder_layers[0].cross_attention.type"), std::string::npos);
   config["decoder_layers"][0]["cross_attention"] = {{"type", "softmax"}};
   EXPECT_TRUE(ParseModelConfig(config.dump()).ok());
@@ -229,6 +229,55 @@ TEST(ModelConfig, AbcPositionBlockCluster) {
       {"type", "abc"}, {"slots", 2}, {"control", "block"}, {"block", 2}};
   EXPECT_NE(ErrorFor(encdec).find("encoder_layers[0].attention.control"), std::string::npos)
       << ErrorFor(encdec);
+// rfa / t2r / elu cross attention (issue 15): allowed with their self-attention fields, no gate.
+TEST(ModelConfig, FeatureMapCrossAttention) {
+  nlohmann::json config = ValidDecoder();
+  config["architecture"] = "encoder-decoder";
+  config["encoder_layers"] = {{{"attention", {{"type", "softmax"}}}}};
+  const nlohmann::json crosses[] = {
+      {{"type", "rfa"}, {"features", 8}, {"kernel", "gaussian"}},
+      {{"type", "rfa"}, {"features", 8}, {"kernel", "arccos"}, {"gate", false}},
+      {{"type", "t2r"}, {"features", 4}},
+      {{"type", "elu"}, {"eps", 1e-5}},
+  };
+  for (const nlohmann::json& cross : crosses) {
+    config["decoder_layers"] = {{{"attention", {{"type", "softmax"}}}, {"cross_attention", cross}}};
+    auto parsed = ParseModelConfig(config.dump());
+    ASSERT_TRUE(parsed.ok()) << cross.dump() << ": " << parsed.status();
+    EXPECT_EQ(AttentionTypeName(parsed->decoder_layers[0].cross_attention->type),
+              cross["type"].get<std::string>());
+  }
+  config["decoder_layers"] = {
+      {{"attention", {{"type", "softmax"}}},
+       {"cross_attention", {{"type", "rfa"}, {"features", 8}, {"gate", true}}}}};
+  EXPECT_NE(ErrorFor(config).find("decoder_layers[0].cross_attention.gate"), std::string::npos)
+      << ErrorFor(config);
+  config["decoder_layers"][0]["cross_attention"] = {{"type", "t2r"}, {"features", 0}};
+  EXPECT_NE(ErrorFor(config).find("decoder_layers[0].cross_attention.features"), std::string::npos);
+}
+
+// window `dilation` (issue 15): default 1, an integer >= 1, window attention only.
+TEST(ModelConfig, WindowDilation) {
+  nlohmann::json config = ValidDecoder();
+  config["decoder_layers"][0]["attention"] = {{"type", "window"}, {"window", 4}};
+  auto parsed = ParseModelConfig(config.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->decoder_layers[0].attention.dilation, 1);
+  EXPECT_EQ(parsed->decoder_layers[0].attention.WindowSpan(), 4);
+  EXPECT_EQ(DescribeAttention(parsed->decoder_layers[0].attention), "window(window=4)");
+  config["decoder_layers"][0]["attention"]["dilation"] = 3;
+  parsed = ParseModelConfig(config.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->decoder_layers[0].attention.WindowSpan(), 10);
+  EXPECT_EQ(DescribeAttention(parsed->decoder_layers[0].attention), "window(window=4, dilation=3)");
+  for (const nlohmann::json& bad : {nlohmann::json(0), nlohmann::json(-2), nlohmann::json(1.5),
+                                    nlohmann::json("2"), nlohmann::json(1 << 29)}) {
+    config["decoder_layers"][0]["attention"]["dilation"] = bad;
+    EXPECT_NE(ErrorFor(config).find("decoder_layers[0].attention.dilation"), std::string::npos)
+        << bad.dump() << " -> " << ErrorFor(config);
+  }
+  config["decoder_layers"][0]["attention"] = {{"type", "abc"}, {"slots", 4}, {"dilation", 2}};
+  EXPECT_NE(ErrorFor(config).find("decoder_layers[0].attention.dilation"), std::string::npos);
 }
 
 }  // namespace

@@ -49,10 +49,73 @@ TEST_P(StateBytesTest, BoundedFlatSoftmaxLinear) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layers, StateBytesTest,
-                         ::testing::Values("dec_softmax", "dec_window", "dec_abc",
-                                           "dec_rfa_gaussian_gate", "dec_rfa_arccos", "dec_t2r",
-                                           "dec_elu", "dec_abc_sigmoid", "dec_abc_relu",
+                         ::testing::Values("dec_softmax", "dec_window", "dec_window_dilated",
+                                           "dec_abc", "dec_rfa_gaussian_gate", "dec_rfa_arccos",
+                                           "dec_t2r", "dec_elu", "dec_abc_sigmoid", "dec_abc_relu",
                                            "dec_abc_random", "dec_abc_block", "dec_abc_cluster"),
+                         [](const auto& param_info) { return param_info.param; });
+
+// The dilated window keeps a ring of (window - 1) * dilation + 1 keys and values per layer.
+TEST(StateBytes, DilatedWindowRing) {
+  auto model = Model::Load(testing::FixtureDir("dec_window_dilated"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelConfig& c = (*model)->config();
+  int64_t expected = 0;
+  for (const LayerSpec& layer : c.decoder_layers) {
+    expected += 2 * layer.attention.WindowSpan() * c.d_model * 4;
+  }
+  EXPECT_EQ((*model)->state_layout().FixedBytes(), expected);
+  EXPECT_EQ(expected, 2 * (7 + 11) * 32 * 4);  // window 4 dilation 2, window 3 dilation 5
+}
+
+// Feature-map cross attention: the memory is F (dh + 1) floats per head, built from a source of
+// any length; the sequence's bytes are the same for a 3-token and a 1000-token source, and
+// decoding 4096 tokens after it adds nothing.
+class CrossStateBytesTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CrossStateBytesTest, ConstantInSourceLength) {
+  auto model = Model::Load(testing::FixtureDir(GetParam()));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelConfig& c = (*model)->config();
+  StatePool pool((*model)->state_layout(), int64_t{1} << 32);
+  int64_t cross_floats = 0;
+  for (const LayerSpec& layer : c.decoder_layers) {
+    const int f = layer.cross_attention->FeatureDim(c.head_dim());
+    cross_floats += int64_t{c.n_heads} * f * (c.head_dim() + 1);
+  }
+  int64_t self_floats = 0;
+  for (const StateLayout::Slot& slot : (*model)->state_layout().self) {
+    self_floats += slot.fixed_floats;
+  }
+  EXPECT_EQ((*model)->state_layout().FixedBytes(), 4 * (self_floats + cross_floats));
+  std::vector<int64_t> bytes;
+  for (int64_t source_length : {3, 1000}) {
+    auto id = pool.Acquire();
+    ASSERT_TRUE(id.ok()) << id.status();
+    std::vector<int32_t> source;
+    for (int64_t i = 0; i < source_length; ++i) source.push_back(4 + static_cast<int>(i % 90));
+    ASSERT_TRUE((*model)->Encode(source, *id, pool).ok());
+    auto encoded = pool.SequenceBytes(*id);
+    ASSERT_TRUE(encoded.ok());
+    bytes.push_back(*encoded);
+    std::vector<DecodeRow> rows;
+    for (int64_t t = 0; t < 4096; ++t) {
+      rows.push_back({*id, static_cast<int32_t>(4 + t % 90), t + 1 == 4096});
+    }
+    std::vector<float> logits;
+    ASSERT_TRUE((*model)->Decode(rows, pool, &logits).ok());
+    for (float v : logits) EXPECT_TRUE(std::isfinite(v));
+    auto decoded = pool.SequenceBytes(*id);
+    ASSERT_TRUE(decoded.ok());
+    bytes.push_back(*decoded);
+    pool.Release(*id);
+  }
+  for (int64_t b : bytes) EXPECT_EQ(b, (*model)->state_layout().FixedBytes());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cross, CrossStateBytesTest,
+                         ::testing::Values("encdec_rfa_cross", "encdec_t2r_cross",
+                                           "encdec_elu_cross"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

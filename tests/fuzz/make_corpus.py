@@ -87,6 +87,13 @@ def config_seeds():
             {'type': 'abc', 'slots': 4, 'control': 'block', 'block': 2}, {'type': 'abc', 'slots': 4, 'control': 'cluster'}]
     write('model_config_fuzzer', 'abc_controls_2',
           json.dumps(dict(base, decoder_layers=[{'attention': k} for k in more])))
+    # Feature-map cross attention and the dilated window (issue 15).
+    crosses = [{'type': 'rfa', 'features': 4, 'kernel': 'gaussian'}, {'type': 't2r', 'features': 4}, {'type': 'elu'}]
+    write('model_config_fuzzer', 'cross_and_dilation',
+          json.dumps(dict(base, architecture='encoder-decoder',
+                          decoder_layers=[{'attention': {'type': 'window', 'window': 3, 'dilation': 2},
+                                           'cross_attention': c} for c in crosses],
+                          encoder_layers=[{'attention': kinds[0]}])))
     write('model_config_fuzzer', 'bad_heads', json.dumps(dict(base, n_heads=3, decoder_layers=[])))
 
 
