@@ -6,7 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import CROSS_LAYER_ID, ENCODER_LAYER_ID, make_cross_attention, make_self_attention
+from .attention import CROSS_LAYER_ID, ENCODER_LAYER_ID, make_self_attention
+from .cross_attention import make_cross_attention
 
 
 def sinusoidal_positions(start, length, d_model):

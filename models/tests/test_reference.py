@@ -21,9 +21,9 @@ from abcd_ref.attention import (  # noqa: E402
     _causal_mask,
     abc_read,
     abc_update,
-    make_cross_attention,
     make_self_attention,
 )
+from abcd_ref.cross_attention import make_cross_attention  # noqa: E402
 from abcd_ref.config import AttentionSpec  # noqa: E402
 from abcd_ref.model import sinusoidal_positions  # noqa: E402
 from abcd_ref.safetensors_io import load_file, save_file  # noqa: E402

@@ -31,8 +31,11 @@ using Executor = net::any_io_executor;
 // and discarding, so the client sees the answer instead of a reset.
 constexpr auto kLinger = std::chrono::seconds(1);
 constexpr size_t kReadChunk = 8192;
-// The most a refused or closing connection's client may send before it is closed at once.
-constexpr size_t kMaxDiscard = size_t{256} << 10;
+// The most a refused or closing connection's client may send before it is closed at once
+// (within kLinger). Discarded bytes are read into the fixed scratch buffer, never kept, so this
+// costs no memory; it is large enough that a client sending a body a few times over the limit
+// reads its 413 instead of a reset (and an EPIPE, which kills clients that do not ignore SIGPIPE).
+constexpr size_t kMaxDiscard = size_t{4} << 20;
 
 std::chrono::steady_clock::duration Chrono(absl::Duration d) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(

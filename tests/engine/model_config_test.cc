@@ -229,6 +229,8 @@ TEST(ModelConfig, AbcPositionBlockCluster) {
       {"type", "abc"}, {"slots", 2}, {"control", "block"}, {"block", 2}};
   EXPECT_NE(ErrorFor(encdec).find("encoder_layers[0].attention.control"), std::string::npos)
       << ErrorFor(encdec);
+}
+
 // rfa / t2r / elu cross attention (issue 15): allowed with their self-attention fields, no gate.
 TEST(ModelConfig, FeatureMapCrossAttention) {
   nlohmann::json config = ValidDecoder();
