@@ -34,6 +34,8 @@ namespace abcd {
 namespace {
 
 using testing::ServerProcess;
+using testing::TimeLimit;
+using testing::UnderSanitizers;
 
 constexpr char kLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm-untrained";
 
@@ -191,15 +193,17 @@ TEST_F(HttpHostileTest, SlowlorisAndEndlessHeaderLinesStarveNothing) {
     const double completion =
         Timed("POST", "/v1/completions", R"({"prompt": "The", "max_tokens": 4, "temperature": 0})");
     EXPECT_GT(health, 0);
-    EXPECT_LT(health, 1.0);
+    EXPECT_LT(health, TimeLimit(1.0));
     EXPECT_GT(metrics, 0);
-    EXPECT_LT(metrics, 1.0);
+    EXPECT_LT(metrics, TimeLimit(1.0));
     EXPECT_GT(completion, 0);
-    EXPECT_LT(completion, 1.0);
+    EXPECT_LT(completion, TimeLimit(1.0));
   }
   const int64_t rss_under_attack = RssKb(server_->pid());
-  EXPECT_LT(rss_under_attack - rss_before, 50 << 10)
-      << "RSS grew from " << rss_before << " kB to " << rss_under_attack << " kB";
+  if (!UnderSanitizers()) {
+    EXPECT_LT(rss_under_attack - rss_before, 50 << 10)
+        << "RSS grew from " << rss_before << " kB to " << rss_under_attack << " kB";
+  }
   EXPECT_GT(refused.load(), 0) << "endless header lines were never refused with 431";
   std::cout << "endless header bytes sent: " << endless_bytes.load() << ", refused "
             << refused.load() << " times; RSS " << rss_before << " -> " << rss_under_attack
@@ -208,7 +212,7 @@ TEST_F(HttpHostileTest, SlowlorisAndEndlessHeaderLinesStarveNothing) {
   // SIGTERM with every slow connection still open: out within grace (1 s) + 2 s.
   const absl::Time term = absl::Now();
   server_->SendSignal(SIGTERM);
-  EXPECT_EQ(server_->WaitForExit(3.0), 0) << server_->Log();
+  EXPECT_EQ(server_->WaitForExit(TimeLimit(3.0)), 0) << server_->Log();
   EXPECT_LT(absl::Now() - term, absl::Seconds(3));
   done.store(true);
   drip.join();
@@ -244,10 +248,10 @@ TEST_F(HttpHostileTest, ConcurrentSseBeyondTheInflightCapGet429Counted) {
   // Probes answer while the streams run.
   const double health = Timed("GET", "/healthz");
   EXPECT_GT(health, 0);
-  EXPECT_LT(health, 1.0);
+  EXPECT_LT(health, TimeLimit(1.0));
   const double ready = Timed("GET", "/readyz");
   EXPECT_GT(ready, 0);
-  EXPECT_LT(ready, 1.0);
+  EXPECT_LT(ready, TimeLimit(1.0));
   EXPECT_EQ(Metric(R"(abcd_requests_total{kind="completions",status="resource_exhausted"})"),
             refused);
   std::cout << streaming << " streams, " << refused << " x 429; /healthz " << health
@@ -314,7 +318,7 @@ TEST_F(HttpHostileTest, SseCutBySigtermEndsWithAnErrorEventAndDone) {
   EXPECT_TRUE(ReadUntil(fd, "data: [DONE]\n\n\r\n0\r\n\r\n", absl::Seconds(4), &got))
       << got.substr(got.size() > 400 ? got.size() - 400 : 0);
   EXPECT_TRUE(absl::StrContains(got, R"("type":"unavailable_error")")) << got.substr(0, 400);
-  EXPECT_EQ(server_->WaitForExit(3.0), 0);
+  EXPECT_EQ(server_->WaitForExit(TimeLimit(3.0)), 0);
   close(fd);
 }
 

@@ -92,4 +92,6 @@ std::string ServerProcess::Log() const {
   return text.str();
 }
 
+bool UnderSanitizers() { return std::getenv("ASAN_OPTIONS") != nullptr; }
+
 }  // namespace abcd::testing

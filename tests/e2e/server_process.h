@@ -9,6 +9,16 @@
 
 namespace abcd::testing {
 
+// The sanitizer stage of setup.sh runs the e2e tests against an ASan/UBSan server, with
+// ASAN_OPTIONS set. The tests' time and memory bounds are the optimised build's: under the
+// sanitizers time limits stretch by kSanitizerSlowdown (TimeLimit) and RSS bounds are not
+// checked (ASan's quarantine keeps freed memory resident); the scenarios run unchanged.
+bool UnderSanitizers();
+inline constexpr double kSanitizerSlowdown = 8.0;
+inline double TimeLimit(double seconds) {
+  return UnderSanitizers() ? seconds * kSanitizerSlowdown : seconds;
+}
+
 class ServerProcess {
  public:
   // Starts `binary` with `args` plus loopback/ephemeral-port flags; waits until it serves.
