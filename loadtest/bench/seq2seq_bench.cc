@@ -7,10 +7,12 @@
 // step; logits for every row, as greedy decoding needs them). Median of the steps, median of
 // the rounds, the models taking turns round by round. The state bytes per sequence are the
 // pool's, split into self attention and cross attention (the encoder memory).
-// The step breakdown times each decoder sublayer on its own over the same forked batch:
-// self attention (its projections timed apart), cross attention, the feed-forward products and
-// the vocabulary product; "other" is the step minus their sum (embedding, layer norms,
-// residuals, activation).
+// The step breakdown times each decoder sublayer on its own over the same forked batch, in
+// step order (layer by layer, so states and weights pass through the caches as in a step):
+// self attention (and, apart, the time its q|k|v|extra and output products take alone), cross
+// attention, the feed-forward products and the vocabulary product; "other" is the step minus
+// their sum (embedding, layer norms, residuals, activation, and what the parts lose or gain
+// from being timed one by one).
 #include <algorithm>
 #include <iostream>
 #include <limits>
@@ -112,18 +114,6 @@ absl::StatusOr<double> StepSeconds(Entry& e, CpuContext& ctx, int64_t batch, int
   return Median(times);
 }
 
-// Median seconds of `fn` over `repeats` calls after one untimed call.
-template <typename F>
-double TimeMedian(int repeats, F&& fn) {
-  std::vector<double> times;
-  for (int r = 0; r <= repeats; ++r) {
-    const auto start = BenchClock::now();
-    fn();
-    if (r > 0) times.push_back(Seconds(BenchClock::now() - start));
-  }
-  return Median(times);
-}
-
 // The step breakdown (milliseconds, summed over the decoder layers) on `batch` forks.
 absl::StatusOr<nlohmann::json> Breakdown(Entry& e, CpuContext& ctx, int64_t batch, int repeats) {
   ABCD_ASSIGN_OR_RETURN(const std::vector<SequenceId> ids, ForkBatch(e, batch));
@@ -153,37 +143,52 @@ absl::StatusOr<nlohmann::json> Breakdown(Entry& e, CpuContext& ctx, int64_t batc
     }
     return std::span<const StateRef>(refs);
   };
-  double self_ms = 0, self_proj_ms = 0, cross_ms = 0, ffn_ms = 0;
+  // Passes over the layers in step order (so the states and weights move through the caches
+  // as in a real step), each part timed where it runs; median per part over the passes after
+  // one untimed pass.
   const auto& blocks = model.decoder().blocks;
   std::vector<float> projected;
-  for (size_t l = 0; l < blocks.size(); ++l) {
-    const Model::Block& block = blocks[l];
-    self_ms += 1000 * TimeMedian(repeats, [&] {
-                 block.self_attention->ForwardCausal(ctx, x.data(), batch, bind(layout.self[l]),
-                                                     out.data());
-               });
-    const PackedMatrix& fused = block.self_attention->fused_matrix();
-    projected.resize(static_cast<size_t>(batch * fused.out()));
-    self_proj_ms += 1000 * TimeMedian(repeats, [&] {
-                      cpu::Linear(x.data(), batch, fused, nullptr, projected.data(), &ctx.pool());
-                      cpu::Linear(x.data(), batch, block.self_attention->out_matrix(), nullptr,
-                                  out.data(), &ctx.pool());
-                    });
-    if (block.cross_attention) {
-      cross_ms += 1000 * TimeMedian(repeats, [&] {
-                    block.cross_attention->ForwardCross(ctx, x.data(), batch, bind(layout.cross[l]),
-                                                        out.data());
-                  });
-    }
-    ffn_ms += 1000 * TimeMedian(repeats, [&] {
-                cpu::Linear(x.data(), batch, block.fc1, nullptr, hidden.data(), &ctx.pool());
-                cpu::Linear(hidden.data(), batch, block.fc2, nullptr, out.data(), &ctx.pool());
-              });
-  }
-  const double head_ms =
-      1000 * TimeMedian(repeats, [&] {
-        cpu::Linear(x.data(), batch, model.head_matrix(), nullptr, logits.data(), &ctx.pool());
+  enum Part { kSelf, kSelfProjections, kCross, kFfn, kVocab, kParts };
+  std::vector<std::vector<double>> times(kParts);
+  for (int pass = 0; pass <= repeats; ++pass) {
+    std::vector<double> total(kParts, 0.0);
+    auto timed = [&](Part part, auto&& fn) {
+      const auto start = BenchClock::now();
+      fn();
+      total[part] += 1000 * Seconds(BenchClock::now() - start);
+    };
+    for (size_t l = 0; l < blocks.size(); ++l) {
+      const Model::Block& block = blocks[l];
+      timed(kSelf, [&] {
+        block.self_attention->ForwardCausal(ctx, x.data(), batch, bind(layout.self[l]), out.data());
       });
+      const PackedMatrix& fused = block.self_attention->fused_matrix();
+      projected.resize(static_cast<size_t>(batch * fused.out()));
+      timed(kSelfProjections, [&] {
+        cpu::Linear(x.data(), batch, fused, nullptr, projected.data(), &ctx.pool());
+        cpu::Linear(x.data(), batch, block.self_attention->out_matrix(), nullptr, out.data(),
+                    &ctx.pool());
+      });
+      if (block.cross_attention) {
+        timed(kCross, [&] {
+          block.cross_attention->ForwardCross(ctx, x.data(), batch, bind(layout.cross[l]),
+                                              out.data());
+        });
+      }
+      timed(kFfn, [&] {
+        cpu::Linear(x.data(), batch, block.fc1, nullptr, hidden.data(), &ctx.pool());
+        cpu::Linear(hidden.data(), batch, block.fc2, nullptr, out.data(), &ctx.pool());
+      });
+    }
+    timed(kVocab, [&] {
+      cpu::Linear(x.data(), batch, model.head_matrix(), nullptr, logits.data(), &ctx.pool());
+    });
+    if (pass == 0) continue;  // warms up
+    for (int part = 0; part < kParts; ++part) times[part].push_back(total[part]);
+  }
+  const double self_ms = Median(times[kSelf]), self_proj_ms = Median(times[kSelfProjections]),
+               cross_ms = Median(times[kCross]), ffn_ms = Median(times[kFfn]),
+               head_ms = Median(times[kVocab]);
   for (SequenceId id : ids) e.pool->Release(id);
   return nlohmann::json{{"self_attention_ms", self_ms},
                         {"self_projections_ms", self_proj_ms},
