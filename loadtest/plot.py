@@ -102,7 +102,7 @@ def plot_seq2seq(results, out):
     speed.set_ylim(bottom=0)
     memory.set_yscale("log")
     memory.set_ylabel("attention state per sequence, self + cross (MiB)")
-    speed.legend(fontsize=7)
+    speed.legend(fontsize=7, loc="center", bbox_to_anchor=(0.5, 0.36))
     fig.suptitle("Seq2seq decode speed and memory vs length (transformer-base sizes, random weights)\n" + machine_label(results), fontsize=9)
     fig.tight_layout()
     path = out / "seq2seq_speed_memory.png"
