@@ -8,6 +8,9 @@ Needs matplotlib (Debian: apt-get install python3-matplotlib); not part of CI. W
   throughput_vs_batch.png  decode tokens/s against batch size, one panel per context length,
                            one line per layer type, dotted: the bandwidth floor's tokens/s
                            (the "decode" section)
+  seq2seq_speed_memory.png the seeds' decode-speed figure (issue 15): greedy decode tokens/s and
+                           state bytes per sequence (self + cross) against source = target
+                           length, one line per model (the "seq2seq" section)
 The machine (CPU model, CPU count, BLAS threads) recorded in the JSON goes in the titles.
 """
 
@@ -80,6 +83,33 @@ def plot_throughput(results, out):
     print(f"wrote {path}")
 
 
+def plot_seq2seq(results, out):
+    s2s = results["seq2seq"]
+    fig, (speed, memory) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for m in s2s["models"]:
+        lengths = [p["length"] for p in m["points"]]
+        color = COLORS.get(m["attention"])
+        label = f"{m['label']}: {m['causal']} / {m['cross']}"
+        speed.plot(lengths, [p["tokens_per_s"] for p in m["points"]], marker="o", color=color, label=label)
+        memory.plot(lengths, [p["state_bytes"] / 2**20 for p in m["points"]], marker="o", color=color, label=label)
+    for ax in (speed, memory):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(s2s["lengths"])
+        ax.set_xticklabels([str(n) for n in s2s["lengths"]])
+        ax.set_xlabel("source length = target length (tokens)")
+        ax.grid(True, which="both", alpha=0.3)
+    speed.set_ylabel(f"greedy decode tokens/s (batch {s2s['batch']})")
+    speed.set_ylim(bottom=0)
+    memory.set_yscale("log")
+    memory.set_ylabel("attention state per sequence, self + cross (MiB)")
+    speed.legend(fontsize=7, loc="center", bbox_to_anchor=(0.5, 0.36))
+    fig.suptitle("Seq2seq decode speed and memory vs length (transformer-base sizes, random weights)\n" + machine_label(results), fontsize=9)
+    fig.tight_layout()
+    path = out / "seq2seq_speed_memory.png"
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", help="abcd-bench --json output")
@@ -92,6 +122,8 @@ def main():
         plot_memory(results, out)
     if "decode" in results:
         plot_throughput(results, out)
+    if "seq2seq" in results:
+        plot_seq2seq(results, out)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
   decode     --models DIR[,DIR..] [--batches 1,4,16,64] [--contexts 128,512,2048] [--steps 8]
              [--rounds 3] [--weight_formats f32,bf16,int8] [--prefill_tokens 512]
              [--kv_cache_format bf16|f32]
+  seq2seq    --models DIR[,DIR..] [--lengths 512,1024,2048] [--batch 16] [--steps 4] [--rounds 3]
+             [--kv_cache_format bf16|f32]   (encoder-decoder models; not in `all`)
   reference  --models DIR[,DIR..] [--reference_batches 1,32] [--reference_steps 64] [--repeats 3]
              [--python /usr/bin/python3] [--script loadtest/bench_reference.py]
   overhead   --model DIR[,DIR..] [--server build/server/abcd-server] [--requests 48] [--concurrency 8]
@@ -54,7 +56,7 @@ const std::set<std::string> kValued = {"models",          "model",
                                        "suffixes",        "suffix_tokens",
                                        "in_flight",       "choices",
                                        "choice_prompt",   "choice_tokens",
-                                       "session_store"};
+                                       "session_store",   "batch"};
 
 std::vector<std::string> ModelsIn(const std::string& dir, const std::string& types) {
   std::vector<std::string> out;
@@ -157,6 +159,33 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
       out["overhead"].push_back(std::move(result));
     }
   }
+  if (command == "seq2seq") {
+    Seq2seqOptions o;
+    o.models = SplitList(args.String("models", ""));
+    if (o.models.empty()) return absl::InvalidArgumentError("seq2seq needs --models");
+    ABCD_ASSIGN_OR_RETURN(o.lengths, ParseInts("lengths", args.String("lengths", "512,1024,2048")));
+    ABCD_ASSIGN_OR_RETURN(o.batch, args.Int("batch", 16));
+    ABCD_ASSIGN_OR_RETURN(const int64_t steps, args.Int("steps", 4));
+    ABCD_ASSIGN_OR_RETURN(const int64_t rounds, args.Int("rounds", 3));
+    if (o.batch < 1 || o.batch > 4096)
+      return absl::InvalidArgumentError("--batch must be in [1, 4096]");
+    if (steps < 1 || steps > 10000)
+      return absl::InvalidArgumentError("--steps must be in [1, 10000]");
+    if (rounds < 1 || rounds > 1000)
+      return absl::InvalidArgumentError("--rounds must be in [1, 1000]");
+    for (int64_t length : o.lengths) {
+      if (length > 65536) return absl::InvalidArgumentError("--lengths must be at most 65536");
+    }
+    o.steps = static_cast<int>(steps);
+    o.rounds = static_cast<int>(rounds);
+    o.threads = static_cast<int>(threads);
+    const std::string kv = args.String("kv_cache_format", "bf16");
+    if (kv != "bf16" && kv != "f32") {
+      return absl::InvalidArgumentError("--kv_cache_format must be bf16 or f32");
+    }
+    o.kv_cache_bf16 = kv == "bf16";
+    ABCD_ASSIGN_OR_RETURN(out["seq2seq"], RunSeq2seq(o));
+  }
   if (command == "state") {
     StateOptions o;
     o.models = SplitList(args.String("models", ""));
@@ -185,7 +214,8 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     ABCD_ASSIGN_OR_RETURN(out["state"], RunState(o));
   }
   if (!out.contains("bandwidth") && !out.contains("memory") && !out.contains("decode") &&
-      !out.contains("reference") && !out.contains("overhead") && !out.contains("state")) {
+      !out.contains("reference") && !out.contains("overhead") && !out.contains("state") &&
+      !out.contains("seq2seq")) {
     return absl::InvalidArgumentError(absl::StrCat("unknown command \"", command, "\""));
   }
   if (args.Has("json")) {

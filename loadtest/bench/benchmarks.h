@@ -6,6 +6,9 @@
 //              length.
 //   decode     decode step time and tokens/s against batch size at several context lengths, each
 //              next to its memory-bandwidth floor; speed-up of each bounded type over softmax.
+//   seq2seq    the seeds' decode-speed figure (issue 15): greedy tokens/s and state bytes per
+//              sequence of encoder-decoder models against source = target length, with a
+//              measured step breakdown and the seeds' ratios (seq2seq_bench.cc).
 //   reference  the engine against the PyTorch reference (loadtest/bench_reference.py) on the
 //              same checkpoint and tokens, both recurrent decode, in one run.
 //   state      sessions, the prefix cache and n choices (state_bench.cc), in-process.
@@ -46,6 +49,17 @@ struct DecodeOptions {
   Bandwidth bandwidth;           // the DRAM floor (256 MiB memcpy)
 };
 absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options);
+
+struct Seq2seqOptions {
+  std::vector<std::string> models;  // encoder-decoder model directories
+  std::vector<int64_t> lengths;     // source length = target length before the timed steps
+  int64_t batch = 16;               // sequences decoded per step (forks of one prefilled one)
+  int steps = 4;                    // timed greedy steps per measurement (median taken)
+  int rounds = 3;                   // measurements per point, the models interleaved (median)
+  int threads = 1;                  // the engine's CpuContext threads
+  bool kv_cache_bf16 = true;        // softmax KV cache rows in bf16 (as the server's default)
+};
+absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options);
 
 // One timed pass of an engine over `rows` (B sequences x `steps` tokens, from an empty state):
 // mean step time, argmax of row 0 after every step, row 0's last logits.
