@@ -55,6 +55,7 @@ LM_BASE_SIZE = dict(vocab_size=8000, d_model=256, n_heads=4, d_ff=1024, layers=4
 
 LM_ATTENTION = {
     "softmax": {"type": "softmax"},
+    "window": {"type": "window", "window": 32},  # as many keys as abc32 has slots
     "abc32": {"type": "abc", "slots": 32},
     "abc64": {"type": "abc", "slots": 64},
     "rfa": {"type": "rfa", "features": 32, "kernel": "gaussian", "gate": True},
@@ -96,6 +97,7 @@ class TrainConfig:
     task: str = "lm"  # "lm" | "mt"
     steps: int = 1000
     max_minutes: float = 0.0  # wall-clock cap (0 = none): the schedule runs on max(step/steps, elapsed/cap)
+    max_tokens: int = 0  # token budget (0 = none): stop after this many target tokens; the schedule runs on tokens too
     batch_size: int = 8  # LM: windows per step; MT: max pairs per batch
     batch_tokens: int = 0  # MT: max (source + target) tokens per batch (0 = no limit)
     seq_len: int = 128  # LM window length
@@ -346,7 +348,8 @@ def mt_loss(model, src, dec_in, target):
 
 
 def lr_at(step, tc, time_progress=0.0):
-    """Linear warmup over `warmup` steps, then cosine decay; progress = max(step fraction, time fraction)."""
+    """Linear warmup over `warmup` steps, then cosine decay; progress = max(step fraction, `time_progress`
+    (the larger of the wall-clock and token-budget fractions))."""
     if step < tc.warmup:
         return tc.lr * (step + 1) / tc.warmup
     progress = max((step - tc.warmup) / max(1, tc.steps - tc.warmup), time_progress)
@@ -440,6 +443,11 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
         if time_progress >= 1.0:
             log(f"wall-clock cap of {tc.max_minutes} min reached after {step} steps")
             break
+        if tc.max_tokens and tokens_seen >= tc.max_tokens:
+            log(f"token budget of {tc.max_tokens} reached after {step} steps")
+            break
+        if tc.max_tokens:
+            time_progress = max(time_progress, tokens_seen / tc.max_tokens)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, tc, time_progress)
         batch = next(stream)
