@@ -40,7 +40,7 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """Pre-LN layer: x += attn(ln1(x)); [x += cross(ln_cross(x), memory)]; x += ffn(ln2(x))."""
 
-    def __init__(self, config, spec, causal, shared_control, index=0, linformer=None):
+    def __init__(self, config, spec, causal, shared_control, index=0, linformer=None, cross_linformer=None):
         super().__init__()
         d, eps = config.d_model, config.layer_norm_eps
         self.ln1 = nn.LayerNorm(d, eps=eps)
@@ -49,7 +49,7 @@ class Block(nn.Module):
         self.attn = make_self_attention(spec.attention, d, config.n_heads, causal, shared_control, self_id, linformer)
         if spec.cross_attention is not None:
             self.ln_cross = nn.LayerNorm(d, eps=eps)
-            self.cross = make_cross_attention(spec.cross_attention, d, config.n_heads, CROSS_LAYER_ID + index)
+            self.cross = make_cross_attention(spec.cross_attention, d, config.n_heads, CROSS_LAYER_ID + index, cross_linformer)
         else:
             self.cross = None
         self.ln2 = nn.LayerNorm(d, eps=eps)
@@ -72,8 +72,9 @@ class Block(nn.Module):
 class Stack(nn.Module):
     """A decoder (causal) or encoder (bidirectional) stack with its final LayerNorm `ln_f`.
 
-    Owns `shared_control` when some abc layer uses shared_control (all such layers share it), and
-    `linformer` (weight [n, N]) when some abc layer has control `position`.
+    Owns `shared_control` when some abc layer uses shared_control (all such layers share it),
+    `linformer` (weight [n, N]) when some abc layer has control `position`, and `cross_linformer`
+    (weight [n, N_src]) when some cross attention has control `position`.
     """
 
     def __init__(self, config, layers, causal):
@@ -84,7 +85,13 @@ class Stack(nn.Module):
         # abc `position` (causal Linformer): one [n, N] table for every layer and head of the stack.
         position = [spec.attention for spec in layers if spec.attention.type == "abc" and spec.attention.control == "position"]
         self.linformer = nn.Linear(position[0].max_positions, position[0].slots, bias=False) if position else None
-        self.layers = nn.ModuleList(Block(config, spec, causal, self.shared_control, i, self.linformer) for i, spec in enumerate(layers))
+        # Cross `position` (Linformer over the source): the decoder's own [n, N_src] table for every
+        # cross layer and head (`decoder.cross_linformer.weight`); absent otherwise.
+        cross = [s.cross_attention for s in layers if s.cross_attention is not None and s.cross_attention.type == "abc" and s.cross_attention.control == "position"]
+        if cross:
+            self.cross_linformer = nn.Linear(cross[0].max_positions, cross[0].slots, bias=False)
+        cross_table = self.cross_linformer if cross else None
+        self.layers = nn.ModuleList(Block(config, spec, causal, self.shared_control, i, self.linformer, cross_table) for i, spec in enumerate(layers))
         self.ln_f = nn.LayerNorm(d, eps=config.layer_norm_eps)
 
     def forward(self, x, memories=None):
