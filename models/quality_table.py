@@ -82,7 +82,7 @@ MT_ROWS = [
 OPTIONAL_ROWS = [
     Row("txl", "lm", "lm-txl", "txl (Transformer-XL), memory 64"),
     Row("mt-gmat", "mt", "mt-gmat", "GMAT encoder (M = 32), softmax cross over the memory, abc self 8"),
-    Row("mt-abc-position", "mt", "mt-abc-position", "softmax encoder, Linformer cross (position, n 32) / abc self 8"),
+    Row("mt-abc-position", "mt", "mt-abc-position", "Linformer (abc position) encoder n 16, cross n 16, self n 8"),
 ]
 
 
@@ -179,7 +179,7 @@ def translate_scores(args, model_dir, beam):
     with open(DATA / "mt.test.de", encoding="utf-8") as f:
         refs = [line.rstrip("\n") for line in f]
     out = cli(args, "translate", "--model", str(model_dir), "--text-file", str(src), "--beam-size", str(beam),
-              "--threads", "1")
+              "--max-tokens", "128", "--threads", "1")
     hyps = out.split("\n")[: len(refs)]
     if len(hyps) != len(refs):
         raise RuntimeError(f"{model_dir}: {len(hyps)} translations for {len(refs)} sources")

@@ -162,15 +162,17 @@ def presets():
     for name, (decoder_self, cross) in MT_CROSS.items():  # mt-rfa-cross, mt-t2r-cross, mt-elu-cross
         out[f"mt-{name}"] = (mt_config(decoder_self, cross), TrainConfig(**mt_train))
     # Linformer (abc position) in all three places (issue 15): encoder (bidirectional) and cross
-    # attention each with their own table over the source, N_src = 32 >= the 24-token training
-    # sources (the served model refuses longer sources), decoder causal with N = 32 >= 28 target
-    # tokens. n: the seeds' ABC 32/8 cross/causal halved for the cross (n = N would make the cross
-    # table square), 8 causal, 16 in the encoder.
+    # attention each with their own table over the source, N_src = 128 >= every test source (98
+    # tokens with eos at most; training sees at most 24), decoder causal with N = 160 >= bos + the
+    # 128-token translation limit (training sees 28: later columns keep their init, the seeds'
+    # Linformer has no answer beyond its training length). The served model refuses longer sources
+    # and requests. n: the seeds' ABC 32/8 cross/causal halved for the cross, 8 causal, 16 in the
+    # encoder.
     out["mt-abc-position"] = (
         mt_config(
-            {"type": "abc", "slots": 8, "control": "position", "max_positions": 32},
-            {"type": "abc", "slots": 16, "control": "position", "max_positions": 32},
-            encoder={"type": "abc", "slots": 16, "control": "position", "max_positions": 32},
+            {"type": "abc", "slots": 8, "control": "position", "max_positions": 160},
+            {"type": "abc", "slots": 16, "control": "position", "max_positions": 128},
+            encoder={"type": "abc", "slots": 16, "control": "position", "max_positions": 128},
         ),
         TrainConfig(**mt_train),
     )
