@@ -99,6 +99,11 @@ FIXTURES = {
     "encdec_elu_cross": encoder_decoder([SOFTMAX] * 2, [({"type": "elu"}, {"type": "elu"})] * 2),
     # Dilated window (ABC-I App. A.4): 44 tokens run many times round the rings of 7 and 11 keys.
     "dec_window_dilated": decoder({"type": "window", "window": 4, "dilation": 2}, {"type": "window", "window": 3, "dilation": 5}),
+    # Transformer-XL (issue 16, SEEDS.md 3): Dai's form (post-LN, no absolute positions), 44 tokens
+    # round rings of 7 and 10 keys, clamp below and above the memory; and pre-LN with sinusoidal
+    # positions beside a softmax layer.
+    "dec_txl": decoder({"type": "txl", "memory": 6, "clamp_len": 4}, {"type": "txl", "memory": 9, "clamp_len": 20}, positional="none", norm="post"),
+    "dec_txl_pre": decoder({"type": "txl", "memory": 5, "clamp_len": 5}, SOFTMAX),
 }
 
 
