@@ -75,6 +75,22 @@ class TxlTraining(unittest.TestCase):
             mixed = [model(tokens) for _ in range(4)]
         self.assertTrue(any(not torch.allclose(m, plain) for m in mixed))
 
+    def test_trained_with_options_exports_plain_txl(self):
+        """One step with skip-retain and cross-head attention: the same tensors as a plain txl model."""
+        config = txl_config()
+        model = build_model(config, seed=3)
+        for layer in model.decoder.layers:
+            layer.attn.cross_head_p = 1.0
+        model.train()
+        tokens = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(4))
+        loss, n, _ = train.txl_segment_loss(model, tokens, [None] * 3, skip=train.skip_probabilities(3), rng=random.Random(1))
+        (loss / n).backward()
+        plain = build_model(config, seed=3).state_dict()
+        trained = model.state_dict()
+        self.assertEqual(sorted(trained), sorted(plain))
+        for name, tensor in trained.items():
+            self.assertEqual(tuple(tensor.shape), tuple(plain[name].shape), name)
+
     def test_options_need_an_all_txl_lm(self):
         tc = train.TrainConfig(task="lm", skip_retain=True)
         self.assertTrue(train.check_txl_options(txl_config(), tc))
