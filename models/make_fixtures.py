@@ -4,6 +4,7 @@ Each fixture has config.json, model.safetensors (fp32) and golden.safetensors wi
 prompt_ids [12], source_ids [10] (encoder-decoder), prefill_logits [12, V] (parallel form),
 decode_ids [32] and decode_logits [32, V] (recurrent form, continuing after the prompt).
 Deterministic: fixed seeds. Usage (from the repository root): /usr/bin/python3 models/make_fixtures.py
+[NAME ...] (only the named fixtures; index.json always lists them all)
 """
 
 import json
@@ -99,6 +100,16 @@ FIXTURES = {
     "encdec_elu_cross": encoder_decoder([SOFTMAX] * 2, [({"type": "elu"}, {"type": "elu"})] * 2),
     # Dilated window (ABC-I App. A.4): 44 tokens run many times round the rings of 7 and 11 keys.
     "dec_window_dilated": decoder({"type": "window", "window": 4, "dilation": 2}, {"type": "window", "window": 3, "dilation": 5}),
+    # Linformer (abc position) in its encoder (bidirectional) and cross forms, each stack with its
+    # own table (encoder [3, 16], cross [5, 12]; the 10-token source fits both), beside the causal
+    # decoder form.
+    "encdec_abc_position": encoder_decoder(
+        [{"type": "abc", "slots": 3, "control": "position", "max_positions": 16}, SOFTMAX],
+        [
+            ({"type": "abc", "slots": 4, "control": "position", "max_positions": 64}, {"type": "abc", "slots": 5, "control": "position", "max_positions": 12}),
+            (ABC4, {"type": "abc", "slots": 5, "control": "position", "max_positions": 12}),
+        ],
+    ),
     # Transformer-XL (issue 16, SEEDS.md 3): Dai's form (post-LN, no absolute positions), 44 tokens
     # round rings of 7 and 10 keys, clamp below and above the memory; and pre-LN with sinusoidal
     # positions beside a softmax layer.
@@ -165,10 +176,16 @@ def make_fixture(name, fields):
     return parity, conditioning
 
 
-def main():
+def main(names=None):
+    """Writes every fixture, or only `names` (command-line arguments; the others stay as they are)."""
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     failed = []
+    unknown = sorted(set(names or ()) - set(FIXTURES))
+    if unknown:
+        sys.exit(f"unknown fixtures {unknown}")
     for name, fields in FIXTURES.items():
+        if names and name not in names:
+            continue
         parity, conditioning = make_fixture(name, fields)
         print(f"{name:24s} max|parallel - recurrent| = {parity:.3e}   max|golden - float64| = {conditioning:.3e}")
         if not parity <= TOLERANCE:
@@ -179,4 +196,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

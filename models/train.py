@@ -56,6 +56,7 @@ LM_BASE_SIZE = dict(vocab_size=8000, d_model=256, n_heads=4, d_ff=1024, layers=4
 
 LM_ATTENTION = {
     "softmax": {"type": "softmax"},
+    "window": {"type": "window", "window": 32},  # as many keys as abc32 has slots
     "abc32": {"type": "abc", "slots": 32},
     "abc64": {"type": "abc", "slots": 64},
     "rfa": {"type": "rfa", "features": 32, "kernel": "gaussian", "gate": True},
@@ -102,6 +103,7 @@ class TrainConfig:
     task: str = "lm"  # "lm" | "mt"
     steps: int = 1000
     max_minutes: float = 0.0  # wall-clock cap (0 = none): the schedule runs on max(step/steps, elapsed/cap)
+    max_tokens: int = 0  # token budget (0 = none): stop after this many target tokens; the schedule runs on tokens too
     batch_size: int = 8  # LM: windows per step; MT: max pairs per batch
     batch_tokens: int = 0  # MT: max (source + target) tokens per batch (0 = no limit)
     seq_len: int = 128  # LM window length
@@ -136,12 +138,13 @@ def lm_config(attention, size=None, **model_fields):
     )
 
 
-def mt_config(decoder_self, cross, size=None):
+def mt_config(decoder_self, cross, size=None, encoder=None):
     s = size or MT_SIZE
+    encoder = encoder or {"type": "softmax"}
     return ModelConfig(
         architecture="encoder-decoder",
         vocab_size=s["vocab_size"], d_model=s["d_model"], n_heads=s["n_heads"], d_ff=s["d_ff"],
-        encoder_layers=[LayerSpec(AttentionSpec(type="softmax")) for _ in range(s["encoder_layers"])],
+        encoder_layers=[LayerSpec(AttentionSpec.from_dict(encoder, "preset")) for _ in range(s["encoder_layers"])],
         decoder_layers=[
             LayerSpec(AttentionSpec.from_dict(decoder_self, "preset"), AttentionSpec.from_dict(cross, "preset"))
             for _ in range(s["layers"])
@@ -171,6 +174,19 @@ def presets():
     out["mt-softmax"] = (mt_config({"type": "softmax"}, {"type": "softmax"}), TrainConfig(**mt_train))
     for name, (decoder_self, cross) in MT_CROSS.items():  # mt-rfa-cross, mt-t2r-cross, mt-elu-cross
         out[f"mt-{name}"] = (mt_config(decoder_self, cross), TrainConfig(**mt_train))
+    # Linformer (abc position) in all three places (issue 15): encoder (bidirectional) and cross
+    # attention each with their own table over the source, N_src = 32 >= the 24-token training
+    # sources (the served model refuses longer sources), decoder causal with N = 32 >= 28 target
+    # tokens. n: the seeds' ABC 32/8 cross/causal halved for the cross (n = N would make the cross
+    # table square), 8 causal, 16 in the encoder.
+    out["mt-abc-position"] = (
+        mt_config(
+            {"type": "abc", "slots": 8, "control": "position", "max_positions": 32},
+            {"type": "abc", "slots": 16, "control": "position", "max_positions": 32},
+            encoder={"type": "abc", "slots": 16, "control": "position", "max_positions": 32},
+        ),
+        TrainConfig(**mt_train),
+    )
     # The shipped abc-en-de: twice the width, 3 + 3 layers, larger batches, a wall-clock budget
     # (the schedule runs on elapsed time; see checkpoints/abc-en-de/README.md for the run).
     base = dict(mt_train, steps=100000, max_minutes=110.0, batch_size=128, batch_tokens=1600, warmup=300, lr=1e-3,
@@ -352,6 +368,51 @@ def set_abc_chunk(model, chunk):
             module.chunk = chunk or None
 
 
+def slot_usage_entropy(log_control):
+    """Entropy (nats) of slot usage, averaged over heads (SEEDS.md 1.1, "ours").
+
+    log_control: a' [B, H, T, n] of a mean-kernel abc control (write weight alpha = exp(a'), -inf =
+    no write). A head's usage of slot j is sum over batch and tokens of alpha_j, normalised over the
+    n slots (computed as a softmax of logsumexp(a'), so large exp logits cannot overflow); its
+    entropy is log n when every slot gets the same weight and 0 when one slot gets it all (relu's
+    "rich get richer"). A head that wrote nothing counts as 0.
+    """
+    log_usage = torch.logsumexp(log_control.double().transpose(0, 1).flatten(1, 2), dim=1)  # [H, n]
+    written = log_usage.isfinite().any(dim=-1)
+    log_p = torch.log_softmax(log_usage.masked_fill(~written[:, None], 0.0), dim=-1)
+    terms = torch.where(log_p.isfinite(), -log_p.exp() * log_p, torch.zeros_like(log_p))
+    return float(torch.where(written, terms.sum(-1), torch.zeros_like(written, dtype=terms.dtype)).mean())
+
+
+class SlotUsageProbe:
+    """Slot-usage entropy of every mean-kernel abc self attention (exp, sigmoid, relu, random with
+    reduce mean, cluster) of a model, recorded by forward hooks while `active`; `take()` returns the
+    mean over the recorded layers (and heads) and the mean log n, and clears them. Cross attention
+    builds its slots outside forward and is not probed."""
+
+    def __init__(self, model):
+        self.active, self.values, self.maxima = False, [], []
+        self.modules = [m for m in model.modules() if isinstance(m, ABCAttention) and not m.sums and m.control_kind != "block"]
+        for module in self.modules:
+            module.register_forward_hook(self._hook)
+
+    def _hook(self, module, inputs, output):
+        if not self.active:
+            return
+        with torch.no_grad():
+            x = inputs[0]
+            k = module._heads(module.k(x)) if module.control_kind == "cluster" else None
+            self.values.append(slot_usage_entropy(module._log_control(x, 0, k)))
+            self.maxima.append(math.log(module.slots))
+
+    def take(self):
+        if not self.values:
+            return None
+        out = (sum(self.values) / len(self.values), sum(self.maxima) / len(self.maxima))
+        self.values, self.maxima = [], []
+        return out
+
+
 def lm_loss(model, batch):
     logits = model(batch[:, :-1])
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"), batch[:, 1:].numel()
@@ -364,7 +425,8 @@ def mt_loss(model, src, dec_in, target):
 
 
 def lr_at(step, tc, time_progress=0.0):
-    """Linear warmup over `warmup` steps, then cosine decay; progress = max(step fraction, time fraction)."""
+    """Linear warmup over `warmup` steps, then cosine decay; progress = max(step fraction, `time_progress`
+    (the larger of the wall-clock and token-budget fractions))."""
     if step < tc.warmup:
         return tc.lr * (step + 1) / tc.warmup
     progress = max((step - tc.warmup) / max(1, tc.steps - tc.warmup), time_progress)
@@ -540,6 +602,7 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
         train_loss_fn = loss_fn
 
     random_modules = random_control_modules(model) if tc.resample_random_control else []
+    probe = SlotUsageProbe(model)  # slot-usage entropy on the logged steps
     seed_rng = random.Random(tc.seed + 1)  # its own stream: the data order stays that of other presets
 
     def evaluate(batches):
@@ -572,11 +635,18 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
         if time_progress >= 1.0:
             log(f"wall-clock cap of {tc.max_minutes} min reached after {step} steps")
             break
+        if tc.max_tokens and tokens_seen >= tc.max_tokens:
+            log(f"token budget of {tc.max_tokens} reached after {step} steps")
+            break
+        if tc.max_tokens:
+            time_progress = max(time_progress, tokens_seen / tc.max_tokens)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, tc, time_progress)
         batch = next(stream)
         set_random_control_seeds(random_modules, seed_rng)
+        probe.active = (step + 1) % 50 == 0 or step == 0
         loss, n = train_loss_fn(model, *batch)
+        probe.active = False
         opt.zero_grad(set_to_none=True)
         (loss / n).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
@@ -587,8 +657,12 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
         run_n += n
         if (step + 1) % 50 == 0 or step == 0:
             elapsed = time.time() - t0
-            log(f"step {step + 1}/{tc.steps} loss {run_loss / run_n:.4f} lr {opt.param_groups[0]['lr']:.2e} tokens {tokens_seen} {elapsed:.0f}s ({elapsed / (step + 1):.2f}s/step)")
+            entropy = probe.take()
+            usage = "" if entropy is None else f" slot entropy {entropy[0]:.3f}/{entropy[1]:.3f}"
+            log(f"step {step + 1}/{tc.steps} loss {run_loss / run_n:.4f} lr {opt.param_groups[0]['lr']:.2e} tokens {tokens_seen} {elapsed:.0f}s ({elapsed / (step + 1):.2f}s/step){usage}")
             history["train"].append({"step": step + 1, "loss": run_loss / run_n, "elapsed_s": elapsed})
+            if entropy is not None:
+                history["train"][-1]["slot_entropy"] = entropy[0]
             run_loss, run_n = 0.0, 0
         if tc.eval_every and (step + 1) % tc.eval_every == 0 and step + 1 < tc.steps:
             v = evaluate(valid_batches[: tc.eval_batches])

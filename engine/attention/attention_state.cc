@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/attention/abc_state.h"
 #include "engine/attention/linear_state.h"
@@ -12,6 +13,12 @@
 #include "engine/model/weights.h"
 
 namespace abcd {
+
+std::string LinformerTableName(absl::string_view prefix) {
+  if (absl::StartsWith(prefix, "encoder.")) return "encoder.linformer.weight";
+  if (absl::EndsWith(prefix, ".cross")) return "decoder.cross_linformer.weight";
+  return "decoder.linformer.weight";
+}
 
 absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelConfig& config,
                                                                    const AttentionSpec& spec,
@@ -27,10 +34,10 @@ absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelCo
     case AttentionType::kAbc: {
       std::vector<float> table;
       if (spec.control == AbcControl::kPosition) {
-        // One table for the stack (position is decoder self attention only); each layer keeps
-        // its own copy.
+        // One table per stack: decoder self, encoder self, and the decoder's cross table for
+        // cross attention (prefix "decoder.layers.i.cross"); each layer keeps its own copy.
         ABCD_ASSIGN_OR_RETURN(
-            table, weights.Load("decoder.linformer.weight", {spec.slots, spec.max_positions}));
+            table, weights.Load(LinformerTableName(prefix), {spec.slots, spec.max_positions}));
       }
       return std::make_unique<AbcState>(heads, dh, spec.slots, spec.control, spec.reduce, spec.seed,
                                         spec.layer_id, spec.block, std::move(table),

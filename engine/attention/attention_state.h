@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/model/model_config.h"
 #include "engine/state/kv_cache.h"
 
@@ -68,6 +70,11 @@ class AttentionState {
     for (int h = 0; h < heads(); ++h) ReadHead(h, q, state, out);
   }
 };
+
+// The abc position (Linformer) table an attention with tensor prefix `prefix` reads:
+// "encoder.linformer.weight" (encoder self), "decoder.cross_linformer.weight" (cross, prefix
+// "decoder.layers.i.cross") or "decoder.linformer.weight" (decoder self).
+std::string LinformerTableName(absl::string_view prefix);
 
 // Builds the kernel for `spec`; `prefix` names the attention's tensors (e.g.
 // "decoder.layers.0.attn") for the types that own weights (rfa, t2r).

@@ -219,6 +219,14 @@ absl::Status Model::Encode(CpuContext& ctx, std::span<const int32_t> source, Seq
     return absl::FailedPreconditionError("Encode needs an encoder-decoder model");
   }
   if (source.empty()) return absl::InvalidArgumentError("source is empty");
+  // abc position (Linformer) encoder / cross tables have no column past their max_positions.
+  if (const int limit = config_.max_source_positions();
+      limit > 0 && static_cast<int64_t>(source.size()) > limit) {
+    return absl::InvalidArgumentError(absl::StrCat("source is ", source.size(),
+                                                   " tokens, more than the model's "
+                                                   "max_source_positions (",
+                                                   limit, ")"));
+  }
   for (size_t i = 0; i < source.size(); ++i) {
     ABCD_RETURN_IF_ERROR(CheckToken(source[i], config_.vocab_size, "source", i));
   }

@@ -123,8 +123,8 @@ absl::Status ParseAbcControl(const Fields& f, Role role, AttentionSpec& spec) {
     return FieldError(f.Path("shared_control"),
                       absl::StrCat("needs a learned control (not \"", control, "\")"));
   }
-  if (role != Role::kDecoderSelf &&
-      (spec.control == AbcControl::kPosition || spec.control == AbcControl::kBlock)) {
+  // position has a causal, a bidirectional (encoder) and a cross form, each with its own table.
+  if (role != Role::kDecoderSelf && spec.control == AbcControl::kBlock) {
     return FieldError(f.Path("control"), absl::StrCat("\"", control,
                                                       "\" is only supported in decoder self "
                                                       "attention"));
@@ -296,6 +296,20 @@ absl::StatusOr<std::vector<LayerSpec>> ParseLayers(const json& root, const std::
     }
     linformer = &a;
   }
+  // Cross position layers share the decoder's one [slots, max_positions] cross_linformer table.
+  const AttentionSpec* cross_linformer = nullptr;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!layers[i].cross_attention) continue;
+    const AttentionSpec& a = *layers[i].cross_attention;
+    if (a.type != AttentionType::kAbc || a.control != AbcControl::kPosition) continue;
+    if (cross_linformer != nullptr &&
+        (a.slots != cross_linformer->slots || a.max_positions != cross_linformer->max_positions)) {
+      return FieldError(absl::StrCat(key, "[", i, "].cross_attention.max_positions"),
+                        "control \"position\" cross attention layers share one cross_linformer "
+                        "table: they must all have the same slots and max_positions");
+    }
+    cross_linformer = &a;
+  }
   return layers;
 }
 
@@ -352,6 +366,19 @@ int ModelConfig::max_positions() const {
     const AttentionSpec& a = layer.attention;
     if (a.type != AttentionType::kAbc || a.control != AbcControl::kPosition) continue;
     limit = limit == 0 ? a.max_positions : std::min(limit, a.max_positions);
+  }
+  return limit;
+}
+
+int ModelConfig::max_source_positions() const {
+  int limit = 0;
+  auto take = [&limit](const AttentionSpec& a) {
+    if (a.type != AttentionType::kAbc || a.control != AbcControl::kPosition) return;
+    limit = limit == 0 ? a.max_positions : std::min(limit, a.max_positions);
+  };
+  for (const LayerSpec& layer : encoder_layers) take(layer.attention);
+  for (const LayerSpec& layer : decoder_layers) {
+    if (layer.cross_attention) take(*layer.cross_attention);
   }
   return limit;
 }

@@ -25,7 +25,8 @@ enum class Norm { kPre, kPost };
 // abc control (models/FORMAT.md): the per-slot log-control a' of a token. exp: a' = a;
 // sigmoid: a' = logsigmoid(a); relu: a' = log(a) if a > 0 else -inf (no write); random: one slot
 // per (layer, head, position) from a hash of `seed`, no learned projection; position (causal
-// Linformer): signed plain sums with phi = column t of the decoder's [n, N] linformer table;
+// Linformer): signed plain sums with phi = column t of the stack's [n, N] linformer table (decoder
+// self, encoder self, or the decoder's cross_linformer for cross attention; t = source position);
 // block (compressive mean pooling): a FIFO ring of n block means of `block` tokens; cluster:
 // online k-means on the sequence's own keys (lowest empty slot, else the nearest centroid).
 enum class AbcControl { kExp, kSigmoid, kRelu, kRandom, kPosition, kBlock, kCluster };
@@ -102,6 +103,9 @@ struct ModelConfig {
   // Decoder positions a sequence may reach (prompt + generated tokens): the max_positions of
   // abc position layers, 0 = unbounded.
   int max_positions() const;
+  // Source tokens (with eos) an encoder-decoder model can encode: the smallest max_positions of
+  // its encoder and cross abc position layers (each stack's Linformer table), 0 = unbounded.
+  int max_source_positions() const;
   bool is_encoder_decoder() const { return architecture == Architecture::kEncoderDecoder; }
 };
 

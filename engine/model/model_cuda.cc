@@ -101,6 +101,25 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
     return absl::UnimplementedError(
         "config field \"norm\": post-LN blocks have no CUDA path; use the CPU backend");
   }
+  // abc controls other than exp (e.g. the Linformer's position) in cross and encoder attention:
+  // refused naming the layer and the control, as in decoder self attention.
+  for (size_t l = 0; l < decoder_layers.size(); ++l) {
+    const std::optional<AttentionSpec>& cross = decoder_layers[l].cross_attention;
+    if (cross && cross->type == AttentionType::kAbc && cross->control != AbcControl::kExp) {
+      return absl::UnimplementedError(absl::StrCat(
+          "decoder_layers[", l, "].cross_attention: abc attention with control \"",
+          AbcControlName(cross->control), "\" has no CUDA kernel; use the CPU backend"));
+    }
+  }
+  const std::vector<LayerSpec>& encoder_layers = model.config().encoder_layers;
+  for (size_t l = 0; l < encoder_layers.size(); ++l) {
+    const AttentionSpec& a = encoder_layers[l].attention;
+    if (a.type == AttentionType::kAbc && a.control != AbcControl::kExp) {
+      return absl::UnimplementedError(
+          absl::StrCat("encoder_layers[", l, "].attention: abc attention with control \"",
+                       AbcControlName(a.control), "\" has no CUDA kernel; use the CPU backend"));
+    }
+  }
   if (model.config().is_encoder_decoder()) {
     return absl::UnimplementedError(
         "the CUDA backend runs decoder-only models; encoder-decoder models use the CPU");

@@ -150,6 +150,13 @@ absl::StatusOr<std::unique_ptr<ActiveRequest>> ContinuousBatchingExecutor::Prepa
                                                      " tokens, longer than the limit of ",
                                                      options_.max_source_tokens));
     }
+    // abc position (Linformer) encoder / cross layers have no table column past N_src.
+    if (const int64_t limit = config.max_source_positions();
+        limit > 0 && static_cast<int64_t>(r->source_ids.size()) > limit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("text: the source (", r->source_ids.size(),
+                       " tokens with eos) exceeds the model's max_source_positions (", limit, ")"));
+    }
   } else {
     r->prompt_ids.insert(r->prompt_ids.end(), ids.begin(), ids.end());
   }

@@ -12,8 +12,10 @@ ABC_CONTROLS = ("exp", "sigmoid", "relu", "random", "position", "block", "cluste
 # Controls with a learned projection `A.control` (the others compute their writes from the position
 # or the keys; `position` reads the stack's `linformer` table).
 ABC_LEARNED_CONTROLS = ("exp", "sigmoid", "relu")
-# Controls only served in decoder self attention (SEEDS.md 1.2, 1.5 give no encoder/cross form we serve).
-ABC_DECODER_ONLY_CONTROLS = ("position", "block")
+# Controls only served in decoder self attention (SEEDS.md 1.5 gives no encoder/cross form we serve).
+# `position` (Linformer) has all three forms: decoder self (causal), encoder self (bidirectional) and
+# cross, each with its own table (FORMAT.md).
+ABC_DECODER_ONLY_CONTROLS = ("block",)
 ABC_REDUCES = ("mean", "sum")
 MAX_SEED = 2**63 - 1
 # Longest ring a (dilated) window may keep: (window - 1) * dilation + 1 tokens (the engine's bound).
@@ -286,6 +288,17 @@ class ModelConfig:
                     raise ConfigError(f"{where}: 'cross_attention' is only for encoder-decoder decoder layers")
             if len(shared_slots) > 1:
                 raise ConfigError(f"{stack}: shared_control layers must all have the same slots, got {sorted(shared_slots)}")
+        self._validate_cross_linformer()
+
+    def _validate_cross_linformer(self):
+        """Cross `position` layers share one [n, N_src] table (decoder.cross_linformer)."""
+        table = set()
+        for i, layer in enumerate(self.decoder_layers):
+            cross = layer.cross_attention
+            if cross is not None and cross.type == "abc" and cross.control == "position":
+                table.add((cross.slots, cross.max_positions))
+                if len(table) > 1:
+                    raise ConfigError(f"decoder_layers[{i}].cross_attention: control 'position' cross layers share one cross_linformer table: they must all have the same slots and max_positions")
 
     @classmethod
     def from_dict(cls, d):
@@ -312,6 +325,13 @@ class ModelConfig:
     def max_positions(self):
         """Decoder positions the model can serve (abc `position` layers' N), 0 = unbounded."""
         return min((l.attention.max_positions for l in self.decoder_layers if l.attention.type == "abc" and l.attention.control == "position"), default=0)
+
+    @property
+    def max_source_positions(self):
+        """Source tokens the model can encode (N of encoder / cross `position` tables), 0 = unbounded."""
+        limits = [l.attention.max_positions for l in self.encoder_layers if l.attention.type == "abc" and l.attention.control == "position"]
+        limits += [l.cross_attention.max_positions for l in self.decoder_layers if l.cross_attention is not None and l.cross_attention.type == "abc" and l.cross_attention.control == "position"]
+        return min(limits, default=0)
 
     def to_dict(self):
         out = {

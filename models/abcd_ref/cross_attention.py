@@ -53,21 +53,40 @@ class SoftmaxCrossAttention(CrossAttention):
 class ABCCrossAttention(_AbcControl, CrossAttention):
     """ABC cross attention: K~, V~ built once from all source positions (control on enc_out).
 
-    Any control of ABCAttention; source position m is the position of the `random` hash.
+    Any control of ABCAttention but block; source position m is the position of the `random` hash
+    and the column of `position` (Linformer cross form, SEEDS.md 1.2: K~ = W[:, :M] K_src,
+    V~ = W[:, :M] V_src with W the decoder's [n, N_src] `cross_linformer` table, shared by every
+    cross position layer and head; a source longer than N_src is refused, never truncated).
     """
 
-    def __init__(self, d_model, n_heads, slots, control="exp", seed=None, reduce=None, layer_id=0):
+    def __init__(self, d_model, n_heads, slots, control="exp", seed=None, reduce=None, layer_id=0, linformer=None):
         super().__init__(d_model, n_heads)
         self.slots = slots
         self.control_kind = control
         self.seed, self.reduce, self.layer_id = seed, reduce or "mean", layer_id
         self.control = nn.Linear(d_model, n_heads * slots) if control in ABC_LEARNED_CONTROLS else None
+        object.__setattr__(self, "linformer", linformer)  # position: the decoder's [n, N_src] table
 
     def _control_logits(self, x):
         return self._heads(self.control(x), self.slots)
 
+    def init_memory(self, batch):
+        """position: the empty memory (no source position folded in yet)."""
+        return {"K": self._state_zeros(batch, self.n_heads, self.slots, self.head_dim),
+                "V": self._state_zeros(batch, self.n_heads, self.slots, self.head_dim), "m": 0}
+
+    def fold(self, memory, enc_t):
+        """position: memory + source position m = memory["m"] (enc_t [B, d]): K~ += W[:, m] k, V~ += W[:, m] v."""
+        k, v = self._heads(self.k(enc_t[:, None]))[:, :, 0], self._heads(self.v(enc_t[:, None]))[:, :, 0]
+        phi = self._position_phi(memory["m"], 1, k)[:, :, 0, :, None]  # [1, H, n, 1]
+        return {"K": memory["K"] + phi * k[:, :, None, :], "V": memory["V"] + phi * v[:, :, None, :], "m": memory["m"] + 1}
+
     def memory(self, enc_out):
         k, v = self._heads(self.k(enc_out)), self._heads(self.v(enc_out))
+        if self.control_kind == "position":
+            phi = self._position_phi(0, enc_out.shape[1], k)  # [1, H, M, n]; refuses M > N_src
+            return {"K": torch.einsum("bhmn,bhmd->bhnd", phi.expand(k.shape[0], -1, -1, -1), k),
+                    "V": torch.einsum("bhmn,bhmd->bhnd", phi.expand(k.shape[0], -1, -1, -1), v)}
         a = self._log_control(enc_out, 0, k)  # [B, H, M, n]
         if self.sums:
             weights, live = torch.exp(a), None
@@ -159,12 +178,13 @@ class LinearCrossAttention(CrossAttention):
         return self._output(self.read(self._query(x_t[:, None, :]), memory))[:, 0]
 
 
-def make_cross_attention(spec, d_model, n_heads, layer_id=CROSS_LAYER_ID):
-    """Build the cross attention module of an AttentionSpec (layer_id: abc `random` slot hash)."""
+def make_cross_attention(spec, d_model, n_heads, layer_id=CROSS_LAYER_ID, linformer=None):
+    """Build the cross attention module of an AttentionSpec (layer_id: abc `random` slot hash;
+    linformer: the decoder's cross_linformer table, for control position)."""
     if spec.type == "softmax":
         return SoftmaxCrossAttention(d_model, n_heads)
     if spec.type == "abc":
-        return ABCCrossAttention(d_model, n_heads, spec.slots, spec.control, spec.seed, spec.reduce, layer_id)
+        return ABCCrossAttention(d_model, n_heads, spec.slots, spec.control, spec.seed, spec.reduce, layer_id, linformer)
     if spec.type in ("rfa", "t2r", "elu"):
         if spec.gate:
             raise ValueError("gated rfa has no cross attention form (gates are causal)")

@@ -41,7 +41,7 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """Pre-LN layer: x += attn(ln1(x)); [x += cross(ln_cross(x), memory)]; x += ffn(ln2(x))."""
 
-    def __init__(self, config, spec, causal, shared_control, index=0, linformer=None, txl_biases=None):
+    def __init__(self, config, spec, causal, shared_control, index=0, linformer=None, cross_linformer=None, txl_biases=None):
         super().__init__()
         d, eps = config.d_model, config.layer_norm_eps
         self.post_norm = config.norm == "post"  # Transformer-XL: x = ln1(x + attn(x)); x = ln2(x + ffn(x))
@@ -55,7 +55,7 @@ class Block(nn.Module):
             self.attn = make_self_attention(a, d, config.n_heads, causal, shared_control, self_id, linformer)
         if spec.cross_attention is not None:
             self.ln_cross = nn.LayerNorm(d, eps=eps)
-            self.cross = make_cross_attention(spec.cross_attention, d, config.n_heads, CROSS_LAYER_ID + index)
+            self.cross = make_cross_attention(spec.cross_attention, d, config.n_heads, CROSS_LAYER_ID + index, cross_linformer)
         else:
             self.cross = None
         self.ln2 = nn.LayerNorm(d, eps=eps)
@@ -85,8 +85,9 @@ class Block(nn.Module):
 class Stack(nn.Module):
     """A decoder (causal) or encoder (bidirectional) stack with its final LayerNorm `ln_f`.
 
-    Owns `shared_control` when some abc layer uses shared_control (all such layers share it), and
-    `linformer` (weight [n, N]) when some abc layer has control `position`.
+    Owns `shared_control` when some abc layer uses shared_control (all such layers share it),
+    `linformer` (weight [n, N]) when some abc layer has control `position`, and `cross_linformer`
+    (weight [n, N_src]) when some cross attention has control `position`.
     """
 
     def __init__(self, config, layers, causal):
@@ -97,12 +98,20 @@ class Stack(nn.Module):
         # abc `position` (causal Linformer): one [n, N] table for every layer and head of the stack.
         position = [spec.attention for spec in layers if spec.attention.type == "abc" and spec.attention.control == "position"]
         self.linformer = nn.Linear(position[0].max_positions, position[0].slots, bias=False) if position else None
+        # Cross `position` (Linformer over the source): the decoder's own [n, N_src] table for every
+        # cross layer and head (`decoder.cross_linformer.weight`); absent otherwise.
+        cross = [s.cross_attention for s in layers if s.cross_attention is not None and s.cross_attention.type == "abc" and s.cross_attention.control == "position"]
+        if cross:
+            self.cross_linformer = nn.Linear(cross[0].max_positions, cross[0].slots, bias=False)
+        cross_table = self.cross_linformer if cross else None
         # txl: u = r_w_bias, v = r_r_bias [H, dh], shared by every txl layer of the stack.
         if any(spec.attention.type == "txl" for spec in layers):
             self.r_w_bias = nn.Parameter(torch.zeros(config.n_heads, config.head_dim))
             self.r_r_bias = nn.Parameter(torch.zeros(config.n_heads, config.head_dim))
         biases = lambda: (self.r_w_bias, self.r_r_bias)  # noqa: E731 (read at call time)
-        self.layers = nn.ModuleList(Block(config, spec, causal, self.shared_control, i, self.linformer, biases) for i, spec in enumerate(layers))
+        self.layers = nn.ModuleList(
+            Block(config, spec, causal, self.shared_control, i, self.linformer, cross_table, biases) for i, spec in enumerate(layers)
+        )
         # Post-LN blocks end in a LayerNorm already: no final ln_f (Transformer-XL).
         self.ln_f = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.norm == "pre" else nn.Identity()
 

@@ -136,6 +136,70 @@ class CrossAndWindowPresets(unittest.TestCase):
                 self.assertLess(losses[-1], losses[0])
 
 
+class SlotUsageEntropy(unittest.TestCase):
+    def test_hand_case(self):
+        """Head 0 writes weights 1, 3 (over two tokens) to slots 0, 1 and nothing to slots 2, 3 (relu
+        dead): p = (1/4, 3/4, 0, 0). Head 1 writes every slot equally: log 4. Mean over heads."""
+        weights = torch.tensor([[[[1.0, 1, 0, 0], [0, 2, 0, 0]], [[0.5, 0.5, 0.5, 0.5], [1, 1, 1, 1]]]], dtype=torch.float64)  # [1, 2, 2, 4]
+        head0 = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+        self.assertAlmostEqual(train.slot_usage_entropy(torch.log(weights)), (head0 + math.log(4)) / 2, places=12)
+        # One slot takes everything: 0; a head that wrote nothing counts as 0 (not NaN).
+        one = torch.log(torch.tensor([[[[0.0, 5, 0, 0]], [[0.0, 0, 0, 0]]]]))
+        self.assertEqual(train.slot_usage_entropy(one), 0.0)
+        # exp control logits far beyond fp32's exp range: the same p as logits shifted by -1000.
+        big = torch.tensor([[[[1000.0, 1000 + math.log(3), float("-inf"), float("-inf")]]]], dtype=torch.float64)
+        self.assertAlmostEqual(train.slot_usage_entropy(big), head0, places=12)
+
+    def test_probe_in_training_step(self):
+        """relu LM: the probe records one value per abc layer on an active step, in [0, log n]."""
+        config, tc = train.presets()["lm-abc-relu"]
+        config = ModelConfig.from_dict({**config.to_dict(), "vocab_size": 64})
+        model = build_model(config, seed=1)
+        train.init_for_training(model, config, tc.seed)
+        probe = train.SlotUsageProbe(model)
+        self.assertEqual(len(probe.modules), 4)
+        batch = torch.randint(4, 64, (2, 17), generator=torch.Generator().manual_seed(2))
+        train.lm_loss(model, batch)
+        self.assertIsNone(probe.take())  # inactive: nothing recorded
+        probe.active = True
+        train.lm_loss(model, batch)
+        self.assertEqual(len(probe.values), 4)
+        entropy, maximum = probe.take()
+        self.assertAlmostEqual(maximum, math.log(32))
+        self.assertTrue(0.0 <= entropy <= maximum)
+        # Sum-kernel and block controls have no write distribution to probe.
+        config, _ = train.presets()["lm-abc-position"]
+        self.assertEqual(train.SlotUsageProbe(build_model(config)).modules, [])
+
+
+class PositionMtPreset(unittest.TestCase):
+    def test_mt_abc_position_builds_and_trains(self):
+        """mt-abc-position: Linformer in the encoder, cross and decoder, each table its own size."""
+        config, tc = train.presets()["mt-abc-position"]
+        self.assertEqual(config.encoder_layers[0].attention.control, "position")
+        self.assertEqual(config.decoder_layers[0].cross_attention.control, "position")
+        self.assertGreaterEqual(config.max_source_positions, tc.max_src_len)
+        self.assertGreaterEqual(config.max_positions, tc.max_tgt_len)
+        config = ModelConfig.from_dict({**config.to_dict(), "vocab_size": 64})
+        model = build_model(config, seed=1)
+        train.init_for_training(model, config, tc.seed)
+        names = set(model.state_dict())
+        for name in ("encoder.linformer.weight", "decoder.linformer.weight", "decoder.cross_linformer.weight"):
+            self.assertIn(name, names)
+        gen = torch.Generator().manual_seed(3)
+        src, dec_in, target = (torch.randint(4, 64, (2, n), generator=gen) for n in (9, 7, 7))
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        losses = []
+        for _ in range(6):
+            loss, n = train.mt_loss(model, src, dec_in, target)
+            opt.zero_grad()
+            (loss / n).backward()
+            opt.step()
+            losses.append(float(loss / n))
+        self.assertTrue(all(math.isfinite(x) for x in losses))
+        self.assertLess(losses[-1], losses[0])
+
+
 class Data(unittest.TestCase):
     def test_mt_convention(self):
         config = ModelConfig(vocab_size=50, d_model=8, n_heads=2, d_ff=8, architecture="encoder-decoder",

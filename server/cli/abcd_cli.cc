@@ -145,6 +145,15 @@ absl::Status Info(const Arguments& args) {
     std::cout << " + " << kv_layers * layout.KvBytesPerToken() << " bytes per decoded token";
   }
   std::cout << "\n";
+  // abc position (Linformer) tables have no column past their max_positions: requests beyond
+  // these limits are refused.
+  if (c.max_positions() > 0) {
+    std::cout << "decoder positions: at most " << c.max_positions() << " (abc position table)\n";
+  }
+  if (c.max_source_positions() > 0) {
+    std::cout << "source: at most " << c.max_source_positions()
+              << " tokens with eos (abc position tables)\n";
+  }
   return absl::OkStatus();
 }
 

@@ -77,6 +77,22 @@ TEST(Cli, InfoShowsPositionBlockClusterControls) {
   }
 }
 
+// Linformer in encoder and cross attention (issue 15): info shows the cross memory's fixed bytes
+// (H n 2 dh floats whatever the source) and the source limit of the position tables.
+TEST(Cli, InfoShowsPositionCrossStateBytesAndSourceLimit) {
+  const Result r = RunCli(std::string("info --model ") + ABCD_SOURCE_DIR +
+                          "/tests/fixtures/golden/encdec_abc_position");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line :
+       {"self abc(slots=3, control=position(max_positions=16))",
+        "cross abc(slots=5, control=position(max_positions=12)) 1280 bytes (fixed)",
+        "state per sequence: 4672 bytes fixed",
+        "decoder positions: at most 64 (abc position table)",
+        "source: at most 12 tokens with eos (abc position tables)"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+}
+
 // Feature-map cross attention and the dilated window (issue 15): info shows each layer's state
 // bytes. rfa cross: H F (dh + 1) floats whatever the source (F = 2D gaussian, D arccos);
 // dilated window: 2 ((n - 1) d + 1) d_model floats.

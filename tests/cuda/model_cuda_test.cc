@@ -134,6 +134,26 @@ TEST_F(ModelCudaTest, RefusesTxl) {
   }
 }
 
+// The Linformer's encoder and cross forms (abc position) are refused naming the layer and the
+// control; the cross check comes first.
+TEST_F(ModelCudaTest, RefusesAbcPositionInCrossAndEncoder) {
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(FixtureDir("encdec_abc_position"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  CudaModelOptions options;
+  options.max_sequences = 4;
+  options.max_context = 128;
+  options.weights = WeightType::kF32;
+  options.cuda_graphs = false;
+  absl::StatusOr<std::unique_ptr<CudaModel>> cuda_model =
+      CudaModel::Create(**model, context(), options);
+  ASSERT_FALSE(cuda_model.ok());
+  EXPECT_EQ(cuda_model.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(cuda_model.status().message().find(
+                "decoder_layers[0].cross_attention: abc attention with control \"position\""),
+            std::string::npos)
+      << cuda_model.status();
+}
+
 TEST_F(ModelCudaTest, MatchesGoldenLogitsAloneAndBatched) {
   int checked = 0;
   for (const std::string& name : FixtureNames()) {

@@ -214,14 +214,16 @@ TEST(ModelConfig, AbcPositionBlockCluster) {
     EXPECT_NE(ErrorFor(bad).find(expected), std::string::npos)
         << c.attention.dump() << " -> " << ErrorFor(bad);
   }
-  // position and block are decoder self attention only; cluster is allowed everywhere.
+  // block is decoder self attention only; cluster (and position, see AbcPositionEncoderAndCross)
+  // are allowed everywhere.
   nlohmann::json encdec = ValidDecoder();
   encdec["architecture"] = "encoder-decoder";
   const nlohmann::json cluster = {{"type", "abc"}, {"slots", 2}, {"control", "cluster"}};
   encdec["decoder_layers"] = {{{"attention", position}, {"cross_attention", cluster}}};
   encdec["encoder_layers"] = {{{"attention", cluster}}};
   ASSERT_TRUE(ParseModelConfig(encdec.dump()).ok()) << ParseModelConfig(encdec.dump()).status();
-  encdec["decoder_layers"][0]["cross_attention"] = position;
+  encdec["decoder_layers"][0]["cross_attention"] = {
+      {"type", "abc"}, {"slots", 2}, {"control", "block"}, {"block", 2}};
   EXPECT_NE(ErrorFor(encdec).find("decoder_layers[0].cross_attention.control"), std::string::npos)
       << ErrorFor(encdec);
   encdec["decoder_layers"][0]["cross_attention"] = cluster;
@@ -229,6 +231,54 @@ TEST(ModelConfig, AbcPositionBlockCluster) {
       {"type", "abc"}, {"slots", 2}, {"control", "block"}, {"block", 2}};
   EXPECT_NE(ErrorFor(encdec).find("encoder_layers[0].attention.control"), std::string::npos)
       << ErrorFor(encdec);
+}
+
+// abc position (Linformer) in encoder self and cross attention: each stack has its own table
+// (encoder.linformer, decoder.cross_linformer), so the layers sharing one must agree on slots and
+// max_positions; the source limit is the smallest encoder / cross N.
+TEST(ModelConfig, AbcPositionEncoderAndCross) {
+  nlohmann::json config = ValidDecoder();
+  config["architecture"] = "encoder-decoder";
+  const auto position = [](int slots, int n) {
+    return nlohmann::json{
+        {"type", "abc"}, {"slots", slots}, {"control", "position"}, {"max_positions", n}};
+  };
+  const nlohmann::json softmax = {{"type", "softmax"}};
+  config["encoder_layers"] = {{{"attention", position(3, 40)}}, {{"attention", softmax}}};
+  config["decoder_layers"] = {
+      {{"attention", position(4, 512)}, {"cross_attention", position(5, 32)}},
+      {{"attention", softmax}, {"cross_attention", position(5, 32)}}};
+  auto parsed = ParseModelConfig(config.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->max_positions(), 512);
+  EXPECT_EQ(parsed->max_source_positions(), 32);
+  EXPECT_EQ(parsed->decoder_layers[1].cross_attention->reduce, AbcReduce::kSum);
+  EXPECT_EQ(DescribeAttention(*parsed->decoder_layers[1].cross_attention),
+            "abc(slots=5, control=position(max_positions=32))");
+  config["decoder_layers"][0]["cross_attention"] = softmax;
+  config["decoder_layers"][1]["cross_attention"] = softmax;
+  EXPECT_EQ(ParseModelConfig(config.dump())->max_source_positions(), 40);
+  EXPECT_EQ(ParseModelConfig(ValidDecoder().dump())->max_source_positions(), 0);
+
+  // Tables of different sizes within one stack are refused, naming the layer.
+  config["decoder_layers"][0]["cross_attention"] = position(5, 32);
+  config["decoder_layers"][1]["cross_attention"] = position(5, 16);
+  EXPECT_NE(ErrorFor(config).find("decoder_layers[1].cross_attention.max_positions"),
+            std::string::npos)
+      << ErrorFor(config);
+  EXPECT_NE(ErrorFor(config).find("cross_linformer"), std::string::npos) << ErrorFor(config);
+  config["decoder_layers"][1]["cross_attention"] = position(6, 32);
+  EXPECT_NE(ErrorFor(config).find("decoder_layers[1].cross_attention.max_positions"),
+            std::string::npos)
+      << ErrorFor(config);
+  config["decoder_layers"][1]["cross_attention"] = position(5, 32);
+  config["encoder_layers"][1]["attention"] = position(3, 20);
+  EXPECT_NE(ErrorFor(config).find("encoder_layers[1].attention.max_positions"), std::string::npos)
+      << ErrorFor(config);
+  config["encoder_layers"][1]["attention"] = {
+      {"type", "abc"}, {"slots", 3}, {"control", "position"}};
+  EXPECT_NE(ErrorFor(config).find("encoder_layers[1].attention.max_positions"), std::string::npos)
+      << ErrorFor(config);
 }
 
 // rfa / t2r / elu cross attention (issue 15): allowed with their self-attention fields, no gate.
