@@ -8,7 +8,9 @@ benchmarks): d_model 256, 4 heads, d_ff 1024, 4 decoder layers; `--size gpu` (ab
 d_model 1024, 16 heads, d_ff 4096, 24 decoder layers (about 310M parameters), big enough that
 a decode step is bound by memory rather than by kernel launches. Vocabulary of the LM
 tokenizer. Attention, with the presets' settings: softmax; window (256 tokens); abc (32 slots); rfa
-(32 gaussian features, gated); t2r (32 features); elu. Weights are random (abcd_ref.build_model,
+(32 gaussian features, gated); t2r (32 features); elu; txl (Transformer-XL, memory 255 so its
+ring of 256 keys/values per layer has the window's bytes; clamp 255; Dai's model: positional
+"none", post-LN; CPU only: not in the --size gpu default). Weights are random (abcd_ref.build_model,
 fixed seed), fp32, exported with abcd_ref.export together with models/tokenizers/lm.model, so
 abcd-server can serve them too. The output directory is build output: not committed.
 
@@ -41,7 +43,12 @@ ATTENTION = {
     "rfa": dict(type="rfa", features=32, kernel="gaussian", gate=True),
     "t2r": dict(type="t2r", features=32),
     "elu": dict(type="elu"),
+    "txl": dict(type="txl", memory=255, clamp_len=255),
 }
+# Model-level fields per type (Transformer-XL: no absolute positions, post-LN blocks).
+MODEL_FIELDS = {"txl": dict(positional="none", norm="post")}
+# Types with no CUDA kernel, left out of the --size gpu default.
+CPU_ONLY = {"txl"}
 # (causal, cross) attention of the seq2seq models' decoder layers.
 SEQ2SEQ_ATTENTION = {
     "softmax": (dict(type="softmax"), dict(type="softmax")),
@@ -67,7 +74,7 @@ def main():
         return make_seq2seq(args)
     args.out = args.out or str(ROOT / "build" / "bench-models")
     args.tokenizer = args.tokenizer or str(TOKENIZER)
-    args.types = args.types or ",".join(ATTENTION)
+    args.types = args.types or ",".join(t for t in ATTENTION if args.size != "gpu" or t not in CPU_ONLY)
     size = SIZES[args.size]
 
     vocab = spm.SentencePieceProcessor(model_file=args.tokenizer).get_piece_size()
@@ -83,6 +90,7 @@ def main():
             eos_id=2,
             pad_id=0,
             unk_id=3,
+            **MODEL_FIELDS.get(name, {}),
         )
         model = build_model(config, seed=SEED)
         out = Path(args.out) / name

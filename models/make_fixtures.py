@@ -110,6 +110,11 @@ FIXTURES = {
             (ABC4, {"type": "abc", "slots": 5, "control": "position", "max_positions": 12}),
         ],
     ),
+    # Transformer-XL (issue 16, SEEDS.md 3): Dai's form (post-LN, no absolute positions), 44 tokens
+    # round rings of 7 and 10 keys, clamp below and above the memory; and pre-LN with sinusoidal
+    # positions beside a softmax layer.
+    "dec_txl": decoder({"type": "txl", "memory": 6, "clamp_len": 4}, {"type": "txl", "memory": 9, "clamp_len": 20}, positional="none", norm="post"),
+    "dec_txl_pre": decoder({"type": "txl", "memory": 5, "clamp_len": 5}, SOFTMAX),
 }
 
 

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from abcd_ref import AttentionSpec, LayerSpec, ModelConfig, build_model, export  # noqa: E402
 from abcd_ref.attention import ABCAttention, RandomFeatureMap, HeadLinear  # noqa: E402
 from abcd_ref.export import load as load_model_dir  # noqa: E402
+from abcd_ref.txl_attention import TxlAttention  # noqa: E402
 
 DATA = ROOT / "data" / "out"
 TOKENIZERS = {"lm": ROOT / "tokenizers" / "lm.model", "mt": ROOT / "tokenizers" / "mt.model"}
@@ -77,7 +78,12 @@ LM_ATTENTION = {
     "abc-cluster": {"type": "abc", "slots": 32, "control": "cluster"},
     # Dilated window (issue 15, ABC-I App. A.4): 32 keys two apart, a ring of 63 tokens.
     "window-dilated": {"type": "window", "window": 32, "dilation": 2},
+    # Transformer-XL (issue 16, SEEDS.md 3): every query sees itself and the 64 positions before it
+    # (a ring of 65 keys/values), relative distances clamped at 64, no absolute positions.
+    "txl": {"type": "txl", "memory": 64, "clamp_len": 64},
 }
+# Model-level fields of LM presets beside the attention (lm_config overrides).
+LM_MODEL_FIELDS = {"txl": {"positional": "none"}}
 
 # Feature-map cross attention (issue 15), the seeds' MT configurations scaled to MT_SIZE (head_dim
 # 32 instead of 64): RFA "256/128" (phi sizes, cross/causal; gated causal) -> D = 64 cross, 32
@@ -114,15 +120,21 @@ class TrainConfig:
     resample_random_control: bool = True  # abc random: a fresh slot-hash seed per step (eval: config seed)
     threads: int = 2  # torch threads (0 = torch default)
     init_from: str = ""  # model directory: copy every tensor whose name and shape match
+    # txl only (models/train.py "Transformer-XL training" below): segment-level recurrence,
+    # SCTXL's skip-retain (implies segment recurrence) and stochastic cross-head attention.
+    segment_recurrence: bool = False
+    skip_retain: bool = False
+    cross_head_p: float = 0.0
     max_src_len: int = 128  # MT: longer sources (with eos) are truncated (valid) or dropped (train)
     max_tgt_len: int = 128  # MT: the same for targets (with bos/eos)
 
 
-def lm_config(attention, size=None):
+def lm_config(attention, size=None, **model_fields):
     s = size or LM_SIZE
     return ModelConfig(
         vocab_size=s["vocab_size"], d_model=s["d_model"], n_heads=s["n_heads"], d_ff=s["d_ff"],
         decoder_layers=[LayerSpec(AttentionSpec.from_dict(attention, "preset")) for _ in range(s["layers"])],
+        **model_fields,
     )
 
 
@@ -149,7 +161,8 @@ MT_MINUTES = 0.0
 def presets():
     out = {}
     for name, attention in LM_ATTENTION.items():
-        out[f"lm-{name}"] = (lm_config(attention), TrainConfig(task="lm", steps=LM_STEPS, max_minutes=LM_MINUTES))
+        fields = LM_MODEL_FIELDS.get(name, {})
+        out[f"lm-{name}"] = (lm_config(attention, **fields), TrainConfig(task="lm", steps=LM_STEPS, max_minutes=LM_MINUTES))
     # T2R the way its paper does it: a short finetune of the trained softmax LM (see convert.py).
     out["lm-t2r"] = (lm_config(LM_ATTENTION["t2r"]), TrainConfig(task="lm", steps=75, warmup=10, lr=7e-4, init_from="models/runs/softmax-lm"))
     # MT trains on the pairs of at most 24 source / 28 target tokens (with eos / bos): on 2 shared CPU
@@ -313,6 +326,11 @@ def init_for_training(model, config, seed):
         if getattr(module, "control_kind", None) == "relu":
             control = module.control if module.control is not None else module.shared_control
             torch.nn.init.ones_(control.bias)
+    # txl u, v (Dai's init: N(0, 0.02) like the projections)
+    for stack in (getattr(model, "decoder", None),):
+        for name in ("r_w_bias", "r_r_bias"):
+            if hasattr(stack, name):
+                torch.nn.init.normal_(getattr(stack, name), std=0.02)
     # the residual output projections get the GPT-2 style 1/sqrt(2 * layers) scaling
     n_layers = len(config.decoder_layers) + len(config.encoder_layers)
     for name, p in model.named_parameters():
@@ -417,6 +435,95 @@ def lr_at(step, tc, time_progress=0.0):
     return tc.lr * (tc.min_lr_ratio + (1 - tc.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+# ------------------------------------------------------------------- Transformer-XL training
+#
+# lm-txl by default trains on the shuffled independent windows of every LM row: the band mask
+# gives query i exactly the min(i, M) + 1 keys the engine's ring gives it when it decodes a fresh
+# sequence (abcd-cli eval: one fresh sequence per chunk), i.e. Dai's same_length with
+# mem_len = M + 1, and training spans = decode spans.
+# --segment-recurrence: Dai's data order and memory instead. The training stream is cut into
+# batch_size contiguous parts, step s reads window s of every part, and each layer carries the
+# last M keys/values of the previous segment (stop-gradient) into the next, so every query
+# after the first window sees exactly M + 1 keys, as a decoder past M tokens does. Memories
+# restart at each epoch. Needs every decoder layer to be txl and positional "none".
+# --skip_retain (SCTXL 2.1, phase 1; implies segment recurrence): layer i (1-based) of N is
+# skipped with p = 0.5 (i - 1) / N, 0 for the last layer (Eq. 1): the block is the identity for
+# that segment and its memory is not updated (so it keeps older keys/values). Phase 2 is a
+# further run without it (--init-from the phase-1 model directory).
+# --cross_head_p P (SCTXL 2.2): per layer and forward pass, with probability P every head's query
+# reads a random permutation of the heads' keys, values and position rows (training only).
+# None of these changes the exported model: it serves as plain Transformer-XL.
+
+
+def lm_segments(stream, batch_size, seq_len):
+    """[n, B, seq_len + 1]: the stream cut into B contiguous parts; step s reads window s of each."""
+    t = torch.tensor(stream, dtype=torch.long)
+    part = (len(t) - 1) // batch_size
+    n = part // seq_len
+    starts = torch.arange(batch_size)[None, :, None] * part
+    idx = starts + torch.arange(n)[:, None, None] * seq_len + torch.arange(seq_len + 1)[None, None, :]
+    return t[idx]
+
+
+def skip_probabilities(n_layers):
+    """SCTXL Eq. 1 for layers i = 1..N: 0.5 (i - 1) / N, and 0 for the last layer."""
+    return [0.5 * i / n_layers if i + 1 < n_layers else 0.0 for i in range(n_layers)]
+
+
+def txl_block_with_memory(layer, x, memory):
+    """One decoder block over a segment x [B, T, d] after `memory` ((k, v) or None); -> (x, k, v)."""
+    attn = layer.attn
+
+    def attention(inp):
+        heads, k, v = attn.attend(inp, *(memory if memory is not None else (None, None)))
+        return attn._output(heads), k, v
+
+    if layer.post_norm:
+        a, k, v = attention(x)
+        x = layer.ln1(x + a)
+        return layer.ln2(x + layer.ffn(x)), k, v
+    a, k, v = attention(layer.ln1(x))
+    x = x + a
+    return x + layer.ffn(layer.ln2(x)), k, v
+
+
+def txl_segment_loss(model, batch, memories, skip=None, rng=None):
+    """Loss of segments [B, seq_len + 1] after per-layer memories ((k, v) [B, H, <= M, dh] or None).
+
+    Returns (loss sum, target count, new memories). Layer i is skipped when rng.random() < skip[i].
+    """
+    x = model._embed(batch[:, :-1])
+    new_memories = []
+    for i, layer in enumerate(model.decoder.layers):
+        memory = memories[i]
+        if skip is not None and rng.random() < skip[i]:
+            new_memories.append(memory)
+            continue
+        x, k, v = txl_block_with_memory(layer, x, memory)
+        if memory is not None:
+            k, v = torch.cat([memory[0], k], dim=2), torch.cat([memory[1], v], dim=2)
+        m = layer.attn.memory
+        new_memories.append((k[:, :, -m:].detach(), v[:, :, -m:].detach()))
+    logits = model._logits(model.decoder.ln_f(x))
+    target = batch[:, 1:]
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="sum")
+    return loss, target.numel(), new_memories
+
+
+def check_txl_options(config, tc):
+    """The txl training options need an all-txl decoder LM (segment recurrence: positional none)."""
+    recurrent = tc.segment_recurrence or tc.skip_retain
+    if not (recurrent or tc.cross_head_p):
+        return False
+    if tc.task != "lm" or any(layer.attention.type != "txl" for layer in config.decoder_layers):
+        raise ValueError("segment_recurrence, skip_retain and cross_head_p need an LM whose decoder layers are all txl")
+    if recurrent and config.positional != "none":
+        raise ValueError("segment recurrence needs positional 'none' (positions would restart every segment)")
+    if not 0.0 <= tc.cross_head_p <= 1.0:
+        raise ValueError(f"cross_head_p must be in [0, 1], got {tc.cross_head_p}")
+    return recurrent
+
+
 # -------------------------------------------------------------------------------- main
 
 
@@ -428,12 +535,16 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
     torch.manual_seed(tc.seed)
     random.seed(tc.seed)
     config.validate()
+    txl_recurrent = check_txl_options(config, tc)
     model = build_model(config, seed=tc.seed)
     init_for_training(model, config, tc.seed)
     if tc.init_from:
         copied, kept = copy_matching(model, tc.init_from)
         log(f"init_from {tc.init_from}: copied {len(copied)} tensors, new: {kept}")
     set_abc_chunk(model, tc.abc_chunk)
+    for module in model.modules():
+        if isinstance(module, TxlAttention):
+            module.cross_head_p = tc.cross_head_p
     model.to(device)
     params = sum(p.numel() for p in model.parameters())
     log(f"parameters: {params:,}; device {device}; threads {torch.get_num_threads()}")
@@ -457,6 +568,25 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
 
         valid_batches = [(valid_windows[i : i + tc.batch_size].to(device),) for i in range(0, len(valid_windows), tc.batch_size)]
         loss_fn = lm_loss
+        if txl_recurrent:
+            segments = lm_segments(lm_stream(sp, DATA / "lm.train.txt", config.bos_id), tc.batch_size, tc.seq_len)
+            log(f"txl segment recurrence: {len(segments)} steps per epoch of {tc.batch_size} contiguous streams; skip_retain {tc.skip_retain}")
+
+            def batches_forever():  # noqa: F811 (the recurrent order replaces the shuffled one)
+                while True:
+                    for s in range(len(segments)):
+                        yield segments[s].to(device), s == 0
+
+            n_layers = len(config.decoder_layers)
+            carried = {"memories": [None] * n_layers}
+            skip = skip_probabilities(n_layers) if tc.skip_retain else None
+            skip_rng = random.Random(tc.seed + 2)
+
+            def train_loss_fn(model, batch, epoch_start):
+                if epoch_start:
+                    carried["memories"] = [None] * n_layers
+                loss, n, carried["memories"] = txl_segment_loss(model, batch, carried["memories"], skip, skip_rng)
+                return loss, n
     else:
         train_ex = mt_examples(sp, "train", config, tc, drop_long=True)
         valid_ex = mt_examples(sp, "valid", config, tc)
@@ -470,6 +600,8 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
         vb = mt_batches(valid_ex, tc, config, None)
         valid_batches = [tuple(t.to(device) for t in mt_tensors(valid_ex, b, config)) for b in vb]
         loss_fn = mt_loss
+    if not txl_recurrent:
+        train_loss_fn = loss_fn
 
     random_modules = random_control_modules(model) if tc.resample_random_control else []
     probe = SlotUsageProbe(model)  # slot-usage entropy on the logged steps
@@ -515,7 +647,7 @@ def train(config, tc, out_dir, dtype="bfloat16", device="cpu", log=print):
         batch = next(stream)
         set_random_control_seeds(random_modules, seed_rng)
         probe.active = (step + 1) % 50 == 0 or step == 0
-        loss, n = loss_fn(model, *batch)
+        loss, n = train_loss_fn(model, *batch)
         probe.active = False
         opt.zero_grad(set_to_none=True)
         (loss / n).backward()
@@ -566,7 +698,14 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--list-presets", action="store_true")
+    # txl training options (TrainConfig fields of the same names): explicit flags, both spellings.
+    p.add_argument("--segment_recurrence", "--segment-recurrence", action="store_true", default=None, help="txl: carry K/V memory between consecutive segments")
+    p.add_argument("--skip_retain", "--skip-retain", action="store_true", default=None, help="txl: SCTXL skip-retain (implies segment recurrence)")
+    p.add_argument("--cross_head_p", "--cross-head-p", type=float, default=None, help="txl: stochastic cross-head attention probability (SCTXL: 0.1)")
+    explicit = {"segment_recurrence", "skip_retain", "cross_head_p"}
     for f in TrainConfig.__dataclass_fields__.values():
+        if f.name in explicit:
+            continue
         p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None, help=f"override TrainConfig.{f.name}")
     return p.parse_args(argv)
 

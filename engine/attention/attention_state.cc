@@ -1,10 +1,14 @@
 #include "engine/attention/attention_state.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/attention/abc_state.h"
 #include "engine/attention/linear_state.h"
 #include "engine/attention/softmax_state.h"
+#include "engine/attention/txl_state.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/weights.h"
 
@@ -68,6 +72,22 @@ absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelCo
     case AttentionType::kElu:
       return std::make_unique<LinearState>(heads, dh, std::make_unique<EluFeatureMap>(dh), false,
                                            spec.eps);
+    case AttentionType::kTxl: {
+      // txl is decoder self attention only: u and v are the decoder stack's, shared by its layers.
+      const int64_t d = config.d_model;
+      ABCD_ASSIGN_OR_RETURN(std::vector<float> w_r, weights.Load(prefix + ".r.weight", {d, d}));
+      ABCD_ASSIGN_OR_RETURN(std::vector<float> u, weights.Load("decoder.r_w_bias", {heads, dh}));
+      ABCD_ASSIGN_OR_RETURN(std::vector<float> v, weights.Load("decoder.r_r_bias", {heads, dh}));
+      // q arrives scaled by 1/sqrt(dh); scaling u and v alike gives ((q + u).k + (q + v).p) /
+      // sqrt(dh).
+      const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+      for (float& x : u) x *= scale;
+      for (float& x : v) x *= scale;
+      const int64_t rows = int64_t{std::min(spec.memory, spec.clamp_len)} + 1;
+      return std::make_unique<TxlState>(heads, dh, spec.memory, spec.clamp_len, spec.ring_bf16,
+                                        TxlState::BuildTable(w_r, d, d, rows), std::move(u),
+                                        std::move(v));
+    }
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unsupported attention type ", AttentionTypeName(spec.type)));

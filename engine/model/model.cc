@@ -46,6 +46,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   std::unique_ptr<Model> model(new Model());
   model->directory_ = dir;
   ABCD_ASSIGN_OR_RETURN(model->config_, LoadModelConfig(dir + "/config.json"));
+  // txl rings (K/V written once, never accumulated) take the KV cache's storage format.
+  for (LayerSpec& layer : model->config_.decoder_layers) {
+    if (layer.attention.type == AttentionType::kTxl) {
+      layer.attention.ring_bf16 = options.kv_cache_bf16;
+    }
+  }
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
                         SafetensorsFile::Open(dir + "/model.safetensors"));
   model->weight_format_ = options.weight_format.value_or(NativeFormat(*file));
@@ -128,6 +134,7 @@ absl::Status Model::LoadStack(const std::string& name, const std::vector<LayerSp
     ABCD_ASSIGN_OR_RETURN(block.fc2_bias, weights.Load(p + ".ffn.fc2.bias", {d}));
     stack.blocks.push_back(std::move(block));
   }
+  if (config_.norm == Norm::kPost) return absl::OkStatus();  // post-LN blocks: no final ln_f
   ABCD_ASSIGN_OR_RETURN(stack.ln_f_weight, weights.Load(name + ".ln_f.weight", {d}));
   ABCD_ASSIGN_OR_RETURN(stack.ln_f_bias, weights.Load(name + ".ln_f.bias", {d}));
   return absl::OkStatus();
@@ -168,7 +175,9 @@ void Model::Embed(int32_t token, int64_t position, float* row) const {
   if (scale != 1.0f) {
     for (int64_t i = 0; i < d; ++i) row[i] *= scale;
   }
-  cpu::AddSinusoidalPosition(position, position_denominators_, row);
+  if (config_.positional == Positional::kSinusoidal) {
+    cpu::AddSinusoidalPosition(position, position_denominators_, row);
+  }
 }
 
 void Model::FeedForward(CpuContext& ctx, const Block& block, const float* x_norm, int64_t rows,
@@ -293,6 +302,17 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
   const float eps = config_.layer_norm_eps;
   for (size_t l = 0; l < decoder_->blocks.size(); ++l) {
     const Block& block = decoder_->blocks[l];
+    if (config_.norm == Norm::kPost) {
+      // Post-LN (Transformer-XL; decoder models only): x = ln1(x + attn(x)), then
+      // x = ln2(x + ffn(x)).
+      block.self_attention->ForwardCausal(ctx, x, n, bind(layout_.self[l]), delta);
+      cpu::AddInPlace(x, delta, n * d);
+      cpu::LayerNorm(x, n, d, block.ln1_weight.data(), block.ln1_bias.data(), eps, normed);
+      FeedForward(ctx, block, normed, n, delta);
+      cpu::AddInPlace(normed, delta, n * d);
+      cpu::LayerNorm(normed, n, d, block.ln2_weight.data(), block.ln2_bias.data(), eps, x);
+      continue;
+    }
     cpu::LayerNorm(x, n, d, block.ln1_weight.data(), block.ln1_bias.data(), eps, normed);
     block.self_attention->ForwardCausal(ctx, normed, n, bind(layout_.self[l]), delta);
     cpu::AddInPlace(x, delta, n * d);
@@ -316,11 +336,15 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
   for (int64_t r = 0, i = 0; r < n; ++r) {
     if (rows[r].want_logits) std::copy(x + r * d, x + (r + 1) * d, selected + (i++) * d);
   }
-  cpu::LayerNorm(selected, wanted, d, decoder_->ln_f_weight.data(), decoder_->ln_f_bias.data(), eps,
-                 normed);
+  const float* final_rows = selected;  // post-LN: the last block's ln2 is the output
+  if (config_.norm == Norm::kPre) {
+    cpu::LayerNorm(selected, wanted, d, decoder_->ln_f_weight.data(), decoder_->ln_f_bias.data(),
+                   eps, normed);
+    final_rows = normed;
+  }
   const size_t offset = logits->size();
   logits->resize(offset + static_cast<size_t>(wanted) * config_.vocab_size);
-  cpu::Linear(normed, wanted, head(), nullptr, logits->data() + offset, &ctx.pool());
+  cpu::Linear(final_rows, wanted, head(), nullptr, logits->data() + offset, &ctx.pool());
   return absl::OkStatus();
 }
 

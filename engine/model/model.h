@@ -36,7 +36,7 @@ struct ModelLoadOptions {
   // f16, exact); int8 quantises per output row at load (weight-only; fp32 activations).
   std::optional<WeightFormat> weight_format;
   // Softmax layers' KV cache rows in bf16 (half the bytes; llama.cpp keeps f16 by default)
-  // instead of fp32.
+  // instead of fp32; also the K/V rings of txl layers (written once, never accumulated).
   bool kv_cache_bf16 = false;
 };
 

@@ -195,10 +195,26 @@ absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string
   } else if (type == "elu") {
     spec.type = AttentionType::kElu;
     ABCD_ASSIGN_OR_RETURN(spec.eps, f.Float("eps", 1e-6f));
+  } else if (type == "txl") {
+    if (role != Role::kDecoderSelf) {
+      return FieldError(f.Path("type"),
+                        "txl attention is only supported in decoder self attention");
+    }
+    spec.type = AttentionType::kTxl;
+    ABCD_ASSIGN_OR_RETURN(spec.memory, f.Int("memory", std::nullopt, 1));
+    if (spec.memory >= (1 << 30)) {
+      return FieldError(f.Path("memory"), "must be below 2^30");
+    }
+    ABCD_ASSIGN_OR_RETURN(spec.clamp_len, f.Int("clamp_len", std::nullopt, 1));
   } else {
     return FieldError(f.Path("type"),
                       absl::StrCat("unknown attention type \"", type,
-                                   "\" (expected softmax, window, abc, rfa, t2r or elu)"));
+                                   "\" (expected softmax, window, abc, rfa, t2r, elu or txl)"));
+  }
+  if (spec.type != AttentionType::kTxl) {
+    for (const char* key : {"memory", "clamp_len"}) {
+      if (f.Has(key)) return FieldError(f.Path(key), "is only allowed on txl attention");
+    }
   }
   if (spec.type != AttentionType::kAbc) {
     for (const char* key : {"control", "seed", "reduce", "max_positions", "block"}) {
@@ -313,6 +329,8 @@ absl::string_view AttentionTypeName(AttentionType type) {
       return "t2r";
     case AttentionType::kElu:
       return "elu";
+    case AttentionType::kTxl:
+      return "txl";
   }
   return "?";
 }
@@ -411,6 +429,9 @@ std::string DescribeAttention(const AttentionSpec& spec) {
       return absl::StrCat(name, "(features=", spec.features, ")");
     case AttentionType::kElu:
       return name;
+    case AttentionType::kTxl:
+      return absl::StrCat(name, "(memory=", spec.memory, ", clamp_len=", spec.clamp_len,
+                          spec.ring_bf16 ? ", bf16 ring" : "", ")");
   }
   return name;
 }
@@ -452,7 +473,23 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
   ABCD_ASSIGN_OR_RETURN(config.scale_embeddings, f.Bool("scale_embeddings", true));
   ABCD_ASSIGN_OR_RETURN(config.tie_embeddings, f.Bool("tie_embeddings", true));
   ABCD_ASSIGN_OR_RETURN(const std::string positional, f.String("positional", "sinusoidal"));
-  if (positional != "sinusoidal") return FieldError("positional", "must be \"sinusoidal\"");
+  if (positional == "sinusoidal") {
+    config.positional = Positional::kSinusoidal;
+  } else if (positional == "none") {
+    config.positional = Positional::kNone;
+  } else {
+    return FieldError("positional", absl::StrCat("must be \"sinusoidal\" or \"none\", got \"",
+                                                 positional.substr(0, 64), "\""));
+  }
+  ABCD_ASSIGN_OR_RETURN(const std::string norm, f.String("norm", "pre"));
+  if (norm == "pre") {
+    config.norm = Norm::kPre;
+  } else if (norm == "post") {
+    config.norm = Norm::kPost;
+  } else {
+    return FieldError(
+        "norm", absl::StrCat("must be \"pre\" or \"post\", got \"", norm.substr(0, 64), "\""));
+  }
   for (auto [key, field] : {std::pair<const char*, int*>{"bos_id", &config.bos_id},
                             {"eos_id", &config.eos_id},
                             {"pad_id", &config.pad_id},
@@ -463,6 +500,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
     }
   }
   const bool enc_dec = config.is_encoder_decoder();
+  if (enc_dec && config.norm == Norm::kPost) {
+    return FieldError("norm", "\"post\" is only supported for decoder models");
+  }
   ABCD_ASSIGN_OR_RETURN(config.decoder_layers,
                         ParseLayers(root, "decoder_layers", /*decoder=*/true, /*cross=*/enc_dec));
   if (enc_dec) {

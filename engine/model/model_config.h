@@ -13,10 +13,15 @@
 
 namespace abcd {
 
-enum class AttentionType { kSoftmax, kWindow, kAbc, kRfa, kT2r, kElu };
+enum class AttentionType { kSoftmax, kWindow, kAbc, kRfa, kT2r, kElu, kTxl };
 enum class RfaKernel { kGaussian, kArccos };
 enum class Architecture { kDecoder, kEncoderDecoder };
 enum class Activation { kGelu, kRelu };
+// Model input positions: sinusoidal pe added to the embedding, or none (Transformer-XL: the
+// attention's relative term carries position).
+enum class Positional { kSinusoidal, kNone };
+// Block norms: pre-LN (x += f(ln(x)), final ln_f) or post-LN (x = ln(x + f(x)), no ln_f).
+enum class Norm { kPre, kPost };
 // abc control (models/FORMAT.md): the per-slot log-control a' of a token. exp: a' = a;
 // sigmoid: a' = logsigmoid(a); relu: a' = log(a) if a > 0 else -inf (no write); random: one slot
 // per (layer, head, position) from a hash of `seed`, no learned projection; position (causal
@@ -56,6 +61,11 @@ struct AttentionSpec {
   RfaKernel kernel = RfaKernel::kGaussian;
   bool gate = false;  // rfa
   float eps = 0.0f;   // rfa, t2r, elu: denominator floor
+  int memory = 0;     // txl: previous positions each query sees (M)
+  int clamp_len = 0;  // txl: relative distances beyond C use the row of C
+  // txl: the K/V ring is stored as bf16 (not a config.json field: set from the load options'
+  // kv_cache_bf16 by Model::Load; part of the state layout's description).
+  bool ring_bf16 = false;
 
   // True when the per-sequence state has a fixed size (everything but softmax).
   bool bounded() const { return type != AttentionType::kSoftmax; }
@@ -80,6 +90,8 @@ struct ModelConfig {
   float layer_norm_eps = 1e-5f;
   bool scale_embeddings = true;
   bool tie_embeddings = true;
+  Positional positional = Positional::kSinusoidal;
+  Norm norm = Norm::kPre;
   int bos_id = 1;
   int eos_id = 2;
   int pad_id = 0;

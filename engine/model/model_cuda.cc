@@ -86,6 +86,21 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
                        " cross attention has no CUDA kernel; use the CPU backend"));
     }
   }
+  // Transformer-XL (issue 16) has no CUDA kernel, nor do its model-level options.
+  for (size_t l = 0; l < decoder_layers.size(); ++l) {
+    if (decoder_layers[l].attention.type == AttentionType::kTxl) {
+      return absl::UnimplementedError(absl::StrCat(
+          "decoder_layers[", l, "]: txl attention has no CUDA kernel; use the CPU backend"));
+    }
+  }
+  if (model.config().positional != Positional::kSinusoidal) {
+    return absl::UnimplementedError(
+        "config field \"positional\": \"none\" has no CUDA path; use the CPU backend");
+  }
+  if (model.config().norm != Norm::kPre) {
+    return absl::UnimplementedError(
+        "config field \"norm\": post-LN blocks have no CUDA path; use the CPU backend");
+  }
   // abc controls other than exp (e.g. the Linformer's position) in cross and encoder attention:
   // refused naming the layer and the control, as in decoder self attention.
   for (size_t l = 0; l < decoder_layers.size(); ++l) {
@@ -216,6 +231,9 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
       case AttentionType::kWindow:
         return absl::UnimplementedError(absl::StrCat(
             "decoder_layers[", l, "]: window attention has no CUDA kernel; use the CPU backend"));
+      case AttentionType::kTxl:
+        return absl::UnimplementedError(absl::StrCat(
+            "decoder_layers[", l, "]: txl attention has no CUDA kernel; use the CPU backend"));
     }
     if (!state.UsesKvCache()) {
       // Each layer's block starts 16-byte aligned (the kernels use float4 loads).
@@ -627,6 +645,8 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t
       }
       case AttentionType::kWindow:
         return absl::InternalError("window attention reached the CUDA forward pass");
+      case AttentionType::kTxl:
+        return absl::InternalError("txl attention reached the CUDA forward pass");
     }
     ABCD_RETURN_IF_ERROR(
         Linear(ctx, attended_.data(), rows, layer.out, layer.out_bias.data(), delta_.data()));

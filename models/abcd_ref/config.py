@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 FORMAT_VERSION = 1
-ATTENTION_TYPES = ("softmax", "window", "abc", "rfa", "t2r", "elu")
+ATTENTION_TYPES = ("softmax", "window", "abc", "rfa", "t2r", "elu", "txl")
 DEFAULT_EPS = {"rfa": 1e-2, "t2r": 1e-6, "elu": 1e-6}
 # abc control functions (FORMAT.md, "abc control") and the reductions of `random` control.
 ABC_CONTROLS = ("exp", "sigmoid", "relu", "random", "position", "block", "cluster")
@@ -22,7 +22,7 @@ MAX_SEED = 2**63 - 1
 MAX_WINDOW_SPAN = 2**30
 # Which attention types each position admits (FORMAT.md, "Attention specs").
 ALLOWED = {
-    "decoder self": set(ATTENTION_TYPES),
+    "decoder self": set(ATTENTION_TYPES),  # txl: decoder self attention only
     "encoder self": {"softmax", "abc", "rfa", "t2r", "elu"},
     "cross": {"softmax", "abc", "rfa", "t2r", "elu"},
 }
@@ -34,7 +34,11 @@ _FIELDS = {
     "rfa": ("features", "kernel", "gate", "eps"),
     "t2r": ("features", "eps"),
     "elu": ("eps",),
+    "txl": ("memory", "clamp_len"),
 }
+# Model-level positional encodings and block norms (FORMAT.md; "none" and "post": Transformer-XL).
+POSITIONALS = ("sinusoidal", "none")
+NORMS = ("pre", "post")
 
 
 class ConfigError(ValueError):
@@ -64,6 +68,8 @@ class AttentionSpec:
     reduce: Optional[str] = None  # abc random: "mean" (default) | "sum"
     max_positions: Optional[int] = None  # abc position: N, columns of the stack's linformer table
     block: Optional[int] = None  # abc block: tokens per block (c)
+    memory: Optional[int] = None  # txl: previous positions each query sees (M)
+    clamp_len: Optional[int] = None  # txl: relative distances beyond C use p_C
 
     def __post_init__(self):
         if self.eps is None and self.type in DEFAULT_EPS:
@@ -122,6 +128,11 @@ class AttentionSpec:
                 raise ConfigError(f"{where}: control {self.control!r} is only supported in decoder self attention")
         elif self.type in ("rfa", "t2r"):
             _require_int(where, "features", self.features, 1)
+        elif self.type == "txl":
+            _require_int(where, "memory", self.memory, 1)
+            _require_int(where, "clamp_len", self.clamp_len, 1)
+            if self.memory > MAX_WINDOW_SPAN - 1:
+                raise ConfigError(f"{where}: 'memory' must be below {MAX_WINDOW_SPAN}")
         if self.type == "rfa":
             if self.kernel not in ("gaussian", "arccos"):
                 raise ConfigError(f"{where}: 'kernel' must be 'gaussian' or 'arccos', got {self.kernel!r}")
@@ -203,6 +214,7 @@ class ModelConfig:
     scale_embeddings: bool = True
     tie_embeddings: bool = True
     positional: str = "sinusoidal"
+    norm: str = "pre"  # "post": Transformer-XL's post-LN blocks (decoder-only models)
     bos_id: int = 1
     eos_id: int = 2
     pad_id: int = 0
@@ -231,8 +243,12 @@ class ModelConfig:
             raise ConfigError(f"d_model ({self.d_model}) must be even for sinusoidal positions")
         if self.activation not in ("gelu", "relu"):
             raise ConfigError(f"activation must be 'gelu' or 'relu', got {self.activation!r}")
-        if self.positional != "sinusoidal":
-            raise ConfigError(f"positional must be 'sinusoidal', got {self.positional!r}")
+        if self.positional not in POSITIONALS:
+            raise ConfigError(f"positional must be one of {POSITIONALS}, got {self.positional!r}")
+        if self.norm not in NORMS:
+            raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.norm == "post" and self.is_encoder_decoder:
+            raise ConfigError("norm 'post' is only supported for decoder models")
         if not isinstance(self.layer_norm_eps, (int, float)) or not self.layer_norm_eps > 0:
             raise ConfigError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
         for name in ("scale_embeddings", "tie_embeddings"):
@@ -330,12 +346,16 @@ class ModelConfig:
             "scale_embeddings": self.scale_embeddings,
             "tie_embeddings": self.tie_embeddings,
             "positional": self.positional,
+        }
+        if self.norm != "pre":  # written only when post (older configs stay byte-identical)
+            out["norm"] = self.norm
+        out.update({
             "bos_id": self.bos_id,
             "eos_id": self.eos_id,
             "pad_id": self.pad_id,
             "unk_id": self.unk_id,
             "decoder_layers": [layer.to_dict() for layer in self.decoder_layers],
-        }
+        })
         if self.is_encoder_decoder:
             out["encoder_layers"] = [layer.to_dict() for layer in self.encoder_layers]
         return out

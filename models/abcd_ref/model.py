@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from .attention import CROSS_LAYER_ID, ENCODER_LAYER_ID, make_self_attention
 from .cross_attention import make_cross_attention
+from .txl_attention import TxlAttention
 
 
 def sinusoidal_positions(start, length, d_model):
@@ -40,13 +41,18 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """Pre-LN layer: x += attn(ln1(x)); [x += cross(ln_cross(x), memory)]; x += ffn(ln2(x))."""
 
-    def __init__(self, config, spec, causal, shared_control, index=0, linformer=None, cross_linformer=None):
+    def __init__(self, config, spec, causal, shared_control, index=0, linformer=None, cross_linformer=None, txl_biases=None):
         super().__init__()
         d, eps = config.d_model, config.layer_norm_eps
+        self.post_norm = config.norm == "post"  # Transformer-XL: x = ln1(x + attn(x)); x = ln2(x + ffn(x))
         self.ln1 = nn.LayerNorm(d, eps=eps)
         # Layer ids of the abc `random` slot hash (FORMAT.md): decoder i, encoder 4096 + i, cross 8192 + i.
         self_id = index if causal else ENCODER_LAYER_ID + index
-        self.attn = make_self_attention(spec.attention, d, config.n_heads, causal, shared_control, self_id, linformer)
+        a = spec.attention
+        if a.type == "txl":
+            self.attn = TxlAttention(d, config.n_heads, a.memory, a.clamp_len, txl_biases)
+        else:
+            self.attn = make_self_attention(a, d, config.n_heads, causal, shared_control, self_id, linformer)
         if spec.cross_attention is not None:
             self.ln_cross = nn.LayerNorm(d, eps=eps)
             self.cross = make_cross_attention(spec.cross_attention, d, config.n_heads, CROSS_LAYER_ID + index, cross_linformer)
@@ -56,12 +62,19 @@ class Block(nn.Module):
         self.ffn = FeedForward(d, config.d_ff, config.activation)
 
     def forward(self, x, memory=None):
+        if self.post_norm:  # decoder-only models (config validation)
+            x = self.ln1(x + self.attn(x))
+            return self.ln2(x + self.ffn(x))
         x = x + self.attn(self.ln1(x))
         if self.cross is not None:
             x = x + self.cross(self.ln_cross(x), memory)
         return x + self.ffn(self.ln2(x))
 
     def step(self, x_t, state, memory=None):
+        if self.post_norm:
+            out, state = self.attn.step(x_t, state)
+            x_t = self.ln1(x_t + out)
+            return self.ln2(x_t + self.ffn(x_t)), state
         out, state = self.attn.step(self.ln1(x_t), state)
         x_t = x_t + out
         if self.cross is not None:
@@ -91,8 +104,16 @@ class Stack(nn.Module):
         if cross:
             self.cross_linformer = nn.Linear(cross[0].max_positions, cross[0].slots, bias=False)
         cross_table = self.cross_linformer if cross else None
-        self.layers = nn.ModuleList(Block(config, spec, causal, self.shared_control, i, self.linformer, cross_table) for i, spec in enumerate(layers))
-        self.ln_f = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        # txl: u = r_w_bias, v = r_r_bias [H, dh], shared by every txl layer of the stack.
+        if any(spec.attention.type == "txl" for spec in layers):
+            self.r_w_bias = nn.Parameter(torch.zeros(config.n_heads, config.head_dim))
+            self.r_r_bias = nn.Parameter(torch.zeros(config.n_heads, config.head_dim))
+        biases = lambda: (self.r_w_bias, self.r_r_bias)  # noqa: E731 (read at call time)
+        self.layers = nn.ModuleList(
+            Block(config, spec, causal, self.shared_control, i, self.linformer, cross_table, biases) for i, spec in enumerate(layers)
+        )
+        # Post-LN blocks end in a LayerNorm already: no final ln_f (Transformer-XL).
+        self.ln_f = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.norm == "pre" else nn.Identity()
 
     def forward(self, x, memories=None):
         for i, layer in enumerate(self.layers):
@@ -129,6 +150,8 @@ class _LanguageModel(nn.Module):
         x = self.embed(tokens)
         if self.config.scale_embeddings:
             x = x * math.sqrt(self.config.d_model)
+        if self.config.positional == "none":  # Transformer-XL: positions only in the attention
+            return x
         return x + sinusoidal_positions(start, tokens.shape[1], self.config.d_model).to(x)
 
     def _logits(self, h):
@@ -208,7 +231,9 @@ def init_weights(model, seed):
         parts = name.split(".")
         is_layer_norm = parts[-2].startswith("ln")
         is_control = parts[-2] in ("control", "shared_control")
-        if name.endswith("rfa.proj"):
+        if parts[-1] in ("r_w_bias", "r_r_bias"):  # txl u, v: large enough to matter in tests
+            value = 0.5 * noise
+        elif name.endswith("rfa.proj"):
             value = noise
         elif name.endswith("rfa.sigma"):
             value = 1 + 0.1 * noise

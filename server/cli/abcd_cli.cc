@@ -46,7 +46,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage:\n"
-    "  abcd-cli info [--model DIR]\n"
+    "  abcd-cli info [--model DIR] [--kv-cache-format f32|bf16]\n"
     "  abcd-cli generate [--model DIR] --prompt TEXT [--max-tokens N] [--temperature T]\n"
     "                    [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]\n"
     "                    [--stop STR] [--ignore-eos] [--json]\n"
@@ -56,7 +56,7 @@ constexpr char kUsage[] =
     "Without --model, $ABCD_MODEL or the bundled default model (translate: the bundled\n"
     "translation model) is used. generate, eval and translate also take --threads N (default: the\n"
     "cores this process may use), --weight-format f32|bf16|f16|int8 (default: the\n"
-    "checkpoint's own) and --kv-cache-format bf16|f32 (softmax layers; default bf16).\n";
+    "checkpoint's own) and --kv-cache-format bf16|f32 (softmax caches, txl rings; default bf16).\n";
 
 constexpr int64_t kCliStateBudget = int64_t{1} << 32;
 
@@ -104,7 +104,16 @@ std::string LayerStateDescription(const StateLayout::Slot& slot, int64_t kv_byte
 
 absl::Status Info(const Arguments& args) {
   const std::string dir = ModelDir(args);
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir));
+  // info reports the fp32 state unless asked (--kv-cache-format bf16: softmax caches and txl
+  // rings as the other commands keep them by default).
+  ModelLoadOptions load;
+  const std::string kv = args.String("kv-cache-format", "f32");
+  if (kv != "bf16" && kv != "f32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-format must be bf16 or f32, got \"", kv.substr(0, 64), "\""));
+  }
+  load.kv_cache_bf16 = kv == "bf16";
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir, load));
   const ModelConfig& c = model->config();
   const StateLayout& layout = model->state_layout();
   std::cout << "model: " << dir << "\n"
@@ -406,7 +415,7 @@ int Main(int argc, char** argv) {
   const std::vector<std::string> rest(argv + 2, argv + argc);
   absl::Status status;
   if (command == "info") {
-    absl::StatusOr<Arguments> args = Arguments::Parse(rest, {"model"}, {});
+    absl::StatusOr<Arguments> args = Arguments::Parse(rest, {"model", "kv-cache-format"}, {});
     status = args.ok() ? Info(*args) : args.status();
   } else if (command == "generate") {
     absl::StatusOr<Arguments> args = Arguments::Parse(

@@ -116,6 +116,25 @@ TEST(Cli, InfoShowsCrossAndDilatedWindowStateBytes) {
   EXPECT_NE(r.output.find("state per sequence: 4608 bytes fixed"), std::string::npos) << r.output;
 }
 
+// Transformer-XL (issue 16): info shows each txl layer's ring, 2 (M + 1) d_model values, fp32
+// by default and bf16 with --kv-cache-format bf16 (half the bytes).
+TEST(Cli, InfoShowsTxlRingBytes) {
+  const std::string model =
+      std::string(" --model ") + ABCD_SOURCE_DIR + "/tests/fixtures/golden/dec_txl";
+  Result r = RunCli("info" + model);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("txl(memory=6, clamp_len=4)         1792 bytes (fixed)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("state per sequence: 4352 bytes fixed"), std::string::npos) << r.output;
+  r = RunCli("info" + model + " --kv-cache-format bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("txl(memory=6, clamp_len=4, bf16 ring) 896 bytes (fixed)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("state per sequence: 2176 bytes fixed"), std::string::npos) << r.output;
+}
+
 // With no --model, `info` loads the compiled default model, whichever it is.
 TEST(Cli, InfoWithoutModelUsesTheDefault) {
   const Result r = RunCli("info");

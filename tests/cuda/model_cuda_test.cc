@@ -114,6 +114,26 @@ TEST_F(ModelCudaTest, RefusesFeatureMapCrossAttention) {
   }
 }
 
+// Transformer-XL (issue 16) has no CUDA kernel: refused naming the layer and the type.
+TEST_F(ModelCudaTest, RefusesTxl) {
+  for (const char* name : {"dec_txl", "dec_txl_pre"}) {
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(FixtureDir(name));
+    ASSERT_TRUE(model.ok()) << model.status();
+    CudaModelOptions options;
+    options.max_sequences = 4;
+    options.max_context = 128;
+    options.weights = WeightType::kF32;
+    options.cuda_graphs = false;
+    absl::StatusOr<std::unique_ptr<CudaModel>> cuda_model =
+        CudaModel::Create(**model, context(), options);
+    ASSERT_FALSE(cuda_model.ok()) << name;
+    EXPECT_EQ(cuda_model.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(cuda_model.status().message().find("decoder_layers[0]: txl attention"),
+              std::string::npos)
+        << cuda_model.status();
+  }
+}
+
 // The Linformer's encoder and cross forms (abc position) are refused naming the layer and the
 // control; the cross check comes first.
 TEST_F(ModelCudaTest, RefusesAbcPositionInCrossAndEncoder) {

@@ -332,5 +332,64 @@ TEST(ModelConfig, WindowDilation) {
   EXPECT_NE(ErrorFor(config).find("decoder_layers[0].attention.dilation"), std::string::npos);
 }
 
+// Transformer-XL (issue 16): txl in decoder self attention only, memory and clamp_len required
+// integers >= 1; model-level positional (sinusoidal | none) and norm (pre | post, post for decoder
+// models only).
+TEST(ModelConfig, TxlPositionalAndNorm) {
+  nlohmann::json config = ValidDecoder();
+  config["decoder_layers"][0]["attention"] = {{"type", "txl"}, {"memory", 64}, {"clamp_len", 32}};
+  config["positional"] = "none";
+  config["norm"] = "post";
+  auto parsed = ParseModelConfig(config.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const AttentionSpec& txl = parsed->decoder_layers[0].attention;
+  EXPECT_EQ(txl.type, AttentionType::kTxl);
+  EXPECT_EQ(txl.memory, 64);
+  EXPECT_EQ(txl.clamp_len, 32);
+  EXPECT_TRUE(txl.bounded());
+  EXPECT_EQ(DescribeAttention(txl), "txl(memory=64, clamp_len=32)");
+  EXPECT_EQ(parsed->positional, Positional::kNone);
+  EXPECT_EQ(parsed->norm, Norm::kPost);
+  auto defaults = ParseModelConfig(ValidDecoder().dump());
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->positional, Positional::kSinusoidal);
+  EXPECT_EQ(defaults->norm, Norm::kPre);
+
+  const BadCase cases[] = {
+      {"/decoder_layers/0/attention/memory", 0, "decoder_layers[0].attention.memory"},
+      {"/decoder_layers/0/attention/memory", "64", "decoder_layers[0].attention.memory"},
+      {"/decoder_layers/0/attention/clamp_len", 0, "decoder_layers[0].attention.clamp_len"},
+      {"/decoder_layers/1/attention/memory", 4, "decoder_layers[1].attention.memory"},
+      {"/positional", "learned", "\"positional\""},
+      {"/norm", "sandwich", "\"norm\""},
+  };
+  for (const BadCase& c : cases) {
+    nlohmann::json bad = config;
+    bad[nlohmann::json::json_pointer(c.json_pointer)] = c.value;
+    EXPECT_NE(ErrorFor(bad).find(c.expected), std::string::npos) << c.json_pointer;
+  }
+  nlohmann::json missing = config;
+  missing["decoder_layers"][0]["attention"].erase("clamp_len");
+  EXPECT_NE(ErrorFor(missing).find("decoder_layers[0].attention.clamp_len"), std::string::npos);
+
+  // Encoder and cross attention refuse txl, naming the field; post-LN is decoder-only.
+  nlohmann::json encdec = nlohmann::json::parse(R"({
+    "format_version": 1, "architecture": "encoder-decoder", "vocab_size": 100, "d_model": 16,
+    "n_heads": 4, "d_ff": 32,
+    "encoder_layers": [{"attention": {"type": "softmax"}}],
+    "decoder_layers": [{"attention": {"type": "softmax"}, "cross_attention": {"type": "softmax"}}]})");
+  ASSERT_TRUE(ParseModelConfig(encdec.dump()).ok());
+  const nlohmann::json txl_spec = {{"type", "txl"}, {"memory", 4}, {"clamp_len", 4}};
+  nlohmann::json bad = encdec;
+  bad["encoder_layers"][0]["attention"] = txl_spec;
+  EXPECT_NE(ErrorFor(bad).find("encoder_layers[0].attention.type"), std::string::npos);
+  bad = encdec;
+  bad["decoder_layers"][0]["cross_attention"] = txl_spec;
+  EXPECT_NE(ErrorFor(bad).find("decoder_layers[0].cross_attention.type"), std::string::npos);
+  bad = encdec;
+  bad["norm"] = "post";
+  EXPECT_NE(ErrorFor(bad).find("\"norm\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace abcd

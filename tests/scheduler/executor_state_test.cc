@@ -1,8 +1,9 @@
 // The Executor's sequence-state features: token-id prompts, sessions (a continuation equals one
 // fresh request over the whole history, greedy and seeded), n choices from one prefill (choice i
 // equals the n = 1 request with seed + i) and the prefix cache (identical outputs, only the
-// unshared suffix prefilled). Run on the bundled abc-lm-untrained and on the dec_mixed golden
-// fixture (an abc layer and a softmax layer, so KV caches travel through snapshots too).
+// unshared suffix prefilled). Run on the bundled abc-lm-untrained, on the dec_mixed golden
+// fixture (an abc layer and a softmax layer, so KV caches travel through snapshots too) and on
+// dec_txl (Transformer-XL rings).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,9 @@ namespace {
 
 const std::string kLmDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained";
 const std::string kMixedDir = std::string(ABCD_FIXTURE_DIR) + "/golden/dec_mixed";
+// Transformer-XL (issue 16): post-LN, no absolute positions, rings of 7 and 10 keys (prompts and
+// sessions here run far past them, so snapshots carry wrapped rings).
+const std::string kTxlDir = std::string(ABCD_FIXTURE_DIR) + "/golden/dec_txl";
 
 class Collector {
  public:
@@ -339,8 +343,9 @@ TEST_P(ExecutorStateTest, LogprobsOfGeneratedAndPromptTokensAgree) {
             absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ExecutorStateTest, ::testing::Values(kLmDir, kMixedDir),
+INSTANTIATE_TEST_SUITE_P(Models, ExecutorStateTest, ::testing::Values(kLmDir, kMixedDir, kTxlDir),
                          [](const ::testing::TestParamInfo<std::string>& param) {
+                           if (param.param == kTxlDir) return std::string("Txl");
                            return param.param == kLmDir ? std::string("AbcLm")
                                                         : std::string("MixedSoftmax");
                          });

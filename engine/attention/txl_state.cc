@@ -1,0 +1,154 @@
+#include "engine/attention/txl_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "engine/ops/packed_matrix.h"
+#include "engine/ops/vector_clones.h"
+#include "engine/ops/vector_math.h"
+
+namespace abcd {
+namespace {
+
+inline float Load(const float* p, int c) { return p[c]; }
+inline float Load(const uint16_t* p, int c) {  // bf16 widens exactly (inline: vectorises)
+  const uint32_t bits = static_cast<uint32_t>(p[c]) << 16;
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+template <typename T>
+ABCD_VECTOR_CLONES float Dot(const float* a, const T* b, int n) {
+  float sum = 0.0f;
+  for (int c = 0; c < n; ++c) sum += a[c] * Load(b, c);
+  return sum;
+}
+
+template <typename T>
+ABCD_VECTOR_CLONES void AddScaled(float w, const T* row, int n, float* out) {
+  for (int c = 0; c < n; ++c) out[c] += w * Load(row, c);
+}
+
+// The read over one head's ring: `keys` / `values` point at the head's columns of ring row 0,
+// rows `width` elements apart; `position_terms[r]` is (q + v) . p[min(r, C)] for r <= C.
+template <typename T>
+void ReadRing(const float* qu, const T* keys, const T* values, int64_t width, int64_t span,
+              int64_t position, int64_t count, const float* position_terms, int64_t last_term,
+              int head_dim, float* out) {
+  absl::InlinedVector<float, 1024> scores(static_cast<size_t>(count));
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t slot = (position - r) % span;
+    scores[r] = Dot(qu, keys + slot * width, head_dim) + position_terms[std::min(r, last_term)];
+  }
+  const float max_score = *std::max_element(scores.begin(), scores.end());
+  for (float& s : scores) s -= max_score;
+  cpu::ExpArray(scores.data(), count, scores.data());
+  float denominator = 0.0f;
+  for (const float s : scores) denominator += s;
+  std::fill(out, out + head_dim, 0.0f);
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t slot = (position - r) % span;
+    AddScaled(scores[r], values + slot * width, head_dim, out);
+  }
+  const float inv = 1.0f / denominator;
+  for (int c = 0; c < head_dim; ++c) out[c] *= inv;
+}
+
+}  // namespace
+
+TxlState::TxlState(int n_heads, int head_dim, int memory, int clamp_len, bool bf16,
+                   std::vector<float> table, std::vector<float> u, std::vector<float> v)
+    : n_heads_(n_heads),
+      head_dim_(head_dim),
+      memory_(memory),
+      clamp_len_(clamp_len),
+      bf16_(bf16),
+      span_(int64_t{memory} + 1),
+      table_(std::move(table)),
+      u_(std::move(u)),
+      v_(std::move(v)) {}
+
+std::vector<float> TxlState::BuildTable(const std::vector<float>& w_r, int64_t out_width,
+                                        int64_t d_model, int64_t rows) {
+  const int64_t half = d_model / 2;
+  std::vector<double> frequencies(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    frequencies[i] =
+        std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(d_model));
+  }
+  std::vector<float> table(static_cast<size_t>(rows * out_width));
+  std::vector<double> sinusoid(static_cast<size_t>(d_model));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(r) * frequencies[i];
+      sinusoid[i] = std::sin(angle);
+      sinusoid[half + i] = std::cos(angle);
+    }
+    for (int64_t o = 0; o < out_width; ++o) {
+      const float* w = w_r.data() + o * d_model;
+      double sum = 0.0;
+      for (int64_t i = 0; i < d_model; ++i) sum += static_cast<double>(w[i]) * sinusoid[i];
+      table[r * out_width + o] = static_cast<float>(sum);
+    }
+  }
+  return table;
+}
+
+// Layout: keys [M + 1, H * dh] then values [M + 1, H * dh], as fp32, or as bf16 packed two per
+// float of the block (uint16 view of the same bytes); token p lives in row p mod (M + 1).
+int64_t TxlState::FixedFloats() const {
+  const int64_t elements = 2 * span_ * n_heads_ * head_dim_;
+  return bf16_ ? elements / 2 : elements;
+}
+
+void TxlState::Init(float* fixed) const { std::fill(fixed, fixed + FixedFloats(), 0.0f); }
+
+void TxlState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
+  const int64_t width = static_cast<int64_t>(n_heads_) * head_dim_;
+  const int64_t slot = state.position % span_;
+  const int64_t offset = static_cast<int64_t>(h) * head_dim_;
+  if (!bf16_) {
+    std::copy_n(row.k + offset, head_dim_, state.fixed + slot * width + offset);
+    std::copy_n(row.v + offset, head_dim_, state.fixed + (span_ + slot) * width + offset);
+    return;
+  }
+  uint16_t* ring = reinterpret_cast<uint16_t*>(state.fixed);
+  uint16_t* key = ring + slot * width + offset;
+  uint16_t* value = ring + (span_ + slot) * width + offset;
+  for (int c = 0; c < head_dim_; ++c) {
+    key[c] = FloatToBf16(row.k[offset + c]);
+    value[c] = FloatToBf16(row.v[offset + c]);
+  }
+}
+
+void TxlState::ReadHead(int h, const float* q, const StateRef& state, float* out) const {
+  const int dh = head_dim_;
+  const int64_t width = static_cast<int64_t>(n_heads_) * dh;
+  const int64_t offset = static_cast<int64_t>(h) * dh;
+  const int64_t count = std::min<int64_t>(state.position + 1, span_);
+  const int64_t last_term = std::min<int64_t>(count - 1, std::min(memory_, clamp_len_));
+  absl::InlinedVector<float, 256> qu(static_cast<size_t>(dh)), qv(static_cast<size_t>(dh));
+  for (int c = 0; c < dh; ++c) {
+    qu[c] = q[offset + c] + u_[offset + c];
+    qv[c] = q[offset + c] + v_[offset + c];
+  }
+  // (q + v) . p[r] for every distance this read uses below the clamp (the rest reuse p[C]).
+  absl::InlinedVector<float, 1024> terms(static_cast<size_t>(last_term + 1));
+  for (int64_t r = 0; r <= last_term; ++r) {
+    terms[r] = Dot(qv.data(), table_.data() + r * width + offset, dh);
+  }
+  if (!bf16_) {
+    ReadRing(qu.data(), state.fixed + offset, state.fixed + span_ * width + offset, width, span_,
+             state.position, count, terms.data(), last_term, dh, out + offset);
+    return;
+  }
+  const uint16_t* ring = reinterpret_cast<const uint16_t*>(state.fixed);
+  ReadRing(qu.data(), ring + offset, ring + span_ * width + offset, width, span_, state.position,
+           count, terms.data(), last_term, dh, out + offset);
+}
+
+}  // namespace abcd

@@ -1,0 +1,170 @@
+// Transformer-XL (txl) decode state on the golden fixtures dec_txl (post-LN, positional none,
+// memories 6 and 9) and dec_txl_pre (pre-LN, sinusoidal, memory 5 beside a softmax layer):
+// the ring's bytes are 2 (M + 1) d_model floats per layer, the same after M + 16 and 4096
+// tokens; bf16 rings halve them and stay within kBf16Tolerance of the reference; prefill equals
+// token-by-token decoding bit for bit; fork and snapshot/restore of a bf16 ring are exact.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "engine/model/model.h"
+#include "engine/state/state_pool.h"
+#include "tests/engine/fixtures.h"
+
+namespace abcd {
+namespace {
+
+using testing::FixtureDir;
+using testing::MaxAbsDiff;
+
+// Largest |logit - reference| of a bf16 ring on dec_txl / dec_txl_pre (measured 4.0e-3 - 7.3e-3 on
+// the 12 prompt and 32 decode positions; FORMAT.md documents the bound).
+constexpr float kBf16Tolerance = 2e-2f;
+
+std::unique_ptr<Model> LoadModel(const std::string& name, bool bf16) {
+  ModelLoadOptions options;
+  options.kv_cache_bf16 = bf16;
+  auto model = Model::Load(FixtureDir(name), options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+std::vector<float> Feed(const Model& model, StatePool& pool, SequenceId id,
+                        std::span<const int32_t> tokens) {
+  std::vector<DecodeRow> rows;
+  for (int32_t t : tokens) rows.push_back({id, t, true});
+  std::vector<float> logits;
+  const absl::Status status = model.Decode(rows, pool, &logits);
+  EXPECT_TRUE(status.ok()) << status;
+  return logits;
+}
+
+std::vector<float> FeedOneByOne(const Model& model, StatePool& pool, SequenceId id,
+                                std::span<const int32_t> tokens) {
+  std::vector<float> all;
+  for (const int32_t& t : tokens) {
+    std::vector<float> step = Feed(model, pool, id, {&t, 1});
+    all.insert(all.end(), step.begin(), step.end());
+  }
+  return all;
+}
+
+int64_t BytesAfter(const Model& model, StatePool& pool, int64_t tokens) {
+  auto id = pool.Acquire();
+  EXPECT_TRUE(id.ok()) << id.status();
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < tokens; ++t) ids.push_back(static_cast<int32_t>(4 + t % 90));
+  std::vector<DecodeRow> rows;
+  for (int64_t t = 0; t < tokens; ++t) rows.push_back({*id, ids[t], t + 1 == tokens});
+  std::vector<float> logits;
+  EXPECT_TRUE(model.Decode(rows, pool, &logits).ok());
+  for (float v : logits) EXPECT_TRUE(std::isfinite(v));
+  auto bytes = pool.SequenceBytes(*id);
+  EXPECT_TRUE(bytes.ok());
+  pool.Release(*id);
+  return *bytes;
+}
+
+class TxlTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TxlTest, RingBytesAreFixedAfterMemoryAndLongContexts) {
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 ring" : "fp32 ring");
+    std::unique_ptr<Model> model = LoadModel(GetParam(), bf16);
+    ASSERT_NE(model, nullptr);
+    const ModelConfig& c = model->config();
+    int64_t ring_bytes = 0, max_memory = 0;
+    for (const LayerSpec& layer : c.decoder_layers) {
+      if (layer.attention.type != AttentionType::kTxl) continue;
+      ring_bytes += 2 * (int64_t{layer.attention.memory} + 1) * c.d_model * (bf16 ? 2 : 4);
+      max_memory = std::max<int64_t>(max_memory, layer.attention.memory);
+    }
+    ASSERT_GT(ring_bytes, 0);
+    EXPECT_EQ(model->state_layout().FixedBytes(), ring_bytes);
+    StatePool pool(model->state_layout(), int64_t{1} << 32);
+    const int64_t at_memory = BytesAfter(*model, pool, max_memory + 16);
+    const int64_t at_4096 = BytesAfter(*model, pool, 4096);
+    if (GetParam() == "dec_txl") {  // txl only: nothing grows
+      EXPECT_EQ(at_memory, ring_bytes);
+      EXPECT_EQ(at_4096, ring_bytes);
+    } else {  // beside a softmax layer: only its (paged) KV cache grows
+      EXPECT_GT(at_memory, ring_bytes);
+      EXPECT_GE(at_4096, ring_bytes + 4096 * model->state_layout().KvBytesPerToken());
+    }
+  }
+}
+
+TEST_P(TxlTest, PrefillEqualsStepByStepExactly) {
+  const testing::Golden golden = testing::LoadGolden(GetParam());
+  std::vector<int32_t> tokens = golden.prompt_ids;
+  tokens.insert(tokens.end(), golden.decode_ids.begin(), golden.decode_ids.end());
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 ring" : "fp32 ring");
+    std::unique_ptr<Model> model = LoadModel(GetParam(), bf16);
+    ASSERT_NE(model, nullptr);
+    StatePool pool(model->state_layout(), int64_t{1} << 30);
+    const SequenceId batched = *pool.Acquire();
+    const SequenceId stepped = *pool.Acquire();
+    const std::vector<float> prefill = Feed(*model, pool, batched, tokens);
+    const std::vector<float> steps = FeedOneByOne(*model, pool, stepped, tokens);
+    EXPECT_EQ(MaxAbsDiff(prefill, steps), 0.0f);
+    // Bitwise (a bf16 pair read as a float may be a NaN pattern).
+    const std::vector<float>& a = pool.Get(batched)->fixed;
+    const std::vector<float>& b = pool.Get(stepped)->fixed;
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * a.size()), 0);
+  }
+}
+
+TEST_P(TxlTest, Bf16RingStaysCloseToReference) {
+  const testing::Golden golden = testing::LoadGolden(GetParam());
+  std::unique_ptr<Model> model = LoadModel(GetParam(), /*bf16=*/true);
+  ASSERT_NE(model, nullptr);
+  StatePool pool(model->state_layout(), int64_t{1} << 30);
+  const SequenceId id = *pool.Acquire();
+  const float prefill =
+      MaxAbsDiff(Feed(*model, pool, id, golden.prompt_ids), golden.prefill_logits);
+  const float decode =
+      MaxAbsDiff(FeedOneByOne(*model, pool, id, golden.decode_ids), golden.decode_logits);
+  std::printf("%s bf16 ring: max |logit - reference| prefill %.2e, 32 decode steps %.2e\n",
+              GetParam().c_str(), prefill, decode);
+  EXPECT_LE(prefill, kBf16Tolerance);
+  EXPECT_LE(decode, kBf16Tolerance);
+  EXPECT_GT(std::max(prefill, decode), 0.0f);  // the ring really is rounded
+}
+
+TEST_P(TxlTest, Bf16RingForkAndSnapshotAreExact) {
+  const testing::Golden golden = testing::LoadGolden(GetParam());
+  std::unique_ptr<Model> model = LoadModel(GetParam(), /*bf16=*/true);
+  ASSERT_NE(model, nullptr);
+  StatePool pool(model->state_layout(), int64_t{1} << 30);
+  const SequenceId original = *pool.Acquire();
+  Feed(*model, pool, original, golden.prompt_ids);
+  auto fork = pool.Fork(original);
+  ASSERT_TRUE(fork.ok()) << fork.status();
+  auto snapshot = pool.Snapshot(original);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  const std::vector<float> expected = FeedOneByOne(*model, pool, original, golden.decode_ids);
+  EXPECT_EQ(MaxAbsDiff(FeedOneByOne(*model, pool, *fork, golden.decode_ids), expected), 0.0f);
+  pool.Release(original);
+  auto restored = pool.Restore(*snapshot);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(MaxAbsDiff(FeedOneByOne(*model, pool, *restored, golden.decode_ids), expected), 0.0f);
+}
+
+TEST_P(TxlTest, RingFormatIsPartOfTheFingerprint) {
+  std::unique_ptr<Model> fp32 = LoadModel(GetParam(), false);
+  std::unique_ptr<Model> bf16 = LoadModel(GetParam(), true);
+  ASSERT_NE(fp32, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  EXPECT_NE(fp32->state_layout().fingerprint, bf16->state_layout().fingerprint);
+}
+
+INSTANTIATE_TEST_SUITE_P(Txl, TxlTest, ::testing::Values("dec_txl", "dec_txl_pre"),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
+}  // namespace abcd
