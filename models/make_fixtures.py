@@ -2,8 +2,10 @@
 
 Each fixture has config.json, model.safetensors (fp32) and golden.safetensors with
 prompt_ids [12], source_ids [10] (encoder-decoder), prefill_logits [12, V] (parallel form),
-decode_ids [32] and decode_logits [32, V] (recurrent form, continuing after the prompt).
+decode_ids [32] and decode_logits [32, V] (recurrent form, continuing after the prompt); GMAT
+fixtures also encoder_output [rows, d] (the M memory rows, or source + memory rows).
 Deterministic: fixed seeds. Usage (from the repository root): /usr/bin/python3 models/make_fixtures.py
+[NAME ...] (names: write only those fixtures; index.json always lists every fixture).
 """
 
 import json
@@ -14,7 +16,7 @@ from pathlib import Path
 import torch
 
 from abcd_ref import LayerSpec, ModelConfig, build_model, export
-from abcd_ref.config import AttentionSpec
+from abcd_ref.config import AttentionSpec, GmatSpec
 from abcd_ref.safetensors_io import save_file
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "golden"
@@ -32,9 +34,10 @@ def decoder(*self_specs, **overrides):
     return dict(decoder_layers=[LayerSpec(AttentionSpec(**s)) for s in self_specs], **overrides)
 
 
-def encoder_decoder(encoder_specs, decoder_specs):
+def encoder_decoder(encoder_specs, decoder_specs, **overrides):
     """decoder_specs: (self attention, cross attention) per layer."""
     return dict(
+        **overrides,
         architecture="encoder-decoder",
         encoder_layers=[LayerSpec(AttentionSpec(**s)) for s in encoder_specs],
         decoder_layers=[LayerSpec(AttentionSpec(**s), AttentionSpec(**c)) for s, c in decoder_specs],
@@ -99,6 +102,15 @@ FIXTURES = {
     "encdec_elu_cross": encoder_decoder([SOFTMAX] * 2, [({"type": "elu"}, {"type": "elu"})] * 2),
     # Dilated window (ABC-I App. A.4): 44 tokens run many times round the rings of 7 and 11 keys.
     "dec_window_dilated": decoder({"type": "window", "window": 4, "dilation": 2}, {"type": "window", "window": 3, "dilation": 5}),
+    # GMAT encoder (issue 16, SEEDS.md 2): full attention among the 10 source tokens, the decoder's
+    # softmax cross attention reads the 4 memory vectors only; and chunks of 4 (3 chunks of the
+    # 10-token source: the mask matters) with output "all" read by abc cross attention.
+    "encdec_gmat": encoder_decoder([{"type": "gmat", "chunk": 0}] * 2, [(SOFTMAX, SOFTMAX)] * 2, gmat=GmatSpec(memory=4)),
+    "encdec_gmat_chunk": encoder_decoder(
+        [{"type": "gmat", "chunk": 4}] * 2,
+        [(ABC4, {"type": "abc", "slots": 3}), (SOFTMAX, SOFTMAX)],
+        gmat=GmatSpec(memory=3, output="all"),
+    ),
 }
 
 
@@ -156,6 +168,8 @@ def make_fixture(name, fields):
     }
     if src is not None:
         golden_tensors["source_ids"] = src.to(torch.int32)
+    if config.gmat is not None:  # GMAT: the encoder output (memory rows, or source + memory rows)
+        golden_tensors["encoder_output"] = model.float().encode(src[None])[0].contiguous()
     save_file(golden_tensors, out / "golden.safetensors")
     return parity, conditioning
 
@@ -163,7 +177,13 @@ def make_fixture(name, fields):
 def main():
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     failed = []
+    only = sys.argv[1:]
+    unknown = sorted(set(only) - set(FIXTURES))
+    if unknown:
+        sys.exit(f"unknown fixtures: {', '.join(unknown)}")
     for name, fields in FIXTURES.items():
+        if only and name not in only:
+            continue
         parity, conditioning = make_fixture(name, fields)
         print(f"{name:24s} max|parallel - recurrent| = {parity:.3e}   max|golden - float64| = {conditioning:.3e}")
         if not parity <= TOLERANCE:
