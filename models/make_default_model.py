@@ -5,18 +5,23 @@ with random, seeded weights: abc-lm-untrained/ (DecoderLM, 4 abc layers of 32 sl
 abc-mt-untrained/ (encoder-decoder: 2 softmax encoder layers; 2 decoder layers with causal abc of
 8 slots and abc cross attention of 32 slots). Deterministic.
 Usage (from the repository root): /usr/bin/python3 models/make_default_model.py
+`make_default_model.py gmat` writes only gmat-mt-untrained/ (issue 16: a tiny GMAT encoder-decoder
+for the served-translation tests, reusing abc-mt-untrained's tokenizer).
 """
 
 import io
+import sys
 import tempfile
 from pathlib import Path
 
 import sentencepiece as spm
 
 from abcd_ref import AttentionSpec, LayerSpec, ModelConfig, build_model, export
+from abcd_ref.config import GmatSpec
 
 OUT_DIR = Path(__file__).resolve().parent / "checkpoints" / "abc-lm-untrained"
 MT_OUT_DIR = Path(__file__).resolve().parent / "checkpoints" / "abc-mt-untrained"
+GMAT_OUT_DIR = Path(__file__).resolve().parent / "checkpoints" / "gmat-mt-untrained"
 TOKENIZER_TEXT = "/usr/share/common-licenses/GPL-3"
 VOCAB_SIZE = 1000
 SEED = 20240601
@@ -78,5 +83,29 @@ def main():
     print(f"wrote {OUT_DIR} and {MT_OUT_DIR}")
 
 
+def main_gmat():
+    """gmat-mt-untrained: d_model 32 (small files), 2 gmat encoder layers (chunk 8) with 8 memory
+    tokens, decoder 2 layers of softmax self and softmax cross attention over the 8 memory rows."""
+    config = ModelConfig(
+        architecture="encoder-decoder",
+        vocab_size=VOCAB_SIZE,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        encoder_layers=[LayerSpec(AttentionSpec(type="gmat", chunk=8)) for _ in range(2)],
+        decoder_layers=[LayerSpec(AttentionSpec(type="softmax"), AttentionSpec(type="softmax")) for _ in range(2)],
+        gmat=GmatSpec(memory=8),
+        bos_id=1,
+        eos_id=2,
+        pad_id=0,
+        unk_id=3,
+    )
+    export(build_model(config, seed=SEED + 2), config, GMAT_OUT_DIR, dtype="float32", tokenizer_path=MT_OUT_DIR / "tokenizer.model")
+    print(f"wrote {GMAT_OUT_DIR}")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["gmat"]:
+        main_gmat()
+    else:
+        main()

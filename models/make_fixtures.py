@@ -2,7 +2,8 @@
 
 Each fixture has config.json, model.safetensors (fp32) and golden.safetensors with
 prompt_ids [12], source_ids [10] (encoder-decoder), prefill_logits [12, V] (parallel form),
-decode_ids [32] and decode_logits [32, V] (recurrent form, continuing after the prompt).
+decode_ids [32] and decode_logits [32, V] (recurrent form, continuing after the prompt); GMAT
+fixtures also encoder_output [rows, d] (the M memory rows, or source + memory rows).
 Deterministic: fixed seeds. Usage (from the repository root): /usr/bin/python3 models/make_fixtures.py
 [NAME ...] (only the named fixtures; index.json always lists them all)
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import torch
 
 from abcd_ref import LayerSpec, ModelConfig, build_model, export
-from abcd_ref.config import AttentionSpec
+from abcd_ref.config import AttentionSpec, GmatSpec
 from abcd_ref.safetensors_io import save_file
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "golden"
@@ -33,9 +34,10 @@ def decoder(*self_specs, **overrides):
     return dict(decoder_layers=[LayerSpec(AttentionSpec(**s)) for s in self_specs], **overrides)
 
 
-def encoder_decoder(encoder_specs, decoder_specs):
+def encoder_decoder(encoder_specs, decoder_specs, **overrides):
     """decoder_specs: (self attention, cross attention) per layer."""
     return dict(
+        **overrides,
         architecture="encoder-decoder",
         encoder_layers=[LayerSpec(AttentionSpec(**s)) for s in encoder_specs],
         decoder_layers=[LayerSpec(AttentionSpec(**s), AttentionSpec(**c)) for s, c in decoder_specs],
@@ -115,6 +117,15 @@ FIXTURES = {
     # positions beside a softmax layer.
     "dec_txl": decoder({"type": "txl", "memory": 6, "clamp_len": 4}, {"type": "txl", "memory": 9, "clamp_len": 20}, positional="none", norm="post"),
     "dec_txl_pre": decoder({"type": "txl", "memory": 5, "clamp_len": 5}, SOFTMAX),
+    # GMAT encoder (issue 16, SEEDS.md 2): full attention among the 10 source tokens, the decoder's
+    # softmax cross attention reads the 4 memory vectors only; and chunks of 4 (3 chunks of the
+    # 10-token source: the mask matters) with output "all" read by abc cross attention.
+    "encdec_gmat": encoder_decoder([{"type": "gmat", "chunk": 0}] * 2, [(SOFTMAX, SOFTMAX)] * 2, gmat=GmatSpec(memory=4)),
+    "encdec_gmat_chunk": encoder_decoder(
+        [{"type": "gmat", "chunk": 4}] * 2,
+        [(ABC4, {"type": "abc", "slots": 3}), (SOFTMAX, SOFTMAX)],
+        gmat=GmatSpec(memory=3, output="all"),
+    ),
 }
 
 
@@ -172,6 +183,8 @@ def make_fixture(name, fields):
     }
     if src is not None:
         golden_tensors["source_ids"] = src.to(torch.int32)
+    if config.gmat is not None:  # GMAT: the encoder output (memory rows, or source + memory rows)
+        golden_tensors["encoder_output"] = model.float().encode(src[None])[0].contiguous()
     save_file(golden_tensors, out / "golden.safetensors")
     return parity, conditioning
 

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from abcd_ref import AttentionSpec, LayerSpec, ModelConfig, build_model, export  # noqa: E402
+from abcd_ref.config import GmatSpec  # noqa: E402
 from abcd_ref.attention import ABCAttention, RandomFeatureMap, HeadLinear  # noqa: E402
 from abcd_ref.export import load as load_model_dir  # noqa: E402
 from abcd_ref.txl_attention import TxlAttention  # noqa: E402
@@ -152,6 +153,15 @@ def mt_config(decoder_self, cross, size=None, encoder=None):
     )
 
 
+def mt_gmat_config(decoder_self, cross, memory, chunk=0, size=None):
+    """mt_config with a GMAT encoder (issue 16, SEEDS.md 2(a)): `memory` learned memory tokens,
+    output "memory" (the decoder's cross attention reads the M memory vectors only)."""
+    config = mt_config(decoder_self, cross, size)
+    config.encoder_layers = [LayerSpec(AttentionSpec(type="gmat", chunk=chunk)) for _ in config.encoder_layers]
+    config.gmat = GmatSpec(memory=memory)
+    return config
+
+
 LM_STEPS = 300
 MT_STEPS = 400
 LM_MINUTES = 0.0  # no wall-clock cap: every row gets the same steps and tokens
@@ -189,6 +199,11 @@ def presets():
         ),
         TrainConfig(**mt_train),
     )
+    # GMAT encoder (issue 16): mt-abc with the encoder replaced by GMAT layers with M = 32 memory
+    # tokens (chunk 0: full attention among the <= 24 source tokens) and softmax cross attention
+    # over the 32 memory vectors: 2 H M dh = 8,192 floats per layer against abc cross n = 32's
+    # H (2 n dh + n) = 8,320 (SEEDS.md 2(a): compare at equal cross bytes).
+    out["mt-gmat"] = (mt_gmat_config({"type": "abc", "slots": 8}, {"type": "softmax"}, memory=32), TrainConfig(**mt_train))
     # The shipped abc-en-de: twice the width, 3 + 3 layers, larger batches, a wall-clock budget
     # (the schedule runs on elapsed time; see checkpoints/abc-en-de/README.md for the run).
     base = dict(mt_train, steps=100000, max_minutes=110.0, batch_size=128, batch_tokens=1600, warmup=300, lr=1e-3,
@@ -320,6 +335,10 @@ def init_for_training(model, config, seed):
             torch.nn.init.normal_(module.weight, std=module.weight.shape[-1] ** -0.5)
             torch.nn.init.zeros_(module.bias)
     torch.nn.init.normal_(model.embed.weight, std=config.d_model ** -0.5)
+    # GMAT memory tokens (not scaled by sqrt(d)): unit variance, the scale of a scaled token embedding.
+    for name, p in model.named_parameters():
+        if name.endswith("memory_embed"):
+            torch.nn.init.normal_(p, std=1.0)
     # relu control: bias +1 so every slot starts alive (SEEDS.md 1.1; with a zero bias half the
     # slots would start dead and relu's "rich get richer" leaves them so).
     for module in model.modules():

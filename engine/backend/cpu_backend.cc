@@ -16,7 +16,10 @@ std::string CpuBackend::device_description() const {
 
 absl::StatusOr<int64_t> CpuBackend::RequestBytes(int64_t prompt_tokens, int64_t source_tokens,
                                                  int64_t max_new_tokens, int sequences) const {
-  const int64_t bytes = RequestStateBytes(model_.state_layout(), prompt_tokens, source_tokens,
+  // Cross attention keeps the encoder's output rows (GMAT: M memory rows, not the source).
+  const int64_t encoded_rows =
+      source_tokens > 0 ? model_.config().EncoderOutputRows(source_tokens) : 0;
+  const int64_t bytes = RequestStateBytes(model_.state_layout(), prompt_tokens, encoded_rows,
                                           max_new_tokens, sequences);
   if (bytes > pool_.budget_bytes()) {
     return absl::ResourceExhaustedError(absl::StrCat("request needs ", bytes,

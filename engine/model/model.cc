@@ -70,6 +70,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     model->encoder_ = std::make_unique<Stack>();
     ABCD_RETURN_IF_ERROR(model->LoadStack("encoder", c.encoder_layers, weights, *model->encoder_));
   }
+  if (c.gmat) {
+    ABCD_ASSIGN_OR_RETURN(model->memory_embed_,
+                          weights.Load("encoder.memory_embed", {int64_t{c.gmat->memory}, d}));
+  }
   ABCD_RETURN_IF_ERROR(weights.CheckAllUsed());
   model->non_finite_tensors_ = weights.non_finite();
   model->BuildLayout();
@@ -91,6 +95,7 @@ int64_t Model::projection_macs_per_token() const {
 int64_t Model::CountWeightBytes() const {
   int64_t bytes = embedding_.bytes() + lm_head_.bytes();
   auto floats = [](const std::vector<float>& v) { return static_cast<int64_t>(4 * v.size()); };
+  bytes += floats(memory_embed_);
   for (const Stack* stack : {decoder_.get(), encoder_.get()}) {
     if (stack == nullptr) continue;
     bytes += floats(stack->ln_f_weight) + floats(stack->ln_f_bias);
@@ -213,6 +218,25 @@ absl::Status Model::Decode(std::span<const DecodeRow> rows, StatePool& pool,
   return Decode(ctx, rows, pool, logits);
 }
 
+const float* Model::RunEncoder(CpuContext& ctx, std::span<const int32_t> source) const {
+  const int64_t rows = static_cast<int64_t>(source.size()), d = config_.d_model;
+  float* x = ctx.Buffer(Scratch::kResidual, rows * d);
+  float* normed = ctx.Buffer(Scratch::kNormed, rows * d);
+  float* delta = ctx.Buffer(Scratch::kDelta, rows * d);
+  for (int64_t r = 0; r < rows; ++r) Embed(source[r], r, x + r * d);
+  const float eps = config_.layer_norm_eps;
+  for (const Block& block : encoder_->blocks) {
+    cpu::LayerNorm(x, rows, d, block.ln1_weight.data(), block.ln1_bias.data(), eps, normed);
+    block.self_attention->ForwardBidirectional(ctx, normed, rows, delta);
+    cpu::AddInPlace(x, delta, rows * d);
+    cpu::LayerNorm(x, rows, d, block.ln2_weight.data(), block.ln2_bias.data(), eps, normed);
+    FeedForward(ctx, block, normed, rows, delta);
+    cpu::AddInPlace(x, delta, rows * d);
+  }
+  cpu::LayerNorm(x, rows, d, encoder_->ln_f_weight.data(), encoder_->ln_f_bias.data(), eps, normed);
+  return normed;
+}
+
 absl::Status Model::Encode(CpuContext& ctx, std::span<const int32_t> source, SequenceId sequence,
                            StatePool& pool) const {
   if (!config_.is_encoder_decoder()) {
@@ -233,23 +257,11 @@ absl::Status Model::Encode(CpuContext& ctx, std::span<const int32_t> source, Seq
   SequenceState* state = pool.Get(sequence);
   if (state == nullptr) return absl::NotFoundError(absl::StrCat("no sequence ", sequence));
   if (state->encoded) return absl::FailedPreconditionError("sequence is already encoded");
-  const int64_t rows = static_cast<int64_t>(source.size()), d = config_.d_model;
+  // What cross attention reads: the source rows, or GMAT's memory rows (fixed in the source
+  // length) or [source; memory].
+  const int64_t rows = config_.EncoderOutputRows(static_cast<int64_t>(source.size()));
   ABCD_RETURN_IF_ERROR(pool.ReserveSource(sequence, rows));
-
-  float* x = ctx.Buffer(Scratch::kResidual, rows * d);
-  float* normed = ctx.Buffer(Scratch::kNormed, rows * d);
-  float* delta = ctx.Buffer(Scratch::kDelta, rows * d);
-  for (int64_t r = 0; r < rows; ++r) Embed(source[r], r, x + r * d);
-  const float eps = config_.layer_norm_eps;
-  for (const Block& block : encoder_->blocks) {
-    cpu::LayerNorm(x, rows, d, block.ln1_weight.data(), block.ln1_bias.data(), eps, normed);
-    block.self_attention->ForwardBidirectional(ctx, normed, rows, delta);
-    cpu::AddInPlace(x, delta, rows * d);
-    cpu::LayerNorm(x, rows, d, block.ln2_weight.data(), block.ln2_bias.data(), eps, normed);
-    FeedForward(ctx, block, normed, rows, delta);
-    cpu::AddInPlace(x, delta, rows * d);
-  }
-  cpu::LayerNorm(x, rows, d, encoder_->ln_f_weight.data(), encoder_->ln_f_bias.data(), eps, normed);
+  const float* normed = config_.gmat ? RunGmatEncoder(ctx, source) : RunEncoder(ctx, source);
   for (size_t l = 0; l < decoder_->blocks.size(); ++l) {
     const StateLayout::Slot& slot = layout_.cross[l];
     StateRef ref{state->fixed.data() + slot.fixed_offset,

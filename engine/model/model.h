@@ -107,6 +107,15 @@ class Model {
   void Embed(int32_t token, int64_t position, float* row) const;
   void FeedForward(CpuContext& ctx, const Block& block, const float* x_norm, int64_t rows,
                    float* out) const;
+  // The encoder over `source`: returns encoder.ln_f of its output rows
+  // (config_.EncoderOutputRows) in the context's kNormed buffer.
+  const float* RunEncoder(CpuContext& ctx, std::span<const int32_t> source) const;
+  // GMAT encoder (gmat_encoder.cc): the same over [source; memory tokens] with the GMAT mask.
+  const float* RunGmatEncoder(CpuContext& ctx, std::span<const int32_t> source) const;
+  // One gmat layer's attention over x [main + M, d] (main rows first) into out, for the query
+  // rows [query_first, main + M) only (rows before it are left unwritten).
+  void GmatAttention(CpuContext& ctx, const AttentionLayer& layer, const float* x, int64_t main,
+                     int64_t query_first, float* out) const;
   int64_t CountWeightBytes() const;
 
   ModelConfig config_;
@@ -119,6 +128,7 @@ class Model {
   PackedMatrix lm_head_;                       // [V, d] when not tied
   std::unique_ptr<Stack> decoder_;
   std::unique_ptr<Stack> encoder_;
+  std::vector<float> memory_embed_;  // GMAT: encoder.memory_embed [M, d]
   StateLayout layout_;
 };
 

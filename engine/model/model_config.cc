@@ -206,15 +206,26 @@ absl::StatusOr<AttentionSpec> ParseAttention(const json& node, const std::string
       return FieldError(f.Path("memory"), "must be below 2^30");
     }
     ABCD_ASSIGN_OR_RETURN(spec.clamp_len, f.Int("clamp_len", std::nullopt, 1));
+  } else if (type == "gmat") {
+    if (role != Role::kEncoderSelf) {
+      return FieldError(f.Path("type"),
+                        "\"gmat\" is only allowed in encoder_layers (there is no causal GMAT)");
+    }
+    spec.type = AttentionType::kSoftmax;  // the softmax tensors, with the GMAT mask
+    ABCD_ASSIGN_OR_RETURN(spec.gmat_chunk, f.Int("chunk", 0, 0));
   } else {
-    return FieldError(f.Path("type"),
-                      absl::StrCat("unknown attention type \"", type,
-                                   "\" (expected softmax, window, abc, rfa, t2r, elu or txl)"));
+    return FieldError(
+        f.Path("type"),
+        absl::StrCat("unknown attention type \"", type,
+                     "\" (expected softmax, window, abc, rfa, t2r, elu, txl or gmat)"));
   }
   if (spec.type != AttentionType::kTxl) {
     for (const char* key : {"memory", "clamp_len"}) {
       if (f.Has(key)) return FieldError(f.Path(key), "is only allowed on txl attention");
     }
+  }
+  if (spec.gmat_chunk < 0 && f.Has("chunk")) {
+    return FieldError(f.Path("chunk"), "is only allowed on gmat attention");
   }
   if (spec.type != AttentionType::kAbc) {
     for (const char* key : {"control", "seed", "reduce", "max_positions", "block"}) {
@@ -313,6 +324,62 @@ absl::StatusOr<std::vector<LayerSpec>> ParseLayers(const json& root, const std::
   return layers;
 }
 
+// Model-level "gmat" (issue 16): present exactly when every encoder layer is gmat (no mix).
+absl::Status ParseGmat(const json& root, ModelConfig& config) {
+  const auto it = root.find("gmat");
+  if (it == root.end()) {
+    for (size_t i = 0; i < config.encoder_layers.size(); ++i) {
+      if (config.encoder_layers[i].attention.gmat_chunk >= 0) {
+        return FieldError(absl::StrCat("encoder_layers[", i, "].attention.type"),
+                          "\"gmat\" layers need the model-level \"gmat\" object");
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (!config.is_encoder_decoder()) {
+    return FieldError("gmat", "is only allowed for encoder-decoder models");
+  }
+  if (!it->is_object()) return FieldError("gmat", "must be an object");
+  for (const auto& [key, value] : it->items()) {
+    if (key != "memory" && key != "output" && key != "memory_only_layers") {
+      return FieldError(absl::StrCat("gmat.", key), "is not a gmat field");
+    }
+  }
+  Fields f(*it, "gmat");
+  GmatConfig gmat;
+  ABCD_ASSIGN_OR_RETURN(gmat.memory, f.Int("memory", std::nullopt, 1));
+  ABCD_ASSIGN_OR_RETURN(const std::string output, f.String("output", "memory"));
+  if (output == "memory") {
+    gmat.output_all = false;
+  } else if (output == "all") {
+    gmat.output_all = true;
+  } else {
+    return FieldError("gmat.output",
+                      absl::StrCat("must be \"memory\" or \"all\", got \"", output, "\""));
+  }
+  ABCD_ASSIGN_OR_RETURN(const int memory_only_layers, f.Int("memory_only_layers", 0, 0));
+  if (memory_only_layers != 0) {
+    return FieldError("gmat.memory_only_layers",
+                      "must be 0 (memory-only layers are not implemented)");
+  }
+  for (size_t i = 0; i < config.encoder_layers.size(); ++i) {
+    if (config.encoder_layers[i].attention.gmat_chunk < 0) {
+      return FieldError(absl::StrCat("encoder_layers[", i, "].attention.type"),
+                        "must be \"gmat\" when the model has \"gmat\" (no mixed encoders)");
+    }
+  }
+  // Linformer cross attention indexes source positions; a GMAT encoder hands it memory rows.
+  for (size_t i = 0; i < config.decoder_layers.size(); ++i) {
+    const std::optional<AttentionSpec>& cross = config.decoder_layers[i].cross_attention;
+    if (cross && cross->type == AttentionType::kAbc && cross->control == AbcControl::kPosition) {
+      return FieldError(absl::StrCat("decoder_layers[", i, "].cross_attention.control"),
+                        "\"position\" reads source positions; a GMAT encoder outputs memory rows");
+    }
+  }
+  config.gmat = gmat;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::string_view AttentionTypeName(AttentionType type) {
@@ -383,6 +450,11 @@ int ModelConfig::max_source_positions() const {
   return limit;
 }
 
+int64_t ModelConfig::EncoderOutputRows(int64_t source_length) const {
+  if (!gmat) return source_length;
+  return gmat->output_all ? source_length + gmat->memory : gmat->memory;
+}
+
 int AttentionSpec::FeatureDim(int head_dim) const {
   switch (type) {
     case AttentionType::kRfa:
@@ -397,6 +469,7 @@ int AttentionSpec::FeatureDim(int head_dim) const {
 }
 
 std::string DescribeAttention(const AttentionSpec& spec) {
+  if (spec.gmat_chunk >= 0) return absl::StrCat("gmat(chunk=", spec.gmat_chunk, ")");
   const std::string name(AttentionTypeName(spec.type));
   switch (spec.type) {
     case AttentionType::kSoftmax:
@@ -511,6 +584,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
   } else if (root.contains("encoder_layers")) {
     return FieldError("encoder_layers", "is only allowed for encoder-decoder models");
   }
+  ABCD_RETURN_IF_ERROR(ParseGmat(root, config));
   return config;
 }
 

@@ -66,6 +66,10 @@ struct AttentionSpec {
   // txl: the K/V ring is stored as bf16 (not a config.json field: set from the load options'
   // kv_cache_bf16 by Model::Load; part of the state layout's description).
   bool ring_bf16 = false;
+  // Encoder "gmat" layers (issue 16) are softmax attention (same tensors) with the GMAT mask:
+  // main tokens see their chunk of `gmat_chunk` tokens (0 = all) plus the memory tokens. -1 =
+  // not a gmat layer.
+  int gmat_chunk = -1;
 
   // True when the per-sequence state has a fixed size (everything but softmax).
   bool bounded() const { return type != AttentionType::kSoftmax; }
@@ -78,6 +82,14 @@ struct AttentionSpec {
 struct LayerSpec {
   AttentionSpec attention;
   std::optional<AttentionSpec> cross_attention;  // encoder-decoder decoder layers only
+};
+
+// Model-level "gmat" (issue 16, SEEDS.md 2(a)): M learned memory tokens appended to the
+// source in the encoder; the encoder output is ln_f of the memory rows (output "memory": the
+// cross attention reads M vectors whatever the source length) or of [source; memory] ("all").
+struct GmatConfig {
+  int memory = 0;
+  bool output_all = false;
 };
 
 struct ModelConfig {
@@ -98,6 +110,7 @@ struct ModelConfig {
   int unk_id = 3;
   std::vector<LayerSpec> decoder_layers;
   std::vector<LayerSpec> encoder_layers;
+  std::optional<GmatConfig> gmat;  // encoder-decoder with a GMAT encoder only
 
   int head_dim() const { return d_model / n_heads; }
   // Decoder positions a sequence may reach (prompt + generated tokens): the max_positions of
@@ -107,6 +120,9 @@ struct ModelConfig {
   // its encoder and cross abc position layers (each stack's Linformer table), 0 = unbounded.
   int max_source_positions() const;
   bool is_encoder_decoder() const { return architecture == Architecture::kEncoderDecoder; }
+  // Rows of the encoder output (what cross attention reads) for a source of `source_length`
+  // tokens: the source length, or with gmat M ("memory") or source length + M ("all").
+  int64_t EncoderOutputRows(int64_t source_length) const;
 };
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);

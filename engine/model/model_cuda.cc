@@ -120,6 +120,13 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
                        AbcControlName(a.control), "\" has no CUDA kernel; use the CPU backend"));
     }
   }
+  // GMAT encoders (issue 16) have no CUDA kernel: named before the encoder-decoder check.
+  for (size_t l = 0; l < encoder_layers.size(); ++l) {
+    if (encoder_layers[l].attention.gmat_chunk >= 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "encoder_layers[", l, "].attention: gmat has no CUDA kernel; use the CPU backend"));
+    }
+  }
   if (model.config().is_encoder_decoder()) {
     return absl::UnimplementedError(
         "the CUDA backend runs decoder-only models; encoder-decoder models use the CPU");

@@ -691,6 +691,10 @@ def make_self_attention(spec, d_model, n_heads, causal, shared_control=None, lay
         return T2RAttention(d_model, n_heads, spec.features, spec.eps, causal)
     if spec.type == "elu":
         return ELUAttention(d_model, n_heads, spec.eps, causal)
+    if spec.type == "gmat":
+        from .gmat import GmatAttention  # gmat.py builds on SoftmaxAttention
+
+        return GmatAttention(d_model, n_heads, spec.chunk)
     raise ValueError(f"unknown attention type {spec.type!r}")
 
 

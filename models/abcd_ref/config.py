@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 FORMAT_VERSION = 1
-ATTENTION_TYPES = ("softmax", "window", "abc", "rfa", "t2r", "elu", "txl")
+ATTENTION_TYPES = ("softmax", "window", "abc", "rfa", "t2r", "elu", "txl", "gmat")
 DEFAULT_EPS = {"rfa": 1e-2, "t2r": 1e-6, "elu": 1e-6}
 # abc control functions (FORMAT.md, "abc control") and the reductions of `random` control.
 ABC_CONTROLS = ("exp", "sigmoid", "relu", "random", "position", "block", "cluster")
@@ -22,8 +22,8 @@ MAX_SEED = 2**63 - 1
 MAX_WINDOW_SPAN = 2**30
 # Which attention types each position admits (FORMAT.md, "Attention specs").
 ALLOWED = {
-    "decoder self": set(ATTENTION_TYPES),  # txl: decoder self attention only
-    "encoder self": {"softmax", "abc", "rfa", "t2r", "elu"},
+    "decoder self": set(ATTENTION_TYPES) - {"gmat"},  # txl: decoder self attention only
+    "encoder self": {"softmax", "abc", "rfa", "t2r", "elu", "gmat"},
     "cross": {"softmax", "abc", "rfa", "t2r", "elu"},
 }
 # JSON fields of each type besides "type".
@@ -35,10 +35,13 @@ _FIELDS = {
     "t2r": ("features", "eps"),
     "elu": ("eps",),
     "txl": ("memory", "clamp_len"),
+    "gmat": ("chunk",),
 }
 # Model-level positional encodings and block norms (FORMAT.md; "none" and "post": Transformer-XL).
 POSITIONALS = ("sinusoidal", "none")
 NORMS = ("pre", "post")
+# GMAT (issue 16, SEEDS.md 2): encoder outputs the decoder's cross attention reads.
+GMAT_OUTPUTS = ("memory", "all")
 
 
 class ConfigError(ValueError):
@@ -70,6 +73,7 @@ class AttentionSpec:
     block: Optional[int] = None  # abc block: tokens per block (c)
     memory: Optional[int] = None  # txl: previous positions each query sees (M)
     clamp_len: Optional[int] = None  # txl: relative distances beyond C use p_C
+    chunk: int = 0  # gmat: main tokens attend within chunks of this length (0 = all main tokens)
 
     def __post_init__(self):
         if self.eps is None and self.type in DEFAULT_EPS:
@@ -110,6 +114,10 @@ class AttentionSpec:
         return out
 
     def validate(self, where, position):
+        if self.type == "gmat" and position != "encoder self":
+            raise ConfigError(f"{where}: type 'gmat' is only allowed in encoder_layers (there is no causal GMAT)")
+        if self.type == "gmat":
+            _require_int(where, "chunk", self.chunk, 0)
         if self.type not in ALLOWED[position]:
             raise ConfigError(f"{where}: type {self.type!r} is not allowed in {position} attention")
         if self.type == "window":
@@ -199,6 +207,42 @@ class LayerSpec:
 
 
 @dataclass
+class GmatSpec:
+    """Model-level GMAT settings (SEEDS.md 2(a)): M learned memory tokens beside the source.
+
+    output "memory": the encoder output is ln_f of the M memory rows (the decoder's cross attention
+    reads M vectors whatever the source length); "all": ln_f of [source rows; memory rows].
+    memory_only_layers (GMAT 2.1's N_m) must be 0: memory-only layers are not implemented.
+    """
+
+    memory: int
+    output: str = "memory"
+    memory_only_layers: int = 0
+
+    @classmethod
+    def from_dict(cls, d):
+        if not isinstance(d, dict):
+            raise ConfigError("gmat must be an object")
+        unknown = set(d) - {"memory", "output", "memory_only_layers"}
+        if unknown:
+            raise ConfigError(f"gmat: unknown fields {sorted(unknown)}")
+        if "memory" not in d:
+            raise ConfigError("gmat: 'memory' is required")
+        return cls(**d)
+
+    def validate(self):
+        _require_int("gmat", "memory", self.memory, 1)
+        if self.output not in GMAT_OUTPUTS:
+            raise ConfigError(f"gmat: 'output' must be one of {GMAT_OUTPUTS}, got {self.output!r}")
+        _require_int("gmat", "memory_only_layers", self.memory_only_layers, 0)
+        if self.memory_only_layers != 0:
+            raise ConfigError("gmat: 'memory_only_layers' must be 0 (memory-only layers are not implemented)")
+
+    def to_dict(self):
+        return {"memory": self.memory, "output": self.output, "memory_only_layers": self.memory_only_layers}
+
+
+@dataclass
 class ModelConfig:
     """Architecture, sizes, per-layer attention specs and special token ids."""
 
@@ -220,6 +264,7 @@ class ModelConfig:
     pad_id: int = 0
     unk_id: int = 3
     format_version: int = FORMAT_VERSION
+    gmat: Optional[GmatSpec] = None  # encoder-decoder with a GMAT encoder only
 
     @property
     def head_dim(self):
@@ -289,6 +334,7 @@ class ModelConfig:
             if len(shared_slots) > 1:
                 raise ConfigError(f"{stack}: shared_control layers must all have the same slots, got {sorted(shared_slots)}")
         self._validate_cross_linformer()
+        self._validate_gmat()
 
     def _validate_cross_linformer(self):
         """Cross `position` layers share one [n, N_src] table (decoder.cross_linformer)."""
@@ -299,6 +345,26 @@ class ModelConfig:
                 table.add((cross.slots, cross.max_positions))
                 if len(table) > 1:
                     raise ConfigError(f"decoder_layers[{i}].cross_attention: control 'position' cross layers share one cross_linformer table: they must all have the same slots and max_positions")
+
+    def _validate_gmat(self):
+        """A GMAT encoder: `gmat` present exactly when every encoder layer is gmat (no mix)."""
+        gmat_layers = [i for i, layer in enumerate(self.encoder_layers) if layer.attention.type == "gmat"]
+        if self.gmat is None:
+            if gmat_layers:
+                raise ConfigError(f"encoder_layers[{gmat_layers[0]}].attention: type 'gmat' needs the model-level 'gmat' object")
+            return
+        if not self.is_encoder_decoder:
+            raise ConfigError("gmat: only an encoder-decoder model has a GMAT encoder")
+        if not isinstance(self.gmat, GmatSpec):
+            raise ConfigError("gmat must be an object")
+        self.gmat.validate()
+        for i, layer in enumerate(self.encoder_layers):
+            if layer.attention.type != "gmat":
+                raise ConfigError(f"encoder_layers[{i}].attention: every encoder layer must be 'gmat' when the model has 'gmat'")
+        for i, layer in enumerate(self.decoder_layers):
+            cross = layer.cross_attention
+            if cross is not None and cross.type == "abc" and cross.control == "position":
+                raise ConfigError(f"decoder_layers[{i}].cross_attention.control: 'position' reads source positions; a GMAT encoder outputs memory rows")
 
     @classmethod
     def from_dict(cls, d):
@@ -317,6 +383,8 @@ class ModelConfig:
                 if not isinstance(fields[stack], list):
                     raise ConfigError(f"{stack} must be a list")
                 fields[stack] = [LayerSpec.from_dict(layer, f"{stack}[{i}]") for i, layer in enumerate(fields[stack])]
+        if "gmat" in fields:
+            fields["gmat"] = GmatSpec.from_dict(fields["gmat"])
         config = cls(**fields)
         config.validate()
         return config
@@ -358,6 +426,8 @@ class ModelConfig:
         })
         if self.is_encoder_decoder:
             out["encoder_layers"] = [layer.to_dict() for layer in self.encoder_layers]
+        if self.gmat is not None:
+            out["gmat"] = self.gmat.to_dict()
         return out
 
     @classmethod

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from .attention import CROSS_LAYER_ID, ENCODER_LAYER_ID, make_self_attention
 from .cross_attention import make_cross_attention
 from .txl_attention import TxlAttention
+from .gmat import make_gmat_stack
 
 
 def sinusoidal_positions(start, length, d_model):
@@ -135,6 +136,10 @@ class Stack(nn.Module):
         return [layer.cross.memory(enc_out) for layer in self.layers]
 
 
+# GMAT encoder (models/abcd_ref/gmat.py): a Stack with learned memory tokens.
+GmatStack = make_gmat_stack(Stack)
+
+
 class _LanguageModel(nn.Module):
     """Token embedding (shared by all stacks), positions and the output projection."""
 
@@ -185,11 +190,14 @@ class EncoderDecoder(_LanguageModel):
 
     def __init__(self, config):
         super().__init__(config)
-        self.encoder = Stack(config, config.encoder_layers, causal=False)
+        if config.gmat is not None:
+            self.encoder = GmatStack(config, config.encoder_layers)
+        else:
+            self.encoder = Stack(config, config.encoder_layers, causal=False)
         self.decoder = Stack(config, config.decoder_layers, causal=True)
 
     def encode(self, src):
-        """src [B, M] -> encoder output encoder.ln_f(x) [B, M, d]."""
+        """src [B, M] -> encoder output encoder.ln_f(x) [B, M, d] (GMAT: see gmat.py)."""
         return self.encoder(self._embed(src))
 
     def forward(self, src, tokens):
@@ -221,7 +229,7 @@ def init_weights(model, seed):
 
     Matrices ~ N(0, 1/fan_in) (abc control x4 variance so slots differ); biases ~ N(0, 0.05^2),
     abc control biases ~ N(0, 1); LayerNorm weights ~ 1 + N(0, 0.1^2); rfa sigma ~ 1 + N(0, 0.1^2);
-    rfa proj ~ N(0, 1).
+    rfa proj and GMAT memory_embed ~ N(0, 1).
     """
     generator = torch.Generator().manual_seed(seed)
     tensors = dict(model.named_parameters())
@@ -233,7 +241,7 @@ def init_weights(model, seed):
         is_control = parts[-2] in ("control", "shared_control")
         if parts[-1] in ("r_w_bias", "r_r_bias"):  # txl u, v: large enough to matter in tests
             value = 0.5 * noise
-        elif name.endswith("rfa.proj"):
+        elif name.endswith("rfa.proj") or name.endswith("memory_embed"):
             value = noise
         elif name.endswith("rfa.sigma"):
             value = 1 + 0.1 * noise

@@ -103,13 +103,15 @@ class ControlPresets(unittest.TestCase):
 
 class CrossAndWindowPresets(unittest.TestCase):
     def test_presets_build_and_train(self):
-        """mt-{rfa,t2r,elu}-cross and lm-window-dilated: build, init, a few steps, loss finite and falling."""
+        """mt-{rfa,t2r,elu}-cross, mt-gmat and lm-window-dilated: build, init, a few steps, loss finite and falling."""
         table = train.presets()
         self.assertEqual(table["mt-rfa-cross"][0].decoder_layers[0].cross_attention.features, 64)
         self.assertTrue(table["mt-rfa-cross"][0].decoder_layers[0].attention.gate)
         self.assertEqual(table["lm-window-dilated"][0].decoder_layers[0].attention.dilation, 2)
         gen = torch.Generator().manual_seed(3)
-        for name in ("mt-rfa-cross", "mt-t2r-cross", "mt-elu-cross", "lm-window-dilated"):
+        self.assertEqual(table["mt-gmat"][0].gmat.memory, 32)
+        self.assertEqual(table["mt-gmat"][0].encoder_layers[0].attention.type, "gmat")
+        for name in ("mt-rfa-cross", "mt-t2r-cross", "mt-elu-cross", "lm-window-dilated", "mt-gmat"):
             with self.subTest(name):
                 config, tc = table[name]
                 config = ModelConfig.from_dict({**config.to_dict(), "vocab_size": 64})  # small vocab: fast

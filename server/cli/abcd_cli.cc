@@ -125,6 +125,15 @@ absl::Status Info(const Arguments& args) {
     std::cout << absl::StrFormat("encoder.layers.%d  self %-34s (no per-sequence state)\n", i,
                                  DescribeAttention(c.encoder_layers[i].attention));
   }
+  // GMAT (issue 16): cross attention reads M memory rows (output "memory": fixed in the source
+  // length) or source + M rows (output "all").
+  const int64_t memory_rows = c.gmat ? c.gmat->memory : 0;
+  const bool fixed_cross = c.gmat && !c.gmat->output_all;
+  int64_t cross_memory_bytes = 0;
+  if (c.gmat) {
+    std::cout << absl::StrFormat("gmat: %d memory tokens, output %s\n", c.gmat->memory,
+                                 c.gmat->output_all ? "all (source + memory rows)" : "memory");
+  }
   int64_t kv_layers = 0;
   for (size_t i = 0; i < c.decoder_layers.size(); ++i) {
     std::cout << absl::StrFormat("decoder.layers.%d  self  %-34s %s\n", i,
@@ -132,8 +141,13 @@ absl::Status Info(const Arguments& args) {
                                  LayerStateDescription(layout.self[i], layout.KvBytesPerToken()));
     kv_layers += layout.self[i].kv_index >= 0;
     if (c.decoder_layers[i].cross_attention) {
-      const std::string cross_kv =
-          absl::StrCat(layout.KvBytesPerToken(), " bytes per source token");
+      const int64_t memory_bytes = memory_rows * layout.KvBytesPerToken();
+      std::string cross_kv =
+          fixed_cross ? absl::StrCat(memory_bytes, " bytes (", memory_rows,
+                                     " GMAT memory rows, any source length)")
+                      : absl::StrCat(layout.KvBytesPerToken(), " bytes per source token");
+      if (c.gmat && !fixed_cross) absl::StrAppend(&cross_kv, " + ", memory_bytes, " bytes");
+      if (fixed_cross && layout.cross[i].kv_index >= 0) cross_memory_bytes += memory_bytes;
       std::cout << absl::StrFormat(
           "decoder.layers.%d  cross %-34s %s\n", i,
           DescribeAttention(*c.decoder_layers[i].cross_attention),
@@ -141,6 +155,9 @@ absl::Status Info(const Arguments& args) {
     }
   }
   std::cout << "state per sequence: " << layout.FixedBytes() << " bytes fixed";
+  if (cross_memory_bytes > 0) {
+    std::cout << " + " << cross_memory_bytes << " bytes GMAT cross memory";
+  }
   if (kv_layers > 0) {
     std::cout << " + " << kv_layers * layout.KvBytesPerToken() << " bytes per decoded token";
   }

@@ -93,6 +93,24 @@ TEST(Cli, InfoShowsPositionCrossStateBytesAndSourceLimit) {
   }
 }
 
+// GMAT (issue 16): info names the gmat layers and shows the cross state of output "memory" as
+// fixed bytes (M rows x 2 x d_model x 4 per softmax cross layer: 4 x 2 x 32 x 4 = 1024).
+TEST(Cli, InfoShowsGmatEncoderAndFixedCrossBytes) {
+  Result r =
+      RunCli(std::string("info --model ") + ABCD_SOURCE_DIR + "/tests/fixtures/golden/encdec_gmat");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("encoder.layers.0  self gmat(chunk=0)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gmat: 4 memory tokens, output memory"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1024 bytes (4 GMAT memory rows, any source length)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("+ 2048 bytes GMAT cross memory"), std::string::npos) << r.output;
+  r = RunCli(std::string("info --model ") + ABCD_SOURCE_DIR +
+             "/tests/fixtures/golden/encdec_gmat_chunk");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gmat(chunk=4)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("256 bytes per source token + 768 bytes"), std::string::npos) << r.output;
+}
+
 // Feature-map cross attention and the dilated window (issue 15): info shows each layer's state
 // bytes. rfa cross: H F (dh + 1) floats whatever the source (F = 2D gaussian, D arccos);
 // dilated window: 2 ((n - 1) d + 1) d_model floats.

@@ -13,6 +13,7 @@
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -28,6 +29,8 @@ using testing::ServerProcess;
 
 constexpr char kLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm-untrained";
 constexpr char kMtDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-mt-untrained";
+// A GMAT encoder (issue 16) whose cross attention reads 8 memory rows.
+constexpr char kGmatDir[] = ABCD_SOURCE_DIR "/models/checkpoints/gmat-mt-untrained";
 
 struct StreamResult {
   grpc::Status status;
@@ -44,11 +47,12 @@ class ServerTest : public ::testing::Test {
  protected:
   // Runs on the small untrained models: fast, and independent of which trained models ship.
   // On the CPU backend unless `args` picks a device: several tests compare with abcd-cli.
-  void Start(std::vector<std::string> args = {}) {
+  void Start(std::vector<std::string> args = {},
+             std::string models = std::string(kLmDir) + "," + kMtDir) {
     if (std::find(args.begin(), args.end(), "--device") == args.end()) {
       args.insert(args.begin(), {"--device", "cpu"});
     }
-    args.insert(args.begin(), {"--models", std::string(kLmDir) + "," + kMtDir});
+    args.insert(args.begin(), {"--models", models});
     server_ = std::make_unique<ServerProcess>(ABCD_SERVER, std::move(args));
     ASSERT_TRUE(server_->started()) << server_->Log();
     channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
@@ -447,6 +451,32 @@ TEST_F(ServerTest, BadInputOverHttpNamesTheField) {
       http_->Post("/v1/completions", R"({"prompt": "fine", "max_tokens": 2})", "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
+}
+
+// A GMAT model (issue 16) serves Translate over gRPC and POST /v1/translate, greedy and beam 4;
+// greedy gives the same translation on both.
+TEST_F(ServerTest, GmatModelTranslatesOverGrpcAndHttp) {
+  Start({}, kGmatDir);
+  for (int beam : {1, 4}) {
+    abcd::v1::TranslateRequest translate;
+    translate.set_text("Open the file and save the changes.");
+    translate.set_max_tokens(8);
+    translate.set_beam_size(beam);
+    abcd::v1::TranslateResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->Translate(&context, translate, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    auto http = http_->Post("/v1/translate",
+                            absl::StrCat(R"({"text": "Open the file and save the changes.", )",
+                                         R"("max_tokens": 8, "beam_size": )", beam, "}"),
+                            "application/json");
+    ASSERT_TRUE(http);
+    ASSERT_EQ(http->status, 200) << http->body;
+    const auto body = nlohmann::json::parse(http->body);
+    ASSERT_TRUE(body["translation"].is_string()) << http->body;
+    EXPECT_EQ(body["translation"].get<std::string>(), response.translation()) << "beam " << beam;
+  }
+  EXPECT_TRUE(EventuallyIdle());
 }
 
 TEST_F(ServerTest, HttpTranslateCompletionsAndModels) {

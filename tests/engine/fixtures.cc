@@ -46,6 +46,7 @@ Golden LoadGolden(const std::string& name) {
   golden.decode_ids = ints("decode_ids");
   golden.prefill_logits = floats("prefill_logits");
   golden.decode_logits = floats("decode_logits");
+  golden.encoder_output = floats("encoder_output");
   return golden;
 }
 

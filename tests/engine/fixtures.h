@@ -15,6 +15,7 @@ struct Golden {
   std::vector<int32_t> decode_ids;
   std::vector<float> prefill_logits;  // [prompt, vocab]
   std::vector<float> decode_logits;   // [decode, vocab]
+  std::vector<float> encoder_output;  // GMAT fixtures only: [rows, d]
 };
 
 std::vector<std::string> FixtureNames();

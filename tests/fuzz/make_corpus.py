@@ -94,6 +94,13 @@ def config_seeds():
                           decoder_layers=[{'attention': {'type': 'window', 'window': 3, 'dilation': 2},
                                            'cross_attention': c} for c in crosses],
                           encoder_layers=[{'attention': kinds[0]}])))
+    # GMAT encoder (issue 16): every encoder layer gmat, the model-level memory settings.
+    write('model_config_fuzzer', 'gmat',
+          json.dumps(dict(base, architecture='encoder-decoder',
+                          decoder_layers=[{'attention': kinds[0], 'cross_attention': kinds[0]}],
+                          encoder_layers=[{'attention': {'type': 'gmat', 'chunk': 4}},
+                                          {'attention': {'type': 'gmat'}}],
+                          gmat={'memory': 4, 'output': 'all', 'memory_only_layers': 0})))
     write('model_config_fuzzer', 'bad_heads', json.dumps(dict(base, n_heads=3, decoder_layers=[])))
 
 
