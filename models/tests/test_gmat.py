@@ -134,6 +134,9 @@ class GmatConfigTest(unittest.TestCase):
         d = self.base()
         d["encoder_layers"][0]["attention"] = {"type": "softmax", "chunk": 4}
         self.check_error(d, "not valid for type 'softmax'")
+        d = self.base()
+        d["decoder_layers"][0]["cross_attention"] = {"type": "abc", "slots": 2, "control": "position", "max_positions": 8}
+        self.check_error(d, "decoder_layers[0].cross_attention.control: 'position' reads source positions")
 
 
 if __name__ == "__main__":

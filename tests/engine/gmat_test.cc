@@ -198,6 +198,9 @@ TEST(Gmat, ConfigErrorsNameTheField) {
        "\"encoder_layers[0].attention.type\": \"gmat\" layers need the model-level \"gmat\""},
       {GmatConfig(R"({"type": "softmax", "chunk": 2})", gmat),
        "\"encoder_layers[1].attention.chunk\": is only allowed on gmat attention"},
+      {GmatConfig(gmat_layer, gmat, R"({"type": "softmax"})",
+                  R"({"type": "abc", "slots": 2, "control": "position", "max_positions": 8})"),
+       "\"decoder_layers[0].cross_attention.control\": \"position\" reads source positions"},
   };
   for (const auto& c : cases) {
     const auto config = ParseModelConfig(c.json);
