@@ -68,8 +68,8 @@ ABCD_VECTOR_CLONES void Accumulate(const float* weights, const T* values, int64_
 }
 
 template <typename T>
-void ReadHead(const float* q, const T* keys, const T* values, int64_t count, int64_t stride,
-              int head_dim, float* out) {
+void ReadHead(const float* q, const T* keys, const T* values, const float* bias, int64_t count,
+              int64_t stride, int head_dim, float* out) {
   std::fill(out, out + head_dim, 0.0f);
   if (count == 0) return;
   // Chunks of rows: the scores of a chunk in one vector pass, exp over the chunk at once, the
@@ -80,6 +80,9 @@ void ReadHead(const float* q, const T* keys, const T* values, int64_t count, int
   for (int64_t first = 0; first < count; first += kScoreChunk) {
     const int64_t n = std::min(kScoreChunk, count - first);
     Scores(q, keys + first * stride, n, stride, head_dim, scores);
+    if (bias != nullptr) {
+      for (int64_t i = 0; i < n; ++i) scores[i] += bias[first + i];
+    }
     float chunk_max = scores[0];
     for (int64_t i = 1; i < n; ++i) chunk_max = std::max(chunk_max, scores[i]);
     const float new_max = std::max(running_max, chunk_max);
@@ -100,12 +103,22 @@ void ReadHead(const float* q, const T* keys, const T* values, int64_t count, int
 
 void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
                      int64_t stride, int head_dim, float* out) {
-  ReadHead(q, keys, values, count, stride, head_dim, out);
+  ReadHead(q, keys, values, nullptr, count, stride, head_dim, out);
 }
 
 void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values, int64_t count,
                      int64_t stride, int head_dim, float* out) {
-  ReadHead(q, keys, values, count, stride, head_dim, out);
+  ReadHead(q, keys, values, nullptr, count, stride, head_dim, out);
+}
+
+void SoftmaxReadHead(const float* q, const float* keys, const float* values, const float* bias,
+                     int64_t count, int64_t stride, int head_dim, float* out) {
+  ReadHead(q, keys, values, bias, count, stride, head_dim, out);
+}
+
+void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values,
+                     const float* bias, int64_t count, int64_t stride, int head_dim, float* out) {
+  ReadHead(q, keys, values, bias, count, stride, head_dim, out);
 }
 
 void SoftmaxState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {

@@ -53,5 +53,11 @@ void SoftmaxReadHead(const float* q, const float* keys, const float* values, int
 // The same over bf16 rows (a bf16 KvCache), computed in fp32.
 void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values, int64_t count,
                      int64_t stride, int head_dim, float* out);
+// Both with a per-row additive score term: softmax_i(q . keys[i] + bias[i]) (txl's relative
+// positions); `bias` holds `count` floats.
+void SoftmaxReadHead(const float* q, const float* keys, const float* values, const float* bias,
+                     int64_t count, int64_t stride, int head_dim, float* out);
+void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values,
+                     const float* bias, int64_t count, int64_t stride, int head_dim, float* out);
 
 }  // namespace abcd

@@ -2,60 +2,32 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
+#include "engine/attention/softmax_state.h"
 #include "engine/ops/packed_matrix.h"
 #include "engine/ops/vector_clones.h"
-#include "engine/ops/vector_math.h"
 
 namespace abcd {
 namespace {
 
-inline float Load(const float* p, int c) { return p[c]; }
-inline float Load(const uint16_t* p, int c) {  // bf16 widens exactly (inline: vectorises)
-  const uint32_t bits = static_cast<uint32_t>(p[c]) << 16;
-  float value;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
-
-template <typename T>
-ABCD_VECTOR_CLONES float Dot(const float* a, const T* b, int n) {
+ABCD_VECTOR_CLONES float Dot(const float* a, const float* b, int n) {
   float sum = 0.0f;
-  for (int c = 0; c < n; ++c) sum += a[c] * Load(b, c);
+  for (int c = 0; c < n; ++c) sum += a[c] * b[c];
   return sum;
 }
 
-template <typename T>
-ABCD_VECTOR_CLONES void AddScaled(float w, const T* row, int n, float* out) {
-  for (int c = 0; c < n; ++c) out[c] += w * Load(row, c);
-}
-
-// The read over one head's ring: `keys` / `values` point at the head's columns of ring row 0,
-// rows `width` elements apart; `position_terms[r]` is (q + v) . p[min(r, C)] for r <= C.
-template <typename T>
-void ReadRing(const float* qu, const T* keys, const T* values, int64_t width, int64_t span,
-              int64_t position, int64_t count, const float* position_terms, int64_t last_term,
-              int head_dim, float* out) {
-  absl::InlinedVector<float, 1024> scores(static_cast<size_t>(count));
-  for (int64_t r = 0; r < count; ++r) {
-    const int64_t slot = (position - r) % span;
-    scores[r] = Dot(qu, keys + slot * width, head_dim) + position_terms[std::min(r, last_term)];
+// bias[s] = position_terms[min(r, last_term)] for ring row s holding the token r positions
+// back: the ring is read in storage order (softmax does not care about order), so rows
+// [0, newest] are r = newest - s and, once the ring is full, rows (newest, span) wrap around.
+void RingPositionBias(int64_t position, int64_t span, int64_t count, const float* position_terms,
+                      int64_t last_term, float* bias) {
+  const int64_t newest = position % span;
+  for (int64_t s = 0; s <= newest; ++s) bias[s] = position_terms[std::min(newest - s, last_term)];
+  for (int64_t s = newest + 1; s < count; ++s) {
+    bias[s] = position_terms[std::min(newest - s + span, last_term)];
   }
-  const float max_score = *std::max_element(scores.begin(), scores.end());
-  for (float& s : scores) s -= max_score;
-  cpu::ExpArray(scores.data(), count, scores.data());
-  float denominator = 0.0f;
-  for (const float s : scores) denominator += s;
-  std::fill(out, out + head_dim, 0.0f);
-  for (int64_t r = 0; r < count; ++r) {
-    const int64_t slot = (position - r) % span;
-    AddScaled(scores[r], values + slot * width, head_dim, out);
-  }
-  const float inv = 1.0f / denominator;
-  for (int c = 0; c < head_dim; ++c) out[c] *= inv;
 }
 
 }  // namespace
@@ -141,14 +113,16 @@ void TxlState::ReadHead(int h, const float* q, const StateRef& state, float* out
   for (int64_t r = 0; r <= last_term; ++r) {
     terms[r] = Dot(qv.data(), table_.data() + r * width + offset, dh);
   }
+  absl::InlinedVector<float, 1024> bias(static_cast<size_t>(count));
+  RingPositionBias(state.position, span_, count, terms.data(), last_term, bias.data());
   if (!bf16_) {
-    ReadRing(qu.data(), state.fixed + offset, state.fixed + span_ * width + offset, width, span_,
-             state.position, count, terms.data(), last_term, dh, out + offset);
+    SoftmaxReadHead(qu.data(), state.fixed + offset, state.fixed + span_ * width + offset,
+                    bias.data(), count, width, dh, out + offset);
     return;
   }
   const uint16_t* ring = reinterpret_cast<const uint16_t*>(state.fixed);
-  ReadRing(qu.data(), ring + offset, ring + span_ * width + offset, width, span_, state.position,
-           count, terms.data(), last_term, dh, out + offset);
+  SoftmaxReadHead(qu.data(), ring + offset, ring + span_ * width + offset, bias.data(), count,
+                  width, dh, out + offset);
 }
 
 }  // namespace abcd
