@@ -5,10 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <stdlib.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -26,14 +23,11 @@ constexpr char kLongText[] =
 class PositionTranslateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (std::filesystem::temp_directory_path() / "abcd-linformer-XXXXXX");
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    const std::string command = std::string("/usr/bin/python3 ") + ABCD_SOURCE_DIR +
-                                "/tests/e2e/make_linformer_mt.py " + dir_;
-    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    model_ = std::make_unique<testing::GeneratedModel>(std::string(ABCD_SOURCE_DIR) +
+                                                       "/tests/e2e/make_linformer_mt.py");
+    ASSERT_TRUE(model_->ok()) << model_->error();
     server_ = std::make_unique<testing::ServerProcess>(
-        ABCD_SERVER, std::vector<std::string>{"--device", "cpu", "--models", dir_});
+        ABCD_SERVER, std::vector<std::string>{"--device", "cpu", "--models", model_->dir()});
     ASSERT_TRUE(server_->started()) << server_->Log();
     http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
     http_->set_read_timeout(30, 0);
@@ -41,10 +35,10 @@ class PositionTranslateTest : public ::testing::Test {
 
   void TearDown() override {
     server_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    model_.reset();
   }
 
-  std::string dir_;
+  std::unique_ptr<testing::GeneratedModel> model_;
   std::unique_ptr<testing::ServerProcess> server_;
   std::unique_ptr<httplib::Client> http_;
 };

@@ -94,4 +94,20 @@ std::string ServerProcess::Log() const {
 
 bool UnderSanitizers() { return std::getenv("ASAN_OPTIONS") != nullptr; }
 
+GeneratedModel::GeneratedModel(const std::string& script) {
+  char pattern[] = "/tmp/abcd-model-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) {
+    error_ = "mkdtemp failed";
+    return;
+  }
+  dir_ = pattern;
+  const std::string command = "/usr/bin/python3 " + script + " " + dir_;
+  if (std::system(command.c_str()) != 0) error_ = command + " failed";
+}
+
+GeneratedModel::~GeneratedModel() {
+  std::error_code ignored;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+}
+
 }  // namespace abcd::testing

@@ -45,4 +45,23 @@ class ServerProcess {
   std::string dir_;
 };
 
+// A model directory written at test time by a Python script (`/usr/bin/python3 SCRIPT DIR`, the
+// script's absolute path) into a fresh temporary directory, removed when this object goes away.
+// ok() is false (and error() says why) when the script failed.
+class GeneratedModel {
+ public:
+  explicit GeneratedModel(const std::string& script);
+  ~GeneratedModel();
+  GeneratedModel(const GeneratedModel&) = delete;
+  GeneratedModel& operator=(const GeneratedModel&) = delete;
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::string error_;
+};
+
 }  // namespace abcd::testing
