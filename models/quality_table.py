@@ -18,7 +18,7 @@ Stages, each resumable (a row whose output exists with the same budget is not re
              evaluate.py lm, see README); MT: `abcd-cli translate` greedy and beam 4 over the test
              split, BLEU and chrF by metrics_mt.py; state bytes from `abcd-cli info`;
   3. bench   one at a time after all training (nothing else may run): `abcd-bench decode`
-             (LM: batch 1 and 64 at context 100) and `abcd-bench seq2seq` (MT: batch 1 and 64 at
+             (LM: batch 1 and 64 at context 100, 32 steps) and `abcd-bench seq2seq` (MT: batch 1 and 64 at
              source = target length 32), tokens/s, 2 threads;
   4. report  OUT/results.json and OUT/table.md (copy them to models/results/quality/ to publish).
 """
@@ -221,7 +221,7 @@ def bench_one(row, args):
     if row.task == "lm":
         tmp = args.out / f"{row.name}.bench.json"
         subprocess.run([str(args.bench), "decode", "--models", model_dir, "--batches", "1,64", "--contexts", "100",
-                        "--steps", "8", "--rounds", "3", "--prefill_tokens", "64", "--weight_formats", "bf16",
+                        "--steps", "32", "--rounds", "3", "--prefill_tokens", "64", "--weight_formats", "bf16",
                         "--threads", "2", "--json", str(tmp)], check=True, capture_output=True, cwd=ROOT)
         for point in load_json(tmp)["decode"]["models"][0]["points"]:
             speeds[str(point["batch"])] = point["tokens_per_s"]
@@ -229,7 +229,7 @@ def bench_one(row, args):
         for batch in (1, 64):
             tmp = args.out / f"{row.name}.bench{batch}.json"
             subprocess.run([str(args.bench), "seq2seq", "--models", model_dir, "--lengths", "32", "--batch",
-                            str(batch), "--steps", "8", "--rounds", "3", "--threads", "2", "--json", str(tmp)],
+                            str(batch), "--steps", "32", "--rounds", "3", "--threads", "2", "--json", str(tmp)],
                            check=True, capture_output=True, cwd=ROOT)
             speeds[str(batch)] = seq2seq_tokens_per_s(load_json(tmp))
     with open(path, "w") as f:
