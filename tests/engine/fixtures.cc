@@ -61,4 +61,20 @@ float MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
   return worst;
 }
 
+int64_t SequenceBytesAfter(const Model& model, StatePool& pool, int64_t tokens) {
+  auto id = pool.Acquire();
+  EXPECT_TRUE(id.ok()) << id.status();
+  std::vector<DecodeRow> rows;
+  for (int64_t t = 0; t < tokens; ++t) {
+    rows.push_back({*id, static_cast<int32_t>(4 + t % 90), t + 1 == tokens});
+  }
+  std::vector<float> logits;
+  EXPECT_TRUE(model.Decode(rows, pool, &logits).ok());
+  for (float v : logits) EXPECT_TRUE(std::isfinite(v));
+  auto bytes = pool.SequenceBytes(*id);
+  EXPECT_TRUE(bytes.ok());
+  pool.Release(*id);
+  return *bytes;
+}
+
 }  // namespace abcd::testing

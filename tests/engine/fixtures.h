@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/model.h"
+#include "engine/state/state_pool.h"
+
 namespace abcd::testing {
 
 struct Golden {
@@ -22,5 +25,8 @@ std::vector<std::string> FixtureNames();
 std::string FixtureDir(const std::string& name);
 Golden LoadGolden(const std::string& name);
 float MaxAbsDiff(std::span<const float> a, std::span<const float> b);
+// Decodes `tokens` tokens of a fresh sequence from `pool` in one call (expecting finite logits)
+// and returns the sequence's state bytes after them; the sequence is released.
+int64_t SequenceBytesAfter(const Model& model, StatePool& pool, int64_t tokens);
 
 }  // namespace abcd::testing

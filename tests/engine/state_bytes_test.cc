@@ -9,22 +9,6 @@
 namespace abcd {
 namespace {
 
-int64_t BytesAfter(const Model& model, StatePool& pool, int64_t tokens) {
-  auto id = pool.Acquire();
-  EXPECT_TRUE(id.ok()) << id.status();
-  std::vector<DecodeRow> rows;
-  for (int64_t t = 0; t < tokens; ++t) {
-    rows.push_back({*id, static_cast<int32_t>(4 + t % 90), t + 1 == tokens});
-  }
-  std::vector<float> logits;
-  EXPECT_TRUE(model.Decode(rows, pool, &logits).ok());
-  for (float v : logits) EXPECT_TRUE(std::isfinite(v));
-  auto bytes = pool.SequenceBytes(*id);
-  EXPECT_TRUE(bytes.ok());
-  pool.Release(*id);
-  return *bytes;
-}
-
 class StateBytesTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StateBytesTest, BoundedFlatSoftmaxLinear) {
@@ -32,8 +16,8 @@ TEST_P(StateBytesTest, BoundedFlatSoftmaxLinear) {
   ASSERT_TRUE(model.ok()) << model.status();
   StatePool pool((*model)->state_layout(), int64_t{1} << 32);
   const int64_t fixed = (*model)->state_layout().FixedBytes();
-  const int64_t at16 = BytesAfter(**model, pool, 16);
-  const int64_t at4096 = BytesAfter(**model, pool, 4096);
+  const int64_t at16 = testing::SequenceBytesAfter(**model, pool, 16);
+  const int64_t at4096 = testing::SequenceBytesAfter(**model, pool, 4096);
   EXPECT_EQ(pool.bytes_in_use(), 0);
   if (GetParam() == "dec_softmax") {
     EXPECT_EQ(fixed, 0);

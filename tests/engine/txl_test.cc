@@ -52,22 +52,6 @@ std::vector<float> FeedOneByOne(const Model& model, StatePool& pool, SequenceId 
   return all;
 }
 
-int64_t BytesAfter(const Model& model, StatePool& pool, int64_t tokens) {
-  auto id = pool.Acquire();
-  EXPECT_TRUE(id.ok()) << id.status();
-  std::vector<int32_t> ids;
-  for (int64_t t = 0; t < tokens; ++t) ids.push_back(static_cast<int32_t>(4 + t % 90));
-  std::vector<DecodeRow> rows;
-  for (int64_t t = 0; t < tokens; ++t) rows.push_back({*id, ids[t], t + 1 == tokens});
-  std::vector<float> logits;
-  EXPECT_TRUE(model.Decode(rows, pool, &logits).ok());
-  for (float v : logits) EXPECT_TRUE(std::isfinite(v));
-  auto bytes = pool.SequenceBytes(*id);
-  EXPECT_TRUE(bytes.ok());
-  pool.Release(*id);
-  return *bytes;
-}
-
 class TxlTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TxlTest, RingBytesAreFixedAfterMemoryAndLongContexts) {
@@ -85,8 +69,8 @@ TEST_P(TxlTest, RingBytesAreFixedAfterMemoryAndLongContexts) {
     ASSERT_GT(ring_bytes, 0);
     EXPECT_EQ(model->state_layout().FixedBytes(), ring_bytes);
     StatePool pool(model->state_layout(), int64_t{1} << 32);
-    const int64_t at_memory = BytesAfter(*model, pool, max_memory + 16);
-    const int64_t at_4096 = BytesAfter(*model, pool, 4096);
+    const int64_t at_memory = testing::SequenceBytesAfter(*model, pool, max_memory + 16);
+    const int64_t at_4096 = testing::SequenceBytesAfter(*model, pool, 4096);
     if (GetParam() == "dec_txl") {  // txl only: nothing grows
       EXPECT_EQ(at_memory, ring_bytes);
       EXPECT_EQ(at_4096, ring_bytes);
