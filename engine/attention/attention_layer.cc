@@ -65,6 +65,8 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Load(
   for (const auto* part : {&bk, &bv, &be}) Append(layer->fused_bias_, *part);
   const int64_t width = static_cast<int64_t>(layer->fused_bias_.size());
   layer->fused_ = PackedMatrix::Pack(fused, width, d, format);
+  layer->layout_ = {d, 2 * d, 3 * d, width};
+  layer->attended_width_ = d;
   return layer;
 }
 
@@ -81,8 +83,23 @@ int64_t AttentionLayer::weight_bytes() const {
 }
 
 KeyValueRow AttentionLayer::KeyValueAt(const float* projection_row, int64_t k_offset) const {
-  return {projection_row + k_offset, projection_row + k_offset + d_model_,
-          projection_row + k_offset + 2 * d_model_};
+  // k_offset: where k starts (layout_.k for self attention, 0 for a cross memory's [k; v; extra]).
+  const int64_t shift = k_offset - layout_.k;
+  return {projection_row + k_offset, projection_row + layout_.v + shift,
+          projection_row + layout_.extra + shift};
+}
+
+const float* AttentionLayer::KernelRows(CpuContext& ctx, const float* projection, int64_t rows,
+                                        std::span<const StateRef> states, int64_t* width) const {
+  const int64_t prepared_width = state_->PreparedWidth();
+  if (prepared_width == 0) {
+    *width = fused_.out();
+    return projection;
+  }
+  float* prepared = ctx.Buffer(Scratch::kPrepared, rows * prepared_width);
+  state_->PrepareRows(ctx, projection, fused_.out(), rows, states, prepared);
+  *width = prepared_width;
+  return prepared;
 }
 
 namespace {
@@ -113,11 +130,12 @@ absl::InlinedVector<Run, 64> SplitRuns(std::span<const StateRef> states) {
 
 void AttentionLayer::ForwardCausal(CpuContext& ctx, const float* x, int64_t rows,
                                    std::span<const StateRef> states, float* out) const {
-  const int64_t d = d_model_;
-  const int64_t width = static_cast<int64_t>(fused_bias_.size());
-  float* projection = ctx.Buffer(Scratch::kProjection, rows * width);
-  float* attended = ctx.Buffer(Scratch::kAttended, rows * d);
-  cpu::Linear(x, rows, fused_, fused_bias_.data(), projection, &ctx.pool());
+  const int64_t attended_width = attended_width_;
+  float* projection = ctx.Buffer(Scratch::kProjection, rows * fused_.out());
+  float* attended = ctx.Buffer(Scratch::kAttended, rows * attended_width);
+  cpu::Linear(x, rows, fused_, fused_bias_or_null(), projection, &ctx.pool());
+  int64_t width = 0;
+  const float* kernel_rows = KernelRows(ctx, projection, rows, states, &width);
   const absl::InlinedVector<Run, 64> runs = SplitRuns(states);
   if (state_->UsesKvCache()) {
     // The cache covers the step's rows before any head writes its part of them.
@@ -131,12 +149,13 @@ void AttentionLayer::ForwardCausal(CpuContext& ctx, const float* x, int64_t rows
     const Run& run = runs[static_cast<size_t>(task / heads)];
     const int h = static_cast<int>(task % heads);
     for (int64_t r = run.first; r < run.first + run.count; ++r) {
-      const float* row = projection + r * width;
-      state_->UpdateHead(h, KeyValueAt(row, d), states[static_cast<size_t>(r)]);
-      state_->ReadHead(h, row, states[static_cast<size_t>(r)], attended + r * d);
+      const float* row = kernel_rows + r * width;
+      state_->UpdateHead(h, KeyValueAt(row, layout_.k), states[static_cast<size_t>(r)]);
+      state_->ReadHead(h, row, states[static_cast<size_t>(r)], attended + r * attended_width);
     }
   });
-  cpu::Linear(attended, rows, out_, out_bias_.data(), out, &ctx.pool());
+  state_->FinishRows(ctx, kernel_rows, rows, attended);
+  cpu::Linear(attended, rows, out_, out_bias_or_null(), out, &ctx.pool());
 }
 
 void AttentionLayer::ForwardBidirectional(CpuContext& ctx, const float* x, int64_t rows,
@@ -160,7 +179,8 @@ void AttentionLayer::ForwardBidirectional(CpuContext& ctx, const float* x, int64
   ctx.pool().ParallelFor(heads, [&](int64_t task) {
     const int h = static_cast<int>(task);
     for (int64_t r = 0; r < rows; ++r) {
-      state_->UpdateHead(h, KeyValueAt(projection + r * width, d), {fixed.data(), cache, r});
+      state_->UpdateHead(h, KeyValueAt(projection + r * width, layout_.k),
+                         {fixed.data(), cache, r});
     }
     // Every row sees the whole source (the window ring sees its last `window` rows).
     const StateRef all{fixed.data(), cache, rows - 1};

@@ -32,6 +32,15 @@ class AttentionLayer {
       const ModelConfig& config, const AttentionSpec& spec, const std::string& prefix,
       const std::string& shared_prefix, bool cross, WeightFormat format, WeightLoader& weights);
 
+  // A Hugging Face layer (config.is_hf()): tensors named as published under `prefix` (e.g.
+  // "model.layers.0.self_attn" for Llama, "model.layers.0.attn" for the fla mixers); decoder
+  // self attention only (attention_layer_hf.cc).
+  static absl::StatusOr<std::unique_ptr<AttentionLayer>> LoadHf(const ModelConfig& config,
+                                                                const AttentionSpec& spec,
+                                                                const std::string& prefix,
+                                                                WeightFormat format,
+                                                                WeightLoader& weights);
+
   const AttentionSpec& spec() const { return spec_; }
   const AttentionState& state() const { return *state_; }
   // Weights as fp32 [out, in] (dequantised when packed as int8), for backends that keep their
@@ -64,9 +73,21 @@ class AttentionLayer {
  private:
   AttentionLayer() = default;
   KeyValueRow KeyValueAt(const float* projection_row, int64_t k_offset) const;
+  // The kernels' input rows for `rows` projection rows: the projection itself, or the state's
+  // prepared rows (written into the context's kPrepared buffer); sets `*width` to their stride.
+  const float* KernelRows(CpuContext& ctx, const float* projection, int64_t rows,
+                          std::span<const StateRef> states, int64_t* width) const;
+  const float* fused_bias_or_null() const {
+    return fused_bias_.empty() ? nullptr : fused_bias_.data();
+  }
+  const float* out_bias_or_null() const { return out_bias_.empty() ? nullptr : out_bias_.data(); }
 
   AttentionSpec spec_;
   int64_t d_model_ = 0;
+  // Column offsets of k, v and extra in a kernel-input row (q at 0) and the row width;
+  // attended_width_: columns of the kernels' output rows (the output projection's input).
+  KernelRowLayout layout_;
+  int64_t attended_width_ = 0;
   std::unique_ptr<AttentionState> state_;
   // Self attention: fused [q; k; v; extra] rows. Cross: query_ = q only, fused_ = [k; v; extra].
   PackedMatrix fused_, query_, out_;

@@ -88,6 +88,11 @@ absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelCo
                                         TxlState::BuildTable(w_r, d, d, rows), std::move(u),
                                         std::move(v));
     }
+    case AttentionType::kGsa:
+    case AttentionType::kGla:
+    case AttentionType::kRetnet:
+    case AttentionType::kHgrn2:
+      break;  // Hugging Face layers only: AttentionLayer::LoadHf builds them
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unsupported attention type ", AttentionTypeName(spec.type)));

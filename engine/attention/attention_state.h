@@ -12,14 +12,21 @@
 #include <memory>
 #include <string>
 
+#include <span>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/model/model_config.h"
+#include "engine/ops/cpu_context.h"
 #include "engine/state/kv_cache.h"
 
 namespace abcd {
 
 class WeightLoader;
+
+// `heads()` counts the state's independent partitions, each updated and read by one task: the
+// query heads, or for GQA softmax the key/value heads (ReadHead(g) then writes the outputs of
+// every query head of group g, reading the group's keys once).
 
 // The state one token sees in one layer.
 struct StateRef {
@@ -33,11 +40,20 @@ struct StateRef {
 };
 
 // One token's projected key, value and type-specific extra columns (abc control logits,
-// rfa gate logits), all for every head.
+// rfa gate logits, gsa forget gates, gla decays), all for every head.
 struct KeyValueRow {
   const float* k;
   const float* v;
   const float* extra;
+};
+
+// Where a kernel-input row keeps its parts: q at column 0, then k, v and the extra columns at
+// these offsets, `width` floats in all.
+struct KernelRowLayout {
+  int64_t k = 0;
+  int64_t v = 0;
+  int64_t extra = 0;
+  int64_t width = 0;
 };
 
 class AttentionState {
@@ -61,6 +77,23 @@ class AttentionState {
   // out[head's dh columns] = attention of query q (the whole row, already scaled by 1/sqrt(dh))
   // over head `head` of the state.
   virtual void ReadHead(int head, const float* q, const StateRef& state, float* out) const = 0;
+
+  // Types whose kernel inputs are more than the fused projection's rows (feature maps, RoPE at
+  // each row's position, forget gates, GQA-shaped rows) prepare them: PreparedWidth() > 0 floats
+  // per row laid out as PreparedLayout(), written by PrepareRows from the projection rows
+  // (`projection_width` floats each; states[r].position is row r's position) before any
+  // UpdateHead or ReadHead of the step. 0 (the default): the kernels read the projection rows,
+  // q|k|v|extra of d_model columns each.
+  virtual int64_t PreparedWidth() const { return 0; }
+  virtual KernelRowLayout PreparedLayout() const { return {}; }
+  virtual void PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width,
+                           int64_t rows, std::span<const StateRef> states, float* prepared) const {}
+  // Width of a row of ReadHead outputs (all heads): d_model unless the type says otherwise.
+  virtual int64_t AttendedWidth(int64_t d_model) const { return d_model; }
+  // The read rows (`rows` x AttendedWidth) before the output projection: output norms and gates
+  // of the fla mixers, which read the prepared rows (gates) too. Default: nothing.
+  virtual void FinishRows(CpuContext& ctx, const float* prepared, int64_t rows,
+                          float* attended) const {}
 
   // Every head, in order (single-threaded callers).
   void Update(const KeyValueRow& row, const StateRef& state) const {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "engine/ops/elementwise.h"
 #include "engine/ops/vector_clones.h"
 #include "engine/ops/vector_math.h"
 
@@ -126,17 +127,52 @@ void SoftmaxState::UpdateHead(int h, const KeyValueRow& row, const StateRef& sta
   state.kv->Write(state.position, offset, row.k + offset, row.v + offset, head_dim_);
 }
 
-void SoftmaxState::ReadHead(int h, const float* q, const StateRef& state, float* out) const {
+void SoftmaxState::ReadHead(int g, const float* q, const StateRef& state, float* out) const {
   const KvCache& kv = *state.kv;
-  const int64_t offset = static_cast<int64_t>(h) * head_dim_;
+  const int64_t kv_offset = static_cast<int64_t>(g) * head_dim_;
   const int64_t count = std::min(kv.length, state.position + 1);
-  if (kv.bf16) {
-    SoftmaxReadHead(q + offset, kv.keys16.data() + offset, kv.values16.data() + offset, count,
-                    kv.width, head_dim_, out + offset);
-  } else {
-    SoftmaxReadHead(q + offset, kv.keys.data() + offset, kv.values.data() + offset, count, kv.width,
-                    head_dim_, out + offset);
+  const int group = q_heads_ / kv_heads_;
+  for (int j = g * group; j < (g + 1) * group; ++j) {
+    const int64_t offset = static_cast<int64_t>(j) * head_dim_;
+    if (kv.bf16) {
+      SoftmaxReadHead(q + offset, kv.keys16.data() + kv_offset, kv.values16.data() + kv_offset,
+                      count, kv.width, head_dim_, out + offset);
+    } else {
+      SoftmaxReadHead(q + offset, kv.keys.data() + kv_offset, kv.values.data() + kv_offset, count,
+                      kv.width, head_dim_, out + offset);
+    }
   }
+}
+
+int64_t SoftmaxState::PreparedWidth() const {
+  if (!prepared()) return 0;
+  return static_cast<int64_t>(q_heads_ + 2 * kv_heads_) * head_dim_;
+}
+
+KernelRowLayout SoftmaxState::PreparedLayout() const {
+  const int64_t q = static_cast<int64_t>(q_heads_) * head_dim_, kv = KvWidth();
+  return {q, q + kv, q + 2 * kv, q + 2 * kv};
+}
+
+int64_t SoftmaxState::AttendedWidth(int64_t d_model) const {
+  return prepared() ? static_cast<int64_t>(q_heads_) * head_dim_ : d_model;
+}
+
+void SoftmaxState::PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width,
+                               int64_t rows, std::span<const StateRef> states,
+                               float* prepared) const {
+  const int64_t width = PreparedWidth();
+  const int half = head_dim_ / 2;
+  ctx.pool().ParallelFor(rows, [&](int64_t r) {
+    float* out = prepared + r * width;
+    std::copy(projection + r * projection_width, projection + r * projection_width + width, out);
+    if (rope_inv_freq_.empty()) return;
+    absl::InlinedVector<float, 256> cos_sin(static_cast<size_t>(2 * half));
+    cpu::RopeAngles(states[static_cast<size_t>(r)].position, rope_inv_freq_.data(), half,
+                    cos_sin.data());
+    cpu::RotateHalf(out, q_heads_, half, cos_sin.data());                          // q
+    cpu::RotateHalf(out + int64_t{q_heads_} * head_dim_, kv_heads_, half, cos_sin.data());  // k
+  });
 }
 
 // Window layout: keys [span, d_model] then values [span, d_model], span = (window - 1) *

@@ -3,23 +3,52 @@
 // cross attention (the cache holds the projected encoder outputs).
 #pragma once
 
+#include <utility>
+#include <vector>
+
 #include "engine/attention/attention_state.h"
 
 namespace abcd {
 
+//
+// Grouped-query attention (Llama's num_key_value_heads): the cache holds kv_heads heads; query
+// head j reads key/value head j / (q_heads / kv_heads), and one task (a "head" of the
+// interface) serves a whole group, reading its keys and values once for all of its queries.
+// With RoPE (Llama) the kernel rows are prepared: q and k turned by the row's position
+// (half-split) in a copy of the projection row.
 class SoftmaxState final : public AttentionState {
  public:
-  SoftmaxState(int n_heads, int head_dim) : n_heads_(n_heads), head_dim_(head_dim) {}
+  SoftmaxState(int n_heads, int head_dim)
+      : q_heads_(n_heads), kv_heads_(n_heads), head_dim_(head_dim) {}
+  // GQA and RoPE: `rope_inv_freq` holds head_dim / 2 inverse frequencies (empty: no RoPE).
+  SoftmaxState(int q_heads, int kv_heads, int head_dim, std::vector<float> rope_inv_freq)
+      : q_heads_(q_heads),
+        kv_heads_(kv_heads),
+        head_dim_(head_dim),
+        rope_inv_freq_(std::move(rope_inv_freq)) {}
   int64_t FixedFloats() const override { return 0; }
   bool UsesKvCache() const override { return true; }
   void Init(float*) const override {}
-  int heads() const override { return n_heads_; }
+  int heads() const override { return kv_heads_; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
 
+  // Prepared rows (RoPE or GQA): q [q_heads * dh] | k [kv_heads * dh] | v [kv_heads * dh].
+  int64_t PreparedWidth() const override;
+  KernelRowLayout PreparedLayout() const override;
+  void PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width,
+                   int64_t rows, std::span<const StateRef> states, float* prepared) const override;
+  int64_t AttendedWidth(int64_t d_model) const override;
+  // Values per KvCache row (keys of every kv head).
+  int64_t KvWidth() const { return static_cast<int64_t>(kv_heads_) * head_dim_; }
+
  private:
-  int n_heads_;
+  bool prepared() const { return !rope_inv_freq_.empty() || kv_heads_ != q_heads_; }
+
+  int q_heads_;
+  int kv_heads_;
   int head_dim_;
+  std::vector<float> rope_inv_freq_;
 };
 
 // Softmax over `window` tokens t, t - dilation, ..., t - (window - 1) * dilation (dilation 1: the

@@ -7,6 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/attention/softmax_state.h"
+#include "engine/model/checkpoint.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
 #include "engine/ops/elementwise.h"
@@ -19,9 +21,12 @@ Model::~Model() = default;
 
 namespace {
 
-// The checkpoint's own matrix format: its embedding's dtype.
-WeightFormat NativeFormat(const SafetensorsFile& file) {
+// The checkpoint's own matrix format: its embedding's dtype (abcd or Hugging Face names).
+WeightFormat NativeFormat(const Checkpoint& file) {
   absl::StatusOr<const TensorView*> embed = file.Get("embed.weight");
+  for (const char* name : {"model.embed_tokens.weight", "model.embeddings.weight"}) {
+    if (!embed.ok()) embed = file.Get(name);
+  }
   if (!embed.ok()) return WeightFormat::kF32;
   switch ((*embed)->dtype) {
     case DType::kBF16:
@@ -45,19 +50,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                                                    const ModelLoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
   model->directory_ = dir;
-  ABCD_ASSIGN_OR_RETURN(model->config_, LoadModelConfig(dir + "/config.json"));
+  ABCD_ASSIGN_OR_RETURN(model->config_, LoadModelDirectoryConfig(dir));
   // txl rings (K/V written once, never accumulated) take the KV cache's storage format.
   for (LayerSpec& layer : model->config_.decoder_layers) {
     if (layer.attention.type == AttentionType::kTxl) {
       layer.attention.ring_bf16 = options.kv_cache_bf16;
     }
   }
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
-                        SafetensorsFile::Open(dir + "/model.safetensors"));
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> file, Checkpoint::Open(dir));
   model->weight_format_ = options.weight_format.value_or(NativeFormat(*file));
-  model->position_denominators_ = cpu::SinusoidalDenominators(model->config_.d_model);
   WeightLoader weights(*file);
   const ModelConfig& c = model->config_;
+  if (c.is_hf()) {
+    ABCD_RETURN_IF_ERROR(model->LoadHf(weights));
+    model->non_finite_tensors_ = weights.non_finite();
+    model->BuildLayout();
+    model->layout_.kv_bf16 = options.kv_cache_bf16;
+    model->weight_bytes_ = model->CountWeightBytes();
+    return model;
+  }
   const int64_t vocab = c.vocab_size, d = c.d_model;
   const WeightFormat format = model->weight_format_;
   ABCD_ASSIGN_OR_RETURN(model->embedding_, LoadMatrix(weights, "embed.weight", vocab, d, format));
@@ -75,6 +86,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
                           weights.Load("encoder.memory_embed", {int64_t{c.gmat->memory}, d}));
   }
   ABCD_RETURN_IF_ERROR(weights.CheckAllUsed());
+  // After the tensors matched the config: a config naming a huge width fails on the first
+  // tensor's shape above, before this allocates d_model / 2 doubles.
+  if (c.positional == Positional::kSinusoidal) {
+    model->position_denominators_ = cpu::SinusoidalDenominators(c.d_model);
+  }
   model->non_finite_tensors_ = weights.non_finite();
   model->BuildLayout();
   model->layout_.kv_bf16 = options.kv_cache_bf16;
@@ -168,6 +184,13 @@ void Model::BuildLayout() {
       layout_.cross.push_back(place(*block.cross_attention, /*cross=*/true));
   }
   layout_.kv_width = config_.d_model;
+  // GQA softmax (Hugging Face Llama): the cache rows hold the key/value heads only.
+  for (const Block& block : decoder_->blocks) {
+    if (const auto* softmax = dynamic_cast<const SoftmaxState*>(&block.self_attention->state());
+        softmax != nullptr && config_.is_hf()) {
+      layout_.kv_width = softmax->KvWidth();
+    }
+  }
   uint64_t hash = 1469598103934665603ull;  // FNV-1a
   for (unsigned char ch : description) hash = (hash ^ ch) * 1099511628211ull;
   layout_.fingerprint = hash;
@@ -188,10 +211,30 @@ void Model::Embed(int32_t token, int64_t position, float* row) const {
 void Model::FeedForward(CpuContext& ctx, const Block& block, const float* x_norm, int64_t rows,
                         float* out) const {
   const int64_t ff = config_.d_ff;
+  const float* fc1_bias = block.fc1_bias.empty() ? nullptr : block.fc1_bias.data();
+  const float* fc2_bias = block.fc2_bias.empty() ? nullptr : block.fc2_bias.data();
+  if (config_.activation == Activation::kSwiGlu) {
+    float* gate_up = ctx.Buffer(Scratch::kHidden, rows * 2 * ff);
+    float* hidden = ctx.Buffer(Scratch::kGated, rows * ff);
+    cpu::Linear(x_norm, rows, block.fc1, fc1_bias, gate_up, &ctx.pool());
+    cpu::SwiGlu(gate_up, rows, ff, hidden, &ctx.pool());
+    cpu::Linear(hidden, rows, block.fc2, fc2_bias, out, &ctx.pool());
+    return;
+  }
   float* hidden = ctx.Buffer(Scratch::kHidden, rows * ff);
-  cpu::Linear(x_norm, rows, block.fc1, block.fc1_bias.data(), hidden, &ctx.pool());
+  cpu::Linear(x_norm, rows, block.fc1, fc1_bias, hidden, &ctx.pool());
   cpu::Activate(config_.activation, hidden, rows * ff, &ctx.pool());
-  cpu::Linear(hidden, rows, block.fc2, block.fc2_bias.data(), out, &ctx.pool());
+  cpu::Linear(hidden, rows, block.fc2, fc2_bias, out, &ctx.pool());
+}
+
+void Model::Normalize(const float* x, int64_t rows, const std::vector<float>& weight,
+                      const std::vector<float>& bias, float* y) const {
+  const int64_t d = config_.d_model;
+  if (config_.norm_kind == NormKind::kRmsNorm) {
+    cpu::RmsNorm(x, rows, d, weight.data(), config_.layer_norm_eps, y);
+  } else {
+    cpu::LayerNorm(x, rows, d, weight.data(), bias.data(), config_.layer_norm_eps, y);
+  }
 }
 
 namespace {
@@ -325,7 +368,7 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
       cpu::LayerNorm(normed, n, d, block.ln2_weight.data(), block.ln2_bias.data(), eps, x);
       continue;
     }
-    cpu::LayerNorm(x, n, d, block.ln1_weight.data(), block.ln1_bias.data(), eps, normed);
+    Normalize(x, n, block.ln1_weight, block.ln1_bias, normed);
     block.self_attention->ForwardCausal(ctx, normed, n, bind(layout_.self[l]), delta);
     cpu::AddInPlace(x, delta, n * d);
     if (block.cross_attention) {
@@ -334,7 +377,7 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
       block.cross_attention->ForwardCross(ctx, normed, n, bind(layout_.cross[l]), delta);
       cpu::AddInPlace(x, delta, n * d);
     }
-    cpu::LayerNorm(x, n, d, block.ln2_weight.data(), block.ln2_bias.data(), eps, normed);
+    Normalize(x, n, block.ln2_weight, block.ln2_bias, normed);
     FeedForward(ctx, block, normed, n, delta);
     cpu::AddInPlace(x, delta, n * d);
   }
@@ -350,8 +393,7 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
   }
   const float* final_rows = selected;  // post-LN: the last block's ln2 is the output
   if (config_.norm == Norm::kPre) {
-    cpu::LayerNorm(selected, wanted, d, decoder_->ln_f_weight.data(), decoder_->ln_f_bias.data(),
-                   eps, normed);
+    Normalize(selected, wanted, decoder_->ln_f_weight, decoder_->ln_f_bias, normed);
     final_rows = normed;
   }
   const size_t offset = logits->size();

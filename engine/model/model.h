@@ -102,6 +102,13 @@ class Model {
   Model();
   absl::Status LoadStack(const std::string& name, const std::vector<LayerSpec>& layers,
                          class WeightLoader& weights, Stack& stack);
+  // Hugging Face checkpoints (model_hf.cc): embeddings, blocks and head under their published
+  // names, legacy fla layouts included.
+  absl::Status LoadHf(class WeightLoader& weights);
+  absl::Status LoadHfBlock(int layer, class WeightLoader& weights, Block& block);
+  // The block norm of the config (LayerNorm with bias, or RMSNorm) over `rows` rows of d.
+  void Normalize(const float* x, int64_t rows, const std::vector<float>& weight,
+                 const std::vector<float>& bias, float* y) const;
   void BuildLayout();
   const PackedMatrix& head() const { return config_.tie_embeddings ? embedding_ : lm_head_; }
   void Embed(int32_t token, int64_t position, float* row) const;

@@ -1,6 +1,7 @@
 #include "engine/model/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/hf_config.h"
 #include "nlohmann/json.hpp"
 
 namespace abcd {
@@ -398,6 +400,14 @@ absl::string_view AttentionTypeName(AttentionType type) {
       return "elu";
     case AttentionType::kTxl:
       return "txl";
+    case AttentionType::kGsa:
+      return "gsa";
+    case AttentionType::kGla:
+      return "gla";
+    case AttentionType::kRetnet:
+      return "retnet";
+    case AttentionType::kHgrn2:
+      return "hgrn2";
   }
   return "?";
 }
@@ -468,12 +478,87 @@ int AttentionSpec::FeatureDim(int head_dim) const {
   }
 }
 
+std::vector<float> RopeSpec::InverseFrequencies(int dim) const {
+  constexpr double kPi = 3.14159265358979323846;
+  std::vector<float> inv_freq(static_cast<size_t>(dim / 2));
+  for (int i = 0; i < dim / 2; ++i) {
+    double f = static_cast<double>(static_cast<float>(
+        1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(dim))));
+    if (scaling == Scaling::kLinear) {
+      f /= factor;
+    } else if (scaling == Scaling::kLlama3) {
+      const double wavelen = 2.0 * kPi / f;
+      const double low_wavelen = original_max_positions / low_freq_factor;
+      const double high_wavelen = original_max_positions / high_freq_factor;
+      if (wavelen > low_wavelen) {
+        f /= factor;
+      } else if (wavelen >= high_wavelen) {
+        const double s = (original_max_positions / wavelen - low_freq_factor) /
+                         (high_freq_factor - low_freq_factor);
+        f = (1.0 - s) * f / factor + s * f;
+      }
+    }
+    inv_freq[static_cast<size_t>(i)] = static_cast<float>(f);
+  }
+  return inv_freq;
+}
+
+namespace {
+
+std::string DescribeShape(const AttentionSpec& spec) {
+  if (spec.heads == 0) return "";
+  std::string shape = absl::StrCat("heads=", spec.heads);
+  if (spec.kv_heads != spec.heads) absl::StrAppend(&shape, ", kv_heads=", spec.kv_heads);
+  absl::StrAppend(&shape, ", key_dim=", spec.key_dim);
+  if (spec.value_dim != spec.key_dim) absl::StrAppend(&shape, ", value_dim=", spec.value_dim);
+  if (spec.rope.enabled) absl::StrAppend(&shape, ", rope theta=", spec.rope.theta);
+  if (spec.rope.scaling == RopeSpec::Scaling::kLinear) {
+    absl::StrAppend(&shape, " linear x", spec.rope.factor);
+  } else if (spec.rope.scaling == RopeSpec::Scaling::kLlama3) {
+    absl::StrAppend(&shape, " llama3 x", spec.rope.factor);
+  }
+  return shape;
+}
+
+absl::string_view FeatureMapName(MixerFeatureMap map) {
+  switch (map) {
+    case MixerFeatureMap::kSwish:
+      return "swish";
+    case MixerFeatureMap::kRelu:
+      return "relu";
+    case MixerFeatureMap::kT2r:
+      return "t2r";
+    case MixerFeatureMap::kNone:
+      break;
+  }
+  return "none";
+}
+
+}  // namespace
+
 std::string DescribeAttention(const AttentionSpec& spec) {
   if (spec.gmat_chunk >= 0) return absl::StrCat("gmat(chunk=", spec.gmat_chunk, ")");
   const std::string name(AttentionTypeName(spec.type));
   switch (spec.type) {
     case AttentionType::kSoftmax:
+      if (spec.heads > 0) return absl::StrCat(name, "(", DescribeShape(spec), ")");
       return name;
+    case AttentionType::kGsa:
+      return absl::StrCat(name, "(", DescribeShape(spec), ", slots=", spec.slots,
+                          ", normalizer=", spec.gate_normalizer,
+                          ", feature_map=", FeatureMapName(spec.feature_map), ")");
+    case AttentionType::kGla:
+      return absl::StrCat(name, "(", DescribeShape(spec), ", gate_rank=", spec.gate_rank,
+                          spec.output_gate ? ", output gate" : "",
+                          spec.feature_map != MixerFeatureMap::kNone
+                              ? absl::StrCat(", feature_map=", FeatureMapName(spec.feature_map))
+                              : "",
+                          spec.has_clamp ? absl::StrCat(", clamp_min=", spec.clamp_min) : "", ")");
+    case AttentionType::kRetnet:
+      return absl::StrCat(name, "(", DescribeShape(spec), spec.output_gate ? ", output gate" : "",
+                          ")");
+    case AttentionType::kHgrn2:
+      return absl::StrCat(name, "(", DescribeShape(spec), ")");
     case AttentionType::kWindow:
       if (spec.dilation != 1) {
         return absl::StrCat(name, "(window=", spec.window, ", dilation=", spec.dilation, ")");
@@ -514,6 +599,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
       json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
   if (!root.is_object()) return absl::InvalidArgumentError("config.json must be a JSON object");
+  if (IsHfConfig(root)) return ParseHfConfig(root, "", "");
   Fields f(root, "");
   ModelConfig config;
   ABCD_ASSIGN_OR_RETURN(const int version, f.Int("format_version", 1, 1));
@@ -588,12 +674,41 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
   return config;
 }
 
-absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
+namespace {
+
+// The file's text; NOT_FOUND when it cannot be opened.
+absl::StatusOr<std::string> ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  absl::StatusOr<ModelConfig> config = ParseModelConfig(buffer.str());
+  return buffer.str();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> LoadModelDirectoryConfig(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  ABCD_ASSIGN_OR_RETURN(const std::string text, ReadText(path));
+  const json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !IsHfConfig(root)) return LoadModelConfig(path);
+  std::string generation, tokenizer;  // both optional
+  if (absl::StatusOr<std::string> t = ReadText(dir + "/generation_config.json"); t.ok()) {
+    generation = *std::move(t);
+  }
+  if (absl::StatusOr<std::string> t = ReadText(dir + "/tokenizer_config.json"); t.ok()) {
+    tokenizer = *std::move(t);
+  }
+  absl::StatusOr<ModelConfig> config = ParseHfConfig(root, generation, tokenizer);
+  if (!config.ok()) {
+    return absl::Status(config.status().code(), absl::StrCat(dir, "/", config.status().message()));
+  }
+  return config;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
+  ABCD_ASSIGN_OR_RETURN(const std::string text, ReadText(path));
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));

@@ -13,10 +13,48 @@
 
 namespace abcd {
 
-enum class AttentionType { kSoftmax, kWindow, kAbc, kRfa, kT2r, kElu, kTxl };
+// The last four are the fla model zoo's token mixers (Hugging Face checkpoints, models/FORMAT.md
+// "Hugging Face checkpoints"): gsa (gated slot attention: abc's slots with a forget gate), gla
+// (gated linear attention), retnet (retention: fixed per-head decay with RoPE), hgrn2.
+enum class AttentionType {
+  kSoftmax,
+  kWindow,
+  kAbc,
+  kRfa,
+  kT2r,
+  kElu,
+  kTxl,
+  kGsa,
+  kGla,
+  kRetnet,
+  kHgrn2
+};
 enum class RfaKernel { kGaussian, kArccos };
 enum class Architecture { kDecoder, kEncoderDecoder };
-enum class Activation { kGelu, kRelu };
+// Feed-forward activation. swiglu (Llama, fla): fc1 holds [gate; up] (2 d_ff rows) and the
+// hidden row is silu(gate) * up.
+enum class Activation { kGelu, kRelu, kSwiGlu };
+// Block norms: LayerNorm with bias (abcd models) or RMSNorm without (Llama, fla).
+enum class NormKind { kLayerNorm, kRmsNorm };
+// q/k feature map of the fla mixers: none, silu ("swish"), relu, or t2r (relu of a learned [K, K]
+// map shared by the heads; gsa only).
+enum class MixerFeatureMap { kNone, kSwish, kRelu, kT2r };
+
+// Rotary position embedding, half-split (GPT-NeoX / HF rotate_half): the pair (x_i, x_{i+D/2})
+// turns by p * inv_freq_i, inv_freq_i = theta^(-2i/D), optionally rescaled (linear: / factor;
+// llama3: by wavelength band).
+struct RopeSpec {
+  enum class Scaling { kNone, kLinear, kLlama3 };
+  bool enabled = false;
+  double theta = 10000.0;
+  Scaling scaling = Scaling::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  double original_max_positions = 8192.0;  // llama3
+  // The D/2 inverse frequencies (fp32, as HF computes them) after scaling.
+  std::vector<float> InverseFrequencies(int dim) const;
+};
 // Model input positions: sinusoidal pe added to the embedding, or none (Transformer-XL: the
 // attention's relative term carries position).
 enum class Positional { kSinusoidal, kNone };
@@ -71,8 +109,30 @@ struct AttentionSpec {
   // not a gmat layer.
   int gmat_chunk = -1;
 
+  // Per-layer shape of the Hugging Face layers (0 = the abcd default: n_heads heads of
+  // d_model / n_heads for q, k and v alike). kv_heads < heads is GQA: query head j reads
+  // key/value head j / (heads / kv_heads).
+  int heads = 0;
+  int kv_heads = 0;
+  int key_dim = 0;    // per head (q and k)
+  int value_dim = 0;  // per head
+  RopeSpec rope;      // softmax (Llama) and retnet
+  // fla mixers (models/FORMAT.md): gsa slots use `slots`.
+  MixerFeatureMap feature_map = MixerFeatureMap::kNone;  // gsa (default swish), gla
+  float gate_normalizer = 1.0f;  // gsa (8): f = logsigmoid(a) / n; gla: 16
+  int gate_rank = 0;             // gla: the low-rank decay projection's inner width (16)
+  float clamp_min = 0.0f;        // gla: the log decay is clamped below at this (when has_clamp)
+  bool has_clamp = false;
+  bool output_gate = false;  // gla, retnet: per-head RMSNorm times silu(W_g u)
+  float norm_eps = 1e-6f;    // the mixer's output RMSNorm
+  int layer_index = 0;       // hgrn2: which row of the model's lower bounds this layer uses
+
   // True when the per-sequence state has a fixed size (everything but softmax).
   bool bounded() const { return type != AttentionType::kSoftmax; }
+  // True for the fla mixers (gsa, gla, retnet, hgrn2).
+  bool is_fla_mixer() const { return type >= AttentionType::kGsa; }
+  int QueryHeads(int model_heads) const { return heads > 0 ? heads : model_heads; }
+  int KvHeads(int model_heads) const { return kv_heads > 0 ? kv_heads : QueryHeads(model_heads); }
   // Feature count of the linear-attention state (rfa, t2r, elu); 0 otherwise.
   int FeatureDim(int head_dim) const;
   // window: tokens the ring keeps, (window - 1) * dilation + 1 (every key a later query reads).
@@ -99,6 +159,7 @@ struct ModelConfig {
   int n_heads = 0;
   int d_ff = 0;
   Activation activation = Activation::kGelu;
+  NormKind norm_kind = NormKind::kLayerNorm;
   float layer_norm_eps = 1e-5f;
   bool scale_embeddings = true;
   bool tie_embeddings = true;
@@ -108,6 +169,18 @@ struct ModelConfig {
   int eos_id = 2;
   int pad_id = 0;
   int unk_id = 3;
+  // Prompts start with bos_id (HF tokenizer_config.json add_bos_token).
+  bool add_bos = true;
+  // Further token ids that end generation like eos_id (HF generation_config.json eos lists).
+  std::vector<int> extra_stop_ids;
+  // Hugging Face checkpoints: config.json's model_type (llama, mistral, gsa, gla, retnet, hgrn2,
+  // transformer); empty for the abcd format.
+  std::string hf_model_type;
+  // hgrn2 with lower bounds: the model-level [layers, d] lower_bounds tensor is read.
+  bool hgrn2_lower_bounds = false;
+  bool hf_attention_bias = false;  // llama attention_bias: q/k/v/o projections have biases
+  bool hf_mlp_bias = false;        // llama mlp_bias
+  bool is_hf() const { return !hf_model_type.empty(); }
   std::vector<LayerSpec> decoder_layers;
   std::vector<LayerSpec> encoder_layers;
   std::optional<GmatConfig> gmat;  // encoder-decoder with a GMAT encoder only
@@ -127,6 +200,9 @@ struct ModelConfig {
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
+// The config of a model directory: `dir`/config.json, and for Hugging Face checkpoints also
+// generation_config.json and tokenizer_config.json when present. Errors name the file.
+absl::StatusOr<ModelConfig> LoadModelDirectoryConfig(const std::string& dir);
 
 // One-line description of an attention spec, e.g. "abc(slots=32)".
 std::string DescribeAttention(const AttentionSpec& spec);

@@ -86,6 +86,23 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
                        " cross attention has no CUDA kernel; use the CPU backend"));
     }
   }
+  // Hugging Face models (Llama's RMSNorm, SwiGLU, RoPE and GQA; the fla mixers) have no CUDA
+  // path: refused naming the layer type, so --device auto serves them on the CPU.
+  if (model.config().is_hf()) {
+    for (size_t l = 0; l < decoder_layers.size(); ++l) {
+      const AttentionSpec& a = decoder_layers[l].attention;
+      if (a.is_fla_mixer()) {
+        return absl::UnimplementedError(absl::StrCat("decoder_layers[", l, "]: ",
+                                                     AttentionTypeName(a.type),
+                                                     " attention has no CUDA kernel; use the CPU "
+                                                     "backend"));
+      }
+    }
+    return absl::UnimplementedError(absl::StrCat(
+        "model_type \"", model.config().hf_model_type,
+        "\": RMSNorm/SwiGLU blocks with rotary GQA softmax attention have no CUDA kernel; use the "
+        "CPU backend"));
+  }
   // Transformer-XL (issue 16) has no CUDA kernel, nor do its model-level options.
   for (size_t l = 0; l < decoder_layers.size(); ++l) {
     if (decoder_layers[l].attention.type == AttentionType::kTxl) {
@@ -239,8 +256,14 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
         return absl::UnimplementedError(absl::StrCat(
             "decoder_layers[", l, "]: window attention has no CUDA kernel; use the CPU backend"));
       case AttentionType::kTxl:
-        return absl::UnimplementedError(absl::StrCat(
-            "decoder_layers[", l, "]: txl attention has no CUDA kernel; use the CPU backend"));
+      case AttentionType::kGsa:
+      case AttentionType::kGla:
+      case AttentionType::kRetnet:
+      case AttentionType::kHgrn2:
+        return absl::UnimplementedError(absl::StrCat("decoder_layers[", l, "]: ",
+                                                     AttentionTypeName(spec.type),
+                                                     " attention has no CUDA kernel; use the CPU "
+                                                     "backend"));
     }
     if (!state.UsesKvCache()) {
       // Each layer's block starts 16-byte aligned (the kernels use float4 loads).
@@ -653,7 +676,12 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t
       case AttentionType::kWindow:
         return absl::InternalError("window attention reached the CUDA forward pass");
       case AttentionType::kTxl:
-        return absl::InternalError("txl attention reached the CUDA forward pass");
+      case AttentionType::kGsa:
+      case AttentionType::kGla:
+      case AttentionType::kRetnet:
+      case AttentionType::kHgrn2:
+        return absl::InternalError(absl::StrCat(AttentionTypeName(layer.type),
+                                                " attention reached the CUDA forward pass"));
     }
     ABCD_RETURN_IF_ERROR(
         Linear(ctx, attended_.data(), rows, layer.out, layer.out_bias.data(), delta_.data()));

@@ -9,18 +9,39 @@
 
 namespace abcd {
 
+absl::StatusOr<const TensorView*> WeightLoader::Get(const std::string& name) const {
+  return checkpoint_ != nullptr ? checkpoint_->Get(name) : single_->Get(name);
+}
+
+std::string WeightLoader::FileOf(const std::string& name) const {
+  return checkpoint_ != nullptr ? checkpoint_->FileOf(name) : single_->path();
+}
+
+std::vector<std::string> WeightLoader::TensorNames() const {
+  return checkpoint_ != nullptr ? checkpoint_->TensorNames() : single_->TensorNames();
+}
+
+bool WeightLoader::Contains(const std::string& name) const {
+  return checkpoint_ != nullptr ? checkpoint_->Contains(name) : single_->Contains(name);
+}
+
+std::vector<int64_t> WeightLoader::ShapeOf(const std::string& name) const {
+  absl::StatusOr<const TensorView*> tensor = Get(name);
+  return tensor.ok() ? (*tensor)->shape : std::vector<int64_t>{};
+}
+
 absl::StatusOr<std::vector<float>> WeightLoader::Load(const std::string& name,
                                                       const std::vector<int64_t>& shape) {
-  ABCD_ASSIGN_OR_RETURN(const TensorView* tensor, file_.Get(name));
+  ABCD_ASSIGN_OR_RETURN(const TensorView* tensor, Get(name));
   if (tensor->shape != shape) {
     return absl::FailedPreconditionError(absl::StrCat(
-        file_.path(), ": tensor \"", name, "\" has shape [", absl::StrJoin(tensor->shape, ", "),
+        FileOf(name), ": tensor \"", name, "\" has shape [", absl::StrJoin(tensor->shape, ", "),
         "], config needs [", absl::StrJoin(shape, ", "), "]"));
   }
   absl::StatusOr<std::vector<float>> values = ToFloat32(*tensor);
   if (!values.ok()) {
     return absl::Status(values.status().code(),
-                        absl::StrCat(file_.path(), ": ", values.status().message()));
+                        absl::StrCat(FileOf(name), ": ", values.status().message()));
   }
   used_.insert(name);
   loaded_floats_ += static_cast<int64_t>(values->size());
@@ -32,12 +53,13 @@ absl::StatusOr<std::vector<float>> WeightLoader::Load(const std::string& name,
 
 absl::Status WeightLoader::CheckAllUsed() const {
   std::vector<std::string> unused;
-  for (const std::string& name : file_.TensorNames()) {
+  for (const std::string& name : TensorNames()) {
     if (!used_.contains(name)) unused.push_back(name);
   }
   if (unused.empty()) return absl::OkStatus();
+  const std::string where = checkpoint_ != nullptr ? checkpoint_->path() : single_->path();
   return absl::InvalidArgumentError(absl::StrCat(
-      file_.path(), ": tensors not used by the config: ", absl::StrJoin(unused, ", ")));
+      where, ": tensors not used by the config: ", absl::StrJoin(unused, ", ")));
 }
 
 }  // namespace abcd

@@ -19,8 +19,10 @@ enum class Scratch {
   kNormed,      // layer-normed input of a sublayer
   kDelta,       // a sublayer's output
   kProjection,  // fused q|k|v|extra projections
+  kPrepared,    // kernel-input rows built from the projections (AttentionState::PrepareRows)
   kAttended,    // attention output before the out projection
-  kHidden,      // feed-forward hidden [rows, d_ff]
+  kHidden,      // feed-forward hidden [rows, d_ff] ([rows, 2 d_ff] for SwiGLU's gate|up)
+  kGated,       // SwiGLU's silu(gate) * up [rows, d_ff]
   kSelected,    // rows whose logits are wanted
   kCount,
 };

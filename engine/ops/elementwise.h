@@ -14,6 +14,25 @@ namespace abcd::cpu {
 void LayerNorm(const float* x, int64_t rows, int64_t d, const float* gamma, const float* beta,
                float eps, float* y);
 
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gamma (RMSNorm, statistics in double), `rows` rows of
+// width d; x and y may be the same buffer.
+void RmsNorm(const float* x, int64_t rows, int64_t d, const float* gamma, float eps, float* y);
+
+// SwiGLU: out[r][i] = silu(gate_up[r][i]) * gate_up[r][ff + i] for `rows` rows of [gate; up]
+// (2 ff wide) into rows of ff, split across `pool`'s threads (may be null).
+void SwiGlu(const float* gate_up, int64_t rows, int64_t ff, float* out, ThreadPool* pool = nullptr);
+
+// silu(x) = x * sigmoid(x) in place over n values.
+void SiluInPlace(float* x, int64_t n);
+
+// Rotary position embedding, half-split (HF rotate_half): the angle of pair i at `position` is
+// fp32(position) * inv_freq[i] (as transformers computes it); cos_sin receives D/2 cosines then
+// D/2 sines for RotateHalf.
+void RopeAngles(int64_t position, const float* inv_freq, int half, float* cos_sin);
+// Rotates `heads` consecutive vectors of width 2 * half in place by the angles of RopeAngles:
+// (x_i, x_{i+half}) -> (x_i c - x_{i+half} s, x_{i+half} c + x_i s).
+void RotateHalf(float* x, int heads, int half, const float* cos_sin);
+
 // In-place activation over n values (gelu is the erf form, as torch's default), split across
 // `pool`'s threads when there is enough of it (pool may be null).
 void Activate(Activation activation, float* x, int64_t n, ThreadPool* pool = nullptr);

@@ -27,6 +27,78 @@ void LayerNorm(const float* x, int64_t rows, int64_t d, const float* gamma, cons
   }
 }
 
+void RmsNorm(const float* x, int64_t rows, int64_t d, const float* gamma, float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * d;
+    float* out = y + r * d;
+    double sum = 0.0;
+    for (int64_t i = 0; i < d; ++i) sum += static_cast<double>(in[i]) * in[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(d) + eps));
+    for (int64_t i = 0; i < d; ++i) out[i] = in[i] * inv * gamma[i];
+  }
+}
+
+void SiluInPlace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+namespace {
+
+ABCD_VECTOR_CLONES void SwiGluRows(const float* gate_up, int64_t rows, int64_t ff, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = gate_up + r * 2 * ff;
+    const float* up = gate + ff;
+    float* o = out + r * ff;
+    for (int64_t i = 0; i < ff; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  }
+}
+
+}  // namespace
+
+void SwiGlu(const float* gate_up, int64_t rows, int64_t ff, float* out, ThreadPool* pool) {
+  if (pool == nullptr || pool->size() == 1 || rows * ff <= 4096) {
+    SwiGluRows(gate_up, rows, ff, out);
+    return;
+  }
+  if (rows >= pool->size()) {
+    pool->ParallelFor(rows, [&](int64_t r) { SwiGluRows(gate_up + r * 2 * ff, 1, ff, out + r * ff); });
+    return;
+  }
+  // Few wide rows (batch-1 decode): split each row's columns.
+  constexpr int64_t kChunk = 2048;
+  const int64_t chunks = (ff + kChunk - 1) / kChunk;
+  pool->ParallelFor(rows * chunks, [&](int64_t t) {
+    const int64_t r = t / chunks, first = (t % chunks) * kChunk, n = std::min(kChunk, ff - first);
+    const float* gate = gate_up + r * 2 * ff + first;
+    const float* up = gate + ff;
+    float* o = out + r * ff + first;
+    for (int64_t i = 0; i < n; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  });
+}
+
+void RopeAngles(int64_t position, const float* inv_freq, int half, float* cos_sin) {
+  const float p = static_cast<float>(position);
+  for (int i = 0; i < half; ++i) {
+    const double angle = static_cast<double>(p * inv_freq[i]);
+    cos_sin[i] = static_cast<float>(std::cos(angle));
+    cos_sin[half + i] = static_cast<float>(std::sin(angle));
+  }
+}
+
+void RotateHalf(float* x, int heads, int half, const float* cos_sin) {
+  const float* c = cos_sin;
+  const float* s = cos_sin + half;
+  for (int h = 0; h < heads; ++h) {
+    float* a = x + static_cast<int64_t>(h) * 2 * half;
+    float* b = a + half;
+    for (int i = 0; i < half; ++i) {
+      const float x0 = a[i], x1 = b[i];
+      a[i] = x0 * c[i] - x1 * s[i];
+      b[i] = x1 * c[i] + x0 * s[i];
+    }
+  }
+}
+
 namespace {
 
 ABCD_VECTOR_CLONES void ActivateRange(Activation activation, float* x, int64_t n) {
@@ -36,6 +108,8 @@ ABCD_VECTOR_CLONES void ActivateRange(Activation activation, float* x, int64_t n
       break;
     case Activation::kGelu:
       GeluErfInPlace(x, n);
+      break;
+    case Activation::kSwiGlu:  // gated: Model::FeedForward calls SwiGlu instead
       break;
   }
 }

@@ -221,6 +221,8 @@ absl::Status Activate(CudaContext& context, Activation activation, float* x, int
     case Activation::kGelu:
       ActivateKernel<Activation::kGelu><<<blocks, kElementwiseThreads, 0, context.stream()>>>(x, n);
       break;
+    case Activation::kSwiGlu:  // CudaModel::Create refuses SwiGLU blocks
+      return absl::UnimplementedError("swiglu has no CUDA kernel; use the CPU backend");
   }
   return CheckLaunch("ActivateKernel");
 }

@@ -1,0 +1,238 @@
+// AttentionLayer::LoadHf: the attention sublayers of Hugging Face checkpoints, with the tensor
+// names as published (models/FORMAT.md, "Hugging Face checkpoints"): Llama's self_attn
+// q/k/v/o_proj (GQA, RoPE, optional biases) and the fla mixers gsa, gla, retnet and hgrn2 with
+// their gates and output norms, including the older fla names (g_norm for
+// g_norm_swish_gate). The projections are fused into one matrix per layer as for abcd's own
+// layers; everything the state kernels need besides (norm weights, the gla decay's second
+// factor, t2r feature maps, hgrn2 lower bounds) goes to the state.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/attention/attention_layer.h"
+#include "engine/attention/gated_linear_state.h"
+#include "engine/attention/gsa_state.h"
+#include "engine/attention/softmax_state.h"
+#include "engine/core/status_macros.h"
+
+namespace abcd {
+namespace {
+
+void Append(std::vector<float>& to, const std::vector<float>& from) {
+  to.insert(to.end(), from.begin(), from.end());
+}
+
+// The first of `names` the checkpoint holds (the current fla name first, then older ones).
+std::string FirstPresent(const WeightLoader& weights, std::initializer_list<std::string> names) {
+  for (const std::string& name : names) {
+    if (weights.Contains(name)) return name;
+  }
+  return *names.begin();
+}
+
+// hgrn2 lower bounds of layer `layer`: softmax over layers of the [L, d] parameter, cumulative
+// sum, minus the first row (layer 0: exactly zero, i.e. none).
+absl::StatusOr<std::vector<float>> Hgrn2LowerBound(const ModelConfig& config, int layer,
+                                                   WeightLoader& weights) {
+  const int64_t layers = static_cast<int64_t>(config.decoder_layers.size()), d = config.d_model;
+  ABCD_ASSIGN_OR_RETURN(std::vector<float> raw,
+                        weights.Load("model.lower_bounds", {layers, d}));
+  if (layer == 0) return std::vector<float>{};
+  std::vector<float> bound(static_cast<size_t>(d));
+  for (int64_t c = 0; c < d; ++c) {
+    double max_value = raw[static_cast<size_t>(c)];
+    for (int64_t l = 1; l < layers; ++l) {
+      max_value = std::max(max_value, static_cast<double>(raw[static_cast<size_t>(l * d + c)]));
+    }
+    double total = 0.0, upto = 0.0;
+    for (int64_t l = 0; l < layers; ++l) {
+      const double e = std::exp(raw[static_cast<size_t>(l * d + c)] - max_value);
+      total += e;
+      if (l >= 1 && l <= layer) upto += e;  // cumsum to `layer` minus the first row
+    }
+    bound[static_cast<size_t>(c)] = static_cast<float>(upto / total);
+  }
+  return bound;
+}
+
+struct Projections {
+  std::vector<float> fused, fused_bias, out, out_bias;
+  int64_t fused_rows = 0, out_in = 0;
+};
+
+absl::Status LoadInto(WeightLoader& weights, const std::string& name, int64_t rows, int64_t cols,
+                      Projections& p) {
+  ABCD_ASSIGN_OR_RETURN(std::vector<float> w, weights.Load(name, {rows, cols}));
+  Append(p.fused, w);
+  p.fused_rows += rows;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<AttentionState>> LoadLlama(const ModelConfig& c,
+                                                          const AttentionSpec& a,
+                                                          const std::string& prefix,
+                                                          WeightLoader& weights, Projections& p) {
+  const int64_t d = c.d_model, hd = a.key_dim, q = int64_t{a.heads} * hd,
+                kv = int64_t{a.kv_heads} * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (auto [name, rows] : {std::pair<const char*, int64_t>{"q_proj", q}, {"k_proj", kv},
+                            {"v_proj", kv}}) {
+    const size_t first = p.fused.size();
+    ABCD_RETURN_IF_ERROR(LoadInto(weights, absl::StrCat(prefix, ".", name, ".weight"), rows, d, p));
+    std::vector<float> bias(static_cast<size_t>(rows), 0.0f);
+    if (c.hf_attention_bias) {
+      ABCD_ASSIGN_OR_RETURN(bias, weights.Load(absl::StrCat(prefix, ".", name, ".bias"), {rows}));
+    }
+    if (name == std::string("q_proj")) {  // 1/sqrt(hd) folded into q (RoPE is linear)
+      for (size_t i = first; i < p.fused.size(); ++i) p.fused[i] *= scale;
+      for (float& b : bias) b *= scale;
+    }
+    Append(p.fused_bias, bias);
+  }
+  if (!c.hf_attention_bias) p.fused_bias.clear();
+  ABCD_ASSIGN_OR_RETURN(p.out, weights.Load(prefix + ".o_proj.weight", {d, q}));
+  if (c.hf_attention_bias) {
+    ABCD_ASSIGN_OR_RETURN(p.out_bias, weights.Load(prefix + ".o_proj.bias", {d}));
+  }
+  p.out_in = q;
+  return std::make_unique<SoftmaxState>(a.heads, a.kv_heads, a.key_dim,
+                                        a.rope.InverseFrequencies(a.key_dim));
+}
+
+absl::StatusOr<std::unique_ptr<AttentionState>> LoadGsa(const ModelConfig& c,
+                                                        const AttentionSpec& a,
+                                                        const std::string& prefix,
+                                                        WeightLoader& weights, Projections& p) {
+  if (weights.Contains(prefix + ".g_proj.weight")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        prefix, ".g_proj.weight: gsa with an output gate (use_output_gate, 2024 fla) is not "
+                "supported"));
+  }
+  const int64_t d = c.d_model, K = a.key_dim, V = a.value_dim;
+  ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".q_proj.weight", int64_t{a.heads} * K, d, p));
+  ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".k_proj.weight", int64_t{a.kv_heads} * K, d, p));
+  ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".v_proj.weight", int64_t{a.kv_heads} * V, d, p));
+  ABCD_RETURN_IF_ERROR(
+      LoadInto(weights, prefix + ".f_proj.weight", int64_t{a.kv_heads} * a.slots, d, p));
+  const int64_t value_width = int64_t{a.heads} * V;
+  ABCD_ASSIGN_OR_RETURN(std::vector<float> norm,
+                        weights.Load(prefix + ".g_norm.weight", {value_width}));
+  ABCD_ASSIGN_OR_RETURN(p.out, weights.Load(prefix + ".o_proj.weight", {d, value_width}));
+  p.out_in = value_width;
+  std::vector<float> t2r;
+  if (a.feature_map == MixerFeatureMap::kT2r) {
+    ABCD_ASSIGN_OR_RETURN(t2r, weights.Load(prefix + ".feature_map.layer.weight", {K, K}));
+  }
+  return std::make_unique<GsaState>(a.heads, a.kv_heads, a.key_dim, a.value_dim, a.slots,
+                                    a.gate_normalizer, a.feature_map, std::move(t2r),
+                                    std::move(norm), a.norm_eps);
+}
+
+absl::StatusOr<std::unique_ptr<AttentionState>> LoadGatedLinear(const ModelConfig& c,
+                                                                const AttentionSpec& a,
+                                                                const std::string& prefix,
+                                                                WeightLoader& weights,
+                                                                Projections& p) {
+  const int64_t d = c.d_model, K = a.key_dim, V = a.value_dim;
+  const int64_t q_width = int64_t{a.heads} * K, k_width = int64_t{a.kv_heads} * K;
+  const int64_t value_width = int64_t{a.heads} * V;
+  GatedLinearState::Options o;
+  o.type = a.type;
+  o.heads = a.heads;
+  o.kv_heads = a.kv_heads;
+  o.key_dim = a.key_dim;
+  o.value_dim = a.value_dim;
+  o.feature_map = a.feature_map;
+  o.scale_query = true;
+  o.output_gate = a.output_gate;
+  o.has_clamp = a.has_clamp;
+  o.clamp_min = a.clamp_min;
+  o.gate_normalizer = a.gate_normalizer;
+  o.gate_rank = a.gate_rank;
+  o.norm_eps = a.norm_eps;
+  if (a.type == AttentionType::kHgrn2) {
+    ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".q_proj.weight", q_width, d, p));
+    ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".f_proj.weight", q_width, d, p));
+    ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".i_proj.weight", value_width, d, p));
+    ABCD_ASSIGN_OR_RETURN(o.norm_weight, weights.Load(prefix + ".g_norm.weight", {value_width}));
+    if (c.hgrn2_lower_bounds) {
+      if (q_width != d) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            prefix, ": hgrn2 lower bounds need num_heads * expand_ratio == hidden_size"));
+      }
+      ABCD_ASSIGN_OR_RETURN(o.lower_bound, Hgrn2LowerBound(c, a.layer_index, weights));
+    }
+  } else {
+    ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".q_proj.weight", q_width, d, p));
+    ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".k_proj.weight", k_width, d, p));
+    ABCD_RETURN_IF_ERROR(
+        LoadInto(weights, prefix + ".v_proj.weight", int64_t{a.kv_heads} * V, d, p));
+    if (a.output_gate) {
+      ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".g_proj.weight", value_width, d, p));
+    }
+    if (a.type == AttentionType::kGla) {
+      const int64_t rank = a.gate_rank;
+      ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".gk_proj.0.weight", rank, d, p));
+      ABCD_ASSIGN_OR_RETURN(o.gate_up_weight,
+                            weights.Load(prefix + ".gk_proj.1.weight", {k_width, rank}));
+      ABCD_ASSIGN_OR_RETURN(o.gate_up_bias, weights.Load(prefix + ".gk_proj.1.bias", {k_width}));
+    } else {
+      o.rope_inv_freq = a.rope.InverseFrequencies(a.key_dim);
+    }
+    const std::string norm = FirstPresent(
+        weights, {prefix + ".g_norm_swish_gate.weight", prefix + ".g_norm.weight"});
+    ABCD_ASSIGN_OR_RETURN(o.norm_weight, weights.Load(norm, {V}));
+  }
+  ABCD_ASSIGN_OR_RETURN(p.out, weights.Load(prefix + ".o_proj.weight", {d, value_width}));
+  p.out_in = value_width;
+  return std::make_unique<GatedLinearState>(std::move(o));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::LoadHf(const ModelConfig& config,
+                                                                      const AttentionSpec& spec,
+                                                                      const std::string& prefix,
+                                                                      WeightFormat format,
+                                                                      WeightLoader& weights) {
+  std::unique_ptr<AttentionLayer> layer(new AttentionLayer());
+  layer->spec_ = spec;
+  layer->d_model_ = config.d_model;
+  Projections p;
+  const int64_t floats_before = weights.loaded_floats();
+  absl::StatusOr<std::unique_ptr<AttentionState>> state;
+  switch (spec.type) {
+    case AttentionType::kSoftmax:
+      state = LoadLlama(config, spec, prefix, weights, p);
+      break;
+    case AttentionType::kGsa:
+      state = LoadGsa(config, spec, prefix, weights, p);
+      break;
+    case AttentionType::kGla:
+    case AttentionType::kRetnet:
+    case AttentionType::kHgrn2:
+      state = LoadGatedLinear(config, spec, prefix, weights, p);
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, ": ", AttentionTypeName(spec.type), " is not a Hugging Face layer type"));
+  }
+  if (!state.ok()) return state.status();
+  layer->state_ = *std::move(state);
+  // Bytes the state kernels keep besides the packed matrices (norms, gates, feature maps).
+  const int64_t packed_floats =
+      static_cast<int64_t>(p.fused.size() + p.fused_bias.size() + p.out.size() + p.out_bias.size());
+  layer->state_weight_bytes_ = 4 * (weights.loaded_floats() - floats_before - packed_floats);
+  const int64_t d = config.d_model;
+  layer->fused_ = PackedMatrix::Pack(p.fused, p.fused_rows, d, format);
+  layer->fused_bias_ = std::move(p.fused_bias);
+  layer->out_ = PackedMatrix::Pack(p.out, d, p.out_in, format);
+  layer->out_bias_ = std::move(p.out_bias);
+  layer->layout_ = layer->state_->PreparedLayout();
+  layer->attended_width_ = layer->state_->AttendedWidth(d);
+  if (layer->state_->PreparedWidth() == 0 || layer->attended_width_ != p.out_in) {
+    return absl::InternalError(absl::StrCat(prefix, ": inconsistent kernel row layout"));
+  }
+  return layer;
+}
+
+}  // namespace abcd

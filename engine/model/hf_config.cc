@@ -1,0 +1,462 @@
+#include "engine/model/hf_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+
+namespace abcd {
+namespace {
+
+using nlohmann::json;
+
+// Sizes beyond these are refused before anything is allocated (a 1e9-wide config must fail in
+// microseconds, not after gigabytes).
+constexpr int64_t kMaxHidden = 1 << 16;
+constexpr int64_t kMaxVocab = 1 << 22;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxIntermediate = 1 << 20;
+
+absl::Status KeyError(absl::string_view file, absl::string_view key, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(file, " key \"", key, "\": ", message));
+}
+
+// Typed access to a Hugging Face JSON object: a JSON null counts as absent (HF writes every
+// default out, many as null).
+class HfFields {
+ public:
+  HfFields(const json& object, absl::string_view file) : object_(object), file_(file) {}
+
+  bool Present(absl::string_view key) const {
+    const auto it = object_.find(key);
+    return it != object_.end() && !it->is_null();
+  }
+  const json* Find(absl::string_view key) const {
+    const auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+  absl::Status Error(absl::string_view key, absl::string_view message) const {
+    return KeyError(file_, key, message);
+  }
+  absl::StatusOr<int> Int(absl::string_view key, std::optional<int64_t> fallback, int64_t min_value,
+                          int64_t max_value) const {
+    const json* v = Find(key);
+    if (v == nullptr) {
+      if (fallback) return static_cast<int>(*fallback);
+      return Error(key, "is required");
+    }
+    if (!v->is_number_integer()) return Error(key, "must be an integer");
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max_value)) {
+      return Error(key, absl::StrCat("must be in [", min_value, ", ", max_value, "]"));
+    }
+    const int64_t value = v->get<int64_t>();
+    if (value < min_value || value > max_value) {
+      return Error(key, absl::StrCat("must be in [", min_value, ", ", max_value, "], got ", value));
+    }
+    return static_cast<int>(value);
+  }
+  absl::StatusOr<double> Number(absl::string_view key, double fallback, double min_exclusive,
+                                double max_inclusive) const {
+    const json* v = Find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) return Error(key, "must be a number");
+    const double value = v->get<double>();
+    if (!std::isfinite(value) || !(value > min_exclusive) || value > max_inclusive) {
+      return Error(key, absl::StrCat("must be in (", min_exclusive, ", ", max_inclusive, "], got ",
+                                     value));
+    }
+    return value;
+  }
+  absl::StatusOr<bool> Bool(absl::string_view key, bool fallback) const {
+    const json* v = Find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return Error(key, "must be true or false");
+    return v->get<bool>();
+  }
+  absl::StatusOr<std::string> String(absl::string_view key, std::string fallback) const {
+    const json* v = Find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_string()) return Error(key, "must be a string");
+    return v->get<std::string>();
+  }
+  // Refuses a key that is present and not the accepted value(s) (null always passes).
+  absl::Status RefuseIfSet(absl::string_view key, absl::string_view why) const {
+    const json* v = Find(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (v->is_boolean() && !v->get<bool>()) return absl::OkStatus();
+    return Error(key, absl::StrCat("is not supported: ", why));
+  }
+
+ private:
+  const json& object_;
+  std::string file_;
+};
+
+constexpr absl::string_view kConfig = "config.json";
+
+// rope_parameters (transformers >= 5) first, then rope_theta + rope_scaling.
+absl::StatusOr<RopeSpec> ParseRope(const HfFields& f, double default_theta) {
+  RopeSpec rope;
+  rope.enabled = true;
+  const json* parameters = f.Find("rope_parameters");
+  const json* scaling = f.Find("rope_scaling");
+  std::string where = "rope_scaling";
+  if (parameters != nullptr) {
+    if (!parameters->is_object()) return f.Error("rope_parameters", "must be an object");
+    scaling = parameters;
+    where = "rope_parameters";
+  }
+  ABCD_ASSIGN_OR_RETURN(rope.theta, f.Number("rope_theta", default_theta, 0.0, 1e12));
+  if (scaling == nullptr) return rope;
+  if (!scaling->is_object()) return f.Error(where, "must be an object");
+  const HfFields s(*scaling, absl::StrCat(kConfig, " ", where));
+  if (parameters != nullptr) {
+    ABCD_ASSIGN_OR_RETURN(const double theta, s.Number("rope_theta", rope.theta, 0.0, 1e12));
+    rope.theta = theta;
+  }
+  std::string type;
+  ABCD_ASSIGN_OR_RETURN(type, s.String("rope_type", ""));
+  if (type.empty()) {
+    ABCD_ASSIGN_OR_RETURN(type, s.String("type", "default"));
+  }
+  if (type == "default") return rope;
+  if (type == "linear") {
+    rope.scaling = RopeSpec::Scaling::kLinear;
+    ABCD_ASSIGN_OR_RETURN(rope.factor, s.Number("factor", 0.0, 0.0, 1e6));
+    if (rope.factor == 0.0) return s.Error("factor", "is required for linear scaling");
+    return rope;
+  }
+  if (type == "llama3") {
+    rope.scaling = RopeSpec::Scaling::kLlama3;
+    ABCD_ASSIGN_OR_RETURN(rope.factor, s.Number("factor", 0.0, 0.0, 1e6));
+    if (rope.factor == 0.0) return s.Error("factor", "is required for llama3 scaling");
+    ABCD_ASSIGN_OR_RETURN(rope.low_freq_factor, s.Number("low_freq_factor", 1.0, 0.0, 1e6));
+    ABCD_ASSIGN_OR_RETURN(rope.high_freq_factor, s.Number("high_freq_factor", 4.0, 0.0, 1e6));
+    if (!(rope.high_freq_factor > rope.low_freq_factor)) {
+      return s.Error("high_freq_factor", "must be greater than low_freq_factor");
+    }
+    ABCD_ASSIGN_OR_RETURN(rope.original_max_positions,
+                          s.Number("original_max_position_embeddings", 8192.0, 0.0, 1e9));
+    return rope;
+  }
+  return s.Error("rope_type", absl::StrCat("\"", type.substr(0, 32),
+                                           "\" is not supported (default, linear and llama3 are)"));
+}
+
+// Keys shared by every model type: vocabulary, width, depth, tied head, special ids.
+absl::Status ParseCommon(const HfFields& f, ModelConfig& c, absl::string_view layers_key) {
+  ABCD_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size", 32000, 1, kMaxVocab));
+  ABCD_ASSIGN_OR_RETURN(c.d_model, f.Int("hidden_size", std::nullopt, 2, kMaxHidden));
+  ABCD_ASSIGN_OR_RETURN(const int layers, f.Int(layers_key, std::nullopt, 1, kMaxLayers));
+  c.decoder_layers.resize(static_cast<size_t>(layers));
+  ABCD_ASSIGN_OR_RETURN(c.tie_embeddings, f.Bool("tie_word_embeddings", false));
+  c.architecture = Architecture::kDecoder;
+  c.positional = Positional::kNone;
+  c.scale_embeddings = false;
+  c.norm = Norm::kPre;
+  c.norm_kind = NormKind::kRmsNorm;
+  c.activation = Activation::kSwiGlu;
+  ABCD_ASSIGN_OR_RETURN(c.bos_id, f.Int("bos_token_id", 1, 0, c.vocab_size - 1));
+  // eos_token_id may be a list (newer configs): the first ends generation, the rest too.
+  if (const json* eos = f.Find("eos_token_id"); eos != nullptr && eos->is_array()) {
+    if (eos->empty()) return f.Error("eos_token_id", "must not be an empty list");
+    for (size_t i = 0; i < eos->size(); ++i) {
+      const json& id = (*eos)[i];
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= c.vocab_size) {
+        return f.Error("eos_token_id", absl::StrCat("[", i, "] must be a token id below vocab_size"));
+      }
+      if (i == 0) {
+        c.eos_id = static_cast<int>(id.get<int64_t>());
+      } else {
+        c.extra_stop_ids.push_back(static_cast<int>(id.get<int64_t>()));
+      }
+    }
+  } else {
+    ABCD_ASSIGN_OR_RETURN(c.eos_id, f.Int("eos_token_id", 2, 0, c.vocab_size - 1));
+  }
+  ABCD_ASSIGN_OR_RETURN(c.pad_id, f.Int("pad_token_id", 0, 0, c.vocab_size - 1));
+  c.unk_id = 0;  // SentencePiece <unk>
+  return absl::OkStatus();
+}
+
+absl::Status ParseLlama(const HfFields& f, ModelConfig& c) {
+  ABCD_RETURN_IF_ERROR(ParseCommon(f, c, "num_hidden_layers"));
+  ABCD_ASSIGN_OR_RETURN(c.n_heads, f.Int("num_attention_heads", std::nullopt, 1, c.d_model));
+  ABCD_ASSIGN_OR_RETURN(const int kv_heads,
+                        f.Int("num_key_value_heads", c.n_heads, 1, c.n_heads));
+  if (c.n_heads % kv_heads != 0) {
+    return f.Error("num_key_value_heads",
+                   absl::StrCat("must divide num_attention_heads (", c.n_heads, ")"));
+  }
+  ABCD_ASSIGN_OR_RETURN(const int head_dim, f.Int("head_dim", c.d_model / c.n_heads, 2, 4096));
+  if (head_dim % 2 != 0) return f.Error("head_dim", "must be even (rotary pairs)");
+  if (!f.Present("head_dim") && c.d_model % c.n_heads != 0) {
+    return f.Error("num_attention_heads", "must divide hidden_size when head_dim is absent");
+  }
+  ABCD_ASSIGN_OR_RETURN(c.d_ff, f.Int("intermediate_size", std::nullopt, 1, kMaxIntermediate));
+  ABCD_ASSIGN_OR_RETURN(const std::string act, f.String("hidden_act", "silu"));
+  if (act != "silu" && act != "swish") {
+    return f.Error("hidden_act", absl::StrCat("\"", act.substr(0, 32), "\" is not supported (silu)"));
+  }
+  ABCD_ASSIGN_OR_RETURN(const double eps, f.Number("rms_norm_eps", 1e-6, 0.0, 1.0));
+  c.layer_norm_eps = static_cast<float>(eps);
+  ABCD_ASSIGN_OR_RETURN(const RopeSpec rope, ParseRope(f, 10000.0));
+  ABCD_ASSIGN_OR_RETURN(const bool attention_bias, f.Bool("attention_bias", false));
+  ABCD_ASSIGN_OR_RETURN(const bool mlp_bias, f.Bool("mlp_bias", false));
+  c.hf_attention_bias = attention_bias;
+  c.hf_mlp_bias = mlp_bias;
+  if (f.Present("sliding_window") && c.hf_model_type == "mistral") {
+    ABCD_RETURN_IF_ERROR(f.RefuseIfSet(
+        "sliding_window", "a windowed GQA layer is not implemented yet (set it to null to serve "
+                          "the model with full attention)"));
+  }
+  for (LayerSpec& layer : c.decoder_layers) {
+    AttentionSpec& a = layer.attention;
+    a.type = AttentionType::kSoftmax;
+    a.heads = c.n_heads;
+    a.kv_heads = kv_heads;
+    a.key_dim = head_dim;
+    a.value_dim = head_dim;
+    a.rope = rope;
+  }
+  return absl::OkStatus();
+}
+
+// The fla skeleton: norms, MLP size, refusals shared by every fla model type.
+absl::Status ParseFlaSkeleton(const HfFields& f, ModelConfig& c, double default_hidden_ratio) {
+  ABCD_RETURN_IF_ERROR(ParseCommon(f, c, "num_hidden_layers"));
+  ABCD_ASSIGN_OR_RETURN(const double eps, f.Number("norm_eps", 1e-6, 0.0, 1.0));
+  c.layer_norm_eps = static_cast<float>(eps);
+  ABCD_ASSIGN_OR_RETURN(const double ratio,
+                        f.Number("hidden_ratio", default_hidden_ratio, 0.0, 64.0));
+  if (f.Present("intermediate_size")) {
+    ABCD_ASSIGN_OR_RETURN(c.d_ff, f.Int("intermediate_size", std::nullopt, 1, kMaxIntermediate));
+  } else {
+    c.d_ff = FlaIntermediateSize(c.d_model, ratio);
+  }
+  ABCD_ASSIGN_OR_RETURN(const std::string act, f.String("hidden_act", "swish"));
+  if (act != "swish" && act != "silu") {
+    return f.Error("hidden_act",
+                   absl::StrCat("\"", act.substr(0, 32), "\" is not supported (swish)"));
+  }
+  ABCD_RETURN_IF_ERROR(f.RefuseIfSet(
+      "attn", "hybrid models with softmax attention layers are not implemented"));
+  ABCD_RETURN_IF_ERROR(f.RefuseIfSet("attnres_block_size", "attention residual blocks"));
+  ABCD_ASSIGN_OR_RETURN(const bool affine, f.Bool("elementwise_affine", true));
+  if (!affine) return f.Error("elementwise_affine", "false (norms without weights) is not supported");
+  return absl::OkStatus();
+}
+
+absl::Status RefuseShortConv(const HfFields& f) {
+  return f.RefuseIfSet("use_short_conv", "the short convolution is not implemented");
+}
+
+absl::StatusOr<MixerFeatureMap> ParseFeatureMap(const HfFields& f, MixerFeatureMap fallback,
+                                                bool allow_t2r) {
+  ABCD_ASSIGN_OR_RETURN(const std::string name, f.String("feature_map", ""));
+  if (name.empty()) return fallback;
+  if (name == "swish" || name == "silu") return MixerFeatureMap::kSwish;
+  if (name == "relu") return MixerFeatureMap::kRelu;
+  if (name == "t2r" && allow_t2r) return MixerFeatureMap::kT2r;
+  return f.Error("feature_map", absl::StrCat("\"", name.substr(0, 32), "\" is not supported"));
+}
+
+// expand_k / expand_v give key_dim = int(d * expand_k); heads split them evenly.
+absl::StatusOr<int> ExpandedWidth(const HfFields& f, absl::string_view key, double fallback,
+                                  int hidden) {
+  ABCD_ASSIGN_OR_RETURN(const double expand, f.Number(key, fallback, 0.0, 64.0));
+  const int64_t width = static_cast<int64_t>(hidden * expand);
+  if (width < 1) return f.Error(key, "gives an empty projection");
+  return static_cast<int>(width);
+}
+
+absl::Status SetMixerHeads(const HfFields& f, ModelConfig& c, int heads, int key_dim,
+                           int value_dim, AttentionSpec& a) {
+  ABCD_ASSIGN_OR_RETURN(const int kv_heads, f.Int("num_kv_heads", heads, 1, heads));
+  if (heads % kv_heads != 0) {
+    return f.Error("num_kv_heads", absl::StrCat("must divide num_heads (", heads, ")"));
+  }
+  if (key_dim % heads != 0) return f.Error("expand_k", "key width must divide into num_heads");
+  if (value_dim % heads != 0) return f.Error("expand_v", "value width must divide into num_heads");
+  c.n_heads = heads;
+  a.heads = heads;
+  a.kv_heads = kv_heads;
+  a.key_dim = key_dim / heads;
+  a.value_dim = value_dim / heads;
+  a.norm_eps = c.layer_norm_eps;
+  return absl::OkStatus();
+}
+
+absl::Status ParseGsa(const HfFields& f, ModelConfig& c) {
+  ABCD_RETURN_IF_ERROR(ParseFlaSkeleton(f, c, 4.0));
+  ABCD_RETURN_IF_ERROR(RefuseShortConv(f));
+  ABCD_ASSIGN_OR_RETURN(const int heads, f.Int("num_heads", 4, 1, c.d_model));
+  // The constructor argument is misspelt exapnd_k; the saved key is expand_k.
+  const char* k_key = f.Present("expand_k") || !f.Present("exapnd_k") ? "expand_k" : "exapnd_k";
+  const char* v_key = f.Present("expand_v") || !f.Present("exapnd_v") ? "expand_v" : "exapnd_v";
+  ABCD_ASSIGN_OR_RETURN(const int key_dim, ExpandedWidth(f, k_key, 1.0, c.d_model));
+  ABCD_ASSIGN_OR_RETURN(const int value_dim, ExpandedWidth(f, v_key, 1.0, c.d_model));
+  if (value_dim != c.d_model) {
+    return f.Error(v_key, "must give a value width equal to hidden_size (the output norm's)");
+  }
+  AttentionSpec a;
+  a.type = AttentionType::kGsa;
+  ABCD_RETURN_IF_ERROR(SetMixerHeads(f, c, heads, key_dim, value_dim, a));
+  ABCD_ASSIGN_OR_RETURN(a.slots, f.Int("num_slots", a.key_dim, 1, 1 << 16));
+  ABCD_ASSIGN_OR_RETURN(const double normalizer,
+                        f.Number("gate_logit_normalizer", 8.0, 0.0, 1e6));
+  a.gate_normalizer = static_cast<float>(normalizer);
+  ABCD_ASSIGN_OR_RETURN(a.feature_map, ParseFeatureMap(f, MixerFeatureMap::kSwish, true));
+  for (LayerSpec& layer : c.decoder_layers) layer.attention = a;
+  return absl::OkStatus();
+}
+
+absl::Status ParseGlaOrRetnet(const HfFields& f, ModelConfig& c, AttentionType type) {
+  const bool retnet = type == AttentionType::kRetnet;
+  ABCD_RETURN_IF_ERROR(ParseFlaSkeleton(f, c, retnet ? 2.0 : 4.0));
+  // fla never passes use_short_conv to its RetNet layer: retnet checkpoints hold no conv.
+  if (!retnet) ABCD_RETURN_IF_ERROR(RefuseShortConv(f));
+  ABCD_ASSIGN_OR_RETURN(const int heads, f.Int("num_heads", retnet ? 8 : 4, 1, c.d_model));
+  ABCD_ASSIGN_OR_RETURN(const int key_dim, ExpandedWidth(f, "expand_k", retnet ? 1.0 : 0.5,
+                                                         c.d_model));
+  ABCD_ASSIGN_OR_RETURN(const int value_dim,
+                        ExpandedWidth(f, "expand_v", retnet ? 2.0 : 1.0, c.d_model));
+  AttentionSpec a;
+  a.type = type;
+  ABCD_RETURN_IF_ERROR(SetMixerHeads(f, c, heads, key_dim, value_dim, a));
+  ABCD_ASSIGN_OR_RETURN(a.output_gate, f.Bool("use_output_gate", true));
+  if (retnet) {
+    if (f.Present("feature_map")) return f.Error("feature_map", "is not supported for retnet");
+    if (a.key_dim % 2 != 0) return f.Error("expand_k", "gives an odd head width (rotary pairs)");
+    a.rope.enabled = true;
+    a.rope.theta = 10000.0;
+  } else {
+    ABCD_ASSIGN_OR_RETURN(a.feature_map, ParseFeatureMap(f, MixerFeatureMap::kNone, false));
+    a.gate_normalizer = 16.0f;
+    ABCD_ASSIGN_OR_RETURN(a.gate_rank, f.Int("gate_low_rank_dim", 16, 1, 4096));
+    if (f.Present("clamp_min")) {
+      ABCD_ASSIGN_OR_RETURN(const double clamp, f.Number("clamp_min", 0.0, -1e9, 0.0));
+      a.has_clamp = true;
+      a.clamp_min = static_cast<float>(clamp);
+    }
+  }
+  for (LayerSpec& layer : c.decoder_layers) layer.attention = a;
+  return absl::OkStatus();
+}
+
+absl::Status ParseHgrn2(const HfFields& f, ModelConfig& c) {
+  ABCD_RETURN_IF_ERROR(ParseFlaSkeleton(f, c, 4.0));
+  ABCD_RETURN_IF_ERROR(RefuseShortConv(f));
+  int heads = 0, expand_ratio = 0;
+  if (f.Present("expand_ratio")) {
+    ABCD_ASSIGN_OR_RETURN(expand_ratio, f.Int("expand_ratio", std::nullopt, 1, c.d_model));
+    if (f.Present("num_heads")) {
+      ABCD_ASSIGN_OR_RETURN(heads, f.Int("num_heads", std::nullopt, 1, c.d_model));
+    } else {
+      if (c.d_model % expand_ratio != 0) {
+        return f.Error("expand_ratio", "must divide hidden_size");
+      }
+      heads = c.d_model / expand_ratio;
+    }
+  } else {
+    ABCD_ASSIGN_OR_RETURN(heads, f.Int("num_heads", std::nullopt, 1, c.d_model));
+    if (c.d_model % heads != 0) return f.Error("num_heads", "must divide hidden_size");
+    expand_ratio = c.d_model / heads;
+  }
+  if (c.d_model % heads != 0) return f.Error("num_heads", "must divide hidden_size");
+  AttentionSpec a;
+  a.type = AttentionType::kHgrn2;
+  c.n_heads = heads;
+  a.heads = heads;
+  a.kv_heads = heads;
+  a.key_dim = expand_ratio;
+  a.value_dim = c.d_model / heads;
+  a.norm_eps = c.layer_norm_eps;
+  ABCD_ASSIGN_OR_RETURN(c.hgrn2_lower_bounds, f.Bool("use_lower_bound", true));
+  for (size_t i = 0; i < c.decoder_layers.size(); ++i) {
+    c.decoder_layers[i].attention = a;
+    c.decoder_layers[i].attention.layer_index = static_cast<int>(i);
+  }
+  return absl::OkStatus();
+}
+
+// generation_config.json: eos_token_id (int or list) adds stop ids; bos_token_id overrides.
+absl::Status ApplyGenerationConfig(absl::string_view text, ModelConfig& c) {
+  if (text.empty()) return absl::OkStatus();
+  const json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError("generation_config.json is not a JSON object");
+  }
+  const HfFields f(root, "generation_config.json");
+  if (f.Present("bos_token_id")) {
+    ABCD_ASSIGN_OR_RETURN(c.bos_id, f.Int("bos_token_id", std::nullopt, 0, c.vocab_size - 1));
+  }
+  const json* eos = f.Find("eos_token_id");
+  if (eos == nullptr) return absl::OkStatus();
+  const json list = eos->is_array() ? *eos : json::array({*eos});
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& id = list[i];
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= c.vocab_size) {
+      return f.Error("eos_token_id", absl::StrCat("[", i, "] must be a token id below vocab_size"));
+    }
+    const int token = static_cast<int>(id.get<int64_t>());
+    if (token != c.eos_id && std::find(c.extra_stop_ids.begin(), c.extra_stop_ids.end(), token) ==
+                                 c.extra_stop_ids.end()) {
+      c.extra_stop_ids.push_back(token);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyTokenizerConfig(absl::string_view text, ModelConfig& c) {
+  if (text.empty()) return absl::OkStatus();
+  const json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError("tokenizer_config.json is not a JSON object");
+  }
+  const HfFields f(root, "tokenizer_config.json");
+  ABCD_ASSIGN_OR_RETURN(c.add_bos, f.Bool("add_bos_token", true));
+  ABCD_ASSIGN_OR_RETURN(const bool add_eos, f.Bool("add_eos_token", false));
+  if (add_eos) return f.Error("add_eos_token", "true is not supported for generation");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsHfConfig(const json& root) { return root.is_object() && root.contains("model_type"); }
+
+int FlaIntermediateSize(int hidden_size, double hidden_ratio) {
+  const int64_t base = static_cast<int64_t>(std::floor(hidden_size * hidden_ratio * 2.0 / 3.0));
+  return static_cast<int>(256 * ((base + 255) / 256));
+}
+
+absl::StatusOr<ModelConfig> ParseHfConfig(const json& root, absl::string_view generation_config,
+                                          absl::string_view tokenizer_config) {
+  const HfFields f(root, kConfig);
+  ModelConfig c;
+  ABCD_ASSIGN_OR_RETURN(c.hf_model_type, f.String("model_type", ""));
+  const std::string& type = c.hf_model_type;
+  if (type == "llama" || type == "mistral") {
+    ABCD_RETURN_IF_ERROR(ParseLlama(f, c));
+  } else if (type == "gsa") {
+    ABCD_RETURN_IF_ERROR(ParseGsa(f, c));
+  } else if (type == "gla") {
+    ABCD_RETURN_IF_ERROR(ParseGlaOrRetnet(f, c, AttentionType::kGla));
+  } else if (type == "retnet") {
+    ABCD_RETURN_IF_ERROR(ParseGlaOrRetnet(f, c, AttentionType::kRetnet));
+  } else if (type == "hgrn2") {
+    ABCD_RETURN_IF_ERROR(ParseHgrn2(f, c));
+  } else {
+    return f.Error("model_type",
+                   absl::StrCat("\"", type.substr(0, 64),
+                                "\" is not supported (llama, mistral, gsa, gla, retnet, hgrn2)"));
+  }
+  ABCD_RETURN_IF_ERROR(ApplyGenerationConfig(generation_config, c));
+  ABCD_RETURN_IF_ERROR(ApplyTokenizerConfig(tokenizer_config, c));
+  return c;
+}
+
+}  // namespace abcd
