@@ -4,6 +4,9 @@ Each fixture has config.json, model.safetensors (fp32) and golden.safetensors wi
 prompt_ids [12], source_ids [10] (encoder-decoder), prefill_logits [12, V] (parallel form),
 decode_ids [32] and decode_logits [32, V] (recurrent form, continuing after the prompt); GMAT
 fixtures also encoder_output [rows, d] (the M memory rows, or source + memory rows).
+HF fixtures (HF_FIXTURES, names hf_*) hold an HF-layout checkpoint written by abcd_ref.hf (config.json,
+model.safetensors or shards + index, possibly bf16 or a legacy fla layout) instead; their prompt starts
+with bos and every logits row comes from the recurrent form of the model read back from those files.
 Deterministic: fixed seeds. Usage (from the repository root): /usr/bin/python3 models/make_fixtures.py
 [NAME ...] (only the named fixtures; index.json always lists them all)
 """
@@ -16,6 +19,7 @@ from pathlib import Path
 import torch
 
 from abcd_ref import LayerSpec, ModelConfig, build_model, export
+from abcd_ref import hf
 from abcd_ref.config import AttentionSpec, GmatSpec
 from abcd_ref.safetensors_io import save_file
 
@@ -129,6 +133,37 @@ FIXTURES = {
 }
 
 
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+# Issue 24: HF checkpoints (d 64, 2 layers, vocab 96). Keys: type, set (config overrides), drop (config
+# keys removed), dtype, shards, legacy (abcd_ref.hf.LEGACY_FEATURES).
+HF_FIXTURES = {
+    # Llama-2-style config (no head_dim key), MHA, untied, theta 10000.
+    "hf_llama": {"type": "llama", "drop": ["head_dim"]},
+    # GQA 4/2, head_dim 32 != d/H, llama3 scaling (hd 32, N0 64: all three frequency bands), tied.
+    "hf_llama_gqa": {"type": "llama", "set": {"num_key_value_heads": 2, "head_dim": 32, "tie_word_embeddings": True, "rope_scaling": LLAMA3_SCALING}},
+    # transformers >= 5 config: rope_parameters only (linear x4, theta 500000), attention and MLP biases.
+    "hf_llama_rope_parameters": {
+        "type": "llama",
+        "set": {"attention_bias": True, "mlp_bias": True, "transformers_version": "5.0.0", "rope_parameters": {"rope_type": "linear", "rope_theta": 500000.0, "factor": 4.0}},
+        "drop": ["rope_theta", "rope_scaling"],
+    },
+    "hf_gsa": {"type": "gsa"},  # swish, H 4, M 8, K = V = 16
+    "hf_gsa_legacy": {"type": "gsa", "set": {"feature_map": "relu"}, "legacy": ["fused_mlp", "norm_first"]},
+    "hf_gsa_gqa_t2r": {"type": "gsa", "set": {"num_kv_heads": 2, "feature_map": "t2r", "tie_word_embeddings": True}},
+    "hf_gla": {"type": "gla"},  # output gate, H 4, K 8, V 16
+    "hf_gla_legacy": {
+        "type": "gla",
+        "set": {"num_kv_heads": 2, "clamp_min": -0.5, "feature_map": "relu"},
+        "legacy": ["fused_mlp", "g_norm", "embed_tokens"],
+    },
+    "hf_retnet": {"type": "retnet"},  # H 4, K 16, V 32 (expand_v 2), hidden_ratio 2
+    "hf_retnet_nogate": {"type": "retnet", "set": {"use_output_gate": False}},
+    "hf_hgrn2": {"type": "hgrn2"},  # expand_ratio 16 -> H 4, K = V = 16, lower bounds
+    "hf_gsa_sharded_bf16": {"type": "gsa", "dtype": "bf16", "shards": 3},
+    "hf_llama_sharded_bf16": {"type": "llama", "set": {"num_key_value_heads": 2}, "dtype": "bf16", "shards": 3},
+}
+
+
 def make_config(fields):
     return ModelConfig(vocab_size=96, d_model=32, n_heads=4, d_ff=64, bos_id=1, eos_id=2, pad_id=0, unk_id=3, **fields)
 
@@ -189,21 +224,52 @@ def make_fixture(name, fields):
     return parity, conditioning
 
 
+@torch.no_grad()
+def make_hf_fixture(name, spec):
+    """Write one HF fixture; returns (max |parallel - recurrent|, max |golden - float64 recurrent|)."""
+    seed = zlib.crc32(name.encode())
+    config = hf.preset_config(spec["type"], "tiny", **spec.get("set", {}))
+    for key in spec.get("drop", ()):
+        config.pop(key)
+    out = OUT_DIR / name
+    hf.write_checkpoint(out, config, seed=seed, dtype=spec.get("dtype", "f32"), shards=spec.get("shards", 1), legacy=spec.get("legacy", ()))
+    model, config = hf.load_checkpoint(out)  # the reference computes with the weights as stored (bf16-rounded)
+    generator = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(FIRST_PLAIN_ID, config["vocab_size"], (PROMPT_LEN,), generator=generator)
+    prompt[0] = config["bos_token_id"]
+    decode_ids = torch.randint(FIRST_PLAIN_ID, config["vocab_size"], (DECODE_LEN,), generator=generator)
+    tokens = torch.cat([prompt, decode_ids])[None]
+    recurrent = hf.run_recurrent(model, tokens)[0][0]
+    parity = (model(tokens)[0] - recurrent).abs().max().item()
+    exact = hf.run_recurrent(model.double(), tokens)[0][0]
+    conditioning = (recurrent.double() - exact).abs().max().item()
+    golden_tensors = {
+        "prompt_ids": prompt.to(torch.int32),
+        "prefill_logits": recurrent[:PROMPT_LEN].contiguous(),
+        "decode_ids": decode_ids.to(torch.int32),
+        "decode_logits": recurrent[PROMPT_LEN:].contiguous(),
+    }
+    save_file(golden_tensors, out / "golden.safetensors")
+    return parity, conditioning
+
+
 def main(names=None):
     """Writes every fixture, or only `names` (command-line arguments; the others stay as they are)."""
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     failed = []
-    unknown = sorted(set(names or ()) - set(FIXTURES))
+    unknown = sorted(set(names or ()) - set(FIXTURES) - set(HF_FIXTURES))
     if unknown:
         sys.exit(f"unknown fixtures {unknown}")
-    for name, fields in FIXTURES.items():
+    jobs = [(name, make_fixture, fields) for name, fields in FIXTURES.items()]
+    jobs += [(name, make_hf_fixture, spec) for name, spec in HF_FIXTURES.items()]
+    for name, make, fields in jobs:
         if names and name not in names:
             continue
-        parity, conditioning = make_fixture(name, fields)
+        parity, conditioning = make(name, fields)
         print(f"{name:24s} max|parallel - recurrent| = {parity:.3e}   max|golden - float64| = {conditioning:.3e}")
         if not parity <= TOLERANCE:
             failed.append(name)
-    (OUT_DIR / "index.json").write_text(json.dumps(list(FIXTURES), indent=2) + "\n")
+    (OUT_DIR / "index.json").write_text(json.dumps(list(FIXTURES) + list(HF_FIXTURES), indent=2) + "\n")
     if failed:
         sys.exit(f"parallel and recurrent forms differ by more than {TOLERANCE} in: {', '.join(failed)}")
 

@@ -3,7 +3,9 @@
 Layout: 8-byte little-endian header length N, N bytes of JSON header (padded with spaces to a
 multiple of 8), then the raw little-endian tensor data. Header entries are
 {"dtype", "shape", "data_offsets": [begin, end]} relative to the data section; tensors are
-written sorted by name, contiguous, without gaps.
+written sorted by name, contiguous, without gaps. `save_file_streamed` writes the same layout from
+per-tensor producers (one tensor in memory at a time). Conversions to BF16/F16 are torch's, which round
+to nearest even.
 """
 
 import json
@@ -35,6 +37,43 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
     return tensor.numpy().tobytes()
 
 
+def _header_bytes(header, metadata):
+    if metadata:
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise TypeError("metadata must map str to str")
+        header["__metadata__"] = dict(metadata)
+    header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    return header_bytes + b" " * (-len(header_bytes) % 8)
+
+
+def save_file_streamed(entries, path, metadata=None):
+    """Write tensors produced one at a time: `entries` maps name -> (dtype, shape, producer), where
+    producer() returns a tensor of that shape (converted to dtype here). Same layout as save_file."""
+    header = {}
+    offset = 0
+    for name in sorted(entries):
+        dtype, shape, _ = entries[name]
+        if dtype not in _DTYPE_TO_NAME:
+            raise TypeError(f"tensor {name!r}: unsupported dtype {dtype}")
+        size = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+        header[name] = {"dtype": _DTYPE_TO_NAME[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    header_bytes = _header_bytes(header, metadata)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header_bytes)))
+        f.write(header_bytes)
+        for name in sorted(entries):
+            dtype, shape, producer = entries[name]
+            tensor = producer().to(dtype)
+            if tuple(tensor.shape) != tuple(shape):
+                raise ValueError(f"tensor {name!r}: producer gave shape {list(tensor.shape)}, expected {list(shape)}")
+            data = _tensor_bytes(tensor)
+            begin, end = header[name]["data_offsets"]
+            if len(data) != end - begin:
+                raise ValueError(f"tensor {name!r}: {len(data)} bytes, expected {end - begin}")
+            f.write(data)
+
+
 def save_file(tensors, path, metadata=None):
     """Write a dict name -> tensor (F32/BF16/F16/I32/I64) to `path`.
 
@@ -55,12 +94,7 @@ def save_file(tensors, path, metadata=None):
         }
         chunks.append(data)
         offset += len(data)
-    if metadata:
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-            raise TypeError("metadata must map str to str")
-        header["__metadata__"] = dict(metadata)
-    header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    header_bytes += b" " * (-len(header_bytes) % 8)
+    header_bytes = _header_bytes(header, metadata)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(header_bytes)))
         f.write(header_bytes)

@@ -1,0 +1,350 @@
+"""Hugging Face config.json of the fla models (gsa, gla, retnet, hgrn2) and of HF Llama.
+
+`resolve(config_dict)` applies the config classes' defaults, derives the sizes the modules need and
+refuses what the reference does not implement (ConfigError naming the key). `state_bytes(config_dict)`
+is the fp32 recurrent state per sequence (Llama: KV cache bytes per token). `preset_config(type,
+preset)` builds the config.json dicts the checkpoint writer emits. Pure functions, no torch.
+"""
+
+import math
+from types import SimpleNamespace
+
+from ..config import ConfigError
+
+FLA_TYPES = ("gsa", "gla", "retnet", "hgrn2")
+MODEL_TYPES = ("llama",) + FLA_TYPES
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "gsa": "GSAForCausalLM",
+    "gla": "GLAForCausalLM",
+    "retnet": "RetNetForCausalLM",
+    "hgrn2": "HGRN2ForCausalLM",
+}
+GSA_FEATURE_MAPS = ("swish", "relu", "t2r")
+# HF ACT2FN names the GLA/RetNet `feature_map` may name (applied to q and k).
+ACT_FEATURE_MAPS = ("relu", "silu", "swish", "sigmoid", "tanh", "gelu")
+ROPE_TYPES = ("default", "linear", "llama3")
+GLA_GATE_LOGIT_NORMALIZER = 16  # fla layer defaults, not read from config.json
+GLA_GATE_LOW_RANK_DIM = 16
+
+# Keys every fla config class writes, with the class defaults (model-specific ones added below).
+_FLA_COMMON = {
+    "vocab_size": 32000,
+    "hidden_size": 2048,
+    "num_hidden_layers": 24,
+    "hidden_ratio": 4,
+    "intermediate_size": None,
+    "hidden_act": "swish",
+    "norm_eps": 1e-6,
+    "elementwise_affine": True,
+    "attn": None,
+    "attn_mode": "chunk",
+    "use_short_conv": False,
+    "conv_size": 4,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": None,
+    "initializer_range": 0.02,
+    "use_cache": True,
+    "fuse_norm": True,
+    "fuse_swiglu": True,
+    "fuse_cross_entropy": True,
+}
+_FLA_DEFAULTS = {
+    "gsa": {
+        "num_heads": 4,
+        "num_kv_heads": None,
+        "num_slots": 64,
+        "expand_k": 1,
+        "expand_v": 1,
+        "gate_logit_normalizer": 8,
+        "feature_map": "swish",
+        "use_output_gate": False,
+        "use_norm": True,
+        "clamp_min": None,
+        "clamp_max": None,
+        "norm_first": False,
+    },
+    "gla": {
+        "num_heads": 4,
+        "num_kv_heads": None,
+        "expand_k": 0.5,
+        "expand_v": 1,
+        "feature_map": None,
+        "use_output_gate": True,
+        "clamp_min": None,
+        "use_gk": True,
+        "use_gv": False,
+    },
+    "retnet": {
+        "num_heads": 8,
+        "num_kv_heads": None,
+        "expand_k": 1,
+        "expand_v": 2,
+        "hidden_ratio": 2,
+        "feature_map": None,
+        "use_output_gate": True,
+    },
+    "hgrn2": {"num_heads": None, "expand_ratio": 128, "use_lower_bound": True},
+}
+_LLAMA_DEFAULTS = {
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": None,
+    "head_dim": None,
+    "hidden_act": "silu",
+    "max_position_embeddings": 2048,
+    "initializer_range": 0.02,
+    "rms_norm_eps": 1e-6,
+    "use_cache": True,
+    "pad_token_id": None,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pretraining_tp": 1,
+    "tie_word_embeddings": False,
+    "rope_theta": 10000.0,
+    "rope_scaling": None,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "mlp_bias": False,
+}
+
+# Writer presets: `tiny` (fixtures and tests) and `1.3b` (the fla-hub 1.3B shapes; Llama of the same width).
+PRESETS = {
+    "tiny": {
+        "llama": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128},
+        "gsa": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4, "num_slots": 8},
+        "gla": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4},
+        "retnet": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4},
+        "hgrn2": {"hidden_size": 64, "num_hidden_layers": 2, "expand_ratio": 16},
+    },
+    "1.3b": {
+        "llama": {
+            "hidden_size": 2048,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "intermediate_size": 5632,
+            "max_position_embeddings": 4096,
+        },
+        "gsa": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "num_slots": 64},
+        "gla": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "expand_k": 0.5},
+        "retnet": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 8, "expand_v": 2, "hidden_ratio": 2},
+        "hgrn2": {"hidden_size": 2048, "num_hidden_layers": 24, "expand_ratio": 128},
+    },
+}
+PRESET_VOCAB = {"tiny": 96, "1.3b": 32000}
+PRESET_DTYPE = {"tiny": "f32", "1.3b": "bf16"}
+
+
+def default_config(model_type):
+    """The full config dict of `model_type` with the config class defaults (every key explicit)."""
+    if model_type not in MODEL_TYPES:
+        raise ConfigError(f"model_type must be one of {list(MODEL_TYPES)}, got {model_type!r}")
+    if model_type == "llama":
+        base = dict(_LLAMA_DEFAULTS)
+    else:
+        base = dict(_FLA_COMMON)
+        base.update(_FLA_DEFAULTS[model_type])
+    return {"model_type": model_type, "architectures": [ARCHITECTURES[model_type]], **base}
+
+
+def preset_config(model_type, preset="tiny", **overrides):
+    """A writer config: defaults, then the preset's sizes, then `overrides` (every size key explicit)."""
+    if preset not in PRESETS:
+        raise ConfigError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    config = default_config(model_type)
+    config.update(PRESETS[preset][model_type])
+    config["vocab_size"] = PRESET_VOCAB[preset]
+    config.update(overrides)
+    if model_type == "llama":
+        if config.get("num_key_value_heads") is None:
+            config["num_key_value_heads"] = config["num_attention_heads"]
+        if config.get("head_dim") is None:
+            config["head_dim"] = config["hidden_size"] // config["num_attention_heads"]
+    elif model_type != "hgrn2" and config.get("num_kv_heads") is None:
+        config["num_kv_heads"] = config["num_heads"]
+    return config
+
+
+def intermediate_size(hidden_size, hidden_ratio, explicit):
+    """fla GatedMLP width: `explicit` if set, else 256 * ceil(floor(d * ratio * 2/3) / 256) (ratio null -> 4)."""
+    if explicit is not None:
+        return int(explicit)
+    ratio = 4 if hidden_ratio is None else hidden_ratio
+    return 256 * math.ceil(int(hidden_size * ratio * 2 / 3) / 256)
+
+
+def _get(config, key, default):
+    value = config.get(key, default)
+    return default if value is None and default is not None else value
+
+
+def _positive_int(where, key, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: '{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+def _divides(where, what, numerator, denominator):
+    if numerator % denominator:
+        raise ConfigError(f"{where}: {what} ({numerator}) must be divisible by {denominator}")
+    return numerator // denominator
+
+
+def resolve(config):
+    """Validate an HF config dict and return a SimpleNamespace of the sizes the modules use."""
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ConfigError(f"config.json: 'model_type' must be one of {list(MODEL_TYPES)}, got {model_type!r}")
+    return _resolve_llama(config) if model_type == "llama" else _resolve_fla(config, model_type)
+
+
+def _resolve_fla(config, model_type):
+    where = f"config.json ({model_type})"
+    merged = default_config(model_type)
+    merged.update({k: v for k, v in config.items() if k != "exapnd_k" and k != "exapnd_v"})
+    for key in ("expand_k", "expand_v"):  # GSA's constructor spells these "exapnd_*"; the saved key wins
+        if key not in config and f"exapnd_{key[7:]}" in config:
+            merged[key] = config[f"exapnd_{key[7:]}"]
+    for key in ("attn", "attnres_block_size"):
+        if merged.get(key) is not None:
+            raise ConfigError(f"{where}: '{key}' is not supported (hybrid/attention-residual layers), got {merged[key]!r}")
+    if merged["hidden_act"] != "swish":
+        raise ConfigError(f"{where}: 'hidden_act' {merged['hidden_act']!r} is not supported (only 'swish')")
+    if merged["elementwise_affine"] is False:
+        raise ConfigError(f"{where}: 'elementwise_affine' false is not supported")
+    if merged["use_short_conv"] and model_type != "retnet":  # fla never gives RetNet a short conv
+        raise ConfigError(f"{where}: 'use_short_conv' true is not supported yet")
+    d = _positive_int(where, "hidden_size", merged["hidden_size"])
+    c = SimpleNamespace(
+        model_type=model_type,
+        vocab_size=_positive_int(where, "vocab_size", merged["vocab_size"]),
+        hidden_size=d,
+        num_layers=_positive_int(where, "num_hidden_layers", merged["num_hidden_layers"]),
+        norm_eps=float(merged["norm_eps"]),
+        intermediate_size=intermediate_size(d, merged["hidden_ratio"], merged["intermediate_size"]),
+        tie_word_embeddings=bool(merged["tie_word_embeddings"]),
+    )
+    if model_type == "hgrn2":
+        ratio, heads = merged["expand_ratio"], merged["num_heads"]
+        if ratio is None and heads is None:
+            raise ConfigError(f"{where}: one of 'expand_ratio' and 'num_heads' must be set")
+        if ratio is None:
+            ratio = _divides(where, "hidden_size", d, _positive_int(where, "num_heads", heads))
+        c.num_heads = _divides(where, "hidden_size", d, _positive_int(where, "expand_ratio", ratio))
+        if heads is not None and heads != c.num_heads:
+            raise ConfigError(f"{where}: 'num_heads' {heads} disagrees with hidden_size / expand_ratio = {c.num_heads}")
+        c.head_k_dim = c.head_v_dim = ratio
+        c.key_dim = c.value_dim = d
+        c.num_kv_heads = c.num_heads
+        c.use_lower_bound = bool(merged["use_lower_bound"])
+        return c
+    c.num_heads = _positive_int(where, "num_heads", merged["num_heads"])
+    kv = merged["num_kv_heads"]
+    c.num_kv_heads = c.num_heads if kv is None else _positive_int(where, "num_kv_heads", kv)
+    c.groups = _divides(where, "num_heads", c.num_heads, c.num_kv_heads)
+    c.key_dim, c.value_dim = int(d * merged["expand_k"]), int(d * merged["expand_v"])
+    c.head_k_dim = _divides(where, "key_dim (hidden_size * expand_k)", c.key_dim, c.num_heads)
+    c.head_v_dim = _divides(where, "value_dim (hidden_size * expand_v)", c.value_dim, c.num_heads)
+    if model_type == "gsa":
+        if merged["feature_map"] not in GSA_FEATURE_MAPS:
+            raise ConfigError(f"{where}: 'feature_map' must be one of {list(GSA_FEATURE_MAPS)}, got {merged['feature_map']!r}")
+        if c.value_dim != d:
+            raise ConfigError(f"{where}: value_dim (hidden_size * expand_v = {c.value_dim}) must equal hidden_size {d}")
+        slots = merged["num_slots"]
+        c.num_slots = c.head_k_dim if slots is None else _positive_int(where, "num_slots", slots)
+        c.feature_map = merged["feature_map"]
+        c.gate_logit_normalizer = float(merged["gate_logit_normalizer"])
+        return c
+    fm = merged["feature_map"]
+    if fm is not None and fm not in ACT_FEATURE_MAPS:
+        raise ConfigError(f"{where}: 'feature_map' must be null or one of {list(ACT_FEATURE_MAPS)}, got {fm!r}")
+    c.feature_map = fm
+    c.use_output_gate = bool(merged["use_output_gate"])
+    if model_type == "gla":
+        c.clamp_min = None if merged["clamp_min"] is None else float(merged["clamp_min"])
+    else:
+        if c.head_k_dim % 2 or c.head_k_dim > 256:
+            raise ConfigError(f"{where}: RetNet head key dim {c.head_k_dim} must be even and <= 256")
+    return c
+
+
+def rope_settings(config):
+    """(theta, scaling dict or None) of a Llama config: `rope_parameters` (transformers >= 5) first."""
+    where = "config.json (llama)"
+    params = config.get("rope_parameters")
+    if params is not None:
+        theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
+        scaling = params
+        key = "rope_parameters"
+    else:
+        theta = config.get("rope_theta", 10000.0)
+        scaling = config.get("rope_scaling")
+        key = "rope_scaling"
+    if theta is None:
+        theta = 10000.0
+    if scaling is None:
+        return float(theta), None
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ConfigError(f"{where}: '{key}.rope_type' {kind!r} is not supported (only linear and llama3)")
+    if kind == "default":
+        return float(theta), None
+    required = ("factor",) if kind == "linear" else ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    for name in required:
+        if not isinstance(scaling.get(name), (int, float)) or isinstance(scaling.get(name), bool):
+            raise ConfigError(f"{where}: '{key}.{name}' must be a number for rope_type {kind}, got {scaling.get(name)!r}")
+    return float(theta), {"rope_type": kind, **{name: float(scaling[name]) for name in required}}
+
+
+def _resolve_llama(config):
+    where = "config.json (llama)"
+    merged = dict(_LLAMA_DEFAULTS)
+    merged.update(config)
+    if merged["hidden_act"] != "silu":
+        raise ConfigError(f"{where}: 'hidden_act' {merged['hidden_act']!r} is not supported (only 'silu')")
+    d = _positive_int(where, "hidden_size", merged["hidden_size"])
+    heads = _positive_int(where, "num_attention_heads", merged["num_attention_heads"])
+    kv = merged["num_key_value_heads"]
+    kv = heads if kv is None else _positive_int(where, "num_key_value_heads", kv)
+    head_dim = merged["head_dim"]
+    head_dim = _divides(where, "hidden_size", d, heads) if head_dim is None else _positive_int(where, "head_dim", head_dim)
+    if head_dim % 2:
+        raise ConfigError(f"{where}: 'head_dim' {head_dim} must be even (RoPE)")
+    theta, scaling = rope_settings(config)
+    return SimpleNamespace(
+        model_type="llama",
+        vocab_size=_positive_int(where, "vocab_size", merged["vocab_size"]),
+        hidden_size=d,
+        num_layers=_positive_int(where, "num_hidden_layers", merged["num_hidden_layers"]),
+        norm_eps=float(merged["rms_norm_eps"]),
+        intermediate_size=_positive_int(where, "intermediate_size", merged["intermediate_size"]),
+        tie_word_embeddings=bool(merged["tie_word_embeddings"]),
+        num_heads=heads,
+        num_kv_heads=kv,
+        groups=_divides(where, "num_attention_heads", heads, kv),
+        head_dim=head_dim,
+        rope_theta=theta,
+        rope_scaling=scaling,
+        attention_bias=bool(merged["attention_bias"]),
+        mlp_bias=bool(merged["mlp_bias"]),
+    )
+
+
+def state_bytes(config):
+    """fp32 bytes of one sequence's recurrent state (fla types; RetNet's position counter not counted),
+    or, for llama, KV cache bytes per token (2 * L * Hkv * head_dim * 4)."""
+    c = resolve(config)
+    if c.model_type == "llama":
+        return 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
+    if c.model_type == "gsa":  # key memory [H, K, M] + value memory [H, M, V]
+        per_layer = (c.key_dim + c.value_dim) * c.num_slots
+    else:  # gla / retnet / hgrn2: S [H, K, V]
+        per_layer = c.num_heads * c.head_k_dim * c.head_v_dim
+    return c.num_layers * per_layer * 4
