@@ -349,5 +349,23 @@ class MathTest(unittest.TestCase):
                 torch.testing.assert_close(hf.run_recurrent(model, ids[:, 10:], state)[0], recurrent[:, 10:])
 
 
+class FixtureTest(unittest.TestCase):
+    @torch.no_grad()
+    def test_committed_hf_fixtures_reproduce(self):
+        """The hf_* golden fixtures are listed in index.json and the reference still computes their logits."""
+        golden_dir = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "golden"
+        names = [n for n in json.loads((golden_dir / "index.json").read_text()) if n.startswith("hf_")]
+        self.assertEqual(len(names), 13)
+        for name in names:
+            with self.subTest(name):
+                golden = load_file(golden_dir / name / "golden.safetensors")
+                model, config = hf.load_checkpoint(golden_dir / name)
+                ids = torch.cat([golden["prompt_ids"], golden["decode_ids"]]).long()[None]
+                self.assertEqual(ids[0, 0].item(), config["bos_token_id"])
+                logits = hf.run_recurrent(model, ids)[0][0]
+                expected = torch.cat([golden["prefill_logits"], golden["decode_logits"]])
+                torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
+
+
 if __name__ == "__main__":
     unittest.main()

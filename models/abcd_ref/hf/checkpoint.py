@@ -298,6 +298,7 @@ def load_checkpoint(model_dir):
             raise ValueError(f"{model_dir}: tensor {name} has shape {list(tensor.shape)}, expected {expected[name]}")
     state = {name: t.to(torch.float32) for name, t in tensors.items()}
     if model.config.tie_word_embeddings:
-        state["lm_head.weight"] = state["model.embeddings.weight" if "model.embeddings.weight" in state else "model.embed_tokens.weight"]
+        embedding = "model.embed_tokens.weight" if model.config.model_type == "llama" else "model.embeddings.weight"
+        state["lm_head.weight"] = state[embedding]
     model.load_state_dict(state)
     return model, config
