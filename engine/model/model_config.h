@@ -181,6 +181,14 @@ struct ModelConfig {
   bool hf_attention_bias = false;  // llama attention_bias: q/k/v/o projections have biases
   bool hf_mlp_bias = false;        // llama mlp_bias
   bool is_hf() const { return !hf_model_type.empty(); }
+  // True for eos_id and the extra stop ids: the token ends generation.
+  bool IsStopToken(int token) const {
+    if (token == eos_id) return true;
+    for (int id : extra_stop_ids) {
+      if (token == id) return true;
+    }
+    return false;
+  }
   std::vector<LayerSpec> decoder_layers;
   std::vector<LayerSpec> encoder_layers;
   std::optional<GmatConfig> gmat;  // encoder-decoder with a GMAT encoder only

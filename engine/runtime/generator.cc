@@ -39,8 +39,8 @@ absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tok
   }
   ABCD_RETURN_IF_ERROR(ValidateSamplingParams(options.sampling));
   GenerateResult result;
-  result.prompt_ids.push_back(config.bos_id);
   ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> encoded, tokenizer.Encode(prompt));
+  if (config.add_bos || encoded.empty()) result.prompt_ids.push_back(config.bos_id);
   result.prompt_ids.insert(result.prompt_ids.end(), encoded.begin(), encoded.end());
 
   ABCD_ASSIGN_OR_RETURN(const SequenceId sequence, pool.Acquire());
@@ -58,7 +58,7 @@ absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tok
   std::vector<int32_t> context = result.prompt_ids;
   while (static_cast<int>(result.token_ids.size()) < options.max_tokens) {
     const int32_t next = sampler.Sample(logits, context);
-    if (next == config.eos_id && !options.ignore_eos) {
+    if (config.IsStopToken(next) && !options.ignore_eos) {
       result.finish_reason = FinishReason::kEos;
       // Text held back as a possible stop-string prefix is final now.
       const std::string rest = text.Flush();

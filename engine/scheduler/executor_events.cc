@@ -58,7 +58,7 @@ void ContinuousBatchingExecutor::AttachLogprobs(ActiveRequest& r, GenerationEven
 }
 
 void ContinuousBatchingExecutor::Accept(ActiveRequest& r, int32_t token) {
-  if (token == config_.eos_id && !r.request.ignore_eos) {
+  if (config_.IsStopToken(token) && !r.request.ignore_eos) {
     Finish(r, absl::OkStatus(), FinishReason::kEos, {}, r.text->Flush());
     return;
   }

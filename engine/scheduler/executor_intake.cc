@@ -139,7 +139,8 @@ absl::StatusOr<std::unique_ptr<ActiveRequest>> ContinuousBatchingExecutor::Prepa
   r->request = std::move(request);
   if (!r->request.resume_state.empty()) {
     ABCD_RETURN_IF_ERROR(Resume(*r));
-  } else {
+  } else if (config.add_bos || ids.empty() || encoder_decoder) {
+    // (A model without add_bos still needs one token to start from when the prompt is empty.)
     r->prompt_ids.push_back(config.bos_id);
   }
   if (encoder_decoder) {
