@@ -57,6 +57,7 @@ absl::StatusOr<std::vector<float>> Hgrn2LowerBound(const ModelConfig& config, in
 struct Projections {
   std::vector<float> fused, fused_bias, out, out_bias;
   int64_t fused_rows = 0, out_in = 0;
+  int64_t synthetic_floats = 0;  // zero biases made up here (not read from the checkpoint)
 };
 
 absl::Status LoadInto(WeightLoader& weights, const std::string& name, int64_t rows, int64_t cols,
@@ -79,7 +80,7 @@ absl::StatusOr<std::unique_ptr<AttentionState>> LoadLlama(const ModelConfig& c,
     const size_t first = p.fused.size();
     ABCD_RETURN_IF_ERROR(LoadInto(weights, absl::StrCat(prefix, ".", name, ".weight"), rows, d, p));
     std::vector<float> bias(static_cast<size_t>(rows), 0.0f);
-    if (c.hf_attention_bias) {
+    if (a.qkv_bias) {
       ABCD_ASSIGN_OR_RETURN(bias, weights.Load(absl::StrCat(prefix, ".", name, ".bias"), {rows}));
     }
     if (name == std::string("q_proj")) {  // 1/sqrt(hd) folded into q (RoPE is linear)
@@ -88,14 +89,42 @@ absl::StatusOr<std::unique_ptr<AttentionState>> LoadLlama(const ModelConfig& c,
     }
     Append(p.fused_bias, bias);
   }
-  if (!c.hf_attention_bias) p.fused_bias.clear();
+  if (!a.qkv_bias) p.fused_bias.clear();
   ABCD_ASSIGN_OR_RETURN(p.out, weights.Load(prefix + ".o_proj.weight", {d, q}));
-  if (c.hf_attention_bias) {
+  if (a.o_bias) {
     ABCD_ASSIGN_OR_RETURN(p.out_bias, weights.Load(prefix + ".o_proj.bias", {d}));
   }
   p.out_in = q;
-  return std::make_unique<SoftmaxState>(a.heads, a.kv_heads, a.key_dim,
-                                        a.rope.InverseFrequencies(a.key_dim));
+  return std::make_unique<SoftmaxState>(
+      a.heads, a.kv_heads, a.key_dim,
+      a.rope.enabled ? a.rope.InverseFrequencies(a.key_dim) : std::vector<float>{});
+}
+
+// abcd_llama's t2r and abc layers: Llama's q/k/v/o (MHA, head_dim * heads == d) around abcd's
+// own kernels, without RoPE; q scaled by 1/sqrt(dh) as in abcd's layers; abc's exp control
+// `control.{weight,bias}` as the extra columns.
+absl::StatusOr<std::unique_ptr<AttentionState>> LoadAbcdMixer(const ModelConfig& c,
+                                                              const AttentionSpec& a,
+                                                              const std::string& prefix,
+                                                              WeightLoader& weights,
+                                                              Projections& p) {
+  AttentionSpec llama = a;
+  llama.heads = c.n_heads;
+  llama.kv_heads = c.n_heads;
+  llama.key_dim = c.head_dim();
+  ABCD_RETURN_IF_ERROR(LoadLlama(c, llama, prefix, weights, p).status());
+  const int64_t d = c.d_model;
+  if (a.type == AttentionType::kAbc) {
+    const int64_t n = int64_t{c.n_heads} * a.slots;
+    ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".control.weight", n, d, p));
+    ABCD_ASSIGN_OR_RETURN(std::vector<float> bias, weights.Load(prefix + ".control.bias", {n}));
+    if (p.fused_bias.empty()) {
+      p.fused_bias.assign(static_cast<size_t>(3 * d), 0.0f);
+      p.synthetic_floats += 3 * d;
+    }
+    Append(p.fused_bias, bias);
+  }
+  return MakeAttentionState(c, a, prefix, weights);
 }
 
 absl::StatusOr<std::unique_ptr<AttentionState>> LoadGsa(const ModelConfig& c,
@@ -204,6 +233,10 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::LoadHf(const Mod
     case AttentionType::kSoftmax:
       state = LoadLlama(config, spec, prefix, weights, p);
       break;
+    case AttentionType::kT2r:
+    case AttentionType::kAbc:
+      state = LoadAbcdMixer(config, spec, prefix, weights, p);
+      break;
     case AttentionType::kGsa:
       state = LoadGsa(config, spec, prefix, weights, p);
       break;
@@ -220,16 +253,21 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::LoadHf(const Mod
   layer->state_ = *std::move(state);
   // Bytes the state kernels keep besides the packed matrices (norms, gates, feature maps).
   const int64_t packed_floats =
-      static_cast<int64_t>(p.fused.size() + p.fused_bias.size() + p.out.size() + p.out_bias.size());
+      static_cast<int64_t>(p.fused.size() + p.fused_bias.size() + p.out.size() + p.out_bias.size()) -
+      p.synthetic_floats;
   layer->state_weight_bytes_ = 4 * (weights.loaded_floats() - floats_before - packed_floats);
   const int64_t d = config.d_model;
   layer->fused_ = PackedMatrix::Pack(p.fused, p.fused_rows, d, format);
   layer->fused_bias_ = std::move(p.fused_bias);
   layer->out_ = PackedMatrix::Pack(p.out, d, p.out_in, format);
   layer->out_bias_ = std::move(p.out_bias);
-  layer->layout_ = layer->state_->PreparedLayout();
+  if (layer->state_->PreparedWidth() > 0) {
+    layer->layout_ = layer->state_->PreparedLayout();
+  } else {  // abcd's own kernels read the projection rows: q | k | v | extra, d each
+    layer->layout_ = {d, 2 * d, 3 * d, p.fused_rows};
+  }
   layer->attended_width_ = layer->state_->AttendedWidth(d);
-  if (layer->state_->PreparedWidth() == 0 || layer->attended_width_ != p.out_in) {
+  if (layer->attended_width_ != p.out_in) {
     return absl::InternalError(absl::StrCat(prefix, ": inconsistent kernel row layout"));
   }
   return layer;

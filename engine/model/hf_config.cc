@@ -206,7 +206,6 @@ absl::Status ParseLlama(const HfFields& f, ModelConfig& c) {
   ABCD_ASSIGN_OR_RETURN(const RopeSpec rope, ParseRope(f, 10000.0));
   ABCD_ASSIGN_OR_RETURN(const bool attention_bias, f.Bool("attention_bias", false));
   ABCD_ASSIGN_OR_RETURN(const bool mlp_bias, f.Bool("mlp_bias", false));
-  c.hf_attention_bias = attention_bias;
   c.hf_mlp_bias = mlp_bias;
   if (f.Present("sliding_window") && c.hf_model_type == "mistral") {
     ABCD_RETURN_IF_ERROR(f.RefuseIfSet(
@@ -221,6 +220,88 @@ absl::Status ParseLlama(const HfFields& f, ModelConfig& c) {
     a.key_dim = head_dim;
     a.value_dim = head_dim;
     a.rope = rope;
+    a.qkv_bias = attention_bias;
+    a.o_bias = attention_bias;
+  }
+  return absl::OkStatus();
+}
+
+// abcd_llama (models/FORMAT.md): a Llama whose layers may be t2r or abc (no RoPE) by
+// "abcd_layers", one entry per layer; written by models/convert.py --from-hf.
+absl::Status ParseAbcdLayers(const HfFields& f, ModelConfig& c) {
+  const json* list = f.Find("abcd_layers");
+  if (list == nullptr || !list->is_array() || list->size() != c.decoder_layers.size()) {
+    return f.Error("abcd_layers", "must be a list with one entry per layer");
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string key = absl::StrCat("abcd_layers[", i, "]");
+    if (!(*list)[i].is_object()) return f.Error(key, "must be an object");
+    const HfFields e((*list)[i], absl::StrCat(kConfig, " ", key));
+    ABCD_ASSIGN_OR_RETURN(const std::string type, e.String("type", ""));
+    AttentionSpec& a = c.decoder_layers[i].attention;
+    if (type == "softmax") continue;
+    if (type != "t2r" && type != "abc") {
+      return e.Error("type", absl::StrCat("\"", type.substr(0, 32),
+                                          "\" is not supported (softmax, t2r or abc)"));
+    }
+    if (a.kv_heads != a.heads || int64_t{a.key_dim} * a.heads != c.d_model) {
+      return e.Error("type", "t2r and abc layers need num_key_value_heads == num_attention_heads "
+                             "and head_dim * num_attention_heads == hidden_size");
+    }
+    const bool qkv_bias = a.qkv_bias, o_bias = a.o_bias;
+    a = AttentionSpec();
+    a.qkv_bias = qkv_bias;
+    a.o_bias = o_bias;
+    if (type == "t2r") {
+      a.type = AttentionType::kT2r;
+      ABCD_ASSIGN_OR_RETURN(a.features, e.Int("features", std::nullopt, 1, 1 << 16));
+      ABCD_ASSIGN_OR_RETURN(const double eps, e.Number("eps", 1e-6, 0.0, 1.0));
+      a.eps = static_cast<float>(eps);
+    } else {
+      a.type = AttentionType::kAbc;
+      ABCD_ASSIGN_OR_RETURN(a.slots, e.Int("slots", std::nullopt, 1, 1 << 16));
+      a.layer_id = static_cast<int>(i);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// fla hybrids: config "attn" lists the layers that are softmax attention (fla/layers/attn.py:
+// RoPE over head_dim = hidden_size / num_heads, GQA, optional q/k/v biases).
+absl::Status ParseFlaHybrid(const HfFields& f, ModelConfig& c) {
+  const json* attn = f.Find("attn");
+  if (attn == nullptr) return absl::OkStatus();
+  if (!attn->is_object()) return f.Error("attn", "must be an object or null");
+  const HfFields a(*attn, absl::StrCat(kConfig, " attn"));
+  ABCD_RETURN_IF_ERROR(a.RefuseIfSet("window_size", "sliding-window hybrid layers"));
+  ABCD_RETURN_IF_ERROR(a.RefuseIfSet("qk_norm", "q/k norms in hybrid layers"));
+  ABCD_ASSIGN_OR_RETURN(const int heads, a.Int("num_heads", std::nullopt, 1, c.d_model));
+  ABCD_ASSIGN_OR_RETURN(const int kv_heads, a.Int("num_kv_heads", heads, 1, heads));
+  if (heads % kv_heads != 0) return a.Error("num_kv_heads", "must divide num_heads");
+  if (c.d_model % heads != 0 || (c.d_model / heads) % 2 != 0) {
+    return a.Error("num_heads", "must divide hidden_size into even head widths");
+  }
+  ABCD_ASSIGN_OR_RETURN(const bool bias, a.Bool("qkv_bias", false));
+  ABCD_ASSIGN_OR_RETURN(const double theta, a.Number("rope_theta", 10000.0, 0.0, 1e12));
+  const json* layers = a.Find("layers");
+  if (layers == nullptr || !layers->is_array()) return a.Error("layers", "must be a list");
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const json& index = (*layers)[i];
+    if (!index.is_number_integer() || index.get<int64_t>() < 0 ||
+        index.get<int64_t>() >= static_cast<int64_t>(c.decoder_layers.size())) {
+      return a.Error("layers", absl::StrCat("[", i, "] must be a layer index below ",
+                                            c.decoder_layers.size()));
+    }
+    AttentionSpec s;
+    s.type = AttentionType::kSoftmax;
+    s.heads = heads;
+    s.kv_heads = kv_heads;
+    s.key_dim = c.d_model / heads;
+    s.value_dim = s.key_dim;
+    s.rope.enabled = true;
+    s.rope.theta = theta;
+    s.qkv_bias = bias;
+    c.decoder_layers[static_cast<size_t>(index.get<int64_t>())].attention = s;
   }
   return absl::OkStatus();
 }
@@ -242,8 +323,6 @@ absl::Status ParseFlaSkeleton(const HfFields& f, ModelConfig& c, double default_
     return f.Error("hidden_act",
                    absl::StrCat("\"", act.substr(0, 32), "\" is not supported (swish)"));
   }
-  ABCD_RETURN_IF_ERROR(f.RefuseIfSet(
-      "attn", "hybrid models with softmax attention layers are not implemented"));
   ABCD_RETURN_IF_ERROR(f.RefuseIfSet("attnres_block_size", "attention residual blocks"));
   ABCD_ASSIGN_OR_RETURN(const bool affine, f.Bool("elementwise_affine", true));
   if (!affine) return f.Error("elementwise_affine", "false (norms without weights) is not supported");
@@ -441,6 +520,9 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const json& root, absl::string_view ge
   const std::string& type = c.hf_model_type;
   if (type == "llama" || type == "mistral") {
     ABCD_RETURN_IF_ERROR(ParseLlama(f, c));
+  } else if (type == "abcd_llama") {
+    ABCD_RETURN_IF_ERROR(ParseLlama(f, c));
+    ABCD_RETURN_IF_ERROR(ParseAbcdLayers(f, c));
   } else if (type == "gsa") {
     ABCD_RETURN_IF_ERROR(ParseGsa(f, c));
   } else if (type == "gla") {
@@ -452,7 +534,11 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const json& root, absl::string_view ge
   } else {
     return f.Error("model_type",
                    absl::StrCat("\"", type.substr(0, 64),
-                                "\" is not supported (llama, mistral, gsa, gla, retnet, hgrn2)"));
+                                "\" is not supported (llama, mistral, gsa, gla, retnet, hgrn2, "
+                                "abcd_llama)"));
+  }
+  if (type != "llama" && type != "mistral" && type != "abcd_llama") {
+    ABCD_RETURN_IF_ERROR(ParseFlaHybrid(f, c));
   }
   ABCD_RETURN_IF_ERROR(ApplyGenerationConfig(generation_config, c));
   ABCD_RETURN_IF_ERROR(ApplyTokenizerConfig(tokenizer_config, c));

@@ -125,6 +125,8 @@ struct AttentionSpec {
   bool has_clamp = false;
   bool output_gate = false;  // gla, retnet: per-head RMSNorm times silu(W_g u)
   float norm_eps = 1e-6f;    // the mixer's output RMSNorm
+  bool qkv_bias = false;     // Hugging Face softmax: q/k/v projections have biases
+  bool o_bias = false;       // ... and the output projection
   int layer_index = 0;       // hgrn2: which row of the model's lower bounds this layer uses
 
   // True when the per-sequence state has a fixed size (everything but softmax).
@@ -178,7 +180,6 @@ struct ModelConfig {
   std::string hf_model_type;
   // hgrn2 with lower bounds: the model-level [layers, d] lower_bounds tensor is read.
   bool hgrn2_lower_bounds = false;
-  bool hf_attention_bias = false;  // llama attention_bias: q/k/v/o projections have biases
   bool hf_mlp_bias = false;        // llama mlp_bias
   bool is_hf() const { return !hf_model_type.empty(); }
   // True for eos_id and the extra stop ids: the token ends generation.
