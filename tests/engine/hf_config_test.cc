@@ -1,0 +1,211 @@
+// Hugging Face config.json parsing (engine/model/hf_config.h): shapes derived as transformers
+// and fla derive them, RoPE scaling, eos lists, and every refusal naming its key.
+#include "engine/model/hf_config.h"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/model/model.h"
+
+#include "nlohmann/json.hpp"
+
+namespace abcd {
+namespace {
+
+using nlohmann::json;
+
+json Llama() {
+  return json::parse(R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+    "vocab_size": 320, "hidden_size": 64, "intermediate_size": 172, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0, "bos_token_id": 1, "eos_token_id": 2})");
+}
+
+json Gsa() {
+  return json::parse(R"({"model_type": "gsa", "vocab_size": 320, "hidden_size": 64,
+    "num_hidden_layers": 2, "num_heads": 4, "num_slots": 8, "expand_k": 1, "expand_v": 1,
+    "intermediate_size": null, "hidden_ratio": 4, "gate_logit_normalizer": 8,
+    "feature_map": "swish", "use_short_conv": false, "norm_eps": 1e-6})");
+}
+
+absl::StatusOr<ModelConfig> Parse(const json& config, const std::string& generation = "",
+                                  const std::string& tokenizer = "") {
+  return ParseHfConfig(config, generation, tokenizer);
+}
+
+std::string ErrorFor(const json& config) {
+  absl::StatusOr<ModelConfig> parsed = Parse(config);
+  EXPECT_FALSE(parsed.ok());
+  return parsed.ok() ? "" : std::string(parsed.status().message());
+}
+
+TEST(HfConfig, LlamaShapesAndGqa) {
+  absl::StatusOr<ModelConfig> c = Parse(Llama());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->is_hf());
+  EXPECT_EQ(c->norm_kind, NormKind::kRmsNorm);
+  EXPECT_EQ(c->activation, Activation::kSwiGlu);
+  EXPECT_FALSE(c->tie_embeddings);
+  EXPECT_FALSE(c->scale_embeddings);
+  const AttentionSpec& a = c->decoder_layers[1].attention;
+  EXPECT_EQ(a.type, AttentionType::kSoftmax);
+  EXPECT_EQ(a.heads, 4);
+  EXPECT_EQ(a.kv_heads, 2);
+  EXPECT_EQ(a.key_dim, 16);
+  EXPECT_TRUE(a.rope.enabled);
+}
+
+TEST(HfConfig, FlaIntermediateSizeRule) {
+  EXPECT_EQ(FlaIntermediateSize(2048, 4), 5632);
+  EXPECT_EQ(FlaIntermediateSize(2048, 2), 2816);
+  EXPECT_EQ(FlaIntermediateSize(2560, 4), 6912);
+  EXPECT_EQ(FlaIntermediateSize(64, 4), 256);
+  absl::StatusOr<ModelConfig> c = Parse(Gsa());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->d_ff, 256);
+  EXPECT_EQ(c->decoder_layers[0].attention.slots, 8);
+  EXPECT_FLOAT_EQ(c->decoder_layers[0].attention.gate_normalizer, 8.0f);
+}
+
+TEST(HfConfig, Llama3RopeScalingByWavelengthBand) {
+  json config = Llama();
+  config["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", 8.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 64}};
+  absl::StatusOr<ModelConfig> c = Parse(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<float> inv = c->decoder_layers[0].attention.rope.InverseFrequencies(16);
+  ASSERT_EQ(inv.size(), 8u);
+  for (int i = 0; i < 8; ++i) {
+    const double base = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * i / 16.0));
+    const double wavelen = 2 * M_PI / base;
+    double expected = base;
+    if (wavelen > 64.0) {
+      expected = base / 8.0;
+    } else if (wavelen >= 16.0) {
+      const double s = (64.0 / wavelen - 1.0) / 3.0;
+      expected = (1 - s) * base / 8.0 + s * base;
+    }
+    EXPECT_NEAR(inv[static_cast<size_t>(i)], expected, 1e-7 * std::fabs(expected)) << i;
+  }
+  // The three bands are all exercised by this configuration.
+  EXPECT_LT(inv[7], static_cast<float>(1.0 / std::pow(10000.0, 14.0 / 16.0)));
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+}
+
+TEST(HfConfig, RopeParametersWinOverTopLevelKeys) {
+  json config = Llama();
+  config["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 500000.0}};
+  absl::StatusOr<ModelConfig> c = Parse(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const RopeSpec& rope = c->decoder_layers[0].attention.rope;
+  EXPECT_DOUBLE_EQ(rope.theta, 500000.0);
+  EXPECT_EQ(rope.scaling, RopeSpec::Scaling::kLinear);
+  EXPECT_FLOAT_EQ(rope.InverseFrequencies(16)[0], 0.5f);
+}
+
+TEST(HfConfig, EosListsAndGenerationConfig) {
+  json config = Llama();
+  config["eos_token_id"] = {2, 7};
+  absl::StatusOr<ModelConfig> c =
+      Parse(config, R"({"eos_token_id": [2, 9], "bos_token_id": 1})", R"({"add_bos_token": false})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->eos_id, 2);
+  EXPECT_TRUE(c->IsStopToken(7));
+  EXPECT_TRUE(c->IsStopToken(9));
+  EXPECT_FALSE(c->IsStopToken(3));
+  EXPECT_FALSE(c->add_bos);
+}
+
+TEST(HfConfig, HybridAttnLayersAreSoftmax) {
+  json config = Gsa();
+  config["attn"] = {{"layers", {1}}, {"num_heads", 4}, {"num_kv_heads", 2}, {"rope_theta", 1e4}};
+  absl::StatusOr<ModelConfig> c = Parse(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->decoder_layers[0].attention.type, AttentionType::kGsa);
+  EXPECT_EQ(c->decoder_layers[1].attention.type, AttentionType::kSoftmax);
+  EXPECT_EQ(c->decoder_layers[1].attention.kv_heads, 2);
+  config["attn"]["layers"] = {5};
+  EXPECT_NE(ErrorFor(config).find("attn key \"layers\""), std::string::npos) << ErrorFor(config);
+}
+
+TEST(HfConfig, RefusalsNameTheKey) {
+  struct Case {
+    json config;
+    const char* key;
+  };
+  std::vector<Case> cases;
+  auto with = [](json config, const std::string& key, const json& value) {
+    config[key] = value;
+    return config;
+  };
+  cases.push_back({with(Gsa(), "use_short_conv", true), "use_short_conv"});
+  cases.push_back({with(Gsa(), "hidden_act", "powlu"), "hidden_act"});
+  cases.push_back({with(Gsa(), "elementwise_affine", false), "elementwise_affine"});
+  cases.push_back({with(Gsa(), "attnres_block_size", 4), "attnres_block_size"});
+  cases.push_back({with(Gsa(), "expand_v", 2), "expand_v"});
+  cases.push_back({with(Gsa(), "feature_map", "elu"), "feature_map"});
+  cases.push_back({with(Gsa(), "model_type", "mamba"), "model_type"});
+  cases.push_back({with(Llama(), "rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4}}),
+                   "rope_type"});
+  cases.push_back({with(Llama(), "rope_scaling", json{{"type", "dynamic"}, {"factor", 4}}),
+                   "rope_type"});
+  cases.push_back({with(Llama(), "num_key_value_heads", 3), "num_key_value_heads"});
+  cases.push_back({with(Llama(), "hidden_act", "gelu"), "hidden_act"});
+  cases.push_back({with(Llama(), "hidden_size", 1000000000), "hidden_size"});
+  json hybrid = Gsa();
+  hybrid["attn"] = {{"layers", {0}}, {"num_heads", 4}, {"window_size", 512}};
+  cases.push_back({hybrid, "window_size"});
+  for (const Case& c : cases) {
+    const std::string error = ErrorFor(c.config);
+    EXPECT_NE(error.find(absl::StrCat("\"", c.key, "\"")), std::string::npos)
+        << c.key << ": " << error;
+  }
+}
+
+TEST(HfConfig, HugeWidthIsRefusedAtOnce) {
+  json config = Llama();
+  config["hidden_size"] = 1000000000;
+  config["intermediate_size"] = 1000000000;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(Parse(config).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+// An abcd-format config claiming a 1e9-wide model next to a small checkpoint fails on the first
+// tensor's shape, in well under a second and without allocating gigabytes (the sinusoidal
+// table of d/2 doubles is built only after every tensor matched).
+TEST(ModelLoad, HugeConfigIsRefusedBeforeAllocating) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "abcd_huge_config_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path fixture = fs::path(ABCD_FIXTURE_DIR) / "golden" / "dec_softmax";
+  fs::copy_file(fixture / "model.safetensors", dir / "model.safetensors");
+  std::ifstream in(fixture / "config.json");
+  json config = json::parse(in);
+  config["d_model"] = 1000000000;
+  config["n_heads"] = 1;
+  std::ofstream(dir / "config.json") << config.dump();
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir.string());
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  getrusage(RUSAGE_SELF, &after);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("embed.weight"), std::string::npos) << model.status();
+  EXPECT_LT(elapsed, std::chrono::seconds(1));
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 100 * 1024);  // KiB: under 100 MB more
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace abcd
