@@ -5,6 +5,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -208,6 +209,12 @@ int Run(int argc, char** argv) {
   // session blobs beyond it come in chunks through ImportSessionChunks), so no call makes gRPC
   // buffer more. An exported session blob up to --max_session_bytes is sent in one message.
   builder.SetMaxReceiveMessageSize(config->max_message_bytes);
+  // gRPC receives a message whole before its size is checked; its memory quota makes the
+  // transport refuse new streams and shrink flow-control windows under pressure, so calls with
+  // oversized messages cannot together buffer much more than the body budget.
+  grpc::ResourceQuota quota("abcd-grpc");
+  quota.Resize(static_cast<size_t>(config->max_inflight_body_mb) << 19);  // half the budget
+  builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(static_cast<int>(
       std::max<int64_t>(config->max_message_bytes, config->max_session_bytes + (64 << 10))));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,

@@ -93,9 +93,11 @@ void CountCall(const GrpcHooks& hooks, absl::string_view kind, grpc::CallbackSer
                                 : status);
 }
 
-// Charges a request message to the body budget (gRPC holds it until the call ends).
+// Charges a request message to the body budget (gRPC holds it until the call ends). A call
+// that ended before its message arrived (the client cancelled) has no message at all: CANCELLED.
 absl::Status ChargeMessage(BodyBudget* budget, const grpc::ByteBuffer& raw,
                            BodyBudget::Charge* charge) {
+  if (!raw.Valid()) return absl::CancelledError("the call ended before its request arrived");
   const int64_t bytes = static_cast<int64_t>(raw.Length());
   if (budget == nullptr || budget->TryCharge(bytes, "grpc", charge)) return absl::OkStatus();
   return absl::ResourceExhaustedError(budget->RefusalMessage(bytes));

@@ -339,7 +339,7 @@ TEST_F(ReliabilityTest, IdleConnectionStormStarvesNeitherProbesNorCompletions) {
   absl::SleepFor(absl::Seconds(1));
   double worst = 0;
   for (int round = 0; round < 5; ++round) {
-    for (const std::string& path : {"/healthz", "/readyz", "/metrics"}) {
+    for (const char* path : {"/healthz", "/readyz", "/metrics"}) {
       const double api = Timed(server_->http_port(), path);
       const double admin = Timed(server_->admin_port(), path);
       EXPECT_GT(api, 0) << path << " round " << round;
@@ -444,6 +444,16 @@ TEST_F(ReliabilityTest, CancelledCallsAreCountedAsCancelled) {
   std::printf("300 immediate cancels: %g cancelled, %g invalid_argument\n", cancelled, invalid);
   EXPECT_EQ(invalid, 0);
   EXPECT_GT(cancelled, 0);
+  // An empty message that did arrive (zero bytes on the wire) is still refused as invalid.
+  auto generator = abcd::v1::Generator::NewStub(channel);
+  grpc::ClientContext context;
+  auto reader = generator->Generate(&context, abcd::v1::GenerateRequest());
+  abcd::v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(Metric("abcd_requests_total{kind=\"generate\",status=\"invalid_argument\"}"), 1);
 }
 
 }  // namespace
