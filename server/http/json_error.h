@@ -11,8 +11,8 @@
 namespace abcd::http {
 
 // INVALID_ARGUMENT: for an out-of-range number, its field (the dotted path of object keys,
-// "[i]" for array elements; "request body" at the top level); otherwise "request body is not
-// valid JSON" with the byte offset of the error.
+// "[i]" for array elements, from 0; "request body" at the top level); otherwise "request body is
+// not valid JSON" with the byte offset of the error.
 absl::Status InvalidJsonError(absl::string_view body);
 
 }  // namespace abcd::http

@@ -89,7 +89,7 @@ TEST(RequestParser, OutOfRangeNumbersNameTheirField) {
   EXPECT_EQ(message(R"({"stream_options": {"include_usage": 1e400}, "prompt": "x"})")
                 .rfind("stream_options.include_usage must be a number", 0),
             0u);
-  EXPECT_EQ(message(R"({"prompt": [1, 2, 1e400]})").rfind("prompt[3] must be a number", 0), 0u);
+  EXPECT_EQ(message(R"({"prompt": [1, 2, 1e400]})").rfind("prompt[2] must be a number", 0), 0u);
   EXPECT_EQ(message("1e400").rfind("request body must be a number", 0), 0u);
   EXPECT_EQ(http::ParseTranslateRequest(R"({"text": "a", "beam_size": 1e999})", limits)
                 .status()
