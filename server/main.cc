@@ -5,6 +5,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -14,19 +15,23 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/core/status_macros.h"
+#include "server/core/body_budget.h"
 #include "server/core/log.h"
 #include "server/core/served_models.h"
 #include "server/core/server_config.h"
 #include "server/core/session_ops.h"
 #include "server/grpc/generator_service.h"
+#include "server/http/admin_service.h"
 #include "server/http/http_service.h"
 #include "server/metrics/server_metrics.h"
+#include "server/metrics/transport_metrics.h"
 #include "server/sessions/session_manager.h"
 #include "server/sessions/session_store.h"
 
@@ -179,9 +184,16 @@ int Run(int argc, char** argv) {
                         {"ttl_s", absl::StrCat(config->session_ttl_s)},
                         {"max_session_bytes", absl::StrCat(config->max_session_bytes)}});
 
+  // One budget for request bodies in flight on both frontends (body_budget.h). Bodies up to
+  // the HTTP body limit (completions, translations) may use all of it, larger ones 3/4.
+  BodyBudget body_budget(config->max_inflight_body_mb << 20, int64_t{1} << 20);
+  TransportMetrics transport_metrics(metrics.registry(), &body_budget);
+  metrics.AddRenderHook([&transport_metrics] { transport_metrics.Refresh(); });
+
   GrpcOptions grpc_options;
   grpc_options.max_prompt_tokens = config->max_prompt_tokens;
   grpc_options.sessions = &sessions;
+  grpc_options.body_budget = &body_budget;
   GeneratorService service(models, {[&metrics](absl::string_view kind, const absl::Status& s) {
                              metrics.CountRequest(kind, s);
                            }},
@@ -193,12 +205,18 @@ int Run(int argc, char** argv) {
   builder.AddListeningPort(absl::StrCat(config->host, ":", config->grpc_port),
                            grpc::InsecureServerCredentials(), &grpc_port);
   builder.RegisterService(&service);
-  // A session blob (ImportSession, ExportSession) up to --max_session_bytes fits in one
-  // message; larger ones are refused by gRPC (RESOURCE_EXHAUSTED) or by SessionOps.
-  const int message_bytes = static_cast<int>(
-      std::max<int64_t>(config->max_message_bytes, config->max_session_bytes + (64 << 10)));
-  builder.SetMaxReceiveMessageSize(message_bytes);
-  builder.SetMaxSendMessageSize(message_bytes);
+  // Every received message is at most --max_message_bytes (a Generate or Translate request;
+  // session blobs beyond it come in chunks through ImportSessionChunks), so no call makes gRPC
+  // buffer more. An exported session blob up to --max_session_bytes is sent in one message.
+  builder.SetMaxReceiveMessageSize(config->max_message_bytes);
+  // gRPC receives a message whole before its size is checked; its memory quota makes the
+  // transport refuse new streams and shrink flow-control windows under pressure, so calls with
+  // oversized messages cannot together buffer much more than the body budget.
+  grpc::ResourceQuota quota("abcd-grpc");
+  quota.Resize(static_cast<size_t>(config->max_inflight_body_mb) << 19);  // half the budget
+  builder.SetResourceQuota(quota);
+  builder.SetMaxSendMessageSize(static_cast<int>(
+      std::max<int64_t>(config->max_message_bytes, config->max_session_bytes + (64 << 10))));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
                              config->max_connection_age_seconds * 1000);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
@@ -227,6 +245,7 @@ int Run(int argc, char** argv) {
   http_options.max_choices = config->max_choices;
   http_options.max_prompt_tokens = config->max_prompt_tokens;
   http_options.sessions = &sessions;
+  http_options.body_budget = &body_budget;
   http::HttpService http_service(models,
                                  {[&metrics] { return metrics.Render(); },
                                   [&metrics](absl::string_view kind, absl::string_view status) {
@@ -238,18 +257,33 @@ int Run(int argc, char** argv) {
     grpc_server->Shutdown();
     return 1;
   }
+  transport_metrics.set_evicted_connections(
+      [&http_service] { return http_service.evicted_connections(); });
+  // Probes and metrics on their own listener: no crowd on the API port can starve them.
+  std::optional<http::AdminService> admin;
+  if (config->admin_port >= 0) {
+    admin.emplace(models, [&metrics] { return metrics.Render(); });
+    if (absl::Status status = admin->Start(config->host, config->admin_port); !status.ok()) {
+      LogEvent("fatal", {{"error", absl::StrCat("--admin_port: ", status.message())}});
+      grpc_server->Shutdown();
+      return 1;
+    }
+  }
 
   models.set_ready(true);
   health->SetServingStatus(true);
   if (!config->port_file.empty()) {
     const std::string tmp = config->port_file + ".tmp";
     std::ofstream(tmp) << "{\"grpc_port\": " << grpc_port
-                       << ", \"http_port\": " << http_service.port() << "}\n";
+                       << ", \"http_port\": " << http_service.port()
+                       << ", \"admin_port\": " << (admin ? admin->port() : -1) << "}\n";
     std::filesystem::rename(tmp, config->port_file);
   }
   LogEvent("serving", {{"host", config->host},
                        {"grpc_port", absl::StrCat(grpc_port)},
                        {"http_port", absl::StrCat(http_service.port())},
+                       {"admin_port", absl::StrCat(admin ? admin->port() : -1)},
+                       {"max_inflight_body_mb", absl::StrCat(config->max_inflight_body_mb)},
                        {"models", absl::StrCat(config->models.size())}});
 
   // Waits for SIGTERM/SIGINT. Meanwhile, once a second: trim the heap, and has a model's
@@ -288,6 +322,7 @@ int Run(int argc, char** argv) {
   for (const ServedModel* m : models.All()) m->executor->Shutdown();
   grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
   http_service.Stop();
+  if (admin) admin->Stop();
   LogEvent("stopped", {{"drained", clean ? "true" : "false"}});
   return 0;
 }

@@ -107,26 +107,27 @@ bool ContinuousBatchingExecutor::PlanPrefixReuse(ActiveRequest& r) {
   // than prefill the same tokens twice.
   if (match.pending > match.cached) return false;
   r.cache_checked = true;
-  prefix_queried_tokens_ += n;
+  prefix_counters_.Count(match, n);
   if (match.cached > 0) {
     r.restore_state = match.snapshot;
     r.prefilled = match.cached;
     r.cached_tokens = match.cached;
-    prefix_hit_tokens_ += match.cached;
   }
   // Snapshots are taken exactly where prompts diverge (so the next prompt sharing this prefix
-  // hits), and at the end of the prompt (a later turn that resends the history hits). A state
-  // too large for a fair share of the cache is not worth copying on the engine thread.
+  // hits), and before the prompt's last token (an exact repeat, or a later turn that resends
+  // the history, restores all but that token: the state after it cannot give its logits). A
+  // state too large for a fair share of the cache is not worth copying on the engine thread.
   absl::StatusOr<int64_t> bytes = backend_->RequestBytes(n, 0, 1, 1);
   if (!bytes.ok() || *bytes > prefix_cache_.budget_bytes() / 8) return true;
-  const int64_t divergence = std::min(match.shared, n - 1);
+  const int64_t end = n - 1;
+  const int64_t divergence = std::min(match.shared, end);
   if (divergence >= kMinCachedPrefix && divergence > r.prefilled) {
     r.snapshot_at = divergence;
     prefix_cache_.MarkPending(prompt.first(divergence));
   }
-  if (n >= kMinCachedPrefix) {
-    r.snapshot_prompt_end = true;
-    prefix_cache_.MarkPending(prompt);
+  if (end >= kMinCachedPrefix && end > std::max(r.prefilled, r.snapshot_at)) {
+    r.snapshot_end_at = end;
+    prefix_cache_.MarkPending(prompt.first(end));
   }
   return true;
 }
@@ -253,8 +254,10 @@ void ContinuousBatchingExecutor::Step() {
   int64_t prefilling = 0;
   for (const auto& r : running_) {
     // Prefill stops where a prefix snapshot is due (taken after this step's rows are folded).
-    const int64_t until =
-        r->snapshot_at > r->prefilled ? r->snapshot_at : static_cast<int64_t>(r->prompt_ids.size());
+    const int64_t until = r->snapshot_at > r->prefilled ? r->snapshot_at
+                          : r->snapshot_end_at > r->prefilled
+                              ? r->snapshot_end_at
+                              : static_cast<int64_t>(r->prompt_ids.size());
     remaining.push_back(r->encoded && !r->done ? until - r->prefilled : 0);
     prefilling += remaining.back() > 0;
   }
@@ -381,7 +384,9 @@ void ContinuousBatchingExecutor::CacheFinalState(const ActiveRequest& r) {
       header->position > static_cast<int64_t>(r.context.size())) {
     return;
   }
-  prefix_cache_.Insert(std::span(r.context).first(header->position), *std::move(snapshot));
+  // Speculative: only a client that resends this sampled continuation hits it.
+  prefix_cache_.Insert(std::span(r.context).first(header->position), *std::move(snapshot),
+                       SnapshotKind::kSpeculative);
 }
 
 void ContinuousBatchingExecutor::StoreDueSnapshots() {
@@ -397,9 +402,9 @@ void ContinuousBatchingExecutor::StoreDueSnapshots() {
       store(*r, r->snapshot_at);
       r->snapshot_at = 0;
     }
-    if (r->snapshot_prompt_end && r->prefill_done()) {
-      store(*r, static_cast<int64_t>(r->prompt_ids.size()));
-      r->snapshot_prompt_end = false;
+    if (r->snapshot_end_at > 0 && r->prefilled == r->snapshot_end_at) {
+      store(*r, r->snapshot_end_at);
+      r->snapshot_end_at = 0;
     }
   }
 }
@@ -434,8 +439,9 @@ void ContinuousBatchingExecutor::Publish(int64_t batch_size) {
     stats_.kv_cache_bytes = memory.kv_bytes_in_use;
     stats_.prefix_cache_bytes = prefix_cache_.bytes();
     stats_.prefix_cache_entries = prefix_cache_.entries();
-    stats_.prefix_cache_queried_tokens = prefix_queried_tokens_;
-    stats_.prefix_cache_hit_tokens = prefix_hit_tokens_;
+    stats_.prefix_cache_queried_tokens = prefix_counters_.queried_tokens;
+    stats_.prefix_cache_hit_tokens = prefix_counters_.hit_tokens;
+    stats_.prefix_cache_counters = prefix_counters_;
     stats_.prefix_cache_evictions = prefix_cache_.evictions();
     stats_.iterations = iterations_;
     stats_.draining = draining_;

@@ -27,7 +27,7 @@ inline constexpr int kMaxBeamSize = 16;
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopLength = 256;
 // Prefixes shorter than this are not worth a snapshot: prefilling them costs about a restore.
-inline constexpr int64_t kMinCachedPrefix = 4;
+inline constexpr int64_t kMinCachedPrefix = 3;
 
 struct Beam {
   SequenceId sequence = 0;
@@ -67,9 +67,10 @@ struct ActiveRequest {
   std::shared_ptr<const std::string> restore_state;
   int64_t cached_tokens = 0;  // prompt tokens restored from the prefix cache
   // Prefix cache: take a snapshot once prefill reaches this position (0: none; a pending mark
-  // is held in the cache meanwhile), and one at the end of the prompt.
+  // is held in the cache meanwhile), and one at the prompt's last token (snapshot_end_at = its
+  // length - 1, so an exact repeat restores all but that token), each where prefill stops.
   int64_t snapshot_at = 0;
-  bool snapshot_prompt_end = false;
+  int64_t snapshot_end_at = 0;
   bool cache_checked = false;  // the prefix cache was consulted (once, at admission)
 
   SequenceId sequence = 0;  // sampling path; beam path during prefill
@@ -232,8 +233,7 @@ class ContinuousBatchingExecutor final : public Executor {
   int64_t encode_credit_ = 0;       // source tokens the oldest may be encoded with
   StepCostModel costs_;             // kTime: what a decode row and a prompt row take
   PrefixCache prefix_cache_;
-  int64_t prefix_queried_tokens_ = 0;  // prompt tokens of admitted requests the cache was asked
-  int64_t prefix_hit_tokens_ = 0;      // of those, restored instead of prefilled
+  PrefixCacheCounters prefix_counters_;  // admitted requests' lookups
   std::thread thread_;
 };
 

@@ -29,6 +29,7 @@
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/batch_planner.h"
+#include "engine/scheduler/prefix_cache.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace abcd {
@@ -106,6 +107,7 @@ struct ExecutorStats {
   int64_t prefix_cache_queried_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
   int64_t prefix_cache_evictions = 0;
+  PrefixCacheCounters prefix_cache_counters;  // lookups by outcome, missed tokens by reason
   int64_t iterations = 0;
   bool draining = false;
   // Empty while the backend serves; else why it cannot (DecodeBackend::Health): the Executor

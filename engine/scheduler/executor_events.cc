@@ -190,9 +190,9 @@ void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, F
     prefix_cache_.ClearPending(std::span(r.prompt_ids).first(r.snapshot_at));
     r.snapshot_at = 0;
   }
-  if (r.snapshot_prompt_end) {
-    prefix_cache_.ClearPending(r.prompt_ids);
-    r.snapshot_prompt_end = false;
+  if (r.snapshot_end_at > 0) {
+    prefix_cache_.ClearPending(std::span(r.prompt_ids).first(r.snapshot_end_at));
+    r.snapshot_end_at = 0;
   }
   GenerationEvent event;
   if (status.ok() && r.request.save_state) {

@@ -16,6 +16,19 @@ size_t CommonLength(const std::vector<int32_t>& edge, std::span<const int32_t> t
   return n;
 }
 
+// A running hash of a token prefix (FNV-1a over 32-bit tokens) and the key of the prefix it
+// has covered, mixed with its length.
+constexpr uint64_t kHashSeed = 0xcbf29ce484222325ull;
+uint64_t HashStep(uint64_t hash, int32_t token) {
+  return (hash ^ static_cast<uint32_t>(token)) * 0x100000001b3ull;
+}
+uint64_t PrefixKey(uint64_t hash, size_t length) {
+  uint64_t x = hash ^ (static_cast<uint64_t>(length) * 0x9e3779b97f4a7c15ull);
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  return x ^ (x >> 29);
+}
+
 }  // namespace
 
 PrefixCache::PrefixCache(int64_t budget_bytes)
@@ -32,10 +45,16 @@ PrefixCache::~PrefixCache() {
   }
 }
 
-void PrefixCache::Unlist(Node* node) { leaves_.erase({node->last_used, node}); }
+void PrefixCache::Unlist(Node* node) {
+  leaves_.erase({node->last_used, node});
+  speculative_.erase({node->last_used, node});
+}
 
 void PrefixCache::Relist(Node* node) {
-  if (node->snapshot != nullptr && node->snapshots_below == 0) {
+  if (node->snapshot == nullptr) return;
+  if (node->speculative) {
+    speculative_.insert({node->last_used, node});
+  } else if (node->snapshots_below == 0) {
     leaves_.insert({node->last_used, node});
   }
 }
@@ -72,7 +91,22 @@ PrefixCache::Match PrefixCache::Lookup(std::span<const int32_t> tokens) {
     match.cached = hit->depth;
     match.snapshot = hit->snapshot;
     hit_ += hit->depth;
+    if (hit->speculative) {  // its continuation came back: keep it like a prompt snapshot
+      Unlist(hit);
+      hit->speculative = false;
+      speculative_bytes_ -= static_cast<int64_t>(hit->snapshot->size());
+    }
     Touch(hit);
+  }
+  if (!ghosts_.empty()) {
+    uint64_t hash = kHashSeed;
+    for (size_t length = 1; length < tokens.size(); ++length) {
+      hash = HashStep(hash, tokens[length - 1]);
+      if (static_cast<int64_t>(length) > match.cached &&
+          ghosts_.contains(PrefixKey(hash, length))) {
+        match.evicted = static_cast<int64_t>(length);
+      }
+    }
   }
   return match;
 }
@@ -138,10 +172,11 @@ void PrefixCache::SetSnapshot(Node* node, std::shared_ptr<const std::string> sna
   Unlist(node);
   if (node->snapshot != nullptr) {
     bytes_ -= static_cast<int64_t>(node->snapshot->size());
+    if (node->speculative) speculative_bytes_ -= static_cast<int64_t>(node->snapshot->size());
   } else {
     ++entries_;
     for (Node* up = node->parent; up != nullptr; up = up->parent) {
-      Unlist(up);
+      leaves_.erase({up->last_used, up});  // no longer a leaf (a speculative one stays listed)
       ++up->snapshots_below;
     }
   }
@@ -154,6 +189,8 @@ void PrefixCache::SetSnapshot(Node* node, std::shared_ptr<const std::string> sna
 void PrefixCache::DropSnapshot(Node* node) {
   Unlist(node);
   bytes_ -= static_cast<int64_t>(node->snapshot->size());
+  if (node->speculative) speculative_bytes_ -= static_cast<int64_t>(node->snapshot->size());
+  node->speculative = false;
   node->snapshot.reset();
   --entries_;
   for (Node* up = node->parent; up != nullptr; up = up->parent) {
@@ -194,18 +231,74 @@ void PrefixCache::ClearPending(std::span<const int32_t> prefix) {
   if (--node->pending == 0) Compact(node);
 }
 
-void PrefixCache::Insert(std::span<const int32_t> prefix, std::string snapshot) {
-  if (budget_bytes_ == 0 || prefix.empty()) return;
-  const int64_t alone =
-      static_cast<int64_t>(snapshot.size()) + kTokenBytes * static_cast<int64_t>(prefix.size());
-  if (alone > budget_bytes_) return;
-  SetSnapshot(FindOrCreate(prefix), std::make_shared<const std::string>(std::move(snapshot)));
-  while (bytes_ > budget_bytes_ && !leaves_.empty()) {
-    Node* victim = leaves_.begin()->second;
-    DropSnapshot(victim);
-    ++evictions_;
-    Compact(victim);
+void PrefixCache::Remember(uint64_t prefix_hash) {
+  if (!ghosts_.insert(prefix_hash).second) return;
+  ghost_order_.push_back(prefix_hash);
+  if (ghost_order_.size() > kMaxGhosts) {
+    ghosts_.erase(ghost_order_.front());
+    ghost_order_.pop_front();
   }
+}
+
+void PrefixCache::Evict(Node* node) {
+  std::vector<const Node*> path;
+  for (const Node* up = node; up != root_.get(); up = up->parent) path.push_back(up);
+  uint64_t hash = kHashSeed;
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    for (int32_t token : (*it)->edge) hash = HashStep(hash, token);
+  }
+  Remember(PrefixKey(hash, static_cast<size_t>(node->depth)));
+  DropSnapshot(node);
+  ++evictions_;
+  Compact(node);
+}
+
+void PrefixCache::Insert(std::span<const int32_t> prefix, std::string snapshot, SnapshotKind kind) {
+  if (budget_bytes_ == 0 || prefix.empty()) return;
+  const int64_t size = static_cast<int64_t>(snapshot.size());
+  const bool speculative = kind == SnapshotKind::kSpeculative;
+  const int64_t alone = size + kTokenBytes * static_cast<int64_t>(prefix.size());
+  if (alone > budget_bytes_ || (speculative && size > budget_bytes_ / kSpeculativeShare)) return;
+  Node* node = FindOrCreate(prefix);
+  if (speculative && node->snapshot != nullptr && !node->speculative) {
+    Touch(node);
+    return;
+  }
+  SetSnapshot(node, std::make_shared<const std::string>(std::move(snapshot)));
+  if (speculative) {
+    Unlist(node);
+    node->speculative = true;
+    speculative_bytes_ += size;
+    Relist(node);
+  }
+  while (speculative_bytes_ > budget_bytes_ / kSpeculativeShare && !speculative_.empty()) {
+    Evict(speculative_.begin()->second);
+  }
+  while (bytes_ > budget_bytes_ && !(speculative_.empty() && leaves_.empty())) {
+    Evict((speculative_.empty() ? leaves_ : speculative_).begin()->second);
+  }
+}
+
+const char* PrefixCacheCounters::OutcomeName(int outcome) {
+  static constexpr const char* kNames[kOutcomes] = {"hit", "partial", "evicted", "miss"};
+  return outcome >= 0 && outcome < kOutcomes ? kNames[outcome] : "miss";
+}
+
+void PrefixCacheCounters::Count(const PrefixCache::Match& match, int64_t prompt_tokens) {
+  if (prompt_tokens <= 0) return;
+  const int64_t reusable = prompt_tokens - 1;  // the last token is always fed
+  const int64_t cached = std::min(match.cached, reusable);
+  const int64_t evicted = std::clamp<int64_t>(match.evicted, cached, reusable);
+  queried_tokens += prompt_tokens;
+  hit_tokens += cached;
+  miss_evicted_tokens += evicted - cached;
+  miss_not_cached_tokens += reusable - evicted;
+  miss_last_tokens += 1;
+  const int outcome = cached > 0 && cached == reusable ? kHit
+                      : cached > 0                     ? kPartial
+                      : evicted > 0                    ? kEvicted
+                                                       : kMiss;
+  ++lookups[outcome];
 }
 
 }  // namespace abcd

@@ -11,7 +11,8 @@
 // generate streams the text to stdout as it arrives and prints usage on stderr (with a session,
 // also `session_id=ID`, the id to pass to the next turn). With --n > 1 the choices are printed
 // once complete, one per line as `[i] text`. session export writes the session's state blob to
-// FILE; session import stores FILE's blob as a new session and prints its metadata.
+// FILE; session import stores FILE's blob as a new session (sent in chunks) and prints its
+// metadata.
 #include <grpcpp/grpcpp.h>
 
 #include <fstream>
@@ -158,10 +159,20 @@ absl::StatusOr<int> Session(abcd::v1::Generator::Stub& stub,
   if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", operands[1]));
   std::stringstream bytes;
   bytes << in.rdbuf();
-  abcd::v1::SessionState state;
-  state.set_state(bytes.str());
+  // In 1 MiB chunks (ImportSessionChunks): a blob of any size up to --max_session_bytes.
+  const std::string blob = bytes.str();
+  constexpr size_t kChunk = size_t{1} << 20;
   abcd::v1::SessionInfo info;
-  const grpc::Status status = stub.ImportSession(&context, state, &info);
+  std::unique_ptr<grpc::ClientWriter<abcd::v1::SessionChunk>> writer =
+      stub.ImportSessionChunks(&context, &info);
+  for (size_t at = 0; at == 0 || at < blob.size(); at += kChunk) {
+    abcd::v1::SessionChunk chunk;
+    if (at == 0) chunk.set_total_bytes(static_cast<int64_t>(blob.size()));
+    chunk.set_data(blob.substr(at, kChunk));
+    if (!writer->Write(chunk)) break;  // the server has answered: Finish says why
+  }
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
   if (!status.ok()) return Fail(status);
   PrintSession(info);
   return 0;

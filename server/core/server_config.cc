@@ -1,5 +1,6 @@
 #include "server/core/server_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -40,6 +41,8 @@ const std::set<std::string> kValued = {"config",
                                        "http_threads",
                                        "http_max_connections",
                                        "http_max_inflight",
+                                       "admin_port",
+                                       "max_inflight_body_mb",
                                        "drain_grace_seconds",
                                        "max_connection_age_seconds",
                                        "max_connection_age_grace_seconds",
@@ -122,6 +125,15 @@ absl::StatusOr<int64_t> Ranged(const Arguments& args, const std::string& name, i
   return value;
 }
 
+// 512 MiB, or a sixth of the cgroup (v2) memory limit when that is less (at least 16 MiB).
+int64_t DefaultInflightBodyMb() {
+  constexpr int64_t kDefault = 512;
+  std::ifstream in("/sys/fs/cgroup/memory.max");
+  int64_t limit = 0;
+  if (!(in >> limit) || limit <= 0) return kDefault;  // "max" or no cgroup v2
+  return std::clamp<int64_t>((limit >> 20) / 6, 16, kDefault);
+}
+
 }  // namespace
 
 std::string ServerUsage() {
@@ -131,7 +143,8 @@ std::string ServerUsage() {
          "  [--iteration_budget_ms MS] [--prefill_step_share F] [--max_prompt_tokens N]\n"
          "  [--max_source_tokens N] [--max_batch_source_tokens N] [--encode_token_budget N]\n"
          "  [--max_tokens_limit N] [--http_threads N] [--http_max_connections N]\n"
-         "  [--http_max_inflight N] [--drain_grace_seconds S]\n"
+         "  [--http_max_inflight N] [--admin_port P] [--max_inflight_body_mb MB]\n"
+         "  [--drain_grace_seconds S]\n"
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
          "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
@@ -197,6 +210,15 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         Ranged(args, "http_max_connections", c.http_max_connections, 1, 1 << 20));
   ABCD_ASSIGN_OR_RETURN(c.http_max_inflight,
                         Ranged(args, "http_max_inflight", c.http_max_inflight, 1, 1 << 20));
+  ABCD_ASSIGN_OR_RETURN(c.admin_port, Ranged(args, "admin_port", c.admin_port, -1, 65535));
+  if (c.admin_port > 0 && (c.admin_port == c.http_port || c.admin_port == c.grpc_port)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--admin_port must differ from --http_port and --grpc_port (", c.admin_port, ")"));
+  }
+  c.max_inflight_body_mb = DefaultInflightBodyMb();
+  ABCD_ASSIGN_OR_RETURN(
+      c.max_inflight_body_mb,
+      Ranged(args, "max_inflight_body_mb", c.max_inflight_body_mb, 1, int64_t{1} << 20));
   ABCD_ASSIGN_OR_RETURN(c.drain_grace_seconds,
                         args.Double("drain_grace_seconds", c.drain_grace_seconds));
   if (!(c.drain_grace_seconds >= 0 && c.drain_grace_seconds <= 3600)) {

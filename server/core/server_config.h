@@ -27,19 +27,25 @@ struct ServerConfig {
   double iteration_budget_ms = 0;
   double prefill_step_share = 1.0;  // time: prefill's extra time as a share of a decode step
   int max_prompt_tokens = 4096;
-  int max_source_tokens = 512;           // translation: tokens of one source text (with eos)
-  int max_batch_source_tokens = 8192;    // translation: source tokens of one batch together
-  int encode_token_budget = 128;         // translation: encoder tokens per iteration (average)
-  int max_tokens_limit = 4096;           // largest max_tokens a request may ask for
-  int http_threads = 2;                  // HTTP I/O threads (every connection runs on them)
-  int http_max_connections = 1024;       // beyond it a new HTTP connection gets 503 and is closed
+  int max_source_tokens = 512;         // translation: tokens of one source text (with eos)
+  int max_batch_source_tokens = 8192;  // translation: source tokens of one batch together
+  int encode_token_budget = 128;       // translation: encoder tokens per iteration (average)
+  int max_tokens_limit = 4096;         // largest max_tokens a request may ask for
+  int http_threads = 2;                // HTTP I/O threads (every connection runs on them)
+  int http_max_connections = 1024;     // at it the idlest connection is closed (503 if none idle)
+  // Probes and metrics (/healthz, /readyz, /metrics) on a listener of their own; -1: none.
+  int admin_port = -1;
+  // Request bodies in flight (HTTP bodies, gRPC messages, streamed session imports), summed
+  // over every connection; beyond it a new body is refused (503 / RESOURCE_EXHAUSTED). 0: the
+  // default, 512 MiB or a sixth of the cgroup's memory limit when that is less.
+  int64_t max_inflight_body_mb = 0;
   int http_max_inflight = 256;           // HTTP completions + translations at once; beyond: 429
   double drain_grace_seconds = 30;       // SIGTERM: in-flight requests get this long to finish
   int max_connection_age_seconds = 300;  // gRPC: clients reconnect, so load rebalances
   int max_connection_age_grace_seconds = 600;  // streams open at max age get this long
   int keepalive_time_seconds = 60;
-  int max_message_bytes = 4 << 20;
-  std::string port_file;  // if set, {"grpc_port":..,"http_port":..} is written here
+  int max_message_bytes = 4 << 20;  // gRPC receive limit of every message (sessions: chunks)
+  std::string port_file;            // if set, {"grpc_port":..,"http_port":..} is written here
   // auto: the CUDA backend when this build has it, a GPU is present, the model runs there and
   // its start-up parity probe against the CPU passes; else the CPU. cuda: that or fail.
   std::string device = "auto";

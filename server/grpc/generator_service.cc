@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "engine/core/status_macros.h"
 #include "server/core/log.h"
+#include "server/grpc/chunked_import.h"
 #include "server/grpc/request_conversion.h"
 #include "server/grpc/request_reader.h"
 
@@ -82,6 +83,26 @@ void Serialize(const Message& message, grpc::ByteBuffer* out) {
   (void)grpc::SerializationTraits<Message>::Serialize(message, out, &own_buffer);
 }
 
+// Counts a finished call; one the client cancelled is "cancelled" whatever `status` says (a
+// call cancelled before its message arrived has an empty request, which fails validation).
+void CountCall(const GrpcHooks& hooks, absl::string_view kind, grpc::CallbackServerContext& context,
+               const absl::Status& status) {
+  if (!hooks.count_request) return;
+  hooks.count_request(kind, context.IsCancelled() && !status.ok()
+                                ? absl::CancelledError("the client cancelled the call")
+                                : status);
+}
+
+// Charges a request message to the body budget (gRPC holds it until the call ends). A call
+// that ended before its message arrived (the client cancelled) has no message at all: CANCELLED.
+absl::Status ChargeMessage(BodyBudget* budget, const grpc::ByteBuffer& raw,
+                           BodyBudget::Charge* charge) {
+  if (!raw.Valid()) return absl::CancelledError("the call ended before its request arrived");
+  const int64_t bytes = static_cast<int64_t>(raw.Length());
+  if (budget == nullptr || budget->TryCharge(bytes, "grpc", charge)) return absl::OkStatus();
+  return absl::ResourceExhaustedError(budget->RefusalMessage(bytes));
+}
+
 // Streams one Generate call. Lives until OnDone; the executor's final event always arrives
 // before Finish is called, so no callback can outlive the reactor. A session's lease lives as
 // long as the reactor (dropped in OnDone, on a gRPC thread) unless it was committed.
@@ -89,7 +110,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
  public:
   GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
                   const ServedModels& models, const GrpcHooks& hooks, const GrpcOptions& options)
-      : hooks_(hooks), sessions_(options.sessions) {
+      : context_(context), hooks_(hooks), sessions_(options.sessions) {
+    if (absl::Status charged = ChargeMessage(options.body_budget, raw, &charge_); !charged.ok()) {
+      EndCall(charged);
+      return;
+    }
     abcd::v1::GenerateRequest request;
     const int max_prompt_tokens = options.max_prompt_tokens;
     const FieldCountCheck count_check = [max_prompt_tokens](absl::string_view name, int64_t count) {
@@ -235,7 +260,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
         return;
       }
       finished_ = true;
-      if (hooks_.count_request) hooks_.count_request("generate", absl::OkStatus());
+      CountCall(hooks_, "generate", *context_, absl::OkStatus());
       StartWriteAndFinish(&buffer_, grpc::WriteOptions(), grpc::Status::OK);
       return;
     }
@@ -245,10 +270,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   }
 
   void EndCall(const absl::Status& status) {
-    if (hooks_.count_request) hooks_.count_request("generate", status);
+    CountCall(hooks_, "generate", *context_, status);
     Finish(ToGrpcStatus(status));
   }
 
+  grpc::CallbackServerContext* const context_;
+  BodyBudget::Charge charge_;  // the request message, held by gRPC until the call ends
   const GrpcHooks& hooks_;
   const SessionOps* const sessions_;
   Executor* executor_ = nullptr;
@@ -272,8 +299,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
 class TranslateReactor final : public grpc::ServerUnaryReactor {
  public:
   TranslateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
-                   grpc::ByteBuffer* response, const ServedModels& models, const GrpcHooks& hooks)
-      : response_(response), hooks_(hooks) {
+                   grpc::ByteBuffer* response, const ServedModels& models, const GrpcHooks& hooks,
+                   BodyBudget* budget)
+      : context_(context), response_(response), hooks_(hooks) {
+    if (absl::Status charged = ChargeMessage(budget, raw, &charge_); !charged.ok()) {
+      End(charged);
+      return;
+    }
     abcd::v1::TranslateRequest request;
     const absl::Status read =
         Read(raw, InputSizeCheck(models, ModelKind::kTranslation, "text"), "Translate", &request);
@@ -323,10 +355,12 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
     End(event.status);
   }
   void End(const absl::Status& status) {
-    if (hooks_.count_request) hooks_.count_request("translate", status);
+    CountCall(hooks_, "translate", *context_, status);
     Finish(ToGrpcStatus(status));
   }
 
+  grpc::CallbackServerContext* const context_;
+  BodyBudget::Charge charge_;
   grpc::ByteBuffer* response_;
   const GrpcHooks& hooks_;
   Executor* executor_ = nullptr;
@@ -350,7 +384,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GeneratorService::Generate(
 grpc::ServerUnaryReactor* GeneratorService::Translate(grpc::CallbackServerContext* context,
                                                       const grpc::ByteBuffer* request,
                                                       grpc::ByteBuffer* response) {
-  return new TranslateReactor(context, *request, response, models_, hooks_);
+  return new TranslateReactor(context, *request, response, models_, hooks_, options_.body_budget);
 }
 
 grpc::ServerUnaryReactor* GeneratorService::ListModels(grpc::CallbackServerContext* context,
@@ -373,7 +407,7 @@ grpc::ServerUnaryReactor* GeneratorService::ListModels(grpc::CallbackServerConte
 
 grpc::ServerUnaryReactor* GeneratorService::FinishUnary(grpc::CallbackServerContext* context,
                                                         const absl::Status& status) {
-  if (hooks_.count_request) hooks_.count_request("sessions", status);
+  CountCall(hooks_, "sessions", *context, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -428,6 +462,14 @@ grpc::ServerUnaryReactor* GeneratorService::ImportSession(grpc::CallbackServerCo
   absl::StatusOr<SessionMetadata> metadata = options_.sessions->Import(request->state());
   if (metadata.ok()) FillSessionInfo(*metadata, response);
   return FinishUnary(context, metadata.status());
+}
+
+grpc::ServerReadReactor<abcd::v1::SessionChunk>* GeneratorService::ImportSessionChunks(
+    grpc::CallbackServerContext* context, abcd::v1::SessionInfo* response) {
+  return StartChunkedImport(context, response, options_.sessions, options_.body_budget,
+                            [this](const absl::Status& status) {
+                              if (hooks_.count_request) hooks_.count_request("sessions", status);
+                            });
 }
 
 }  // namespace abcd

@@ -15,14 +15,18 @@
 // write completes, never on the engine thread); a failed commit ends the call with its status.
 // Any other end drops the lease (the session stays as it was). GetSession, DeleteSession,
 // ExportSession and ImportSession call the store on the gRPC callback thread (a store in an
-// outage fails fast, see session_store.h). n > 1: every response carries its choice's index;
-// a choice's last response has its finish_reason, the call's last one the usage.
+// outage fails fast, see session_store.h); ImportSessionChunks takes blobs larger than one
+// message (chunked_import.h). A call the client cancelled is counted as "cancelled", whatever
+// else its request said (a call cancelled before its message arrived has an empty request). n > 1:
+// every response carries its choice's index; a choice's last response has its finish_reason, the
+// call's last one the usage.
 #pragma once
 
 #include <functional>
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/string_view.h"
+#include "server/core/body_budget.h"
 #include "server/core/served_models.h"
 #include "server/core/session_ops.h"
 
@@ -36,6 +40,10 @@ struct GrpcHooks {
 struct GrpcOptions {
   int max_prompt_tokens = 4096;          // prompt_token_ids longer than this are refused unread
   const SessionOps* sessions = nullptr;  // null: session requests are UNAVAILABLE
+  // Request bodies in flight, shared with HTTP (not owned; null: none): a Generate or
+  // Translate message is charged its size until the call ends (RESOURCE_EXHAUSTED when it does
+  // not fit), ImportSessionChunks its declared total (chunked_import.h).
+  BodyBudget* body_budget = nullptr;
 };
 
 class GeneratorService final : public abcd::v1::Generator::WithRawCallbackMethod_Generate<
@@ -65,6 +73,8 @@ class GeneratorService final : public abcd::v1::Generator::WithRawCallbackMethod
   grpc::ServerUnaryReactor* ImportSession(grpc::CallbackServerContext* context,
                                           const abcd::v1::SessionState* request,
                                           abcd::v1::SessionInfo* response) override;
+  grpc::ServerReadReactor<abcd::v1::SessionChunk>* ImportSessionChunks(
+      grpc::CallbackServerContext* context, abcd::v1::SessionInfo* response) override;
 
  private:
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,

@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "server/http/http_errors.h"
+#include "server/http/http_wire.h"
 
 namespace abcd::http {
 namespace {
@@ -59,47 +60,6 @@ class PostGate {
   bool open_ = true;
 };
 
-absl::string_view Reason(int status) {
-  const beast::string_view reason = bhttp::obsolete_reason(bhttp::int_to_status(status));
-  return absl::string_view(reason.data(), reason.size());
-}
-
-// How a response's body ends.
-enum class Framing { kLength, kChunked, kClose };
-
-std::string Head(const ServerResponse& r, bool http10, bool close, Framing framing) {
-  std::string head = absl::StrCat("HTTP/1.1 ", r.status, " ", Reason(r.status), "\r\n");
-  if (!r.content_type.empty()) absl::StrAppend(&head, "Content-Type: ", r.content_type, "\r\n");
-  for (const auto& [name, value] : r.headers) absl::StrAppend(&head, name, ": ", value, "\r\n");
-  if (framing == Framing::kChunked) {
-    absl::StrAppend(&head, "Transfer-Encoding: chunked\r\n");
-  } else if (framing == Framing::kLength) {
-    absl::StrAppend(&head, "Content-Length: ", r.body.size(), "\r\n");
-  }
-  if (close) {
-    absl::StrAppend(&head, "Connection: close\r\n");
-  } else if (http10) {
-    absl::StrAppend(&head, "Connection: keep-alive\r\n");
-  }
-  absl::StrAppend(&head, "\r\n");
-  return head;
-}
-
-// The error a parse failure deserves.
-std::pair<int, std::string> ParseError(const beast::error_code& ec, const ServerLimits& limits) {
-  if (ec == bhttp::error::header_limit) {
-    return {431, absl::StrCat("request header exceeds ", limits.max_header_bytes, " bytes")};
-  }
-  if (ec == bhttp::error::body_limit) {
-    return {413, absl::StrCat("request body exceeds the limit of ",
-                              std::max(limits.max_body_bytes, limits.large_body_bytes), " bytes")};
-  }
-  if (ec == bhttp::error::bad_content_length) {
-    return {400, "malformed HTTP request: bad Content-Length"};
-  }
-  return {400, absl::StrCat("malformed HTTP request: ", ec.message())};
-}
-
 class Session;
 
 // What the listener and every connection share; outlives them all.
@@ -114,6 +74,7 @@ struct Shared {
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
   std::atomic<int> refused{0};
+  std::atomic<int64_t> evicted{0};
   std::mutex mu;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;  // guarded by mu
 };
@@ -134,7 +95,14 @@ class Session : public std::enable_shared_from_this<Session> {
   ~Session();
 
   Executor executor() { return socket_.get_executor(); }
+  // Steady-clock nanoseconds since when the connection has been idle (no request in flight, no
+  // byte of the next one), 0 while it is not. Read by the acceptor to pick whom to evict.
+  int64_t idle_since() const { return idle_since_.load(std::memory_order_relaxed); }
+  // Claims the connection for eviction (false when it is no longer idle or already claimed).
+  bool Claim(int64_t seen) { return idle_since_.compare_exchange_strong(seen, -1); }
   void Begin();
+  // Runs on the strand after Claim: closes the connection unless a request has begun since.
+  void Evict();
   void OnStop();
   void ForceClose();
 
@@ -165,6 +133,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void ArmRead(absl::Duration timeout);
   void DisarmRead();
   void OnReadDeadline();
+  void SetIdle(bool idle);
 
   tcp::socket socket_;
   net::steady_timer read_timer_;
@@ -193,8 +162,16 @@ class Session : public std::enable_shared_from_this<Session> {
   bool close_after_ = false;
   bool stopping_ = false;
   bool first_request_ = true;
-  size_t discarded_ = 0;  // bytes read and dropped while draining or lingering
+  size_t discarded_ = 0;            // bytes read and dropped while draining or lingering
+  BodyBudget::Charge body_charge_;  // the current request's body, charged at its header
+  std::atomic<int64_t> idle_since_{0};
 };
+
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 class ExchangeImpl final : public Exchange {
  public:
@@ -257,7 +234,24 @@ void Session::Begin() {
                                   "); retry later"));
   }
   ArmRead(shared_.limits.header_timeout);  // the first request's header is due from now
+  SetIdle(true);
   MaybeRead();
+}
+
+void Session::SetIdle(bool idle) {
+  if (!idle) return idle_since_.store(0);
+  int64_t current = idle_since_.load();
+  // A claimed connection (-1) stays claimed: Evict decides on the strand.
+  if (current == 0) idle_since_.compare_exchange_strong(current, SteadyNanos());
+}
+
+void Session::Evict() {
+  if (phase_ != Phase::kIdle || buffer_.size() > 0) {
+    idle_since_.store(0);  // a request began meanwhile: it stays
+    return;
+  }
+  shared_.evicted.fetch_add(1);
+  Close();
 }
 
 void Session::OnStop() {
@@ -289,7 +283,7 @@ void Session::Reply(ExchangeImpl* exchange, ServerResponse response) {
   if (!Current(exchange) || streaming_) return;
   answered_ = true;
   close_after_ = close_after_ || response.close;
-  Queue(Head(response, http10_, close_after_, Framing::kLength) + response.body);
+  Queue(wire::Head(response, http10_, close_after_, wire::Framing::kLength) + response.body);
   exchange->ReleaseAbort();
 }
 
@@ -298,7 +292,8 @@ void Session::StartStream(ExchangeImpl* exchange, ServerResponse head) {
   streaming_ = true;
   if (http10_) close_after_ = true;  // no chunked encoding: the close ends the body
   head.body.clear();
-  Queue(Head(head, http10_, close_after_, http10_ ? Framing::kClose : Framing::kChunked));
+  Queue(wire::Head(head, http10_, close_after_,
+                   http10_ ? wire::Framing::kClose : wire::Framing::kChunked));
 }
 
 void Session::StreamChunk(ExchangeImpl* exchange, std::string data) {
@@ -375,6 +370,7 @@ void Session::Parse() {
   for (;;) {
     if (phase_ == Phase::kIdle) {
       if (buffer_.size() == 0) return;
+      SetIdle(false);
       phase_ = Phase::kHeader;
       parser_.emplace();
       parser_->header_limit(static_cast<uint32_t>(limits.max_header_bytes));
@@ -402,7 +398,7 @@ void Session::Parse() {
       }
       if (ec) {
         // body_limit comes from the header's Content-Length: the target is known.
-        auto [status, message] = ParseError(ec, limits);
+        auto [status, message] = wire::ParseError(ec, limits);
         return Fail(status, std::move(message));
       }
       if (!parser_->is_header_done()) return;
@@ -417,6 +413,11 @@ void Session::Parse() {
         if (*length > limit) {
           return Fail(413, absl::StrCat("request body exceeds the limit of ", limit, " bytes"));
         }
+      }
+      if (const auto length = parser_->content_length();
+          length.has_value() && limits.body_budget != nullptr &&
+          !limits.body_budget->TryCharge(static_cast<int64_t>(*length), "http", &body_charge_)) {
+        return Fail(503, limits.body_budget->RefusalMessage(static_cast<int64_t>(*length)));
       }
       if (parser_->chunked()) {
         return Fail(411,
@@ -439,7 +440,7 @@ void Session::Parse() {
         buffer_.consume(parser_->put(buffer_.data(), ec));
         if (ec == bhttp::error::need_more) return;
         if (ec) {
-          auto [status, message] = ParseError(ec, limits);
+          auto [status, message] = wire::ParseError(ec, limits);
           return Fail(status, std::move(message));
         }
         if (!parser_->is_done()) continue;
@@ -487,13 +488,14 @@ void Session::Fail(int status, std::string message) {
     shared_.on_refused(target, status);
   }
   parser_.reset();
+  body_charge_.Release();
   phase_ = Phase::kDraining;
   ServerResponse response;
   response.status = status;
   response.body = ErrorBody(message, status >= 500 ? "server_error" : "invalid_request_error", "");
   response.close = true;
   if (status == 503) response.headers.emplace_back("Retry-After", "1");
-  Queue(Head(response, false, true, Framing::kLength) + response.body);
+  Queue(wire::Head(response, false, true, wire::Framing::kLength) + response.body);
 }
 
 void Session::Queue(std::string bytes) {
@@ -531,15 +533,22 @@ void Session::OnWrite(beast::error_code ec) {
 
 void Session::FinishExchange() {
   exchange_.reset();
+  body_charge_.Release();
   if (close_after_) return Linger();
   phase_ = Phase::kIdle;
-  ArmRead(shared_.limits.idle_timeout);
+  const ServerLimits& limits = shared_.limits;
+  // Under pressure (above 3/4 of the cap) an idle keep-alive connection is kept less long.
+  const bool pressure = shared_.connections.load() * int64_t{4} > limits.max_connections * 3;
+  ArmRead(pressure ? std::min(limits.idle_timeout, limits.pressure_idle_timeout)
+                   : limits.idle_timeout);
   Parse();
+  if (phase_ == Phase::kIdle) SetIdle(true);
   MaybeRead();
 }
 
 void Session::Linger() {
   phase_ = Phase::kLingering;
+  body_charge_.Release();
   beast::error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_send, ignored);
   buffer_.clear();
@@ -555,6 +564,8 @@ void Session::Linger() {
 void Session::Close() {
   if (phase_ == Phase::kClosed) return;
   phase_ = Phase::kClosed;
+  idle_since_.store(0);
+  body_charge_.Release();
   ++read_generation_;
   ++write_generation_;
   read_timer_.cancel();
@@ -614,8 +625,12 @@ class HttpServer::Impl {
   absl::Status Start(const std::string& host, int port, int* bound_port);
   void Stop();
   int connections() const { return shared_.connections.load(); }
+  int64_t evicted() const { return shared_.evicted.load(); }
 
  private:
+  // At the cap: claims the connection idle longest for eviction (posted to its strand);
+  // false when none is idle.
+  bool EvictIdlest();
   void Accept();
   void OnAccept(beast::error_code ec, tcp::socket socket);
   std::vector<std::shared_ptr<Session>> Snapshot();
@@ -684,7 +699,8 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
   }
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
-  const bool refuse = shared_.connections.load() >= shared_.limits.max_connections;
+  const bool refuse =
+      shared_.connections.load() >= shared_.limits.max_connections && !EvictIdlest();
   auto session = std::make_shared<Session>(std::move(socket), shared_, refuse);
   {
     std::lock_guard<std::mutex> lock(shared_.mu);
@@ -692,6 +708,30 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
   }
   net::dispatch(session->executor(), [session] { session->Begin(); });
   Accept();
+}
+
+bool HttpServer::Impl::EvictIdlest() {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    std::shared_ptr<Session> victim;
+    int64_t since = 0;
+    {
+      std::lock_guard<std::mutex> lock(shared_.mu);
+      for (auto& [raw, weak] : shared_.sessions) {
+        const int64_t idle = raw->idle_since();
+        if (idle > 0 && (since == 0 || idle < since)) {
+          if (auto session = weak.lock()) {
+            victim = std::move(session);
+            since = idle;
+          }
+        }
+      }
+    }
+    if (victim == nullptr) return false;
+    if (!victim->Claim(since)) continue;  // it became busy (or was claimed) meanwhile
+    net::post(victim->executor(), [victim] { victim->Evict(); });
+    return true;
+  }
+  return false;
 }
 
 std::vector<std::shared_ptr<Session>> HttpServer::Impl::Snapshot() {
@@ -754,5 +794,7 @@ absl::Status HttpServer::Start(const std::string& host, int port) {
 void HttpServer::Stop() { impl_->Stop(); }
 
 int HttpServer::connections() const { return impl_->connections(); }
+
+int64_t HttpServer::evicted() const { return impl_->evicted(); }
 
 }  // namespace abcd::http

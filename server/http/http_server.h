@@ -13,7 +13,14 @@
 //     start for the first request), the body within `body_timeout` of the header, the next
 //     keep-alive request within `idle_timeout`; a response write not finished within
 //     `write_timeout` ends the connection. Slow clients are closed at their deadline;
-//   - beyond `max_connections` open connections a new one gets 503 and is closed.
+//   - at `max_connections` open connections, a new one makes room by closing the connection
+//     idle longest (no request in flight, no byte of the next one received: a keep-alive
+//     connection between requests or a fresh one that has sent nothing); only when none is
+//     idle does the new one get 503 and close. Above 3/4 of the cap a keep-alive connection
+//     waits at most `pressure_idle_timeout` for its next request;
+//   - with a `body_budget`, a body is charged its Content-Length as soon as its header is read
+//     (before any byte of it is buffered) and released when its exchange ends; a body that
+//     does not fit gets 503 + Retry-After and the connection closes (body_budget.h).
 // Requests on one connection are answered in order (pipelined bytes wait in a bounded buffer
 // until the response before them is written). A connection that closes while its request is
 // being handled aborts the exchange at once (Abort::kClientGone).
@@ -27,6 +34,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -36,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/core/body_budget.h"
 
 namespace abcd::http {
 
@@ -54,8 +63,11 @@ struct ServerLimits {
   absl::Duration body_timeout = absl::Seconds(30);
   absl::Duration idle_timeout = absl::Seconds(60);
   absl::Duration write_timeout = absl::Seconds(30);
+  absl::Duration pressure_idle_timeout = absl::Seconds(5);
   // Stop(): how long connections get to write their last bytes before they are cut.
   absl::Duration stop_timeout = absl::Milliseconds(500);
+  // Request bodies in flight, shared with other listeners and gRPC (not owned; null: none).
+  BodyBudget* body_budget = nullptr;
 };
 
 struct ServerRequest {
@@ -102,7 +114,8 @@ using RequestHandler =
     std::function<void(ServerRequest request, std::shared_ptr<Exchange> exchange)>;
 
 // Called on a connection's strand whenever the transport answers by itself and closes: a
-// connection over the cap (503), an over-long request line or header (414, 431), a malformed
+// connection over the cap with none idle to close, or a body over the body budget (503), an
+// over-long request line or header (414, 431), a malformed
 // request (400), a header or body that came too late (408), a body too large (413) or chunked
 // (411). `target` is the request's target when its header was read, else empty.
 using RefusalHook = std::function<void(absl::string_view target, int status)>;
@@ -124,6 +137,8 @@ class HttpServer {
   void Stop();
   // Open connections (refused ones not included).
   int connections() const;
+  // Idle connections closed to make room for new ones at max_connections (cumulative).
+  int64_t evicted() const;
 
  private:
   class Impl;

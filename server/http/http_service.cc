@@ -17,6 +17,7 @@
 #include "engine/core/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/core/session_ops.h"
+#include "server/http/admin_service.h"
 #include "server/http/completion_format.h"
 #include "server/http/event_channel.h"
 #include "server/http/http_errors.h"
@@ -29,7 +30,6 @@ namespace {
 using nlohmann::json;
 
 constexpr char kJson[] = "application/json";
-constexpr char kMetricsContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
 std::string Dump(const json& value) {
   // Model output may hold invalid UTF-8; replace it instead of throwing.
@@ -82,6 +82,7 @@ class HttpService::Impl {
     server_limits.body_timeout = options_.body_timeout;
     server_limits.idle_timeout = options_.idle_timeout;
     server_limits.write_timeout = options_.write_timeout;
+    server_limits.body_budget = options_.body_budget;
     server_ = std::make_unique<HttpServer>(
         server_limits,
         [this](ServerRequest request, std::shared_ptr<Exchange> exchange) {
@@ -130,7 +131,6 @@ class HttpService::Impl {
 
   void Completions(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
   void Translate(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
-  void Readiness(Exchange& exchange);
   // /v1/sessions routes; the store is called on this I/O thread.
   void Sessions(ServerRequest& request, Exchange& exchange);
   json ModelObject(const ServedModel& model) const;
@@ -485,13 +485,8 @@ void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> 
     if (!kind.empty()) Count(kind, "invalid_argument");
     return exchange->Reply(std::move(response));
   }
-  if (path == "/healthz") return exchange->Reply(JsonResponse(200, R"({"status":"ok"})"));
-  if (path == "/readyz") return Readiness(*exchange);
-  if (path == "/metrics") {
-    ServerResponse response;
-    response.content_type = kMetricsContentType;
-    if (hooks_.render_metrics) response.body = hooks_.render_metrics();
-    return exchange->Reply(std::move(response));
+  if (auto probe = ProbeResponse(path, models_, hooks_.render_metrics)) {
+    return exchange->Reply(*std::move(probe));
   }
   if (path == "/v1/completions") return Completions(request, std::move(exchange));
   if (path == "/v1/translate") return Translate(request, std::move(exchange));
@@ -519,15 +514,6 @@ void HttpService::Impl::Refused(absl::string_view target, int status) {
                                   : status == 408 ? "deadline_exceeded"
                                                   : "invalid_argument";
   Count(kind, label);
-}
-
-void HttpService::Impl::Readiness(Exchange& exchange) {
-  if (models_.ready()) return exchange.Reply(JsonResponse(200, R"({"status":"ready"})"));
-  if (const std::string failure = models_.BackendFailure(); !failure.empty()) {
-    return exchange.Reply(JsonResponse(503, Dump(json{{"status", "failed"}, {"error", failure}})));
-  }
-  exchange.Reply(JsonResponse(
-      503, models_.draining() ? R"({"status":"draining"})" : R"({"status":"loading"})"));
 }
 
 bool HttpService::Impl::Admit(Exchange& exchange, absl::string_view kind) {
@@ -778,6 +764,8 @@ absl::Status HttpService::Start(const std::string& host, int port) {
   port_ = impl_->server().port();
   return absl::OkStatus();
 }
+
+int64_t HttpService::evicted_connections() const { return impl_->server().evicted(); }
 
 void HttpService::Stop() {
   if (!started_ || stopped_) return;

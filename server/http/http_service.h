@@ -11,14 +11,15 @@
 //                         {"texts": [...]} -> {"translations": [...]}
 //   GET  /v1/models       OpenAI-style model list (+ kind, state_bytes_per_sequence)
 //   GET  /v1/models/NAME  one model object
-//   GET  /healthz         200 while the process is up
-//   GET  /readyz          200 when models.ready(), else 503 (loading, draining or failed)
-//   GET  /metrics         hooks.render_metrics(), Prometheus text format 0.0.4
+//   GET  /healthz         200 while the process is up         } admin_service.h; also on
+//   GET  /readyz          200 when models.ready(), else 503   } the admin listener
+//   GET  /metrics         hooks.render_metrics(), Prometheus  } (--admin_port)
 //
 // Bodies are validated at the door (request_parser.h); errors are
 // {"error": {"message", "type", "param", "code"}} with the status from MapStatusCode
 // (http_errors.h). The transport is HttpServer (http_server.h: Boost.Beast on a fixed number of
-// I/O threads, limits enforced while reading, deadlines, a connection cap). No I/O thread ever
+// I/O threads, limits enforced while reading, deadlines, a connection cap that evicts the
+// idlest connection, the process-wide body budget). No I/O thread ever
 // waits on an executor: each request's EventChannel wakes its connection when events arrive.
 // /healthz, /readyz and /metrics never touch an executor, so they answer at once whatever the
 // load. At most `max_inflight` completions and translations are answered at once; beyond that
@@ -43,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/core/body_budget.h"
 #include "server/core/served_models.h"
 #include "server/core/session_ops.h"
 
@@ -76,6 +78,8 @@ struct HttpOptions {
   absl::Duration body_timeout = absl::Seconds(30);    // end of header -> end of body
   absl::Duration idle_timeout = absl::Seconds(60);    // keep-alive wait for the next request
   absl::Duration write_timeout = absl::Seconds(30);   // a response write not finished
+  // Request bodies in flight, process-wide (not owned; null: unlimited). http_server.h.
+  BodyBudget* body_budget = nullptr;
 };
 
 class HttpService {
@@ -91,6 +95,8 @@ class HttpService {
   absl::Status Start(const std::string& host, int port);
   // The bound port after a successful Start, else -1.
   int port() const { return port_; }
+  // Idle connections closed to make room at max_connections (cumulative; http_server.h).
+  int64_t evicted_connections() const;
   // Stops accepting, ends in-flight requests (their executor requests are cancelled; waiting
   // clients get 503, streams an error event and [DONE]), closes every connection within about
   // half a second and joins the I/O threads. Idempotent.

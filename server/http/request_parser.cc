@@ -12,6 +12,7 @@
 #include "engine/sampling/sampler.h"
 #include "nlohmann/json.hpp"
 #include "server/http/http_errors.h"
+#include "server/http/json_error.h"
 
 namespace abcd::http {
 namespace {
@@ -56,9 +57,7 @@ const json* Field(const json& object, absl::string_view name) {
 
 absl::StatusOr<json> ParseObject(absl::string_view body) {
   json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    return absl::InvalidArgumentError("request body is not valid JSON");
-  }
+  if (parsed.is_discarded()) return InvalidJsonError(body);
   if (!parsed.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("request body must be a JSON object, got ", Describe(parsed)));

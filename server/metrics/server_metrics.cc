@@ -1,5 +1,6 @@
 #include "server/metrics/server_metrics.h"
 
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -77,6 +78,15 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     prefix_cache_queried_.store(stats.prefix_cache_queried_tokens, std::memory_order_relaxed);
     prefix_cache_hits_.store(stats.prefix_cache_hit_tokens, std::memory_order_relaxed);
     prefix_cache_evictions_.store(stats.prefix_cache_evictions, std::memory_order_relaxed);
+    const PrefixCacheCounters& counters = stats.prefix_cache_counters;
+    const int64_t misses[kMissReasons] = {
+        counters.miss_evicted_tokens, counters.miss_not_cached_tokens, counters.miss_last_tokens};
+    for (int i = 0; i < kMissReasons; ++i) {
+      prefix_cache_misses_[i].store(misses[i], std::memory_order_relaxed);
+    }
+    for (int i = 0; i < PrefixCacheCounters::kOutcomes; ++i) {
+      prefix_cache_lookups_[i].store(counters.lookups[i], std::memory_order_relaxed);
+    }
     if (batch_size > 0) instruments_.batch_size->Observe(static_cast<double>(batch_size));
   }
   void OnFirstToken(double seconds_since_enqueue) override {
@@ -107,6 +117,10 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     totals.kv_cache_bytes += kv_cache_bytes_.load(std::memory_order_relaxed);
   }
 
+  static constexpr int kMissReasons = 3;
+  static constexpr const char* kMissReasonNames[kMissReasons] = {"evicted", "not_cached",
+                                                                 "last_token"};
+
   // This model's prefix-cache series (labelled with its name), set by Render under mu_.
   struct PrefixCacheSeries {
     prometheus::Gauge* bytes = nullptr;
@@ -114,7 +128,10 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     prometheus::Counter* queried = nullptr;
     prometheus::Counter* hits = nullptr;
     prometheus::Counter* evictions = nullptr;
+    std::array<prometheus::Counter*, kMissReasons> misses{};
+    std::array<prometheus::Counter*, PrefixCacheCounters::kOutcomes> lookups{};
   };
+
   PrefixCacheSeries prefix_cache;
   void UpdatePrefixCache() const {
     if (prefix_cache.bytes == nullptr) return;
@@ -123,6 +140,12 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     Advance(prefix_cache.queried, prefix_cache_queried_.load());
     Advance(prefix_cache.hits, prefix_cache_hits_.load());
     Advance(prefix_cache.evictions, prefix_cache_evictions_.load());
+    for (int i = 0; i < kMissReasons; ++i) {
+      Advance(prefix_cache.misses[i], prefix_cache_misses_[i].load());
+    }
+    for (int i = 0; i < PrefixCacheCounters::kOutcomes; ++i) {
+      Advance(prefix_cache.lookups[i], prefix_cache_lookups_[i].load());
+    }
   }
 
  private:
@@ -137,6 +160,8 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
   std::atomic<int64_t> prefix_cache_queried_{0};
   std::atomic<int64_t> prefix_cache_hits_{0};
   std::atomic<int64_t> prefix_cache_evictions_{0};
+  std::array<std::atomic<int64_t>, kMissReasons> prefix_cache_misses_{};
+  std::array<std::atomic<int64_t>, PrefixCacheCounters::kOutcomes> prefix_cache_lookups_{};
 
   // A counter follows a cumulative figure: it only ever moves up.
   static void Advance(prometheus::Counter* counter, int64_t total) {
@@ -215,6 +240,22 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                  .Name("abcd_prefix_cache_evictions_total")
                                  .Help("Prefix cache snapshots evicted for space, per model.")
                                  .Register(registry);
+  prefix_cache_misses_ =
+      &prometheus::BuildCounter()
+           .Name("abcd_prefix_cache_miss_tokens_total")
+           .Help(
+               "Prompt tokens of cache lookups that were prefilled, per model and reason: "
+               "evicted (an evicted snapshot had covered them), not_cached (no snapshot did), "
+               "last_token (always prefilled).")
+           .Register(registry);
+  prefix_cache_lookups_ = &prometheus::BuildCounter()
+                               .Name("abcd_prefix_cache_lookups_total")
+                               .Help(
+                                   "Prefix cache lookups of admitted requests, per model and "
+                                   "outcome: hit (all but the last token restored), partial, "
+                                   "evicted (none; an evicted snapshot had covered some), "
+                                   "miss.")
+                               .Register(registry);
 }
 
 ServerMetrics::~ServerMetrics() = default;
@@ -262,6 +303,16 @@ ExecutorObserver* ServerMetrics::AddModel(const std::string& model_name,
   series.queried = &prefix_cache_queried_->Add(labels);
   series.hits = &prefix_cache_hits_->Add(labels);
   series.evictions = &prefix_cache_evictions_->Add(labels);
+  for (int i = 0; i < ModelObserver::kMissReasons; ++i) {
+    prometheus::Labels reason = labels;
+    reason["reason"] = ModelObserver::kMissReasonNames[i];
+    series.misses[i] = &prefix_cache_misses_->Add(reason);
+  }
+  for (int i = 0; i < PrefixCacheCounters::kOutcomes; ++i) {
+    prometheus::Labels outcome = labels;
+    outcome["outcome"] = PrefixCacheCounters::OutcomeName(i);
+    series.lookups[i] = &prefix_cache_lookups_->Add(outcome);
+  }
   return models_.back().get();
 }
 

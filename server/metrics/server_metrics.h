@@ -19,6 +19,10 @@
 //   abcd_prefix_cache_queried_tokens_total{model} counter } Render(); the counters follow
 //   abcd_prefix_cache_hit_tokens_total{model} counter    } the executor's cumulative figures
 //   abcd_prefix_cache_evictions_total{model}  counter    }
+//   abcd_prefix_cache_miss_tokens_total{model,reason}  counter } reason: evicted, not_cached,
+//                                                   last_token (PrefixCacheCounters)
+//   abcd_prefix_cache_lookups_total{model,outcome}     counter } outcome: hit, partial, evicted,
+//                                                   miss
 //
 // Registry and exposition are prometheus-cpp's (prometheus::Registry, TextSerializer); every
 // handle is resolved at start-up. Every {kind,status} pair is registered up front, so
@@ -125,6 +129,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* prefix_cache_queried_ = nullptr;
   prometheus::Family<prometheus::Counter>* prefix_cache_hits_ = nullptr;
   prometheus::Family<prometheus::Counter>* prefix_cache_evictions_ = nullptr;
+  prometheus::Family<prometheus::Counter>* prefix_cache_misses_ = nullptr;
+  prometheus::Family<prometheus::Counter>* prefix_cache_lookups_ = nullptr;
 
   mutable absl::Mutex mu_;  // AddModel/AddRenderHook vs Render; never held by an observer
   std::vector<std::unique_ptr<ModelObserver>> models_ ABSL_GUARDED_BY(mu_);

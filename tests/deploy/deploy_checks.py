@@ -635,6 +635,9 @@ def check_contract(ctx, c):
                      f"{where} config.json keys are server flags: {sorted(set(config) - flags)}")
             eff = effective_config(defaults, config, args)
             grpc, http = int(eff["grpc_port"]), int(eff["http_port"])
+            # Metrics are scraped on the admin listener when config.json sets one (issue 28).
+            admin = int(eff.get("admin_port", -1))
+            scrape = admin if admin > 0 else http
             drain = float(eff["drain_grace_seconds"])
             c.expect("max_connection_age_seconds" in config and 30 <= int(config["max_connection_age_seconds"]) <= 600,
                      f"{where} config.json sets max_connection_age_seconds (30..600 s) so gRPC clients rebalance")
@@ -642,6 +645,8 @@ def check_contract(ctx, c):
             ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
             c.equal(ports.get("grpc"), grpc, f"{where} containerPort grpc = server gRPC port")
             c.equal(ports.get("http"), http, f"{where} containerPort http = server HTTP port")
+            if admin > 0:
+                c.equal(ports.get("admin"), admin, f"{where} containerPort admin = --admin_port")
             for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
                 probe = ctr.get(probe_name, {})
                 c.expect("grpc" in probe, f"{where} {probe_name} is a native gRPC probe")
@@ -664,7 +669,7 @@ def check_contract(ctx, c):
                      f"preStop {pre_stop} + drain grace {drain} + shutdown {DRAIN_SHUTDOWN_SECONDS} + "
                      f"margin {DRAIN_MARGIN_SECONDS}")
             ann = dep["spec"]["template"]["metadata"].get("annotations", {})
-            c.equal(ann.get("prometheus.io/port"), str(http), f"{where} prometheus.io/port")
+            c.equal(ann.get("prometheus.io/port"), str(scrape), f"{where} prometheus.io/port")
             c.equal(ann.get("prometheus.io/path"), "/metrics", f"{where} prometheus.io/path")
 
             def selects(selector):
@@ -691,8 +696,8 @@ def check_contract(ctx, c):
             monitor = find(objects, "PodMonitor")
             c.expect(selects(monitor["spec"]["selector"]["matchLabels"]), f"{where} PodMonitor selects the pods")
             for ep in monitor["spec"]["podMetricsEndpoints"]:
-                c.expect(ep["port"] in ports and ports[ep["port"]] == http,
-                         f"{where} PodMonitor scrapes the HTTP port")
+                c.expect(ep["port"] in ports and ports[ep["port"]] == scrape,
+                         f"{where} PodMonitor scrapes the admin (else HTTP) port")
                 c.equal(ep.get("path", "/metrics"), "/metrics", f"{where} PodMonitor path")
 
             hpa = find(objects, "HorizontalPodAutoscaler")

@@ -330,7 +330,7 @@ class LiveServer:
     def __enter__(self):
         port_file = os.path.join(self.tmp.name, "ports.json")
         argv = self.argv + ["--host", "127.0.0.1", "--grpc_port", "0", "--http_port", "0",
-                            "--port_file", port_file]
+                            "--admin_port", "0", "--port_file", port_file]
         self.log = open(self.log_path, "w", encoding="utf-8")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + self.start_timeout

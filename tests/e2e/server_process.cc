@@ -42,6 +42,7 @@ ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string>
       if (ports.is_object()) {
         grpc_port_ = ports.value("grpc_port", 0);
         http_port_ = ports.value("http_port", 0);
+        admin_port_ = ports.value("admin_port", -1);
         return;
       }
     }

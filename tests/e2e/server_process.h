@@ -29,6 +29,7 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   int grpc_port() const { return grpc_port_; }
   int http_port() const { return http_port_; }
+  int admin_port() const { return admin_port_; }  // -1 without --admin_port
   std::string grpc_target() const;
   void SendSignal(int signal) const;
   // Waits for exit (up to `timeout_seconds`); returns the exit code, or -1 on timeout/crash.
@@ -41,6 +42,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int grpc_port_ = 0;
   int http_port_ = 0;
+  int admin_port_ = -1;
   int exit_code_ = -1;
   std::string dir_;
 };

@@ -271,11 +271,15 @@ TEST_P(ExecutorStateTest, PrefixCacheChangesOnlyThePrefill) {
   EXPECT_GT(stats.prefix_cache_bytes, 0);
   EXPECT_EQ(without->LatestStats().prefix_cache_queried_tokens, 0);
 
-  // Sequentially, a resent history hits the previous prompt's end.
+  // Sequentially, a resent history hits the previous prompt's end (bos + the prompt but its
+  // last token: the snapshot is taken before it, so that an exact repeat hits too).
   std::vector<int32_t> longer = prompts[0];
   longer.push_back(9);
   const auto events = Run(*with_cache, Request(longer, 5, 0.0f, 0));
-  EXPECT_EQ(events.back().cached_prompt_tokens, static_cast<int>(prompts[0].size()) + 1);
+  EXPECT_EQ(events.back().cached_prompt_tokens, static_cast<int>(prompts[0].size()));
+  // An exact repeat restores all but the last token.
+  const auto repeat = Run(*with_cache, Request(prompts[0], 5, 0.0f, 0));
+  EXPECT_EQ(repeat.back().cached_prompt_tokens, static_cast<int>(prompts[0].size()));
   EXPECT_EQ(Tokens(events), Tokens(Run(*without, Request(longer, 5, 0.0f, 0))));
 }
 

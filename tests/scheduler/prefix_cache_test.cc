@@ -1,6 +1,7 @@
 // PrefixCache: exact positions, edges split on divergence, shared/pending reporting, LRU
 // eviction over leaves under the budget, oversize snapshots dropped, counters, the disabled
-// cache, and a randomized comparison with a brute-force model.
+// cache, speculative snapshots (capped, evicted first, promoted by a hit), evicted prefixes
+// and miss reasons, and a randomized comparison with a brute-force model.
 #include "engine/scheduler/prefix_cache.h"
 
 #include <gtest/gtest.h>
@@ -245,6 +246,76 @@ TEST(PrefixCache, EmptyPrefixesStoreNothing) {
   EXPECT_EQ(cache.entries(), 0);
   EXPECT_EQ(cache.bytes(), 0);
   EXPECT_EQ(cache.Lookup(Range(0, 3)).pending, 0);
+}
+
+// End-of-request (speculative) snapshots hold at most budget / kSpeculativeShare, go before
+// any prompt snapshot, and become prompt snapshots once a lookup hits one.
+TEST(PrefixCache, SpeculativeSnapshotsAreCappedEvictedFirstAndPromotedByAHit) {
+  const std::string state(96, 's');                         // + 4 tokens * 4 bytes = 112 per entry
+  PrefixCache cache(PrefixCache::kSpeculativeShare * 250);  // speculative share: 250 bytes
+  const Tokens prompt = Range(0, 4);
+  cache.Insert(prompt, state);  // a prompt snapshot
+  for (int32_t i = 0; i < 5; ++i) {
+    cache.Insert(Range(100 * (i + 1), 4), state, SnapshotKind::kSpeculative);
+    EXPECT_LE(cache.speculative_bytes(), 250) << i;
+  }
+  EXPECT_EQ(cache.speculative_bytes(), 2 * 96);  // the two latest; three evicted
+  EXPECT_EQ(cache.evictions(), 3);
+  EXPECT_EQ(cache.Lookup(Concat(prompt, {1})).cached, 4);  // the prompt snapshot stayed
+  EXPECT_EQ(cache.Lookup(Concat(Range(100, 4), {1})).cached, 0);
+  // A hit promotes: the speculative bytes shrink and the next speculative insert keeps it.
+  EXPECT_EQ(cache.Lookup(Concat(Range(400, 4), {1})).cached, 4);
+  EXPECT_EQ(cache.speculative_bytes(), 96);
+  cache.Insert(Range(600, 4), state, SnapshotKind::kSpeculative);
+  cache.Insert(Range(700, 4), state, SnapshotKind::kSpeculative);
+  EXPECT_EQ(cache.Lookup(Concat(Range(400, 4), {1})).cached, 4);
+  EXPECT_EQ(cache.Lookup(Concat(Range(500, 4), {1})).cached, 0);  // speculative, evicted
+  // A speculative snapshot never replaces a prompt snapshot of the same prefix.
+  cache.Insert(prompt, "other", SnapshotKind::kSpeculative);
+  EXPECT_EQ(*cache.Lookup(Concat(prompt, {1})).snapshot, state);
+
+  // Under the whole budget, speculative snapshots go before older prompt snapshots.
+  PrefixCache tight(PrefixCache::kSpeculativeShare * 120);
+  for (int32_t i = 0; i < 7; ++i) tight.Insert(Range(10 * i, 4), state);  // 7 * 112 = 784
+  tight.Insert(Range(1000, 4), state, SnapshotKind::kSpeculative);        // 896 <= 960
+  tight.Insert(Range(2000, 4), state);  // 1008 > 960: the speculative one goes first
+  EXPECT_EQ(tight.speculative_bytes(), 0);
+  EXPECT_EQ(tight.Lookup(Concat(Range(0, 4), {1})).cached, 4);
+}
+
+// Evicted prefixes are remembered, so a lookup can tell "evicted" from "never cached"; the
+// counters split every queried token into hit and missed-by-reason.
+TEST(PrefixCache, ReportsEvictedPrefixesAndCountsMissesByReason) {
+  PrefixCache cache(2 * (100 + 6 * 4));
+  const Tokens a = Range(0, 6), b = Range(50, 6), c = Range(80, 6);
+  cache.Insert(a, std::string(100, 'a'));
+  cache.Insert(b, std::string(100, 'b'));
+  cache.Insert(c, std::string(100, 'c'));  // evicts a
+  PrefixCacheCounters counters;
+  const PrefixCache::Match evicted = cache.Lookup(Concat(a, {7, 8}));
+  EXPECT_EQ(evicted.cached, 0);
+  EXPECT_EQ(evicted.evicted, 6);
+  counters.Count(evicted, 8);
+  const PrefixCache::Match hit = cache.Lookup(Concat(b, {9}));  // an exact repeat of b + 1
+  EXPECT_EQ(hit.cached, 6);
+  EXPECT_EQ(hit.evicted, 0);
+  counters.Count(hit, 7);
+  const PrefixCache::Match partial = cache.Lookup(Concat(c, {1, 2, 3}));
+  counters.Count(partial, 9);
+  counters.Count(cache.Lookup(Range(300, 5)), 5);  // never seen
+  EXPECT_EQ(counters.lookups[PrefixCacheCounters::kEvicted], 1);
+  EXPECT_EQ(counters.lookups[PrefixCacheCounters::kHit], 1);
+  EXPECT_EQ(counters.lookups[PrefixCacheCounters::kPartial], 1);
+  EXPECT_EQ(counters.lookups[PrefixCacheCounters::kMiss], 1);
+  EXPECT_EQ(counters.queried_tokens, 8 + 7 + 9 + 5);
+  EXPECT_EQ(counters.hit_tokens, 6 + 6);
+  EXPECT_EQ(counters.miss_evicted_tokens, 6);
+  EXPECT_EQ(counters.miss_last_tokens, 4);
+  EXPECT_EQ(counters.miss_not_cached_tokens, 1 + 0 + 2 + 4);
+  EXPECT_EQ(counters.hit_tokens + counters.miss_evicted_tokens + counters.miss_not_cached_tokens +
+                counters.miss_last_tokens,
+            counters.queried_tokens);
+  EXPECT_STREQ(PrefixCacheCounters::OutcomeName(PrefixCacheCounters::kEvicted), "evicted");
 }
 
 // The cache's contract, by brute force: snapshots and pending counts in maps keyed by prefix,

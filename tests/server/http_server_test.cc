@@ -1,5 +1,6 @@
 // The HTTP transport (server/http/http_server.h) on 127.0.0.1 with a small handler, driven over
-// raw sockets: limits enforced while reading, deadlines, the connection cap, pipelining,
+// raw sockets: limits enforced while reading, deadlines, the connection cap (idle connections
+// evicted first), the body budget, pipelining,
 // keep-alive, aborts on disconnect and on Stop, and exclusive binding.
 #include "server/http/http_server.h"
 
@@ -271,9 +272,9 @@ TEST_F(HttpServerTest, EveryTransportRefusalIsReported) {
   limits.max_connections = 1;
   StartServer(limits);
   {
-    RawClient held(server_->port());
-    ASSERT_TRUE(held.Send("GET /echo HTTP/1.1\r\n\r\n"));
-    ASSERT_TRUE(held.ReadUntil("GET /echo", absl::Seconds(2)));
+    RawClient held(server_->port());  // busy: nothing idle to evict
+    ASSERT_TRUE(held.Send(Post("/hold", "")));
+    absl::SleepFor(absl::Milliseconds(50));
     RawClient over(server_->port());
     EXPECT_TRUE(over.ReadUntil("HTTP/1.1 503", absl::Seconds(2))) << over.received();
   }
@@ -321,30 +322,78 @@ TEST_F(HttpServerTest, SlowHeaderIsClosedAtItsDeadlineAndIdleConnectionsToo) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
-TEST_F(HttpServerTest, ConnectionsBeyondTheCapGet503) {
+// At the cap a new connection closes the one idle longest (a keep-alive connection between
+// requests, or one that has sent nothing); only when every connection is busy is it refused.
+TEST_F(HttpServerTest, AtTheCapTheIdlestConnectionMakesRoomElse503) {
   server_.reset();
   ServerLimits limits;
   limits.max_connections = 2;
   StartServer(limits);
   RawClient a(server_->port());
-  RawClient b(server_->port());
   ASSERT_TRUE(a.Send("GET /echo HTTP/1.1\r\n\r\n"));
-  ASSERT_TRUE(a.ReadUntil("GET /echo", absl::Seconds(2)));
+  ASSERT_TRUE(a.ReadUntil("GET /echo", absl::Seconds(2)));  // idle since its answer
+  absl::SleepFor(absl::Milliseconds(20));
+  RawClient b(server_->port());
   ASSERT_TRUE(b.Send("GET /echo HTTP/1.1\r\n\r\n"));
-  ASSERT_TRUE(b.ReadUntil("GET /echo", absl::Seconds(2)));
+  ASSERT_TRUE(b.ReadUntil("GET /echo", absl::Seconds(2)));  // idle, more recently
   RawClient c(server_->port());
-  EXPECT_TRUE(c.ReadUntil("HTTP/1.1 503", absl::Seconds(2))) << c.received();
-  EXPECT_TRUE(c.ReadUntilClosed(absl::Seconds(3)));
-  b.Close();
+  ASSERT_TRUE(c.Send("GET /echo HTTP/1.1\r\n\r\n"));
+  EXPECT_TRUE(c.ReadUntil("GET /echo", absl::Seconds(2))) << c.received();
+  EXPECT_TRUE(a.ReadUntilClosed(absl::Seconds(2)));  // a, the idlest, made room
+  EXPECT_EQ(server_->evicted(), 1);
+  ASSERT_TRUE(b.Send("GET /echo HTTP/1.1\r\n\r\n"));  // b still serves
+  EXPECT_TRUE(b.ReadUntil("HTTP/1.1 200 OK", absl::Seconds(2))) << b.received();
+
+  // Both busy: the new one is refused.
+  RawClient x(server_->port());
+  RawClient y(server_->port());
   ASSERT_TRUE([&] {
-    for (int i = 0; i < 200 && server_->connections() > 1; ++i) {
+    for (int i = 0; i < 200 && server_->connections() > 2; ++i) {
       absl::SleepFor(absl::Milliseconds(10));
     }
-    return server_->connections() == 1;
+    return server_->connections() == 2;
   }());
-  RawClient d(server_->port());
-  ASSERT_TRUE(d.Send("GET /echo HTTP/1.1\r\n\r\n"));
-  EXPECT_TRUE(d.ReadUntil("GET /echo", absl::Seconds(2))) << d.received();
+  ASSERT_TRUE(x.Send(Post("/hold", "")));
+  ASSERT_TRUE(y.Send(Post("/hold", "")));
+  absl::SleepFor(absl::Milliseconds(50));
+  RawClient z(server_->port());
+  EXPECT_TRUE(z.ReadUntil("HTTP/1.1 503", absl::Seconds(2))) << z.received();
+  EXPECT_TRUE(z.ReadUntilClosed(absl::Seconds(3)));
+}
+
+// The body budget: a body is charged its Content-Length before any of it is buffered; one that
+// does not fit gets 503 at once; the charge is released when the exchange ends.
+TEST_F(HttpServerTest, BodiesBeyondTheBudgetAre503AtTheirHeader) {
+  server_.reset();
+  BodyBudget budget(4000, 100);  // bodies over 100 bytes may use 3000
+  ServerLimits limits;
+  limits.max_body_bytes = 10000;
+  limits.body_budget = &budget;
+  StartServer(limits);
+  RawClient stalled(server_->port());
+  ASSERT_TRUE(stalled.Send("POST /echo HTTP/1.1\r\nContent-Length: 2500\r\n\r\nab"));
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 200 && budget.used() == 0; ++i) absl::SleepFor(absl::Milliseconds(5));
+    return budget.used() == 2500;
+  }());
+  RawClient refused(server_->port());
+  ASSERT_TRUE(refused.Send("POST /echo HTTP/1.1\r\nContent-Length: 1000\r\n\r\n"));
+  EXPECT_TRUE(refused.ReadUntil("HTTP/1.1 503", absl::Seconds(2))) << refused.received();
+  EXPECT_TRUE(refused.ReadUntil("--max_inflight_body_mb", absl::Seconds(2)));
+  EXPECT_TRUE(absl::StrContains(refused.received(), "Retry-After: 1")) << refused.received();
+  EXPECT_EQ(budget.refused_http(), 1);
+  RawClient small(server_->port());  // a small body still fits
+  ASSERT_TRUE(small.Send(Post("/echo", "tiny")));
+  EXPECT_TRUE(small.ReadUntil("POST /echo tiny", absl::Seconds(2))) << small.received();
+  ASSERT_TRUE(stalled.Send(std::string(2498, 'x')));
+  EXPECT_TRUE(stalled.ReadUntil("POST /echo abxx", absl::Seconds(2)));
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 200 && budget.used() > 0; ++i) absl::SleepFor(absl::Milliseconds(5));
+    return budget.used() == 0;
+  }());
+  RawClient later(server_->port());
+  ASSERT_TRUE(later.Send(Post("/echo", std::string(1000, 'y'))));
+  EXPECT_TRUE(later.ReadUntil("POST /echo yyy", absl::Seconds(2))) << later.received();
 }
 
 TEST_F(HttpServerTest, ClientGoneAbortsTheExchangeAtOnce) {

@@ -87,6 +87,8 @@ TEST(ServerMetrics, ExportsTheWholeContract) {
       {"abcd_prefix_cache_queried_tokens_total", "counter"},
       {"abcd_prefix_cache_hit_tokens_total", "counter"},
       {"abcd_prefix_cache_evictions_total", "counter"},
+      {"abcd_prefix_cache_miss_tokens_total", "counter"},
+      {"abcd_prefix_cache_lookups_total", "counter"},
   };
   int type_lines = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -114,6 +116,37 @@ TEST(ServerMetrics, ExportsTheWholeContract) {
   EXPECT_EQ(SampleValue(text, "abcd_batch_size_bucket{le=\"1024\"}"), "0");
   EXPECT_EQ(SampleValue(text, "abcd_request_duration_seconds_bucket{le=\"0.001\"}"), "0");
   EXPECT_EQ(SampleValue(text, "abcd_request_duration_seconds_bucket{le=\"60\"}"), "0");
+}
+
+// Issue 28: lookups by outcome and missed tokens by reason, one labelled series each, following
+// the executor's PrefixCacheCounters.
+TEST(ServerMetrics, PrefixCacheLookupsAndMissesByLabel) {
+  ServerMetrics metrics;
+  ExecutorObserver* lm = metrics.AddModel("abc-lm", 4096);
+  std::string text = metrics.Render();
+  for (const char* outcome : {"hit", "partial", "evicted", "miss"}) {
+    EXPECT_EQ(SampleValue(text, absl::StrCat("abcd_prefix_cache_lookups_total{model=\"abc-lm\","
+                                             "outcome=\"",
+                                             outcome, "\"}")),
+              "0")
+        << outcome;
+  }
+  ExecutorStats stats;
+  stats.prefix_cache_counters.lookups[PrefixCacheCounters::kHit] = 7;
+  stats.prefix_cache_counters.lookups[PrefixCacheCounters::kEvicted] = 2;
+  stats.prefix_cache_counters.miss_evicted_tokens = 30;
+  stats.prefix_cache_counters.miss_not_cached_tokens = 11;
+  stats.prefix_cache_counters.miss_last_tokens = 9;
+  lm->OnIteration(1, stats);
+  text = metrics.Render();
+  const std::string model = "abcd_prefix_cache_lookups_total{model=\"abc-lm\",outcome=";
+  EXPECT_EQ(SampleValue(text, model + "\"hit\"}"), "7");
+  EXPECT_EQ(SampleValue(text, model + "\"evicted\"}"), "2");
+  EXPECT_EQ(SampleValue(text, model + "\"miss\"}"), "0");
+  const std::string miss = "abcd_prefix_cache_miss_tokens_total{model=\"abc-lm\",reason=";
+  EXPECT_EQ(SampleValue(text, miss + "\"evicted\"}"), "30");
+  EXPECT_EQ(SampleValue(text, miss + "\"not_cached\"}"), "11");
+  EXPECT_EQ(SampleValue(text, miss + "\"last_token\"}"), "9");
 }
 
 // The prefix cache's figures per model: gauges from the latest stats, counters following the

@@ -76,5 +76,30 @@ TEST(HttpErrors, SessionStatusesAndParams) {
   EXPECT_EQ(http::ParamFromMessage("session 0123 is in use by another request"), "");
 }
 
+// Issue 28: a number beyond a double's range is named by its field, not "not valid JSON".
+TEST(RequestParser, OutOfRangeNumbersNameTheirField) {
+  const http::ParseLimits limits;
+  const auto message = [&](const std::string& body) {
+    return std::string(http::ParseCompletionRequest(body, limits).status().message());
+  };
+  EXPECT_EQ(message(R"({"prompt": "hi", "max_tokens": 1e400})"),
+            "max_tokens must be a number within the range of a double, got 1e400");
+  EXPECT_EQ(message(R"({"prompt": "hi", "temperature": -1E+999})").rfind("temperature must", 0),
+            0u);
+  EXPECT_EQ(message(R"({"stream_options": {"include_usage": 1e400}, "prompt": "x"})")
+                .rfind("stream_options.include_usage must be a number", 0),
+            0u);
+  EXPECT_EQ(message(R"({"prompt": [1, 2, 1e400]})").rfind("prompt[2] must be a number", 0), 0u);
+  EXPECT_EQ(message("1e400").rfind("request body must be a number", 0), 0u);
+  EXPECT_EQ(http::ParseTranslateRequest(R"({"text": "a", "beam_size": 1e999})", limits)
+                .status()
+                .message()
+                .rfind("beam_size must be", 0),
+            0u);
+  // Other syntax errors still say the body is not JSON, with where.
+  EXPECT_EQ(message(R"({"prompt": "hi",})").rfind("request body is not valid JSON (at byte", 0),
+            0u);
+}
+
 }  // namespace
 }  // namespace abcd
