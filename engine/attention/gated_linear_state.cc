@@ -7,6 +7,7 @@
 #include "absl/container/inlined_vector.h"
 #include "engine/attention/mixer_math.h"
 #include "engine/ops/elementwise.h"
+#include "engine/ops/vector_math.h"
 
 namespace abcd {
 
@@ -141,10 +142,7 @@ void GatedLinearState::UpdateHead(int head, const KeyValueRow& row, const StateR
   const bool fixed_decay = o_.type == AttentionType::kRetnet;
   const float decay = fixed_decay ? retnet_decay_[static_cast<size_t>(head)] : 0.0f;
   for (int c = 0; c < K; ++c) {
-    const float l = fixed_decay ? decay : lambda[c];
-    const float kc = k[c];
-    float* s = S + int64_t{c} * V;
-    for (int j = 0; j < V; ++j) s[j] = l * s[j] + kc * v[j];
+    cpu::DecayAdd(S + int64_t{c} * V, fixed_decay ? decay : lambda[c], k[c], v, V);
   }
 }
 
@@ -155,9 +153,7 @@ void GatedLinearState::ReadHead(int head, const float* q, const StateRef& state,
   float* y = out + int64_t{head} * V;
   std::fill(y, y + V, 0.0f);
   for (int c = 0; c < K; ++c) {
-    const float qc = query[c];
-    const float* s = S + int64_t{c} * V;
-    for (int j = 0; j < V; ++j) y[j] += qc * s[j];
+    cpu::Axpy(y, query[c], S + int64_t{c} * V, V);
   }
 }
 
@@ -173,8 +169,7 @@ void GatedLinearState::FinishRows(CpuContext& ctx, const float* prepared, int64_
     }
     cpu::RmsNorm(row, o_.heads, o_.value_dim, o_.norm_weight.data(), o_.norm_eps, row);
     if (!o_.output_gate) return;
-    const float* gate = prepared + r * prepared_width + gate_offset;
-    for (int64_t i = 0; i < width; ++i) row[i] *= gate[i] / (1.0f + std::exp(-gate[i]));
+    cpu::SiluGateArray(prepared + r * prepared_width + gate_offset, row, width, row);
   });
 }
 

@@ -8,6 +8,7 @@
 #include "absl/container/inlined_vector.h"
 #include "engine/attention/mixer_math.h"
 #include "engine/ops/elementwise.h"
+#include "engine/ops/vector_math.h"
 
 namespace abcd {
 
@@ -97,10 +98,8 @@ void GsaState::UpdateHead(int head, const KeyValueRow& row, const StateRef& stat
   float* values = keys + int64_t{slots_} * key_dim_;
   for (int s = 0; s < slots_; ++s) {
     const float a = alpha[s], w = 1.0f - a;
-    float* key = keys + int64_t{s} * key_dim_;
-    for (int c = 0; c < key_dim_; ++c) key[c] = a * key[c] + w * k[c];
-    float* value = values + int64_t{s} * value_dim_;
-    for (int c = 0; c < value_dim_; ++c) value[c] = a * value[c] + w * v[c];
+    cpu::DecayAdd(keys + int64_t{s} * key_dim_, a, w, k, key_dim_);
+    cpu::DecayAdd(values + int64_t{s} * value_dim_, a, w, v, value_dim_);
   }
 }
 
@@ -111,9 +110,7 @@ void GsaState::ReadHead(int head, const float* q, const StateRef& state, float* 
   absl::InlinedVector<float, 256> p(static_cast<size_t>(slots_));
   float max_logit = -std::numeric_limits<float>::infinity();
   for (int s = 0; s < slots_; ++s) {
-    const float* key = keys + int64_t{s} * key_dim_;
-    float dot = 0.0f;
-    for (int c = 0; c < key_dim_; ++c) dot += query[c] * key[c];
+    const float dot = cpu::Dot(query, keys + int64_t{s} * key_dim_, key_dim_);
     p[static_cast<size_t>(s)] = dot;
     max_logit = std::max(max_logit, dot);
   }
@@ -125,9 +122,7 @@ void GsaState::ReadHead(int head, const float* q, const StateRef& state, float* 
   float* y = out + int64_t{head} * value_dim_;
   std::fill(y, y + value_dim_, 0.0f);
   for (int s = 0; s < slots_; ++s) {
-    const float w = p[static_cast<size_t>(s)] / sum;
-    const float* value = values + int64_t{s} * value_dim_;
-    for (int c = 0; c < value_dim_; ++c) y[c] += w * value[c];
+    cpu::Axpy(y, p[static_cast<size_t>(s)] / sum, values + int64_t{s} * value_dim_, value_dim_);
   }
 }
 

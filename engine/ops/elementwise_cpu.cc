@@ -38,18 +38,13 @@ void RmsNorm(const float* x, int64_t rows, int64_t d, const float* gamma, float 
   }
 }
 
-void SiluInPlace(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
-}
+void SiluInPlace(float* x, int64_t n) { SiluArray(x, n); }
 
 namespace {
 
-ABCD_VECTOR_CLONES void SwiGluRows(const float* gate_up, int64_t rows, int64_t ff, float* out) {
+void SwiGluRows(const float* gate_up, int64_t rows, int64_t ff, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float* gate = gate_up + r * 2 * ff;
-    const float* up = gate + ff;
-    float* o = out + r * ff;
-    for (int64_t i = 0; i < ff; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    SiluGateArray(gate_up + r * 2 * ff, gate_up + r * 2 * ff + ff, ff, out + r * ff);
   }
 }
 
@@ -70,9 +65,7 @@ void SwiGlu(const float* gate_up, int64_t rows, int64_t ff, float* out, ThreadPo
   pool->ParallelFor(rows * chunks, [&](int64_t t) {
     const int64_t r = t / chunks, first = (t % chunks) * kChunk, n = std::min(kChunk, ff - first);
     const float* gate = gate_up + r * 2 * ff + first;
-    const float* up = gate + ff;
-    float* o = out + r * ff + first;
-    for (int64_t i = 0; i < n; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    SiluGateArray(gate, gate + ff, n, out + r * ff + first);
   });
 }
 

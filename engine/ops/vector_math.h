@@ -16,5 +16,15 @@ void ExpArray(const float* x, int64_t n, float* y);
 void GeluErfInPlace(float* x, int64_t n);
 // y[i] = log1p(x[i]) for x in [0, 1]; y may equal x.
 void Log1pUnitArray(const float* x, int64_t n, float* y);
+// x[i] = silu(x[i]) = x / (1 + exp(-x)) (ExpOne's accuracy).
+void SiluArray(float* x, int64_t n);
+// out[i] = silu(gate[i]) * up[i].
+void SiluGateArray(const float* gate, const float* up, int64_t n, float* out);
+// y[i] = a * y[i] + b * x[i] (the gated recurrences' decay-and-write).
+void DecayAdd(float* y, float a, float b, const float* x, int64_t n);
+// y[i] += a * x[i].
+void Axpy(float* y, float a, const float* x, int64_t n);
+// sum_i a[i] * b[i].
+float Dot(const float* a, const float* b, int64_t n);
 
 }  // namespace abcd::cpu

@@ -44,6 +44,28 @@ ABCD_VECTOR_CLONES void ExpArray(const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = ExpOne(x[i]);
 }
 
+ABCD_VECTOR_CLONES void SiluArray(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + ExpOne(-x[i]));
+}
+
+ABCD_VECTOR_CLONES void SiluGateArray(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + ExpOne(-gate[i])) * up[i];
+}
+
+ABCD_VECTOR_CLONES void DecayAdd(float* y, float a, float b, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a * y[i] + b * x[i];
+}
+
+ABCD_VECTOR_CLONES void Axpy(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+ABCD_VECTOR_CLONES float Dot(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
 ABCD_VECTOR_CLONES void GeluErfInPlace(float* x, int64_t n) {
   // erf(z) = 1 - t (a1 + t (a2 + ...)) exp(-z^2), t = 1 / (1 + p z) for z >= 0 (Abramowitz and
   // Stegun 7.1.26, |error| <= 1.5e-7), odd in z.
