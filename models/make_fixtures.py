@@ -161,6 +161,12 @@ HF_FIXTURES = {
     "hf_hgrn2": {"type": "hgrn2"},  # expand_ratio 16 -> H 4, K = V = 16, lower bounds
     "hf_gsa_sharded_bf16": {"type": "gsa", "dtype": "bf16", "shards": 3},
     "hf_llama_sharded_bf16": {"type": "llama", "set": {"num_key_value_heads": 2}, "dtype": "bf16", "shards": 3},
+    # Issue 29: an fla hybrid (layer 1 softmax attention with RoPE, GQA 4/2, qkv biases) and abcd_llama
+    # (Llama projections with abcd's t2r / abc exp mixers, no RoPE; a hybrid keeps a softmax layer).
+    "hf_gsa_hybrid": {"type": "gsa", "set": {"attn": {"layers": [1], "num_heads": 4, "num_kv_heads": 2, "qkv_bias": True, "rope_theta": 10000.0, "window_size": None, "qk_norm": False}}},
+    "hf_abcd_llama_t2r": {"type": "abcd_llama", "set": {"abcd_layers": [{"type": "t2r", "features": 8, "eps": 1e-6}] * 2}},
+    "hf_abcd_llama_abc": {"type": "abcd_llama", "set": {"attention_bias": True, "abcd_layers": [{"type": "abc", "slots": 8}] * 2}},
+    "hf_abcd_llama_hybrid": {"type": "abcd_llama", "set": {"abcd_layers": [{"type": "t2r", "features": 8, "eps": 1e-6}, {"type": "softmax"}]}},
 }
 
 

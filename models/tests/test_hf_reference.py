@@ -177,13 +177,15 @@ class ConfigTest(TempDirTest):
         for model_type in hf.MODEL_TYPES:
             with self.subTest(model_type):
                 config = hf.preset_config(model_type, num_hidden_layers=3)
+                if model_type == "abcd_llama":
+                    config["abcd_layers"] = [{"type": "t2r", "features": 8, "eps": 1e-6}, {"type": "softmax"}, {"type": "abc", "slots": 8}]
                 path, written = self.write(model_type, config)
                 read = json.loads((path / "config.json").read_text())
                 self.assertEqual(read, written)
                 self.assertEqual(read["model_type"], model_type)
                 self.assertEqual(read["architectures"], [hf.config.ARCHITECTURES[model_type]])
                 self.assertEqual(vars(hf.resolve(read)), vars(hf.resolve(config)))
-                if model_type != "llama":
+                if model_type not in ("llama", "abcd_llama"):
                     self.assertIsNone(read["intermediate_size"])  # exercised: the rounding rule
                     self.assertIn("hidden_ratio", read)
                 else:
@@ -236,7 +238,12 @@ class ConfigTest(TempDirTest):
 
     def test_refusals_name_the_field(self):
         cases = [
-            ("gsa", {"attn": {"layers": [1]}}, "'attn'"),
+            ("gsa", {"attn": {"layers": [1], "num_heads": 4, "window_size": 64}}, "attn.window_size"),
+            ("gsa", {"attn": {"layers": [2], "num_heads": 4}}, "attn.layers"),
+            ("gla", {"attn": {"layers": [0], "num_heads": 3}}, "hidden_size"),
+            ("abcd_llama", {"num_key_value_heads": 2}, "num_key_value_heads"),
+            ("abcd_llama", {"abcd_layers": [{"type": "rfa"}, {"type": "softmax"}]}, r"abcd_layers\[0\].type"),
+            ("abcd_llama", {"abcd_layers": [{"type": "softmax"}]}, "abcd_layers"),
             ("gla", {"attnres_block_size": 4}, "attnres_block_size"),
             ("retnet", {"hidden_act": "powlu"}, "hidden_act"),
             ("hgrn2", {"elementwise_affine": False}, "elementwise_affine"),
@@ -355,7 +362,7 @@ class FixtureTest(unittest.TestCase):
         """The hf_* golden fixtures are listed in index.json and the reference still computes their logits."""
         golden_dir = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "golden"
         names = [n for n in json.loads((golden_dir / "index.json").read_text()) if n.startswith("hf_")]
-        self.assertEqual(len(names), 13)
+        self.assertEqual(len(names), 17)
         for name in names:
             with self.subTest(name):
                 golden = load_file(golden_dir / name / "golden.safetensors")

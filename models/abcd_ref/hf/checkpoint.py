@@ -19,6 +19,7 @@ from ..safetensors_io import load_file, save_file_streamed
 from .config import FLA_TYPES, GLA_GATE_LOW_RANK_DIM, resolve
 from .gated_linear import GatedLinearAttention, HGRN2Attention, MultiScaleRetention
 from .gsa import GatedSlotAttention
+from .hybrid import AbcdLlamaForCausalLM, FlaAttention
 from .llama import LlamaForCausalLM
 from .skeleton import FlaForCausalLM
 
@@ -40,7 +41,31 @@ def build_model(config):
     c = resolve(config)
     if c.model_type == "llama":
         return LlamaForCausalLM(c)
-    return FlaForCausalLM(c, lambda cfg, i: _MIXERS[c.model_type](cfg, i))
+    if c.model_type == "abcd_llama":
+        return AbcdLlamaForCausalLM(c)
+    softmax_layers = c.attn.layers if c.attn is not None else ()
+    return FlaForCausalLM(c, lambda cfg, i: FlaAttention(c.attn) if i in softmax_layers else _MIXERS[c.model_type](cfg, i))
+
+
+def _llama_attn_shapes(c, prefix, heads, kv_heads, head_dim, qkv_bias, o_bias):
+    """q/k/v/o projections of a softmax layer (biases of q/k/v if qkv_bias, of o if o_bias)."""
+    d = c.hidden_size
+    shapes = []
+    for name, rows, cols, bias in (("q_proj", heads * head_dim, d, qkv_bias), ("k_proj", kv_heads * head_dim, d, qkv_bias),
+                                   ("v_proj", kv_heads * head_dim, d, qkv_bias), ("o_proj", d, heads * head_dim, o_bias)):  # fmt: skip
+        shapes.append((f"{prefix}{name}.weight", [rows, cols]))
+        if bias:
+            shapes.append((f"{prefix}{name}.bias", [rows]))
+    return shapes
+
+
+def _abcd_extra_shapes(c, spec):
+    """Tensors an abcd_llama layer adds to the Llama projections (relative to `self_attn.`)."""
+    if spec.type == "t2r":
+        return [("t2r.weight", [c.num_heads, spec.features, c.head_dim]), ("t2r.bias", [c.num_heads, spec.features])]
+    if spec.type == "abc":
+        return [("control.weight", [c.num_heads * spec.slots, c.hidden_size]), ("control.bias", [c.num_heads * spec.slots])]
+    return []
 
 
 def _fla_attn_shapes(c):
@@ -74,18 +99,23 @@ def tensor_shapes(config):
     mlp = [("gate_proj", [inter, d]), ("up_proj", [inter, d]), ("down_proj", [d, inter])]
     mlp = [(f"mlp.{n}.{p}", shape if p == "weight" else shape[:1]) for n, shape in mlp for p in ("weight", "bias")[: 1 + bias]]
     shapes = []
-    if c.model_type == "llama":
-        qd, kvd = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        attn = [("q_proj", [qd, d]), ("k_proj", [kvd, d]), ("v_proj", [kvd, d]), ("o_proj", [d, qd])]
-        attn = [(f"self_attn.{n}.{p}", s if p == "weight" else s[:1]) for n, s in attn for p in ("weight", "bias")[: 1 + c.attention_bias]]
-        block = [("input_layernorm.weight", [d])] + attn + [("post_attention_layernorm.weight", [d])] + mlp
+    if c.model_type in ("llama", "abcd_llama"):
+        bias = c.attention_bias
+        attn = _llama_attn_shapes(c, "self_attn.", c.num_heads, c.num_kv_heads, c.head_dim, bias, bias)
+        specs = c.abcd_layers if c.model_type == "abcd_llama" else [None] * c.num_layers
+        blocks = [attn + [("self_attn." + n, s) for n, s in (_abcd_extra_shapes(c, spec) if spec else [])] for spec in specs]
+        blocks = [[("input_layernorm.weight", [d])] + b + [("post_attention_layernorm.weight", [d])] + mlp for b in blocks]
         shapes.append(("model.embed_tokens.weight", [c.vocab_size, d]))
     else:
-        block = [("attn_norm.weight", [d])] + [("attn." + n, s) for n, s in _fla_attn_shapes(c)] + [("mlp_norm.weight", [d])] + mlp
+        a = c.attn
+        softmax = _llama_attn_shapes(c, "attn.", a.num_heads, a.num_kv_heads, a.head_dim, a.attention_bias, False) if a else []
+        recurrent = [("attn." + n, s) for n, s in _fla_attn_shapes(c)]
+        blocks = [[("attn_norm.weight", [d])] + (softmax if a and i in a.layers else recurrent) + [("mlp_norm.weight", [d])] + mlp
+                  for i in range(c.num_layers)]  # fmt: skip
         shapes.append(("model.embeddings.weight", [c.vocab_size, d]))
         if getattr(c, "use_lower_bound", False):
             shapes.append(("model.lower_bounds", [c.num_layers, d]))
-    for i in range(c.num_layers):
+    for i, block in enumerate(blocks):
         shapes += [(f"model.layers.{i}.{n}", s) for n, s in block]
     shapes.append(("model.norm.weight", [d]))
     if not c.tie_word_embeddings:
@@ -105,7 +135,7 @@ def random_tensor(name, shape, seed):
         return out.uniform_(-GLA_GATE_BIAS, GLA_GATE_BIAS, generator=generator)
     if name.endswith(".bias"):
         return out.normal_(0.0, 0.1, generator=generator)
-    std = shape[1] ** -0.5  # embeddings too: a tied head then gives O(1) logits as well
+    std = shape[-1] ** -0.5  # fan-in (embeddings too: a tied head then gives O(1) logits as well)
     if name.endswith(("attn.f_proj.weight", "gk_proj.1.weight")):
         std *= GATE_STD if name.endswith("f_proj.weight") else GATE_STD - 2  # wide gate logits (saturation)
     return out.normal_(0.0, std, generator=generator)
@@ -172,11 +202,13 @@ def _write_tokenizer_files(out_dir, tokenizer_path, specials):
     (out_dir / "special_tokens_map.json").write_text(json.dumps(tokens, indent=2) + "\n")
 
 
-def write_checkpoint(out_dir, config, seed=0, dtype="f32", shards=1, legacy=(), tokenizer=None):
+def write_checkpoint(out_dir, config, seed=0, dtype="f32", shards=1, legacy=(), tokenizer=None, tensors=None):
     """Write a random checkpoint of `config` (an HF config dict, e.g. from preset_config) to out_dir.
 
     legacy: features of LEGACY_FEATURES (fla only); tokenizer: a SentencePiece model to copy (sets
-    vocab_size and the special ids). Returns the config dict written. Stale weight files are removed."""
+    vocab_size and the special ids). tensors: {canonical name: tensor} to write instead of random
+    weights (e.g. a trained model's state_dict; every name of tensor_shapes must be there).
+    Returns the config dict written. Stale weight files are removed."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     config = dict(config)
@@ -209,8 +241,15 @@ def write_checkpoint(out_dir, config, seed=0, dtype="f32", shards=1, legacy=(), 
     assignment = _split_shards(sizes, shards) if shards > 1 else [0] * len(entries)
     files = ["model.safetensors"] if shards == 1 else [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
 
+    def make(name, shape):
+        if tensors is None:
+            return random_tensor(name, shape, seed)
+        if name not in tensors:
+            raise ValueError(f"tensor {name!r} of the config is missing from the given tensors")
+        return tensors[name].detach().to(torch.float32)
+
     def producer(sources):
-        return lambda: torch.cat([random_tensor(s, shape, seed) for s, shape in sources])
+        return lambda: torch.cat([make(s, shape) for s, shape in sources])
 
     canonical = dict(tensor_shapes(config))
     for shard, file_name in enumerate(files):
@@ -255,7 +294,7 @@ def to_current_layout(tensors, config):
     """Rename / split the legacy fla layouts into the current tensor names (detected from the names)."""
     c = resolve(config)
     tensors = dict(tensors)
-    if c.model_type == "llama":
+    if c.model_type in ("llama", "abcd_llama"):
         return tensors
 
     def rename(old, new):
@@ -298,7 +337,7 @@ def load_checkpoint(model_dir):
             raise ValueError(f"{model_dir}: tensor {name} has shape {list(tensor.shape)}, expected {expected[name]}")
     state = {name: t.to(torch.float32) for name, t in tensors.items()}
     if model.config.tie_word_embeddings:
-        embedding = "model.embed_tokens.weight" if model.config.model_type == "llama" else "model.embeddings.weight"
+        embedding = "model.embed_tokens.weight" if model.config.model_type in ("llama", "abcd_llama") else "model.embeddings.weight"
         state["lm_head.weight"] = state[embedding]
     model.load_state_dict(state)
     return model, config

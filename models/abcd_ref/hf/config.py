@@ -1,4 +1,10 @@
-"""Hugging Face config.json of the fla models (gsa, gla, retnet, hgrn2) and of HF Llama.
+"""Hugging Face config.json of the fla models (gsa, gla, retnet, hgrn2), of HF Llama and of abcd_llama.
+
+fla models may be hybrids: `attn` {"layers": [i, ...], "num_heads", "num_kv_heads", "qkv_bias",
+"rope_theta", "window_size": null, "qk_norm": false} makes the listed layers fla softmax attention
+(`c.attn`). `abcd_llama` is HF Llama with a per-layer `abcd_layers` list ({"type": "softmax"} |
+{"type": "t2r", "features": r, "eps"} | {"type": "abc", "slots": n}; `c.abcd_layers`), see
+models/FORMAT.md ("abcd_llama").
 
 `resolve(config_dict)` applies the config classes' defaults, derives the sizes the modules need and
 refuses what the reference does not implement (ConfigError naming the key). `state_bytes(config_dict)`
@@ -12,13 +18,15 @@ from types import SimpleNamespace
 from ..config import ConfigError
 
 FLA_TYPES = ("gsa", "gla", "retnet", "hgrn2")
-MODEL_TYPES = ("llama",) + FLA_TYPES
+MODEL_TYPES = ("llama",) + FLA_TYPES + ("abcd_llama",)
+ABCD_LAYER_TYPES = ("softmax", "t2r", "abc")
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "gsa": "GSAForCausalLM",
     "gla": "GLAForCausalLM",
     "retnet": "RetNetForCausalLM",
     "hgrn2": "HGRN2ForCausalLM",
+    "abcd_llama": "AbcdLlamaForCausalLM",
 }
 GSA_FEATURE_MAPS = ("swish", "relu", "t2r")
 # HF ACT2FN names the GLA/RetNet `feature_map` may name (applied to q and k).
@@ -122,6 +130,13 @@ PRESETS = {
         "gla": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4},
         "retnet": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4},
         "hgrn2": {"hidden_size": 64, "num_hidden_layers": 2, "expand_ratio": 16},
+        "abcd_llama": {
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+            "abcd_layers": [{"type": "t2r", "features": 8, "eps": 1e-6}, {"type": "abc", "slots": 8}],
+        },
     },
     "1.3b": {
         "llama": {
@@ -136,6 +151,14 @@ PRESETS = {
         "gla": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "expand_k": 0.5},
         "retnet": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 8, "expand_v": 2, "hidden_ratio": 2},
         "hgrn2": {"hidden_size": 2048, "num_hidden_layers": 24, "expand_ratio": 128},
+        "abcd_llama": {
+            "hidden_size": 2048,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 32,
+            "intermediate_size": 5632,
+            "max_position_embeddings": 4096,
+            "abcd_layers": [{"type": "abc", "slots": 64}] * 24,
+        },
     },
 }
 PRESET_VOCAB = {"tiny": 96, "1.3b": 32000}
@@ -146,7 +169,7 @@ def default_config(model_type):
     """The full config dict of `model_type` with the config class defaults (every key explicit)."""
     if model_type not in MODEL_TYPES:
         raise ConfigError(f"model_type must be one of {list(MODEL_TYPES)}, got {model_type!r}")
-    if model_type == "llama":
+    if model_type in ("llama", "abcd_llama"):
         base = dict(_LLAMA_DEFAULTS)
     else:
         base = dict(_FLA_COMMON)
@@ -162,7 +185,7 @@ def preset_config(model_type, preset="tiny", **overrides):
     config.update(PRESETS[preset][model_type])
     config["vocab_size"] = PRESET_VOCAB[preset]
     config.update(overrides)
-    if model_type == "llama":
+    if model_type in ("llama", "abcd_llama"):
         if config.get("num_key_value_heads") is None:
             config["num_key_value_heads"] = config["num_attention_heads"]
         if config.get("head_dim") is None:
@@ -202,6 +225,8 @@ def resolve(config):
     model_type = config.get("model_type")
     if model_type not in MODEL_TYPES:
         raise ConfigError(f"config.json: 'model_type' must be one of {list(MODEL_TYPES)}, got {model_type!r}")
+    if model_type == "abcd_llama":
+        return _resolve_abcd_llama(config)
     return _resolve_llama(config) if model_type == "llama" else _resolve_fla(config, model_type)
 
 
@@ -212,9 +237,8 @@ def _resolve_fla(config, model_type):
     for key in ("expand_k", "expand_v"):  # GSA's constructor spells these "exapnd_*"; the saved key wins
         if key not in config and f"exapnd_{key[7:]}" in config:
             merged[key] = config[f"exapnd_{key[7:]}"]
-    for key in ("attn", "attnres_block_size"):
-        if merged.get(key) is not None:
-            raise ConfigError(f"{where}: '{key}' is not supported (hybrid/attention-residual layers), got {merged[key]!r}")
+    if merged.get("attnres_block_size") is not None:
+        raise ConfigError(f"{where}: 'attnres_block_size' is not supported (attention-residual layers), got {merged['attnres_block_size']!r}")
     if merged["hidden_act"] != "swish":
         raise ConfigError(f"{where}: 'hidden_act' {merged['hidden_act']!r} is not supported (only 'swish')")
     if merged["elementwise_affine"] is False:
@@ -231,6 +255,7 @@ def _resolve_fla(config, model_type):
         intermediate_size=intermediate_size(d, merged["hidden_ratio"], merged["intermediate_size"]),
         tie_word_embeddings=bool(merged["tie_word_embeddings"]),
     )
+    c.attn = _resolve_fla_attn(where, merged.get("attn"), d, c.num_layers)
     if model_type == "hgrn2":
         ratio, heads = merged["expand_ratio"], merged["num_heads"]
         if ratio is None and heads is None:
@@ -275,6 +300,41 @@ def _resolve_fla(config, model_type):
     return c
 
 
+def _resolve_fla_attn(where, attn, d, num_layers):
+    """The `attn` key of an fla hybrid (None: no softmax layers) -> SimpleNamespace or None."""
+    if attn is None:
+        return None
+    if not isinstance(attn, dict):
+        raise ConfigError(f"{where}: 'attn' must be an object or null, got {attn!r}")
+    layers = attn.get("layers")
+    if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
+        raise ConfigError(f"{where}: 'attn.layers' must be a list of layer indices, got {layers!r}")
+    for i in layers:
+        if not 0 <= i < num_layers:
+            raise ConfigError(f"{where}: 'attn.layers' index {i} is out of range (num_hidden_layers {num_layers})")
+    if attn.get("window_size") is not None:
+        raise ConfigError(f"{where}: 'attn.window_size' must be null (sliding-window hybrid layers are not supported), got {attn['window_size']!r}")
+    if attn.get("qk_norm", False):
+        raise ConfigError(f"{where}: 'attn.qk_norm' true is not supported")
+    heads = _positive_int(where, "attn.num_heads", attn.get("num_heads"))
+    kv = attn.get("num_kv_heads")
+    kv = heads if kv is None else _positive_int(where, "attn.num_kv_heads", kv)
+    head_dim = _divides(where, "hidden_size (attn)", d, heads)
+    if head_dim % 2:
+        raise ConfigError(f"{where}: attn head dim {head_dim} (hidden_size / attn.num_heads) must be even (RoPE)")
+    theta = attn.get("rope_theta", 10000.0)
+    return SimpleNamespace(
+        layers=sorted(set(layers)),
+        hidden_size=d,
+        num_heads=heads,
+        num_kv_heads=kv,
+        groups=_divides(where, "attn.num_heads", heads, kv),
+        head_dim=head_dim,
+        attention_bias=bool(attn.get("qkv_bias", False)),
+        rope_theta=float(10000.0 if theta is None else theta),
+    )
+
+
 def rope_settings(config):
     """(theta, scaling dict or None) of a Llama config: `rope_parameters` (transformers >= 5) first."""
     where = "config.json (llama)"
@@ -303,8 +363,7 @@ def rope_settings(config):
     return float(theta), {"rope_type": kind, **{name: float(scaling[name]) for name in required}}
 
 
-def _resolve_llama(config):
-    where = "config.json (llama)"
+def _resolve_llama(config, where="config.json (llama)"):
     merged = dict(_LLAMA_DEFAULTS)
     merged.update(config)
     if merged["hidden_act"] != "silu":
@@ -337,14 +396,72 @@ def _resolve_llama(config):
     )
 
 
-def state_bytes(config):
-    """fp32 bytes of one sequence's recurrent state (fla types; RetNet's position counter not counted),
-    or, for llama, KV cache bytes per token (2 * L * Hkv * head_dim * 4)."""
+def _abcd_layer(where, i, spec):
+    if not isinstance(spec, dict) or spec.get("type") not in ABCD_LAYER_TYPES:
+        got = spec.get("type") if isinstance(spec, dict) else spec
+        raise ConfigError(f"{where}: 'abcd_layers[{i}].type' must be one of {list(ABCD_LAYER_TYPES)}, got {got!r}")
+    kind = spec["type"]
+    known = {"softmax": {"type"}, "t2r": {"type", "features", "eps"}, "abc": {"type", "slots", "control"}}[kind]
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ConfigError(f"{where}: 'abcd_layers[{i}].{unknown[0]}' is not a field of a {kind} layer")
+    out = SimpleNamespace(type=kind)
+    if kind == "t2r":
+        out.features = _positive_int(where, f"abcd_layers[{i}].features", spec.get("features"))
+        eps = spec.get("eps", 1e-6)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+            raise ConfigError(f"{where}: 'abcd_layers[{i}].eps' must be a positive number, got {eps!r}")
+        out.eps = float(eps)
+    elif kind == "abc":
+        out.slots = _positive_int(where, f"abcd_layers[{i}].slots", spec.get("slots"))
+        if spec.get("control", "exp") != "exp":
+            raise ConfigError(f"{where}: 'abcd_layers[{i}].control' must be \"exp\", got {spec['control']!r}")
+    return out
+
+
+def _resolve_abcd_llama(config):
+    """HF Llama plus `abcd_layers`; t2r/abc layers need num_key_value_heads == num_attention_heads and
+    head_dim * num_attention_heads == hidden_size."""
+    where = "config.json (abcd_llama)"
+    c = _resolve_llama(config, where)
+    c.model_type = "abcd_llama"
+    layers = config.get("abcd_layers")
+    if not isinstance(layers, list) or len(layers) != c.num_layers:
+        raise ConfigError(f"{where}: 'abcd_layers' must be a list of num_hidden_layers ({c.num_layers}) layer specs, got {layers!r}")
+    c.abcd_layers = [_abcd_layer(where, i, spec) for i, spec in enumerate(layers)]
+    if c.num_kv_heads != c.num_heads:
+        raise ConfigError(f"{where}: 'num_key_value_heads' ({c.num_kv_heads}) must equal num_attention_heads ({c.num_heads})")
+    if c.head_dim * c.num_heads != c.hidden_size:
+        raise ConfigError(f"{where}: 'head_dim' ({c.head_dim}) * num_attention_heads ({c.num_heads}) must equal hidden_size ({c.hidden_size})")
+    return c
+
+
+def kv_bytes_per_token(config):
+    """fp32 KV cache bytes per token of the softmax layers (llama: all; fla hybrids: `attn.layers`;
+    abcd_llama: its softmax layers); 0 for a model without softmax layers."""
     c = resolve(config)
     if c.model_type == "llama":
         return 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
+    if c.model_type == "abcd_llama":
+        return sum(2 * c.num_heads * c.head_dim * 4 for spec in c.abcd_layers if spec.type == "softmax")
+    if c.attn is None:
+        return 0
+    return len(c.attn.layers) * 2 * c.attn.num_kv_heads * c.attn.head_dim * 4
+
+
+def state_bytes(config):
+    """fp32 bytes of one sequence's recurrent state (fla types; RetNet's position counter not counted;
+    hybrids: the recurrent layers only), or, for llama, KV cache bytes per token (2 * L * Hkv *
+    head_dim * 4). abcd_llama: t2r layers H r (hd + 1) (S and z), abc layers H n (2 hd + 1) (K~, V~
+    and the log normaliser); its softmax layers are in kv_bytes_per_token."""
+    c = resolve(config)
+    if c.model_type == "llama":
+        return kv_bytes_per_token(config)
+    if c.model_type == "abcd_llama":
+        per = {"softmax": lambda s: 0, "t2r": lambda s: s.features * (c.head_dim + 1), "abc": lambda s: s.slots * (2 * c.head_dim + 1)}
+        return sum(c.num_heads * per[s.type](s) for s in c.abcd_layers) * 4
     if c.model_type == "gsa":  # key memory [H, K, M] + value memory [H, M, V]
         per_layer = (c.key_dim + c.value_dim) * c.num_slots
     else:  # gla / retnet / hgrn2: S [H, K, V]
         per_layer = c.num_heads * c.head_k_dim * c.head_v_dim
-    return c.num_layers * per_layer * 4
+    return (c.num_layers - (len(c.attn.layers) if c.attn else 0)) * per_layer * 4
