@@ -17,7 +17,8 @@ namespace abcd {
 namespace {
 
 bool IsLlamaNaming(const ModelConfig& c) {
-  return c.hf_model_type == "llama" || c.hf_model_type == "mistral";
+  return c.hf_model_type == "llama" || c.hf_model_type == "mistral" ||
+         c.hf_model_type == "abcd_llama";
 }
 
 // The first of `names` present (the current name first); the first when none is.
