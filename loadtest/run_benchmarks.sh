@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Produces every number and plot in loadtest/README.md, in one go, on this machine:
+# Produces every number and plot in loadtest/results/README.md, in one go, on this machine:
 #   loadtest/run_benchmarks.sh            (from anywhere; BUILD_DIR defaults to build)
 # Needs a build with abcd-bench, abcd-loadtest and abcd-server (ninja -C build abcd-bench
 # abcd-loadtest abcd-server), Debian's python3-torch (reference timing) and, for the plots only,

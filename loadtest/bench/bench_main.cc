@@ -1,6 +1,6 @@
 // abcd-bench: engine benchmarks without a server (memory per sequence, decode throughput
 // against batch size, engine vs the PyTorch reference) and the serving overhead. See
-// loadtest/README.md for the commands that produced the published numbers.
+// loadtest/results/README.md for the commands that produced the published numbers.
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
