@@ -1,5 +1,6 @@
 // Shared pieces of abcd-bench: the memory-bandwidth probe behind every step-time floor
-// (DESIGN.md section 7: floor = (weight_bytes + 2 * batch * state_bytes) / bandwidth),
+// (floor = (weight_bytes + 2 * batch * state_bytes) / bandwidth: a decode step reads the weights
+// once and each sequence's state once, and writes the state once),
 // deterministic token streams, model loading and small formatting helpers.
 #pragma once
 
@@ -36,7 +37,7 @@ double ReadSeconds(int64_t bytes, ThreadPool& pool, int repeats = 15);
 // `size`^3 with `threads` threads, best of 3, in GFLOP/s.
 double SgemmPeakGflops(int size, int threads);
 
-// Seconds the step needs at least if it only streams its bytes: DESIGN.md section 7.
+// Seconds the step needs at least if it only streams its bytes: the floor above.
 double FloorSeconds(int64_t weight_bytes, int64_t batch, int64_t state_bytes,
                     const Bandwidth& bandwidth);
 

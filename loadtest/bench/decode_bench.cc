@@ -7,7 +7,7 @@
 //   read floor  the best time this machine takes to read exactly the step's bytes (weights +
 //               2 x batch x state) once, with the engine's threads: a model that fits the
 //               last-level cache is held to the cache's speed, as llama.cpp is;
-//   DRAM floor  the same bytes at the 256 MiB memcpy bandwidth (DESIGN.md section 7).
+//   DRAM floor  the same bytes at the 256 MiB memcpy bandwidth.
 // Batches of 16 and more also print the GFLOP/s of the step's matrix products. A prefill table
 // times one prompt of --prefill_tokens tokens next to the batch-1 decode rate.
 #include <iostream>

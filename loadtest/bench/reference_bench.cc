@@ -4,7 +4,7 @@
 // steps, logits for every row, argmax of row 0 taken every step. The engine is timed for
 // `repeats` passes before and `repeats` passes after the reference (which runs in one Python
 // process in between), so drift from other load on the machine hits both sides; each side
-// reports the median pass. The engine's floor (DESIGN.md section 7) uses the state size after
+// reports the median pass. The engine's floor (bench_common.h) uses the state size after
 // the last step. The argmax sequences and the last logits of row 0 are compared, so
 // the two sides provably computed the same thing.
 #include <unistd.h>

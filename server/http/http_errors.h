@@ -1,4 +1,4 @@
-// How abcd's absl::Status codes appear on the HTTP/JSON wire (DESIGN.md section 6): the HTTP
+// How abcd's absl::Status codes appear on the HTTP/JSON wire (server/README.md): the HTTP
 // status, the OpenAI-style error `type`, and the low-cardinality status label used by
 // abcd_requests_total. Every mapping lives in MapStatusCode so the frontends cannot drift.
 //
@@ -21,7 +21,7 @@ struct ErrorMapping {
 };
 
 // INVALID_ARGUMENT/OUT_OF_RANGE -> 400, NOT_FOUND -> 404, ABORTED (a busy session) -> 409,
-// FAILED_PRECONDITION (a session blob of another model) -> 412 (DESIGN.md section 6),
+// FAILED_PRECONDITION (a session blob of another model) -> 412 (server/README.md),
 // RESOURCE_EXHAUSTED -> 429, UNAVAILABLE/CANCELLED -> 503, DEADLINE_EXCEEDED -> 504,
 // anything else -> 500.
 ErrorMapping MapStatusCode(absl::StatusCode code);

@@ -1,4 +1,4 @@
-// The HTTP/JSON frontend (DESIGN.md section 6), default port 8080:
+// The HTTP/JSON frontend (API in server/README.md), default port 8080:
 //
 //   POST /v1/completions  OpenAI-compatible completions; "stream": true -> server-sent events;
 //                         "n" choices, "session_id" ("new" or an id), "prompt" as token ids,

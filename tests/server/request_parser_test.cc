@@ -62,7 +62,7 @@ TEST(RequestParser, TokenIdPromptsNAndSessionId) {
             "n: must be 1 with a session");
 }
 
-// Session errors on the HTTP wire (DESIGN.md section 6): busy 409, unknown 404, foreign blob
+// Session errors on the HTTP wire (server/README.md): busy 409, unknown 404, foreign blob
 // 412, store down 503; the param is the field the message starts with.
 TEST(HttpErrors, SessionStatusesAndParams) {
   EXPECT_EQ(http::MapStatusCode(absl::StatusCode::kAborted).http_status, 409);
