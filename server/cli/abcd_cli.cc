@@ -40,6 +40,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/core/arguments.h"
+#include "server/core/model_tokenizer.h"
 
 namespace abcd {
 namespace {
@@ -80,6 +81,20 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Arguments& args, const st
   return Model::Load(dir, load);
 }
 
+// The model and its tokenizer.model (checked against the config before the weights are read).
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+absl::StatusOr<LoadedModel> LoadModelAndTokenizer(const Arguments& args, const std::string& dir) {
+  LoadedModel loaded;
+  ABCD_ASSIGN_OR_RETURN(const ModelConfig config, LoadModelDirectoryConfig(dir));
+  ABCD_ASSIGN_OR_RETURN(loaded.tokenizer, LoadModelTokenizer(dir, config));
+  ABCD_ASSIGN_OR_RETURN(loaded.model, LoadModel(args, dir));
+  return loaded;
+}
+
 // --threads (default: the cores this process may use).
 absl::StatusOr<int> Threads(const Arguments& args) {
   ABCD_ASSIGN_OR_RETURN(const int64_t threads, args.Int("threads", ThreadPool::AvailableCores()));
@@ -116,11 +131,27 @@ absl::Status Info(const Arguments& args) {
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir, load));
   const ModelConfig& c = model->config();
   const StateLayout& layout = model->state_layout();
-  std::cout << "model: " << dir << "\n"
-            << "architecture: " << (c.is_encoder_decoder() ? "encoder-decoder" : "decoder") << "\n"
+  // The tokenizer is optional here (the golden fixtures have none), but one that generate and
+  // abcd-server would refuse is an error.
+  std::string tokenizer_line = "none (generate and abcd-server need tokenizer.model)";
+  if (absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadModelTokenizer(dir, c);
+      tokenizer.ok()) {
+    const int pieces = (*tokenizer)->vocab_size();
+    tokenizer_line = absl::StrCat("tokenizer.model, ", pieces, " pieces");
+    if (pieces < c.vocab_size) {
+      absl::StrAppend(&tokenizer_line, " (vocab_size ", c.vocab_size, ": ", c.vocab_size - pieces,
+                      " padding ids)");
+    }
+  } else if (!absl::IsNotFound(tokenizer.status())) {
+    return tokenizer.status();
+  }
+  std::cout << "model: " << dir << "\n";
+  if (c.is_hf()) std::cout << "model_type: " << c.hf_model_type << " (Hugging Face checkpoint)\n";
+  std::cout << "architecture: " << (c.is_encoder_decoder() ? "encoder-decoder" : "decoder") << "\n"
             << absl::StrFormat("vocab %d, d_model %d, heads %d, head_dim %d, d_ff %d\n",
                                c.vocab_size, c.d_model, c.n_heads, c.head_dim(), c.d_ff)
-            << "weights: " << model->weight_bytes() << " bytes\n";
+            << "weights: " << model->weight_bytes() << " bytes\n"
+            << "tokenizer: " << tokenizer_line << "\n";
   for (size_t i = 0; i < c.encoder_layers.size(); ++i) {
     std::cout << absl::StrFormat("encoder.layers.%d  self %-34s (no per-sequence state)\n", i,
                                  DescribeAttention(c.encoder_layers[i].attention));
@@ -197,12 +228,12 @@ absl::Status RunGenerate(const Arguments& args) {
   const bool json = args.Has("json");
 
   const std::string dir = ModelDir(args);
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(args, dir));
+  ABCD_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelAndTokenizer(args, dir));
+  const std::unique_ptr<Model>& model = loaded.model;
+  const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   ABCD_ASSIGN_OR_RETURN(const int threads, Threads(args));
   CpuContext context(threads);
   options.context = &context;
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                        Tokenizer::Load(dir + "/tokenizer.model"));
   StatePool pool(model->state_layout(), kCliStateBudget);
   auto on_token = [json](int32_t id, absl::string_view text) {
     if (json) {
@@ -240,15 +271,15 @@ absl::Status RunEval(const Arguments& args) {
   const std::string text_path = args.String("text", "");
   const bool json = args.Has("json");
   const std::string dir = ModelDir(args);
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(args, dir));
+  ABCD_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelAndTokenizer(args, dir));
+  const std::unique_ptr<Model>& model = loaded.model;
+  const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   ABCD_ASSIGN_OR_RETURN(const int threads, Threads(args));
   CpuContext context(threads);
   const ModelConfig& config = model->config();
   if (config.is_encoder_decoder()) {
     return absl::FailedPreconditionError("eval needs a decoder-only model");
   }
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                        Tokenizer::Load(dir + "/tokenizer.model"));
   std::ifstream file(text_path, std::ios::binary);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot read --text ", text_path));
   std::stringstream contents;
@@ -375,13 +406,13 @@ absl::Status RunTranslate(const Arguments& args) {
                                                    options.max_new_tokens, "], got ", max_tokens));
   }
   const std::string dir = ModelDir(args, ABCD_DEFAULT_TRANSLATION_MODEL_DIR);
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(args, dir));
+  ABCD_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelAndTokenizer(args, dir));
+  const std::unique_ptr<Model>& model = loaded.model;
+  const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   ABCD_ASSIGN_OR_RETURN(options.cpu_threads, Threads(args));
   if (!model->config().is_encoder_decoder()) {
     return absl::FailedPreconditionError("translate needs an encoder-decoder model");
   }
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                        Tokenizer::Load(dir + "/tokenizer.model"));
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
                         Executor::Create(*model, *tokenizer, options));
   absl::Cleanup shutdown = [&] { executor->Shutdown(); };
