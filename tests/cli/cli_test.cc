@@ -186,12 +186,9 @@ TEST(Cli, BadArgumentsNameTheOption) {
   EXPECT_NE(r.output.find("/nonexistent/config.json"), std::string::npos) << r.output;
 }
 
-// The repository root, from this file's path (<root>/tests/cli/cli_test.cc).
-std::string SourceDir() {
-  std::string dir = __FILE__;
-  dir.resize(dir.size() - std::string("tests/cli/cli_test.cc").size());
-  return dir;
-}
+// The repository root, with a trailing slash. (Not from __FILE__: with ccache's
+// CCACHE_BASEDIR the compiler sees a relative path.)
+std::string SourceDir() { return std::string(ABCD_SOURCE_DIR) + "/"; }
 
 // `abcd-cli eval` must reproduce the PyTorch reference perplexity (same chunking) within 0.5%.
 TEST(Cli, EvalPerplexityMatchesPytorchReference) {

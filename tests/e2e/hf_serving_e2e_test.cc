@@ -5,15 +5,21 @@
 // over gRPC Generate and HTTP /v1/completions, a session continued equals the one-shot request on
 // the whole history (over both protocols), n = 3 with a seed gives three deterministic choices,
 // each equal to a single request with seed + i, and the greedy logprobs pick the top-1 and are
-// reproduced by scoring the generated ids as a prompt. Random weights produce gibberish text:
-// token ids are compared over gRPC, texts and scores over HTTP.
+// reproduced by scoring the generated ids as a prompt. The Llama's vocab_size pads the tokenizer:
+// sampled padding ids decode to no text. A tokenizer.json-only directory stops the server at load.
+// Random weights produce gibberish text: token ids are compared over gRPC, texts and scores over
+// HTTP.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/e2e/session_client.h"
 
 namespace abcd {
@@ -37,12 +43,37 @@ std::string GrpcText(const GrpcTurn& turn, int index = 0) {
   return text;
 }
 
-class HfServingTest : public ::testing::TestWithParam<std::string> {
+// The models' directory: $ABCD_HF_E2E_MODELS when set (ctest: written once by the
+// e2e.hf_write_models fixture, which saves a torch start-up per test process), else written
+// here into a temporary directory.
+class HfModels {
+ public:
+  HfModels() {
+    if (const char* dir = std::getenv("ABCD_HF_E2E_MODELS"); dir != nullptr && *dir != '\0') {
+      dir_ = dir;
+      return;
+    }
+    generated_ = std::make_unique<testing::GeneratedModel>(std::string(ABCD_SOURCE_DIR) +
+                                                           "/tests/e2e/hf_make_models.py");
+    dir_ = generated_->dir();
+    error_ = generated_->error();
+  }
+  const std::string& dir() const { return dir_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::unique_ptr<testing::GeneratedModel> generated_;
+  std::string dir_;
+  std::string error_;
+};
+
+// One server for the suite, serving both models; requests name `model_` ("gsa" or "llama",
+// the directory names).
+class HfServing : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    models_ =
-        new testing::GeneratedModel(std::string(ABCD_SOURCE_DIR) + "/tests/e2e/hf_make_models.py");
-    if (!models_->ok()) return;
+    models_ = new HfModels();
+    if (!models_->error().empty()) return;
     client_ = new SessionClient({}, models_->dir() + "/gsa," + models_->dir() + "/llama");
   }
   static void TearDownTestSuite() {
@@ -52,23 +83,22 @@ class HfServingTest : public ::testing::TestWithParam<std::string> {
     models_ = nullptr;
   }
   void SetUp() override {
-    ASSERT_TRUE(models_->ok()) << models_->error();
+    ASSERT_TRUE(models_->error().empty()) << models_->error();
     ASSERT_NE(client_, nullptr);
     ASSERT_TRUE(client_->started()) << client_->server().Log();
   }
   SessionClient& c() { return *client_; }
 
-  // Requests for the model under test (GetParam(): "gsa" or "llama", the directory names).
   abcd::v1::GenerateRequest Request(const std::vector<int32_t>& prompt, const Sampling& sampling,
                                     const std::string& session = "", int n = 1) {
     abcd::v1::GenerateRequest request = c().Request(prompt, sampling, session, n, kMaxTokens);
-    request.set_model(GetParam());
+    request.set_model(model_);
     return request;
   }
   json Body(const std::vector<int32_t>& prompt, const Sampling& sampling,
             const std::string& session = "", int n = 1) {
     json body = c().Body(prompt, sampling, session, n, kMaxTokens);
-    body["model"] = GetParam();
+    body["model"] = model_;
     return body;
   }
   GrpcTurn Generate(const abcd::v1::GenerateRequest& request) {
@@ -82,12 +112,22 @@ class HfServingTest : public ::testing::TestWithParam<std::string> {
     return turn;
   }
 
-  static testing::GeneratedModel* models_;
+  std::string model_ = "llama";
+  static HfModels* models_;
   static SessionClient* client_;
 };
 
-testing::GeneratedModel* HfServingTest::models_ = nullptr;
-SessionClient* HfServingTest::client_ = nullptr;
+HfModels* HfServing::models_ = nullptr;
+SessionClient* HfServing::client_ = nullptr;
+
+// The same checks on each model.
+class HfServingTest : public HfServing, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    model_ = GetParam();
+    HfServing::SetUp();
+  }
+};
 
 // ListModels: the state bytes of the state-size formulas (tiny presets: 2 layers, d 64, 4 heads of
 // 16). GSA: L H M (K + V) 4 = 2 * 4 * 8 * 32 * 4 fixed. Llama (GQA, 2 key/value heads): a KV
@@ -221,9 +261,52 @@ TEST_P(HfServingTest, LogprobsPickTopOneAndAreReproducedAsPrompt) {
   }
 }
 
+// The Llama's vocab_size (8064) pads the 8000-piece tokenizer. Sampling may pick a padding id
+// (no text): the request still completes, the id is counted and returned, and logprobs show it
+// as "<id>". Seeds are scanned until such an id is seen (random weights make it likely).
+TEST_F(HfServing, LlamaPaddingIdsDecodeToNothing) {
+  model_ = "llama";
+  bool seen = false;
+  for (uint64_t seed = 1; seed <= 16 && !seen; ++seed) {
+    const GrpcTurn grpc = Generate(Request(Tokens(6, 50), Sampling{false, seed}));
+    ASSERT_EQ(grpc.tokens().size(), static_cast<size_t>(kMaxTokens)) << "seed " << seed;
+    json body = Body(Tokens(6, 50), Sampling{false, seed});
+    body["logprobs"] = 0;
+    const HttpTurn http = Complete(body);
+    EXPECT_EQ(HttpText(http), GrpcText(grpc)) << "seed " << seed;
+    const std::vector<int32_t> ids = grpc.tokens();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 8000) continue;
+      seen = true;
+      EXPECT_LT(ids[i], 8064);
+      EXPECT_EQ(http.body["choices"][0]["logprobs"]["tokens"][i], absl::StrCat("<", ids[i], ">"))
+          << http.body.dump();
+    }
+  }
+  EXPECT_TRUE(seen) << "no padding id sampled in 16 seeds";
+}
+
+// abcd-server refuses a directory whose tokenizer is only tokenizer.json: exit 1, one fatal
+// line naming the file.
+TEST_F(HfServing, ServerRefusesTokenizerJsonOnly) {
+  char pattern[] = "/tmp/abcd-hf-e2e-XXXXXX";
+  const std::filesystem::path dir = std::string(mkdtemp(pattern)) + "/gsa";
+  std::filesystem::copy(models_->dir() + "/gsa", dir);
+  std::filesystem::remove(dir / "tokenizer.model");
+  std::ofstream(dir / "tokenizer.json") << R"({"version": "1.0"})";
+  testing::ServerProcess server(ABCD_SERVER, {"--device", "cpu", "--models", dir.string()});
+  EXPECT_FALSE(server.started());
+  EXPECT_EQ(server.WaitForExit(10), 1);
+  const std::string log = server.Log();
+  EXPECT_NE(log.find(dir.string() + "/tokenizer.json: only a SentencePiece tokenizer.model"),
+            std::string::npos)
+      << log;
+  std::filesystem::remove_all(dir.parent_path());
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, HfServingTest, ::testing::Values("gsa", "llama"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           return param.param;
                          });
 
 }  // namespace
