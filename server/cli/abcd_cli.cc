@@ -117,6 +117,23 @@ std::string LayerStateDescription(const StateLayout::Slot& slot, int64_t kv_byte
   return absl::StrCat(slot.fixed_floats * 4, " bytes (fixed)");
 }
 
+// info's tokenizer line. The tokenizer is optional there (the golden fixtures have none), but
+// one that generate and abcd-server would refuse is an error.
+absl::StatusOr<std::string> DescribeTokenizer(const std::string& dir, const ModelConfig& c) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadModelTokenizer(dir, c);
+  if (absl::IsNotFound(tokenizer.status())) {
+    return std::string("none (generate and abcd-server need tokenizer.model)");
+  }
+  if (!tokenizer.ok()) return tokenizer.status();
+  const int pieces = (*tokenizer)->vocab_size();
+  std::string line = absl::StrCat("tokenizer.model, ", pieces, " pieces");
+  if (pieces < c.vocab_size) {
+    absl::StrAppend(&line, " (vocab_size ", c.vocab_size, ": ", c.vocab_size - pieces,
+                    " padding ids)");
+  }
+  return line;
+}
+
 absl::Status Info(const Arguments& args) {
   const std::string dir = ModelDir(args);
   // info reports the fp32 state unless asked (--kv-cache-format bf16: softmax caches and txl
@@ -131,25 +148,18 @@ absl::Status Info(const Arguments& args) {
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir, load));
   const ModelConfig& c = model->config();
   const StateLayout& layout = model->state_layout();
-  // The tokenizer is optional here (the golden fixtures have none), but one that generate and
-  // abcd-server would refuse is an error.
-  std::string tokenizer_line = "none (generate and abcd-server need tokenizer.model)";
-  if (absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadModelTokenizer(dir, c);
-      tokenizer.ok()) {
-    const int pieces = (*tokenizer)->vocab_size();
-    tokenizer_line = absl::StrCat("tokenizer.model, ", pieces, " pieces");
-    if (pieces < c.vocab_size) {
-      absl::StrAppend(&tokenizer_line, " (vocab_size ", c.vocab_size, ": ", c.vocab_size - pieces,
-                      " padding ids)");
-    }
-  } else if (!absl::IsNotFound(tokenizer.status())) {
-    return tokenizer.status();
-  }
+  ABCD_ASSIGN_OR_RETURN(const std::string tokenizer_line, DescribeTokenizer(dir, c));
   std::cout << "model: " << dir << "\n";
   if (c.is_hf()) std::cout << "model_type: " << c.hf_model_type << " (Hugging Face checkpoint)\n";
-  std::cout << "architecture: " << (c.is_encoder_decoder() ? "encoder-decoder" : "decoder") << "\n"
-            << absl::StrFormat("vocab %d, d_model %d, heads %d, head_dim %d, d_ff %d\n",
-                               c.vocab_size, c.d_model, c.n_heads, c.head_dim(), c.d_ff)
+  std::cout << "architecture: " << (c.is_encoder_decoder() ? "encoder-decoder" : "decoder")
+            << "\n"
+            // Hugging Face layers carry their own head shapes (GQA, head_dim != d / heads):
+            // the layer lines show them.
+            << (c.is_hf()
+                    ? absl::StrFormat("vocab %d, d_model %d, d_ff %d\n", c.vocab_size, c.d_model,
+                                      c.d_ff)
+                    : absl::StrFormat("vocab %d, d_model %d, heads %d, head_dim %d, d_ff %d\n",
+                                      c.vocab_size, c.d_model, c.n_heads, c.head_dim(), c.d_ff))
             << "weights: " << model->weight_bytes() << " bytes\n"
             << "tokenizer: " << tokenizer_line << "\n";
   for (size_t i = 0; i < c.encoder_layers.size(); ++i) {
