@@ -296,7 +296,7 @@ TEST_F(HfServing, ServerRefusesTokenizerJsonOnly) {
   std::ofstream(dir / "tokenizer.json") << R"({"version": "1.0"})";
   testing::ServerProcess server(ABCD_SERVER, {"--device", "cpu", "--models", dir.string()});
   EXPECT_FALSE(server.started());
-  EXPECT_EQ(server.WaitForExit(10), 1);
+  EXPECT_EQ(server.WaitForExit(testing::TimeLimit(10)), 1);
   const std::string log = server.Log();
   EXPECT_NE(log.find(dir.string() + "/tokenizer.json: only a SentencePiece tokenizer.model"),
             std::string::npos)
