@@ -24,6 +24,7 @@
 #include "engine/core/status_macros.h"
 #include "server/core/body_budget.h"
 #include "server/core/log.h"
+#include "server/core/model_tokenizer.h"
 #include "server/core/served_models.h"
 #include "server/core/server_config.h"
 #include "server/core/session_ops.h"
@@ -51,8 +52,11 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   if (!config.weight_format.empty()) {
     ABCD_ASSIGN_OR_RETURN(load.weight_format, ParseWeightFormat(config.weight_format));
   }
+  // The tokenizer first: a directory without a usable tokenizer.model fails before the
+  // weights are read and packed.
+  ABCD_ASSIGN_OR_RETURN(const ModelConfig model_config, LoadModelDirectoryConfig(dir));
+  ABCD_ASSIGN_OR_RETURN(served->tokenizer, LoadModelTokenizer(dir, model_config));
   ABCD_ASSIGN_OR_RETURN(served->model, Model::Load(dir, load));
-  ABCD_ASSIGN_OR_RETURN(served->tokenizer, Tokenizer::Load(dir + "/tokenizer.model"));
   served->kind = served->model->config().is_encoder_decoder() ? ModelKind::kTranslation
                                                               : ModelKind::kLanguageModel;
   BackendOptions backend_options;

@@ -26,11 +26,16 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text) c
 }
 
 absl::StatusOr<std::string> Tokenizer::Decode(std::span<const int32_t> ids) const {
-  std::vector<int> pieces(ids.begin(), ids.end());
-  for (int id : pieces) {
-    if (id < 0 || id >= sentencepiece_.backend().PieceCount()) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is outside the tokenizer"));
+  // Ids past the tokenizer's pieces (a model whose embedding is padded past the vocabulary, as
+  // Hugging Face checkpoints often are) have no text: they decode to nothing.
+  const int piece_count = sentencepiece_.backend().PieceCount();
+  std::vector<int> pieces;
+  pieces.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is negative"));
     }
+    if (id < piece_count) pieces.push_back(id);
   }
   std::string text;
   if (std::string error = sentencepiece_.backend().Decode(pieces, &text); !error.empty()) {

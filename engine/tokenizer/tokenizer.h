@@ -19,6 +19,8 @@ class Tokenizer {
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
 
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const;
+  // Ids >= vocab_size() (padding rows of a larger model vocabulary) decode to no text; a
+  // negative id is an error.
   absl::StatusOr<std::string> Decode(std::span<const int32_t> ids) const;
   int vocab_size() const { return sentencepiece_.backend().PieceCount(); }
 

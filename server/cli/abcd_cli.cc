@@ -40,6 +40,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/core/arguments.h"
+#include "server/core/model_tokenizer.h"
 
 namespace abcd {
 namespace {
@@ -80,6 +81,20 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Arguments& args, const st
   return Model::Load(dir, load);
 }
 
+// The model and its tokenizer.model (checked against the config before the weights are read).
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+absl::StatusOr<LoadedModel> LoadModelAndTokenizer(const Arguments& args, const std::string& dir) {
+  LoadedModel loaded;
+  ABCD_ASSIGN_OR_RETURN(const ModelConfig config, LoadModelDirectoryConfig(dir));
+  ABCD_ASSIGN_OR_RETURN(loaded.tokenizer, LoadModelTokenizer(dir, config));
+  ABCD_ASSIGN_OR_RETURN(loaded.model, LoadModel(args, dir));
+  return loaded;
+}
+
 // --threads (default: the cores this process may use).
 absl::StatusOr<int> Threads(const Arguments& args) {
   ABCD_ASSIGN_OR_RETURN(const int64_t threads, args.Int("threads", ThreadPool::AvailableCores()));
@@ -102,6 +117,23 @@ std::string LayerStateDescription(const StateLayout::Slot& slot, int64_t kv_byte
   return absl::StrCat(slot.fixed_floats * 4, " bytes (fixed)");
 }
 
+// info's tokenizer line. The tokenizer is optional there (the golden fixtures have none), but
+// one that generate and abcd-server would refuse is an error.
+absl::StatusOr<std::string> DescribeTokenizer(const std::string& dir, const ModelConfig& c) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadModelTokenizer(dir, c);
+  if (absl::IsNotFound(tokenizer.status())) {
+    return std::string("none (generate and abcd-server need tokenizer.model)");
+  }
+  if (!tokenizer.ok()) return tokenizer.status();
+  const int pieces = (*tokenizer)->vocab_size();
+  std::string line = absl::StrCat("tokenizer.model, ", pieces, " pieces");
+  if (pieces < c.vocab_size) {
+    absl::StrAppend(&line, " (vocab_size ", c.vocab_size, ": ", c.vocab_size - pieces,
+                    " padding ids)");
+  }
+  return line;
+}
+
 absl::Status Info(const Arguments& args) {
   const std::string dir = ModelDir(args);
   // info reports the fp32 state unless asked (--kv-cache-format bf16: softmax caches and txl
@@ -116,11 +148,20 @@ absl::Status Info(const Arguments& args) {
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir, load));
   const ModelConfig& c = model->config();
   const StateLayout& layout = model->state_layout();
-  std::cout << "model: " << dir << "\n"
-            << "architecture: " << (c.is_encoder_decoder() ? "encoder-decoder" : "decoder") << "\n"
-            << absl::StrFormat("vocab %d, d_model %d, heads %d, head_dim %d, d_ff %d\n",
-                               c.vocab_size, c.d_model, c.n_heads, c.head_dim(), c.d_ff)
-            << "weights: " << model->weight_bytes() << " bytes\n";
+  ABCD_ASSIGN_OR_RETURN(const std::string tokenizer_line, DescribeTokenizer(dir, c));
+  std::cout << "model: " << dir << "\n";
+  if (c.is_hf()) std::cout << "model_type: " << c.hf_model_type << " (Hugging Face checkpoint)\n";
+  std::cout << "architecture: " << (c.is_encoder_decoder() ? "encoder-decoder" : "decoder")
+            << "\n"
+            // Hugging Face layers carry their own head shapes (GQA, head_dim != d / heads):
+            // the layer lines show them.
+            << (c.is_hf()
+                    ? absl::StrFormat("vocab %d, d_model %d, d_ff %d\n", c.vocab_size, c.d_model,
+                                      c.d_ff)
+                    : absl::StrFormat("vocab %d, d_model %d, heads %d, head_dim %d, d_ff %d\n",
+                                      c.vocab_size, c.d_model, c.n_heads, c.head_dim(), c.d_ff))
+            << "weights: " << model->weight_bytes() << " bytes\n"
+            << "tokenizer: " << tokenizer_line << "\n";
   for (size_t i = 0; i < c.encoder_layers.size(); ++i) {
     std::cout << absl::StrFormat("encoder.layers.%d  self %-34s (no per-sequence state)\n", i,
                                  DescribeAttention(c.encoder_layers[i].attention));
@@ -197,12 +238,12 @@ absl::Status RunGenerate(const Arguments& args) {
   const bool json = args.Has("json");
 
   const std::string dir = ModelDir(args);
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(args, dir));
+  ABCD_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelAndTokenizer(args, dir));
+  const std::unique_ptr<Model>& model = loaded.model;
+  const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   ABCD_ASSIGN_OR_RETURN(const int threads, Threads(args));
   CpuContext context(threads);
   options.context = &context;
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                        Tokenizer::Load(dir + "/tokenizer.model"));
   StatePool pool(model->state_layout(), kCliStateBudget);
   auto on_token = [json](int32_t id, absl::string_view text) {
     if (json) {
@@ -240,15 +281,15 @@ absl::Status RunEval(const Arguments& args) {
   const std::string text_path = args.String("text", "");
   const bool json = args.Has("json");
   const std::string dir = ModelDir(args);
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(args, dir));
+  ABCD_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelAndTokenizer(args, dir));
+  const std::unique_ptr<Model>& model = loaded.model;
+  const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   ABCD_ASSIGN_OR_RETURN(const int threads, Threads(args));
   CpuContext context(threads);
   const ModelConfig& config = model->config();
   if (config.is_encoder_decoder()) {
     return absl::FailedPreconditionError("eval needs a decoder-only model");
   }
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                        Tokenizer::Load(dir + "/tokenizer.model"));
   std::ifstream file(text_path, std::ios::binary);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot read --text ", text_path));
   std::stringstream contents;
@@ -375,13 +416,13 @@ absl::Status RunTranslate(const Arguments& args) {
                                                    options.max_new_tokens, "], got ", max_tokens));
   }
   const std::string dir = ModelDir(args, ABCD_DEFAULT_TRANSLATION_MODEL_DIR);
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(args, dir));
+  ABCD_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelAndTokenizer(args, dir));
+  const std::unique_ptr<Model>& model = loaded.model;
+  const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   ABCD_ASSIGN_OR_RETURN(options.cpu_threads, Threads(args));
   if (!model->config().is_encoder_decoder()) {
     return absl::FailedPreconditionError("translate needs an encoder-decoder model");
   }
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                        Tokenizer::Load(dir + "/tokenizer.model"));
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
                         Executor::Create(*model, *tokenizer, options));
   absl::Cleanup shutdown = [&] { executor->Shutdown(); };

@@ -2,29 +2,17 @@
 // --model so the expected sizes hold whatever the compiled default is), plus `eval`.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "tests/cli/cli_runner.h"
 
 namespace {
 
-struct Result {
-  int exit_code;
-  std::string output;
-};
-
-Result RunCli(const std::string& args) {
-  const std::string command = std::string(ABCD_CLI) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
-  const int status = pclose(pipe);
-  return {WEXITSTATUS(status), output};
-}
+using Result = abcd::testing::CliResult;
+using abcd::testing::RunCli;
 
 // The small untrained decoder-only model, named explicitly so these expectations do not depend
 // on ABCD_DEFAULT_MODEL_DIR.
@@ -198,12 +186,9 @@ TEST(Cli, BadArgumentsNameTheOption) {
   EXPECT_NE(r.output.find("/nonexistent/config.json"), std::string::npos) << r.output;
 }
 
-// The repository root, from this file's path (<root>/tests/cli/cli_test.cc).
-std::string SourceDir() {
-  std::string dir = __FILE__;
-  dir.resize(dir.size() - std::string("tests/cli/cli_test.cc").size());
-  return dir;
-}
+// The repository root, with a trailing slash. (Not from __FILE__: with ccache's
+// CCACHE_BASEDIR the compiler sees a relative path.)
+std::string SourceDir() { return std::string(ABCD_SOURCE_DIR) + "/"; }
 
 // `abcd-cli eval` must reproduce the PyTorch reference perplexity (same chunking) within 0.5%.
 TEST(Cli, EvalPerplexityMatchesPytorchReference) {

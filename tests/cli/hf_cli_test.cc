@@ -1,0 +1,236 @@
+// abcd-cli on Hugging Face checkpoints (issue 24): `info` prints the model_type and state bytes
+// equal to the state-size formulas for every golden hf_* fixture, and damaged directories
+// (written at test time from a fixture copy) are refused with one line naming the file and the
+// field or tensor, never a crash: a truncated shard, a missing tensor, a wrong shape,
+// unsupported config fields, an index naming a missing file, pytorch_model.bin only, a
+// tokenizer.json-only tokenizer and a tokenizer larger than vocab_size.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "tests/cli/cli_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using abcd::testing::CliResult;
+using abcd::testing::RunCli;
+using nlohmann::json;
+
+const std::string kGolden = std::string(ABCD_SOURCE_DIR) + "/tests/fixtures/golden/";
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void WriteFile(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// The state bytes per sequence (llama: KV bytes per token) of a config.json, fp32, from the
+// formulas: gsa L H M (K + V) 4; gla, retnet, hgrn2 L H K V 4; llama 2 L Hkv hd 4 per token. K and
+// V are per-head widths (the state holds every query head, also under GQA).
+int64_t FormulaBytes(const json& c) {
+  const std::string type = c["model_type"];
+  const int64_t d = c["hidden_size"], layers = c["num_hidden_layers"];
+  if (type == "llama") {
+    const int64_t heads = c["num_attention_heads"];
+    const int64_t kv_heads = c.value("num_key_value_heads", heads);
+    const int64_t head_dim = c.contains("head_dim") && !c["head_dim"].is_null()
+                                 ? c["head_dim"].get<int64_t>()
+                                 : d / heads;
+    return 2 * layers * kv_heads * head_dim * 4;
+  }
+  if (type == "hgrn2") {
+    const int64_t heads = d / c["expand_ratio"].get<int64_t>();
+    return layers * heads * (d / heads) * (d / heads) * 4;
+  }
+  const int64_t heads = c["num_heads"];
+  const int64_t k = static_cast<int64_t>(d * c["expand_k"].get<double>()) / heads;
+  const int64_t v = static_cast<int64_t>(d * c["expand_v"].get<double>()) / heads;
+  if (type == "gsa") return layers * heads * c["num_slots"].get<int64_t>() * (k + v) * 4;
+  return layers * heads * k * v * 4;  // gla, retnet
+}
+
+TEST(HfCli, InfoStateBytesEqualTheFormulas) {
+  int fixtures = 0;
+  for (const auto& entry : fs::directory_iterator(kGolden)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("hf_", 0) != 0) continue;
+    ++fixtures;
+    const json config = json::parse(ReadFile(entry.path() / "config.json"));
+    const std::string type = config["model_type"];
+    const CliResult r = RunCli("info --model " + entry.path().string());
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find("model_type: " + type + " (Hugging Face checkpoint)"),
+              std::string::npos)
+        << name << "\n"
+        << r.output;
+    EXPECT_NE(r.output.find("tokenizer: none"), std::string::npos) << name << "\n" << r.output;
+    const int64_t bytes = FormulaBytes(config);
+    const std::string expected =
+        type == "llama" ? absl::StrCat("state per sequence: 0 bytes fixed + ", bytes,
+                                       " bytes per decoded token")
+                        : absl::StrCat("state per sequence: ", bytes, " bytes fixed\n");
+    EXPECT_NE(r.output.find(expected), std::string::npos)
+        << name << ": expected \"" << expected << "\"\n"
+        << r.output;
+    // One line per layer, each naming its mixer.
+    const int layers = config["num_hidden_layers"];
+    for (int i = 0; i < layers; ++i) {
+      EXPECT_NE(r.output.find(absl::StrCat("decoder.layers.", i, "  self  ",
+                                           type == "llama" ? "softmax" : type)),
+                std::string::npos)
+          << name << " layer " << i << "\n"
+          << r.output;
+    }
+  }
+  EXPECT_GE(fixtures, 13);
+}
+
+// A copy of a golden fixture in a fresh temporary directory, removed at the end of the test.
+class DamagedFixture {
+ public:
+  explicit DamagedFixture(const std::string& fixture) {
+    char pattern[] = "/tmp/abcd-hf-cli-XXXXXX";
+    dir_ = mkdtemp(pattern);
+    fs::copy(kGolden + fixture, dir_, fs::copy_options::recursive);
+    fs::remove(fs::path(dir_) / "golden.safetensors");
+  }
+  ~DamagedFixture() {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+  const std::string& dir() const { return dir_; }
+  fs::path file(const std::string& name) const { return fs::path(dir_) / name; }
+
+  // Rewrites config.json with `key` set to `value` (or removed when value is null).
+  void SetConfig(const std::string& key, const json& value) const {
+    json config = json::parse(ReadFile(file("config.json")));
+    config[key] = value;
+    WriteFile(file("config.json"), config.dump(2));
+  }
+  // Rewrites a safetensors file's header through `edit` (the data section is kept as it is).
+  template <typename Edit>
+  void EditHeader(const std::string& name, Edit edit) const {
+    const std::string bytes = ReadFile(file(name));
+    uint64_t length = 0;
+    for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<uint8_t>(bytes[i]);
+    json header = json::parse(bytes.substr(8, length));
+    edit(header);
+    const std::string text = header.dump();
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+    WriteFile(file(name), out + text + bytes.substr(8 + length));
+  }
+
+ private:
+  std::string dir_;
+};
+
+// The load is refused: a normal exit with status 1 or 2 and exactly one line, which contains
+// each of `needles`.
+void ExpectOneLineError(const CliResult& r, const std::vector<std::string>& needles) {
+  EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << "exit " << r.exit_code << "\n" << r.output;
+  const std::vector<std::string> lines = absl::StrSplit(r.output, '\n', absl::SkipEmpty());
+  EXPECT_EQ(lines.size(), 1u) << r.output;
+  EXPECT_EQ(r.output.rfind("abcd-cli: ", 0), 0u) << r.output;
+  for (const std::string& needle : needles) {
+    EXPECT_NE(r.output.find(needle), std::string::npos) << "missing \"" << needle << "\" in\n"
+                                                        << r.output;
+  }
+}
+
+TEST(HfCli, TruncatedShardNamesTheFileAndTensor) {
+  const DamagedFixture f("hf_llama_sharded_bf16");
+  const std::string shard = "model-00002-of-00003.safetensors";
+  const std::string bytes = ReadFile(f.file(shard));
+  WriteFile(f.file(shard), bytes.substr(0, bytes.size() - 1000));
+  ExpectOneLineError(RunCli("info --model " + f.dir()), {f.dir() + "/" + shard, "tensor \""});
+  // Cut inside the header: still one clear line naming the file.
+  WriteFile(f.file(shard), bytes.substr(0, 100));
+  ExpectOneLineError(RunCli("info --model " + f.dir()), {f.dir() + "/" + shard});
+}
+
+TEST(HfCli, MissingTensorIsNamed) {
+  const DamagedFixture f("hf_gsa");
+  f.EditHeader("model.safetensors",
+               [](json& header) { header.erase("model.layers.1.attn.f_proj.weight"); });
+  // In no file: the message names the directory.
+  ExpectOneLineError(RunCli("info --model " + f.dir()),
+                     {f.dir() + ": ", "model.layers.1.attn.f_proj.weight", "not found"});
+}
+
+TEST(HfCli, WrongShapeIsNamed) {
+  const DamagedFixture f("hf_gsa");
+  // [32, 64] -> [64, 32]: the same bytes, the wrong shape.
+  f.EditHeader("model.safetensors", [](json& header) {
+    header["model.layers.0.attn.f_proj.weight"]["shape"] = {64, 32};
+  });
+  ExpectOneLineError(RunCli("info --model " + f.dir()),
+                     {"model.safetensors", "model.layers.0.attn.f_proj.weight", "[32, 64]"});
+}
+
+TEST(HfCli, UnsupportedConfigFieldsAreNamed) {
+  const struct {
+    const char* fixture;
+    const char* key;
+    json value;
+  } cases[] = {
+      {"hf_gsa", "use_short_conv", true},
+      {"hf_gla", "attn", {{"layers", {1}}, {"num_heads", 4}}},
+      {"hf_gsa", "hidden_act", "powlu"},
+      {"hf_llama", "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}},
+      {"hf_llama", "hidden_act", "gelu"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.key);
+    const DamagedFixture f(c.fixture);
+    f.SetConfig(c.key, c.value);
+    ExpectOneLineError(RunCli("info --model " + f.dir()), {"config.json", c.key});
+  }
+}
+
+TEST(HfCli, IndexNamingAMissingShard) {
+  const DamagedFixture f("hf_gsa_sharded_bf16");
+  fs::remove(f.file("model-00003-of-00003.safetensors"));
+  ExpectOneLineError(RunCli("info --model " + f.dir()),
+                     {"model.safetensors.index.json", "model-00003-of-00003.safetensors"});
+}
+
+TEST(HfCli, PytorchBinOnlyIsRefused) {
+  const DamagedFixture f("hf_llama");
+  fs::remove(f.file("model.safetensors"));
+  WriteFile(f.file("pytorch_model.bin"), "PK\x03\x04 not read");
+  ExpectOneLineError(RunCli("info --model " + f.dir()), {f.dir(), "pytorch_model.bin"});
+}
+
+// The tokenizer: tokenizer.json alone is refused (naming the file and what is supported) by
+// every command that loads one; a tokenizer with more pieces than vocab_size is refused naming
+// both numbers.
+TEST(HfCli, TokenizerJsonOnlyAndOversizedTokenizerAreRefused) {
+  const DamagedFixture f("hf_llama");
+  WriteFile(f.file("tokenizer.json"), R"({"version": "1.0", "model": {"type": "BPE"}})");
+  for (const std::string command : {"info", "generate --prompt hi --max-tokens 2"}) {
+    ExpectOneLineError(RunCli(command + " --model " + f.dir()),
+                       {f.dir() + "/tokenizer.json", "only a SentencePiece tokenizer.model"});
+  }
+  // The bundled LM tokenizer has 8000 pieces; the fixture's vocab_size is 96.
+  fs::copy_file(std::string(ABCD_SOURCE_DIR) + "/models/tokenizers/lm.model",
+                f.file("tokenizer.model"));
+  ExpectOneLineError(RunCli("generate --prompt hi --max-tokens 2 --model " + f.dir()),
+                     {f.dir() + "/tokenizer.model", "8000 pieces", "vocab_size 96"});
+}
+
+}  // namespace

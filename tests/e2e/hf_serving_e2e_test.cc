@@ -1,0 +1,313 @@
+// Hugging Face checkpoints served end to end (issue 24): abcd-server on two tiny HF-layout models
+// written at test time by models/write_hf_checkpoint.py (through hf_make_models.py, with the
+// bundled LM tokenizer): a GSA (fp32, one model.safetensors) and a Llama with GQA (bf16, two
+// shards + index), both served from one process on the CPU. For each: greedy tokens are the same
+// over gRPC Generate and HTTP /v1/completions, a session continued equals the one-shot request on
+// the whole history (over both protocols), n = 3 with a seed gives three deterministic choices,
+// each equal to a single request with seed + i, and the greedy logprobs pick the top-1 and are
+// reproduced by scoring the generated ids as a prompt. The Llama's vocab_size pads the tokenizer:
+// sampled padding ids decode to no text. A tokenizer.json-only directory stops the server at load.
+// Random weights produce gibberish text: token ids are compared over gRPC, texts and scores over
+// HTTP.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/e2e/session_client.h"
+
+namespace abcd {
+namespace {
+
+using nlohmann::json;
+using testing::GrpcTurn;
+using testing::HttpText;
+using testing::HttpTurn;
+using testing::Sampling;
+using testing::SessionClient;
+using testing::Tokens;
+
+constexpr int kMaxTokens = 12;
+
+std::string GrpcText(const GrpcTurn& turn, int index = 0) {
+  std::string text;
+  for (const auto& r : turn.responses) {
+    if (r.index() == index) text += r.text();
+  }
+  return text;
+}
+
+// The models' directory: $ABCD_HF_E2E_MODELS when set (ctest: written once by the
+// e2e.hf_write_models fixture, which saves a torch start-up per test process), else written
+// here into a temporary directory.
+class HfModels {
+ public:
+  HfModels() {
+    if (const char* dir = std::getenv("ABCD_HF_E2E_MODELS"); dir != nullptr && *dir != '\0') {
+      dir_ = dir;
+      return;
+    }
+    generated_ = std::make_unique<testing::GeneratedModel>(std::string(ABCD_SOURCE_DIR) +
+                                                           "/tests/e2e/hf_make_models.py");
+    dir_ = generated_->dir();
+    error_ = generated_->error();
+  }
+  const std::string& dir() const { return dir_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::unique_ptr<testing::GeneratedModel> generated_;
+  std::string dir_;
+  std::string error_;
+};
+
+// One server for the suite, serving both models; requests name `model_` ("gsa" or "llama",
+// the directory names).
+class HfServing : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    models_ = new HfModels();
+    if (!models_->error().empty()) return;
+    client_ = new SessionClient({}, models_->dir() + "/gsa," + models_->dir() + "/llama");
+  }
+  static void TearDownTestSuite() {
+    delete client_;
+    client_ = nullptr;
+    delete models_;
+    models_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(models_->error().empty()) << models_->error();
+    ASSERT_NE(client_, nullptr);
+    ASSERT_TRUE(client_->started()) << client_->server().Log();
+  }
+  SessionClient& c() { return *client_; }
+
+  abcd::v1::GenerateRequest Request(const std::vector<int32_t>& prompt, const Sampling& sampling,
+                                    const std::string& session = "", int n = 1) {
+    abcd::v1::GenerateRequest request = c().Request(prompt, sampling, session, n, kMaxTokens);
+    request.set_model(model_);
+    return request;
+  }
+  json Body(const std::vector<int32_t>& prompt, const Sampling& sampling,
+            const std::string& session = "", int n = 1) {
+    json body = c().Body(prompt, sampling, session, n, kMaxTokens);
+    body["model"] = model_;
+    return body;
+  }
+  GrpcTurn Generate(const abcd::v1::GenerateRequest& request) {
+    GrpcTurn turn = c().Generate(request);
+    EXPECT_TRUE(turn.status.ok()) << turn.status.error_message();
+    return turn;
+  }
+  HttpTurn Complete(const json& body) {
+    HttpTurn turn = c().Complete(body);
+    EXPECT_EQ(turn.status, 200) << turn.body.dump();
+    return turn;
+  }
+
+  std::string model_ = "llama";
+  static HfModels* models_;
+  static SessionClient* client_;
+};
+
+HfModels* HfServing::models_ = nullptr;
+SessionClient* HfServing::client_ = nullptr;
+
+// The same checks on each model.
+class HfServingTest : public HfServing, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    model_ = GetParam();
+    HfServing::SetUp();
+  }
+};
+
+// ListModels: the state bytes of the state-size formulas (tiny presets: 2 layers, d 64, 4 heads of
+// 16). GSA: L H M (K + V) 4 = 2 * 4 * 8 * 32 * 4 fixed. Llama (GQA, 2 key/value heads): a KV
+// cache of 2 L Hkv hd bytes per token per element, bf16 by default (--kv_cache_format).
+TEST_P(HfServingTest, ListedWithStateBytes) {
+  grpc::ClientContext context;
+  abcd::v1::ListModelsResponse list;
+  ASSERT_TRUE(c().stub().ListModels(&context, abcd::v1::ListModelsRequest(), &list).ok());
+  const abcd::v1::ModelInfo* info = nullptr;
+  for (const auto& m : list.models()) {
+    if (m.name() == GetParam()) info = &m;
+  }
+  ASSERT_NE(info, nullptr) << list.DebugString();
+  EXPECT_EQ(info->kind(), "lm");
+  if (GetParam() == "gsa") {
+    EXPECT_EQ(info->state_bytes_per_sequence(), 2 * 4 * 8 * (16 + 16) * 4);
+    EXPECT_EQ(info->kv_bytes_per_token(), 0);
+  } else {
+    EXPECT_EQ(info->kv_bytes_per_token(), 2 * 2 * 2 * 16 * 2);
+  }
+}
+
+// Greedy over gRPC (ids) and HTTP (text, with logprobs): the same tokens.
+TEST_P(HfServingTest, GreedyTokensEqualAcrossProtocols) {
+  abcd::v1::GenerateRequest request = Request({}, Sampling{true, 0});
+  request.set_prompt("The jury said that the city of Atlanta");
+  const GrpcTurn grpc = Generate(request);
+  const std::vector<int32_t> ids = grpc.tokens();
+  ASSERT_FALSE(ids.empty());
+  json body = {{"model", GetParam()},
+               {"prompt", "The jury said that the city of Atlanta"},
+               {"max_tokens", kMaxTokens},
+               {"temperature", 0},
+               {"logprobs", 1}};
+  const HttpTurn http = Complete(body);
+  EXPECT_EQ(HttpText(http), GrpcText(grpc));
+  EXPECT_EQ(http.body["usage"]["completion_tokens"], ids.size()) << http.body.dump();
+  EXPECT_EQ(http.body["usage"]["prompt_tokens"], grpc.usage().prompt_tokens());
+  EXPECT_EQ(http.body["choices"][0]["logprobs"]["tokens"].size(), ids.size());
+  // Token-id prompts too, on both protocols and repeated (the prefix cache may serve it).
+  const std::vector<int32_t> prompt = Tokens(9, 1);
+  const GrpcTurn first = Generate(Request(prompt, Sampling{true, 0}));
+  const GrpcTurn again = Generate(Request(prompt, Sampling{true, 0}));
+  EXPECT_EQ(first.tokens(), again.tokens());
+  EXPECT_EQ(HttpText(Complete(Body(prompt, Sampling{true, 0}))), GrpcText(first));
+}
+
+// A session: create, continue twice; each turn equals one request on the whole history. The
+// same conversation over HTTP gives the same texts.
+TEST_P(HfServingTest, SessionTurnsEqualOneShotRequests) {
+  for (const Sampling sampling : {Sampling{true, 0}, Sampling{false, 7}}) {
+    std::string grpc_session = "new";
+    std::string http_session = "new";
+    std::vector<int32_t> history;
+    for (int turn = 0; turn < 3; ++turn) {
+      const std::vector<int32_t> prompt = Tokens(5 + turn, 3 + turn);
+      const GrpcTurn on_session = Generate(Request(prompt, sampling, grpc_session));
+      ASSERT_TRUE(on_session.status.ok());
+      ASSERT_FALSE(on_session.first_session_id().empty());
+      if (turn > 0) {
+        EXPECT_EQ(on_session.first_session_id(), grpc_session);
+        EXPECT_EQ(on_session.usage().prompt_tokens(), static_cast<int>(prompt.size()));
+      }
+      grpc_session = on_session.first_session_id();
+      history.insert(history.end(), prompt.begin(), prompt.end());
+      const GrpcTurn fresh = Generate(Request(history, sampling));
+      EXPECT_EQ(on_session.tokens(), fresh.tokens()) << "turn " << turn;
+
+      const HttpTurn http = Complete(Body(prompt, sampling, http_session));
+      ASSERT_TRUE(http.body.contains("session_id")) << http.body.dump();
+      http_session = http.body["session_id"];
+      EXPECT_EQ(HttpText(http), GrpcText(on_session)) << "turn " << turn;
+
+      const std::vector<int32_t> generated = on_session.tokens();
+      ASSERT_FALSE(generated.empty());
+      history.insert(history.end(), generated.begin(), generated.end());
+    }
+  }
+}
+
+// n = 3 with a seed: three choices, each the single request with seed + i, the same again when
+// repeated, and the same texts over HTTP.
+TEST_P(HfServingTest, NChoicesAreDeterministic) {
+  constexpr int kN = 3;
+  const std::vector<int32_t> prompt = Tokens(7, 21);
+  const GrpcTurn n_way = Generate(Request(prompt, Sampling{false, 40}, "", kN));
+  const GrpcTurn repeat = Generate(Request(prompt, Sampling{false, 40}, "", kN));
+  const HttpTurn http = Complete(Body(prompt, Sampling{false, 40}, "", kN));
+  ASSERT_EQ(http.body["choices"].size(), static_cast<size_t>(kN)) << http.body.dump();
+  bool differ = false;
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_FALSE(n_way.tokens(i).empty()) << "choice " << i;
+    EXPECT_EQ(n_way.tokens(i), repeat.tokens(i)) << "choice " << i;
+    const GrpcTurn single = Generate(Request(prompt, Sampling{false, 40u + i}));
+    EXPECT_EQ(n_way.tokens(i), single.tokens()) << "choice " << i;
+    EXPECT_EQ(HttpText(http, i), GrpcText(single)) << "choice " << i;
+    differ = differ || n_way.tokens(i) != n_way.tokens(0);
+  }
+  EXPECT_TRUE(differ) << "three seeds sampled the same tokens";
+}
+
+// Greedy logprobs: each chosen token is the top-1, and the generated ids scored as a prompt
+// (echo + logprobs + max_tokens 0) get the scores they had when generated.
+TEST_P(HfServingTest, LogprobsPickTopOneAndAreReproducedAsPrompt) {
+  const std::vector<int32_t> prompt = Tokens(8, 30);
+  json body = Body(prompt, Sampling{true, 0});
+  body["logprobs"] = 2;
+  const HttpTurn http = Complete(body);
+  const json& logprobs = http.body["choices"][0]["logprobs"];
+  const std::vector<int32_t> generated = Generate(Request(prompt, Sampling{true, 0})).tokens();
+  ASSERT_EQ(logprobs["token_logprobs"].size(), generated.size()) << http.body.dump();
+  for (size_t i = 0; i < generated.size(); ++i) {
+    const double chosen = logprobs["token_logprobs"][i];
+    double best = -INFINITY;
+    for (const auto& [text, lp] : logprobs["top_logprobs"][i].items()) {
+      best = std::max(best, lp.get<double>());
+    }
+    EXPECT_LE(chosen, 0.0);
+    EXPECT_NEAR(chosen, best, 1e-6) << "token " << i;
+  }
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), generated.begin(), generated.end());
+  const HttpTurn scored = Complete(
+      {{"model", GetParam()}, {"prompt", all}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 0}});
+  const json& echoed = scored.body["choices"][0]["logprobs"]["token_logprobs"];
+  ASSERT_EQ(echoed.size(), all.size()) << scored.body.dump();
+  for (size_t i = 0; i < generated.size(); ++i) {
+    EXPECT_NEAR(echoed[prompt.size() + i].get<double>(),
+                logprobs["token_logprobs"][i].get<double>(), 1e-4)
+        << "generated token " << i;
+  }
+}
+
+// The Llama's vocab_size (8064) pads the 8000-piece tokenizer. Sampling may pick a padding id
+// (no text): the request still completes, the id is counted and returned, and logprobs show it
+// as "<id>". Seeds are scanned until such an id is seen (random weights make it likely).
+TEST_F(HfServing, LlamaPaddingIdsDecodeToNothing) {
+  model_ = "llama";
+  bool seen = false;
+  for (uint64_t seed = 1; seed <= 16 && !seen; ++seed) {
+    const GrpcTurn grpc = Generate(Request(Tokens(6, 50), Sampling{false, seed}));
+    ASSERT_EQ(grpc.tokens().size(), static_cast<size_t>(kMaxTokens)) << "seed " << seed;
+    json body = Body(Tokens(6, 50), Sampling{false, seed});
+    body["logprobs"] = 0;
+    const HttpTurn http = Complete(body);
+    EXPECT_EQ(HttpText(http), GrpcText(grpc)) << "seed " << seed;
+    const std::vector<int32_t> ids = grpc.tokens();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 8000) continue;
+      seen = true;
+      EXPECT_LT(ids[i], 8064);
+      EXPECT_EQ(http.body["choices"][0]["logprobs"]["tokens"][i], absl::StrCat("<", ids[i], ">"))
+          << http.body.dump();
+    }
+  }
+  EXPECT_TRUE(seen) << "no padding id sampled in 16 seeds";
+}
+
+// abcd-server refuses a directory whose tokenizer is only tokenizer.json: exit 1, one fatal
+// line naming the file.
+TEST_F(HfServing, ServerRefusesTokenizerJsonOnly) {
+  char pattern[] = "/tmp/abcd-hf-e2e-XXXXXX";
+  const std::filesystem::path dir = std::string(mkdtemp(pattern)) + "/gsa";
+  std::filesystem::copy(models_->dir() + "/gsa", dir);
+  std::filesystem::remove(dir / "tokenizer.model");
+  std::ofstream(dir / "tokenizer.json") << R"({"version": "1.0"})";
+  testing::ServerProcess server(ABCD_SERVER, {"--device", "cpu", "--models", dir.string()});
+  EXPECT_FALSE(server.started());
+  EXPECT_EQ(server.WaitForExit(testing::TimeLimit(10)), 1);
+  const std::string log = server.Log();
+  EXPECT_NE(log.find(dir.string() + "/tokenizer.json: only a SentencePiece tokenizer.model"),
+            std::string::npos)
+      << log;
+  std::filesystem::remove_all(dir.parent_path());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HfServingTest, ::testing::Values("gsa", "llama"),
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           return param.param;
+                         });
+
+}  // namespace
+}  // namespace abcd
