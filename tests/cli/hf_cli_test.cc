@@ -189,7 +189,7 @@ TEST(HfCli, UnsupportedConfigFieldsAreNamed) {
     json value;
   } cases[] = {
       {"hf_gsa", "use_short_conv", true},
-      {"hf_gla", "attn", {{"layers", {1}}, {"num_heads", 4}}},
+      {"hf_gla", "attn", {{"layers", {1}}, {"num_heads", 4}, {"window_size", 512}}},
       {"hf_gsa", "hidden_act", "powlu"},
       {"hf_llama", "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}},
       {"hf_llama", "hidden_act", "gelu"},
