@@ -85,6 +85,10 @@ struct GenerationEvent {
   int64_t session_tokens = 0;    // with save_state: tokens the saved session has seen
   std::string saved_state;       // final OK event with save_state: the SequenceBlob
   std::vector<TokenLogprobs> logprobs;  // with request.logprobs >= 0: one per token_ids entry
+  // With request.logprobs >= 0, on the choice's first event with tokens: the ids its text
+  // follows (TextStream::ContextTail of the prompt with bos and a session's history), so a
+  // frontend decodes each token's text after them as the engine decodes the text.
+  std::vector<int32_t> preceding_token_ids;
   // With request.prompt_logprobs, on the choice's first event: the prompt's ids (bos not
   // included) and, one per id, its log-probability given bos and the ids before it.
   std::vector<int32_t> prompt_token_ids;

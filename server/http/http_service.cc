@@ -255,13 +255,14 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     if (echo && !echoed_) {
       echoed_ = true;
       text = std::move(echo_text);
-      if (want_logprobs && !logprobs_.empty()) {
-        logprobs_[0].Add(event.prompt_logprobs);
-        logprobs_[0].Restart();  // the generated text is decoded on its own (TextStream)
-      }
+      if (want_logprobs && !logprobs_.empty()) logprobs_[0].Add(event.prompt_logprobs);
     }
     text += event.text;
-    if (want_logprobs && index < logprobs_.size()) logprobs_[index].Add(event.logprobs);
+    if (want_logprobs && index < logprobs_.size()) {
+      // The engine decodes the generated text after the prompt's tail (TextStream).
+      if (!event.preceding_token_ids.empty()) logprobs_[index].Follow(event.preceding_token_ids);
+      logprobs_[index].Add(event.logprobs);
+    }
     return text;
   }
   json TakeLogprobs(size_t index) {

@@ -203,6 +203,104 @@ TEST_F(OpenAiE2eTest, StreamShapesWithAndWithoutIncludeUsage) {
   EXPECT_EQ(last["id"], chunks.front()["id"]);
 }
 
+// Exact text (issue 26): the completion is what its tokens add after the prompt, so
+// prompt + completion == the text of prompt + generated ids, on gRPC (token ids, n, a session's
+// next turn) and on HTTP (plain, SSE, echo, n, logprob tokens). The issue's example: the greedy
+// continuation of "The old house stood" begins with a space.
+TEST_F(OpenAiE2eTest, PromptPlusCompletionIsTheWholeText) {
+  auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok());
+  const std::string prompt = "The old house stood";
+  std::vector<int32_t> prompt_ids = *(*tokenizer)->Encode(prompt);
+  prompt_ids.insert(prompt_ids.begin(), 1);  // bos
+  ASSERT_EQ(*(*tokenizer)->Decode(prompt_ids), prompt);
+  // Decode(preceding + ids) without Decode(preceding).
+  auto after = [&](const std::vector<int32_t>& preceding, const std::vector<int32_t>& ids) {
+    std::vector<int32_t> all = preceding;
+    all.insert(all.end(), ids.begin(), ids.end());
+    return (*(*tokenizer)->Decode(all)).substr((*(*tokenizer)->Decode(preceding)).size());
+  };
+  // gRPC, n = 2 sampled: each choice's text follows the prompt.
+  struct Turn {
+    std::vector<std::vector<int32_t>> ids{2};
+    std::vector<std::string> text{2};
+    std::string session_id;
+  };
+  auto generate = [&](const std::string& text, int n, float temperature,
+                      const std::string& session) {
+    abcd::v1::GenerateRequest request;
+    request.set_prompt(text);
+    request.set_max_tokens(12);
+    request.set_n(n);
+    request.set_session_id(session);
+    request.mutable_sampling()->set_temperature(temperature);
+    request.mutable_sampling()->set_seed(7);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = stub_->Generate(&context, request);
+    abcd::v1::GenerateResponse response;
+    Turn turn;
+    while (reader->Read(&response)) {
+      const size_t index = static_cast<size_t>(response.index());
+      if (index >= turn.ids.size()) continue;
+      turn.ids[index].insert(turn.ids[index].end(), response.token_ids().begin(),
+                             response.token_ids().end());
+      turn.text[index] += response.text();
+      if (!response.session_id().empty()) turn.session_id = response.session_id();
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return turn;
+  };
+  const Turn greedy = generate(prompt, 1, 0.0f, "");
+  ASSERT_FALSE(greedy.ids[0].empty());
+  EXPECT_EQ(greedy.text[0], after(prompt_ids, greedy.ids[0]));
+  EXPECT_EQ(greedy.text[0][0], ' ') << greedy.text[0];
+  const Turn sampled = generate(prompt, 2, 1.0f, "");
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(sampled.text[i], after(prompt_ids, sampled.ids[i]));
+  // A session's next turn follows its history and its own prompt.
+  const Turn first = generate(prompt, 1, 0.0f, "new");
+  ASSERT_FALSE(first.session_id.empty());
+  const Turn second = generate(" and then", 1, 1.0f, first.session_id);
+  std::vector<int32_t> history = prompt_ids;
+  history.insert(history.end(), first.ids[0].begin(), first.ids[0].end());
+  const std::vector<int32_t> next_prompt = *(*tokenizer)->Encode(" and then");
+  history.insert(history.end(), next_prompt.begin(), next_prompt.end());
+  EXPECT_EQ(second.text[0], after(history, second.ids[0]));
+
+  // HTTP: the same greedy text, plain, streamed, echoed, and as the logprob tokens' texts.
+  const json base = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}};
+  const json plain = Complete(base);
+  EXPECT_EQ(plain["choices"][0]["text"], greedy.text[0]);
+  json echo = base;
+  echo["echo"] = true;
+  echo["logprobs"] = 0;
+  const json echoed = Complete(echo);
+  EXPECT_EQ(echoed["choices"][0]["text"], prompt + greedy.text[0]);
+  std::string tokens;
+  for (const json& token : echoed["choices"][0]["logprobs"]["tokens"]) tokens += token;
+  EXPECT_EQ(tokens, prompt + greedy.text[0]);
+  json streamed = base;
+  streamed["stream"] = true;
+  streamed["logprobs"] = 1;
+  std::string text;
+  tokens.clear();
+  for (const json& chunk : Stream(streamed)) {
+    text += chunk["choices"][0]["text"].get<std::string>();
+    for (const json& token : chunk["choices"][0]["logprobs"]["tokens"]) tokens += token;
+  }
+  EXPECT_EQ(text, greedy.text[0]);
+  EXPECT_EQ(tokens, greedy.text[0]);
+  json two = base;
+  two["n"] = 2;
+  two["temperature"] = 1.0;
+  two["seed"] = 7;
+  const json choices = Complete(two)["choices"];
+  ASSERT_EQ(choices.size(), 2u);
+  for (const json& choice : choices) {
+    EXPECT_EQ(choice["text"], sampled.text[choice["index"].get<int>()]);
+  }
+}
+
 TEST_F(OpenAiE2eTest, EchoRefusals) {
   int status = 0;
   auto refused = [&](const json& body) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/model/model.h"
@@ -359,6 +360,55 @@ TEST_F(HttpOpenAiTest, BadFieldsAreRefusedNamingThem) {
   EXPECT_TRUE(lm_->requests().empty());
 }
 
+// The engine's text follows the prompt (" in", not "in"): so do the logprob tokens' texts,
+// decoded after the ids the first event names (GenerationEvent::preceding_token_ids).
+TEST_F(HttpOpenAiTest, LogprobTextsFollowThePromptLikeTheText) {
+  std::vector<int32_t> prompt = *tokenizer_->Encode("The old house stood");
+  prompt.insert(prompt.begin(), 1);  // bos
+  const std::vector<int32_t> generated = *tokenizer_->Encode(" in the door");
+  std::vector<GenerationEvent> events;
+  for (int32_t id : generated) {
+    GenerationEvent event;
+    event.token_ids = {id};
+    event.logprobs = {Scored(id, -1.0f, {{id, -1.0f}})};
+    events.push_back(std::move(event));
+  }
+  events[0].preceding_token_ids = std::vector<int32_t>(prompt.end() - 4, prompt.end());
+  events[0].text = " in";
+  events[1].text = " the door";
+  events.emplace_back().finish_reason = FinishReason::kEos;
+  for (const bool stream : {false, true}) {
+    lm_->set_events(events);
+    httplib::Result result =
+        Post({{"prompt", "The old house stood"}, {"logprobs", 1}, {"stream", stream}});
+    ASSERT_TRUE(result);
+    ASSERT_EQ(result->status, 200) << result->body;
+    std::vector<json> chunks;
+    bool done = false;
+    if (stream) {
+      chunks = SseChunks(result->body, &done);
+    } else {
+      chunks.push_back(json::parse(result->body));
+    }
+    std::string text;
+    std::vector<std::string> tokens;
+    for (const json& chunk : chunks) {
+      const json& choice = chunk["choices"][0];
+      text += choice["text"].get<std::string>();
+      if (!choice["logprobs"].is_object()) continue;
+      const json& logprobs = choice["logprobs"];
+      for (size_t i = 0; i < logprobs["tokens"].size(); ++i) {
+        tokens.push_back(logprobs["tokens"][i]);
+        EXPECT_TRUE(logprobs["top_logprobs"][i].contains(tokens.back())) << logprobs.dump();
+      }
+    }
+    EXPECT_EQ(text, " in the door");
+    ASSERT_EQ(tokens.size(), generated.size());
+    EXPECT_EQ(tokens[0], " in") << "stream " << stream;
+    EXPECT_EQ(absl::StrJoin(tokens, ""), text) << "stream " << stream;
+  }
+}
+
 // Two top ids with one text keep the higher log-probability; a token's text is what it adds
 // after the token before it.
 TEST_F(HttpOpenAiTest, ChoiceLogprobsShapes) {
@@ -380,7 +430,7 @@ TEST_F(HttpOpenAiTest, ChoiceLogprobsShapes) {
   // Offsets go on across Takes.
   logprobs.Add(scored);
   EXPECT_EQ(logprobs.Take()["text_offset"][0], joined.size());
-  EXPECT_EQ(http::TokenTexts(nullptr).Text(7, -1), "<7>");
+  EXPECT_EQ(http::TokenTexts(nullptr).Text(7, {}, ""), "<7>");
 }
 
 }  // namespace
