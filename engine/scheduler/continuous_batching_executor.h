@@ -192,7 +192,7 @@ class ContinuousBatchingExecutor final : public Executor {
   void Accept(ActiveRequest& r, int32_t token);
   // The backend samples r's next token itself (no host-side penalty needs the logits).
   bool SampledByBackend(const ActiveRequest& r) const {
-    return backend_samples_ && !r.beam_search() && r.request.sampling.repetition_penalty == 1.0f &&
+    return backend_samples_ && !r.beam_search() && !NeedsHostSampling(r.request.sampling) &&
            r.request.logprobs < 0;
   }
   void BeamStepFor(ActiveRequest& r, std::span<const float> logits);

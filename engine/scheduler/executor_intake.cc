@@ -42,6 +42,13 @@ absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& reque
         "echo: prompt log-probabilities need a decoder-only model, n = 1 and no session");
   }
   ABCD_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.logit_bias: token id ", id,
+                                                     " is outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
   if (request.beam_size < 1 || request.beam_size > kMaxBeamSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("beam_size must be in [1, ", kMaxBeamSize, "], got ", request.beam_size));

@@ -34,18 +34,6 @@ absl::Time Deadline(const grpc::CallbackServerContext& context) {
   return absl::FromChrono(deadline);
 }
 
-absl::StatusOr<const ServedModel*> FindModel(const ServedModels& models, const std::string& name,
-                                             ModelKind kind) {
-  const ServedModel* model = models.Find(name, kind);
-  if (model != nullptr) return model;
-  if (name.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no ", ModelKindName(kind), " model is being served"));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "model \"", TruncateForMessage(name), "\" is not a served ", ModelKindName(kind), " model"));
-}
-
 // Refuses `input_field` by its length when no served model of `kind` would accept it (the
 // model field may come later on the wire); the chosen model checks again after parsing.
 FieldSizeCheck InputSizeCheck(const ServedModels& models, ModelKind kind,
@@ -106,7 +94,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       }
     }
     absl::StatusOr<const ServedModel*> model =
-        status.ok() ? FindModel(models, request.model(), ModelKind::kLanguageModel) : status;
+        status.ok() ? models.Resolve(request.model(), ModelKind::kLanguageModel) : status;
     status = model.status();
     // Refusal before work: a prompt too large for any token limit is not even copied.
     if (status.ok()) status = (*model)->executor->CheckInput("prompt", request.prompt().size());
@@ -278,7 +266,7 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
     const absl::Status read =
         Read(raw, InputSizeCheck(models, ModelKind::kTranslation, "text"), "Translate", &request);
     absl::StatusOr<const ServedModel*> model =
-        read.ok() ? FindModel(models, request.model(), ModelKind::kTranslation) : read;
+        read.ok() ? models.Resolve(request.model(), ModelKind::kTranslation) : read;
     absl::Status status = model.status();
     if (status.ok()) status = (*model)->executor->CheckInput("text", request.text().size());
     absl::StatusOr<GenerationRequest> generation =

@@ -301,6 +301,60 @@ TEST_F(OpenAiE2eTest, PromptPlusCompletionIsTheWholeText) {
   }
 }
 
+// Issue 26 item 4 on the real server: /tokenize counts what a completion reports as its
+// prompt_tokens and /detokenize gives the text back; logit_bias forces a token on HTTP and
+// gRPC alike; min_p and the penalties are accepted on both.
+TEST_F(OpenAiE2eTest, TokenizeAndSamplingFields) {
+  auto post = [&](const char* path, const json& body) {
+    auto response = http_->Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(response);
+    if (!response) return json();
+    EXPECT_EQ(response->status, 200) << path << " -> " << response->body;
+    return json::parse(response->body, nullptr, false);
+  };
+  const std::string prompt = "The old house stood";
+  const json tokenized = post("/tokenize", {{"prompt", prompt}});
+  const json completion = Complete({{"prompt", prompt}, {"max_tokens", 1}});
+  EXPECT_EQ(tokenized["count"], completion["usage"]["prompt_tokens"]);
+  EXPECT_EQ(post("/detokenize", {{"tokens", tokenized["tokens"]}})["prompt"], prompt);
+
+  auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok());
+  const int32_t door = (*tokenizer)->Encode(" door")->back();
+  std::vector<int32_t> forced = tokenized["tokens"].get<std::vector<int32_t>>();
+  const std::string before = *(*tokenizer)->Decode(forced);
+  forced.insert(forced.end(), {door, door, door});
+  const std::string expected = (*(*tokenizer)->Decode(forced)).substr(before.size());
+  const json biased = Complete({{"prompt", prompt},
+                                {"max_tokens", 3},
+                                {"min_p", 0.05},
+                                {"presence_penalty", 0.5},
+                                {"frequency_penalty", 0.5},
+                                {"logit_bias", {{std::to_string(door), 100}}}});
+  EXPECT_EQ(biased["choices"][0]["text"], expected);
+
+  abcd::v1::GenerateRequest request;
+  request.set_prompt(prompt);
+  request.set_max_tokens(3);
+  request.mutable_sampling()->set_min_p(0.05f);
+  request.mutable_sampling()->set_presence_penalty(0.5f);
+  request.mutable_sampling()->set_frequency_penalty(0.5f);
+  (*request.mutable_sampling()->mutable_logit_bias())[door] = 100.0f;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = stub_->Generate(&context, request);
+  abcd::v1::GenerateResponse response;
+  std::vector<int32_t> ids;
+  std::string text;
+  while (reader->Read(&response)) {
+    ids.insert(ids.end(), response.token_ids().begin(), response.token_ids().end());
+    text += response.text();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(ids, std::vector<int32_t>(3, door));
+  EXPECT_EQ(text, expected);
+}
+
 TEST_F(OpenAiE2eTest, EchoRefusals) {
   int status = 0;
   auto refused = [&](const json& body) {

@@ -230,6 +230,9 @@ TEST_F(ExecutorTest, RejectsBadRequestsNamingTheField) {
   r.sampling.top_p = 0.0f;
   expect(r, absl::StatusCode::kInvalidArgument, "top_p");
   r = ok;
+  r.sampling.logit_bias = {{1000, 1.0f}};  // the vocabulary is [0, 1000)
+  expect(r, absl::StatusCode::kInvalidArgument, "sampling.logit_bias: token id 1000 is outside");
+  r = ok;
   r.stop = {""};
   expect(r, absl::StatusCode::kInvalidArgument, "stop[0]");
   r = ok;
@@ -512,7 +515,7 @@ class SelfSamplingBackend final : public DecodeBackend {
     }
     std::vector<DecodeRow> decode;
     for (const SampledRow& row : rows) {
-      if (row.sampling.temperature != 0.0f || row.sampling.repetition_penalty != 1.0f) {
+      if (row.sampling.temperature != 0.0f || NeedsHostSampling(row.sampling)) {
         return absl::InvalidArgumentError("this test backend samples greedily only");
       }
       decode.push_back({row.sequence, row.token, true});
@@ -547,7 +550,7 @@ TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
   ASSERT_TRUE(fast.ok()) << fast.status();
 
   std::vector<GenerationRequest> requests;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 8; ++i) {
     GenerationRequest request;
     request.prompt = "This program is free software, version " + std::to_string(i);
     request.max_tokens = 8 + i;
@@ -557,6 +560,10 @@ TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
   }
   requests[4].sampling.repetition_penalty = 1.3f;  // needs its logits on the host
   requests[5].stop = {"e"};                        // stop strings still end the stream
+  requests[6].sampling.frequency_penalty = 1.0f;   // as do the OpenAI penalties,
+  requests[6].sampling.presence_penalty = 0.5f;
+  requests[7].sampling.logit_bias = {{5, 2.0f}};  // a logit bias
+  requests[7].sampling.min_p = 0.1f;              // and min_p
   std::vector<std::vector<GenerationEvent>> results[2];
   Executor* executors[] = {executor_.get(), fast->get()};
   for (int e = 0; e < 2; ++e) {
@@ -574,8 +581,8 @@ TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
     EXPECT_EQ(Text(results[1][i]), Text(results[0][i])) << i;
     EXPECT_EQ(results[1][i].back().finish_reason, results[0][i].back().finish_reason) << i;
     // The first token comes from the prompt's logits; the rest from the backend, but not for
-    // the request with a repetition penalty.
-    if (i != 4) expected_sampled += static_cast<int>(Tokens(results[0][i]).size()) - 1;
+    // the requests with a penalty, a bias or min_p.
+    if (i < 4 || i == 5) expected_sampled += static_cast<int>(Tokens(results[0][i]).size()) - 1;
   }
   EXPECT_EQ(sampled_rows.load(), expected_sampled);
   (*fast)->Shutdown();

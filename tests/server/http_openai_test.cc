@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -407,6 +408,97 @@ TEST_F(HttpOpenAiTest, LogprobTextsFollowThePromptLikeTheText) {
     EXPECT_EQ(tokens[0], " in") << "stream " << stream;
     EXPECT_EQ(absl::StrJoin(tokens, ""), text) << "stream " << stream;
   }
+}
+
+// POST /tokenize and /detokenize in vLLM's shapes: bos first by default (count is a
+// completion's prompt_tokens), the round trip gives the text back, errors name the field.
+TEST_F(HttpOpenAiTest, TokenizeAndDetokenize) {
+  auto post = [&](const char* path, const json& body, int status) {
+    httplib::Result result = client_->Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(result);
+    if (!result) return json();
+    EXPECT_EQ(result->status, status) << path << " " << body.dump() << " -> " << result->body;
+    return json::parse(result->body, nullptr, false);
+  };
+  const std::string prompt = "The old house stood";
+  std::vector<int32_t> ids = *tokenizer_->Encode(prompt);
+  json tokenized = post("/tokenize", {{"prompt", prompt}}, 200);
+  std::vector<int32_t> with_bos = ids;
+  with_bos.insert(with_bos.begin(), 1);
+  EXPECT_EQ(tokenized["tokens"].get<std::vector<int32_t>>(), with_bos);
+  EXPECT_EQ(tokenized["count"], with_bos.size());
+  EXPECT_EQ(tokenized["max_model_len"], 4096);
+  tokenized =
+      post("/tokenize",
+           {{"model", "abc-lm-test"}, {"prompt", prompt}, {"add_special_tokens", false}}, 200);
+  EXPECT_EQ(tokenized["tokens"].get<std::vector<int32_t>>(), ids);
+  EXPECT_EQ(post("/tokenize", {{"prompt", ""}}, 200)["tokens"], json::array({1}));
+  EXPECT_EQ(post("/detokenize", {{"tokens", with_bos}}, 200)["prompt"], prompt);
+  EXPECT_EQ(post("/detokenize", {{"tokens", json::array()}}, 200)["prompt"], "");
+
+  const std::tuple<const char*, json, int, std::string, std::string> bad[] = {
+      {"/tokenize", json::object(), 400, "prompt", "prompt is required"},
+      {"/tokenize", {{"prompt", 5}}, 400, "prompt", "prompt must be a string"},
+      {"/tokenize",
+       {{"prompt", "x"}, {"add_special_tokens", 1}},
+       400,
+       "add_special_tokens",
+       "add_special_tokens must be a boolean"},
+      {"/tokenize", {{"prompt", "x"}, {"model", "nope"}}, 404, "model", "model 'nope'"},
+      {"/detokenize", json::object(), 400, "tokens", "tokens is required"},
+      {"/detokenize", {{"tokens", "x"}}, 400, "tokens", "tokens must be an array of token ids"},
+      {"/detokenize", {{"tokens", {5, -1}}}, 400, "tokens", "tokens[1] must be a token id"},
+      {"/detokenize", {{"tokens", {5, 8000}}}, 400, "tokens", "tokens[1] must be in [0, 8000)"},
+  };
+  for (const auto& [path, body, status, param, message] : bad) {
+    const json error = post(path, body, status)["error"];
+    EXPECT_EQ(error["param"], param) << error.dump();
+    EXPECT_NE(error["message"].get<std::string>().find(message), std::string::npos) << error.dump();
+  }
+  httplib::Result get = client_->Get("/tokenize");
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
+  EXPECT_TRUE(lm_->requests().empty());  // no executor involved
+}
+
+// One front door (ServedModels::Resolve) for both protocols: an unknown model is OpenAI's 404
+// model_not_found; the same answers whatever the route.
+TEST_F(HttpOpenAiTest, UnknownModelIsModelNotFound) {
+  for (const char* path : {"/v1/completions", "/v1/translate"}) {
+    httplib::Result result = client_->Post(
+        path, json({{"model", "nope"}, {"prompt", "x"}, {"text", "x"}}).dump(), "application/json");
+    ASSERT_TRUE(result);
+    EXPECT_EQ(result->status, 404) << result->body;
+    const json error = json::parse(result->body)["error"];
+    EXPECT_EQ(error["type"], "invalid_request_error");
+    EXPECT_EQ(error["code"], "model_not_found");
+    EXPECT_EQ(error["param"], "model");
+    EXPECT_NE(error["message"].get<std::string>().find("model 'nope' is not served"),
+              std::string::npos);
+  }
+  httplib::Result model = client_->Get("/v1/models/nope");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->status, 404);
+  EXPECT_EQ(json::parse(model->body)["error"]["code"], "model_not_found");
+
+  absl::StatusOr<const ServedModel*> found = models_->Resolve("", ModelKind::kLanguageModel);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ((*found)->name, "abc-lm-test");
+  const absl::Status unknown = models_->Resolve("nope", ModelKind::kLanguageModel).status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ErrorCode(unknown), "model_not_found");
+  EXPECT_EQ(unknown.message(), "model 'nope' is not served (lm models: abc-lm-test)");
+  const absl::Status none = models_->Resolve("", ModelKind::kTranslation).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(none.message(), "model is required: no translation model is served");
+  const absl::Status kind = models_->Resolve("abc-lm-test", ModelKind::kTranslation).status();
+  EXPECT_EQ(kind.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kind.message(), "model 'abc-lm-test' is a lm model, not a translation model");
+  models_->set_draining(true);
+  const absl::Status draining = models_->Resolve("", ModelKind::kLanguageModel).status();
+  EXPECT_EQ(draining.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(draining.message().find("draining"), std::string::npos);
+  models_->set_draining(false);
 }
 
 // Two top ids with one text keep the higher log-probability; a token's text is what it adds
