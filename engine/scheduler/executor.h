@@ -124,6 +124,10 @@ class ExecutorObserver {
   virtual void OnIteration(int64_t batch_size, const ExecutorStats& stats) {}
   virtual void OnFirstToken(double seconds_since_enqueue) {}
   virtual void OnToken(double seconds_since_previous_token) {}
+  // Tokens as they are generated (each sampled token when it is emitted, a beam search's when
+  // it ends), so a counter moves while a long stream runs; OnRequestFinished's
+  // completion_tokens are the same tokens again, per request.
+  virtual void OnTokensGenerated(int tokens) {}
   virtual void OnRequestFinished(const absl::Status& status, int prompt_tokens,
                                  int completion_tokens, double seconds) {}
 };

@@ -68,6 +68,7 @@ void ContinuousBatchingExecutor::Accept(ActiveRequest& r, int32_t token) {
     return;
   }
   RecordToken(r);
+  if (options_.observer != nullptr) options_.observer->OnTokensGenerated(1);
   r.context.push_back(token);
   absl::StatusOr<std::string> text = r.text->Append(token);
   if (!text.ok()) {
@@ -150,6 +151,9 @@ void ContinuousBatchingExecutor::FinishBeams(ActiveRequest& r) {
   }
   out += text.Flush();
   RecordToken(r);
+  if (options_.observer != nullptr) {
+    options_.observer->OnTokensGenerated(static_cast<int>(text.tokens().size()));
+  }
   Finish(r, absl::OkStatus(), text.stopped() ? FinishReason::kStop : reason,
          std::vector<int32_t>(text.tokens().begin(), text.tokens().end()), std::move(out));
 }

@@ -28,9 +28,9 @@ absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& reque
   }
   const int min_tokens = request.prompt_logprobs ? 0 : 1;
   if (request.max_tokens < min_tokens || request.max_tokens > options_.max_new_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be in [", min_tokens, ", ",
-                                                   options_.max_new_tokens, "], got ",
-                                                   request.max_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_tokens must be in [", min_tokens, ", ", options_.max_new_tokens, "], got ",
+        request.max_tokens, request.max_tokens == 0 ? " (0 only with prompt_logprobs)" : ""));
   }
   if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(

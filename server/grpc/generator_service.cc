@@ -34,6 +34,13 @@ absl::Time Deadline(const grpc::CallbackServerContext& context) {
   return absl::FromChrono(deadline);
 }
 
+// gRPC cancels a call whose deadline expires (OnCancel, then the executor's CANCELLED): such a
+// call ends, and is counted, as DEADLINE_EXCEEDED, as the client sees it.
+absl::Status DeadlineOr(const absl::Status& status, absl::Time deadline) {
+  if (status.code() != absl::StatusCode::kCancelled || absl::Now() < deadline) return status;
+  return absl::DeadlineExceededError("the call's deadline expired while it was being answered");
+}
+
 // Refuses `input_field` by its length when no served model of `kind` would accept it (the
 // model field may come later on the wire); the chosen model checks again after parsing.
 FieldSizeCheck InputSizeCheck(const ServedModels& models, ModelKind kind,
@@ -77,7 +84,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
  public:
   GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
                   const ServedModels& models, const GrpcHooks& hooks, const GrpcOptions& options)
-      : hooks_(hooks), sessions_(options.sessions) {
+      : hooks_(hooks), sessions_(options.sessions), deadline_(Deadline(*context)) {
     abcd::v1::GenerateRequest request;
     const int max_prompt_tokens = options.max_prompt_tokens;
     const FieldCountCheck count_check = [max_prompt_tokens](absl::string_view name, int64_t count) {
@@ -232,13 +239,15 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     StartWrite(&buffer_);
   }
 
-  void EndCall(const absl::Status& status) {
+  void EndCall(const absl::Status& ended) {
+    const absl::Status status = DeadlineOr(ended, deadline_);
     if (hooks_.count_request) hooks_.count_request("generate", status);
     Finish(ToGrpcStatus(status));
   }
 
   const GrpcHooks& hooks_;
   const SessionOps* const sessions_;
+  const absl::Time deadline_;
   Executor* executor_ = nullptr;
   RequestId id_ = 0;
   std::mutex mu_;
@@ -261,7 +270,7 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
  public:
   TranslateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
                    grpc::ByteBuffer* response, const ServedModels& models, const GrpcHooks& hooks)
-      : response_(response), hooks_(hooks) {
+      : response_(response), hooks_(hooks), deadline_(Deadline(*context)) {
     abcd::v1::TranslateRequest request;
     const absl::Status read =
         Read(raw, InputSizeCheck(models, ModelKind::kTranslation, "text"), "Translate", &request);
@@ -310,13 +319,15 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
     }
     End(event.status);
   }
-  void End(const absl::Status& status) {
+  void End(const absl::Status& ended) {
+    const absl::Status status = DeadlineOr(ended, deadline_);
     if (hooks_.count_request) hooks_.count_request("translate", status);
     Finish(ToGrpcStatus(status));
   }
 
   grpc::ByteBuffer* response_;
   const GrpcHooks& hooks_;
+  const absl::Time deadline_;
   Executor* executor_ = nullptr;
   RequestId id_ = 0;
   std::mutex mu_;

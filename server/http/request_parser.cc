@@ -309,7 +309,10 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   if (absl::Status s = ReadInt(o, "max_tokens", g.prompt_logprobs ? 0 : 1, limits.max_tokens_limit,
                                &g.max_tokens);
       !s.ok()) {
-    return s;
+    const json* value = Field(o, "max_tokens");
+    if (g.prompt_logprobs || !value->is_number_integer() || value->get<int64_t>() != 0) return s;
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.message(), " (0 only with echo and logprobs: the prompt is scored)"));
   }
   if (absl::Status s = ReadSampling(o, &g.sampling); !s.ok()) return s;
   if (absl::Status s = ReadStop(o, limits.max_stop_strings, &g.stop); !s.ok()) return s;

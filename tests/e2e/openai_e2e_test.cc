@@ -11,12 +11,15 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/server_process.h"
 
@@ -353,6 +356,73 @@ TEST_F(OpenAiE2eTest, TokenizeAndSamplingFields) {
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(ids, std::vector<int32_t>(3, door));
   EXPECT_EQ(text, expected);
+}
+
+// The value of one /metrics sample (exact name with labels), or -1.
+double Metric(httplib::Client& http, const std::string& sample) {
+  auto response = http.Get("/metrics");
+  if (!response || response->status != 200) return -1;
+  for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
+    if (absl::StartsWith(line, sample + " ")) {
+      double value = -1;
+      if (absl::SimpleAtod(line.substr(sample.size() + 1), &value)) return value;
+    }
+  }
+  return -1;
+}
+
+// Issue 26 item 5: health answers for the service by name; a deadline that expires mid-stream
+// counts as deadline_exceeded; generated tokens are counted while they stream.
+TEST_F(OpenAiE2eTest, HealthDeadlinesAndStreamingCounts) {
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials()));
+  for (const std::string service : {"", "abcd.v1.Generator", "abcd.v1.Nothing"}) {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status status = health->Check(&context, request, &response);
+    if (service == "abcd.v1.Nothing") {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    } else {
+      ASSERT_TRUE(status.ok()) << service << ": " << status.error_message();
+      EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+    }
+  }
+
+  // A long stream (eos banned by logit_bias) whose deadline expires after some tokens: 4000
+  // tokens take longer than 1 s even on a fast idle machine (about 0.3 ms a token).
+  abcd::v1::GenerateRequest request;
+  request.set_prompt("The old house stood");
+  request.set_max_tokens(4000);
+  (*request.mutable_sampling()->mutable_logit_bias())[2] = -100.0f;  // eos
+  const std::string exceeded = R"(abcd_requests_total{kind="generate",status="deadline_exceeded"})";
+  const std::string cancelled = R"(abcd_requests_total{kind="generate",status="cancelled"})";
+  const double exceeded_before = Metric(*http_, exceeded);
+  const double cancelled_before = Metric(*http_, cancelled);
+  const double generated_before = Metric(*http_, "abcd_generated_tokens_total");
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(static_cast<int>(1000 * testing::TimeLimit(1.0))));
+  auto reader = stub_->Generate(&context, request);
+  abcd::v1::GenerateResponse response;
+  int read = 0;
+  double generated_mid_stream = -1;
+  while (reader->Read(&response)) {
+    if (++read == 5) generated_mid_stream = Metric(*http_, "abcd_generated_tokens_total");
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  ASSERT_GE(read, 5) << "the stream ended before its deadline";
+  EXPECT_LT(read, 4000);
+  // Counted as the tokens streamed, before the request ended.
+  EXPECT_GE(generated_mid_stream, generated_before + 5);
+  bool counted = false;
+  for (int i = 0; i < 100 && !counted; ++i) {
+    counted = Metric(*http_, exceeded) == exceeded_before + 1;
+    if (!counted) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(counted) << "deadline_exceeded not counted";
+  EXPECT_EQ(Metric(*http_, cancelled), cancelled_before);
 }
 
 TEST_F(OpenAiE2eTest, EchoRefusals) {

@@ -204,6 +204,59 @@ TEST_F(ExecutorTest, OverloadIsRefusedAndServingContinues) {
   EXPECT_TRUE(after.Wait().back().status.ok());
 }
 
+// Generated tokens reach the observer as they are generated (so abcd_generated_tokens_total
+// moves during a long stream), each once: in all, the requests' completion_tokens.
+TEST_F(ExecutorTest, ObserverCountsTokensAsTheyAreGenerated) {
+  struct Counting : ExecutorObserver {
+    std::atomic<int> generated{0};
+    std::atomic<int> completion{0};
+    void OnTokensGenerated(int tokens) override { generated += tokens; }
+    void OnRequestFinished(const absl::Status&, int, int completion_tokens, double) override {
+      completion += completion_tokens;
+    }
+  };
+  for (const std::string& dir : {kLmDir, kMtDir}) {
+    Load(dir);
+    Counting observer;
+    ExecutorOptions options;
+    options.observer = &observer;
+    Start(options);
+    GenerationRequest request;
+    (dir == kLmDir ? request.prompt : request.source) = "This program is free software";
+    request.max_tokens = 12;
+    request.sampling.temperature = 0.0f;
+    request.ignore_eos = true;
+    request.beam_size = dir == kLmDir ? 1 : 4;
+    std::vector<std::pair<int, int>> seen;  // (generated, completion) at each streamed event
+    std::mutex mu;
+    std::condition_variable done_cv;
+    bool done = false;
+    ASSERT_TRUE(executor_
+                    ->Enqueue(request,
+                              [&](GenerationEvent event) {
+                                std::lock_guard<std::mutex> lock(mu);
+                                if (!event.finished) {
+                                  seen.emplace_back(observer.generated, observer.completion);
+                                }
+                                done = done || event.finished;
+                                done_cv.notify_all();
+                              })
+                    .ok());
+    std::unique_lock<std::mutex> lock(mu);
+    done_cv.wait(lock, [&] { return done; });
+    lock.unlock();
+    executor_.reset();  // joins the engine thread before the next Load replaces the model
+    for (size_t i = 0; i < seen.size(); ++i) {
+      EXPECT_EQ(seen[i], std::make_pair(static_cast<int>(i) + 1, 0)) << dir << " event " << i;
+    }
+    EXPECT_EQ(observer.generated.load(), observer.completion.load()) << dir;
+    EXPECT_GT(observer.generated.load(), 0) << dir;
+    if (dir == kLmDir) {
+      EXPECT_EQ(seen.size(), 11u);  // the 12th token comes with the end
+    }
+  }
+}
+
 TEST_F(ExecutorTest, RejectsBadRequestsNamingTheField) {
   Load(kLmDir);
   ExecutorOptions options;
@@ -223,6 +276,9 @@ TEST_F(ExecutorTest, RejectsBadRequestsNamingTheField) {
   r = ok;
   r.max_tokens = -5;
   expect(r, absl::StatusCode::kInvalidArgument, "max_tokens");
+  r.max_tokens = 0;
+  expect(r, absl::StatusCode::kInvalidArgument,
+         "max_tokens must be in [1, 4096], got 0 (0 only with prompt_logprobs)");
   r = ok;
   r.max_tokens = 1 << 30;
   expect(r, absl::StatusCode::kInvalidArgument, "max_tokens");

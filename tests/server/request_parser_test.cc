@@ -106,6 +106,26 @@ TEST(RequestParser, MinPPenaltiesAndLogitBias) {
   }
 }
 
+// Issue 26: max_tokens 0 is allowed only to score a prompt (echo with logprobs); the error
+// says so instead of only the range.
+TEST(RequestParser, MaxTokensZeroSaysWhenItIsAllowed) {
+  http::ParseLimits limits;
+  const absl::Status zero =
+      http::ParseCompletionRequest(R"({"prompt": "x", "max_tokens": 0})", limits).status();
+  EXPECT_EQ(zero.message(),
+            "max_tokens must be an integer in [1, 4096], got 0 (0 only with echo and logprobs: "
+            "the prompt is scored)");
+  EXPECT_EQ(http::ParamFromMessage(zero.message()), "max_tokens");
+  EXPECT_TRUE(http::ParseCompletionRequest(
+                  R"({"prompt": "x", "max_tokens": 0, "echo": true, "logprobs": 0})", limits)
+                  .ok());
+  const absl::Status scored =
+      http::ParseCompletionRequest(
+          R"({"prompt": "x", "max_tokens": -1, "echo": true, "logprobs": 0})", limits)
+          .status();
+  EXPECT_EQ(scored.message(), "max_tokens must be an integer in [0, 4096], got -1");
+}
+
 // Session errors on the HTTP wire (DESIGN.md section 6): busy 409, unknown 404, foreign blob
 // 412, store down 503; the param is the field the message starts with.
 TEST(HttpErrors, SessionStatusesAndParams) {
