@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "engine/sampling/logprobs.h"
@@ -236,19 +237,18 @@ absl::Status ReadLogitBias(const json& object, SamplingParams* sampling) {
         absl::StrCat("logit_bias has ", value->size(), " entries, at most ", kMaxLogitBias));
   }
   for (const auto& [key, bias] : value->items()) {
-    int64_t id = -1;
-    if (!key.empty() && key.size() <= 9 &&
-        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      id = std::stoll(key);
-    }
-    if (id < 0) {
+    int32_t id = -1;
+    const bool digits =
+        !key.empty() && key.size() <= 9 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || !absl::SimpleAtoi(key, &id)) {
       return FieldError("logit_bias", "keyed by token ids (\"50256\")", json(key));
     }
     if (!bias.is_number() || std::isnan(bias.get<double>())) {
       return FieldError(absl::StrCat("logit_bias[", key, "]"), "a number", bias);
     }
     const double clamped = std::clamp(bias.get<double>(), -1e9, 1e9);  // validation refuses it
-    sampling->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(clamped));
+    sampling->logit_bias.emplace_back(id, static_cast<float>(clamped));
   }
   return absl::OkStatus();
 }
