@@ -275,6 +275,9 @@ int Run(int argc, char** argv) {
   }
 
   models.set_ready(true);
+  // grpc.health.v1 answers for "" (the server) and for the service by name (a probe naming
+  // abcd.v1.Generator); the calls without a name below turn both.
+  health->SetServingStatus(abcd::v1::Generator::service_full_name(), true);
   health->SetServingStatus(true);
   if (!config->port_file.empty()) {
     const std::string tmp = config->port_file + ".tmp";

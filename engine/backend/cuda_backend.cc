@@ -332,9 +332,11 @@ absl::Status CudaBackend::DecodeAndSample(std::span<const SampledRow> rows,
                                                      " is outside the vocabulary [0, ",
                                                      config.vocab_size, ")"));
     }
-    if (rows[i].sampling.repetition_penalty != 1.0f) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rows[", i, "]: the repetition penalty is applied on the host, not by DecodeAndSample"));
+    if (NeedsHostSampling(rows[i].sampling)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rows[", i,
+                       "]: penalties, min_p and logit_bias are applied on the host, not by "
+                       "DecodeAndSample"));
     }
     ABCD_RETURN_IF_ERROR(ValidateSamplingParams(rows[i].sampling));
     slots.push_back(it->second);

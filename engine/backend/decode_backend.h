@@ -35,7 +35,7 @@ struct BackendMemory {
 struct SampledRow {
   SequenceId sequence = 0;
   int32_t token = 0;
-  SamplingParams sampling;  // repetition_penalty must be 1 (it needs the host's context)
+  SamplingParams sampling;  // !NeedsHostSampling(sampling) (penalties need the host's context)
   uint64_t step = 0;        // the draw's index within its request (seeds the draw)
 };
 

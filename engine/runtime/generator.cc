@@ -54,7 +54,7 @@ absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tok
   ABCD_RETURN_IF_ERROR(model.Decode(ctx, rows, pool, &logits));
 
   Sampler sampler(options.sampling);
-  TextStream text(tokenizer, options.stop);
+  TextStream text(tokenizer, options.stop, result.prompt_ids);
   std::vector<int32_t> context = result.prompt_ids;
   while (static_cast<int>(result.token_ids.size()) < options.max_tokens) {
     const int32_t next = sampler.Sample(logits, context);

@@ -24,7 +24,38 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("sampling.repetition_penalty must be in (0, 10], got ", p.repetition_penalty));
   }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.min_p must be in [0, 1], got ", p.min_p));
+  }
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.presence_penalty must be in [-2, 2], got ", p.presence_penalty));
+  }
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.frequency_penalty must be in [-2, 2], got ", p.frequency_penalty));
+  }
+  if (p.logit_bias.size() > kMaxLogitBias) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.logit_bias has ", p.logit_bias.size(),
+                                                   " entries, at most ", kMaxLogitBias));
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.logit_bias: token id ", id, " must be >= 0"));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.logit_bias[", id, "] must be in [-100, 100], got ", bias));
+    }
+  }
   return absl::OkStatus();
+}
+
+bool NeedsHostSampling(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.min_p > 0.0f || p.presence_penalty != 0.0f ||
+         p.frequency_penalty != 0.0f || !p.logit_bias.empty();
 }
 
 Sampler::Sampler(const SamplingParams& params)
@@ -39,7 +70,7 @@ double Sampler::NextUniform() {
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
-int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> context) {
+void Sampler::AdjustLogits(std::span<const float> logits, std::span<const int32_t> context) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   scratch_.assign(logits.begin(), logits.end());
   if (params_.repetition_penalty != 1.0f) {
@@ -51,10 +82,29 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
       l = l > 0.0f ? l / params_.repetition_penalty : l * params_.repetition_penalty;
     }
   }
-  if (params_.temperature == 0.0f) {
-    return static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) -
-                                scratch_.begin());
+  for (const auto& [id, count] : generated_) {
+    if (id >= vocab) continue;
+    scratch_[id] -=
+        params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
   }
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id >= 0 && id < vocab) scratch_[id] += bias;
+  }
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> context) {
+  AdjustLogits(logits, context);
+  const int32_t token =
+      params_.temperature == 0.0f
+          ? static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) -
+                                 scratch_.begin())
+          : Draw();
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) ++generated_[token];
+  return token;
+}
+
+int32_t Sampler::Draw() {
+  const int32_t vocab = static_cast<int32_t>(scratch_.size());
   order_.resize(vocab);
   std::iota(order_.begin(), order_.end(), 0);
   int32_t keep = vocab;
@@ -82,6 +132,14 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
         break;
       }
     }
+    keep = cut;
+    total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+  }
+  if (params_.min_p > 0.0f) {
+    // probs[0] is the most likely token's (unnormalised) probability; it is always kept.
+    const double floor = static_cast<double>(params_.min_p) * probs[0];
+    int32_t cut = 1;
+    while (cut < keep && probs[cut] >= floor) ++cut;
     keep = cut;
     total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
   }

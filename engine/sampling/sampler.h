@@ -1,12 +1,19 @@
-// Next-token selection for one sequence: greedy, temperature, top-k, top-p and repetition
-// penalty, driven by a per-request seed so that the same seed and prompt give the same tokens
-// no matter what else runs in the batch (each sequence owns its generator).
+// Next-token selection for one sequence: greedy, temperature, top-k, top-p, min-p, the
+// repetition, presence and frequency penalties and a logit bias, driven by a per-request seed
+// so that the same seed and prompt give the same tokens no matter what else runs in the batch
+// (each sequence owns its generator). Order: repetition penalty (over the context), presence
+// and frequency penalties (over the tokens this Sampler returned: the generated ones), logit
+// bias, then greedy argmax, or temperature and the top-k, top-p and min-p cuts and one draw.
+//
+// Thread-compatible: one Sampler per sequence.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 
 namespace abcd {
@@ -17,25 +24,47 @@ struct SamplingParams {
   float top_p = 1.0f;               // nucleus mass in (0, 1]
   float repetition_penalty = 1.0f;  // > 1 discourages tokens already in the context
   uint64_t seed = 0;
+  // [0, 1]: tokens less likely than min_p x the most likely one are dropped (0: none).
+  float min_p = 0.0f;
+  // [-2, 2] (OpenAI's): subtracted from the logit of every token generated so far (presence),
+  // and once more for each time it was generated (frequency).
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // (id, bias in [-100, 100]) added to those logits (OpenAI's logit_bias: -100 bans a token,
+  // 100 all but forces it); at most kMaxLogitBias entries. The Executor checks the ids against
+  // the vocabulary; the Sampler ignores ids outside the logits.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
+
+inline constexpr size_t kMaxLogitBias = 1024;
 
 // InvalidArgument naming the field (e.g. "sampling.top_p must be in (0, 1], got 1.5").
 absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+// Whether sampling needs the host's logits and context (a penalty, min-p or a logit bias): a
+// backend that samples on its own device (DecodeAndSample) does only temperature, top-k and
+// top-p.
+bool NeedsHostSampling(const SamplingParams& params);
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  // `context` holds the prompt and generated ids (for the repetition penalty).
+  // `context` holds the prompt and generated ids (for the repetition penalty). The returned
+  // id counts as generated for the presence and frequency penalties.
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> context);
 
  private:
   double NextUniform();  // [0, 1), the same sequence on every platform
+  // scratch_ = logits with the penalties and the bias applied.
+  void AdjustLogits(std::span<const float> logits, std::span<const int32_t> context);
+  int32_t Draw();  // temperature, top-k, top-p, min-p over scratch_
 
   SamplingParams params_;
   uint64_t state_;
   std::vector<float> scratch_;
   std::vector<int32_t> order_;
+  absl::flat_hash_map<int32_t, int32_t> generated_;  // id -> times returned (with penalties)
 };
 
 }  // namespace abcd

@@ -172,7 +172,8 @@ void ContinuousBatchingExecutor::Admit() {
       admitted->beams.push_back({admitted->sequence, {}, 0.0});
     } else {
       admitted->sampler = std::make_unique<Sampler>(admitted->request.sampling);
-      admitted->text = std::make_unique<TextStream>(tokenizer_, admitted->request.stop);
+      admitted->text =
+          std::make_unique<TextStream>(tokenizer_, admitted->request.stop, admitted->prompt_ids);
     }
     running_.push_back(std::move(admitted));
   }

@@ -86,8 +86,9 @@ struct ActiveRequest {
   std::optional<TokenLogprobs> token_logprobs;
   std::vector<TokenLogprobs> prompt_scores;
   bool prompt_scores_sent = false;
-  int64_t chunk_start = 0;  // where this step's prefill rows began
-  int64_t chunk_rows = 0;   // prefill rows this step (0: a decode row, or none)
+  bool preceding_sent = false;  // GenerationEvent::preceding_token_ids went out
+  int64_t chunk_start = 0;      // where this step's prefill rows began
+  int64_t chunk_rows = 0;       // prefill rows this step (0: a decode row, or none)
 
   std::vector<Beam> beams;  // beam path (beam_size > 1)
   std::vector<Beam> finished_beams;
@@ -192,7 +193,7 @@ class ContinuousBatchingExecutor final : public Executor {
   void Accept(ActiveRequest& r, int32_t token);
   // The backend samples r's next token itself (no host-side penalty needs the logits).
   bool SampledByBackend(const ActiveRequest& r) const {
-    return backend_samples_ && !r.beam_search() && r.request.sampling.repetition_penalty == 1.0f &&
+    return backend_samples_ && !r.beam_search() && !NeedsHostSampling(r.request.sampling) &&
            r.request.logprobs < 0;
   }
   void BeamStepFor(ActiveRequest& r, std::span<const float> logits);

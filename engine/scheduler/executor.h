@@ -86,6 +86,10 @@ struct GenerationEvent {
   int64_t session_tokens = 0;    // with save_state: tokens the saved session has seen
   std::string saved_state;       // final OK event with save_state: the SequenceBlob
   std::vector<TokenLogprobs> logprobs;  // with request.logprobs >= 0: one per token_ids entry
+  // With request.logprobs >= 0, on the choice's first event with tokens: the ids its text
+  // follows (TextStream::ContextTail of the prompt with bos and a session's history), so a
+  // frontend decodes each token's text after them as the engine decodes the text.
+  std::vector<int32_t> preceding_token_ids;
   // With request.prompt_logprobs, on the choice's first event: the prompt's ids (bos not
   // included) and, one per id, its log-probability given bos and the ids before it.
   std::vector<int32_t> prompt_token_ids;
@@ -122,6 +126,10 @@ class ExecutorObserver {
   virtual void OnIteration(int64_t batch_size, const ExecutorStats& stats) {}
   virtual void OnFirstToken(double seconds_since_enqueue) {}
   virtual void OnToken(double seconds_since_previous_token) {}
+  // Tokens as they are generated (each sampled token when it is emitted, a beam search's when
+  // it ends), so a counter moves while a long stream runs; OnRequestFinished's
+  // completion_tokens are the same tokens again, per request.
+  virtual void OnTokensGenerated(int tokens) {}
   virtual void OnRequestFinished(const absl::Status& status, int prompt_tokens,
                                  int completion_tokens, double seconds) {}
 };

@@ -51,6 +51,11 @@ void ContinuousBatchingExecutor::AttachLogprobs(ActiveRequest& r, GenerationEven
     event.prompt_token_ids.assign(r.prompt_ids.begin() + 1, r.prompt_ids.end());
     event.prompt_logprobs = std::move(r.prompt_scores);
   }
+  if (r.request.logprobs >= 0 && !r.preceding_sent && !event.token_ids.empty()) {
+    r.preceding_sent = true;
+    const std::span<const int32_t> tail = TextStream::ContextTail(tokenizer_, r.prompt_ids);
+    event.preceding_token_ids.assign(tail.begin(), tail.end());
+  }
   if (r.token_logprobs.has_value() && !event.token_ids.empty()) {
     event.logprobs.push_back(*std::move(r.token_logprobs));
   }
@@ -63,6 +68,7 @@ void ContinuousBatchingExecutor::Accept(ActiveRequest& r, int32_t token) {
     return;
   }
   RecordToken(r);
+  if (options_.observer != nullptr) options_.observer->OnTokensGenerated(1);
   r.context.push_back(token);
   absl::StatusOr<std::string> text = r.text->Append(token);
   if (!text.ok()) {
@@ -132,7 +138,7 @@ void ContinuousBatchingExecutor::FinishBeams(ActiveRequest& r) {
   }
   std::vector<int32_t> tokens = best != nullptr ? best->tokens : std::vector<int32_t>{};
   const FinishReason reason = any_finished ? FinishReason::kEos : FinishReason::kLength;
-  TextStream text(tokenizer_, r.request.stop);
+  TextStream text(tokenizer_, r.request.stop, r.prompt_ids);
   std::string out;
   for (int32_t t : tokens) {
     absl::StatusOr<std::string> piece = text.Append(t);
@@ -145,8 +151,11 @@ void ContinuousBatchingExecutor::FinishBeams(ActiveRequest& r) {
   }
   out += text.Flush();
   RecordToken(r);
-  Finish(r, absl::OkStatus(), text.stopped() ? FinishReason::kStop : reason, text.tokens(),
-         std::move(out));
+  if (options_.observer != nullptr) {
+    options_.observer->OnTokensGenerated(static_cast<int>(text.tokens().size()));
+  }
+  Finish(r, absl::OkStatus(), text.stopped() ? FinishReason::kStop : reason,
+         std::vector<int32_t>(text.tokens().begin(), text.tokens().end()), std::move(out));
 }
 
 void ContinuousBatchingExecutor::Emit(ActiveRequest& r, std::vector<int32_t> tokens,
@@ -281,7 +290,8 @@ bool ContinuousBatchingExecutor::ForkChoices(ActiveRequest& r,
     choice->has_sequence = true;
     choice->prefilled = r.prefilled;
     choice->sampler = std::make_unique<Sampler>(choice->request.sampling);
-    choice->text = std::make_unique<TextStream>(tokenizer_, choice->request.stop);
+    choice->text =
+        std::make_unique<TextStream>(tokenizer_, choice->request.stop, choice->prompt_ids);
     choice->context = r.context;
     out->push_back(std::move(choice));
   }

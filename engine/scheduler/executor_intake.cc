@@ -28,9 +28,9 @@ absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& reque
   }
   const int min_tokens = request.prompt_logprobs ? 0 : 1;
   if (request.max_tokens < min_tokens || request.max_tokens > options_.max_new_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be in [", min_tokens, ", ",
-                                                   options_.max_new_tokens, "], got ",
-                                                   request.max_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_tokens must be in [", min_tokens, ", ", options_.max_new_tokens, "], got ",
+        request.max_tokens, request.max_tokens == 0 ? " (0 only with prompt_logprobs)" : ""));
   }
   if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(
@@ -42,6 +42,13 @@ absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& reque
         "echo: prompt log-probabilities need a decoder-only model, n = 1 and no session");
   }
   ABCD_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.logit_bias: token id ", id,
+                                                     " is outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
   if (request.beam_size < 1 || request.beam_size > kMaxBeamSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("beam_size must be in [1, ", kMaxBeamSize, "], got ", request.beam_size));

@@ -13,12 +13,40 @@ bool EndsWithReplacement(const std::string& s) {
   return s.size() >= 3 && s.compare(s.size() - 3, 3, kReplacement) == 0;
 }
 
+// Bytes `a` and `b` share at the front, backed off to a UTF-8 character boundary.
+size_t CommonPrefix(const std::string& a, const std::string& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  while (n > 0 && n < a.size() && (static_cast<unsigned char>(a[n]) & 0xc0) == 0x80) --n;
+  return n;
+}
+
 }  // namespace
 
-TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop)
+std::span<const int32_t> TextStream::ContextTail(const Tokenizer& tokenizer,
+                                                 std::span<const int32_t> preceding) {
+  // A decode drops the leading spaces of its first pieces until one has text, so a tail that
+  // decodes to nothing (bos, whitespace-only pieces) would drop the first new piece's space
+  // too. Doubling keeps the search O(n log n) in the worst case and one decode in the usual.
+  for (size_t n = kContextTokens;; n *= 2) {
+    if (n >= preceding.size()) return preceding;
+    std::span<const int32_t> tail = preceding.last(n);
+    absl::StatusOr<std::string> text = tokenizer.Decode(tail);
+    if (!text.ok() || !text->empty()) return tail;
+  }
+}
+
+TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop,
+                       std::span<const int32_t> preceding)
     : tokenizer_(tokenizer), stop_(std::move(stop)) {
   std::erase_if(stop_, [](const std::string& s) { return s.empty(); });
   for (const std::string& s : stop_) max_stop_ = std::max(max_stop_, s.size());
+  const std::span<const int32_t> tail = ContextTail(tokenizer_, preceding);
+  absl::StatusOr<std::string> text = tokenizer_.Decode(tail);
+  if (!text.ok()) return;  // ids the tokenizer refuses: decode the new ids on their own
+  tokens_.assign(tail.begin(), tail.end());
+  context_ = read_offset_ = tokens_.size();
+  context_text_ = prefix_text_ = *std::move(text);
 }
 
 absl::StatusOr<std::string> TextStream::DecodeRange(size_t begin, size_t end) const {
@@ -35,11 +63,12 @@ absl::StatusOr<std::string> TextStream::Append(int32_t token) {
       window.compare(0, prefix_text_.size(), prefix_text_) == 0) {
     AddText(window.substr(prefix_text_.size()));
   } else {
-    // The new ids changed the window's earlier text (not seen with SentencePiece): decode
-    // everything once, as the whole-text scheme would; released text is never released again.
+    // The new ids changed the window's earlier text (a preceding incomplete character that
+    // they complete): decode everything once, as the whole-text scheme would, and take what
+    // follows the preceding ids' text; released text is never released again.
     ABCD_ASSIGN_OR_RETURN(std::string all, DecodeRange(0, tokens_.size()));
     text_.clear();
-    AddText(all);
+    AddText(all.substr(CommonPrefix(all, context_text_)));
     released_ = std::min(released_, text_.size());
   }
   // The next window starts at the ids just taken, unless they decode to nothing on their own.

@@ -229,9 +229,11 @@ absl::Status RunGenerate(const Arguments& args) {
   ABCD_ASSIGN_OR_RETURN(const double top_p, args.Double("top-p", 1.0));
   ABCD_ASSIGN_OR_RETURN(const double penalty, args.Double("repetition-penalty", 1.0));
   ABCD_ASSIGN_OR_RETURN(const int64_t seed, args.Int("seed", 0));
-  options.sampling = {static_cast<float>(temperature), static_cast<int>(top_k),
-                      static_cast<float>(top_p), static_cast<float>(penalty),
-                      static_cast<uint64_t>(seed)};
+  options.sampling.temperature = static_cast<float>(temperature);
+  options.sampling.top_k = static_cast<int>(top_k);
+  options.sampling.top_p = static_cast<float>(top_p);
+  options.sampling.repetition_penalty = static_cast<float>(penalty);
+  options.sampling.seed = static_cast<uint64_t>(seed);
   if (top_k < 0 || top_k > (1 << 30)) return absl::InvalidArgumentError("--top-k must be >= 0");
   options.ignore_eos = args.Has("ignore-eos");
   if (args.Has("stop")) options.stop.push_back(args.String("stop", ""));

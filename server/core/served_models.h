@@ -1,14 +1,19 @@
 // The models one server process serves, each with its tokenizer and its own Executor (engine
 // thread and state pool), plus the process's readiness/draining flags. Built once at start-up,
 // then read-only (the flags are atomics, the executors thread-safe), so frontends share it
-// without locks.
+// without locks. Resolve() is the one front door both protocols take to a model.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "engine/model/model.h"
 #include "engine/scheduler/executor.h"
@@ -20,6 +25,15 @@ enum class ModelKind { kLanguageModel, kTranslation };
 
 inline absl::string_view ModelKindName(ModelKind kind) {
   return kind == ModelKind::kTranslation ? "translation" : "lm";
+}
+
+// A status payload naming OpenAI's error code: HTTP puts it in error.code ("model_not_found").
+inline constexpr absl::string_view kErrorCodePayload = "type.abcd.dev/error_code";
+
+inline std::optional<std::string> ErrorCode(const absl::Status& status) {
+  const auto code = status.GetPayload(kErrorCodePayload);
+  if (!code.has_value()) return std::nullopt;
+  return std::string(*code);
 }
 
 struct ServedModel {
@@ -49,6 +63,43 @@ class ServedModels {
     }
     return nullptr;
   }
+  // The model a request of `kind` names, ready to take it; the same answer on gRPC and HTTP:
+  //   empty name    the first model of `kind`; NOT_FOUND when none is served
+  //   unknown name  NOT_FOUND "model 'NAME' is not served (lm models: a, b)", error code
+  //                 model_not_found (HTTP 404, gRPC NOT_FOUND)
+  //   other kind    INVALID_ARGUMENT "model 'NAME' is a translation model, not a lm model"
+  //   not loaded    UNAVAILABLE; draining: UNAVAILABLE "the server is draining; retry on another
+  //                 replica" (HTTP 503, gRPC UNAVAILABLE)
+  absl::StatusOr<const ServedModel*> Resolve(absl::string_view name, ModelKind kind) const {
+    const ServedModel* model = name.empty() ? Find("", kind) : FindByName(name);
+    if (model == nullptr) {
+      std::vector<absl::string_view> names;
+      for (const auto& m : models_) {
+        if (m->kind == kind) names.push_back(m->name);
+      }
+      absl::Status status = absl::NotFoundError(
+          name.empty()
+              ? absl::StrCat("model is required: no ", ModelKindName(kind), " model is served")
+              : absl::StrCat(
+                    "model '", TruncateForMessage(name), "' is not served (", ModelKindName(kind),
+                    " models: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
+      status.SetPayload(kErrorCodePayload, absl::Cord("model_not_found"));
+      return status;
+    }
+    if (model->kind != kind) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", TruncateForMessage(name), "' is a ",
+                                                     ModelKindName(model->kind), " model, not a ",
+                                                     ModelKindName(kind), " model"));
+    }
+    if (model->executor == nullptr) {
+      return absl::UnavailableError(absl::StrCat("model '", model->name, "' is not loaded"));
+    }
+    if (draining()) {
+      return absl::UnavailableError("the server is draining; retry on another replica");
+    }
+    return model;
+  }
+
   std::vector<const ServedModel*> All() const {
     std::vector<const ServedModel*> all;
     for (const auto& m : models_) all.push_back(m.get());

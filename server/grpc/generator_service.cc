@@ -35,16 +35,11 @@ absl::Time Deadline(const grpc::CallbackServerContext& context) {
   return absl::FromChrono(deadline);
 }
 
-absl::StatusOr<const ServedModel*> FindModel(const ServedModels& models, const std::string& name,
-                                             ModelKind kind) {
-  const ServedModel* model = models.Find(name, kind);
-  if (model != nullptr) return model;
-  if (name.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no ", ModelKindName(kind), " model is being served"));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "model \"", TruncateForMessage(name), "\" is not a served ", ModelKindName(kind), " model"));
+// gRPC cancels a call whose deadline expires (OnCancel, then the executor's CANCELLED): such a
+// call ends, and is counted, as DEADLINE_EXCEEDED, as the client sees it.
+absl::Status DeadlineOr(const absl::Status& status, absl::Time deadline) {
+  if (status.code() != absl::StatusCode::kCancelled || absl::Now() < deadline) return status;
+  return absl::DeadlineExceededError("the call's deadline expired while it was being answered");
 }
 
 // Refuses `input_field` by its length when no served model of `kind` would accept it (the
@@ -83,14 +78,16 @@ void Serialize(const Message& message, grpc::ByteBuffer* out) {
   (void)grpc::SerializationTraits<Message>::Serialize(message, out, &own_buffer);
 }
 
-// Counts a finished call; one the client cancelled is "cancelled" whatever `status` says (a
-// call cancelled before its message arrived has an empty request, which fails validation).
+// Counts a finished call; one whose deadline expired is "deadline_exceeded" (DeadlineOr),
+// one the client cancelled is "cancelled" whatever `status` says (a call cancelled before its
+// message arrived has an empty request, which fails validation).
 void CountCall(const GrpcHooks& hooks, absl::string_view kind, grpc::CallbackServerContext& context,
                const absl::Status& status) {
   if (!hooks.count_request) return;
-  hooks.count_request(kind, context.IsCancelled() && !status.ok()
-                                ? absl::CancelledError("the client cancelled the call")
-                                : status);
+  const bool cancelled = context.IsCancelled() && !status.ok() &&
+                         status.code() != absl::StatusCode::kDeadlineExceeded;
+  hooks.count_request(kind, cancelled ? absl::CancelledError("the client cancelled the call")
+                                      : status);
 }
 
 // Charges a request message to the body budget (gRPC holds it until the call ends). A call
@@ -110,7 +107,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
  public:
   GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
                   const ServedModels& models, const GrpcHooks& hooks, const GrpcOptions& options)
-      : context_(context), hooks_(hooks), sessions_(options.sessions) {
+      : context_(context), hooks_(hooks), sessions_(options.sessions), deadline_(Deadline(*context)) {
     if (absl::Status charged = ChargeMessage(options.body_budget, raw, &charge_); !charged.ok()) {
       EndCall(charged);
       return;
@@ -131,7 +128,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       }
     }
     absl::StatusOr<const ServedModel*> model =
-        status.ok() ? FindModel(models, request.model(), ModelKind::kLanguageModel) : status;
+        status.ok() ? models.Resolve(request.model(), ModelKind::kLanguageModel) : status;
     status = model.status();
     // Refusal before work: a prompt too large for any token limit is not even copied.
     if (status.ok()) status = (*model)->executor->CheckInput("prompt", request.prompt().size());
@@ -269,7 +266,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     StartWrite(&buffer_);
   }
 
-  void EndCall(const absl::Status& status) {
+  void EndCall(const absl::Status& ended) {
+    const absl::Status status = DeadlineOr(ended, deadline_);
     CountCall(hooks_, "generate", *context_, status);
     Finish(ToGrpcStatus(status));
   }
@@ -278,6 +276,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   BodyBudget::Charge charge_;  // the request message, held by gRPC until the call ends
   const GrpcHooks& hooks_;
   const SessionOps* const sessions_;
+  const absl::Time deadline_;
   Executor* executor_ = nullptr;
   RequestId id_ = 0;
   std::mutex mu_;
@@ -301,7 +300,7 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
   TranslateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
                    grpc::ByteBuffer* response, const ServedModels& models, const GrpcHooks& hooks,
                    BodyBudget* budget)
-      : context_(context), response_(response), hooks_(hooks) {
+      : context_(context), response_(response), hooks_(hooks), deadline_(Deadline(*context)) {
     if (absl::Status charged = ChargeMessage(budget, raw, &charge_); !charged.ok()) {
       End(charged);
       return;
@@ -310,7 +309,7 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
     const absl::Status read =
         Read(raw, InputSizeCheck(models, ModelKind::kTranslation, "text"), "Translate", &request);
     absl::StatusOr<const ServedModel*> model =
-        read.ok() ? FindModel(models, request.model(), ModelKind::kTranslation) : read;
+        read.ok() ? models.Resolve(request.model(), ModelKind::kTranslation) : read;
     absl::Status status = model.status();
     if (status.ok()) status = (*model)->executor->CheckInput("text", request.text().size());
     absl::StatusOr<GenerationRequest> generation =
@@ -354,7 +353,8 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
     }
     End(event.status);
   }
-  void End(const absl::Status& status) {
+  void End(const absl::Status& ended) {
+    const absl::Status status = DeadlineOr(ended, deadline_);
     CountCall(hooks_, "translate", *context_, status);
     Finish(ToGrpcStatus(status));
   }
@@ -363,6 +363,7 @@ class TranslateReactor final : public grpc::ServerUnaryReactor {
   BodyBudget::Charge charge_;
   grpc::ByteBuffer* response_;
   const GrpcHooks& hooks_;
+  const absl::Time deadline_;
   Executor* executor_ = nullptr;
   RequestId id_ = 0;
   std::mutex mu_;

@@ -4,6 +4,10 @@
 // iteration. Every accepted call finishes exactly once. Nothing here blocks a gRPC thread or
 // the engine thread.
 //
+// A call whose deadline expires while it is answered (gRPC cancels it) ends, and is counted,
+// as DEADLINE_EXCEEDED, not CANCELLED. grpc.health.v1 answers for "" and "abcd.v1.Generator"
+// (server/main.cc). Models are found by ServedModels::Resolve, as over HTTP.
+//
 // Generate and Translate are taken as raw bytes (request_reader.h): a string field that is not
 // UTF-8 is INVALID_ARGUMENT naming it, logged once (event=bad_request) and counted, and an
 // oversized prompt/text is refused from its length prefix before it is read, and

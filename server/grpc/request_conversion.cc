@@ -1,5 +1,7 @@
 #include "server/grpc/request_conversion.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -47,6 +49,12 @@ absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRe
   if (s.has_top_p()) out.sampling.top_p = s.top_p();
   if (s.has_repetition_penalty()) out.sampling.repetition_penalty = s.repetition_penalty();
   if (s.has_seed()) out.sampling.seed = s.seed();
+  if (s.has_min_p()) out.sampling.min_p = s.min_p();
+  if (s.has_presence_penalty()) out.sampling.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) out.sampling.frequency_penalty = s.frequency_penalty();
+  // Map order is unspecified: sorted by id, so one request always samples the same way.
+  out.sampling.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  std::sort(out.sampling.logit_bias.begin(), out.sampling.logit_bias.end());
   out.stop.assign(in.stop().begin(), in.stop().end());
   out.deadline = deadline;
   return out;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/scheduler/text_stream.h"
 
 namespace abcd::http {
 
@@ -51,29 +52,38 @@ std::string TakeCompleteUtf8(std::string& pending) {
 }
 
 std::string TokenTexts::Decode(std::span<const int32_t> ids) const {
+  if (tokenizer_ == nullptr) return std::string();
   absl::StatusOr<std::string> text = tokenizer_->Decode(ids);
   return text.ok() ? *std::move(text) : std::string();
 }
 
-std::string TokenTexts::Text(int32_t id, int32_t previous) const {
+std::string TokenTexts::Text(int32_t id, std::span<const int32_t> before,
+                             const std::string& before_text) const {
   if (tokenizer_ == nullptr || id < 0 || id >= tokenizer_->vocab_size()) {
     return absl::StrCat("<", id, ">");
   }
-  if (previous >= 0 && previous < tokenizer_->vocab_size()) {
-    const int32_t pair[2] = {previous, id};
-    const std::string before = Decode(std::span<const int32_t>(pair, 1));
-    std::string both = Decode(std::span<const int32_t>(pair, 2));
-    if (!before.empty() && absl::StartsWith(both, before)) return both.substr(before.size());
+  if (!before.empty()) {
+    std::vector<int32_t> ids(before.begin(), before.end());
+    ids.push_back(id);
+    std::string both = Decode(ids);
+    if (absl::StartsWith(both, before_text)) return both.substr(before_text.size());
   }
   return Decode(std::span<const int32_t>(&id, 1));
 }
 
+void TokenTexts::Trim(std::vector<int32_t>* ids) const {
+  if (tokenizer_ == nullptr) return ids->clear();
+  const std::span<const int32_t> tail = TextStream::ContextTail(*tokenizer_, *ids);
+  ids->erase(ids->begin(), ids->end() - static_cast<std::ptrdiff_t>(tail.size()));
+}
+
 void ChoiceLogprobs::Add(std::span<const TokenLogprobs> tokens) {
   for (const TokenLogprobs& token : tokens) {
-    std::string text = texts_->Text(token.token, previous_);
+    const std::string before_text = texts_->Decode(before_);
+    std::string text = texts_->Text(token.token, before_, before_text);
     json top = json::object();
     for (const auto& [id, logprob] : token.top) {
-      std::string alternative = texts_->Text(id, previous_);
+      std::string alternative = texts_->Text(id, before_, before_text);
       auto it = top.find(alternative);
       if (it == top.end() || it->get<double>() < logprob) top[alternative] = logprob;
     }
@@ -82,7 +92,8 @@ void ChoiceLogprobs::Add(std::span<const TokenLogprobs> tokens) {
     tokens_.push_back(std::move(text));
     token_logprobs_.push_back(token.logprob);
     top_logprobs_.push_back(std::move(top));
-    previous_ = token.token;
+    before_.push_back(token.token);
+    texts_->Trim(&before_);
   }
 }
 

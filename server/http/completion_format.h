@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "engine/sampling/logprobs.h"
@@ -35,18 +36,23 @@ nlohmann::json Usage(const GenerationEvent& last);
 // so streamed deltas never split a character (json would otherwise replace the halves).
 std::string TakeCompleteUtf8(std::string& pending);
 
-// The text a token id adds after the id before it (SentencePiece drops the leading space of a
-// decode's first piece, so an id is decoded after its predecessor and the predecessor's text is
-// cut off), the way the engine's TextStream builds a choice's text: the first id of a chain is
-// decoded alone. `tokenizer` may be null (then ids read "<id>").
+// The text a token id adds after the ids before it (SentencePiece drops the leading space of a
+// decode's first piece and joins byte pieces into characters, so an id is decoded after a short
+// tail of its predecessors and their text is cut off), the way the engine's TextStream builds
+// a choice's text. `tokenizer` may be null (then ids read "<id>").
 class TokenTexts {
  public:
   explicit TokenTexts(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
-  // previous < 0: `id` starts the text.
-  std::string Text(int32_t id, int32_t previous) const;
+  // The text of `before` (the argument Text takes as before_text).
+  std::string Decode(std::span<const int32_t> before) const;
+  // What `id` adds after `before`, whose text is `before_text`; `before` empty: `id` starts
+  // the text.
+  std::string Text(int32_t id, std::span<const int32_t> before,
+                   const std::string& before_text) const;
+  // Cuts `ids` to the tail later ids are decoded after (TextStream::ContextTail).
+  void Trim(std::vector<int32_t>* ids) const;
 
  private:
-  std::string Decode(std::span<const int32_t> ids) const;
   const Tokenizer* tokenizer_;
 };
 
@@ -56,8 +62,11 @@ class ChoiceLogprobs {
  public:
   explicit ChoiceLogprobs(const TokenTexts* texts) : texts_(texts) { Clear(); }
   void Add(std::span<const TokenLogprobs> tokens);
-  // The next token starts a new text chain (the generated text after an echoed prompt).
-  void Restart() { previous_ = -1; }
+  // The next token's text is what it adds after `preceding` (the engine's
+  // GenerationEvent::preceding_token_ids: the prompt's tail).
+  void Follow(std::span<const int32_t> preceding) {
+    before_.assign(preceding.begin(), preceding.end());
+  }
   bool empty() const { return tokens_.empty(); }
   nlohmann::json Take();
 
@@ -66,7 +75,7 @@ class ChoiceLogprobs {
 
   const TokenTexts* texts_;
   int64_t offset_ = 0;
-  int32_t previous_ = -1;
+  std::vector<int32_t> before_;  // the ids the next token follows (a short tail)
   nlohmann::json tokens_;
   nlohmann::json token_logprobs_;
   nlohmann::json top_logprobs_;

@@ -4,16 +4,39 @@
 
 #include "absl/strings/str_replace.h"
 #include "nlohmann/json.hpp"
+#include "server/core/served_models.h"
 
 namespace abcd::http {
 namespace {
 
 // Every field the JSON requests accept; a message that starts with one of them names it.
-constexpr std::array<absl::string_view, 21> kRequestFields = {
-    "model",    "prompt",     "max_tokens",    "temperature", "top_p",     "top_k",
-    "seed",     "stop",       "stream",        "text",        "texts",     "n",
-    "best_of",  "ignore_eos", "session_id",    "state",       "beam_size", "repetition_penalty",
-    "logprobs", "echo",       "stream_options"};
+constexpr absl::string_view kRequestFields[] = {"model",
+                                                "prompt",
+                                                "max_tokens",
+                                                "temperature",
+                                                "top_p",
+                                                "top_k",
+                                                "seed",
+                                                "stop",
+                                                "stream",
+                                                "text",
+                                                "texts",
+                                                "n",
+                                                "best_of",
+                                                "ignore_eos",
+                                                "session_id",
+                                                "state",
+                                                "beam_size",
+                                                "repetition_penalty",
+                                                "logprobs",
+                                                "echo",
+                                                "stream_options",
+                                                "min_p",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "logit_bias",
+                                                "tokens",
+                                                "add_special_tokens"};
 
 }  // namespace
 
@@ -62,19 +85,26 @@ std::string ParamFromMessage(absl::string_view message) {
   return "";
 }
 
-std::string ErrorBody(absl::string_view message, absl::string_view type, absl::string_view param) {
+std::string ErrorBody(absl::string_view message, absl::string_view type, absl::string_view param,
+                      absl::string_view code) {
   nlohmann::json error = {{"message", std::string(message)},
                           {"type", std::string(type)},
                           {"param", nullptr},
                           {"code", nullptr}};
   if (!param.empty()) error["param"] = std::string(param);
+  if (!code.empty()) error["code"] = std::string(code);
   return nlohmann::json{{"error", std::move(error)}}.dump(-1, ' ', false,
                                                           nlohmann::json::error_handler_t::replace);
 }
 
 std::string ErrorBody(const absl::Status& status) {
   const ErrorMapping mapping = MapStatusCode(status.code());
-  return ErrorBody(WireMessage(status.message()), mapping.type, ParamFromMessage(status.message()));
+  const std::string code = ErrorCode(status).value_or("");
+  if (code == "model_not_found") {  // OpenAI's shape for an unknown model
+    return ErrorBody(WireMessage(status.message()), "invalid_request_error", "model", code);
+  }
+  return ErrorBody(WireMessage(status.message()), mapping.type, ParamFromMessage(status.message()),
+                   code);
 }
 
 }  // namespace abcd::http

@@ -4,7 +4,9 @@
 //
 // Error bodies look like {"error": {"message": ..., "type": ..., "param": ..., "code": null}};
 // `param` names the offending request field when the message starts with one (all of abcd's
-// validation messages do, e.g. "max_tokens must be ..."), else null.
+// validation messages do, e.g. "max_tokens must be ..."), else null. `code` is the status's
+// kErrorCodePayload (served_models.h) when it has one: an unknown model is OpenAI's 404
+// {"type": "invalid_request_error", "param": "model", "code": "model_not_found"}.
 #pragma once
 
 #include <string>
@@ -36,7 +38,8 @@ std::string WireMessage(absl::string_view message);
 
 // The JSON error body for `status` (not OK), with `message` run through WireMessage.
 std::string ErrorBody(const absl::Status& status);
-// An error body with an explicit type and param (empty param -> null).
-std::string ErrorBody(absl::string_view message, absl::string_view type, absl::string_view param);
+// An error body with an explicit type, param and code (empty param or code -> null).
+std::string ErrorBody(absl::string_view message, absl::string_view type, absl::string_view param,
+                      absl::string_view code = "");
 
 }  // namespace abcd::http

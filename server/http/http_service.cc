@@ -23,6 +23,7 @@
 #include "server/http/http_errors.h"
 #include "server/http/http_server.h"
 #include "server/http/request_parser.h"
+#include "server/http/tokenize_route.h"
 
 namespace abcd::http {
 namespace {
@@ -41,6 +42,7 @@ absl::string_view KindOfPath(absl::string_view path) {
   if (path == "/v1/translate") return "translate";
   if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) return "list_models";
   if (path == "/v1/sessions" || absl::StartsWith(path, "/v1/sessions/")) return "sessions";
+  if (path == "/tokenize" || path == "/detokenize") return "tokenize";
   return "";
 }
 
@@ -124,7 +126,6 @@ class HttpService::Impl {
                         absl::Hex(id_seed_ ^ (n * 0x9E3779B97F4A7C15ull), absl::kZeroPad16));
   }
 
-  absl::StatusOr<const ServedModel*> ResolveModel(const std::string& name, ModelKind kind) const;
   // Takes one of the max_inflight places; false (and 429 sent, counted) when none is free.
   bool Admit(Exchange& exchange, absl::string_view kind);
   void Release() { inflight_.fetch_sub(1); }
@@ -255,13 +256,14 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     if (echo && !echoed_) {
       echoed_ = true;
       text = std::move(echo_text);
-      if (want_logprobs && !logprobs_.empty()) {
-        logprobs_[0].Add(event.prompt_logprobs);
-        logprobs_[0].Restart();  // the generated text is decoded on its own (TextStream)
-      }
+      if (want_logprobs && !logprobs_.empty()) logprobs_[0].Add(event.prompt_logprobs);
     }
     text += event.text;
-    if (want_logprobs && index < logprobs_.size()) logprobs_[index].Add(event.logprobs);
+    if (want_logprobs && index < logprobs_.size()) {
+      // The engine decodes the generated text after the prompt's tail (TextStream).
+      if (!event.preceding_token_ids.empty()) logprobs_[index].Follow(event.preceding_token_ids);
+      logprobs_[index].Add(event.logprobs);
+    }
     return text;
   }
   json TakeLogprobs(size_t index) {
@@ -463,9 +465,9 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
 void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> exchange) {
   const std::string& path = request.path;
   if (KindOfPath(path) == "sessions") return Sessions(request, *exchange);
-  std::string allowed = "GET";
-  if (path == "/v1/completions" || path == "/v1/translate") allowed = "POST";
   const absl::string_view kind = KindOfPath(path);
+  std::string allowed = "GET";
+  if (path == "/v1/completions" || path == "/v1/translate" || kind == "tokenize") allowed = "POST";
   const bool model_path =
       absl::StartsWith(path, "/v1/models/") && path.size() > 11 && path.find('/', 11) == path.npos;
   const bool known = !kind.empty() || path == "/healthz" || path == "/readyz" || path == "/metrics";
@@ -490,6 +492,13 @@ void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> 
   }
   if (path == "/v1/completions") return Completions(request, std::move(exchange));
   if (path == "/v1/translate") return Translate(request, std::move(exchange));
+  if (kind == "tokenize") {
+    absl::StatusOr<json> answer =
+        path == "/tokenize" ? AnswerTokenize(models_, request.body, options_.max_prompt_tokens)
+                            : AnswerDetokenize(models_, request.body, limits_);
+    if (!answer.ok()) return Fail(*exchange, kind, answer.status());
+    return Reply(*exchange, kind, *answer);
+  }
   if (path == "/v1/models") {
     json data = json::array();
     for (const ServedModel* model : models_.All()) data.push_back(ModelObject(*model));
@@ -498,8 +507,10 @@ void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> 
   const std::string name = path.substr(11);
   const ServedModel* model = models_.FindByName(name);
   if (model == nullptr) {
-    return Fail(*exchange, kind,
-                absl::NotFoundError(absl::StrCat("model '", Truncated(name), "' is not served")));
+    absl::Status status =
+        absl::NotFoundError(absl::StrCat("model '", Truncated(name), "' is not served"));
+    status.SetPayload(kErrorCodePayload, absl::Cord("model_not_found"));
+    return Fail(*exchange, kind, status);
   }
   Reply(*exchange, kind, ModelObject(*model));
 }
@@ -526,42 +537,6 @@ bool HttpService::Impl::Admit(Exchange& exchange, absl::string_view kind) {
   return false;
 }
 
-absl::StatusOr<const ServedModel*> HttpService::Impl::ResolveModel(const std::string& name,
-                                                                   ModelKind kind) const {
-  const ServedModel* model = nullptr;
-  if (name.empty()) {
-    model = models_.Find("", kind);
-    if (model == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat("model is required: no ", ModelKindName(kind), " model is served"));
-    }
-  } else {
-    model = models_.FindByName(name);
-    if (model == nullptr) {
-      std::vector<std::string> names;
-      for (const ServedModel* m : models_.All()) {
-        if (m->kind == kind) names.push_back(m->name);
-      }
-      return absl::InvalidArgumentError(absl::StrCat("model '", TruncateForMessage(name),
-                                                     "' is not served (", ModelKindName(kind),
-                                                     " models: ", absl::StrJoin(names, ", "), ")"));
-    }
-    if (model->kind != kind) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model '", TruncateForMessage(name), "' is a ", ModelKindName(model->kind),
-          " model; use ",
-          model->kind == ModelKind::kTranslation ? "/v1/translate" : "/v1/completions"));
-    }
-  }
-  if (model->executor == nullptr) {
-    return absl::UnavailableError(absl::StrCat("model '", model->name, "' is not loaded"));
-  }
-  if (models_.draining()) {
-    return absl::UnavailableError("the server is draining; retry on another replica");
-  }
-  return model;
-}
-
 void HttpService::Impl::Completions(const ServerRequest& http_request,
                                     std::shared_ptr<Exchange> exchange) {
   constexpr absl::string_view kKind = "completions";
@@ -574,7 +549,7 @@ void HttpService::Impl::Completions(const ServerRequest& http_request,
     }
   }
   absl::StatusOr<const ServedModel*> model =
-      ResolveModel(request->model, ModelKind::kLanguageModel);
+      models_.Resolve(request->model, ModelKind::kLanguageModel);
   if (!model.ok()) return Fail(*exchange, kKind, model.status());
   if (!Admit(*exchange, kKind)) return;
   Executor& executor = *(*model)->executor;
@@ -621,7 +596,8 @@ void HttpService::Impl::Translate(const ServerRequest& http_request,
   constexpr absl::string_view kKind = "translate";
   absl::StatusOr<TranslateRequest> request = ParseTranslateRequest(http_request.body, limits_);
   if (!request.ok()) return Fail(*exchange, kKind, request.status());
-  absl::StatusOr<const ServedModel*> model = ResolveModel(request->model, ModelKind::kTranslation);
+  absl::StatusOr<const ServedModel*> model =
+      models_.Resolve(request->model, ModelKind::kTranslation);
   if (!model.ok()) return Fail(*exchange, kKind, model.status());
   if (!Admit(*exchange, kKind)) return;
   Executor& executor = *(*model)->executor;

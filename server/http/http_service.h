@@ -11,6 +11,7 @@
 //                         {"texts": [...]} -> {"translations": [...]}
 //   GET  /v1/models       OpenAI-style model list (+ kind, state_bytes_per_sequence)
 //   GET  /v1/models/NAME  one model object
+//   POST /tokenize, /detokenize   vLLM's shapes (tokenize_route.h)
 //   GET  /healthz         200 while the process is up         } admin_service.h; also on
 //   GET  /readyz          200 when models.ready(), else 503   } the admin listener
 //   GET  /metrics         hooks.render_metrics(), Prometheus  } (--admin_port)
@@ -54,7 +55,8 @@ struct HttpHooks {
   // The Prometheus text for GET /metrics; null serves an empty body.
   std::function<std::string()> render_metrics;
   // Called once per request to /v1/completions ("completions"), /v1/translate ("translate"),
-  // /v1/models ("list_models") and /v1/sessions ("sessions") with the outcome: "ok",
+  // /v1/models ("list_models"), /v1/sessions ("sessions") and /tokenize, /detokenize
+  // ("tokenize"; ServerMetrics counts it as "other") with the outcome: "ok",
   // "invalid_argument", "resource_exhausted", "cancelled", "deadline_exceeded", "unavailable",
   // "not_found", "aborted", "failed_precondition", "internal". May be null.
   std::function<void(absl::string_view kind, absl::string_view status)> count_request;

@@ -7,7 +7,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "nlohmann/json.hpp"
@@ -135,6 +137,26 @@ absl::Status RequireOne(const json& object, absl::string_view name) {
   return absl::OkStatus();
 }
 
+// An array of token ids (integers in [0, 2^31)) of at most `limit`.
+absl::Status ReadTokenIds(const json& value, absl::string_view field, int limit,
+                          std::vector<int32_t>* ids) {
+  if (!value.is_array()) return FieldError(field, "an array of token ids", value);
+  if (value.size() > static_cast<size_t>(limit)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has ", value.size(), " token ids, more than the limit of ", limit));
+  }
+  ids->reserve(value.size());
+  for (size_t i = 0; i < value.size(); ++i) {
+    const json& item = value[i];
+    if (!item.is_number_integer() || (!item.is_number_unsigned() && item.get<int64_t>() < 0) ||
+        item.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+      return FieldError(absl::StrCat(field, "[", i, "]"), "a token id (an integer >= 0)", item);
+    }
+    ids->push_back(static_cast<int32_t>(item.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
 // "prompt": a non-empty string, an array of exactly one such string, or a non-empty array of
 // token ids (integers in [0, 2^31)) of at most max_prompt_tokens; token ids go to `ids`.
 absl::Status ReadPrompt(const json& object, int max_prompt_tokens, std::string* out,
@@ -143,20 +165,7 @@ absl::Status ReadPrompt(const json& object, int max_prompt_tokens, std::string* 
   if (value == nullptr) return absl::InvalidArgumentError("prompt is required");
   const json* text = value;
   if (value->is_array() && !value->empty() && (*value)[0].is_number()) {
-    if (value->size() > static_cast<size_t>(max_prompt_tokens)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prompt has ", value->size(), " token ids, more than the limit of ", max_prompt_tokens));
-    }
-    ids->reserve(value->size());
-    for (size_t i = 0; i < value->size(); ++i) {
-      const json& item = (*value)[i];
-      if (!item.is_number_integer() || (!item.is_number_unsigned() && item.get<int64_t>() < 0) ||
-          item.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
-        return FieldError(absl::StrCat("prompt[", i, "]"), "a token id (an integer >= 0)", item);
-      }
-      ids->push_back(static_cast<int32_t>(item.get<int64_t>()));
-    }
-    return absl::OkStatus();
+    return ReadTokenIds(*value, "prompt", max_prompt_tokens, ids);
   }
   if (value->is_array()) {
     if (value->size() != 1) {
@@ -214,8 +223,43 @@ absl::Status ReadStop(const json& object, int max_strings, std::vector<std::stri
   return absl::OkStatus();
 }
 
+// OpenAI's logit_bias: {"<token id>": bias, ...}; the values' range is left to
+// ValidateSamplingParams, the ids' upper bound to the Executor (it knows the vocabulary).
+absl::Status ReadLogitBias(const json& object, SamplingParams* sampling) {
+  const json* value = Field(object, "logit_bias");
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_object()) {
+    return FieldError("logit_bias", "an object of token ids to numbers", *value);
+  }
+  if (value->size() > kMaxLogitBias) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logit_bias has ", value->size(), " entries, at most ", kMaxLogitBias));
+  }
+  for (const auto& [key, bias] : value->items()) {
+    int32_t id = -1;
+    const bool digits =
+        !key.empty() && key.size() <= 9 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || !absl::SimpleAtoi(key, &id)) {
+      return FieldError("logit_bias", "keyed by token ids (\"50256\")", json(key));
+    }
+    if (!bias.is_number() || std::isnan(bias.get<double>())) {
+      return FieldError(absl::StrCat("logit_bias[", key, "]"), "a number", bias);
+    }
+    const double clamped = std::clamp(bias.get<double>(), -1e9, 1e9);  // validation refuses it
+    sampling->logit_bias.emplace_back(id, static_cast<float>(clamped));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadSampling(const json& object, SamplingParams* sampling) {
   if (absl::Status s = ReadFloat(object, "temperature", &sampling->temperature); !s.ok()) return s;
+  for (const auto& [name, field] : {std::pair<absl::string_view, float*>{"min_p", &sampling->min_p},
+                                    {"presence_penalty", &sampling->presence_penalty},
+                                    {"frequency_penalty", &sampling->frequency_penalty}}) {
+    if (absl::Status s = ReadFloat(object, name, field); !s.ok()) return s;
+  }
+  if (absl::Status s = ReadLogitBias(object, sampling); !s.ok()) return s;
   if (absl::Status s = ReadFloat(object, "top_p", &sampling->top_p); !s.ok()) return s;
   if (absl::Status s =
           ReadInt(object, "top_k", 0, std::numeric_limits<int>::max(), &sampling->top_k);
@@ -264,7 +308,10 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   if (absl::Status s = ReadInt(o, "max_tokens", g.prompt_logprobs ? 0 : 1, limits.max_tokens_limit,
                                &g.max_tokens);
       !s.ok()) {
-    return s;
+    const json* value = Field(o, "max_tokens");
+    if (g.prompt_logprobs || !value->is_number_integer() || value->get<int64_t>() != 0) return s;
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.message(), " (0 only with echo and logprobs: the prompt is scored)"));
   }
   if (absl::Status s = ReadSampling(o, &g.sampling); !s.ok()) return s;
   if (absl::Status s = ReadStop(o, limits.max_stop_strings, &g.stop); !s.ok()) return s;
@@ -292,6 +339,37 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
     if (absl::Status s = ReadBool(*options, "include_usage", &request.include_usage); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("stream_options.", s.message()));
     }
+  }
+  return request;
+}
+
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(absl::string_view body) {
+  absl::StatusOr<json> object = ParseObject(body);
+  if (!object.ok()) return object.status();
+  TokenizeRequest request;
+  if (absl::Status s = ReadModel(*object, &request.model); !s.ok()) return s;
+  const json* prompt = Field(*object, "prompt");
+  if (prompt == nullptr) return absl::InvalidArgumentError("prompt is required");
+  if (!prompt->is_string()) return FieldError("prompt", "a string", *prompt);
+  request.prompt = prompt->get<std::string>();
+  if (absl::Status s = ReadBool(*object, "add_special_tokens", &request.add_special_tokens);
+      !s.ok()) {
+    return s;
+  }
+  return request;
+}
+
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(absl::string_view body,
+                                                         const ParseLimits& limits) {
+  absl::StatusOr<json> object = ParseObject(body);
+  if (!object.ok()) return object.status();
+  DetokenizeRequest request;
+  if (absl::Status s = ReadModel(*object, &request.model); !s.ok()) return s;
+  const json* tokens = Field(*object, "tokens");
+  if (tokens == nullptr) return absl::InvalidArgumentError("tokens is required");
+  if (absl::Status s = ReadTokenIds(*tokens, "tokens", limits.max_prompt_tokens, &request.tokens);
+      !s.ok()) {
+    return s;
   }
   return request;
 }

@@ -47,13 +47,33 @@ struct TranslateRequest {
 
 // OpenAI completion fields: model, prompt (a string, [string], or an array of token ids ->
 // generation.prompt_token_ids), max_tokens (default 16, or max_tokens_limit when lower),
-// temperature (1.0), top_p, top_k, repetition_penalty, seed, stop (string or [string]), stream,
+// temperature (1.0), top_p, top_k, repetition_penalty, seed, min_p, presence_penalty,
+// frequency_penalty, logit_bias ({"<token id>": bias}), stop (string or [string]), stream,
 // n (1..max_choices; must be 1 with a session); best_of must be 1 when given; logprobs (0..20 ->
 // generation.logprobs); echo (bool; not with n > 1 or a session; with logprobs it sets
 // generation.prompt_logprobs and max_tokens may be 0); stream_options ({"include_usage": bool},
 // only with stream); ignore_eos (bool) and session_id ("new" or an id) are extensions. Sampling
 // fields are also checked with ValidateSamplingParams (messages use the JSON names).
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
+                                                         const ParseLimits& limits);
+
+// POST /tokenize (vLLM's shape): model, prompt (a string, may be empty), add_special_tokens
+// (bool, default true: bos first for a language model, eos last for a translation model's
+// source, as the engine feeds them).
+struct TokenizeRequest {
+  std::string model;
+  std::string prompt;
+  bool add_special_tokens = true;
+};
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(absl::string_view body);
+
+// POST /detokenize: model, tokens (an array of at most max_prompt_tokens ids >= 0; the model's
+// vocabulary bounds them).
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(absl::string_view body,
                                                          const ParseLimits& limits);
 
 // text | texts (1..max_batch_texts non-empty strings), beam_size (default 4, 1..max_beam_size),

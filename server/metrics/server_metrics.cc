@@ -95,10 +95,12 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
   void OnToken(double seconds_since_previous_token) override {
     instruments_.inter_token_latency->Observe(seconds_since_previous_token);
   }
+  void OnTokensGenerated(int tokens) override {
+    if (tokens > 0) instruments_.generated_tokens->Increment(tokens);
+  }
   void OnRequestFinished(const absl::Status& status, int prompt_tokens, int completion_tokens,
                          double seconds) override {
     if (prompt_tokens > 0) instruments_.prompt_tokens->Increment(prompt_tokens);
-    if (completion_tokens > 0) instruments_.generated_tokens->Increment(completion_tokens);
     instruments_.request_duration->Observe(seconds);
   }
 

@@ -3,7 +3,7 @@
 //
 //   abcd_requests_total{kind,status}          counter    CountRequest()
 //   abcd_prompt_tokens_total                  counter    observers: OnRequestFinished
-//   abcd_generated_tokens_total               counter    observers: OnRequestFinished
+//   abcd_generated_tokens_total               counter    observers: OnTokensGenerated
 //   abcd_time_to_first_token_seconds          histogram  observers: OnFirstToken
 //   abcd_inter_token_latency_seconds          histogram  observers: OnToken
 //   abcd_request_duration_seconds             histogram  observers: OnRequestFinished

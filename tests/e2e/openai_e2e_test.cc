@@ -11,12 +11,15 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/server_process.h"
 
@@ -201,6 +204,225 @@ TEST_F(OpenAiE2eTest, StreamShapesWithAndWithoutIncludeUsage) {
   EXPECT_EQ(last["usage"]["completion_tokens"], 5);
   EXPECT_EQ(last["usage"]["total_tokens"], last["usage"]["prompt_tokens"].get<int>() + 5);
   EXPECT_EQ(last["id"], chunks.front()["id"]);
+}
+
+// Exact text (issue 26): the completion is what its tokens add after the prompt, so
+// prompt + completion == the text of prompt + generated ids, on gRPC (token ids, n, a session's
+// next turn) and on HTTP (plain, SSE, echo, n, logprob tokens). The issue's example: the greedy
+// continuation of "The old house stood" begins with a space.
+TEST_F(OpenAiE2eTest, PromptPlusCompletionIsTheWholeText) {
+  auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok());
+  const std::string prompt = "The old house stood";
+  std::vector<int32_t> prompt_ids = *(*tokenizer)->Encode(prompt);
+  prompt_ids.insert(prompt_ids.begin(), 1);  // bos
+  ASSERT_EQ(*(*tokenizer)->Decode(prompt_ids), prompt);
+  // Decode(preceding + ids) without Decode(preceding).
+  auto after = [&](const std::vector<int32_t>& preceding, const std::vector<int32_t>& ids) {
+    std::vector<int32_t> all = preceding;
+    all.insert(all.end(), ids.begin(), ids.end());
+    return (*(*tokenizer)->Decode(all)).substr((*(*tokenizer)->Decode(preceding)).size());
+  };
+  // gRPC, n = 2 sampled: each choice's text follows the prompt.
+  struct Turn {
+    std::vector<std::vector<int32_t>> ids{2};
+    std::vector<std::string> text{2};
+    std::string session_id;
+  };
+  auto generate = [&](const std::string& text, int n, float temperature,
+                      const std::string& session) {
+    abcd::v1::GenerateRequest request;
+    request.set_prompt(text);
+    request.set_max_tokens(12);
+    request.set_n(n);
+    request.set_session_id(session);
+    request.mutable_sampling()->set_temperature(temperature);
+    request.mutable_sampling()->set_seed(7);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = stub_->Generate(&context, request);
+    abcd::v1::GenerateResponse response;
+    Turn turn;
+    while (reader->Read(&response)) {
+      const size_t index = static_cast<size_t>(response.index());
+      if (index >= turn.ids.size()) continue;
+      turn.ids[index].insert(turn.ids[index].end(), response.token_ids().begin(),
+                             response.token_ids().end());
+      turn.text[index] += response.text();
+      if (!response.session_id().empty()) turn.session_id = response.session_id();
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return turn;
+  };
+  const Turn greedy = generate(prompt, 1, 0.0f, "");
+  ASSERT_FALSE(greedy.ids[0].empty());
+  EXPECT_EQ(greedy.text[0], after(prompt_ids, greedy.ids[0]));
+  EXPECT_EQ(greedy.text[0][0], ' ') << greedy.text[0];
+  const Turn sampled = generate(prompt, 2, 1.0f, "");
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(sampled.text[i], after(prompt_ids, sampled.ids[i]));
+  // A session's next turn follows its history and its own prompt.
+  const Turn first = generate(prompt, 1, 0.0f, "new");
+  ASSERT_FALSE(first.session_id.empty());
+  const Turn second = generate(" and then", 1, 1.0f, first.session_id);
+  std::vector<int32_t> history = prompt_ids;
+  history.insert(history.end(), first.ids[0].begin(), first.ids[0].end());
+  const std::vector<int32_t> next_prompt = *(*tokenizer)->Encode(" and then");
+  history.insert(history.end(), next_prompt.begin(), next_prompt.end());
+  EXPECT_EQ(second.text[0], after(history, second.ids[0]));
+
+  // HTTP: the same greedy text, plain, streamed, echoed, and as the logprob tokens' texts.
+  const json base = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}};
+  const json plain = Complete(base);
+  EXPECT_EQ(plain["choices"][0]["text"], greedy.text[0]);
+  json echo = base;
+  echo["echo"] = true;
+  echo["logprobs"] = 0;
+  const json echoed = Complete(echo);
+  EXPECT_EQ(echoed["choices"][0]["text"], prompt + greedy.text[0]);
+  std::string tokens;
+  for (const json& token : echoed["choices"][0]["logprobs"]["tokens"]) tokens += token;
+  EXPECT_EQ(tokens, prompt + greedy.text[0]);
+  json streamed = base;
+  streamed["stream"] = true;
+  streamed["logprobs"] = 1;
+  std::string text;
+  tokens.clear();
+  for (const json& chunk : Stream(streamed)) {
+    text += chunk["choices"][0]["text"].get<std::string>();
+    for (const json& token : chunk["choices"][0]["logprobs"]["tokens"]) tokens += token;
+  }
+  EXPECT_EQ(text, greedy.text[0]);
+  EXPECT_EQ(tokens, greedy.text[0]);
+  json two = base;
+  two["n"] = 2;
+  two["temperature"] = 1.0;
+  two["seed"] = 7;
+  const json choices = Complete(two)["choices"];
+  ASSERT_EQ(choices.size(), 2u);
+  for (const json& choice : choices) {
+    EXPECT_EQ(choice["text"], sampled.text[choice["index"].get<int>()]);
+  }
+}
+
+// Issue 26 item 4 on the real server: /tokenize counts what a completion reports as its
+// prompt_tokens and /detokenize gives the text back; logit_bias forces a token on HTTP and
+// gRPC alike; min_p and the penalties are accepted on both.
+TEST_F(OpenAiE2eTest, TokenizeAndSamplingFields) {
+  auto post = [&](const char* path, const json& body) {
+    auto response = http_->Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(response);
+    if (!response) return json();
+    EXPECT_EQ(response->status, 200) << path << " -> " << response->body;
+    return json::parse(response->body, nullptr, false);
+  };
+  const std::string prompt = "The old house stood";
+  const json tokenized = post("/tokenize", {{"prompt", prompt}});
+  const json completion = Complete({{"prompt", prompt}, {"max_tokens", 1}});
+  EXPECT_EQ(tokenized["count"], completion["usage"]["prompt_tokens"]);
+  EXPECT_EQ(post("/detokenize", {{"tokens", tokenized["tokens"]}})["prompt"], prompt);
+
+  auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok());
+  const int32_t door = (*tokenizer)->Encode(" door")->back();
+  std::vector<int32_t> forced = tokenized["tokens"].get<std::vector<int32_t>>();
+  const std::string before = *(*tokenizer)->Decode(forced);
+  forced.insert(forced.end(), {door, door, door});
+  const std::string expected = (*(*tokenizer)->Decode(forced)).substr(before.size());
+  const json biased = Complete({{"prompt", prompt},
+                                {"max_tokens", 3},
+                                {"min_p", 0.05},
+                                {"presence_penalty", 0.5},
+                                {"frequency_penalty", 0.5},
+                                {"logit_bias", {{std::to_string(door), 100}}}});
+  EXPECT_EQ(biased["choices"][0]["text"], expected);
+
+  abcd::v1::GenerateRequest request;
+  request.set_prompt(prompt);
+  request.set_max_tokens(3);
+  request.mutable_sampling()->set_min_p(0.05f);
+  request.mutable_sampling()->set_presence_penalty(0.5f);
+  request.mutable_sampling()->set_frequency_penalty(0.5f);
+  (*request.mutable_sampling()->mutable_logit_bias())[door] = 100.0f;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = stub_->Generate(&context, request);
+  abcd::v1::GenerateResponse response;
+  std::vector<int32_t> ids;
+  std::string text;
+  while (reader->Read(&response)) {
+    ids.insert(ids.end(), response.token_ids().begin(), response.token_ids().end());
+    text += response.text();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(ids, std::vector<int32_t>(3, door));
+  EXPECT_EQ(text, expected);
+}
+
+// The value of one /metrics sample (exact name with labels), or -1.
+double Metric(httplib::Client& http, const std::string& sample) {
+  auto response = http.Get("/metrics");
+  if (!response || response->status != 200) return -1;
+  for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
+    if (absl::StartsWith(line, sample + " ")) {
+      double value = -1;
+      if (absl::SimpleAtod(line.substr(sample.size() + 1), &value)) return value;
+    }
+  }
+  return -1;
+}
+
+// Issue 26 item 5: health answers for the service by name; a deadline that expires mid-stream
+// counts as deadline_exceeded; generated tokens are counted while they stream.
+TEST_F(OpenAiE2eTest, HealthDeadlinesAndStreamingCounts) {
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials()));
+  for (const std::string service : {"", "abcd.v1.Generator", "abcd.v1.Nothing"}) {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status status = health->Check(&context, request, &response);
+    if (service == "abcd.v1.Nothing") {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    } else {
+      ASSERT_TRUE(status.ok()) << service << ": " << status.error_message();
+      EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+    }
+  }
+
+  // A long stream (eos banned by logit_bias) whose deadline expires after some tokens: 4000
+  // tokens take longer than 1 s even on a fast idle machine (about 0.3 ms a token).
+  abcd::v1::GenerateRequest request;
+  request.set_prompt("The old house stood");
+  request.set_max_tokens(4000);
+  (*request.mutable_sampling()->mutable_logit_bias())[2] = -100.0f;  // eos
+  const std::string exceeded = R"(abcd_requests_total{kind="generate",status="deadline_exceeded"})";
+  const std::string cancelled = R"(abcd_requests_total{kind="generate",status="cancelled"})";
+  const double exceeded_before = Metric(*http_, exceeded);
+  const double cancelled_before = Metric(*http_, cancelled);
+  const double generated_before = Metric(*http_, "abcd_generated_tokens_total");
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(static_cast<int>(1000 * testing::TimeLimit(1.0))));
+  auto reader = stub_->Generate(&context, request);
+  abcd::v1::GenerateResponse response;
+  int read = 0;
+  double generated_mid_stream = -1;
+  while (reader->Read(&response)) {
+    if (++read == 5) generated_mid_stream = Metric(*http_, "abcd_generated_tokens_total");
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  ASSERT_GE(read, 5) << "the stream ended before its deadline";
+  EXPECT_LT(read, 4000);
+  // Counted as the tokens streamed, before the request ended.
+  EXPECT_GE(generated_mid_stream, generated_before + 5);
+  bool counted = false;
+  for (int i = 0; i < 100 && !counted; ++i) {
+    counted = Metric(*http_, exceeded) == exceeded_before + 1;
+    if (!counted) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(counted) << "deadline_exceeded not counted";
+  EXPECT_EQ(Metric(*http_, cancelled), cancelled_before);
 }
 
 TEST_F(OpenAiE2eTest, EchoRefusals) {

@@ -381,7 +381,6 @@ TEST_F(ServerTest, BadInputOverGrpcNamesTheField) {
   add("top_k", [](GenerateRequest& r) { r.mutable_sampling()->set_top_k(-3); });
   add("repetition_penalty",
       [](GenerateRequest& r) { r.mutable_sampling()->set_repetition_penalty(0); });
-  add("model", [](GenerateRequest& r) { r.set_model("no-such-model"); });
   add("stop[0]", [](GenerateRequest& r) { r.add_stop(""); });
   add("prompt", [](GenerateRequest& r) { r.set_prompt(std::string(4000, 'x') + " many words"); });
   for (const Case& c : cases) {
@@ -390,6 +389,14 @@ TEST_F(ServerTest, BadInputOverGrpcNamesTheField) {
     EXPECT_NE(r.status.error_message().find(c.field), std::string::npos)
         << c.field << ": " << r.status.error_message();
   }
+  // An unknown model is NOT_FOUND, as HTTP's 404 model_not_found (ServedModels::Resolve).
+  GenerateRequest unknown = Greedy("valid prompt", 4);
+  unknown.set_model("no-such-model");
+  const StreamResult not_found = Stream(unknown);
+  EXPECT_EQ(not_found.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(not_found.status.error_message().find("model 'no-such-model' is not served"),
+            std::string::npos)
+      << not_found.status.error_message();
   abcd::v1::TranslateRequest translate;
   abcd::v1::TranslateResponse response;
   {
@@ -427,7 +434,7 @@ TEST_F(ServerTest, BadInputOverHttpNamesTheField) {
       {"/v1/completions", R"({"prompt": "x", "max_tokens": "ten"})", 400, "max_tokens"},
       {"/v1/completions", R"({"prompt": "x", "temperature": 500})", 400, "temperature"},
       {"/v1/completions", R"({"prompt": "x", "top_p": 2})", 400, "top_p"},
-      {"/v1/completions", R"({"prompt": "x", "model": "nope"})", 400, "model"},
+      {"/v1/completions", R"({"prompt": "x", "model": "nope"})", 404, "model"},
       {"/v1/completions", R"({"prompt": "x", "max_tok)", 400, "JSON"},
       {"/v1/completions", std::string("{\"prompt\": \"") + std::string(2 << 20, 'a') + "\"}", 413,
        "bytes"},

@@ -204,6 +204,59 @@ TEST_F(ExecutorTest, OverloadIsRefusedAndServingContinues) {
   EXPECT_TRUE(after.Wait().back().status.ok());
 }
 
+// Generated tokens reach the observer as they are generated (so abcd_generated_tokens_total
+// moves during a long stream), each once: in all, the requests' completion_tokens.
+TEST_F(ExecutorTest, ObserverCountsTokensAsTheyAreGenerated) {
+  struct Counting : ExecutorObserver {
+    std::atomic<int> generated{0};
+    std::atomic<int> completion{0};
+    void OnTokensGenerated(int tokens) override { generated += tokens; }
+    void OnRequestFinished(const absl::Status&, int, int completion_tokens, double) override {
+      completion += completion_tokens;
+    }
+  };
+  for (const std::string& dir : {kLmDir, kMtDir}) {
+    Load(dir);
+    Counting observer;
+    ExecutorOptions options;
+    options.observer = &observer;
+    Start(options);
+    GenerationRequest request;
+    (dir == kLmDir ? request.prompt : request.source) = "This program is free software";
+    request.max_tokens = 12;
+    request.sampling.temperature = 0.0f;
+    request.ignore_eos = true;
+    request.beam_size = dir == kLmDir ? 1 : 4;
+    std::vector<std::pair<int, int>> seen;  // (generated, completion) at each streamed event
+    std::mutex mu;
+    std::condition_variable done_cv;
+    bool done = false;
+    ASSERT_TRUE(executor_
+                    ->Enqueue(request,
+                              [&](GenerationEvent event) {
+                                std::lock_guard<std::mutex> lock(mu);
+                                if (!event.finished) {
+                                  seen.emplace_back(observer.generated, observer.completion);
+                                }
+                                done = done || event.finished;
+                                done_cv.notify_all();
+                              })
+                    .ok());
+    std::unique_lock<std::mutex> lock(mu);
+    done_cv.wait(lock, [&] { return done; });
+    lock.unlock();
+    executor_.reset();  // joins the engine thread before the next Load replaces the model
+    for (size_t i = 0; i < seen.size(); ++i) {
+      EXPECT_EQ(seen[i], std::make_pair(static_cast<int>(i) + 1, 0)) << dir << " event " << i;
+    }
+    EXPECT_EQ(observer.generated.load(), observer.completion.load()) << dir;
+    EXPECT_GT(observer.generated.load(), 0) << dir;
+    if (dir == kLmDir) {
+      EXPECT_EQ(seen.size(), 11u);  // the 12th token comes with the end
+    }
+  }
+}
+
 TEST_F(ExecutorTest, RejectsBadRequestsNamingTheField) {
   Load(kLmDir);
   ExecutorOptions options;
@@ -223,12 +276,18 @@ TEST_F(ExecutorTest, RejectsBadRequestsNamingTheField) {
   r = ok;
   r.max_tokens = -5;
   expect(r, absl::StatusCode::kInvalidArgument, "max_tokens");
+  r.max_tokens = 0;
+  expect(r, absl::StatusCode::kInvalidArgument,
+         "max_tokens must be in [1, 4096], got 0 (0 only with prompt_logprobs)");
   r = ok;
   r.max_tokens = 1 << 30;
   expect(r, absl::StatusCode::kInvalidArgument, "max_tokens");
   r = ok;
   r.sampling.top_p = 0.0f;
   expect(r, absl::StatusCode::kInvalidArgument, "top_p");
+  r = ok;
+  r.sampling.logit_bias = {{1000, 1.0f}};  // the vocabulary is [0, 1000)
+  expect(r, absl::StatusCode::kInvalidArgument, "sampling.logit_bias: token id 1000 is outside");
   r = ok;
   r.stop = {""};
   expect(r, absl::StatusCode::kInvalidArgument, "stop[0]");
@@ -512,7 +571,7 @@ class SelfSamplingBackend final : public DecodeBackend {
     }
     std::vector<DecodeRow> decode;
     for (const SampledRow& row : rows) {
-      if (row.sampling.temperature != 0.0f || row.sampling.repetition_penalty != 1.0f) {
+      if (row.sampling.temperature != 0.0f || NeedsHostSampling(row.sampling)) {
         return absl::InvalidArgumentError("this test backend samples greedily only");
       }
       decode.push_back({row.sequence, row.token, true});
@@ -547,7 +606,7 @@ TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
   ASSERT_TRUE(fast.ok()) << fast.status();
 
   std::vector<GenerationRequest> requests;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 8; ++i) {
     GenerationRequest request;
     request.prompt = "This program is free software, version " + std::to_string(i);
     request.max_tokens = 8 + i;
@@ -557,6 +616,10 @@ TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
   }
   requests[4].sampling.repetition_penalty = 1.3f;  // needs its logits on the host
   requests[5].stop = {"e"};                        // stop strings still end the stream
+  requests[6].sampling.frequency_penalty = 1.0f;   // as do the OpenAI penalties,
+  requests[6].sampling.presence_penalty = 0.5f;
+  requests[7].sampling.logit_bias = {{5, 2.0f}};  // a logit bias
+  requests[7].sampling.min_p = 0.1f;              // and min_p
   std::vector<std::vector<GenerationEvent>> results[2];
   Executor* executors[] = {executor_.get(), fast->get()};
   for (int e = 0; e < 2; ++e) {
@@ -574,8 +637,8 @@ TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
     EXPECT_EQ(Text(results[1][i]), Text(results[0][i])) << i;
     EXPECT_EQ(results[1][i].back().finish_reason, results[0][i].back().finish_reason) << i;
     // The first token comes from the prompt's logits; the rest from the backend, but not for
-    // the request with a repetition penalty.
-    if (i != 4) expected_sampled += static_cast<int>(Tokens(results[0][i]).size()) - 1;
+    // the requests with a penalty, a bias or min_p.
+    if (i < 4 || i == 5) expected_sampled += static_cast<int>(Tokens(results[0][i]).size()) - 1;
   }
   EXPECT_EQ(sampled_rows.load(), expected_sampled);
   (*fast)->Shutdown();

@@ -8,10 +8,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/model/model.h"
@@ -359,6 +361,146 @@ TEST_F(HttpOpenAiTest, BadFieldsAreRefusedNamingThem) {
   EXPECT_TRUE(lm_->requests().empty());
 }
 
+// The engine's text follows the prompt (" in", not "in"): so do the logprob tokens' texts,
+// decoded after the ids the first event names (GenerationEvent::preceding_token_ids).
+TEST_F(HttpOpenAiTest, LogprobTextsFollowThePromptLikeTheText) {
+  std::vector<int32_t> prompt = *tokenizer_->Encode("The old house stood");
+  prompt.insert(prompt.begin(), 1);  // bos
+  const std::vector<int32_t> generated = *tokenizer_->Encode(" in the door");
+  std::vector<GenerationEvent> events;
+  for (int32_t id : generated) {
+    GenerationEvent event;
+    event.token_ids = {id};
+    event.logprobs = {Scored(id, -1.0f, {{id, -1.0f}})};
+    events.push_back(std::move(event));
+  }
+  events[0].preceding_token_ids = std::vector<int32_t>(prompt.end() - 4, prompt.end());
+  events[0].text = " in";
+  events[1].text = " the door";
+  events.emplace_back().finish_reason = FinishReason::kEos;
+  for (const bool stream : {false, true}) {
+    lm_->set_events(events);
+    httplib::Result result =
+        Post({{"prompt", "The old house stood"}, {"logprobs", 1}, {"stream", stream}});
+    ASSERT_TRUE(result);
+    ASSERT_EQ(result->status, 200) << result->body;
+    std::vector<json> chunks;
+    bool done = false;
+    if (stream) {
+      chunks = SseChunks(result->body, &done);
+    } else {
+      chunks.push_back(json::parse(result->body));
+    }
+    std::string text;
+    std::vector<std::string> tokens;
+    for (const json& chunk : chunks) {
+      const json& choice = chunk["choices"][0];
+      text += choice["text"].get<std::string>();
+      if (!choice["logprobs"].is_object()) continue;
+      const json& logprobs = choice["logprobs"];
+      for (size_t i = 0; i < logprobs["tokens"].size(); ++i) {
+        tokens.push_back(logprobs["tokens"][i]);
+        EXPECT_TRUE(logprobs["top_logprobs"][i].contains(tokens.back())) << logprobs.dump();
+      }
+    }
+    EXPECT_EQ(text, " in the door");
+    ASSERT_EQ(tokens.size(), generated.size());
+    EXPECT_EQ(tokens[0], " in") << "stream " << stream;
+    EXPECT_EQ(absl::StrJoin(tokens, ""), text) << "stream " << stream;
+  }
+}
+
+// POST /tokenize and /detokenize in vLLM's shapes: bos first by default (count is a
+// completion's prompt_tokens), the round trip gives the text back, errors name the field.
+TEST_F(HttpOpenAiTest, TokenizeAndDetokenize) {
+  auto post = [&](const char* path, const json& body, int status) {
+    httplib::Result result = client_->Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(result);
+    if (!result) return json();
+    EXPECT_EQ(result->status, status) << path << " " << body.dump() << " -> " << result->body;
+    return json::parse(result->body, nullptr, false);
+  };
+  const std::string prompt = "The old house stood";
+  std::vector<int32_t> ids = *tokenizer_->Encode(prompt);
+  json tokenized = post("/tokenize", {{"prompt", prompt}}, 200);
+  std::vector<int32_t> with_bos = ids;
+  with_bos.insert(with_bos.begin(), 1);
+  EXPECT_EQ(tokenized["tokens"].get<std::vector<int32_t>>(), with_bos);
+  EXPECT_EQ(tokenized["count"], with_bos.size());
+  EXPECT_EQ(tokenized["max_model_len"], 4096);
+  tokenized =
+      post("/tokenize",
+           {{"model", "abc-lm-test"}, {"prompt", prompt}, {"add_special_tokens", false}}, 200);
+  EXPECT_EQ(tokenized["tokens"].get<std::vector<int32_t>>(), ids);
+  EXPECT_EQ(post("/tokenize", {{"prompt", ""}}, 200)["tokens"], json::array({1}));
+  EXPECT_EQ(post("/detokenize", {{"tokens", with_bos}}, 200)["prompt"], prompt);
+  EXPECT_EQ(post("/detokenize", {{"tokens", json::array()}}, 200)["prompt"], "");
+
+  const std::tuple<const char*, json, int, std::string, std::string> bad[] = {
+      {"/tokenize", json::object(), 400, "prompt", "prompt is required"},
+      {"/tokenize", {{"prompt", 5}}, 400, "prompt", "prompt must be a string"},
+      {"/tokenize",
+       {{"prompt", "x"}, {"add_special_tokens", 1}},
+       400,
+       "add_special_tokens",
+       "add_special_tokens must be a boolean"},
+      {"/tokenize", {{"prompt", "x"}, {"model", "nope"}}, 404, "model", "model 'nope'"},
+      {"/detokenize", json::object(), 400, "tokens", "tokens is required"},
+      {"/detokenize", {{"tokens", "x"}}, 400, "tokens", "tokens must be an array of token ids"},
+      {"/detokenize", {{"tokens", {5, -1}}}, 400, "tokens", "tokens[1] must be a token id"},
+      {"/detokenize", {{"tokens", {5, 8000}}}, 400, "tokens", "tokens[1] must be in [0, 8000)"},
+  };
+  for (const auto& [path, body, status, param, message] : bad) {
+    const json error = post(path, body, status)["error"];
+    EXPECT_EQ(error["param"], param) << error.dump();
+    EXPECT_NE(error["message"].get<std::string>().find(message), std::string::npos) << error.dump();
+  }
+  httplib::Result get = client_->Get("/tokenize");
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
+  EXPECT_TRUE(lm_->requests().empty());  // no executor involved
+}
+
+// One front door (ServedModels::Resolve) for both protocols: an unknown model is OpenAI's 404
+// model_not_found; the same answers whatever the route.
+TEST_F(HttpOpenAiTest, UnknownModelIsModelNotFound) {
+  for (const char* path : {"/v1/completions", "/v1/translate"}) {
+    httplib::Result result = client_->Post(
+        path, json({{"model", "nope"}, {"prompt", "x"}, {"text", "x"}}).dump(), "application/json");
+    ASSERT_TRUE(result);
+    EXPECT_EQ(result->status, 404) << result->body;
+    const json error = json::parse(result->body)["error"];
+    EXPECT_EQ(error["type"], "invalid_request_error");
+    EXPECT_EQ(error["code"], "model_not_found");
+    EXPECT_EQ(error["param"], "model");
+    EXPECT_NE(error["message"].get<std::string>().find("model 'nope' is not served"),
+              std::string::npos);
+  }
+  httplib::Result model = client_->Get("/v1/models/nope");
+  ASSERT_TRUE(model);
+  EXPECT_EQ(model->status, 404);
+  EXPECT_EQ(json::parse(model->body)["error"]["code"], "model_not_found");
+
+  absl::StatusOr<const ServedModel*> found = models_->Resolve("", ModelKind::kLanguageModel);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ((*found)->name, "abc-lm-test");
+  const absl::Status unknown = models_->Resolve("nope", ModelKind::kLanguageModel).status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ErrorCode(unknown), "model_not_found");
+  EXPECT_EQ(unknown.message(), "model 'nope' is not served (lm models: abc-lm-test)");
+  const absl::Status none = models_->Resolve("", ModelKind::kTranslation).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(none.message(), "model is required: no translation model is served");
+  const absl::Status kind = models_->Resolve("abc-lm-test", ModelKind::kTranslation).status();
+  EXPECT_EQ(kind.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kind.message(), "model 'abc-lm-test' is a lm model, not a translation model");
+  models_->set_draining(true);
+  const absl::Status draining = models_->Resolve("", ModelKind::kLanguageModel).status();
+  EXPECT_EQ(draining.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(draining.message().find("draining"), std::string::npos);
+  models_->set_draining(false);
+}
+
 // Two top ids with one text keep the higher log-probability; a token's text is what it adds
 // after the token before it.
 TEST_F(HttpOpenAiTest, ChoiceLogprobsShapes) {
@@ -380,7 +522,7 @@ TEST_F(HttpOpenAiTest, ChoiceLogprobsShapes) {
   // Offsets go on across Takes.
   logprobs.Add(scored);
   EXPECT_EQ(logprobs.Take()["text_offset"][0], joined.size());
-  EXPECT_EQ(http::TokenTexts(nullptr).Text(7, -1), "<7>");
+  EXPECT_EQ(http::TokenTexts(nullptr).Text(7, {}, ""), "<7>");
 }
 
 }  // namespace

@@ -730,8 +730,8 @@ TEST_F(HttpServiceTest, BadInputTable) {
        "session_id must be"},
       {"/v1/completions", R"({"prompt": "x", "session_id": ""})", 400, "session_id",
        "session_id must be"},
-      {"/v1/completions", R"({"prompt": "x", "model": "nope"})", 400, "model",
-       "model 'nope' is not served"},
+      {"/v1/completions", R"({"prompt": "x", "model": "nope"})", 404, "model",
+       "model 'nope' is not served (lm models: abc-lm-test)"},
       {"/v1/completions", R"({"prompt": "x", "model": 7})", 400, "model", "model must be"},
       {"/v1/completions", R"({"prompt": "x", "model": "abc-mt-test"})", 400, "model",
        "translation model"},
@@ -781,10 +781,12 @@ TEST_F(HttpServiceTest, BadInputTable) {
   EXPECT_TRUE(lm_->requests().empty());
   EXPECT_TRUE(mt_->requests().empty());
   EXPECT_EQ(Count("completions/ok"), 0);
-  // Every completions case but the unknown route counted once, as invalid_argument.
+  // Every completions case but the unknown route counted once, as invalid_argument; the
+  // unknown model as not_found.
   const auto completions = std::count_if(cases.begin(), cases.end(),
                                          [](const Case& c) { return c.path == "/v1/completions"; });
-  EXPECT_EQ(Count("completions/invalid_argument"), completions);
+  EXPECT_EQ(Count("completions/invalid_argument"), completions - 1);
+  EXPECT_EQ(Count("completions/not_found"), 1);
 }
 
 // What the transport refuses before a request could be read is counted too, as kind "other".

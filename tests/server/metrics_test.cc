@@ -246,8 +246,11 @@ TEST(ServerMetrics, ObserversFeedGaugesHistogramsAndCounters) {
   lm->OnFirstToken(0.02);
   lm->OnToken(0.004);
   lm->OnToken(0.004);
+  lm->OnTokensGenerated(1);
+  lm->OnTokensGenerated(2);
   lm->OnRequestFinished(absl::OkStatus(), 7, 3, 0.03);
   mt->OnFirstToken(2);
+  mt->OnTokensGenerated(1);
   mt->OnRequestFinished(absl::CancelledError(), 11, 1, 2.5);
   mt->OnRequestFinished(absl::InvalidArgumentError("x"), 0, 0, 0.0005);
 
@@ -275,6 +278,7 @@ TEST(ServerMetrics, ObserversFeedGaugesHistogramsAndCounters) {
   EXPECT_EQ(SampleValue(text, "abcd_request_duration_seconds_bucket{le=\"0.001\"}"), "1");
 
   EXPECT_EQ(SampleValue(text, "abcd_prompt_tokens_total"), "18");
+  // Generated tokens count as they are generated (OnTokensGenerated), not again at the end.
   EXPECT_EQ(SampleValue(text, "abcd_generated_tokens_total"), "4");
 
   // A later iteration replaces the model's figures (gauges, not counters).
@@ -297,6 +301,7 @@ TEST(ServerMetrics, RenderWhileEnginesRun) {
         stats.running_sequences = i % 7;
         observer->OnIteration(1, stats);
         observer->OnToken(0.001);
+        observer->OnTokensGenerated(1);
         observer->OnRequestFinished(absl::OkStatus(), 2, 1, 0.01);
       }
     });
@@ -337,7 +342,9 @@ TEST(ServerMetrics, ExpositionForReferenceParser) {
   lm->OnFirstToken(0.015);
   lm->OnToken(0.0042);
   odd->OnToken(0.25);
+  lm->OnTokensGenerated(16);
   lm->OnRequestFinished(absl::OkStatus(), 5, 16, 0.31);
+  odd->OnTokensGenerated(2);
   odd->OnRequestFinished(absl::DeadlineExceededError("late"), 9, 2, 75);
   metrics.CountRequest("generate", "ok");
   metrics.CountRequest("generate", "ok");

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "server/http/http_errors.h"
 
 namespace abcd {
@@ -60,6 +64,66 @@ TEST(RequestParser, TokenIdPromptsNAndSessionId) {
                 .status()
                 .message(),
             "n: must be 1 with a session");
+}
+
+// Issue 26: OpenAI's remaining sampling fields reach the engine's SamplingParams; bad values
+// are refused naming the field (OpenAI's param).
+TEST(RequestParser, MinPPenaltiesAndLogitBias) {
+  http::ParseLimits limits;
+  absl::StatusOr<http::CompletionRequest> request = http::ParseCompletionRequest(
+      R"({"prompt": "hi", "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -1.5,
+          "logit_bias": {"50256": -100, "7": 2.5}})",
+      limits);
+  ASSERT_TRUE(request.ok()) << request.status();
+  const SamplingParams& s = request->generation.sampling;
+  EXPECT_FLOAT_EQ(s.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(s.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty, -1.5f);
+  std::vector<std::pair<int32_t, float>> bias = s.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{7, 2.5f}, {50256, -100.0f}}));
+  request = http::ParseCompletionRequest(R"({"prompt": "hi", "logit_bias": null})", limits);
+  ASSERT_TRUE(request.ok());
+  EXPECT_TRUE(request->generation.sampling.logit_bias.empty());
+
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"prompt": "hi", "min_p": 1.5})", "min_p must be in [0, 1], got 1.5"},
+      {R"({"prompt": "hi", "min_p": "0.1"})", "min_p must be a number"},
+      {R"({"prompt": "hi", "presence_penalty": 2.5})", "presence_penalty must be in [-2, 2]"},
+      {R"({"prompt": "hi", "frequency_penalty": -3})", "frequency_penalty must be in [-2, 2]"},
+      {R"({"prompt": "hi", "logit_bias": [1]})", "logit_bias must be an object"},
+      {R"({"prompt": "hi", "logit_bias": {"x": 1}})", "logit_bias must be keyed by token ids"},
+      {R"({"prompt": "hi", "logit_bias": {"-1": 1}})", "logit_bias must be keyed by token ids"},
+      {R"({"prompt": "hi", "logit_bias": {"5": "1"}})", "logit_bias[5] must be a number"},
+      {R"({"prompt": "hi", "logit_bias": {"5": 101}})", "logit_bias[5] must be in [-100, 100]"},
+  };
+  for (const auto& [body, message] : bad) {
+    const absl::Status status = http::ParseCompletionRequest(body, limits).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_NE(status.message().find(message), std::string::npos) << body << " -> " << status;
+    const std::string field(message, std::string(message).find_first_of(" ["));
+    EXPECT_EQ(http::ParamFromMessage(status.message()), field) << status;
+  }
+}
+
+// Issue 26: max_tokens 0 is allowed only to score a prompt (echo with logprobs); the error
+// says so instead of only the range.
+TEST(RequestParser, MaxTokensZeroSaysWhenItIsAllowed) {
+  http::ParseLimits limits;
+  const absl::Status zero =
+      http::ParseCompletionRequest(R"({"prompt": "x", "max_tokens": 0})", limits).status();
+  EXPECT_EQ(zero.message(),
+            "max_tokens must be an integer in [1, 4096], got 0 (0 only with echo and logprobs: "
+            "the prompt is scored)");
+  EXPECT_EQ(http::ParamFromMessage(zero.message()), "max_tokens");
+  EXPECT_TRUE(http::ParseCompletionRequest(
+                  R"({"prompt": "x", "max_tokens": 0, "echo": true, "logprobs": 0})", limits)
+                  .ok());
+  const absl::Status scored =
+      http::ParseCompletionRequest(
+          R"({"prompt": "x", "max_tokens": -1, "echo": true, "logprobs": 0})", limits)
+          .status();
+  EXPECT_EQ(scored.message(), "max_tokens must be an integer in [0, 4096], got -1");
 }
 
 // Session errors on the HTTP wire (server/README.md): busy 409, unknown 404, foreign blob

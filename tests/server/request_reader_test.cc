@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "abcd/v1/generator.pb.h"
+#include "server/grpc/request_conversion.h"
 
 namespace abcd {
 namespace {
@@ -39,6 +40,32 @@ TEST(RequestReader, ValidRequestParses) {
   EXPECT_EQ(out.max_tokens(), 7);
   EXPECT_EQ(out.stop(0), "END");
   EXPECT_FLOAT_EQ(out.sampling().temperature(), 0.5f);
+}
+
+// Issue 26: the OpenAI sampling fields travel from the proto to the engine's SamplingParams
+// (logit_bias sorted by id, so a request always samples the same way).
+TEST(RequestConversion, MinPPenaltiesAndLogitBias) {
+  abcd::v1::GenerateRequest in;
+  in.set_prompt("hi");
+  abcd::v1::SamplingParams* sampling = in.mutable_sampling();
+  sampling->set_min_p(0.1f);
+  sampling->set_presence_penalty(0.5f);
+  sampling->set_frequency_penalty(-0.25f);
+  (*sampling->mutable_logit_bias())[42] = -100.0f;
+  (*sampling->mutable_logit_bias())[7] = 3.0f;
+  absl::StatusOr<GenerationRequest> out = ToGenerationRequest(in, absl::InfiniteFuture());
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FLOAT_EQ(out->sampling.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(out->sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(out->sampling.frequency_penalty, -0.25f);
+  EXPECT_EQ(out->sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{7, 3.0f}, {42, -100.0f}}));
+  // Unset: the engine's defaults.
+  out = ToGenerationRequest(abcd::v1::GenerateRequest(), absl::InfiniteFuture());
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->sampling.min_p, 0.0f);
+  EXPECT_EQ(out->sampling.presence_penalty, 0.0f);
+  EXPECT_TRUE(out->sampling.logit_bias.empty());
 }
 
 TEST(RequestReader, InvalidUtf8NamesTheField) {
