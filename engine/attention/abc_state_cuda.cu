@@ -12,11 +12,13 @@
 namespace abcd::cuda {
 namespace {
 
+using internal::BlockSoftmax;
 using internal::GroupSum;
 using internal::kThreads;
 using internal::LoadVec;
+using internal::SequenceRows;
 using internal::StoreVec;
-using internal::WarpMax;
+using internal::WritePaddingRows;
 
 // Dynamic shared memory: q, k, v [dh] | weight, score [chunk] | value partials [groups, dh] |
 // stats [2].
@@ -28,8 +30,8 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.x;
   const int64_t sequence = blockIdx.y;
   // Decode: row = sequence. Prefill: the sequence's rows in order, a scan over its state.
-  const int64_t first = rows.first != nullptr ? rows.first[sequence] : sequence;
-  const int64_t count = rows.first != nullptr ? rows.count[sequence] : 1;
+  int64_t first, count;
+  SequenceRows(rows, sequence, &first, &count);
   const int split = blockIdx.z, splits = gridDim.z;
   const int n = shape.slots, dh = shape.head_dim;
   const int64_t d = static_cast<int64_t>(shape.n_heads) * dh;
@@ -38,20 +40,7 @@ __global__ void __launch_bounds__(kThreads)
   const int columns = dh / kVec;
   if (rows.states[sequence] == nullptr) {
     // A padding row of a CUDA-graph bucket: no state to touch; its output is zero.
-    for (int64_t b = first; b < first + count; ++b) {
-      for (int c = threadIdx.x; c < dh; c += kThreads) {
-        if (splits == 1) {
-          rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = 0.0f;
-        } else {
-          float* partial = partials + ((b * shape.n_heads + h) * splits + split) * (dh + 2);
-          partial[c] = 0.0f;
-          if (c == 0) {
-            partial[dh] = 0.0f;      // m
-            partial[dh + 1] = 1.0f;  // l: the combine then yields 0
-          }
-        }
-      }
-    }
+    WritePaddingRows<2>(rows, partials, first, count, shape.n_heads, h, dh);
     return;
   }
   const int value_groups = kThreads / columns;
@@ -126,22 +115,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // Softmax over this block's slots: m = max score, weights e^(s - m), l = their sum.
-    if (warp == 0) {
-      float m = -INFINITY;
-      for (int jj = lane; jj < local; jj += 32) m = fmaxf(m, score_s[jj]);
-      m = WarpMax(m);
-      float l = 0.0f;
-      for (int jj = lane; jj < local; jj += 32) {
-        const float e = expf(score_s[jj] - m);
-        score_s[jj] = e;
-        l += e;
-      }
-      l = GroupSum(l, 32);
-      if (lane == 0) {
-        stats_s[0] = m;
-        stats_s[1] = l;
-      }
-    }
+    BlockSoftmax(score_s, local, stats_s);
     __syncthreads();
 
     // Values: thread (group g, column c4) updates rows g, g + groups, ... and accumulates them.

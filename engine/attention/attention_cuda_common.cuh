@@ -1,5 +1,6 @@
 // Device helpers shared by the attention kernels (*_cuda.cu): vector loads, lane-group
-// reductions, and the partial-result combine of split-K decoding (split_plan.h picks the splits).
+// reductions, a sequence's rows in a step, the output of CUDA-graph padding rows, the block
+// softmax of split-K decoding and its partial-result combine (split_plan.h picks the splits).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,6 +51,65 @@ __device__ __forceinline__ float WarpMax(float value) {
     value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
   }
   return value;
+}
+
+// The rows block row `sequence` of a launch covers: decode, one row (row = sequence); prefill
+// (rows.first set), the sequence's run of rows in order, a scan over its state.
+__device__ __forceinline__ void SequenceRows(const StepRows& rows, int64_t sequence, int64_t* first,
+                                             int64_t* count) {
+  *first = rows.first != nullptr ? rows.first[sequence] : sequence;
+  *count = rows.first != nullptr ? rows.count[sequence] : 1;
+}
+
+// Rows [first, first + count) of a padding row of a CUDA-graph bucket (no state or cache):
+// head h's output is zero; split across blocks, this block's partial is one the combine turns
+// into zero: o = 0 and its kStats trailing floats m = 0, l = 1 (softmax-style partials,
+// kStats = 2) or denominator = 1 (the linear kernels' partials, kStats = 1).
+template <int kStats>
+__device__ __forceinline__ void WritePaddingRows(const StepRows& rows, float* partials,
+                                                 int64_t first, int64_t count, int n_heads, int h,
+                                                 int dh) {
+  const int split = blockIdx.z, splits = gridDim.z;
+  for (int64_t b = first; b < first + count; ++b) {
+    for (int c = threadIdx.x; c < dh; c += kThreads) {
+      if (splits == 1) {
+        rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = 0.0f;
+      } else {
+        float* partial = partials + ((b * n_heads + h) * splits + split) * (dh + kStats);
+        partial[c] = 0.0f;
+        if (c == 0) {
+          if constexpr (kStats == 2) {
+            partial[dh] = 0.0f;      // m
+            partial[dh + 1] = 1.0f;  // l: the combine then yields 0
+          } else {
+            partial[dh] = 1.0f;  // denominator: the combine then yields 0
+          }
+        }
+      }
+    }
+  }
+}
+
+// Softmax over `count` scores in shared memory, by the block's first warp: each score s becomes
+// e^(s - m), stats[0] = m (their max) and stats[1] = l (the sum of the weights). The caller
+// synchronises the block afterwards.
+__device__ __forceinline__ void BlockSoftmax(float* scores, int count, float* stats) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (warp != 0) return;
+  float m = -INFINITY;
+  for (int i = lane; i < count; i += 32) m = fmaxf(m, scores[i]);
+  m = WarpMax(m);
+  float l = 0.0f;
+  for (int i = lane; i < count; i += 32) {
+    const float e = expf(scores[i] - m);
+    scores[i] = e;
+    l += e;
+  }
+  l = GroupSum(l, 32);
+  if (lane == 0) {
+    stats[0] = m;
+    stats[1] = l;
+  }
 }
 
 // Lanes that cooperate on one row of `head_dim` floats read as `vec`-wide vectors: the largest

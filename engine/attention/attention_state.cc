@@ -10,6 +10,7 @@
 #include "engine/attention/softmax_state.h"
 #include "engine/attention/txl_state.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/model_config.h"
 #include "engine/model/weights.h"
 
 namespace abcd {

@@ -10,19 +10,19 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
-
 #include <span>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/model/model_config.h"
+#include "engine/attention/attention_spec.h"
 #include "engine/ops/cpu_context.h"
 #include "engine/state/kv_cache.h"
 
 namespace abcd {
 
-class WeightLoader;
+struct ModelConfig;  // engine/model/model_config.h (MakeAttentionState)
+class WeightLoader;  // engine/model/weights.h
 
 // `heads()` counts the state's independent partitions, each updated and read by one task: the
 // query heads, or for GQA softmax the key/value heads (ReadHead(g) then writes the outputs of

@@ -17,7 +17,9 @@ namespace {
 using internal::GroupSum;
 using internal::kThreads;
 using internal::LoadVec;
+using internal::SequenceRows;
 using internal::StoreVec;
+using internal::WritePaddingRows;
 
 // std::max(denominator, eps) as the CPU computes it: a NaN denominator stays NaN (fmaxf would
 // return eps and hide it).
@@ -35,8 +37,8 @@ __global__ void __launch_bounds__(kThreads)
   const int h = blockIdx.x;
   const int64_t sequence = blockIdx.y;
   // Decode: row = sequence. Prefill: the sequence's rows in order, a scan over its state.
-  const int64_t first = rows.first != nullptr ? rows.first[sequence] : sequence;
-  const int64_t count = rows.first != nullptr ? rows.count[sequence] : 1;
+  int64_t first, count;
+  SequenceRows(rows, sequence, &first, &count);
   const int split = blockIdx.z, splits = gridDim.z;
   const int dh = params.head_dim;
   const int64_t d = static_cast<int64_t>(params.n_heads) * dh;
@@ -45,17 +47,7 @@ __global__ void __launch_bounds__(kThreads)
   const int columns = dh / kVec;
   if (rows.states[sequence] == nullptr) {
     // A padding row of a CUDA-graph bucket: no state to touch; its output is zero.
-    for (int64_t b = first; b < first + count; ++b) {
-      for (int c = threadIdx.x; c < dh; c += kThreads) {
-        if (splits == 1) {
-          rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = 0.0f;
-        } else {
-          float* partial = partials + ((b * params.n_heads + h) * splits + split) * (dh + 1);
-          partial[c] = 0.0f;
-          if (c == 0) partial[dh] = 1.0f;  // denominator: the combine then yields 0
-        }
-      }
-    }
+    WritePaddingRows<1>(rows, partials, first, count, params.n_heads, h, dh);
     return;
   }
   const int value_groups = kThreads / columns;

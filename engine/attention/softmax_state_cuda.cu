@@ -15,10 +15,11 @@
 namespace abcd::cuda {
 namespace {
 
+using internal::BlockSoftmax;
 using internal::GroupSum;
 using internal::kThreads;
 using internal::LoadVec;
-using internal::WarpMax;
+using internal::WritePaddingRows;
 
 constexpr int kMaxChunk = 512;  // tokens per block at most
 constexpr int kMinChunk = 64;   // tokens per block at least (when splitting to fill the GPU)
@@ -60,18 +61,7 @@ __global__ void __launch_bounds__(kThreads)
   const int value_groups = kThreads / columns;
   if (cache.keys[b] == nullptr) {
     // A padding row of a CUDA-graph bucket: no cache to read; its output is zero.
-    for (int c = threadIdx.x; c < dh; c += kThreads) {
-      if (splits == 1) {
-        rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = 0.0f;
-      } else {
-        float* partial = partials + ((b * n_heads + h) * splits + split) * (dh + 2);
-        partial[c] = 0.0f;
-        if (c == 0) {
-          partial[dh] = 0.0f;      // m
-          partial[dh + 1] = 1.0f;  // l: the combine then yields 0
-        }
-      }
-    }
+    WritePaddingRows<2>(rows, partials, b, 1, n_heads, h, dh);
     return;
   }
 
@@ -108,22 +98,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  if (warp == 0) {
-    float m = -INFINITY;
-    for (int tt = lane; tt < local; tt += 32) m = fmaxf(m, score_s[tt]);
-    m = WarpMax(m);
-    float l = 0.0f;
-    for (int tt = lane; tt < local; tt += 32) {
-      const float e = expf(score_s[tt] - m);
-      score_s[tt] = e;
-      l += e;
-    }
-    l = GroupSum(l, 32);
-    if (lane == 0) {
-      stats_s[0] = m;
-      stats_s[1] = l;
-    }
-  }
+  BlockSoftmax(score_s, local, stats_s);
   __syncthreads();
 
   const int column = threadIdx.x % columns, value_group = threadIdx.x / columns;

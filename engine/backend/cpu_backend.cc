@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/ops/linear.h"
-#include "engine/scheduler/capacity_scheduler.h"
+#include "engine/state/request_state_bytes.h"
 
 namespace abcd {
 

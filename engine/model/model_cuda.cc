@@ -5,27 +5,11 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "engine/attention/abc_state.h"
-#include "engine/attention/attention_state_cuda.h"
-#include "engine/attention/linear_state.h"
 #include "engine/attention/split_plan.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/elementwise_cuda.h"
 
 namespace abcd::cuda {
-
-struct CudaModel::Layer {
-  AttentionType type = AttentionType::kSoftmax;
-  DeviceArray<float> ln1_weight, ln1_bias, ln2_weight, ln2_bias;
-  DeviceMatrix fused, out, fc1, fc2;
-  DeviceArray<float> fused_bias, out_bias, fc1_bias, fc2_bias;
-  int64_t fused_width = 0;
-  int64_t state_offset = 0;  // floats into a sequence's state block (bounded types)
-  AbcShape abc;
-  LinearAttentionParams linear;  // projection / bias point into feature_*
-  DeviceArray<float> feature_projection, feature_bias;
-  int softmax_index = -1;
-};
 
 struct CudaModel::Graph {
   cudaGraph_t graph = nullptr;
@@ -38,21 +22,6 @@ struct CudaModel::Graph {
 
 namespace {
 
-absl::StatusOr<DeviceArray<float>> ToDevice(CudaContext& context, const std::vector<float>& host,
-                                            int64_t* bytes) {
-  *bytes += static_cast<int64_t>(host.size()) * 4;
-  return DeviceArray<float>::FromHost(context, host);
-}
-
-absl::StatusOr<DeviceMatrix> MatrixToDevice(CudaContext& context, const std::vector<float>& host,
-                                            int64_t out, WeightType type, int64_t* bytes) {
-  const int64_t in = static_cast<int64_t>(host.size()) / out;
-  ABCD_ASSIGN_OR_RETURN(DeviceMatrix matrix,
-                        DeviceMatrix::Upload(context, host.data(), out, in, type));
-  *bytes += matrix.bytes();
-  return matrix;
-}
-
 template <typename T>
 absl::Status CopyToDevice(CudaContext& context, const std::vector<T>& host, T* device) {
   if (host.empty()) return absl::OkStatus();
@@ -62,7 +31,67 @@ absl::Status CopyToDevice(CudaContext& context, const std::vector<T>& host, T* d
                "cudaMemcpyAsync step inputs");
 }
 
-int64_t RoundUp4(int64_t floats) { return (floats + 3) / 4 * 4; }
+// The refusals made before anything is uploaded, in this order: attention without a CUDA
+// kernel (attention_cuda_dispatch.h: feature-map cross attention, Hugging Face models, txl),
+// the model-level options the device pass lacks, abc controls other than exp in cross and
+// encoder attention, gmat encoders, encoder-decoder models. Decoder self attention is checked
+// layer by layer as it is uploaded (UploadCudaAttention).
+absl::Status CheckCudaSupport(const ModelConfig& config) {
+  const std::vector<LayerSpec>& decoder_layers = config.decoder_layers;
+  const auto decoder = [](size_t l) { return absl::StrCat("decoder_layers[", l, "]"); };
+  const auto cross = [](size_t l) {
+    return absl::StrCat("decoder_layers[", l, "].cross_attention");
+  };
+  const auto encoder = [](size_t l) { return absl::StrCat("encoder_layers[", l, "].attention"); };
+  // Feature-map cross attention first: named before the encoder-decoder refusal.
+  for (size_t l = 0; l < decoder_layers.size(); ++l) {
+    const std::optional<AttentionSpec>& c = decoder_layers[l].cross_attention;
+    if (c && IsFeatureMapType(c->type)) return CheckCudaKernel(*c, cross(l), /*cross=*/true);
+  }
+  // Hugging Face models (Llama's RMSNorm, SwiGLU, RoPE and GQA; the fla mixers): refused naming
+  // the layer type, so --device auto serves them on the CPU.
+  if (config.is_hf()) {
+    for (size_t l = 0; l < decoder_layers.size(); ++l) {
+      const AttentionSpec& a = decoder_layers[l].attention;
+      if (a.is_fla_mixer()) return CheckCudaKernel(a, decoder(l), /*cross=*/false);
+    }
+    return NoCudaKernel(absl::StrCat("model_type \"", config.hf_model_type, "\""),
+                        "RMSNorm/SwiGLU blocks with rotary GQA softmax attention", /*plural=*/true);
+  }
+  // Transformer-XL, before its model-level options.
+  for (size_t l = 0; l < decoder_layers.size(); ++l) {
+    const AttentionSpec& a = decoder_layers[l].attention;
+    if (a.type == AttentionType::kTxl) return CheckCudaKernel(a, decoder(l), /*cross=*/false);
+  }
+  if (config.positional != Positional::kSinusoidal) {
+    return absl::UnimplementedError(
+        "config field \"positional\": \"none\" has no CUDA path; use the CPU backend");
+  }
+  if (config.norm != Norm::kPre) {
+    return absl::UnimplementedError(
+        "config field \"norm\": post-LN blocks have no CUDA path; use the CPU backend");
+  }
+  for (size_t l = 0; l < decoder_layers.size(); ++l) {
+    const std::optional<AttentionSpec>& c = decoder_layers[l].cross_attention;
+    if (c && c->type == AttentionType::kAbc) {
+      ABCD_RETURN_IF_ERROR(CheckCudaKernel(*c, cross(l), /*cross=*/true));
+    }
+  }
+  const std::vector<LayerSpec>& encoder_layers = config.encoder_layers;
+  for (size_t l = 0; l < encoder_layers.size(); ++l) {
+    const AttentionSpec& a = encoder_layers[l].attention;
+    if (a.type == AttentionType::kAbc) ABCD_RETURN_IF_ERROR(CheckCudaKernel(a, encoder(l), false));
+  }
+  for (size_t l = 0; l < encoder_layers.size(); ++l) {
+    const AttentionSpec& a = encoder_layers[l].attention;
+    if (a.gmat_chunk >= 0) return CheckCudaKernel(a, encoder(l), /*cross=*/false);
+  }
+  if (config.is_encoder_decoder()) {
+    return absl::UnimplementedError(
+        "the CUDA backend runs decoder-only models; encoder-decoder models use the CPU");
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -74,80 +103,7 @@ CudaModel::~CudaModel() = default;
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
                                                              CudaContext& context,
                                                              const CudaModelOptions& options) {
-  // Feature-map cross attention (issue 15) has no CUDA kernel: refused by type, before the
-  // encoder-decoder check, so the message names what the GPU lacks.
-  const std::vector<LayerSpec>& decoder_layers = model.config().decoder_layers;
-  for (size_t l = 0; l < decoder_layers.size(); ++l) {
-    const std::optional<AttentionSpec>& cross = decoder_layers[l].cross_attention;
-    if (cross && (cross->type == AttentionType::kRfa || cross->type == AttentionType::kT2r ||
-                  cross->type == AttentionType::kElu)) {
-      return absl::UnimplementedError(
-          absl::StrCat("decoder_layers[", l, "].cross_attention: ", AttentionTypeName(cross->type),
-                       " cross attention has no CUDA kernel; use the CPU backend"));
-    }
-  }
-  // Hugging Face models (Llama's RMSNorm, SwiGLU, RoPE and GQA; the fla mixers) have no CUDA
-  // path: refused naming the layer type, so --device auto serves them on the CPU.
-  if (model.config().is_hf()) {
-    for (size_t l = 0; l < decoder_layers.size(); ++l) {
-      const AttentionSpec& a = decoder_layers[l].attention;
-      if (a.is_fla_mixer()) {
-        return absl::UnimplementedError(absl::StrCat("decoder_layers[", l, "]: ",
-                                                     AttentionTypeName(a.type),
-                                                     " attention has no CUDA kernel; use the CPU "
-                                                     "backend"));
-      }
-    }
-    return absl::UnimplementedError(absl::StrCat(
-        "model_type \"", model.config().hf_model_type,
-        "\": RMSNorm/SwiGLU blocks with rotary GQA softmax attention have no CUDA kernel; use the "
-        "CPU backend"));
-  }
-  // Transformer-XL (issue 16) has no CUDA kernel, nor do its model-level options.
-  for (size_t l = 0; l < decoder_layers.size(); ++l) {
-    if (decoder_layers[l].attention.type == AttentionType::kTxl) {
-      return absl::UnimplementedError(absl::StrCat(
-          "decoder_layers[", l, "]: txl attention has no CUDA kernel; use the CPU backend"));
-    }
-  }
-  if (model.config().positional != Positional::kSinusoidal) {
-    return absl::UnimplementedError(
-        "config field \"positional\": \"none\" has no CUDA path; use the CPU backend");
-  }
-  if (model.config().norm != Norm::kPre) {
-    return absl::UnimplementedError(
-        "config field \"norm\": post-LN blocks have no CUDA path; use the CPU backend");
-  }
-  // abc controls other than exp (e.g. the Linformer's position) in cross and encoder attention:
-  // refused naming the layer and the control, as in decoder self attention.
-  for (size_t l = 0; l < decoder_layers.size(); ++l) {
-    const std::optional<AttentionSpec>& cross = decoder_layers[l].cross_attention;
-    if (cross && cross->type == AttentionType::kAbc && cross->control != AbcControl::kExp) {
-      return absl::UnimplementedError(absl::StrCat(
-          "decoder_layers[", l, "].cross_attention: abc attention with control \"",
-          AbcControlName(cross->control), "\" has no CUDA kernel; use the CPU backend"));
-    }
-  }
-  const std::vector<LayerSpec>& encoder_layers = model.config().encoder_layers;
-  for (size_t l = 0; l < encoder_layers.size(); ++l) {
-    const AttentionSpec& a = encoder_layers[l].attention;
-    if (a.type == AttentionType::kAbc && a.control != AbcControl::kExp) {
-      return absl::UnimplementedError(
-          absl::StrCat("encoder_layers[", l, "].attention: abc attention with control \"",
-                       AbcControlName(a.control), "\" has no CUDA kernel; use the CPU backend"));
-    }
-  }
-  // GMAT encoders (issue 16) have no CUDA kernel: named before the encoder-decoder check.
-  for (size_t l = 0; l < encoder_layers.size(); ++l) {
-    if (encoder_layers[l].attention.gmat_chunk >= 0) {
-      return absl::UnimplementedError(absl::StrCat(
-          "encoder_layers[", l, "].attention: gmat has no CUDA kernel; use the CPU backend"));
-    }
-  }
-  if (model.config().is_encoder_decoder()) {
-    return absl::UnimplementedError(
-        "the CUDA backend runs decoder-only models; encoder-decoder models use the CPU");
-  }
+  ABCD_RETURN_IF_ERROR(CheckCudaSupport(model.config()));
   // One kernel launch covers every row of a step or prefill chunk along the grid's y axis.
   if (options.max_sequences <= 0 || options.max_sequences > kMaxGridYZ) {
     return absl::InvalidArgumentError(absl::StrCat("max_sequences must be in [1, ", kMaxGridYZ,
@@ -160,141 +116,33 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
   std::unique_ptr<CudaModel> cuda_model(new CudaModel(context, model.config()));
   cuda_model->options_ = options;
   if (cuda_model->options_.max_context <= 0) cuda_model->options_.max_context = 2048;
-  ABCD_RETURN_IF_ERROR(cuda_model->Upload(model, cuda_model->options_));
+  ABCD_ASSIGN_OR_RETURN(const std::vector<float> empty_state, cuda_model->UploadWeights(model));
+  // Exactly one slot per sequence: padding rows (graph buckets, bounded models only) carry no
+  // state, so nothing beyond max_sequences is allocated and the state budget holds.
+  int softmax_layers = 0;
+  for (const Layer& layer : cuda_model->layers_) softmax_layers += layer.softmax_index >= 0;
+  ABCD_ASSIGN_OR_RETURN(
+      cuda_model->slots_,
+      DeviceStateSlots::Create(context, options.max_sequences, empty_state, softmax_layers,
+                               cuda_model->options_.max_context, cuda_model->config_.d_model));
+  ABCD_RETURN_IF_ERROR(cuda_model->AllocateStepBuffers());
   if (options.cuda_graphs) {
     ABCD_RETURN_IF_ERROR(cuda_model->CaptureGraphs());
   }
   return cuda_model;
 }
 
-absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& options) {
-  const ModelConfig& c = config_;
-  const int64_t d = c.d_model, ff = c.d_ff, vocab = c.vocab_size;
-  const int heads = c.n_heads, dh = static_cast<int>(c.head_dim());
-  const WeightType type = options.weights;
-  int64_t& bytes = weight_bytes_;
-  embed_scale_ = c.scale_embeddings ? std::sqrt(static_cast<float>(d)) : 1.0f;
-  ABCD_ASSIGN_OR_RETURN(embedding_, ToDevice(context_, model.embedding(), &bytes));
-  ABCD_ASSIGN_OR_RETURN(lm_head_, MatrixToDevice(context_, model.lm_head(), vocab, type, &bytes));
-  ABCD_ASSIGN_OR_RETURN(ln_f_weight_, ToDevice(context_, model.decoder().ln_f_weight, &bytes));
-  ABCD_ASSIGN_OR_RETURN(ln_f_bias_, ToDevice(context_, model.decoder().ln_f_bias, &bytes));
-
-  std::vector<float> empty_state;
+absl::Status CudaModel::AllocateStepBuffers() {
+  const CudaModelOptions& options = options_;
+  const int64_t d = config_.d_model, ff = config_.d_ff, vocab = config_.vocab_size;
   int64_t max_width = 0;
-  for (size_t l = 0; l < model.decoder().blocks.size(); ++l) {
-    const Model::Block& block = model.decoder().blocks[l];
-    const AttentionLayer& attention = *block.self_attention;
-    const AttentionSpec& spec = attention.spec();
-    Layer layer;
-    layer.type = spec.type;
-    layer.fused_width = static_cast<int64_t>(attention.fused_bias().size());
-    max_width = std::max(max_width, layer.fused_width);
-    ABCD_ASSIGN_OR_RETURN(layer.ln1_weight, ToDevice(context_, block.ln1_weight, &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.ln1_bias, ToDevice(context_, block.ln1_bias, &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.ln2_weight, ToDevice(context_, block.ln2_weight, &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.ln2_bias, ToDevice(context_, block.ln2_bias, &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.fused, MatrixToDevice(context_, attention.fused_weight(),
-                                                      layer.fused_width, type, &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.fused_bias, ToDevice(context_, attention.fused_bias(), &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.out,
-                          MatrixToDevice(context_, attention.out_weight(), d, type, &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.out_bias, ToDevice(context_, attention.out_bias(), &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.fc1,
-                          MatrixToDevice(context_, block.fc1.ToFloat(), ff, type, &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.fc1_bias, ToDevice(context_, block.fc1_bias, &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.fc2,
-                          MatrixToDevice(context_, block.fc2.ToFloat(), d, type, &bytes));
-    ABCD_ASSIGN_OR_RETURN(layer.fc2_bias, ToDevice(context_, block.fc2_bias, &bytes));
-
-    const AttentionState& state = attention.state();
-    switch (spec.type) {
-      case AttentionType::kSoftmax:
-        layer.softmax_index = static_cast<int>(kv_keys_.size());
-        kv_keys_.emplace_back();
-        kv_values_.emplace_back();
-        kv_bytes_per_token_ += 2 * d * 4;
-        break;
-      case AttentionType::kAbc:
-        // The CUDA abc kernels implement exp control only (learned logits, running means).
-        if (spec.control != AbcControl::kExp) {
-          return absl::UnimplementedError(absl::StrCat(
-              "decoder_layers[", l, "]: abc attention with control \"",
-              AbcControlName(spec.control), "\" has no CUDA kernel; use the CPU backend"));
-        }
-        layer.abc = AbcShape{heads, dh, spec.slots};
-        break;
-      case AttentionType::kRfa:
-      case AttentionType::kT2r:
-      case AttentionType::kElu: {
-        const auto& linear = dynamic_cast<const LinearState&>(state);
-        LinearAttentionParams& params = layer.linear;
-        params.n_heads = heads;
-        params.head_dim = dh;
-        params.gated = linear.gated();
-        params.eps = linear.eps();
-        if (const auto* rfa = dynamic_cast<const RandomFeatureMap*>(&linear.feature_map())) {
-          params.kind = rfa->kernel() == RfaKernel::kGaussian ? FeatureMapKind::kRfaGaussian
-                                                              : FeatureMapKind::kRfaArccos;
-          params.random_features = rfa->random_features();
-          ABCD_ASSIGN_OR_RETURN(layer.feature_projection,
-                                ToDevice(context_, rfa->projection(), &bytes));
-        } else if (const auto* t2r =
-                       dynamic_cast<const LearnedReluFeatureMap*>(&linear.feature_map())) {
-          params.kind = FeatureMapKind::kT2r;
-          params.learned_features = t2r->features();
-          ABCD_ASSIGN_OR_RETURN(layer.feature_projection,
-                                ToDevice(context_, t2r->weight(), &bytes));
-          ABCD_ASSIGN_OR_RETURN(layer.feature_bias, ToDevice(context_, t2r->bias(), &bytes));
-        } else {
-          params.kind = FeatureMapKind::kElu;
-        }
-        params.projection = layer.feature_projection.data();
-        params.bias = layer.feature_bias.data();
-        break;
-      }
-      case AttentionType::kWindow:
-        return absl::UnimplementedError(absl::StrCat(
-            "decoder_layers[", l, "]: window attention has no CUDA kernel; use the CPU backend"));
-      case AttentionType::kTxl:
-      case AttentionType::kGsa:
-      case AttentionType::kGla:
-      case AttentionType::kRetnet:
-      case AttentionType::kHgrn2:
-        return absl::UnimplementedError(absl::StrCat("decoder_layers[", l, "]: ",
-                                                     AttentionTypeName(spec.type),
-                                                     " attention has no CUDA kernel; use the CPU "
-                                                     "backend"));
-    }
-    if (!state.UsesKvCache()) {
-      // Each layer's block starts 16-byte aligned (the kernels use float4 loads).
-      layer.state_offset = static_cast<int64_t>(empty_state.size());
-      empty_state.resize(RoundUp4(layer.state_offset + state.FixedFloats()));
-      state.Init(empty_state.data() + layer.state_offset);
-    }
-    layers_.push_back(std::move(layer));
-  }
-  state_floats_ = static_cast<int64_t>(empty_state.size());
-
-  // Exactly one slot per sequence: padding rows (graph buckets, bounded models only) carry no
-  // state, so nothing beyond max_sequences is allocated and the state budget holds.
-  const int64_t slots = options.max_sequences;
-  ABCD_ASSIGN_OR_RETURN(empty_state_, DeviceArray<float>::FromHost(context_, empty_state));
-  ABCD_ASSIGN_OR_RETURN(states_, DeviceArray<float>::Allocate(slots * state_floats_));
-  for (size_t i = 0; i < kv_keys_.size(); ++i) {
-    ABCD_ASSIGN_OR_RETURN(kv_keys_[i],
-                          DeviceArray<float>::Allocate(slots * options.max_context * d));
-    ABCD_ASSIGN_OR_RETURN(kv_values_[i],
-                          DeviceArray<float>::Allocate(slots * options.max_context * d));
-  }
-  positions_.assign(slots, 0);
-  in_use_.assign(slots, false);
-
+  for (const Layer& layer : layers_) max_width = std::max(max_width, layer.fused_width);
   // A pass's rows are one launch's grid rows: at most kMaxGridYZ (Decode cuts passes there).
   max_rows_ =
       std::min<int64_t>(int64_t{options.max_sequences} + options.max_prefill_tokens, kMaxGridYZ);
   const int64_t rows = max_rows_;
   const int64_t n_layers = static_cast<int64_t>(layers_.size());
-  const int64_t n_softmax = static_cast<int64_t>(kv_keys_.size());
+  const int64_t n_softmax = slots_.kv_layers();
   ABCD_ASSIGN_OR_RETURN(tokens_, DeviceArray<int32_t>::Allocate(rows));
   ABCD_ASSIGN_OR_RETURN(token_positions_, DeviceArray<int64_t>::Allocate(rows));
   ABCD_ASSIGN_OR_RETURN(lengths_, DeviceArray<int32_t>::Allocate(rows));
@@ -318,69 +166,21 @@ absl::Status CudaModel::Upload(const Model& model, const CudaModelOptions& optio
   return context_.Synchronize();
 }
 
-absl::StatusOr<int> CudaModel::FreeSlot() const {
-  for (int slot = 0; slot < options_.max_sequences; ++slot) {
-    if (!in_use_[slot]) return slot;
-  }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("all ", options_.max_sequences, " CUDA sequence slots are in use"));
-}
+absl::StatusOr<int> CudaModel::Acquire() { return slots_.Acquire(context_); }
 
-absl::StatusOr<int> CudaModel::Acquire() {
-  ABCD_ASSIGN_OR_RETURN(const int slot, FreeSlot());
-  if (state_floats_ > 0) {
-    ABCD_RETURN_IF_ERROR(
-        Check(cudaMemcpyAsync(states_.data() + slot * state_floats_, empty_state_.data(),
-                              state_floats_ * 4, cudaMemcpyDeviceToDevice, context_.stream()),
-              "reset state slot"));
-  }
-  in_use_[slot] = true;
-  positions_[slot] = 0;
-  return slot;
-}
+absl::StatusOr<int> CudaModel::Fork(int slot) { return slots_.Fork(context_, slot); }
 
-absl::StatusOr<int> CudaModel::Fork(int slot) {
-  if (slot < 0 || slot >= options_.max_sequences || !in_use_[slot]) {
-    return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not in use"));
-  }
-  ABCD_ASSIGN_OR_RETURN(const int copy, FreeSlot());
-  if (state_floats_ > 0) {
-    ABCD_RETURN_IF_ERROR(
-        Check(cudaMemcpyAsync(states_.data() + copy * state_floats_,
-                              states_.data() + slot * state_floats_, state_floats_ * 4,
-                              cudaMemcpyDeviceToDevice, context_.stream()),
-              "fork state slot"));
-  }
-  const int64_t kv_floats = positions_[slot] * config_.d_model;
-  for (const Layer& layer : layers_) {
-    if (layer.softmax_index < 0 || kv_floats == 0) continue;
-    ABCD_RETURN_IF_ERROR(
-        Check(cudaMemcpyAsync(KeyCache(copy, layer), KeyCache(slot, layer), kv_floats * 4,
-                              cudaMemcpyDeviceToDevice, context_.stream()),
-              "fork key cache"));
-    ABCD_RETURN_IF_ERROR(
-        Check(cudaMemcpyAsync(ValueCache(copy, layer), ValueCache(slot, layer), kv_floats * 4,
-                              cudaMemcpyDeviceToDevice, context_.stream()),
-              "fork value cache"));
-  }
-  in_use_[copy] = true;
-  positions_[copy] = positions_[slot];
-  return copy;
-}
-
-void CudaModel::Release(int slot) {
-  if (slot >= 0 && slot < options_.max_sequences) in_use_[slot] = false;
-}
+void CudaModel::Release(int slot) { slots_.Release(slot); }
 
 absl::Status CudaModel::SetPositionForBenchmark(int slot, int64_t position) {
-  if (slot < 0 || slot >= options_.max_sequences || !in_use_[slot]) {
+  if (!slots_.in_use(slot)) {
     return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not in use"));
   }
-  if (!kv_keys_.empty() && position >= options_.max_context) {
+  if (slots_.kv_layers() > 0 && position >= options_.max_context) {
     return absl::InvalidArgumentError(
         absl::StrCat("position ", position, " >= max_context ", options_.max_context));
   }
-  positions_[slot] = position;
+  slots_.set_position(slot, position);
   return absl::OkStatus();
 }
 
@@ -398,7 +198,7 @@ absl::Status CudaModel::Validate(std::span<const int> slots,
   absl::flat_hash_set<int> seen;
   for (size_t b = 0; b < slots.size(); ++b) {
     const int slot = slots[b];
-    if (slot < 0 || slot >= options_.max_sequences || !in_use_[slot]) {
+    if (!slots_.in_use(slot)) {
       return absl::InvalidArgumentError(absl::StrCat("slots[", b, "] = ", slot, " is not in use"));
     }
     if (!seen.insert(slot).second) {
@@ -409,26 +209,12 @@ absl::Status CudaModel::Validate(std::span<const int> slots,
                                                      " is outside the vocabulary [0, ",
                                                      config_.vocab_size, ")"));
     }
-    if (!kv_keys_.empty() && positions_[slot] >= options_.max_context) {
+    if (slots_.kv_layers() > 0 && slots_.position(slot) >= options_.max_context) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "slots[", b, "]: the KV cache holds max_context = ", options_.max_context, " tokens"));
     }
   }
   return absl::OkStatus();
-}
-
-float* CudaModel::StatePointer(int slot, const Layer& layer) const {
-  return states_.data() + slot * state_floats_ + layer.state_offset;
-}
-
-float* CudaModel::KeyCache(int slot, const Layer& layer) const {
-  return kv_keys_[layer.softmax_index].data() +
-         static_cast<int64_t>(slot) * options_.max_context * config_.d_model;
-}
-
-float* CudaModel::ValueCache(int slot, const Layer& layer) const {
-  return kv_values_[layer.softmax_index].data() +
-         static_cast<int64_t>(slot) * options_.max_context * config_.d_model;
 }
 
 absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
@@ -437,8 +223,8 @@ absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const 
   std::vector<int32_t> token_ids(rows, 0), lengths(rows, 0);
   std::vector<int64_t> positions(rows, 0);
   std::vector<float*> state_pointers(layers_.size() * stride, nullptr);
-  std::vector<float*> key_pointers(kv_keys_.size() * stride, nullptr);
-  std::vector<float*> value_pointers(kv_keys_.size() * stride, nullptr);
+  std::vector<float*> key_pointers(static_cast<size_t>(slots_.kv_layers()) * stride, nullptr);
+  std::vector<float*> value_pointers(static_cast<size_t>(slots_.kv_layers()) * stride, nullptr);
   for (int64_t b = 0; b < rows; ++b) {
     const bool real = b < static_cast<int64_t>(slots.size());
     // Padding rows of a graph bucket keep token 0 and null state and cache pointers (the
@@ -446,15 +232,15 @@ absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const 
     if (!real) continue;
     const int slot = slots[b];
     token_ids[b] = tokens[b];
-    positions[b] = positions_[slot];
-    lengths[b] = static_cast<int32_t>(positions_[slot]);
+    positions[b] = slots_.position(slot);
+    lengths[b] = static_cast<int32_t>(slots_.position(slot));
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& layer = layers_[l];
       if (layer.softmax_index < 0) {
-        state_pointers[l * stride + b] = StatePointer(slot, layer);
+        state_pointers[l * stride + b] = slots_.State(slot, layer.state_offset);
       } else {
-        key_pointers[layer.softmax_index * stride + b] = KeyCache(slot, layer);
-        value_pointers[layer.softmax_index * stride + b] = ValueCache(slot, layer);
+        key_pointers[layer.softmax_index * stride + b] = slots_.Keys(slot, layer.softmax_index);
+        value_pointers[layer.softmax_index * stride + b] = slots_.Values(slot, layer.softmax_index);
       }
     }
   }
@@ -476,11 +262,11 @@ absl::Status CudaModel::StageSequences(std::span<const SequenceTokens> entries, 
   // Bounded layers: each sequence's block once (the scan walks its rows); softmax: every row
   // appends to and reads its sequence's cache, attending over start + t + 1 tokens.
   std::vector<float*> state_pointers(layers_.size() * stride, nullptr);
-  std::vector<float*> key_pointers(kv_keys_.size() * stride, nullptr);
-  std::vector<float*> value_pointers(kv_keys_.size() * stride, nullptr);
+  std::vector<float*> key_pointers(static_cast<size_t>(slots_.kv_layers()) * stride, nullptr);
+  std::vector<float*> value_pointers(static_cast<size_t>(slots_.kv_layers()) * stride, nullptr);
   for (size_t s = 0; s < entries.size(); ++s) {
     const int slot = entries[s].slot;
-    const int64_t start = positions_[slot];
+    const int64_t start = slots_.position(slot);
     const int64_t row0 = static_cast<int64_t>(token_ids.size());
     first.push_back(static_cast<int32_t>(row0));
     count.push_back(static_cast<int32_t>(entries[s].tokens.size()));
@@ -492,12 +278,13 @@ absl::Status CudaModel::StageSequences(std::span<const SequenceTokens> entries, 
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& layer = layers_[l];
       if (layer.softmax_index < 0) {
-        state_pointers[l * stride + static_cast<int64_t>(s)] = StatePointer(slot, layer);
+        state_pointers[l * stride + static_cast<int64_t>(s)] =
+            slots_.State(slot, layer.state_offset);
         continue;
       }
       for (int64_t r = row0; r < static_cast<int64_t>(token_ids.size()); ++r) {
-        key_pointers[layer.softmax_index * stride + r] = KeyCache(slot, layer);
-        value_pointers[layer.softmax_index * stride + r] = ValueCache(slot, layer);
+        key_pointers[layer.softmax_index * stride + r] = slots_.Keys(slot, layer.softmax_index);
+        value_pointers[layer.softmax_index * stride + r] = slots_.Values(slot, layer.softmax_index);
       }
     }
   }
@@ -520,7 +307,7 @@ absl::Status CudaModel::Forward(std::span<const SequenceTokens> entries,
   int32_t max_length = 0;
   for (size_t s = 0; s < entries.size(); ++s) {
     const int slot = entries[s].slot;
-    if (slot < 0 || slot >= options_.max_sequences || !in_use_[slot]) {
+    if (!slots_.in_use(slot)) {
       return absl::InvalidArgumentError(
           absl::StrCat("entries[", s, "].slot = ", slot, " is not in use"));
     }
@@ -538,8 +325,8 @@ absl::Status CudaModel::Forward(std::span<const SequenceTokens> entries,
                          " is outside the vocabulary [0, ", config_.vocab_size, ")"));
       }
     }
-    const int64_t end = positions_[slot] + static_cast<int64_t>(tokens.size());
-    if (!kv_keys_.empty() && end > options_.max_context) {
+    const int64_t end = slots_.position(slot) + static_cast<int64_t>(tokens.size());
+    if (slots_.kv_layers() > 0 && end > options_.max_context) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "entries[", s, "]: the KV cache holds max_context = ", options_.max_context, " tokens"));
     }
@@ -589,14 +376,14 @@ absl::Status CudaModel::Forward(std::span<const SequenceTokens> entries,
   }
   ABCD_RETURN_IF_ERROR(context_.Synchronize());
   for (const SequenceTokens& entry : entries) {
-    positions_[entry.slot] += static_cast<int64_t>(entry.tokens.size());
+    slots_.Advance(entry.slot, static_cast<int64_t>(entry.tokens.size()));
   }
   return absl::OkStatus();
 }
 
 absl::Status CudaModel::Prefill(int slot, std::span<const int32_t> tokens, bool last_only,
                                 std::vector<float>* logits) {
-  if (slot < 0 || slot >= options_.max_sequences || !in_use_[slot]) {
+  if (!slots_.in_use(slot)) {
     return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not in use"));
   }
   if (tokens.empty()) return absl::InvalidArgumentError("a prefill needs at least one token");
@@ -607,8 +394,8 @@ absl::Status CudaModel::Prefill(int slot, std::span<const int32_t> tokens, bool 
                                                      config_.vocab_size, ")"));
     }
   }
-  if (!kv_keys_.empty() &&
-      positions_[slot] + static_cast<int64_t>(tokens.size()) > options_.max_context) {
+  if (slots_.kv_layers() > 0 &&
+      slots_.position(slot) + static_cast<int64_t>(tokens.size()) > options_.max_context) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the prompt does not fit the KV cache of max_context = ", options_.max_context));
   }
@@ -656,33 +443,12 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t
       step.first = scan_first_.data();
       step.count = scan_count_.data();
     }
-    switch (layer.type) {
-      case AttentionType::kAbc:
-        ABCD_RETURN_IF_ERROR(AbcStep(ctx, layer.abc, step, /*update=*/true));
-        break;
-      case AttentionType::kRfa:
-      case AttentionType::kT2r:
-      case AttentionType::kElu:
-        ABCD_RETURN_IF_ERROR(LinearAttentionStep(ctx, layer.linear, step));
-        break;
-      case AttentionType::kSoftmax: {
-        const KvCacheRows cache{key_pointers_.data() + layer.softmax_index * stride,
-                                value_pointers_.data() + layer.softmax_index * stride,
-                                lengths_.data(), max_length};
-        ABCD_RETURN_IF_ERROR(
-            SoftmaxStep(ctx, config_.n_heads, static_cast<int>(config_.head_dim()), step, cache));
-        break;
-      }
-      case AttentionType::kWindow:
-        return absl::InternalError("window attention reached the CUDA forward pass");
-      case AttentionType::kTxl:
-      case AttentionType::kGsa:
-      case AttentionType::kGla:
-      case AttentionType::kRetnet:
-      case AttentionType::kHgrn2:
-        return absl::InternalError(absl::StrCat(AttentionTypeName(layer.type),
-                                                " attention reached the CUDA forward pass"));
+    KvCacheRows cache;  // softmax layers: their rows of the KV caches
+    if (layer.softmax_index >= 0) {
+      cache = {key_pointers_.data() + layer.softmax_index * stride,
+               value_pointers_.data() + layer.softmax_index * stride, lengths_.data(), max_length};
     }
+    ABCD_RETURN_IF_ERROR(LaunchCudaAttention(ctx, layer.attention, step, cache));
     ABCD_RETURN_IF_ERROR(
         Linear(ctx, attended_.data(), rows, layer.out, layer.out_bias.data(), delta_.data()));
     ABCD_RETURN_IF_ERROR(AddInPlace(ctx, x_.data(), delta_.data(), rows * d));
@@ -702,7 +468,7 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t
 }
 
 void CudaModel::Advance(std::span<const int> slots) {
-  for (int slot : slots) ++positions_[slot];
+  for (int slot : slots) slots_.Advance(slot, 1);
 }
 
 absl::Status CudaModel::StepLogits(std::span<const int> slots, std::span<const int32_t> tokens,
@@ -710,7 +476,8 @@ absl::Status CudaModel::StepLogits(std::span<const int> slots, std::span<const i
   ABCD_RETURN_IF_ERROR(Validate(slots, tokens));
   const int64_t rows = static_cast<int64_t>(slots.size());
   int32_t max_length = 0;
-  for (int slot : slots) max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
+  for (int slot : slots)
+    max_length = std::max(max_length, static_cast<int32_t>(slots_.position(slot)));
   ABCD_RETURN_IF_ERROR(StageInputs(slots, tokens, rows));
   ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, 0, 0));
   const size_t offset = logits->size();
@@ -742,7 +509,7 @@ absl::Status CudaModel::CaptureGraphs() {
   // tokens a step may attend over; a bucket's graph serves every step whose longest context
   // fits it (the chunks past a row's length are empty).
   graph_contexts_ =
-      kv_keys_.empty() ? std::vector<int64_t>{0} : GraphContextBuckets(options_.max_context);
+      slots_.kv_layers() == 0 ? std::vector<int64_t>{0} : GraphContextBuckets(options_.max_context);
   auto max_length = [](int64_t context) {
     return static_cast<int32_t>(context > 0 ? context - 1 : 0);
   };
@@ -800,7 +567,8 @@ absl::Status CudaModel::StepSample(std::span<const int> slots, std::span<const i
   ABCD_RETURN_IF_ERROR(StageInputs(slots, tokens, rows));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, staged, sampling_params_.data()));
   int32_t max_length = 0;
-  for (int slot : slots) max_length = std::max(max_length, static_cast<int32_t>(positions_[slot]));
+  for (int slot : slots)
+    max_length = std::max(max_length, static_cast<int32_t>(slots_.position(slot)));
   if (!replay) {
     ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, 0, 0));
     ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,

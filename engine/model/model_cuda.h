@@ -18,6 +18,10 @@
 // sequence's rows in order), softmax by causal split-K over the appended rows; the result
 // equals feeding the tokens one step at a time. Encoder-decoder models and window attention
 // stay on the CPU backend (Create returns Unimplemented).
+// Files: model_cuda.cc (refusals, staging, the forward pass, graphs), model_cuda_weights.cc
+// (weight upload); the attention kernels are chosen and launched by
+// engine/attention/attention_cuda_dispatch.h, the state slots live in
+// engine/state/device_state_slots.h.
 // Not thread-safe: one engine thread owns it.
 #pragma once
 
@@ -27,10 +31,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/attention/attention_cuda_dispatch.h"
 #include "engine/device/cuda_context.h"
 #include "engine/model/model.h"
 #include "engine/ops/linear_cuda.h"
 #include "engine/sampling/sampler_cuda.h"
+#include "engine/state/device_state_slots.h"
 
 namespace abcd::cuda {
 
@@ -52,7 +58,7 @@ class CudaModel {
   // Device bytes of the parameters as stored (projections in the chosen type).
   int64_t weight_bytes() const { return weight_bytes_; }
   // Bytes one sequence's bounded state occupies (excludes softmax KV caches).
-  int64_t state_bytes_per_sequence() const { return state_floats_ * 4; }
+  int64_t state_bytes_per_sequence() const { return slots_.state_floats() * 4; }
   // Bytes one token adds to a sequence's softmax KV caches (0 for bounded models).
   int64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
   bool uses_graphs() const { return !graphs_.empty() && graphs_enabled_; }
@@ -64,7 +70,7 @@ class CudaModel {
   void Release(int slot);
   // A free slot holding a copy of `slot`'s state (and KV cache rows): beam search.
   absl::StatusOr<int> Fork(int slot);
-  int64_t position(int slot) const { return positions_[slot]; }
+  int64_t position(int slot) const { return slots_.position(slot); }
   int max_sequences() const { return options_.max_sequences; }
   // Softmax layers' KV capacity per sequence in tokens (unused by bounded models).
   int64_t max_context() const { return options_.max_context; }
@@ -106,22 +112,32 @@ class CudaModel {
   absl::Status SetPositionForBenchmark(int slot, int64_t position);
 
  private:
-  struct Layer;
+  // One decoder layer on the device.
+  struct Layer {
+    DeviceArray<float> ln1_weight, ln1_bias, ln2_weight, ln2_bias;
+    DeviceMatrix fused, out, fc1, fc2;
+    DeviceArray<float> fused_bias, out_bias, fc1_bias, fc2_bias;
+    int64_t fused_width = 0;
+    CudaAttention attention;
+    int64_t state_offset = 0;  // floats into a sequence's state block (bounded types)
+    int softmax_index = -1;    // its KV caches among the slots' (softmax)
+  };
   struct Graph;
   CudaModel(CudaContext& context, const ModelConfig& config);
-  absl::Status Upload(const Model& model, const CudaModelOptions& options);
+  // model_cuda_weights.cc: every parameter to the device (layers_ and the model-level
+  // tensors); returns one sequence's empty fixed state block.
+  absl::StatusOr<std::vector<float>> UploadWeights(const Model& model);
+  absl::StatusOr<Layer> UploadLayer(const Model::Block& block, size_t index,
+                                    std::vector<float>& empty_state);
+  // The step buffers for max_rows_ rows.
+  absl::Status AllocateStepBuffers();
   absl::Status Validate(std::span<const int> slots, std::span<const int32_t> tokens) const;
-  // The lowest free slot, not reset; ResourceExhausted when all are in use.
-  absl::StatusOr<int> FreeSlot() const;
   // Copies the step's inputs into the device input buffers for `rows` rows (>= slots.size();
   // extra rows are padding: no state, no KV cache; the kernels skip them).
   absl::Status StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
                            int64_t rows);
   // Stages the rows of a Forward(): each entry's tokens from its slot's current position.
   absl::Status StageSequences(std::span<const SequenceTokens> entries, int64_t rows);
-  float* StatePointer(int slot, const Layer& layer) const;
-  float* KeyCache(int slot, const Layer& layer) const;
-  float* ValueCache(int slot, const Layer& layer) const;
   // Enqueues the forward pass over the staged rows, leaving logits in logits_. With
   // `scan_sequences` > 0 the rows are that many sequences' runs of consecutive tokens (the scan
   // form of the state kernels, StageSequences), the longest `scan_longest_run` rows; 0: one row
@@ -138,7 +154,6 @@ class CudaModel {
   ModelConfig config_;
   CudaModelOptions options_;
   int64_t weight_bytes_ = 0;
-  int64_t state_floats_ = 0;  // per sequence, each layer's block padded to 16 bytes
   int64_t kv_bytes_per_token_ = 0;
   float embed_scale_ = 1.0f;
 
@@ -147,12 +162,9 @@ class CudaModel {
   DeviceMatrix lm_head_;
   DeviceArray<float> ln_f_weight_, ln_f_bias_;
 
-  // Per sequence slot.
-  DeviceArray<float> states_;                            // [slots, state_floats_]
-  DeviceArray<float> empty_state_;                       // [state_floats_]
-  std::vector<DeviceArray<float>> kv_keys_, kv_values_;  // per softmax layer [slots, cap, d]
-  std::vector<int64_t> positions_;
-  std::vector<bool> in_use_;
+  // Per sequence: the fixed state block (each layer's block padded to 16 bytes), the softmax
+  // layers' KV caches and the position.
+  DeviceStateSlots slots_;
 
   // Step buffers sized for max_rows_ = max_sequences + max_prefill_tokens rows.
   int64_t max_rows_ = 0;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/core/thread_pool.h"
-#include "engine/model/model_config.h"
+#include "engine/ops/op_kinds.h"
 
 namespace abcd::cpu {
 

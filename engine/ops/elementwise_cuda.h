@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "engine/device/cuda_context.h"
-#include "engine/model/model_config.h"
+#include "engine/ops/op_kinds.h"
 
 namespace abcd::cuda {
 

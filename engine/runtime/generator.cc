@@ -10,18 +10,6 @@
 
 namespace abcd {
 
-absl::string_view FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kEos:
-      return "eos";
-  }
-  return "?";
-}
-
 absl::StatusOr<GenerateResult> Generate(const Model& model, const Tokenizer& tokenizer,
                                         StatePool& pool, absl::string_view prompt,
                                         const GenerateOptions& options,

@@ -14,13 +14,11 @@
 #include "engine/model/model.h"
 #include "engine/ops/cpu_context.h"
 #include "engine/sampling/sampler.h"
+#include "engine/scheduler/finish_reason.h"
 #include "engine/state/state_pool.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace abcd {
-
-enum class FinishReason { kLength, kStop, kEos };
-absl::string_view FinishReasonName(FinishReason reason);
 
 struct GenerateOptions {
   int max_tokens = 64;

@@ -1,7 +1,8 @@
 // Capacity scheduling: which waiting requests to admit this iteration. A request is admitted
 // only when its worst-case state bytes (fixed blocks for every sequence it may hold, plus KV
 // pages for prompt + max_tokens on softmax layers) fit beside what running requests have
-// reserved, so a running sequence is never preempted. First come, first served: the head of
+// reserved (RequestStateBytes, engine/state/request_state_bytes.h), so a running sequence is
+// never preempted. First come, first served: the head of
 // the queue is never overtaken, so a large request cannot starve (the one exception: a request
 // that waits for a prefix snapshot another running request is about to store lets others by).
 #pragma once
@@ -9,13 +10,9 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/state/state_pool.h"
+#include "engine/state/request_state_bytes.h"
 
 namespace abcd {
-
-// Worst-case bytes for one request on `layout`.
-int64_t RequestStateBytes(const StateLayout& layout, int64_t prompt_tokens, int64_t source_tokens,
-                          int64_t max_new_tokens, int sequences);
 
 struct CapacityLimits {
   int64_t budget_bytes = 0;

@@ -1,5 +1,6 @@
-// The ContinuousBatchingExecutor's engine loop: admission (with prefix reuse), encoding, the
-// batched step. Intake and events are in executor_intake.cc and executor_events.cc.
+// The ContinuousBatchingExecutor: queueing, and the engine loop: cancellation and deadlines,
+// admission (with prefix reuse), encoding, the iteration (plan -> run -> apply; the plan is
+// iteration_plan.cc, the apply step apply_output.cc), prefix snapshots and published stats.
 #include "engine/scheduler/continuous_batching_executor.h"
 
 #include <chrono>
@@ -20,13 +21,60 @@ ContinuousBatchingExecutor::ContinuousBatchingExecutor(std::unique_ptr<DecodeBac
       config_(backend_->config()),
       tokenizer_(tokenizer),
       options_(options),
+      intake_(*backend_, tokenizer, options),
       capacity_bytes_(backend_->capacity_bytes()),
       backend_samples_(backend_->samples_tokens()),
       prefix_cache_(backend_->snapshots_supported() && !backend_->config().is_encoder_decoder()
                         ? options.prefix_cache_bytes
                         : 0) {
   stats_.state_bytes_capacity = capacity_bytes_;
+  plan_params_ = {
+      .backend_samples = backend_samples_,
+      .prefill_policy = options_.prefill_policy,
+      .prefill_token_budget = options_.prefill_token_budget,
+      .iteration_budget_ms = options_.iteration_budget_ms,
+      .prefill_step_share = options_.prefill_step_share,
+      .costs = &costs_,
+  };
   thread_ = std::thread([this] { Loop(); });
+}
+
+absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::Queue(
+    std::vector<std::unique_ptr<ActiveRequest>> rs) {
+  absl::MutexLock lock(&mu_);
+  if (!backend_failure_.ok()) return backend_failure_;
+  if (draining_ || stopping_) return absl::UnavailableError("server is draining");
+  const int64_t n = static_cast<int64_t>(rs.size());
+  if (queued_ + n > options_.max_waiting_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat("overloaded: ", queued_,
+                                                     " requests are already waiting (limit ",
+                                                     options_.max_waiting_requests, ")"));
+  }
+  std::vector<RequestId> ids;
+  for (auto& r : rs) {
+    r->id = next_id_++;
+    ++queued_;
+    ids.push_back(r->id);
+    incoming_.push_back(std::move(r));
+  }
+  return ids;
+}
+
+absl::StatusOr<RequestId> ContinuousBatchingExecutor::Enqueue(GenerationRequest request,
+                                                              EventCallback callback) {
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<ActiveRequest> r,
+                        intake_.Prepare(std::move(request), std::move(callback)));
+  std::vector<std::unique_ptr<ActiveRequest>> rs;
+  rs.push_back(std::move(r));
+  ABCD_ASSIGN_OR_RETURN(std::vector<RequestId> ids, Queue(std::move(rs)));
+  return ids.front();
+}
+
+absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::EnqueueBatch(
+    std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) {
+  ABCD_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ActiveRequest>> rs,
+                        intake_.PrepareBatch(std::move(requests), std::move(callbacks)));
+  return Queue(std::move(rs));
 }
 
 void ContinuousBatchingExecutor::Loop() {
@@ -229,148 +277,37 @@ void ContinuousBatchingExecutor::EncodeSources() {
 }
 
 void ContinuousBatchingExecutor::Step() {
-  // Rows: one decode token per running sequence, then prefill chunks under the token budget.
-  // Decode tokens the backend samples itself go apart: only their ids come back.
-  std::vector<DecodeRow> rows;
-  std::vector<ActiveRequest*> owners;  // one per row with want_logits, in row order
-  std::vector<SampledRow> sampled_rows;
-  std::vector<ActiveRequest*> sampled_owners;
-  for (const auto& r : running_) {
-    if (!r->prefill_done()) continue;
-    if (SampledByBackend(*r)) {
-      const auto generated = static_cast<uint64_t>(r->context.size() - r->prompt_ids.size());
-      sampled_rows.push_back({r->sequence, r->pending_token, r->request.sampling, generated});
-      sampled_owners.push_back(r.get());
-    } else if (r->beam_search()) {
-      for (const Beam& beam : r->beams) {
-        rows.push_back({beam.sequence, beam.tokens.back(), true});
-        owners.push_back(r.get());
-      }
-    } else {
-      rows.push_back({r->sequence, r->pending_token, true});
-      owners.push_back(r.get());
-    }
-  }
-  std::vector<int64_t> remaining;
-  int64_t prefilling = 0;
-  for (const auto& r : running_) {
-    // Prefill stops where a prefix snapshot is due (taken after this step's rows are folded).
-    const int64_t until = r->snapshot_at > r->prefilled ? r->snapshot_at
-                          : r->snapshot_end_at > r->prefilled
-                              ? r->snapshot_end_at
-                              : static_cast<int64_t>(r->prompt_ids.size());
-    remaining.push_back(r->encoded && !r->done ? until - r->prefilled : 0);
-    prefilling += remaining.back() > 0;
-  }
-  const int64_t decode_rows = static_cast<int64_t>(rows.size() + sampled_rows.size());
-  int64_t prefill_tokens = options_.prefill_token_budget;
-  if (options_.prefill_policy == PrefillPolicy::kTime) {
-    prefill_tokens = PrefillTokensForIteration({
-        .decode_rows = decode_rows,
-        .decode_step_seconds = costs_.DecodeStepSeconds(decode_rows + prefilling),
-        .prompt_row_seconds = costs_.PromptRowSeconds(),
-        .iteration_budget_seconds = options_.iteration_budget_ms / 1000.0,
-        .decode_step_share = options_.prefill_step_share,
-        .token_budget = options_.prefill_token_budget,
-    });
-  }
-  for (const auto& r : running_) r->chunk_rows = 0;
-  for (const PrefillChunk& chunk : PlanPrefill(remaining, prefill_tokens)) {
-    ActiveRequest& r = *running_[chunk.index];
-    r.chunk_start = r.prefilled;
-    r.chunk_rows = chunk.tokens;
-    for (int64_t t = r.prefilled; t < r.prefilled + chunk.tokens; ++t) {
-      const bool last = t + 1 == static_cast<int64_t>(r.prompt_ids.size());
-      // Prompt log-probabilities need every prompt row's logits, not only the last's.
-      const bool want_logits = last || r.request.prompt_logprobs;
-      rows.push_back({r.sequence, r.prompt_ids[t], want_logits});
-      if (want_logits) owners.push_back(&r);
-    }
-    r.prefilled += chunk.tokens;
-  }
-  if (rows.empty() && sampled_rows.empty()) {
+  const IterationPlan plan = PlanIteration(running_, plan_params_);
+  if (plan.empty()) {
     Publish(0);
     return;
   }
+  const IterationOutput output = RunIteration(plan);
+  ApplyOutput(plan, output);
+}
+
+IterationOutput ContinuousBatchingExecutor::RunIteration(const IterationPlan& plan) {
+  IterationOutput output;
   // The backend calls' wall time feeds the cost model (failed calls do not).
-  const int64_t prompt_rows = static_cast<int64_t>(rows.size() + sampled_rows.size()) - decode_rows;
   std::chrono::duration<double> backend_time{0};
-  const auto observe_costs = [&] {
-    costs_.Observe(decode_rows, prompt_rows, backend_time.count());
-  };
-  int64_t batch_sequences = static_cast<int64_t>(sampled_rows.size());
-  bool sampled_ok = true;
-  if (!sampled_rows.empty()) {
-    std::vector<int32_t> tokens;
+  if (!plan.sampled_rows.empty()) {
     const auto started = std::chrono::steady_clock::now();
-    const absl::Status status = backend_->DecodeAndSample(sampled_rows, &tokens);
+    output.sampled_status = backend_->DecodeAndSample(plan.sampled_rows, &output.sampled_tokens);
     backend_time += std::chrono::steady_clock::now() - started;
-    sampled_ok = status.ok();
-    for (size_t i = 0; i < sampled_owners.size(); ++i) {
-      if (status.ok()) {
-        Accept(*sampled_owners[i], tokens[i]);
-      } else {
-        Finish(*sampled_owners[i], status, FinishReason::kLength);
-      }
-    }
   }
   // Reused from step to step: a batch's logits (batch x vocabulary floats, megabytes at
   // batch 64) are neither allocated nor faulted in again every iteration.
-  std::vector<float>& logits = logits_;
-  logits.clear();
-  if (rows.empty()) {
-    if (sampled_ok) observe_costs();
-    std::erase_if(running_, [](const auto& r) { return r->done; });
-    Publish(batch_sequences);
-    return;
+  logits_.clear();
+  if (!plan.rows.empty()) {
+    const auto started = std::chrono::steady_clock::now();
+    output.decode_status = backend_->Decode(plan.rows, &logits_);
+    backend_time += std::chrono::steady_clock::now() - started;
+    output.logits = logits_;
   }
-  const auto decode_started = std::chrono::steady_clock::now();
-  const absl::Status decode_status = backend_->Decode(rows, &logits);
-  backend_time += std::chrono::steady_clock::now() - decode_started;
-  if (!decode_status.ok()) {
-    for (ActiveRequest* r : owners) {
-      if (!r->done) Finish(*r, decode_status, FinishReason::kLength);
-    }
-    std::erase_if(running_, [](const auto& r) { return r->done; });
-    Publish(0);
-    return;
+  if (output.sampled_status.ok() && output.decode_status.ok()) {
+    costs_.Observe(plan.decode_rows, plan.prompt_rows(), backend_time.count());
   }
-  if (sampled_ok) observe_costs();
-  StoreDueSnapshots();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    batch_sequences += i == 0 || rows[i].sequence != rows[i - 1].sequence;
-  }
-  const int vocab = config_.vocab_size;
-  std::vector<std::unique_ptr<ActiveRequest>> choices;  // forked this step (n > 1)
-  for (size_t i = 0; i < owners.size();) {
-    ActiveRequest& r = *owners[i];
-    size_t end = i + 1;
-    while (end < owners.size() && owners[end] == owners[i]) ++end;
-    const std::span<const float> slice(logits.data() + i * vocab, (end - i) * vocab);
-    if (r.beam_search()) {
-      BeamStepFor(r, slice);
-    } else if (r.request.prompt_logprobs && r.chunk_rows > 0) {
-      ScorePrompt(r, slice);
-      if (r.prefill_done() && r.request.max_tokens == 0) {
-        Finish(r, absl::OkStatus(), FinishReason::kLength);
-      } else if (r.prefill_done()) {
-        Sample(r, slice.last(vocab));
-      }
-    } else if (r.group->n > 1 && !r.forked) {
-      // The prompt is in: every choice starts from this state and these logits.
-      const size_t first = choices.size();
-      if (ForkChoices(r, &choices)) {
-        Sample(r, slice);
-        for (size_t c = first; c < choices.size(); ++c) Sample(*choices[c], slice);
-      }
-    } else {
-      Sample(r, slice);
-    }
-    i = end;
-  }
-  for (auto& choice : choices) running_.push_back(std::move(choice));
-  std::erase_if(running_, [](const auto& r) { return r->done; });
-  Publish(batch_sequences);
+  return output;
 }
 
 void ContinuousBatchingExecutor::CacheFinalState(const ActiveRequest& r) {

@@ -1,8 +1,13 @@
 // The Executor implementation (internal to engine/scheduler): one engine thread, continuous
-// batching over a DecodeBackend. Split over three files:
-//   continuous_batching_executor.cc  the loop: admission, encoding, the batched step
-//   executor_intake.cc               validation, tokenization, sessions, queueing (any thread)
-//   executor_events.cc               sampling, beams, choices, events and finishing (engine thread)
+// batching over a DecodeBackend. Each iteration is plan -> run -> apply:
+//   Step() = PlanIteration (iteration_plan.h: which rows, whose; plain data, no backend)
+//            -> RunIteration (the backend calls) -> ApplyOutput (route tokens and logits).
+// Files:
+//   request_intake.{h,cc}            RequestIntake: validation, tokenization, sessions (any thread)
+//   continuous_batching_executor.cc  queueing, the loop: admission, encoding, Step, stats
+//   iteration_plan.{h,cc}            PlanIteration
+//   apply_output.cc                  ApplyOutput: sampling, beams, choices, events, finishing
+//   active_request.h                 the per-request record the loop keeps
 #pragma once
 
 #include <deque>
@@ -14,94 +19,18 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/scheduler/active_request.h"
 #include "engine/scheduler/batch_planner.h"
 #include "engine/scheduler/executor.h"
+#include "engine/scheduler/iteration_plan.h"
 #include "engine/scheduler/prefix_cache.h"
-#include "engine/scheduler/text_stream.h"
-#include "engine/state/sequence_blob.h"
+#include "engine/scheduler/request_intake.h"
 
 namespace abcd {
 namespace executor_internal {
 
-inline constexpr int kMaxBeamSize = 16;
-inline constexpr int kMaxStopStrings = 16;
-inline constexpr size_t kMaxStopLength = 256;
 // Prefixes shorter than this are not worth a snapshot: prefilling them costs about a restore.
 inline constexpr int64_t kMinCachedPrefix = 3;
-
-struct Beam {
-  SequenceId sequence = 0;
-  std::vector<int32_t> tokens;
-  double score = 0.0;
-};
-
-// The choices of one request (n >= 1) report through one callback: each choice's events carry
-// its index, and the request's last event follows the last choice's.
-struct ChoiceGroup {
-  EventCallback callback;
-  int n = 1;
-  int open = 1;         // choices not finished yet (unforked ones included)
-  absl::Status status;  // the first error of any choice
-  int completion_tokens = 0;
-};
-
-struct ActiveRequest {
-  RequestId id = 0;  // shared by the choices of one request
-  int index = 0;     // the choice
-  GenerationRequest request;
-  std::shared_ptr<ChoiceGroup> group;
-  std::vector<int32_t> prompt_ids;  // decoder input: [session history +] bos + prompt
-  std::vector<int32_t> source_ids;  // encoder input, ends with eos (encoder-decoder)
-  int64_t history_tokens = 0;       // prompt_ids taken from a session (not this request's)
-  int64_t reserved_bytes = 0;
-  absl::Time enqueued;
-  absl::Time last_token;
-  bool any_token = false;
-  bool admitted = false;  // reserved_bytes counted against the budget
-  bool encoded = false;   // the source is in the cross-attention memory (or there is none)
-  bool done = false;
-  bool forked = false;  // n > 1: the other choices exist (the first has forked its state)
-
-  // A state to start from instead of an empty one (StatePool snapshot bytes): a session's or a
-  // prefix cache hit's; `prefilled` then starts at its position.
-  std::shared_ptr<const std::string> restore_state;
-  int64_t cached_tokens = 0;  // prompt tokens restored from the prefix cache
-  // Prefix cache: take a snapshot once prefill reaches this position (0: none; a pending mark
-  // is held in the cache meanwhile), and one at the prompt's last token (snapshot_end_at = its
-  // length - 1, so an exact repeat restores all but that token), each where prefill stops.
-  int64_t snapshot_at = 0;
-  int64_t snapshot_end_at = 0;
-  bool cache_checked = false;  // the prefix cache was consulted (once, at admission)
-
-  SequenceId sequence = 0;  // sampling path; beam path during prefill
-  bool has_sequence = false;
-  int64_t prefilled = 0;
-  std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<TextStream> text;
-  std::vector<int32_t> context;  // history + prompt + generated (repetition penalty, sessions)
-  int32_t pending_token = -1;    // sampled last step, fed in the next decode
-
-  // Log-probabilities: of the token sampled last (request.logprobs >= 0), and of the prompt
-  // (request.prompt_logprobs) until the first event carries them.
-  std::optional<TokenLogprobs> token_logprobs;
-  std::vector<TokenLogprobs> prompt_scores;
-  bool prompt_scores_sent = false;
-  bool preceding_sent = false;  // GenerationEvent::preceding_token_ids went out
-  int64_t chunk_start = 0;      // where this step's prefill rows began
-  int64_t chunk_rows = 0;       // prefill rows this step (0: a decode row, or none)
-
-  std::vector<Beam> beams;  // beam path (beam_size > 1)
-  std::vector<Beam> finished_beams;
-  int beam_steps = 0;
-
-  bool beam_search() const { return request.beam_size > 1; }
-  bool prefill_done() const { return prefilled == static_cast<int64_t>(prompt_ids.size()); }
-  int prompt_tokens() const {
-    return static_cast<int>(static_cast<int64_t>(prompt_ids.size() + source_ids.size()) -
-                            history_tokens);
-  }
-  int generated_tokens() const { return static_cast<int>(context.size() - prompt_ids.size()); }
-};
 
 class ContinuousBatchingExecutor final : public Executor {
  public:
@@ -113,9 +42,11 @@ class ContinuousBatchingExecutor final : public Executor {
   absl::StatusOr<std::vector<RequestId>> EnqueueBatch(
       std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) override;
   absl::Status CheckInput(absl::string_view field, size_t bytes) const override {
-    return CheckInputBytes(field, bytes, InputTokenLimit());
+    return intake_.CheckInput(field, bytes);
   }
-  absl::Status CheckSessionState(absl::string_view blob) const override;
+  absl::Status CheckSessionState(absl::string_view blob) const override {
+    return intake_.CheckSessionState(blob);
+  }
   void Cancel(RequestId id) override {
     absl::MutexLock lock(&mu_);
     cancelled_.push_back(id);
@@ -139,20 +70,6 @@ class ContinuousBatchingExecutor final : public Executor {
   const DecodeBackend& backend() const override { return *backend_; }
 
  private:
-  // --- intake (executor_intake.cc): any thread, no lock held unless stated.
-  absl::Status Validate(const GenerationRequest& request) const;
-  int64_t InputTokenLimit() const {
-    return config_.is_encoder_decoder() ? options_.max_source_tokens : options_.max_prompt_tokens;
-  }
-  // The prompt's tokens (without bos): its text tokenized, or its ids checked.
-  absl::StatusOr<std::vector<int32_t>> PromptTokens(const GenerationRequest& request) const;
-  // A session blob with every check CheckSessionState makes.
-  absl::StatusOr<SequenceBlob> DecodeSession(absl::string_view bytes) const;
-  // Puts a session's history and state into `r` (request.resume_state).
-  absl::Status Resume(ActiveRequest& r) const;
-  // Validates and tokenizes one request; Enqueue's work before queueing.
-  absl::StatusOr<std::unique_ptr<ActiveRequest>> Prepare(GenerationRequest request,
-                                                         EventCallback callback) const;
   // Queues prepared requests all or none.
   absl::StatusOr<std::vector<RequestId>> Queue(std::vector<std::unique_ptr<ActiveRequest>> rs);
 
@@ -169,7 +86,10 @@ class ContinuousBatchingExecutor final : public Executor {
   void Admit();
   // Encodes at most one admitted source per iteration (see the turns in the definition).
   void EncodeSources();
+  // One iteration: PlanIteration -> RunIteration -> ApplyOutput.
   void Step();
+  // The backend calls of `plan` (logits into logits_), timed for the cost model.
+  IterationOutput RunIteration(const IterationPlan& plan);
   // After prefill rows were folded: stores the prefix snapshots that are due.
   void StoreDueSnapshots();
   // A request that ends OK leaves the state after its prompt and generated tokens in the prefix
@@ -180,7 +100,14 @@ class ContinuousBatchingExecutor final : public Executor {
   // refuses new ones.
   void CheckBackendHealth();
 
-  // --- events (executor_events.cc): engine thread.
+  // --- apply (apply_output.cc): engine thread.
+  // Marks the plan's prefill progress, then hands each request its sampled token or its logits
+  // rows; retires finished requests and publishes the iteration's stats.
+  void ApplyOutput(const IterationPlan& plan, const IterationOutput& output);
+  // r's logits rows of this iteration: a beam step, prompt scoring, the n-fork, or sampling.
+  // Choices forked off r are appended to `choices`.
+  void RouteLogits(ActiveRequest& r, std::span<const float> logits,
+                   std::vector<std::unique_ptr<ActiveRequest>>* choices);
   // n > 1, after the prompt: forks the other choices off r (which becomes choice 0). They are
   // appended to `out`; false (and r finished) when a fork fails.
   bool ForkChoices(ActiveRequest& r, std::vector<std::unique_ptr<ActiveRequest>>* out);
@@ -191,11 +118,6 @@ class ContinuousBatchingExecutor final : public Executor {
   void AttachLogprobs(ActiveRequest& r, GenerationEvent& event);
   // Takes `token` as r's next generated token: finish, or emit it and feed it next step.
   void Accept(ActiveRequest& r, int32_t token);
-  // The backend samples r's next token itself (no host-side penalty needs the logits).
-  bool SampledByBackend(const ActiveRequest& r) const {
-    return backend_samples_ && !r.beam_search() && !NeedsHostSampling(r.request.sampling) &&
-           r.request.logprobs < 0;
-  }
   void BeamStepFor(ActiveRequest& r, std::span<const float> logits);
   void FinishBeams(ActiveRequest& r);
   void Emit(ActiveRequest& r, std::vector<int32_t> tokens, std::string text);
@@ -210,6 +132,7 @@ class ContinuousBatchingExecutor final : public Executor {
   const ModelConfig& config_;
   const Tokenizer& tokenizer_;
   const ExecutorOptions options_;
+  const RequestIntake intake_;
   const int64_t capacity_bytes_;
   const bool backend_samples_;
 
@@ -233,6 +156,7 @@ class ContinuousBatchingExecutor final : public Executor {
   bool encode_oldest_next_ = true;  // EncodeSources alternates oldest and shortest turns
   int64_t encode_credit_ = 0;       // source tokens the oldest may be encoded with
   StepCostModel costs_;             // kTime: what a decode row and a prompt row take
+  PlanParams plan_params_;          // PlanIteration's (reads costs_)
   PrefixCache prefix_cache_;
   PrefixCacheCounters prefix_counters_;  // admitted requests' lookups
   std::thread thread_;

@@ -6,14 +6,6 @@
 
 namespace abcd {
 
-std::string TruncateForMessage(absl::string_view value) {
-  if (value.size() <= kMaxEchoedBytes) return std::string(value);
-  size_t cut = kMaxEchoedBytes;
-  // Do not split a UTF-8 character.
-  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xc0) == 0x80) --cut;
-  return absl::StrCat(value.substr(0, cut), "... (", value.size(), " bytes)");
-}
-
 absl::Status CheckInputBytes(absl::string_view field, size_t bytes, int64_t token_limit) {
   const int64_t limit = token_limit * kMaxInputBytesPerToken;
   if (static_cast<int64_t>(bytes) <= limit) return absl::OkStatus();

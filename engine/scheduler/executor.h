@@ -25,10 +25,10 @@
 #include "absl/time/time.h"
 #include "engine/backend/decode_backend.h"
 #include "engine/model/model.h"
-#include "engine/runtime/generator.h"
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/batch_planner.h"
+#include "engine/scheduler/finish_reason.h"
 #include "engine/scheduler/prefix_cache.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -174,10 +174,6 @@ inline constexpr int64_t kMaxInputBytesPerToken = 16;
 
 // INVALID_ARGUMENT naming `field` when `bytes` exceeds kMaxInputBytesPerToken * token_limit.
 absl::Status CheckInputBytes(absl::string_view field, size_t bytes, int64_t token_limit);
-
-// Error messages echo at most this many bytes of a client's value (then "...").
-inline constexpr size_t kMaxEchoedBytes = 256;
-std::string TruncateForMessage(absl::string_view value);
 
 class Executor {
  public:

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/core/status_macros.h"
 #include "engine/state/sequence_blob.h"
+#include "server/core/utf8.h"
 
 namespace abcd {
 namespace {

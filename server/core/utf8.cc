@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "absl/strings/str_cat.h"
+
 namespace abcd {
 
 bool IsValidUtf8(absl::string_view text) {
@@ -38,6 +40,14 @@ bool IsValidUtf8(absl::string_view text) {
     i += length;
   }
   return true;
+}
+
+std::string TruncateForMessage(absl::string_view value) {
+  if (value.size() <= kMaxEchoedBytes) return std::string(value);
+  size_t cut = kMaxEchoedBytes;
+  // Do not split a UTF-8 character.
+  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xc0) == 0x80) --cut;
+  return absl::StrCat(value.substr(0, cut), "... (", value.size(), " bytes)");
 }
 
 }  // namespace abcd

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "engine/core/status_macros.h"
 #include "server/core/log.h"
+#include "server/core/utf8.h"
 #include "server/grpc/chunked_import.h"
 #include "server/grpc/request_conversion.h"
 #include "server/grpc/request_reader.h"

@@ -17,6 +17,7 @@
 #include "engine/core/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/core/session_ops.h"
+#include "server/core/utf8.h"
 #include "server/http/admin_service.h"
 #include "server/http/completion_format.h"
 #include "server/http/event_channel.h"

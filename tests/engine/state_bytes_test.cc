@@ -1,13 +1,28 @@
 // Bounded attention keeps the same bytes per sequence after 16 and after 4096 tokens; the
-// softmax baseline's KV cache grows linearly. Runs the real model on each golden fixture.
+// softmax baseline's KV cache grows linearly. Runs the real model on each golden fixture. Also
+// the worst case admission charges a request (RequestStateBytes).
 #include <gtest/gtest.h>
 
 #include "engine/model/model.h"
+#include "engine/state/request_state_bytes.h"
 #include "engine/state/state_pool.h"
 #include "tests/engine/fixtures.h"
 
 namespace abcd {
 namespace {
+
+TEST(RequestStateBytes, WorstCaseBytesCoverKvPages) {
+  StateLayout bounded;
+  bounded.initial_fixed.resize(100);
+  bounded.kv_width = 8;
+  EXPECT_EQ(RequestStateBytes(bounded, 10, 0, 1000, 1), 400);
+  EXPECT_EQ(RequestStateBytes(bounded, 10, 0, 1000, 4), 1600);
+  StateLayout softmax;
+  softmax.kv_is_cross = {false, true};
+  softmax.kv_width = 8;  // 64 bytes per token per layer
+  // self: 10 + 20 tokens -> 32 (two pages); cross: 5 source tokens -> 16
+  EXPECT_EQ(RequestStateBytes(softmax, 10, 5, 20, 1), 32 * 64 + 16 * 64);
+}
 
 class StateBytesTest : public ::testing::TestWithParam<std::string> {};
 

@@ -23,19 +23,6 @@ TEST(CapacityScheduler, AdmitsWhileBytesAndSequenceSlotsLast) {
   EXPECT_TRUE(CanAdmit({100, 0, 0, 4}, 10, 8));    // alone, a request may exceed the slots
 }
 
-TEST(CapacityScheduler, WorstCaseBytesCoverKvPages) {
-  StateLayout bounded;
-  bounded.initial_fixed.resize(100);
-  bounded.kv_width = 8;
-  EXPECT_EQ(RequestStateBytes(bounded, 10, 0, 1000, 1), 400);
-  EXPECT_EQ(RequestStateBytes(bounded, 10, 0, 1000, 4), 1600);
-  StateLayout softmax;
-  softmax.kv_is_cross = {false, true};
-  softmax.kv_width = 8;  // 64 bytes per token per layer
-  // self: 10 + 20 tokens -> 32 (two pages); cross: 5 source tokens -> 16
-  EXPECT_EQ(RequestStateBytes(softmax, 10, 5, 20, 1), 32 * 64 + 16 * 64);
-}
-
 TEST(BatchPlanner, SplitsPromptsUnderTheBudget) {
   const std::vector<int64_t> remaining = {0, 300, 500, 40};
   const auto chunks = PlanPrefill(remaining, 512);

@@ -1,5 +1,8 @@
-// Sampling, beam search, choices and events of the ContinuousBatchingExecutor, on the engine
-// thread.
+// The apply step of the ContinuousBatchingExecutor's iteration (engine thread): ApplyOutput
+// routes what the backend returned for an IterationPlan (iteration_plan.h) to its requests:
+// backend-sampled tokens, beam steps, n-forks, prompt log-probabilities and host-side sampling;
+// then what follows from a token: text, events, finishing (state release, session save, final
+// state into the prefix cache).
 #include <algorithm>
 
 #include "absl/status/status.h"
@@ -11,6 +14,80 @@
 
 namespace abcd {
 namespace executor_internal {
+
+void ContinuousBatchingExecutor::ApplyOutput(const IterationPlan& plan,
+                                             const IterationOutput& output) {
+  for (const auto& r : running_) r->chunk_rows = 0;
+  for (const PlannedChunk& chunk : plan.chunks) {
+    ActiveRequest& r = *running_[chunk.request];
+    r.chunk_start = chunk.start;
+    r.chunk_rows = chunk.tokens;
+    r.prefilled += chunk.tokens;
+  }
+  for (size_t i = 0; i < plan.sampled_owners.size(); ++i) {
+    ActiveRequest& r = *running_[plan.sampled_owners[i]];
+    if (output.sampled_status.ok()) {
+      Accept(r, output.sampled_tokens[i]);
+    } else {
+      Finish(r, output.sampled_status, FinishReason::kLength);
+    }
+  }
+  int64_t batch_sequences = static_cast<int64_t>(plan.sampled_rows.size());
+  if (plan.rows.empty()) {
+    std::erase_if(running_, [](const auto& r) { return r->done; });
+    Publish(batch_sequences);
+    return;
+  }
+  if (!output.decode_status.ok()) {
+    for (size_t owner : plan.row_owners) {
+      if (!running_[owner]->done)
+        Finish(*running_[owner], output.decode_status, FinishReason::kLength);
+    }
+    std::erase_if(running_, [](const auto& r) { return r->done; });
+    Publish(0);
+    return;
+  }
+  StoreDueSnapshots();
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    batch_sequences += i == 0 || plan.rows[i].sequence != plan.rows[i - 1].sequence;
+  }
+  const int vocab = config_.vocab_size;
+  std::vector<std::unique_ptr<ActiveRequest>> choices;  // forked this step (n > 1)
+  const std::vector<size_t>& owners = plan.row_owners;
+  for (size_t i = 0; i < owners.size();) {
+    size_t end = i + 1;
+    while (end < owners.size() && owners[end] == owners[i]) ++end;
+    RouteLogits(*running_[owners[i]], output.logits.subspan(i * vocab, (end - i) * vocab),
+                &choices);
+    i = end;
+  }
+  for (auto& choice : choices) running_.push_back(std::move(choice));
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+  Publish(batch_sequences);
+}
+
+void ContinuousBatchingExecutor::RouteLogits(ActiveRequest& r, std::span<const float> logits,
+                                             std::vector<std::unique_ptr<ActiveRequest>>* choices) {
+  if (r.beam_search()) {
+    BeamStepFor(r, logits);
+  } else if (r.request.prompt_logprobs && r.chunk_rows > 0) {
+    ScorePrompt(r, logits);
+    if (r.prefill_done() && r.request.max_tokens == 0) {
+      Finish(r, absl::OkStatus(), FinishReason::kLength);
+    } else if (r.prefill_done()) {
+      Sample(r, logits.last(config_.vocab_size));
+    }
+  } else if (r.group->n > 1 && !r.forked) {
+    // The prompt is in: every choice starts from this state and these logits.
+    const size_t first = choices->size();
+    if (ForkChoices(r, choices)) {
+      Sample(r, logits);
+      for (size_t c = first; c < choices->size(); ++c) Sample(*(*choices)[c], logits);
+    }
+  } else {
+    Sample(r, logits);
+  }
+}
 
 void ContinuousBatchingExecutor::RecordToken(ActiveRequest& r) {
   const absl::Time now = absl::Now();

@@ -1,15 +1,13 @@
-// Request intake of the ContinuousBatchingExecutor: validation, refusal before work,
-// tokenization, sessions and queueing. Runs on the caller's thread.
+#include "engine/scheduler/request_intake.h"
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
-#include "engine/scheduler/continuous_batching_executor.h"
-#include "engine/state/sequence_blob.h"
 
 namespace abcd {
 namespace executor_internal {
 
-absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& request) const {
+absl::Status RequestIntake::Validate(const GenerationRequest& request) const {
   const bool encoder_decoder = config_.is_encoder_decoder();
   const bool session = !request.resume_state.empty() || request.save_state;
   if (encoder_decoder) {
@@ -74,7 +72,7 @@ absl::Status ContinuousBatchingExecutor::Validate(const GenerationRequest& reque
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int32_t>> ContinuousBatchingExecutor::PromptTokens(
+absl::StatusOr<std::vector<int32_t>> RequestIntake::PromptTokens(
     const GenerationRequest& request) const {
   if (config_.is_encoder_decoder() || request.prompt_token_ids.empty()) {
     const bool encoder_decoder = config_.is_encoder_decoder();
@@ -98,8 +96,7 @@ absl::StatusOr<std::vector<int32_t>> ContinuousBatchingExecutor::PromptTokens(
   return ids;
 }
 
-absl::StatusOr<SequenceBlob> ContinuousBatchingExecutor::DecodeSession(
-    absl::string_view bytes) const {
+absl::StatusOr<SequenceBlob> RequestIntake::DecodeSession(absl::string_view bytes) const {
   if (config_.is_encoder_decoder()) {
     return absl::InvalidArgumentError("session_id: sessions need a decoder-only model");
   }
@@ -111,7 +108,7 @@ absl::StatusOr<SequenceBlob> ContinuousBatchingExecutor::DecodeSession(
   }
   // Checksum, structure, and the state's position against `folded`.
   ABCD_ASSIGN_OR_RETURN(SequenceBlob blob, DecodeSequenceBlob(bytes));
-  ABCD_RETURN_IF_ERROR(backend_->CheckSnapshot(blob.state));
+  ABCD_RETURN_IF_ERROR(backend_.CheckSnapshot(blob.state));
   for (int32_t token : blob.tokens) {
     if (token >= config_.vocab_size) {
       return absl::InvalidArgumentError(
@@ -121,11 +118,7 @@ absl::StatusOr<SequenceBlob> ContinuousBatchingExecutor::DecodeSession(
   return blob;
 }
 
-absl::Status ContinuousBatchingExecutor::CheckSessionState(absl::string_view bytes) const {
-  return DecodeSession(bytes).status();
-}
-
-absl::Status ContinuousBatchingExecutor::Resume(ActiveRequest& r) const {
+absl::Status RequestIntake::Resume(ActiveRequest& r) const {
   ABCD_ASSIGN_OR_RETURN(SequenceBlob blob, DecodeSession(r.request.resume_state));
   r.request.resume_state = std::string();  // the state now lives in restore_state
   r.prompt_ids = std::move(blob.tokens);
@@ -135,7 +128,7 @@ absl::Status ContinuousBatchingExecutor::Resume(ActiveRequest& r) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ActiveRequest>> ContinuousBatchingExecutor::Prepare(
+absl::StatusOr<std::unique_ptr<ActiveRequest>> RequestIntake::Prepare(
     GenerationRequest request, EventCallback callback) const {
   ABCD_RETURN_IF_ERROR(Validate(request));
   const ModelConfig& config = config_;
@@ -184,9 +177,9 @@ absl::StatusOr<std::unique_ptr<ActiveRequest>> ContinuousBatchingExecutor::Prepa
   }
   const int sequences = r->request.beam_size > 1 ? 2 * r->request.beam_size : r->request.n;
   // RequestBytes() only reads constants of the backend, so this thread may call it.
-  absl::StatusOr<int64_t> bytes = backend_->RequestBytes(static_cast<int64_t>(r->prompt_ids.size()),
-                                                         static_cast<int64_t>(r->source_ids.size()),
-                                                         r->request.max_tokens, sequences);
+  absl::StatusOr<int64_t> bytes = backend_.RequestBytes(static_cast<int64_t>(r->prompt_ids.size()),
+                                                        static_cast<int64_t>(r->source_ids.size()),
+                                                        r->request.max_tokens, sequences);
   if (absl::IsResourceExhausted(bytes.status())) {
     // Waiting cannot help: a client error, not an overload to retry.
     return absl::InvalidArgumentError(
@@ -203,39 +196,8 @@ absl::StatusOr<std::unique_ptr<ActiveRequest>> ContinuousBatchingExecutor::Prepa
   return r;
 }
 
-absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::Queue(
-    std::vector<std::unique_ptr<ActiveRequest>> rs) {
-  absl::MutexLock lock(&mu_);
-  if (!backend_failure_.ok()) return backend_failure_;
-  if (draining_ || stopping_) return absl::UnavailableError("server is draining");
-  const int64_t n = static_cast<int64_t>(rs.size());
-  if (queued_ + n > options_.max_waiting_requests) {
-    return absl::ResourceExhaustedError(absl::StrCat("overloaded: ", queued_,
-                                                     " requests are already waiting (limit ",
-                                                     options_.max_waiting_requests, ")"));
-  }
-  std::vector<RequestId> ids;
-  for (auto& r : rs) {
-    r->id = next_id_++;
-    ++queued_;
-    ids.push_back(r->id);
-    incoming_.push_back(std::move(r));
-  }
-  return ids;
-}
-
-absl::StatusOr<RequestId> ContinuousBatchingExecutor::Enqueue(GenerationRequest request,
-                                                              EventCallback callback) {
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<ActiveRequest> r,
-                        Prepare(std::move(request), std::move(callback)));
-  std::vector<std::unique_ptr<ActiveRequest>> rs;
-  rs.push_back(std::move(r));
-  ABCD_ASSIGN_OR_RETURN(std::vector<RequestId> ids, Queue(std::move(rs)));
-  return ids.front();
-}
-
-absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::EnqueueBatch(
-    std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) {
+absl::StatusOr<std::vector<std::unique_ptr<ActiveRequest>>> RequestIntake::PrepareBatch(
+    std::vector<GenerationRequest> requests, std::vector<EventCallback> callbacks) const {
   if (requests.size() != callbacks.size() || requests.empty()) {
     return absl::InvalidArgumentError("a batch needs one callback per request, at least one");
   }
@@ -266,7 +228,7 @@ absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::EnqueueBatch(
                                                    " tokens together, more than the limit of ",
                                                    options_.max_batch_source_tokens));
   }
-  return Queue(std::move(rs));
+  return rs;
 }
 
 }  // namespace executor_internal

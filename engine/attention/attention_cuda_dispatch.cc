@@ -1,0 +1,128 @@
+#include "engine/attention/attention_cuda_dispatch.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/attention/linear_state.h"
+#include "engine/core/status_macros.h"
+
+namespace abcd::cuda {
+
+absl::Status NoCudaKernel(absl::string_view where, absl::string_view what, bool plural) {
+  return absl::UnimplementedError(absl::StrCat(where, ": ", what, plural ? " have" : " has",
+                                               " no CUDA kernel; use the CPU backend"));
+}
+
+bool IsFeatureMapType(AttentionType type) {
+  return type == AttentionType::kRfa || type == AttentionType::kT2r || type == AttentionType::kElu;
+}
+
+absl::Status CheckCudaKernel(const AttentionSpec& spec, absl::string_view where, bool cross) {
+  if (cross && IsFeatureMapType(spec.type)) {
+    return NoCudaKernel(where, absl::StrCat(AttentionTypeName(spec.type), " cross attention"));
+  }
+  if (spec.gmat_chunk >= 0) return NoCudaKernel(where, "gmat");
+  switch (spec.type) {
+    case AttentionType::kSoftmax:
+    case AttentionType::kRfa:
+    case AttentionType::kT2r:
+    case AttentionType::kElu:
+      return absl::OkStatus();
+    case AttentionType::kAbc:
+      // The CUDA abc kernels implement exp control only (learned logits, running means).
+      if (spec.control == AbcControl::kExp) return absl::OkStatus();
+      return NoCudaKernel(
+          where, absl::StrCat("abc attention with control \"", AbcControlName(spec.control), "\""));
+    case AttentionType::kWindow:
+    case AttentionType::kTxl:
+    case AttentionType::kGsa:
+    case AttentionType::kGla:
+    case AttentionType::kRetnet:
+    case AttentionType::kHgrn2:
+      break;
+  }
+  return NoCudaKernel(where, absl::StrCat(AttentionTypeName(spec.type), " attention"));
+}
+
+namespace {
+
+absl::StatusOr<DeviceArray<float>> Upload(CudaContext& context, const std::vector<float>& host,
+                                          int64_t* bytes) {
+  *bytes += static_cast<int64_t>(host.size()) * 4;
+  return DeviceArray<float>::FromHost(context, host);
+}
+
+// rfa / t2r / elu: the feature map's parameters.
+absl::Status UploadFeatureMap(CudaContext& context, const LinearState& linear,
+                              CudaAttention& attention, int64_t* bytes) {
+  LinearAttentionParams& params = attention.linear;
+  params.n_heads = attention.n_heads;
+  params.head_dim = attention.head_dim;
+  params.gated = linear.gated();
+  params.eps = linear.eps();
+  if (const auto* rfa = dynamic_cast<const RandomFeatureMap*>(&linear.feature_map())) {
+    params.kind = rfa->kernel() == RfaKernel::kGaussian ? FeatureMapKind::kRfaGaussian
+                                                        : FeatureMapKind::kRfaArccos;
+    params.random_features = rfa->random_features();
+    ABCD_ASSIGN_OR_RETURN(attention.feature_projection, Upload(context, rfa->projection(), bytes));
+  } else if (const auto* t2r = dynamic_cast<const LearnedReluFeatureMap*>(&linear.feature_map())) {
+    params.kind = FeatureMapKind::kT2r;
+    params.learned_features = t2r->features();
+    ABCD_ASSIGN_OR_RETURN(attention.feature_projection, Upload(context, t2r->weight(), bytes));
+    ABCD_ASSIGN_OR_RETURN(attention.feature_bias, Upload(context, t2r->bias(), bytes));
+  } else {
+    params.kind = FeatureMapKind::kElu;
+  }
+  params.projection = attention.feature_projection.data();
+  params.bias = attention.feature_bias.data();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CudaAttention> UploadCudaAttention(CudaContext& context, const AttentionSpec& spec,
+                                                  const AttentionState& state, int n_heads,
+                                                  int head_dim, absl::string_view where,
+                                                  int64_t* bytes) {
+  ABCD_RETURN_IF_ERROR(CheckCudaKernel(spec, where, /*cross=*/false));
+  CudaAttention attention;
+  attention.type = spec.type;
+  attention.n_heads = n_heads;
+  attention.head_dim = head_dim;
+  if (spec.type == AttentionType::kAbc) {
+    attention.abc = AbcShape{n_heads, head_dim, spec.slots};
+  } else if (IsFeatureMapType(spec.type)) {
+    const auto* linear = dynamic_cast<const LinearState*>(&state);
+    if (linear == nullptr) {
+      return absl::InternalError(
+          absl::StrCat(where, ": ", AttentionTypeName(spec.type), " layer without a LinearState"));
+    }
+    ABCD_RETURN_IF_ERROR(UploadFeatureMap(context, *linear, attention, bytes));
+  }
+  return attention;
+}
+
+absl::Status LaunchCudaAttention(CudaContext& context, const CudaAttention& attention,
+                                 const StepRows& rows, const KvCacheRows& cache) {
+  switch (attention.type) {
+    case AttentionType::kAbc:
+      return AbcStep(context, attention.abc, rows, /*update=*/true);
+    case AttentionType::kRfa:
+    case AttentionType::kT2r:
+    case AttentionType::kElu:
+      return LinearAttentionStep(context, attention.linear, rows);
+    case AttentionType::kSoftmax:
+      return SoftmaxStep(context, attention.n_heads, attention.head_dim, rows, cache);
+    case AttentionType::kWindow:
+    case AttentionType::kTxl:
+    case AttentionType::kGsa:
+    case AttentionType::kGla:
+    case AttentionType::kRetnet:
+    case AttentionType::kHgrn2:
+      break;
+  }
+  return absl::InternalError(
+      absl::StrCat(AttentionTypeName(attention.type), " attention reached the CUDA forward pass"));
+}
+
+}  // namespace abcd::cuda

@@ -1,0 +1,61 @@
+// The one place that says which attention types have a CUDA kernel, and that launches them:
+// softmax (KV cache, split-K), abc with exp control, and rfa / t2r / elu self attention
+// (attention_state_cuda.h). Every other type, control or form is refused here, with one
+// message: "<where>: <what> has no CUDA kernel; use the CPU backend" (UNIMPLEMENTED, so that
+// --device auto serves the model on the CPU). CudaModel (engine/model/model_cuda.h) calls
+// CheckCudaKernel for every attention of a model before it uploads anything, then
+// UploadCudaAttention per decoder layer and LaunchCudaAttention per layer and pass.
+// Thread-safety: plain functions; a CudaAttention is immutable after upload.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/attention/attention_spec.h"
+#include "engine/attention/attention_state.h"
+#include "engine/attention/attention_state_cuda.h"
+#include "engine/device/cuda_context.h"
+
+namespace abcd::cuda {
+
+// UNIMPLEMENTED "<where>: <what> has no CUDA kernel; use the CPU backend" ("have" when
+// `plural`): the refusal, written once.
+absl::Status NoCudaKernel(absl::string_view where, absl::string_view what, bool plural = false);
+
+// OK when `spec` has a CUDA kernel; else NoCudaKernel naming `where` (e.g. "decoder_layers[2]"
+// or "decoder_layers[0].cross_attention") and the type, the abc control, "gmat", or for
+// feature-map (rfa, t2r, elu) cross attention "<type> cross attention". `cross`: the spec is
+// a decoder layer's cross attention.
+absl::Status CheckCudaKernel(const AttentionSpec& spec, absl::string_view where, bool cross);
+
+// True for the types whose cross attention has no CUDA kernel although their self attention
+// has one (rfa, t2r, elu: the feature maps).
+bool IsFeatureMapType(AttentionType type);
+
+// One decoder layer's self attention on the device: the kernel and what it reads besides the
+// step's rows and states.
+struct CudaAttention {
+  AttentionType type = AttentionType::kSoftmax;
+  int n_heads = 0;
+  int head_dim = 0;
+  AbcShape abc;                  // abc
+  LinearAttentionParams linear;  // rfa, t2r, elu: projection / bias point into feature_*
+  DeviceArray<float> feature_projection, feature_bias;
+};
+
+// The device side of `state` (a decoder layer's self attention of `spec`): the feature maps of
+// rfa and t2r are uploaded, adding their bytes to `*bytes`. NoCudaKernel for a spec without
+// a kernel (CheckCudaKernel).
+absl::StatusOr<CudaAttention> UploadCudaAttention(CudaContext& context, const AttentionSpec& spec,
+                                                  const AttentionState& state, int n_heads,
+                                                  int head_dim, absl::string_view where,
+                                                  int64_t* bytes);
+
+// Enqueues the layer's kernel over `rows` (self attention: the state is updated, then read).
+// `cache` is read by softmax layers only.
+absl::Status LaunchCudaAttention(CudaContext& context, const CudaAttention& attention,
+                                 const StepRows& rows, const KvCacheRows& cache);
+
+}  // namespace abcd::cuda

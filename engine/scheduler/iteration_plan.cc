@@ -1,0 +1,82 @@
+#include "engine/scheduler/iteration_plan.h"
+
+namespace abcd {
+namespace executor_internal {
+namespace {
+
+// Where r's prefill may go this iteration: a due prefix snapshot, else the prompt's end.
+int64_t PrefillUntil(const ActiveRequest& r) {
+  if (r.snapshot_at > r.prefilled) return r.snapshot_at;
+  if (r.snapshot_end_at > r.prefilled) return r.snapshot_end_at;
+  return static_cast<int64_t>(r.prompt_ids.size());
+}
+
+// One decode token per running sequence whose prompt is in.
+void PlanDecodeRows(std::span<const std::unique_ptr<ActiveRequest>> running, bool backend_samples,
+                    IterationPlan& plan) {
+  for (size_t i = 0; i < running.size(); ++i) {
+    const ActiveRequest& r = *running[i];
+    if (!r.prefill_done()) continue;
+    if (SampledByBackend(r, backend_samples)) {
+      const auto generated = static_cast<uint64_t>(r.context.size() - r.prompt_ids.size());
+      plan.sampled_rows.push_back({r.sequence, r.pending_token, r.request.sampling, generated});
+      plan.sampled_owners.push_back(i);
+    } else if (r.beam_search()) {
+      for (const Beam& beam : r.beams) {
+        plan.rows.push_back({beam.sequence, beam.tokens.back(), true});
+        plan.row_owners.push_back(i);
+      }
+    } else {
+      plan.rows.push_back({r.sequence, r.pending_token, true});
+      plan.row_owners.push_back(i);
+    }
+  }
+  plan.decode_rows = static_cast<int64_t>(plan.rows.size() + plan.sampled_rows.size());
+}
+
+}  // namespace
+
+bool SampledByBackend(const ActiveRequest& r, bool backend_samples) {
+  return backend_samples && !r.beam_search() && !NeedsHostSampling(r.request.sampling) &&
+         r.request.logprobs < 0;
+}
+
+IterationPlan PlanIteration(std::span<const std::unique_ptr<ActiveRequest>> running,
+                            const PlanParams& params) {
+  IterationPlan plan;
+  PlanDecodeRows(running, params.backend_samples, plan);
+  std::vector<int64_t> remaining;
+  int64_t prefilling = 0;
+  for (const auto& r : running) {
+    remaining.push_back(r->encoded && !r->done ? PrefillUntil(*r) - r->prefilled : 0);
+    prefilling += remaining.back() > 0;
+  }
+  int64_t prefill_tokens = params.prefill_token_budget;
+  if (params.prefill_policy == PrefillPolicy::kTime) {
+    const StepCostModel unmeasured;
+    const StepCostModel& costs = params.costs != nullptr ? *params.costs : unmeasured;
+    prefill_tokens = PrefillTokensForIteration({
+        .decode_rows = plan.decode_rows,
+        .decode_step_seconds = costs.DecodeStepSeconds(plan.decode_rows + prefilling),
+        .prompt_row_seconds = costs.PromptRowSeconds(),
+        .iteration_budget_seconds = params.iteration_budget_ms / 1000.0,
+        .decode_step_share = params.prefill_step_share,
+        .token_budget = params.prefill_token_budget,
+    });
+  }
+  for (const PrefillChunk& chunk : PlanPrefill(remaining, prefill_tokens)) {
+    const ActiveRequest& r = *running[chunk.index];
+    plan.chunks.push_back({static_cast<size_t>(chunk.index), r.prefilled, chunk.tokens});
+    for (int64_t t = r.prefilled; t < r.prefilled + chunk.tokens; ++t) {
+      const bool last = t + 1 == static_cast<int64_t>(r.prompt_ids.size());
+      // Prompt log-probabilities need every prompt row's logits, not only the last's.
+      const bool want_logits = last || r.request.prompt_logprobs;
+      plan.rows.push_back({r.sequence, r.prompt_ids[t], want_logits});
+      if (want_logits) plan.row_owners.push_back(static_cast<size_t>(chunk.index));
+    }
+  }
+  return plan;
+}
+
+}  // namespace executor_internal
+}  // namespace abcd
