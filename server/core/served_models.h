@@ -18,6 +18,7 @@
 #include "engine/model/model.h"
 #include "engine/scheduler/executor.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "server/core/utf8.h"
 
 namespace abcd {
 
