@@ -9,6 +9,7 @@ Run from the repository root: /usr/bin/python3 -m unittest models.tests.test_upt
 
 import contextlib
 import io
+import json
 import sys
 import tempfile
 import unittest
@@ -108,6 +109,27 @@ class ConvertTest(unittest.TestCase):
                 out_cfg, out = convert_hf.convert(cfg, tensors, target, [])
                 hf.write_checkpoint(self.tmp / target, out_cfg, tensors=out)
                 torch.testing.assert_close(logits(self.tmp / target, ids()), expected, rtol=0, atol=2e-5)
+
+    def test_fla_transformer_source_reads_as_llama(self):
+        """An fla `transformer` directory (fla names, head_dim = d / H) is the same model as the Llama."""
+        from abcd_ref.safetensors_io import save_file
+
+        cfg, tensors = convert_hf.read_source(self.source)
+        fla = {}
+        for name, t in tensors.items():
+            name = name.replace("model.embed_tokens.", "model.embeddings.").replace(".input_layernorm.", ".attn_norm.")
+            fla[name.replace(".post_attention_layernorm.", ".mlp_norm.").replace(".self_attn.", ".attn.")] = t
+        path = self.tmp / "transformer"
+        path.mkdir()
+        save_file(fla, path / "model.safetensors")
+        config = {"model_type": "transformer", "hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4, "num_kv_heads": 2,
+                  "intermediate_size": 128, "vocab_size": 96, "norm_eps": cfg["rms_norm_eps"], "rope_theta": 10000.0}  # fmt: skip
+        (path / "config.json").write_text(json.dumps(config))
+        got_cfg, got = convert_hf.read_source(path)
+        self.assertEqual(sorted(got), sorted(tensors))
+        out_cfg, out = convert_hf.convert(got_cfg, got, "t2r", [])
+        hf.write_checkpoint(self.tmp / "from-fla", out_cfg, tensors=out)
+        torch.testing.assert_close(logits(self.tmp / "from-fla", ids()), logits(self.source, ids()), rtol=0, atol=2e-5)
 
     def write_one_layer(self, target, **options):
         path = self.tmp / "one"
