@@ -14,6 +14,18 @@ Usage (from the repository root):
 --steps 0 writes the converted model without finetuning. The finetune uses models/train.py
 (same data pipeline, AdamW, warmup + cosine); any TrainConfig field can be overridden with
 --set name=value.
+
+Hugging Face checkpoints (issue 29; models/convert_hf.py, models/README.md "Uptraining"):
+  nice -n 19 /usr/bin/python3 models/convert.py --from-hf models/runs/uptrain/llama --to t2r --features 32 \
+      --out models/runs/uptrain/t2r [--layers 0,2] [--max-tokens 245760 --distill 0.5 --attention-only]
+reads an HF Llama (or fla transformer) directory, replaces the softmax attention of the listed layers
+(default all; the others stay softmax) with t2r / abc (-> model_type abcd_llama, models/FORMAT.md) or
+gsa (-> fla gsa, a hybrid with `attn` when layers stay softmax), and writes an HF-layout directory
+the engine loads. --max-tokens N > 0 then finetunes on N Brown tokens (models/hf_train.py: train.py's
+data and token schedule, --attention-only trains the attention parameters only, --distill ALPHA mixes
+in KL to the source model's logits), resumable by running the same command again. Errors (an
+unsupported source, --layers out of range, head sizes the target cannot hold) are one line naming
+the field, exit status 2.
 """
 
 import argparse
@@ -41,8 +53,17 @@ def converted_config(config, spec, encoder=False):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--from", dest="source", required=True, help="softmax model directory (config.json, model.safetensors)")
-    p.add_argument("--to", required=True, choices=["t2r", "abc"])
+    p.add_argument("--from", dest="source", help="softmax model directory (config.json, model.safetensors)")
+    p.add_argument("--from-hf", dest="source_hf", help="HF Llama or fla transformer directory (see below)")
+    p.add_argument("--to", required=True, choices=["t2r", "abc", "gsa"])
+    p.add_argument("--layers", help="--from-hf: comma-separated layers to convert (default: all)")
+    p.add_argument("--num-slots", type=int, default=64, help="gsa slots M (fla-hub default 64)")
+    p.add_argument("--feature-map", default="swish", choices=["swish", "relu", "t2r"], help="gsa feature map of q and k")
+    p.add_argument("--gate-logit-normalizer", type=float, default=8, help="gsa (fla-hub default 8)")
+    p.add_argument("--max-tokens", type=int, default=0, help="--from-hf: finetune token budget (0 = convert only)")
+    p.add_argument("--attention-only", action="store_true", help="--from-hf: finetune the attention parameters only")
+    p.add_argument("--distill", type=float, default=0.0, help="--from-hf: weight alpha of KL(source || model) in the loss")
+    p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--features", type=int, default=32, help="t2r feature size r")
     p.add_argument("--slots", type=int, default=32, help="abc slots n")
     p.add_argument("--encoder", action="store_true", help="convert encoder self attention too")
@@ -52,9 +73,23 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=7e-4)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="weights written (default: bfloat16; --from-hf: the source's torch_dtype)")
     p.add_argument("--set", action="append", default=[], help="TrainConfig override name=value")
     args = p.parse_args(argv)
+    if bool(args.source) == bool(args.source_hf):
+        p.error("give exactly one of --from and --from-hf")
+    if args.source_hf:
+        from convert_hf import ConversionError
+        from hf_train import ResumeError
+
+        try:
+            return convert_hf_main(args)
+        except (ConversionError, ResumeError) as e:
+            print(f"convert.py: error: {e}", file=sys.stderr)
+            sys.exit(2)
+    if args.to == "gsa":
+        p.error("--to gsa needs --from-hf")
+    args.dtype = args.dtype or "bfloat16"
 
     source = ModelConfig.load(Path(args.source) / "config.json")
     spec = AttentionSpec(type="t2r", features=args.features) if args.to == "t2r" else AttentionSpec(type="abc", slots=args.slots)
@@ -77,6 +112,57 @@ def main(argv=None):
         print(f"wrote {args.out} (not finetuned)")
         return
     trainer.train(config, tc, args.out, dtype=args.dtype, device=args.device)
+
+
+def convert_hf_main(args):
+    """--from-hf: convert (and with --max-tokens, finetune) an HF directory; see the module docstring."""
+    import filecmp
+    import shutil
+
+    import torch
+
+    import convert_hf
+    import hf_train
+    from abcd_ref.hf import build_model, write_checkpoint
+
+    cfg, tensors = convert_hf.read_source(args.source_hf)
+    layers = convert_hf.parse_layers(args.layers, cfg["num_hidden_layers"])
+    if not 0.0 <= args.distill <= 1.0:
+        raise convert_hf.ConversionError(f"--distill: must be in [0, 1], got {args.distill}")
+    options = dict(features=args.features, slots=args.slots, num_slots=args.num_slots, feature_map=args.feature_map,
+                   gate_logit_normalizer=args.gate_logit_normalizer, seed=args.seed)  # fmt: skip
+    out_cfg, out_tensors = convert_hf.convert(cfg, tensors, args.to, layers, **options)
+    source_dir, out = Path(args.source_hf), Path(args.out)
+    names = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+    dtype = names[args.dtype] if args.dtype else names.get(convert_hf.source_dtype(source_dir), "f32")
+    print(f"{args.source_hf}: {cfg['num_hidden_layers']} layers; converting {layers} to {args.to} -> {out_cfg['model_type']}")
+    if args.max_tokens <= 0:
+        write_checkpoint(out, out_cfg, dtype=dtype, tensors=out_tensors)
+        for name in convert_hf.TOKENIZER_FILES:
+            if (source_dir / name).exists():
+                shutil.copyfile(source_dir / name, out / name)
+        print(f"wrote {out} (not finetuned)")
+        return
+    tokenizer = source_dir / "tokenizer.model"
+    if not tokenizer.exists() or not filecmp.cmp(tokenizer, hf_train.TOKENIZER, shallow=False):
+        raise convert_hf.ConversionError(f"--max-tokens: finetuning reads Brown with {hf_train.TOKENIZER.name}; {tokenizer} is missing or differs")
+    model = build_model(out_cfg)
+    model.load_state_dict(convert_hf.model_state(model, out_tensors))
+    convert_hf.set_training_chunks(model)
+    teacher = None
+    if args.distill > 0:
+        teacher = build_model(cfg)
+        teacher.load_state_dict(convert_hf.model_state(teacher, tensors))
+    tc = trainer.TrainConfig(task="lm", steps=10**9, max_tokens=args.max_tokens, batch_size=16, lr=args.lr, warmup=args.warmup,
+                             seed=args.seed, threads=1, eval_every=0, final_eval_batches=0)  # fmt: skip
+    for item in args.set:
+        name, value = item.split("=", 1)
+        setattr(tc, name, type(getattr(tc, name))(value))
+    torch.manual_seed(args.seed)
+    extra = {"source": str(source_dir), "to": args.to, "layers": layers, "options": options}
+    trainable = convert_hf.attention_parameter if args.attention_only else None
+    hf_train.train_hf(model, out_cfg, tc, out, teacher=teacher, distill=args.distill, trainable=trainable, dtype=dtype, extra=extra,
+                      tokenizer=tokenizer)  # fmt: skip
 
 
 if __name__ == "__main__":

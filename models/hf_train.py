@@ -125,11 +125,20 @@ def valid_loss(model, windows, batch_size, limit=0):
     return total / max(1, count)
 
 
+class ResumeError(ValueError):
+    """resume.pt was written with other settings."""
+
+
 def _settings(tc, distill, trainable_names, extra):
     return {"train": asdict(tc), "distill": distill, "trainable": trainable_names, **extra}
 
 
-def train_hf(model, config, tc, out_dir, teacher=None, distill=0.0, trainable=None, dtype="bf16", checkpoint_every=100, extra=None, log=print):
+def log_line(text):
+    print(text, flush=True)
+
+
+def train_hf(model, config, tc, out_dir, teacher=None, distill=0.0, trainable=None, dtype="bf16", checkpoint_every=100, extra=None,
+             tokenizer=TOKENIZER, log=log_line):  # fmt: skip
     """Train `model` (an HF reference model of HF config dict `config`) with TrainConfig `tc`; write
     the HF directory to out_dir. Resumes from out_dir/resume.pt (same settings). Returns the summary."""
     out_dir = Path(out_dir)
@@ -157,7 +166,7 @@ def train_hf(model, config, tc, out_dir, teacher=None, distill=0.0, trainable=No
         saved = torch.load(resume_path)
         if saved["settings"] != settings:
             diff = sorted(k for k in set(saved["settings"]) | set(settings) if saved["settings"].get(k) != settings.get(k))
-            raise ValueError(f"{resume_path}: saved with other settings ({', '.join(diff)}); use another --out or delete it")
+            raise ResumeError(f"{resume_path}: saved with other settings ({', '.join(diff)}); use another --out or delete it")
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         step, tokens, history, train_s = saved["step"], saved["tokens"], saved["history"], saved["train_s"]
@@ -202,7 +211,7 @@ def train_hf(model, config, tc, out_dir, teacher=None, distill=0.0, trainable=No
     v = valid_loss(model, valid_w, tc.batch_size, tc.final_eval_batches)
     log(f"final valid loss {v:.4f} ppl {math.exp(v):.2f}; {step} steps, {tokens} tokens, {train_s:.0f}s")
     history["valid"].append({"step": step, "loss": v, "batches": tc.final_eval_batches})
-    write_checkpoint(out_dir, config, dtype=dtype, tokenizer=TOKENIZER, tensors=model.state_dict())
+    write_checkpoint(out_dir, config, dtype=dtype, tokenizer=tokenizer, tensors=model.state_dict())
     summary = {**settings, "steps_done": step, "tokens": tokens, "train_seconds": round(train_s, 1), "final_valid_loss": v,
                "final_valid_ppl": math.exp(v), "dtype": dtype, "torch": torch.__version__, "history": history}  # fmt: skip
     (out_dir / "train_log.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -1,5 +1,5 @@
 """Write a random checkpoint in the exact Hugging Face layout (config.json, safetensors, optional
-tokenizer files) for the fla types gsa / gla / retnet / hgrn2 and HF llama (models/README.md).
+tokenizer files) for the fla types gsa / gla / retnet / hgrn2, HF llama and abcd_llama (models/README.md).
 
 Usage (from the repository root):
   /usr/bin/python3 models/write_hf_checkpoint.py --type gsa --preset tiny --out /tmp/gsa
@@ -8,6 +8,7 @@ Usage (from the repository root):
 Options: --dtype f32|bf16|f16 (default: f32 for tiny, bf16 for 1.3b), --shards N, --legacy [FEATURES]
 (comma list of fused_mlp, norm_first, g_norm, embed_tokens; bare --legacy: the type's 2024 layout),
 --tied, --num-kv-heads N, --seed S, --set key=value (JSON value; repeatable), --drop key (repeatable).
+An fla hybrid: --set 'attn={"layers": [1], "num_heads": 4}'; abcd_llama: --set 'abcd_layers=[...]'.
 Writing is streamed per tensor (the 1.3b preset takes a few minutes and ~1 GB of memory).
 """
 
@@ -17,7 +18,7 @@ import sys
 import time
 
 from abcd_ref.hf import DEFAULT_LEGACY, MODEL_TYPES, preset_config, state_bytes, write_checkpoint
-from abcd_ref.hf.config import PRESET_DTYPE, PRESETS
+from abcd_ref.hf.config import PRESET_DTYPE, PRESETS, kv_bytes_per_token
 
 
 def parse_value(text):
@@ -54,7 +55,7 @@ def config_from_args(args):
     if args.tied:
         overrides["tie_word_embeddings"] = True
     if args.num_kv_heads is not None:
-        overrides["num_key_value_heads" if args.type == "llama" else "num_kv_heads"] = args.num_kv_heads
+        overrides["num_key_value_heads" if args.type in ("llama", "abcd_llama") else "num_kv_heads"] = args.num_kv_heads
     config = preset_config(args.type, args.preset, **overrides)
     for key in args.drop:
         config.pop(key, None)
@@ -80,9 +81,9 @@ def main(argv=None):
         legacy=legacy,
         tokenizer=args.tokenizer,
     )
-    unit = "per token (KV cache)" if args.type == "llama" else "per sequence"
+    fixed = 0 if args.type == "llama" else state_bytes(config)
     print(f"wrote {args.out} ({args.type}, {args.preset}, legacy {list(legacy)}) in {time.time() - start:.1f} s; "
-          f"fp32 state bytes {unit}: {state_bytes(config)}")  # fmt: skip
+          f"fp32 state bytes per sequence: {fixed} fixed + {kv_bytes_per_token(config)} per token")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -81,9 +81,14 @@ class GatedSlotAttention(nn.Module):
         y = torch.einsum("bhm,bhmv->bhv", p, value_mem)
         return self._output(y), {"k": key_mem, "v": value_mem}
 
+    # Chunk length of the training form (gsa_chunked); None = the naive T x T form below.
+    chunk = None
+
     def forward(self, u):
         """Naive parallel form over u [B, T, d] from zero memories (both gated passes as T x T sums)."""
         q, k, v, f = self._inputs(u)  # [B, T, H, *]
+        if self.chunk:
+            return self._output(gsa_chunked(q, k, v, f, self.chunk))
         t = u.shape[1]
         cum = f.cumsum(1)
         diff = cum[:, :, None] - cum[:, None, :]  # [B, T(t), T(s), H, M]
@@ -94,3 +99,36 @@ class GatedSlotAttention(nn.Module):
         p = scores.softmax(-1)
         y = torch.einsum("bthm,btshm,bshv->bthv", p, written, v)
         return self._output(y)
+
+
+def gsa_chunked(q, k, v, f, chunk):
+    """The naive form's y [B, T, H, V] a chunk at a time (training; equal up to rounding).
+
+    q, k [B, T, H, K], v [B, T, H, V], f = log alpha [B, T, H, M]. With F the running sum of f inside
+    the chunk and s = 1 - alpha, the memories after the previous chunks (Kt [B, H, K, M], Vt [B, H, M, V])
+    are carried: scores_t = exp(F_t) (q_t Kt) + sum_{i<=t} (q_t . k_i) s_i exp(F_t - F_i); p = softmax;
+    y_t = (p_t exp(F_t)) Vt + sum_{i<=t} (sum_j p_tj s_ij exp(F_tj - F_ij)) v_i. Cost O(T C M) per head.
+    """
+    b, t, h, dk = q.shape
+    q, k, v, f = (x.transpose(1, 2) for x in (q, k, v, f))  # [B, H, T, *]
+    key_mem = q.new_zeros(b, h, dk, f.shape[-1])
+    value_mem = q.new_zeros(b, h, f.shape[-1], v.shape[-1])
+    outs = []
+    for start in range(0, t, chunk):
+        fc, qc, kc, vc = (x[:, :, start : start + chunk] for x in (f, q, k, v))
+        n = fc.shape[2]
+        cum = fc.cumsum(2)  # [B, H, C, M]
+        s = 1 - fc.exp()
+        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()[:, :, None]
+        diff = cum[:, :, :, None] - cum[:, :, None, :]  # [B, H, C(t), C(i), M]
+        decay = torch.where(causal, diff, torch.full_like(diff, -float("inf"))).exp() * s[:, :, None]
+        qk = qc @ kc.transpose(-1, -2)  # [B, H, C, C]
+        scores = cum.exp() * (qc @ key_mem) + torch.einsum("bhti,bhtim->bhtm", qk, decay)
+        p = scores.softmax(-1)
+        mix = torch.einsum("bhtm,bhtim->bhti", p, decay)
+        outs.append((p * cum.exp()) @ value_mem + mix @ vc)
+        last = cum[:, :, -1:]  # [B, H, 1, M]
+        carry = (last - cum).exp() * s  # weight of token i in the memories at the chunk's end
+        key_mem = key_mem * last.exp() + kc.transpose(-1, -2) @ carry
+        value_mem = value_mem * last[:, :, 0, :, None].exp() + carry.transpose(-1, -2) @ vc
+    return torch.cat(outs, 2).transpose(1, 2)

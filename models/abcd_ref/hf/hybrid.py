@@ -74,12 +74,6 @@ class AbcdLlamaForCausalLM(LlamaForCausalLM):
             if spec.type != "softmax":
                 layer.self_attn = AbcdMixer(c, spec)
 
-    def set_abc_chunk(self, chunk):
-        """Chunk length of the abc training form (abc_causal_chunked); None = the masked T x T form."""
-        for layer in self.model.layers:
-            if isinstance(layer.self_attn, AbcdMixer) and isinstance(layer.self_attn.inner, ABCAttention):
-                layer.self_attn.inner.chunk = chunk
-
     def _layer(self, layer, h, positions, cache):
         """Attention output of one layer for h [B, T, d] and its new cache / state."""
         attn = layer.self_attn
