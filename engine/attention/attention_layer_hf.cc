@@ -34,8 +34,7 @@ std::string FirstPresent(const WeightLoader& weights, std::initializer_list<std:
 absl::StatusOr<std::vector<float>> Hgrn2LowerBound(const ModelConfig& config, int layer,
                                                    WeightLoader& weights) {
   const int64_t layers = static_cast<int64_t>(config.decoder_layers.size()), d = config.d_model;
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> raw,
-                        weights.Load("model.lower_bounds", {layers, d}));
+  ABCD_ASSIGN_OR_RETURN(std::vector<float> raw, weights.Load("model.lower_bounds", {layers, d}));
   if (layer == 0) return std::vector<float>{};
   std::vector<float> bound(static_cast<size_t>(d));
   for (int64_t c = 0; c < d; ++c) {
@@ -75,8 +74,8 @@ absl::StatusOr<std::unique_ptr<AttentionState>> LoadLlama(const ModelConfig& c,
   const int64_t d = c.d_model, hd = a.key_dim, q = int64_t{a.heads} * hd,
                 kv = int64_t{a.kv_heads} * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (auto [name, rows] : {std::pair<const char*, int64_t>{"q_proj", q}, {"k_proj", kv},
-                            {"v_proj", kv}}) {
+  for (auto [name, rows] :
+       {std::pair<const char*, int64_t>{"q_proj", q}, {"k_proj", kv}, {"v_proj", kv}}) {
     const size_t first = p.fused.size();
     ABCD_RETURN_IF_ERROR(LoadInto(weights, absl::StrCat(prefix, ".", name, ".weight"), rows, d, p));
     std::vector<float> bias(static_cast<size_t>(rows), 0.0f);
@@ -132,9 +131,10 @@ absl::StatusOr<std::unique_ptr<AttentionState>> LoadGsa(const ModelConfig& c,
                                                         const std::string& prefix,
                                                         WeightLoader& weights, Projections& p) {
   if (weights.Contains(prefix + ".g_proj.weight")) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        prefix, ".g_proj.weight: gsa with an output gate (use_output_gate, 2024 fla) is not "
-                "supported"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(prefix,
+                     ".g_proj.weight: gsa with an output gate (use_output_gate, 2024 fla) is not "
+                     "supported"));
   }
   const int64_t d = c.d_model, K = a.key_dim, V = a.value_dim;
   ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".q_proj.weight", int64_t{a.heads} * K, d, p));
@@ -207,8 +207,8 @@ absl::StatusOr<std::unique_ptr<AttentionState>> LoadGatedLinear(const ModelConfi
     } else {
       o.rope_inv_freq = a.rope.InverseFrequencies(a.key_dim);
     }
-    const std::string norm = FirstPresent(
-        weights, {prefix + ".g_norm_swish_gate.weight", prefix + ".g_norm.weight"});
+    const std::string norm =
+        FirstPresent(weights, {prefix + ".g_norm_swish_gate.weight", prefix + ".g_norm.weight"});
     ABCD_ASSIGN_OR_RETURN(o.norm_weight, weights.Load(norm, {V}));
   }
   ABCD_ASSIGN_OR_RETURN(p.out, weights.Load(prefix + ".o_proj.weight", {d, value_width}));
@@ -219,10 +219,10 @@ absl::StatusOr<std::unique_ptr<AttentionState>> LoadGatedLinear(const ModelConfi
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::LoadHf(const ModelConfig& config,
-                                                                      const AttentionSpec& spec,
-                                                                      const std::string& prefix,
-                                                                      WeightFormat format,
-                                                                      WeightLoader& weights) {
+                                                                       const AttentionSpec& spec,
+                                                                       const std::string& prefix,
+                                                                       WeightFormat format,
+                                                                       WeightLoader& weights) {
   std::unique_ptr<AttentionLayer> layer(new AttentionLayer());
   layer->spec_ = spec;
   layer->d_model_ = config.d_model;
@@ -246,15 +246,15 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::LoadHf(const Mod
       state = LoadGatedLinear(config, spec, prefix, weights, p);
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          prefix, ": ", AttentionTypeName(spec.type), " is not a Hugging Face layer type"));
+      return absl::InvalidArgumentError(absl::StrCat(prefix, ": ", AttentionTypeName(spec.type),
+                                                     " is not a Hugging Face layer type"));
   }
   if (!state.ok()) return state.status();
   layer->state_ = *std::move(state);
   // Bytes the state kernels keep besides the packed matrices (norms, gates, feature maps).
-  const int64_t packed_floats =
-      static_cast<int64_t>(p.fused.size() + p.fused_bias.size() + p.out.size() + p.out_bias.size()) -
-      p.synthetic_floats;
+  const int64_t packed_floats = static_cast<int64_t>(p.fused.size() + p.fused_bias.size() +
+                                                     p.out.size() + p.out_bias.size()) -
+                                p.synthetic_floats;
   layer->state_weight_bytes_ = 4 * (weights.loaded_floats() - floats_before - packed_floats);
   const int64_t d = config.d_model;
   layer->fused_ = PackedMatrix::Pack(p.fused, p.fused_rows, d, format);

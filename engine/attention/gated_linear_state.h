@@ -27,12 +27,12 @@ class GatedLinearState final : public AttentionState {
     AttentionType type = AttentionType::kGla;
     int heads = 0, kv_heads = 0, key_dim = 0, value_dim = 0;
     MixerFeatureMap feature_map = MixerFeatureMap::kNone;  // gla
-    bool scale_query = false;    // q *= K^-0.5 here (not folded into W_q)
-    bool output_gate = false;    // gla, retnet
-    bool has_clamp = false;      // gla
-    float clamp_min = 0.0f;      // gla
-    float gate_normalizer = 16;  // gla
-    int gate_rank = 0;           // gla: W_gk0 rows (the projection's last columns)
+    bool scale_query = false;                              // q *= K^-0.5 here (not folded into W_q)
+    bool output_gate = false;                              // gla, retnet
+    bool has_clamp = false;                                // gla
+    float clamp_min = 0.0f;                                // gla
+    float gate_normalizer = 16;                            // gla
+    int gate_rank = 0;                  // gla: W_gk0 rows (the projection's last columns)
     std::vector<float> gate_up_weight;  // gla: W_gk1 [Hkv K, rank]
     std::vector<float> gate_up_bias;    // gla: [Hkv K]
     std::vector<float> rope_inv_freq;   // retnet: K / 2 inverse frequencies
@@ -52,8 +52,8 @@ class GatedLinearState final : public AttentionState {
   // Prepared rows: q [H K] | k [Hkv K] | v [Hkv V] | lambda [Hkv K] | gate [H V] (when gated).
   int64_t PreparedWidth() const override;
   KernelRowLayout PreparedLayout() const override;
-  void PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width,
-                   int64_t rows, std::span<const StateRef> states, float* prepared) const override;
+  void PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width, int64_t rows,
+                   std::span<const StateRef> states, float* prepared) const override;
   int64_t AttendedWidth(int64_t) const override { return int64_t{o_.heads} * o_.value_dim; }
   void FinishRows(CpuContext& ctx, const float* prepared, int64_t rows,
                   float* attended) const override;

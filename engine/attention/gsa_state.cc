@@ -26,9 +26,7 @@ GsaState::GsaState(int heads, int kv_heads, int key_dim, int value_dim, int slot
       norm_weight_(std::move(norm_weight)),
       norm_eps_(norm_eps) {}
 
-int64_t GsaState::FixedFloats() const {
-  return int64_t{heads_} * slots_ * (key_dim_ + value_dim_);
-}
+int64_t GsaState::FixedFloats() const { return int64_t{heads_} * slots_ * (key_dim_ + value_dim_); }
 
 void GsaState::Init(float* fixed) const { std::fill(fixed, fixed + FixedFloats(), 0.0f); }
 

@@ -36,8 +36,8 @@ class GsaState final : public AttentionState {
   // the projection rows are q | k | v | a in the same widths.
   int64_t PreparedWidth() const override;
   KernelRowLayout PreparedLayout() const override;
-  void PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width,
-                   int64_t rows, std::span<const StateRef> states, float* prepared) const override;
+  void PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width, int64_t rows,
+                   std::span<const StateRef> states, float* prepared) const override;
   int64_t AttendedWidth(int64_t) const override { return int64_t{heads_} * value_dim_; }
   void FinishRows(CpuContext& ctx, const float* prepared, int64_t rows,
                   float* attended) const override;

@@ -170,7 +170,7 @@ void SoftmaxState::PrepareRows(CpuContext& ctx, const float* projection, int64_t
     absl::InlinedVector<float, 256> cos_sin(static_cast<size_t>(2 * half));
     cpu::RopeAngles(states[static_cast<size_t>(r)].position, rope_inv_freq_.data(), half,
                     cos_sin.data());
-    cpu::RotateHalf(out, q_heads_, half, cos_sin.data());                          // q
+    cpu::RotateHalf(out, q_heads_, half, cos_sin.data());                                   // q
     cpu::RotateHalf(out + int64_t{q_heads_} * head_dim_, kv_heads_, half, cos_sin.data());  // k
   });
 }

@@ -36,8 +36,8 @@ class SoftmaxState final : public AttentionState {
   // Prepared rows (RoPE or GQA): q [q_heads * dh] | k [kv_heads * dh] | v [kv_heads * dh].
   int64_t PreparedWidth() const override;
   KernelRowLayout PreparedLayout() const override;
-  void PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width,
-                   int64_t rows, std::span<const StateRef> states, float* prepared) const override;
+  void PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width, int64_t rows,
+                   std::span<const StateRef> states, float* prepared) const override;
   int64_t AttendedWidth(int64_t d_model) const override;
   // Values per KvCache row (keys of every kv head).
   int64_t KvWidth() const { return static_cast<int64_t>(kv_heads_) * head_dim_; }

@@ -61,8 +61,9 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     if (FileExists(dir + "/pytorch_model.bin") ||
         FileExists(dir + "/pytorch_model.bin.index.json")) {
       return absl::FailedPreconditionError(absl::StrCat(
-          dir, ": only pytorch_model.bin (a Python pickle) is present; abcd reads safetensors "
-               "(convert it, e.g. with transformers' save_pretrained(safe_serialization=True))"));
+          dir,
+          ": only pytorch_model.bin (a Python pickle) is present; abcd reads safetensors "
+          "(convert it, e.g. with transformers' save_pretrained(safe_serialization=True))"));
     }
     return absl::NotFoundError(absl::StrCat(
         dir, ": neither model.safetensors nor model.safetensors.index.json is present"));
@@ -84,9 +85,9 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   std::set<std::string> shards;
   for (const auto& [tensor, shard] : map->items()) {
     if (!shard.is_string() || !IsPlainFileName(shard.get<std::string>())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index_path, ": weight_map[\"", tensor.substr(0, 128),
-          "\"] must be a file name in the model directory"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path, ": weight_map[\"", tensor.substr(0, 128),
+                       "\"] must be a file name in the model directory"));
     }
     shards.insert(shard.get<std::string>());
   }

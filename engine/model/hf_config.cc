@@ -65,8 +65,8 @@ class HfFields {
     if (!v->is_number()) return Error(key, "must be a number");
     const double value = v->get<double>();
     if (!std::isfinite(value) || !(value > min_exclusive) || value > max_inclusive) {
-      return Error(key, absl::StrCat("must be in (", min_exclusive, ", ", max_inclusive, "], got ",
-                                     value));
+      return Error(
+          key, absl::StrCat("must be in (", min_exclusive, ", ", max_inclusive, "], got ", value));
     }
     return value;
   }
@@ -166,7 +166,8 @@ absl::Status ParseCommon(const HfFields& f, ModelConfig& c, absl::string_view la
     for (size_t i = 0; i < eos->size(); ++i) {
       const json& id = (*eos)[i];
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= c.vocab_size) {
-        return f.Error("eos_token_id", absl::StrCat("[", i, "] must be a token id below vocab_size"));
+        return f.Error("eos_token_id",
+                       absl::StrCat("[", i, "] must be a token id below vocab_size"));
       }
       if (i == 0) {
         c.eos_id = static_cast<int>(id.get<int64_t>());
@@ -185,8 +186,7 @@ absl::Status ParseCommon(const HfFields& f, ModelConfig& c, absl::string_view la
 absl::Status ParseLlama(const HfFields& f, ModelConfig& c) {
   ABCD_RETURN_IF_ERROR(ParseCommon(f, c, "num_hidden_layers"));
   ABCD_ASSIGN_OR_RETURN(c.n_heads, f.Int("num_attention_heads", std::nullopt, 1, c.d_model));
-  ABCD_ASSIGN_OR_RETURN(const int kv_heads,
-                        f.Int("num_key_value_heads", c.n_heads, 1, c.n_heads));
+  ABCD_ASSIGN_OR_RETURN(const int kv_heads, f.Int("num_key_value_heads", c.n_heads, 1, c.n_heads));
   if (c.n_heads % kv_heads != 0) {
     return f.Error("num_key_value_heads",
                    absl::StrCat("must divide num_attention_heads (", c.n_heads, ")"));
@@ -199,7 +199,8 @@ absl::Status ParseLlama(const HfFields& f, ModelConfig& c) {
   ABCD_ASSIGN_OR_RETURN(c.d_ff, f.Int("intermediate_size", std::nullopt, 1, kMaxIntermediate));
   ABCD_ASSIGN_OR_RETURN(const std::string act, f.String("hidden_act", "silu"));
   if (act != "silu" && act != "swish") {
-    return f.Error("hidden_act", absl::StrCat("\"", act.substr(0, 32), "\" is not supported (silu)"));
+    return f.Error("hidden_act",
+                   absl::StrCat("\"", act.substr(0, 32), "\" is not supported (silu)"));
   }
   ABCD_ASSIGN_OR_RETURN(const double eps, f.Number("rms_norm_eps", 1e-6, 0.0, 1.0));
   c.layer_norm_eps = static_cast<float>(eps);
@@ -208,9 +209,10 @@ absl::Status ParseLlama(const HfFields& f, ModelConfig& c) {
   ABCD_ASSIGN_OR_RETURN(const bool mlp_bias, f.Bool("mlp_bias", false));
   c.hf_mlp_bias = mlp_bias;
   if (f.Present("sliding_window") && c.hf_model_type == "mistral") {
-    ABCD_RETURN_IF_ERROR(f.RefuseIfSet(
-        "sliding_window", "a windowed GQA layer is not implemented yet (set it to null to serve "
-                          "the model with full attention)"));
+    ABCD_RETURN_IF_ERROR(
+        f.RefuseIfSet("sliding_window",
+                      "a windowed GQA layer is not implemented yet (set it to null to serve "
+                      "the model with full attention)"));
   }
   for (LayerSpec& layer : c.decoder_layers) {
     AttentionSpec& a = layer.attention;
@@ -245,8 +247,9 @@ absl::Status ParseAbcdLayers(const HfFields& f, ModelConfig& c) {
                                           "\" is not supported (softmax, t2r or abc)"));
     }
     if (a.kv_heads != a.heads || int64_t{a.key_dim} * a.heads != c.d_model) {
-      return e.Error("type", "t2r and abc layers need num_key_value_heads == num_attention_heads "
-                             "and head_dim * num_attention_heads == hidden_size");
+      return e.Error("type",
+                     "t2r and abc layers need num_key_value_heads == num_attention_heads "
+                     "and head_dim * num_attention_heads == hidden_size");
     }
     const bool qkv_bias = a.qkv_bias, o_bias = a.o_bias;
     a = AttentionSpec();
@@ -325,7 +328,8 @@ absl::Status ParseFlaSkeleton(const HfFields& f, ModelConfig& c, double default_
   }
   ABCD_RETURN_IF_ERROR(f.RefuseIfSet("attnres_block_size", "attention residual blocks"));
   ABCD_ASSIGN_OR_RETURN(const bool affine, f.Bool("elementwise_affine", true));
-  if (!affine) return f.Error("elementwise_affine", "false (norms without weights) is not supported");
+  if (!affine)
+    return f.Error("elementwise_affine", "false (norms without weights) is not supported");
   return absl::OkStatus();
 }
 
@@ -352,8 +356,8 @@ absl::StatusOr<int> ExpandedWidth(const HfFields& f, absl::string_view key, doub
   return static_cast<int>(width);
 }
 
-absl::Status SetMixerHeads(const HfFields& f, ModelConfig& c, int heads, int key_dim,
-                           int value_dim, AttentionSpec& a) {
+absl::Status SetMixerHeads(const HfFields& f, ModelConfig& c, int heads, int key_dim, int value_dim,
+                           AttentionSpec& a) {
   ABCD_ASSIGN_OR_RETURN(const int kv_heads, f.Int("num_kv_heads", heads, 1, heads));
   if (heads % kv_heads != 0) {
     return f.Error("num_kv_heads", absl::StrCat("must divide num_heads (", heads, ")"));
@@ -385,8 +389,7 @@ absl::Status ParseGsa(const HfFields& f, ModelConfig& c) {
   a.type = AttentionType::kGsa;
   ABCD_RETURN_IF_ERROR(SetMixerHeads(f, c, heads, key_dim, value_dim, a));
   ABCD_ASSIGN_OR_RETURN(a.slots, f.Int("num_slots", a.key_dim, 1, 1 << 16));
-  ABCD_ASSIGN_OR_RETURN(const double normalizer,
-                        f.Number("gate_logit_normalizer", 8.0, 0.0, 1e6));
+  ABCD_ASSIGN_OR_RETURN(const double normalizer, f.Number("gate_logit_normalizer", 8.0, 0.0, 1e6));
   a.gate_normalizer = static_cast<float>(normalizer);
   ABCD_ASSIGN_OR_RETURN(a.feature_map, ParseFeatureMap(f, MixerFeatureMap::kSwish, true));
   for (LayerSpec& layer : c.decoder_layers) layer.attention = a;
@@ -399,8 +402,8 @@ absl::Status ParseGlaOrRetnet(const HfFields& f, ModelConfig& c, AttentionType t
   // fla never passes use_short_conv to its RetNet layer: retnet checkpoints hold no conv.
   if (!retnet) ABCD_RETURN_IF_ERROR(RefuseShortConv(f));
   ABCD_ASSIGN_OR_RETURN(const int heads, f.Int("num_heads", retnet ? 8 : 4, 1, c.d_model));
-  ABCD_ASSIGN_OR_RETURN(const int key_dim, ExpandedWidth(f, "expand_k", retnet ? 1.0 : 0.5,
-                                                         c.d_model));
+  ABCD_ASSIGN_OR_RETURN(const int key_dim,
+                        ExpandedWidth(f, "expand_k", retnet ? 1.0 : 0.5, c.d_model));
   ABCD_ASSIGN_OR_RETURN(const int value_dim,
                         ExpandedWidth(f, "expand_v", retnet ? 2.0 : 1.0, c.d_model));
   AttentionSpec a;

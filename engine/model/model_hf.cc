@@ -59,7 +59,8 @@ absl::Status Model::LoadHfBlock(int layer, WeightLoader& weights, Block& block) 
     gate_up.insert(gate_up.end(), up_rows.begin(), up_rows.end());
   }
   block.fc1 = PackedMatrix::Pack(gate_up, 2 * ff, d, weight_format_);
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> down, weights.Load(p + ".mlp.down_proj.weight", {d, ff}));
+  ABCD_ASSIGN_OR_RETURN(std::vector<float> down,
+                        weights.Load(p + ".mlp.down_proj.weight", {d, ff}));
   block.fc2 = PackedMatrix::Pack(down, d, ff, weight_format_);
   if (c.hf_mlp_bias) {
     ABCD_ASSIGN_OR_RETURN(block.fc1_bias, weights.Load(p + ".mlp.gate_proj.bias", {ff}));
@@ -73,10 +74,10 @@ absl::Status Model::LoadHfBlock(int layer, WeightLoader& weights, Block& block) 
 absl::Status Model::LoadHf(WeightLoader& weights) {
   const ModelConfig& c = config_;
   const int64_t vocab = c.vocab_size, d = c.d_model;
-  const std::string embed = IsLlamaNaming(c)
-                                ? std::string("model.embed_tokens.weight")
-                                : FirstPresent(weights, {"model.embeddings.weight",
-                                                         "model.embed_tokens.weight"});
+  const std::string embed =
+      IsLlamaNaming(c)
+          ? std::string("model.embed_tokens.weight")
+          : FirstPresent(weights, {"model.embeddings.weight", "model.embed_tokens.weight"});
   ABCD_ASSIGN_OR_RETURN(std::vector<float> embedding, weights.Load(embed, {vocab, d}));
   embedding_ = PackedMatrix::Pack(embedding, vocab, d, weight_format_);
   if (!c.tie_embeddings) {

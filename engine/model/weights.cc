@@ -58,8 +58,8 @@ absl::Status WeightLoader::CheckAllUsed() const {
   }
   if (unused.empty()) return absl::OkStatus();
   const std::string where = checkpoint_ != nullptr ? checkpoint_->path() : single_->path();
-  return absl::InvalidArgumentError(absl::StrCat(
-      where, ": tensors not used by the config: ", absl::StrJoin(unused, ", ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ": tensors not used by the config: ", absl::StrJoin(unused, ", ")));
 }
 
 }  // namespace abcd

@@ -56,7 +56,8 @@ void SwiGlu(const float* gate_up, int64_t rows, int64_t ff, float* out, ThreadPo
     return;
   }
   if (rows >= pool->size()) {
-    pool->ParallelFor(rows, [&](int64_t r) { SwiGluRows(gate_up + r * 2 * ff, 1, ff, out + r * ff); });
+    pool->ParallelFor(rows,
+                      [&](int64_t r) { SwiGluRows(gate_up + r * 2 * ff, 1, ff, out + r * ff); });
     return;
   }
   // Few wide rows (batch-1 decode): split each row's columns.

@@ -79,8 +79,8 @@ struct ActiveRequest {
   std::vector<TokenLogprobs> prompt_scores;
   bool prompt_scores_sent = false;
   bool preceding_sent = false;  // GenerationEvent::preceding_token_ids went out
-  int64_t chunk_start = 0;  // where this step's prefill rows began
-  int64_t chunk_rows = 0;   // prefill rows this step (0: a decode row, or none)
+  int64_t chunk_start = 0;      // where this step's prefill rows began
+  int64_t chunk_rows = 0;       // prefill rows this step (0: a decode row, or none)
 
   std::vector<Beam> beams;  // beam path (beam_size > 1)
   std::vector<Beam> finished_beams;

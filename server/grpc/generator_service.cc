@@ -85,10 +85,10 @@ void Serialize(const Message& message, grpc::ByteBuffer* out) {
 void CountCall(const GrpcHooks& hooks, absl::string_view kind, grpc::CallbackServerContext& context,
                const absl::Status& status) {
   if (!hooks.count_request) return;
-  const bool cancelled = context.IsCancelled() && !status.ok() &&
-                         status.code() != absl::StatusCode::kDeadlineExceeded;
-  hooks.count_request(kind, cancelled ? absl::CancelledError("the client cancelled the call")
-                                      : status);
+  const bool cancelled =
+      context.IsCancelled() && !status.ok() && status.code() != absl::StatusCode::kDeadlineExceeded;
+  hooks.count_request(kind,
+                      cancelled ? absl::CancelledError("the client cancelled the call") : status);
 }
 
 // Charges a request message to the body budget (gRPC holds it until the call ends). A call
@@ -108,7 +108,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
  public:
   GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& raw,
                   const ServedModels& models, const GrpcHooks& hooks, const GrpcOptions& options)
-      : context_(context), hooks_(hooks), sessions_(options.sessions), deadline_(Deadline(*context)) {
+      : context_(context),
+        hooks_(hooks),
+        sessions_(options.sessions),
+        deadline_(Deadline(*context)) {
     if (absl::Status charged = ChargeMessage(options.body_budget, raw, &charge_); !charged.ok()) {
       EndCall(charged);
       return;

@@ -11,7 +11,6 @@
 #include <fstream>
 
 #include "engine/model/model.h"
-
 #include "nlohmann/json.hpp"
 
 namespace abcd {
@@ -114,8 +113,8 @@ TEST(HfConfig, RopeParametersWinOverTopLevelKeys) {
 TEST(HfConfig, EosListsAndGenerationConfig) {
   json config = Llama();
   config["eos_token_id"] = {2, 7};
-  absl::StatusOr<ModelConfig> c =
-      Parse(config, R"({"eos_token_id": [2, 9], "bos_token_id": 1})", R"({"add_bos_token": false})");
+  absl::StatusOr<ModelConfig> c = Parse(config, R"({"eos_token_id": [2, 9], "bos_token_id": 1})",
+                                        R"({"add_bos_token": false})");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->eos_id, 2);
   EXPECT_TRUE(c->IsStopToken(7));
@@ -153,10 +152,10 @@ TEST(HfConfig, RefusalsNameTheKey) {
   cases.push_back({with(Gsa(), "expand_v", 2), "expand_v"});
   cases.push_back({with(Gsa(), "feature_map", "elu"), "feature_map"});
   cases.push_back({with(Gsa(), "model_type", "mamba"), "model_type"});
-  cases.push_back({with(Llama(), "rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4}}),
-                   "rope_type"});
-  cases.push_back({with(Llama(), "rope_scaling", json{{"type", "dynamic"}, {"factor", 4}}),
-                   "rope_type"});
+  cases.push_back(
+      {with(Llama(), "rope_scaling", json{{"rope_type", "yarn"}, {"factor", 4}}), "rope_type"});
+  cases.push_back(
+      {with(Llama(), "rope_scaling", json{{"type", "dynamic"}, {"factor", 4}}), "rope_type"});
   cases.push_back({with(Llama(), "num_key_value_heads", 3), "num_key_value_heads"});
   cases.push_back({with(Llama(), "hidden_act", "gelu"), "hidden_act"});
   cases.push_back({with(Llama(), "hidden_size", 1000000000), "hidden_size"});
