@@ -37,9 +37,14 @@ absl::Time Deadline(const grpc::CallbackServerContext& context) {
 }
 
 // gRPC cancels a call whose deadline expires (OnCancel, then the executor's CANCELLED): such a
-// call ends, and is counted, as DEADLINE_EXCEEDED, as the client sees it.
+// call ends, and is counted, as DEADLINE_EXCEEDED, as the client sees it. The server's deadline
+// is the client's timeout counted from when the call arrived, so it falls after the client's
+// own: a cancel up to kDeadlineSlack before it is the client's deadline expiring first.
+constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(500);
 absl::Status DeadlineOr(const absl::Status& status, absl::Time deadline) {
-  if (status.code() != absl::StatusCode::kCancelled || absl::Now() < deadline) return status;
+  if (status.code() != absl::StatusCode::kCancelled || absl::Now() + kDeadlineSlack < deadline) {
+    return status;
+  }
   return absl::DeadlineExceededError("the call's deadline expired while it was being answered");
 }
 

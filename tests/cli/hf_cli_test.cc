@@ -71,6 +71,9 @@ TEST(HfCli, InfoStateBytesEqualTheFormulas) {
     ++fixtures;
     const json config = json::parse(ReadFile(entry.path() / "config.json"));
     const std::string type = config["model_type"];
+    // Hybrids (fla `attn`, abcd_llama) mix layer types: their bytes are pinned by the
+    // converter's tests and the parity fixtures, not by these one-type formulas.
+    if (type == "abcd_llama" || (config.contains("attn") && !config["attn"].is_null())) continue;
     const CliResult r = RunCli("info --model " + entry.path().string());
     ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
     EXPECT_NE(r.output.find("model_type: " + type + " (Hugging Face checkpoint)"),
