@@ -5,7 +5,8 @@
 // batch: a decode step of 1 row streams W at memory speed, a prefill of hundreds of rows reuses
 // each loaded weight vector across a register tile of rows. The output panels are split across
 // `pool`'s threads (null: the caller's thread only). The AVX-512 kernels run where the CPU has
-// AVX-512F; elsewhere a portable kernel over the same layout (compiler-vectorised).
+// AVX-512F, the AVX2 ones where it has AVX2, FMA and F16C; elsewhere a portable kernel over the
+// same layout (compiler-vectorised).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,7 @@ namespace abcd::cpu {
 void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bias, float* y,
             ThreadPool* pool);
 
-// Which kernel Linear uses on this CPU: "avx512" or "generic".
+// Which kernel Linear uses on this CPU: "avx512", "avx2" or "generic".
 const char* LinearKernelName();
 
 }  // namespace abcd::cpu

@@ -75,20 +75,29 @@ namespace {
 
 using PanelKernel = void (*)(const kernels::LinearArgs&, int64_t, int64_t);
 
-bool HasAvx512() {
+struct NamedKernel {
+  PanelKernel kernel;
+  const char* name;
+};
+
+// The widest kernel this CPU runs. CPU features never change while the process runs: decided
+// once.
+const NamedKernel& Chosen() {
+  static const NamedKernel chosen = [] {
 #if defined(__x86_64__)
-  return __builtin_cpu_supports("avx512f");
-#else
-  return false;
+    if (__builtin_cpu_supports("avx512f"))
+      return NamedKernel{&kernels::LinearPanelsAvx512, "avx512"};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
+      return NamedKernel{&kernels::LinearPanelsAvx2, "avx2"};
+    }
 #endif
+    return NamedKernel{&kernels::LinearPanelsGeneric, "generic"};
+  }();
+  return chosen;
 }
 
-// CPU features never change while the process runs: decided once.
-PanelKernel ChosenKernel() {
-  static const PanelKernel kernel =
-      HasAvx512() ? &kernels::LinearPanelsAvx512 : &kernels::LinearPanelsGeneric;
-  return kernel;
-}
+PanelKernel ChosenKernel() { return Chosen().kernel; }
 
 kernels::Format ToKernelFormat(WeightFormat format) {
   switch (format) {
@@ -106,9 +115,7 @@ kernels::Format ToKernelFormat(WeightFormat format) {
 
 }  // namespace
 
-const char* LinearKernelName() {
-  return ChosenKernel() == &kernels::LinearPanelsAvx512 ? "avx512" : "generic";
-}
+const char* LinearKernelName() { return Chosen().name; }
 
 void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bias, float* y,
             ThreadPool* pool) {

@@ -1,6 +1,7 @@
 // The inner kernels behind cpu::Linear (engine/ops/linear.h), one per instruction set: plain
-// data in, no engine types, so that the AVX-512 translation unit (compiled with -mavx512f)
-// shares no inline code with the rest of the program. Called only through linear_cpu.cc.
+// data in, no engine types, so that the AVX-512 and AVX2 translation units (compiled with
+// -mavx512f, -mavx2 -mfma -mf16c) share no inline code with the rest of the program. Called only
+// through linear_cpu.cc.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,7 @@ struct LinearArgs {
 
 // y[:, 16*first .. 16*(first+count)) for every row (columns past `out` are not written).
 void LinearPanelsGeneric(const LinearArgs& args, int64_t first, int64_t count);
-void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count);
+void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count);  // AVX-512F
+void LinearPanelsAvx2(const LinearArgs& args, int64_t first, int64_t count);    // AVX2+FMA+F16C
 
 }  // namespace abcd::cpu::kernels

@@ -84,36 +84,62 @@ INSTANTIATE_TEST_SUITE_P(Formats, LinearTest,
                            return std::string(WeightFormatName(param_info.param));
                          });
 
-// The portable kernel is what machines without AVX-512 run: checked here on every machine,
-// called directly, against the same reference.
-TEST_P(LinearTest, PortableKernelMatchesReference) {
+// cpu::Linear runs only the widest kernel of this CPU. The narrower ones are what other machines
+// run: each kernel this CPU can execute is called directly against the same reference (the
+// portable one on every machine), on shapes that reach every tile and remainder path.
+TEST_P(LinearTest, EveryKernelThisCpuRunsMatchesReference) {
+  struct Kernel {
+    const char* name;
+    void (*run)(const cpu::kernels::LinearArgs&, int64_t, int64_t);
+    bool supported;
+  };
+  const Kernel kernels[] = {
+    {"generic", &cpu::kernels::LinearPanelsGeneric, true},
+#if defined(__x86_64__)
+    {"avx2", &cpu::kernels::LinearPanelsAvx2,
+     __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c")},
+    {"avx512", &cpu::kernels::LinearPanelsAvx512, __builtin_cpu_supports("avx512f") != 0},
+#endif
+  };
   const WeightFormat format = GetParam();
-  const Shape shapes[] = {{1, 256, 896}, {3, 33, 17}, {7, 40, 130}, {17, 31, 33}};
-  uint32_t seed = 100;
-  for (const Shape& s : shapes) {
-    const std::vector<float> w = Random(static_cast<size_t>(s.out * s.in), seed++);
-    const std::vector<float> x = Random(static_cast<size_t>(s.rows * s.in), seed++);
-    const std::vector<float> bias = Random(static_cast<size_t>(s.out), seed++);
-    const PackedMatrix packed = PackedMatrix::Pack(w, s.out, s.in, format);
-    const std::vector<float> expected = Reference(x, s.rows, packed, bias.data());
-    std::vector<float> y(static_cast<size_t>(s.rows * s.out) + 16, 12345.0f);
-    cpu::kernels::LinearArgs args;
-    args.x = x.data();
-    args.rows = s.rows;
-    args.in = s.in;
-    args.panels = packed.panel(0);
-    args.panel_bytes = packed.panel_stride();
-    args.scales = format == WeightFormat::kInt8 ? packed.scales() : nullptr;
-    args.bias = bias.data();
-    args.out = s.out;
-    args.format = static_cast<cpu::kernels::Format>(static_cast<int>(format));
-    args.y = y.data();
-    cpu::kernels::LinearPanelsGeneric(args, 0, packed.panels());
-    for (size_t i = 0; i < expected.size(); ++i) {
-      ASSERT_NEAR(y[i], expected[i], 1e-4f * (1.0f + std::fabs(expected[i])))
-          << WeightFormatName(format) << " rows=" << s.rows << " in=" << s.in << " index " << i;
+  const Shape shapes[] = {{1, 256, 896}, {1, 9, 70},   {2, 33, 17},  {3, 40, 100},
+                          {4, 19, 48},   {7, 40, 130}, {13, 8, 300}, {17, 31, 33}};
+  for (const Kernel& kernel : kernels) {
+    if (!kernel.supported) continue;
+    uint32_t seed = 100;
+    for (const Shape& s : shapes) {
+      const std::vector<float> w = Random(static_cast<size_t>(s.out * s.in), seed++);
+      const std::vector<float> x = Random(static_cast<size_t>(s.rows * s.in), seed++);
+      const std::vector<float> bias = Random(static_cast<size_t>(s.out), seed++);
+      const PackedMatrix packed = PackedMatrix::Pack(w, s.out, s.in, format);
+      for (bool with_bias : {false, true}) {
+        const float* b = with_bias ? bias.data() : nullptr;
+        const std::vector<float> expected = Reference(x, s.rows, packed, b);
+        std::vector<float> y(static_cast<size_t>(s.rows * s.out) + 16, 12345.0f);
+        cpu::kernels::LinearArgs args;
+        args.x = x.data();
+        args.rows = s.rows;
+        args.in = s.in;
+        args.panels = packed.panel(0);
+        args.panel_bytes = packed.panel_stride();
+        args.scales = format == WeightFormat::kInt8 ? packed.scales() : nullptr;
+        args.bias = b;
+        args.out = s.out;
+        args.format = static_cast<cpu::kernels::Format>(static_cast<int>(format));
+        args.y = y.data();
+        // In two calls, as the thread pool splits the panels.
+        const int64_t half = packed.panels() / 2;
+        kernel.run(args, 0, half);
+        kernel.run(args, half, packed.panels() - half);
+        for (size_t i = 0; i < expected.size(); ++i) {
+          ASSERT_NEAR(y[i], expected[i], 1e-4f * (1.0f + std::fabs(expected[i])))
+              << kernel.name << " " << WeightFormatName(format) << " rows=" << s.rows
+              << " in=" << s.in << " out=" << s.out << " index " << i << " bias=" << with_bias;
+        }
+        for (size_t i = expected.size(); i < y.size(); ++i) ASSERT_EQ(y[i], 12345.0f);
+      }
     }
-    for (size_t i = expected.size(); i < y.size(); ++i) ASSERT_EQ(y[i], 12345.0f);
   }
 }
 

@@ -1,0 +1,146 @@
+// AVX2 + FMA kernels of cpu::Linear (built with -mavx2 -mfma -mf16c; run only where the CPU
+// has all three and lacks AVX-512F: most AMD Zen 1-3 and client Intel parts).
+//
+// A 16-output panel is two 8-wide vectors. A block of P panels times a group of R rows keeps
+// 2*P*R accumulators in the 16 ymm registers: 1 panel x 6 rows (12 accumulators, 2 weight
+// vectors, 1 broadcast) for batches, 4 panels x 1 row for a single row, where each weight vector
+// is used once and the loads are what counts. Weights are widened from bf16/f16/int8 to fp32
+// once per input column and block; sums are fp32.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "engine/ops/linear_kernels.h"
+
+namespace abcd::cpu::kernels {
+namespace {
+
+constexpr int kPanel = 16;
+
+// Weights k of a panel, outputs 8*half .. 8*half+7.
+template <Format F>
+inline __m256 LoadWeights(const void* panel, int64_t k, int half) {
+  const int64_t at = k * kPanel + half * 8;
+  if constexpr (F == Format::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(panel) + at);
+  } else if constexpr (F == Format::kBF16) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(panel) + at));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else if constexpr (F == Format::kF16) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(panel) + at));
+    return _mm256_cvtph_ps(h);
+  } else {
+    const __m128i q =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(panel) + at));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+  }
+}
+
+// Stores acc (+ bias, x scale for int8) to outputs column .. column+15 of one row, clipped at
+// a.out.
+template <Format F>
+inline void StorePanel(const LinearArgs& a, int64_t row, int64_t column, __m256 lo, __m256 hi) {
+  const int64_t valid = std::min<int64_t>(kPanel, a.out - column);
+  if (valid == kPanel) {
+    if constexpr (F == Format::kInt8) {
+      lo = _mm256_mul_ps(lo, _mm256_loadu_ps(a.scales + column));
+      hi = _mm256_mul_ps(hi, _mm256_loadu_ps(a.scales + column + 8));
+    }
+    if (a.bias != nullptr) {
+      lo = _mm256_add_ps(lo, _mm256_loadu_ps(a.bias + column));
+      hi = _mm256_add_ps(hi, _mm256_loadu_ps(a.bias + column + 8));
+    }
+    float* y = a.y + row * a.out + column;
+    _mm256_storeu_ps(y, lo);
+    _mm256_storeu_ps(y + 8, hi);
+    return;
+  }
+  // The last panel of a matrix whose out is not a multiple of 16 (the scales of int8 cover
+  // whole panels; the bias only `out`).
+  alignas(32) float sums[kPanel];
+  _mm256_store_ps(sums, lo);
+  _mm256_store_ps(sums + 8, hi);
+  float* y = a.y + row * a.out + column;
+  for (int64_t j = 0; j < valid; ++j) {
+    float v = sums[j];
+    if constexpr (F == Format::kInt8) v *= a.scales[column + j];
+    y[j] = v + (a.bias != nullptr ? a.bias[column + j] : 0.0f);
+  }
+}
+
+template <Format F, int P, int R>
+void Block(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
+  const char* base = static_cast<const char*>(a.panels) + first_panel * a.panel_bytes;
+  const float* x = a.x + first_row * a.in;
+  __m256 acc[R][P][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) acc[r][p][0] = acc[r][p][1] = _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < a.in; ++k) {
+    __m256 w[P][2];
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      w[p][0] = LoadWeights<F>(base + p * a.panel_bytes, k, 0);
+      w[p][1] = LoadWeights<F>(base + p * a.panel_bytes, k, 1);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 xr = _mm256_broadcast_ss(x + r * a.in + k);
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        acc[r][p][0] = _mm256_fmadd_ps(w[p][0], xr, acc[r][p][0]);
+        acc[r][p][1] = _mm256_fmadd_ps(w[p][1], xr, acc[r][p][1]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    const int64_t column = (first_panel + p) * kPanel;
+    if (column >= a.out) break;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) StorePanel<F>(a, first_row + r, column, acc[r][p][0], acc[r][p][1]);
+  }
+}
+
+// Rows in groups of R, the remainder in one smaller group.
+template <Format F, int P, int R>
+void Rows(const LinearArgs& a, int64_t first_panel, int64_t r) {
+  for (; r + R <= a.rows; r += R) Block<F, P, R>(a, first_panel, r);
+  if constexpr (R > 1) {
+    if (r < a.rows) Rows<F, P, R - 1>(a, first_panel, r);
+  }
+}
+
+template <Format F>
+void Panels(const LinearArgs& a, int64_t first, int64_t count) {
+  int64_t p = first;
+  const int64_t end = first + count;
+  if (a.rows == 1) {
+    // One row: four weight streams in flight per input column.
+    for (; p + 4 <= end; p += 4) Rows<F, 4, 1>(a, p, 0);
+  } else if (a.rows <= 3) {
+    for (; p + 2 <= end; p += 2) Rows<F, 2, 3>(a, p, 0);
+  }
+  for (; p < end; ++p) Rows<F, 1, 6>(a, p, 0);
+}
+
+}  // namespace
+
+void LinearPanelsAvx2(const LinearArgs& args, int64_t first, int64_t count) {
+  switch (args.format) {
+    case Format::kF32:
+      return Panels<Format::kF32>(args, first, count);
+    case Format::kBF16:
+      return Panels<Format::kBF16>(args, first, count);
+    case Format::kF16:
+      return Panels<Format::kF16>(args, first, count);
+    case Format::kInt8:
+      return Panels<Format::kInt8>(args, first, count);
+  }
+}
+
+}  // namespace abcd::cpu::kernels
