@@ -88,5 +88,11 @@ void SoftmaxReadHead(const float* q, const float* keys, const float* values, con
                      int64_t count, int64_t stride, int head_dim, float* out);
 void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values,
                      const float* bias, int64_t count, int64_t stride, int head_dim, float* out);
+// The `group` query heads that share one key/value head (GQA), held head_dim apart in q and
+// out: equal to SoftmaxReadHead on each, with the rows read from memory once for the group.
+void SoftmaxReadGroup(const float* q, int group, const float* keys, const float* values,
+                      int64_t count, int64_t stride, int head_dim, float* out);
+void SoftmaxReadGroup(const float* q, int group, const uint16_t* keys, const uint16_t* values,
+                      int64_t count, int64_t stride, int head_dim, float* out);
 
 }  // namespace abcd

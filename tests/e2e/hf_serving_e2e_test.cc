@@ -1,7 +1,8 @@
 // Hugging Face checkpoints served end to end (issue 24): abcd-server on two tiny HF-layout models
 // written at test time by models/write_hf_checkpoint.py (through hf_make_models.py, with the
 // bundled LM tokenizer): a GSA (fp32, one model.safetensors) and a Llama with GQA (bf16, two
-// shards + index), both served from one process on the CPU. For each: greedy tokens are the same
+// shards + index), and that Llama converted to a t2r/softmax hybrid by models/convert.py
+// --from-hf (issue 29), all served from one process on the CPU. For each: greedy tokens are the same
 // over gRPC Generate and HTTP /v1/completions, a session continued equals the one-shot request on
 // the whole history (over both protocols), n = 3 with a seed gives three deterministic choices,
 // each equal to a single request with seed + i, and the greedy logprobs pick the top-1 and are
@@ -67,14 +68,15 @@ class HfModels {
   std::string error_;
 };
 
-// One server for the suite, serving both models; requests name `model_` ("gsa" or "llama",
-// the directory names).
+// One server for the suite, serving the three models; requests name `model_` ("gsa", "llama" or
+// "llama_t2r", the directory names).
 class HfServing : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     models_ = new HfModels();
     if (!models_->error().empty()) return;
-    client_ = new SessionClient({}, models_->dir() + "/gsa," + models_->dir() + "/llama");
+    client_ = new SessionClient({}, models_->dir() + "/gsa," + models_->dir() + "/llama," +
+                                        models_->dir() + "/llama_t2r");
   }
   static void TearDownTestSuite() {
     delete client_;
@@ -145,6 +147,11 @@ TEST_P(HfServingTest, ListedWithStateBytes) {
   if (GetParam() == "gsa") {
     EXPECT_EQ(info->state_bytes_per_sequence(), 2 * 4 * 8 * (16 + 16) * 4);
     EXPECT_EQ(info->kv_bytes_per_token(), 0);
+  } else if (GetParam() == "llama_t2r") {
+    // Layer 1 converted to t2r (r 16): H r (hd + 1) floats; layer 0 kept softmax, its GQA
+    // key/value heads repeated to all 4 heads by the converter: 2 H hd bf16 per token.
+    EXPECT_EQ(info->state_bytes_per_sequence(), 4 * 16 * (16 + 1) * 4);
+    EXPECT_EQ(info->kv_bytes_per_token(), 2 * 4 * 16 * 2);
   } else {
     EXPECT_EQ(info->kv_bytes_per_token(), 2 * 2 * 2 * 16 * 2);
   }
@@ -304,7 +311,8 @@ TEST_F(HfServing, ServerRefusesTokenizerJsonOnly) {
   std::filesystem::remove_all(dir.parent_path());
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, HfServingTest, ::testing::Values("gsa", "llama"),
+// llama_t2r: the Llama converted by models/convert.py --from-hf (issue 29), served as written.
+INSTANTIATE_TEST_SUITE_P(Models, HfServingTest, ::testing::Values("gsa", "llama", "llama_t2r"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            return param.param;
                          });
