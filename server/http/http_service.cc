@@ -19,6 +19,7 @@
 #include "server/core/session_ops.h"
 #include "server/core/utf8.h"
 #include "server/http/admin_service.h"
+#include "server/http/chat_route.h"
 #include "server/http/completion_format.h"
 #include "server/http/event_channel.h"
 #include "server/http/http_errors.h"
@@ -40,6 +41,7 @@ std::string Dump(const json& value) {
 
 absl::string_view KindOfPath(absl::string_view path) {
   if (path == "/v1/completions") return "completions";
+  if (path == "/v1/chat/completions") return "chat";
   if (path == "/v1/translate") return "translate";
   if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) return "list_models";
   if (path == "/v1/sessions" || absl::StartsWith(path, "/v1/sessions/")) return "sessions";
@@ -132,6 +134,9 @@ class HttpService::Impl {
   void Release() { inflight_.fetch_sub(1); }
 
   void Completions(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
+  // A parsed completion (kind "completions" or "chat"; `reshape` rewrites every body/chunk).
+  void StartCompletion(CompletionRequest request, std::shared_ptr<Exchange> exchange,
+                       absl::string_view kind, std::function<void(json&)> reshape);
   void Translate(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
   // /v1/sessions routes; the store is called on this I/O thread.
   void Sessions(ServerRequest& request, Exchange& exchange);
@@ -192,6 +197,11 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   bool want_logprobs = false;
   bool include_usage = false;
   TokenTexts token_texts{nullptr};
+  std::function<void(json&)> reshape;  // chat: the completion shapes -> chat's (chat_route.h)
+  std::string Out(json body) {
+    if (reshape) reshape(body);
+    return Dump(body);
+  }
 
   // After every part was enqueued: starts listening (and the stream's head).
   void Begin() {
@@ -358,7 +368,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     if (!event.finished && !choice_end) {
       const std::string text = TakeCompleteUtf8(pending);
       if (!text.empty() || !event.logprobs.empty()) {
-        SendEvent(Dump(StreamChunk(text, event.index)));
+        SendEvent(Out(StreamChunk(text, event.index)));
       }
       return;
     }
@@ -377,14 +387,14 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
       pending.clear();
       chunk["choices"][0]["finish_reason"] = OpenAiFinishReason(event.finish_reason);
       chunk["choices"][0]["abcd"] = {{"finish_reason", FinishReasonName(event.finish_reason)}};
-      SendEvent(Dump(chunk));
+      SendEvent(Out(chunk));
     }
     if (!event.finished) return;
     if (include_usage) {
       json chunk = StreamChunk("", 0);
       chunk["choices"] = json::array();
       chunk["usage"] = Usage(event);
-      SendEvent(Dump(chunk));
+      SendEvent(Out(chunk));
     }
     EndStream("ok");
   }
@@ -392,7 +402,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   void FlushPending() {
     for (size_t i = 0; i < pending_.size(); ++i) {
       if (!pending_[i].empty() || (want_logprobs && !logprobs_[i].empty())) {
-        SendEvent(Dump(StreamChunk(pending_[i], static_cast<int>(i))));
+        SendEvent(Out(StreamChunk(pending_[i], static_cast<int>(i))));
       }
       pending_[i].clear();
     }
@@ -411,7 +421,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   }
 
   void Answer() {
-    if (kind_ == "completions") {
+    if (kind_ != "translate") {
       Part& part = parts_[0];
       const GenerationEvent& last = part.last;
       json choice_array = json::array();
@@ -431,6 +441,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
                    {"choices", std::move(choice_array)},
                    {"usage", Usage(last)}};
       if (!session_id.empty()) body["session_id"] = session_id;
+      if (reshape) reshape(body);
       return service_.Reply(*exchange_, kind_, body);
     }
     json translations = json::array();
@@ -468,7 +479,10 @@ void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> 
   if (KindOfPath(path) == "sessions") return Sessions(request, *exchange);
   const absl::string_view kind = KindOfPath(path);
   std::string allowed = "GET";
-  if (path == "/v1/completions" || path == "/v1/translate" || kind == "tokenize") allowed = "POST";
+  if (path == "/v1/completions" || path == "/v1/translate" || kind == "tokenize" ||
+      kind == "chat") {
+    allowed = "POST";
+  }
   const bool model_path =
       absl::StartsWith(path, "/v1/models/") && path.size() > 11 && path.find('/', 11) == path.npos;
   const bool known = !kind.empty() || path == "/healthz" || path == "/readyz" || path == "/metrics";
@@ -493,6 +507,12 @@ void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> 
   }
   if (path == "/v1/completions") return Completions(request, std::move(exchange));
   if (path == "/v1/translate") return Translate(request, std::move(exchange));
+  if (kind == "chat") {
+    absl::StatusOr<PreparedChat> chat = PrepareChat(models_, request.body, limits_);
+    if (!chat.ok()) return Fail(*exchange, kind, chat.status());
+    ChatShaper shaper(chat->request.stream, chat->logprobs, chat->top_logprobs);
+    return StartCompletion(std::move(chat->request), std::move(exchange), kind, shaper);
+  }
   if (kind == "tokenize") {
     absl::StatusOr<json> answer =
         path == "/tokenize" ? AnswerTokenize(models_, request.body, options_.max_prompt_tokens)
@@ -543,6 +563,13 @@ void HttpService::Impl::Completions(const ServerRequest& http_request,
   constexpr absl::string_view kKind = "completions";
   absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(http_request.body, limits_);
   if (!request.ok()) return Fail(*exchange, kKind, request.status());
+  StartCompletion(*std::move(request), std::move(exchange), kKind, nullptr);
+}
+
+void HttpService::Impl::StartCompletion(CompletionRequest parsed,
+                                        std::shared_ptr<Exchange> exchange, absl::string_view kKind,
+                                        std::function<void(json&)> reshape) {
+  CompletionRequest* request = &parsed;
   if (!request->session_id.empty()) {
     const ServedModel* named = models_.FindByName(request->model);
     if (named != nullptr && named->kind != ModelKind::kLanguageModel) {
@@ -565,6 +592,7 @@ void HttpService::Impl::Completions(const ServerRequest& http_request,
   call->want_logprobs = request->generation.logprobs >= 0;
   call->include_usage = request->include_usage;
   call->token_texts = TokenTexts((*model)->tokenizer.get());
+  call->reshape = std::move(reshape);
   // The echoed text: the prompt as sent, or its ids decoded (after Enqueue checked them).
   call->echo_text = request->generation.prompt;
   std::vector<int32_t> echo_ids;
