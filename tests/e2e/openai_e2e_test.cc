@@ -1,14 +1,19 @@
 // OpenAI Completions extras on the real abcd-server with the bundled abc-lm: logprobs (greedy:
 // the chosen token is the top-1), echo + logprobs + max_tokens 0 (the lm-eval-harness
 // loglikelihood request) reproducing the generated tokens' scores, and the SSE shapes with and
-// without stream_options.include_usage. The JSON shapes are those of OpenAI's legacy
-// Completions API (no OpenAI client is installed here; they are checked field by field).
+// without stream_options.include_usage (the JSON shapes of OpenAI's legacy Completions API,
+// checked field by field), exact text, the sampling fields, health and deadlines; and chat
+// completions driven by the official OpenAI Node SDK (tests/e2e/openai_sdk/, installed by its
+// npm-ci.sh; skipped without node).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -82,10 +87,10 @@ class OpenAiE2eTest : public ::testing::Test {
     return chunks;
   }
 
-  // Greedy generation over gRPC (it returns the token ids).
-  std::vector<int32_t> GenerateIds(int max_tokens) {
+  // Greedy generation over gRPC (it returns the token ids) from `prompt` (default prompt_).
+  std::vector<int32_t> GenerateIds(int max_tokens, const std::vector<int32_t>* prompt = nullptr) {
     abcd::v1::GenerateRequest request;
-    for (int32_t id : prompt_) request.add_prompt_token_ids(id);
+    for (int32_t id : prompt != nullptr ? *prompt : prompt_) request.add_prompt_token_ids(id);
     request.set_max_tokens(max_tokens);
     request.mutable_sampling()->set_temperature(0);
     grpc::ClientContext context;
@@ -423,6 +428,52 @@ TEST_F(OpenAiE2eTest, HealthDeadlinesAndStreamingCounts) {
   }
   EXPECT_TRUE(counted) << "deadline_exceeded not counted";
   EXPECT_EQ(Metric(*http_, cancelled), cancelled_before);
+}
+
+// The official OpenAI Node SDK drives /v1/chat/completions (tests/e2e/openai_sdk/chat.mjs checks
+// plain, SSE with include_usage, n, logprobs + top_logprobs and refusals naming the field), and
+// its greedy answer is exact text: the rendered prompt's text (/tokenize with the messages gives
+// its ids, /detokenize its text) + the answer == the text of prompt ids + the generated ids.
+// Skipped where node or the SDK (tests/e2e/openai_sdk/npm-ci.sh) is not installed.
+TEST_F(OpenAiE2eTest, OpenAiNodeSdkDrivesChat) {
+  const std::string dir = std::string(ABCD_SOURCE_DIR) + "/tests/e2e/openai_sdk";
+  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
+      !std::filesystem::exists(dir + "/node_modules/openai/package.json")) {
+    GTEST_SKIP() << "node or the openai package is not installed (" << dir << "/npm-ci.sh)";
+  }
+  const std::string command = "node " + dir +
+                              "/chat.mjs http://127.0.0.1:" + std::to_string(server_->http_port()) +
+                              "/v1 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
+  const int status = pclose(pipe);
+  ASSERT_EQ(status, 0) << output;
+  const std::vector<std::string> lines = absl::StrSplit(output, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty());
+  const json result = json::parse(lines.back(), nullptr, false);
+  ASSERT_TRUE(result.is_object() && result["content"].is_string()) << output;
+
+  auto post = [&](const char* path, const json& body) {
+    auto response = http_->Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(response && response->status == 200) << path;
+    return response ? json::parse(response->body, nullptr, false) : json();
+  };
+  std::vector<int32_t> prompt_ids =
+      post("/tokenize", {{"model", result["model"]}, {"messages", result["messages"]}})["tokens"]
+          .get<std::vector<int32_t>>();
+  ASSERT_GT(prompt_ids.size(), 1u);
+  ASSERT_EQ(prompt_ids[0], 1);  // bos, which the engine prepends to a gRPC prompt
+  const std::vector<int32_t> without_bos(prompt_ids.begin() + 1, prompt_ids.end());
+  const std::vector<int32_t> generated = GenerateIds(result["max_tokens"], &without_bos);
+  ASSERT_FALSE(generated.empty());
+  std::vector<int32_t> all = prompt_ids;
+  all.insert(all.end(), generated.begin(), generated.end());
+  const std::string prompt_text = post("/detokenize", {{"tokens", prompt_ids}})["prompt"];
+  EXPECT_EQ(prompt_text + result["content"].get<std::string>(),
+            post("/detokenize", {{"tokens", all}})["prompt"].get<std::string>());
 }
 
 TEST_F(OpenAiE2eTest, EchoRefusals) {
