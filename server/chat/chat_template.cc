@@ -1,5 +1,6 @@
 #include "server/chat/chat_template.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -74,12 +75,25 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(
   const std::string bos = SpecialToken(config, "bos_token", "<s>");
   const std::string eos = SpecialToken(config, "eos_token", "</s>");
   if (!override_file.empty()) {
-    absl::StatusOr<std::string> text = ReadSmallFile(override_file, &exists);
-    if (!text.ok()) return text.status();
-    if (!exists) {
-      return absl::NotFoundError(absl::StrCat("--chat_template ", override_file, ": not found"));
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(override_file, error)) {
+      return absl::NotFoundError(
+          absl::StrCat("--chat_template ", override_file, ": not found or not a regular file"));
     }
-    return FromText(*text, override_file, bos, eos);
+    absl::StatusOr<std::string> text = ReadSmallFile(override_file, &exists);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--chat_template ", text.status().message()));
+    }
+    if (!exists) {
+      return absl::NotFoundError(absl::StrCat("--chat_template ", override_file, ": not readable"));
+    }
+    absl::StatusOr<std::shared_ptr<const ChatTemplate>> loaded =
+        FromText(*text, override_file, bos, eos);
+    if (!loaded.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--chat_template ", loaded.status().message()));
+    }
+    return loaded;
   }
   if (config.contains("chat_template")) {
     const nlohmann::json& entry = config["chat_template"];

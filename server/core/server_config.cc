@@ -267,7 +267,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
     const size_t eq = entry.find('=');
     const std::string model(eq == entry.npos ? "" : entry.substr(0, eq));
     const std::string file(eq == entry.npos ? entry : entry.substr(eq + 1));
-    if (file.empty() || c.chat_templates.contains(model)) {
+    if (file.empty() || (eq == 0) || c.chat_templates.contains(model)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--chat_template must be FILE or MODEL=FILE[,MODEL=FILE...] with each model once, got \"",
           entry, "\""));

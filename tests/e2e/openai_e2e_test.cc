@@ -8,12 +8,14 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -474,6 +476,58 @@ TEST_F(OpenAiE2eTest, OpenAiNodeSdkDrivesChat) {
   const std::string prompt_text = post("/detokenize", {{"tokens", prompt_ids}})["prompt"];
   EXPECT_EQ(prompt_text + result["content"].get<std::string>(),
             post("/detokenize", {{"tokens", all}})["prompt"].get<std::string>());
+}
+
+// --chat_template at start-up: MODEL=FILE serves that model's chat with FILE (what /tokenize
+// with messages renders); a file that is missing or does not parse, or a model that is not
+// served, stops the server with a message naming the flag (exit 1, after the flags parsed; a
+// malformed value exits 2 before any model loads).
+class ChatTemplateStartup : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("abcd-chat-template-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return (dir_ / name).string();
+  }
+  // The server's log when it refuses to start with --chat_template `value`, exiting `code`.
+  std::string Refusal(const std::string& value, int code) {
+    testing::ServerProcess server(ABCD_SERVER, {"--models", kModelDir, "--chat_template", value});
+    EXPECT_FALSE(server.started()) << value;
+    EXPECT_EQ(server.WaitForExit(30), code) << value << "\n" << server.Log();
+    return server.Log();
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ChatTemplateStartup, ModelEqualsFileIsServedAndBadFilesAreRefusedNamingTheFlag) {
+  const std::string file = Write("q.jinja", "Q: {{ messages[-1].content }} A:");
+  {
+    testing::ServerProcess server(ABCD_SERVER,
+                                  {"--models", kModelDir, "--chat_template", "abc-lm=" + file});
+    ASSERT_TRUE(server.started()) << server.Log();
+    httplib::Client http("127.0.0.1", server.http_port());
+    auto tokens = http.Post("/tokenize",
+                            R"({"messages": [{"role": "user", "content": "Where is the house?"}]})",
+                            "application/json");
+    ASSERT_TRUE(tokens && tokens->status == 200);
+    json detokenize = {{"tokens", json::parse(tokens->body)["tokens"]}};
+    auto text = http.Post("/detokenize", detokenize.dump(), "application/json");
+    ASSERT_TRUE(text && text->status == 200);
+    EXPECT_EQ(json::parse(text->body)["prompt"], "Q: Where is the house? A:");
+  }
+  const std::string missing = (dir_ / "missing.jinja").string();
+  EXPECT_TRUE(absl::StrContains(Refusal(missing, 1), "--chat_template " + missing + ": not found"));
+  const std::string broken = Write("broken.jinja", "{% for m in messages %}");
+  EXPECT_TRUE(absl::StrContains(Refusal("abc-lm=" + broken, 1), "--chat_template " + broken));
+  EXPECT_TRUE(
+      absl::StrContains(Refusal("nosuch=" + file, 1),
+                        "--chat_template nosuch=" + file + ": no language model named 'nosuch'"));
+  EXPECT_TRUE(absl::StrContains(Refusal("abc-lm=", 2), "--chat_template must be"));
 }
 
 TEST_F(OpenAiE2eTest, EchoRefusals) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "server/core/server_config.h"
 
 namespace abcd::chat {
 namespace {
@@ -62,7 +63,52 @@ TEST_F(ChatTemplateLoad, ReadsTokenizerConfigAndTheOverride) {
   chat = ChatTemplate::Load(dir_.string(), (dir_ / "override.jinja").string());
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(*(*chat)->Render(Conversation(), true), "O:Hi");
-  EXPECT_FALSE(ChatTemplate::Load(dir_.string(), (dir_ / "missing.jinja").string()).ok());
+}
+
+// --chat_template files that cannot serve fail the load, each message naming the flag and file.
+TEST_F(ChatTemplateLoad, ABadOverrideFileIsRefusedNamingTheFlag) {
+  const std::string missing = (dir_ / "missing.jinja").string();
+  auto chat = ChatTemplate::Load(dir_.string(), missing);
+  ASSERT_FALSE(chat.ok());
+  EXPECT_EQ(chat.status().message(),
+            "--chat_template " + missing + ": not found or not a regular file");
+  chat = ChatTemplate::Load(dir_.string(), dir_.string());  // a directory
+  ASSERT_FALSE(chat.ok());
+  EXPECT_TRUE(absl::StartsWith(chat.status().message(), "--chat_template " + dir_.string()));
+  Write("broken.jinja", "{% for m in messages %}{{ m.content }}");
+  const std::string broken = (dir_ / "broken.jinja").string();
+  chat = ChatTemplate::Load(dir_.string(), broken);
+  ASSERT_FALSE(chat.ok());
+  EXPECT_TRUE(absl::StartsWith(chat.status().message(), "--chat_template " + broken + ": "))
+      << chat.status();
+  // The override wins over a tokenizer_config.json template that would not parse.
+  Write("tokenizer_config.json", R"({"chat_template": "{% macro m() %}{% endmacro %}"})");
+  Write("ok.jinja", "ok");
+  EXPECT_TRUE(ChatTemplate::Load(dir_.string(), (dir_ / "ok.jinja").string()).ok());
+}
+
+// --chat_template FILE (every language model), MODEL=FILE, several separated by commas.
+TEST(ChatTemplateFlag, ParsesFileAndModelFilePairs) {
+  auto parse = [](const std::string& value) {
+    return ParseServerConfig({"--chat_template", value}, {"models/checkpoints/abc-lm"});
+  };
+  auto config = parse("/t/all.jinja");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->chat_templates, (std::map<std::string, std::string>{{"", "/t/all.jinja"}}));
+  config = parse("abc-lm=/t/a.jinja,other=/t/b.jinja,/t/rest.jinja");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->chat_templates,
+            (std::map<std::string, std::string>{
+                {"abc-lm", "/t/a.jinja"}, {"other", "/t/b.jinja"}, {"", "/t/rest.jinja"}}));
+  config = ParseServerConfig({}, {"models/checkpoints/abc-lm"});
+  ASSERT_TRUE(config.ok());
+  EXPECT_TRUE(config->chat_templates.empty());
+  for (const std::string bad : {"abc-lm=", "=/t/a.jinja", "a=/t/1,a=/t/2", "/t/1,/t/2"}) {
+    config = parse(bad);
+    ASSERT_FALSE(config.ok()) << bad;
+    EXPECT_TRUE(absl::StartsWith(config.status().message(), "--chat_template must be"))
+        << config.status();
+  }
 }
 
 TEST_F(ChatTemplateLoad, AnUnsupportedTemplateFailsTheLoadNamingFileConstructAndLine) {
