@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/sampling/logprobs.h"
-#include "server/chat/chat_template.h"
+#include "server/chat/chat_prompt.h"
 #include "server/http/json_error.h"
 
 namespace abcd::http {
@@ -147,24 +147,11 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
 
 absl::StatusOr<std::vector<int32_t>> PrepareChatPrompt(const ServedModel& model,
                                                        const json& request) {
-  if (model.chat_template == nullptr || model.tokenizer == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model '", model.name, "' has no chat template"));
-  }
   const auto messages = request.find("messages");
   if (messages == request.end()) return absl::InvalidArgumentError("messages is required");
-  ABCD_ASSIGN_OR_RETURN(chat::Value conversation, chat::ParseChatMessages(*messages));
   ABCD_ASSIGN_OR_RETURN(const bool add_generation_prompt,
                         OptionalBool(request, "add_generation_prompt", true));
-  ABCD_ASSIGN_OR_RETURN(std::string text,
-                        model.chat_template->Render(conversation, add_generation_prompt));
-  ABCD_RETURN_IF_ERROR(model.executor->CheckInput("messages", text.size()));
-  const ModelConfig& config = model.executor->backend().config();
-  ABCD_ASSIGN_OR_RETURN(
-      std::vector<int32_t> ids,
-      model.chat_template->EncodePrompt(*model.tokenizer, text, config.bos_id, config.eos_id));
-  ids.insert(ids.begin(), config.bos_id);
-  return ids;
+  return chat::ChatPromptIds(model, *messages, add_generation_prompt);
 }
 
 }  // namespace abcd::http

@@ -14,7 +14,8 @@
 // kChatDefaultMaxTokens or the server's limit when lower), logprobs (bool), top_logprobs
 // (0..20, needs logprobs), add_generation_prompt (bool, default true; vLLM's extension).
 // echo and session_id are refused (400 naming them). An unknown model is 404 model_not_found.
-// POST /tokenize with "messages" renders the same way (PrepareChatPrompt).
+// POST /tokenize with "messages" renders the same way (PrepareChatPrompt), both through
+// chat::ChatPromptIds (server/chat/chat_prompt.h), which gRPC's messages use too.
 //
 // Thread-safety: PrepareChat is a pure function over the read-only ServedModels; a ChatShaper
 // belongs to one call (its connection's strand).

@@ -16,7 +16,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -476,6 +478,89 @@ TEST_F(OpenAiE2eTest, OpenAiNodeSdkDrivesChat) {
   const std::string prompt_text = post("/detokenize", {{"tokens", prompt_ids}})["prompt"];
   EXPECT_EQ(prompt_text + result["content"].get<std::string>(),
             post("/detokenize", {{"tokens", all}})["prompt"].get<std::string>());
+}
+
+// gRPC Generate with messages renders them as /v1/chat/completions does: the same greedy
+// tokens and text, the same prompt_tokens (also with add_generation_prompt false), and the
+// same refusals naming the field.
+TEST_F(OpenAiE2eTest, ChatMessagesOverGrpcMatchHttp) {
+  const json messages = {{{"role", "system"}, {"content", "You tell short stories."}},
+                         {{"role", "user"}, {"content", "Tell me about the old house."}}};
+  struct Result {
+    grpc::Status status;
+    std::vector<int32_t> ids;
+    std::string text;
+    int prompt_tokens = 0;
+  };
+  auto generate = [&](const json& conversation, std::optional<bool> add_generation_prompt,
+                      const std::function<void(abcd::v1::GenerateRequest&)>& edit = nullptr) {
+    abcd::v1::GenerateRequest request;
+    for (const json& m : conversation) {
+      abcd::v1::ChatMessage* message = request.add_messages();
+      message->set_role(m["role"].get<std::string>());
+      message->set_content(m["content"].get<std::string>());
+    }
+    if (add_generation_prompt.has_value()) {
+      request.set_add_generation_prompt(*add_generation_prompt);
+    }
+    request.set_max_tokens(12);
+    request.mutable_sampling()->set_temperature(0);
+    if (edit) edit(request);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = stub_->Generate(&context, request);
+    abcd::v1::GenerateResponse response;
+    Result result;
+    while (reader->Read(&response)) {
+      result.ids.insert(result.ids.end(), response.token_ids().begin(), response.token_ids().end());
+      result.text += response.text();
+      if (response.has_usage()) result.prompt_tokens = response.usage().prompt_tokens();
+    }
+    result.status = reader->Finish();
+    return result;
+  };
+  const Result grpc_chat = generate(messages, std::nullopt);
+  ASSERT_TRUE(grpc_chat.status.ok()) << grpc_chat.status.error_message();
+  ASSERT_FALSE(grpc_chat.ids.empty());
+
+  auto response =
+      http_->Post("/v1/chat/completions",
+                  json{{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(response && response->status == 200) << (response ? response->body : "");
+  const json http_chat = json::parse(response->body);
+  EXPECT_EQ(grpc_chat.text, http_chat["choices"][0]["message"]["content"]);
+  EXPECT_EQ(grpc_chat.prompt_tokens, http_chat["usage"]["prompt_tokens"]);
+  // The same ids: the rendered prompt's ids as a token-id prompt generate them too.
+  auto tokens = http_->Post("/tokenize", json{{"messages", messages}}.dump(), "application/json");
+  ASSERT_TRUE(tokens && tokens->status == 200);
+  const std::vector<int32_t> rendered = json::parse(tokens->body)["tokens"];
+  const std::vector<int32_t> without_bos(rendered.begin() + 1, rendered.end());
+  EXPECT_EQ(GenerateIds(12, &without_bos), grpc_chat.ids);
+  EXPECT_EQ(grpc_chat.prompt_tokens, static_cast<int>(rendered.size()));
+
+  tokens = http_->Post("/tokenize",
+                       json{{"messages", messages}, {"add_generation_prompt", false}}.dump(),
+                       "application/json");
+  ASSERT_TRUE(tokens && tokens->status == 200);
+  const Result no_turn = generate(messages, false);
+  ASSERT_TRUE(no_turn.status.ok()) << no_turn.status.error_message();
+  EXPECT_EQ(no_turn.prompt_tokens, json::parse(tokens->body)["count"].get<int>());
+  EXPECT_LT(no_turn.prompt_tokens, grpc_chat.prompt_tokens);
+
+  auto refused = [&](const Result& result, const std::string& message) {
+    EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
+    EXPECT_TRUE(absl::StartsWith(result.status.error_message(), message))
+        << result.status.error_message();
+  };
+  refused(generate({{{"role", "tool"}, {"content", "x"}}}, std::nullopt),
+          "messages[0].role must be one of system, user, assistant");
+  refused(generate(messages, std::nullopt,
+                   [](abcd::v1::GenerateRequest& r) { r.set_prompt("The old house"); }),
+          "messages must be empty when prompt is given");
+  refused(generate(messages, std::nullopt,
+                   [](abcd::v1::GenerateRequest& r) { r.set_session_id("new"); }),
+          "session_id is not supported with messages");
 }
 
 // --chat_template at start-up: MODEL=FILE serves that model's chat with FILE (what /tokenize
