@@ -25,6 +25,8 @@
 #include "server/http/http_errors.h"
 #include "server/http/http_server.h"
 #include "server/http/request_parser.h"
+#include "server/http/route_answer.h"
+#include "server/http/sessions_route.h"
 #include "server/http/tokenize_route.h"
 
 namespace abcd::http {
@@ -34,11 +36,6 @@ using nlohmann::json;
 
 constexpr char kJson[] = "application/json";
 
-std::string Dump(const json& value) {
-  // Model output may hold invalid UTF-8; replace it instead of throwing.
-  return value.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 absl::string_view KindOfPath(absl::string_view path) {
   if (path == "/v1/completions") return "completions";
   if (path == "/v1/chat/completions") return "chat";
@@ -47,18 +44,6 @@ absl::string_view KindOfPath(absl::string_view path) {
   if (path == "/v1/sessions" || absl::StartsWith(path, "/v1/sessions/")) return "sessions";
   if (path == "/tokenize" || path == "/detokenize") return "tokenize";
   return "";
-}
-
-// At most this much of a client's path is echoed in an error message.
-constexpr size_t kMaxEchoedPath = 256;
-
-absl::string_view Truncated(absl::string_view text) { return text.substr(0, kMaxEchoedPath); }
-
-ServerResponse JsonResponse(int status, std::string body) {
-  ServerResponse response;
-  response.status = status;
-  response.body = std::move(body);
-  return response;
 }
 
 }  // namespace
@@ -108,19 +93,16 @@ class HttpService::Impl {
   void Count(absl::string_view kind, absl::string_view label) {
     if (hooks_.count_request) hooks_.count_request(kind, label);
   }
+  // Counted before the client can see it.
+  void Send(Exchange& exchange, absl::string_view kind, RouteAnswer answer) {
+    if (!kind.empty() && !answer.label.empty()) Count(kind, answer.label);
+    exchange.Reply(std::move(answer.response));
+  }
   void Fail(Exchange& exchange, absl::string_view kind, const absl::Status& status) {
-    const ErrorMapping mapping = MapStatusCode(status.code());
-    ServerResponse response = JsonResponse(mapping.http_status, ErrorBody(status));
-    if (status.code() == absl::StatusCode::kResourceExhausted ||
-        status.code() == absl::StatusCode::kUnavailable) {
-      response.headers.emplace_back("Retry-After", "1");
-    }
-    if (!kind.empty()) Count(kind, mapping.label);  // counted before the client can see it
-    exchange.Reply(std::move(response));
+    Send(exchange, kind, StatusAnswer(status));
   }
   void Reply(Exchange& exchange, absl::string_view kind, const json& body) {
-    if (!kind.empty()) Count(kind, "ok");
-    exchange.Reply(JsonResponse(200, Dump(body)));
+    Send(exchange, kind, JsonAnswer(body));
   }
 
   std::string NewId(absl::string_view prefix) {
@@ -138,8 +120,6 @@ class HttpService::Impl {
   void StartCompletion(CompletionRequest request, std::shared_ptr<Exchange> exchange,
                        absl::string_view kind, std::function<void(json&)> reshape);
   void Translate(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
-  // /v1/sessions routes; the store is called on this I/O thread.
-  void Sessions(ServerRequest& request, Exchange& exchange);
   json ModelObject(const ServedModel& model) const;
 
   ServedModels& models_;
@@ -200,7 +180,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   std::function<void(json&)> reshape;  // chat: the completion shapes -> chat's (chat_route.h)
   std::string Out(json body) {
     if (reshape) reshape(body);
-    return Dump(body);
+    return DumpJson(body);
   }
 
   // After every part was enqueued: starts listening (and the stream's head).
@@ -476,7 +456,9 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
 
 void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> exchange) {
   const std::string& path = request.path;
-  if (KindOfPath(path) == "sessions") return Sessions(request, *exchange);
+  if (KindOfPath(path) == "sessions") {  // the store is called on this I/O thread
+    return Send(*exchange, "sessions", AnswerSessions(options_.sessions, request));
+  }
   const absl::string_view kind = KindOfPath(path);
   std::string allowed = "GET";
   if (path == "/v1/completions" || path == "/v1/translate" || kind == "tokenize" ||
@@ -662,88 +644,6 @@ void HttpService::Impl::Translate(const ServerRequest& http_request,
     call->parts()[i].enqueued = true;
   }
   call->Begin();
-}
-
-namespace {
-
-json SessionObject(const SessionMetadata& metadata) {
-  return {{"session_id", metadata.session_id},
-          {"object", "session"},
-          {"model", metadata.model},
-          {"tokens", metadata.tokens},
-          {"bytes", metadata.bytes},
-          {"last_used",
-           absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", metadata.last_used, absl::UTCTimeZone())}};
-}
-
-}  // namespace
-
-// POST /v1/sessions (blob body) -> a new session; GET|DELETE /v1/sessions/{id};
-// GET /v1/sessions/{id}/state -> the blob.
-void HttpService::Impl::Sessions(ServerRequest& request, Exchange& exchange) {
-  constexpr absl::string_view kKind = "sessions";
-  const std::string& path = request.path;
-  std::string id;
-  bool state = false;
-  std::string allowed;
-  if (path == "/v1/sessions") {
-    allowed = "POST";
-  } else {
-    id = path.substr(std::string("/v1/sessions/").size());
-    if (absl::EndsWith(id, "/state")) {
-      id.resize(id.size() - 6);
-      state = true;
-      allowed = "GET";
-    } else {
-      allowed = "GET, DELETE";
-    }
-    if (id.empty() || id.find('/') != std::string::npos) {
-      return exchange.Reply(JsonResponse(
-          404,
-          ErrorBody(absl::StrCat("no route for ", Truncated(request.method), " ", Truncated(path)),
-                    "not_found_error", "")));
-    }
-  }
-  const bool method_ok =
-      (allowed == "POST" && request.method == "POST") ||
-      (allowed == "GET" && request.method == "GET") ||
-      (allowed == "GET, DELETE" && (request.method == "GET" || request.method == "DELETE"));
-  if (!method_ok) {
-    ServerResponse response =
-        JsonResponse(405, ErrorBody(absl::StrCat(Truncated(request.method), " is not allowed on ",
-                                                 Truncated(path), "; use ", allowed),
-                                    "invalid_request_error", ""));
-    response.headers.emplace_back("Allow", allowed);
-    Count(kKind, "invalid_argument");
-    return exchange.Reply(std::move(response));
-  }
-  if (options_.sessions == nullptr) {
-    return Fail(exchange, kKind, absl::UnavailableError("sessions are not enabled on this server"));
-  }
-  const SessionOps& sessions = *options_.sessions;
-  if (path == "/v1/sessions") {
-    absl::StatusOr<SessionMetadata> imported = sessions.Import(std::move(request.body));
-    if (!imported.ok()) return Fail(exchange, kKind, imported.status());
-    return Reply(exchange, kKind, SessionObject(*imported));
-  }
-  if (state) {
-    absl::StatusOr<std::string> blob = sessions.Export(id);
-    if (!blob.ok()) return Fail(exchange, kKind, blob.status());
-    Count(kKind, "ok");
-    ServerResponse response;
-    response.content_type = "application/octet-stream";
-    response.body = *std::move(blob);
-    return exchange.Reply(std::move(response));
-  }
-  if (request.method == "DELETE") {
-    if (absl::Status status = sessions.Delete(id); !status.ok()) {
-      return Fail(exchange, kKind, status);
-    }
-    return Reply(exchange, kKind, {{"session_id", id}, {"object", "session"}, {"deleted", true}});
-  }
-  absl::StatusOr<SessionMetadata> metadata = sessions.Get(id);
-  if (!metadata.ok()) return Fail(exchange, kKind, metadata.status());
-  Reply(exchange, kKind, SessionObject(*metadata));
 }
 
 json HttpService::Impl::ModelObject(const ServedModel& model) const {
