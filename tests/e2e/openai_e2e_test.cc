@@ -117,6 +117,20 @@ class OpenAiE2eTest : public ::testing::Test {
 
 testing::ServerProcess* OpenAiE2eTest::server_ = nullptr;
 
+// Runs a shell command; its stdout (and stderr when the command redirects it) and exit status.
+std::string RunCommand(const std::string& command, int* status) {
+  std::string output;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    *status = -1;
+    return output;
+  }
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
+  *status = pclose(pipe);
+  return output;
+}
+
 TEST_F(OpenAiE2eTest, GreedyLogprobsPickTopOneAndEchoReproducesThem) {
   constexpr int kMaxTokens = 8;
   const json greedy = Complete(
@@ -448,12 +462,8 @@ TEST_F(OpenAiE2eTest, OpenAiNodeSdkDrivesChat) {
   const std::string command = "node " + dir +
                               "/chat.mjs http://127.0.0.1:" + std::to_string(server_->http_port()) +
                               "/v1 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
-  const int status = pclose(pipe);
+  int status = 0;
+  const std::string output = RunCommand(command, &status);
   ASSERT_EQ(status, 0) << output;
   const std::vector<std::string> lines = absl::StrSplit(output, '\n', absl::SkipEmpty());
   ASSERT_FALSE(lines.empty());
@@ -561,6 +571,43 @@ TEST_F(OpenAiE2eTest, ChatMessagesOverGrpcMatchHttp) {
   refused(generate(messages, std::nullopt,
                    [](abcd::v1::GenerateRequest& r) { r.set_session_id("new"); }),
           "session_id is not supported with messages");
+}
+
+// abcd-client chat sends messages (the HTTP chat answer, greedy) and generate's sampling flags
+// reach the server (--logit_bias forces a token; min_p and the penalties are taken).
+TEST_F(OpenAiE2eTest, ClientChatAndSamplingFlags) {
+  int status = 0;
+  auto client = [&](const std::string& command) {
+    return RunCommand(std::string(ABCD_CLIENT) + " " + command + " --target " +
+                          server_->grpc_target() + " 2>/dev/null",
+                      &status);
+  };
+  const std::string chat = client(
+      "chat --system 'You tell short stories.' --user 'Tell me about the old house.' "
+      "--max_tokens 8 --temperature 0");
+  ASSERT_EQ(status, 0) << chat;
+  const json messages = {{{"role", "system"}, {"content", "You tell short stories."}},
+                         {{"role", "user"}, {"content", "Tell me about the old house."}}};
+  auto response =
+      http_->Post("/v1/chat/completions",
+                  json{{"messages", messages}, {"max_tokens", 8}, {"temperature", 0}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(response && response->status == 200);
+  EXPECT_EQ(
+      chat,
+      json::parse(response->body)["choices"][0]["message"]["content"].get<std::string>() + "\n");
+
+  auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok());
+  const int32_t door = (*tokenizer)->Encode(" door")->back();
+  const std::string forced =
+      client("generate --prompt 'The old house stood' --max_tokens 3 --logit_bias " +
+             std::to_string(door) + ":100 --min_p 0.05 --presence_penalty 0.5 " +
+             "--frequency_penalty 0.5");
+  ASSERT_EQ(status, 0) << forced;
+  EXPECT_EQ(forced, " door door door\n");
+  client("generate --prompt x --logit_bias 5");
+  EXPECT_NE(status, 0);
 }
 
 // --chat_template at start-up: MODEL=FILE serves that model's chat with FILE (what /tokenize
