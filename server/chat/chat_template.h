@@ -10,10 +10,7 @@
 // from tokenizer_config.json (a string or {"content": ...}), else "<s>"/"</s>". A template the
 // renderer cannot parse fails the load with the file and the construct named.
 //
-// Messages (ParseChatMessages): an array of at least one {"role": "system"|"user"|"assistant",
-// "content": string | [{"type": "text", "text": string}, ...]}; text parts are joined with "\n"
-// (as vLLM does for templates that expect a string). Errors name the field:
-// "messages[2].role must be one of system, user, assistant, got \"tool\"".
+// Messages: ParseChatMessages (chat_messages.h).
 //
 // EncodePrompt tokenizes the rendered text as Hugging Face tokenizers do: the bos_token and
 // eos_token strings become their ids, the text between is encoded; a leading bos is dropped
@@ -31,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "server/chat/chat_messages.h"
 #include "server/chat/jinja_template.h"
 #include "server/chat/jinja_value.h"
 
@@ -73,9 +71,5 @@ class ChatTemplate {
   std::string bos_token_;
   std::string eos_token_;
 };
-
-// Validates a request's "messages" (`field` is its name in errors) into the template's value.
-absl::StatusOr<Value> ParseChatMessages(const nlohmann::json& messages,
-                                        absl::string_view field = "messages");
 
 }  // namespace abcd::chat

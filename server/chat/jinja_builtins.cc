@@ -689,13 +689,13 @@ absl::StatusOr<Value> CallGlobal(absl::string_view name, const CallArgs& args) {
       if (init->kind != Value::Kind::kDict) return Error(absl::StrCat(name, "() takes a mapping"));
       items = *init->dict;
     }
-    for (const auto& [key, value] : args.keyword) {
+    for (const auto& keyword : args.keyword) {  // not a structured binding: clang 14 captures
       auto it = std::find_if(items.begin(), items.end(),
-                             [&](const auto& item) { return item.first == key; });
+                             [&](const auto& item) { return item.first == keyword.first; });
       if (it != items.end()) {
-        it->second = value;
+        it->second = keyword.second;
       } else {
-        items.emplace_back(key, value);
+        items.emplace_back(keyword.first, keyword.second);
       }
     }
     return name == "namespace" ? Value::Namespace(std::move(items)) : Value::Dict(std::move(items));
