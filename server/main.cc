@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/core/status_macros.h"
+#include "server/chat/chat_template.h"
 #include "server/core/body_budget.h"
 #include "server/core/log.h"
 #include "server/core/model_tokenizer.h"
@@ -59,6 +60,13 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   ABCD_ASSIGN_OR_RETURN(served->model, Model::Load(dir, load));
   served->kind = served->model->config().is_encoder_decoder() ? ModelKind::kTranslation
                                                               : ModelKind::kLanguageModel;
+  if (served->kind == ModelKind::kLanguageModel) {  // server/chat/chat_template.h
+    auto named = config.chat_templates.find(served->name);
+    if (named == config.chat_templates.end()) named = config.chat_templates.find("");
+    ABCD_ASSIGN_OR_RETURN(
+        served->chat_template,
+        chat::ChatTemplate::Load(dir, named == config.chat_templates.end() ? "" : named->second));
+  }
   BackendOptions backend_options;
   ABCD_ASSIGN_OR_RETURN(const DeviceSelection device, ParseDevice(config.device, "--device"));
   backend_options.device = device.choice;
@@ -167,6 +175,14 @@ int Run(int argc, char** argv) {
       return 1;
     }
     models.Add(*std::move(served));
+  }
+  for (const auto& [name, file] : config->chat_templates) {
+    const ServedModel* named = models.FindByName(name);
+    if (!name.empty() && (named == nullptr || named->kind != ModelKind::kLanguageModel)) {
+      LogEvent("fatal", {{"error", absl::StrCat("--chat_template ", name, "=", file,
+                                                ": no language model named '", name, "'")}});
+      return 1;
+    }
   }
 
   // Sessions: the store (memory, or Redis shared by replicas; a Redis that is down at start is

@@ -24,7 +24,7 @@ build_packages=(
   libhiredis-dev  # the Redis session store (server/sessions)
 )
 # The tests also run the PyTorch reference's tests and a clang-format check.
-test_packages=(clang-format python3 python3-torch python3-numpy python3-sentencepiece python3-prometheus-client
+test_packages=(clang-format python3 python3-jinja2 python3-torch python3-numpy python3-sentencepiece python3-prometheus-client
   clang libclang-rt-14-dev  # clang + its sanitizer/libFuzzer runtimes: tests/fuzz
   redis-server)  # the sessions.* tests start a real one on a free loopback port
 

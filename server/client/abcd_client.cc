@@ -2,7 +2,10 @@
 //
 //   abcd-client generate [--target HOST:PORT] --prompt TEXT [--max_tokens N] [--temperature T]
 //                        [--top_k K] [--top_p P] [--seed S] [--stop STR] [--model NAME]
-//                        [--session new|ID] [--n N]
+//                        [--session new|ID] [--n N] [--min_p P] [--presence_penalty P]
+//                        [--frequency_penalty P] [--logit_bias ID:BIAS[,ID:BIAS...]]
+//   abcd-client chat [--target HOST:PORT] [--system TEXT] [--user TEXT] [generate's sampling
+//                    options, --max_tokens, --stop, --model]
 //   abcd-client session get ID | delete ID | export ID FILE | import FILE [--target HOST:PORT]
 //   abcd-client translate [--target HOST:PORT] --text TEXT [--beam_size N] [--max_tokens N]
 //   abcd-client models [--target HOST:PORT]
@@ -10,7 +13,10 @@
 //
 // generate streams the text to stdout as it arrives and prints usage on stderr (with a session,
 // also `session_id=ID`, the id to pass to the next turn). With --n > 1 the choices are printed
-// once complete, one per line as `[i] text`. session export writes the session's state blob to
+// once complete, one per line as `[i] text`. chat sends GenerateRequest.messages (rendered with
+// the model's chat template by the server): with --user, one turn (after --system if given);
+// without, a conversation read from stdin, one user turn per line, each answer streamed and
+// kept in the history of the next turn. session export writes the session's state blob to
 // FILE; session import stores FILE's blob as a new session (sent in chunks) and prints its
 // metadata.
 #include <grpcpp/grpcpp.h>
@@ -19,9 +25,14 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "abcd/v1/generator.grpc.pb.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "engine/core/status_macros.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/core/arguments.h"
@@ -30,10 +41,14 @@ namespace abcd {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: abcd-client generate|translate|models|health [--target HOST:PORT] [options]\n"
+    "usage: abcd-client generate|chat|translate|models|health|session [--target HOST:PORT] "
+    "[options]\n"
     "  generate  --prompt TEXT [--max_tokens N] [--temperature T] [--top_k K] [--top_p P]\n"
     "            [--repetition_penalty R] [--seed S] [--stop STR] [--model NAME]\n"
-    "            [--session new|ID] [--n N]\n"
+    "            [--session new|ID] [--n N] [--min_p P] [--presence_penalty P]\n"
+    "            [--frequency_penalty P] [--logit_bias ID:BIAS[,ID:BIAS...]]\n"
+    "  chat      [--system TEXT] [--user TEXT (else one turn per stdin line)] [generate's\n"
+    "            sampling options, --max_tokens, --stop, --model]\n"
     "  session   get ID | delete ID | export ID FILE | import FILE\n"
     "  translate --text TEXT [--beam_size N] [--max_tokens N] [--model NAME]\n"
     "  models\n"
@@ -44,37 +59,59 @@ int Fail(const grpc::Status& status) {
   return 1;
 }
 
-absl::StatusOr<int> Generate(abcd::v1::Generator::Stub& stub, const Arguments& args) {
-  abcd::v1::GenerateRequest request;
+// --logit_bias ID:BIAS[,ID:BIAS...] into the request's map.
+absl::Status ParseLogitBias(const std::string& value, abcd::v1::SamplingParams* sampling) {
+  for (absl::string_view entry : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> pair = absl::StrSplit(entry, ':');
+    int32_t id = 0;
+    float bias = 0;
+    if (pair.size() != 2 || !absl::SimpleAtoi(pair[0], &id) || !absl::SimpleAtof(pair[1], &bias)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--logit_bias must be ID:BIAS[,ID:BIAS...], got \"", entry, "\""));
+    }
+    (*sampling->mutable_logit_bias())[id] = bias;
+  }
+  return absl::OkStatus();
+}
+
+// The options generate and chat share: model, max_tokens, sampling, stop.
+absl::Status ApplyOptions(const Arguments& args, abcd::v1::GenerateRequest& request) {
   request.set_model(args.String("model", ""));
-  request.set_prompt(args.String("prompt", ""));
   ABCD_ASSIGN_OR_RETURN(const int64_t max_tokens, args.Int("max_tokens", 0));
   request.set_max_tokens(static_cast<int32_t>(max_tokens));
   abcd::v1::SamplingParams* sampling = request.mutable_sampling();
-  if (args.Has("temperature")) {
-    ABCD_ASSIGN_OR_RETURN(const double t, args.Double("temperature", 1.0));
-    sampling->set_temperature(static_cast<float>(t));
+  using Setter = void (abcd::v1::SamplingParams::*)(float);
+  for (const auto& [name, set] : std::vector<std::pair<const char*, Setter>>{
+           {"temperature", &abcd::v1::SamplingParams::set_temperature},
+           {"top_p", &abcd::v1::SamplingParams::set_top_p},
+           {"repetition_penalty", &abcd::v1::SamplingParams::set_repetition_penalty},
+           {"min_p", &abcd::v1::SamplingParams::set_min_p},
+           {"presence_penalty", &abcd::v1::SamplingParams::set_presence_penalty},
+           {"frequency_penalty", &abcd::v1::SamplingParams::set_frequency_penalty}}) {
+    if (!args.Has(name)) continue;
+    ABCD_ASSIGN_OR_RETURN(const double value, args.Double(name, 0.0));
+    (sampling->*set)(static_cast<float>(value));
   }
   if (args.Has("top_k")) {
     ABCD_ASSIGN_OR_RETURN(const int64_t k, args.Int("top_k", 0));
     sampling->set_top_k(static_cast<int32_t>(k));
   }
-  if (args.Has("top_p")) {
-    ABCD_ASSIGN_OR_RETURN(const double p, args.Double("top_p", 1.0));
-    sampling->set_top_p(static_cast<float>(p));
-  }
-  if (args.Has("repetition_penalty")) {
-    ABCD_ASSIGN_OR_RETURN(const double r, args.Double("repetition_penalty", 1.0));
-    sampling->set_repetition_penalty(static_cast<float>(r));
-  }
   if (args.Has("seed")) {
     ABCD_ASSIGN_OR_RETURN(const int64_t seed, args.Int("seed", 0));
     sampling->set_seed(static_cast<uint64_t>(seed));
   }
+  if (args.Has("logit_bias")) {
+    ABCD_RETURN_IF_ERROR(ParseLogitBias(args.String("logit_bias", ""), sampling));
+  }
   if (args.Has("stop")) request.add_stop(args.String("stop", ""));
-  request.set_session_id(args.String("session", ""));
-  ABCD_ASSIGN_OR_RETURN(const int64_t n, args.Int("n", 1));
-  request.set_n(static_cast<int32_t>(n));
+  return absl::OkStatus();
+}
+
+// Streams one request's text to stdout (n > 1: each choice once complete as `[i] text`) and
+// its usage to stderr; `text` gets choice 0's text. 0, or 1 after printing a failed status.
+int Stream(abcd::v1::Generator::Stub& stub, const abcd::v1::GenerateRequest& request,
+           std::string* text = nullptr) {
+  const int n = request.n();
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReader<abcd::v1::GenerateResponse>> reader =
       stub.Generate(&context, request);
@@ -83,26 +120,58 @@ absl::StatusOr<int> Generate(abcd::v1::Generator::Stub& stub, const Arguments& a
   std::string session_id;
   std::map<int, std::string> choices;  // n > 1: printed once complete
   while (reader->Read(&response)) {
-    if (n > 1) {
-      choices[response.index()] += response.text();
-    } else {
-      std::cout << response.text() << std::flush;
-    }
+    choices[response.index()] += response.text();
+    if (n <= 1) std::cout << response.text() << std::flush;
     if (!response.session_id().empty()) session_id = response.session_id();
     last = response;
   }
   const grpc::Status status = reader->Finish();
   if (n > 1) {
-    for (const auto& [index, text] : choices) std::cout << "[" << index << "] " << text << "\n";
+    for (const auto& [index, choice] : choices) std::cout << "[" << index << "] " << choice << "\n";
   } else {
     std::cout << "\n";
   }
   if (!status.ok()) return Fail(status);
+  if (text != nullptr) *text = choices[0];
   std::cerr << "finish_reason=" << abcd::v1::FinishReason_Name(last.finish_reason())
             << " prompt_tokens=" << last.usage().prompt_tokens()
             << " cached_prompt_tokens=" << last.usage().cached_prompt_tokens()
             << " completion_tokens=" << last.usage().completion_tokens() << "\n";
   if (!session_id.empty()) std::cerr << "session_id=" << session_id << "\n";
+  return 0;
+}
+
+absl::StatusOr<int> Generate(abcd::v1::Generator::Stub& stub, const Arguments& args) {
+  abcd::v1::GenerateRequest request;
+  ABCD_RETURN_IF_ERROR(ApplyOptions(args, request));
+  request.set_prompt(args.String("prompt", ""));
+  request.set_session_id(args.String("session", ""));
+  ABCD_ASSIGN_OR_RETURN(const int64_t n, args.Int("n", 1));
+  request.set_n(static_cast<int32_t>(n));
+  return Stream(stub, request);
+}
+
+// One turn (--user), or one per stdin line with the answers kept in the history.
+absl::StatusOr<int> Chat(abcd::v1::Generator::Stub& stub, const Arguments& args) {
+  abcd::v1::GenerateRequest request;
+  ABCD_RETURN_IF_ERROR(ApplyOptions(args, request));
+  auto add = [&request](const std::string& role, const std::string& content) {
+    abcd::v1::ChatMessage* message = request.add_messages();
+    message->set_role(role);
+    message->set_content(content);
+  };
+  if (args.Has("system")) add("system", args.String("system", ""));
+  if (args.Has("user")) {
+    add("user", args.String("user", ""));
+    return Stream(stub, request);
+  }
+  for (std::string line; std::getline(std::cin, line);) {
+    if (line.empty()) continue;
+    add("user", line);
+    std::string answer;
+    if (const int failed = Stream(stub, request, &answer); failed != 0) return failed;
+    add("assistant", answer);
+  }
   return 0;
 }
 
@@ -234,11 +303,29 @@ int Main(int argc, char** argv) {
       operands.push_back(argv[first_option++]);
     }
   }
-  absl::StatusOr<Arguments> args = Arguments::Parse(
-      {argv + first_option, argv + argc},
-      {"target", "prompt", "max_tokens", "temperature", "top_k", "top_p", "repetition_penalty",
-       "seed", "stop", "model", "text", "beam_size", "timeout_seconds", "session", "n"},
-      {});
+  absl::StatusOr<Arguments> args = Arguments::Parse({argv + first_option, argv + argc},
+                                                    {"target",
+                                                     "prompt",
+                                                     "max_tokens",
+                                                     "temperature",
+                                                     "top_k",
+                                                     "top_p",
+                                                     "repetition_penalty",
+                                                     "seed",
+                                                     "stop",
+                                                     "model",
+                                                     "text",
+                                                     "beam_size",
+                                                     "timeout_seconds",
+                                                     "session",
+                                                     "n",
+                                                     "min_p",
+                                                     "presence_penalty",
+                                                     "frequency_penalty",
+                                                     "logit_bias",
+                                                     "system",
+                                                     "user"},
+                                                    {});
   if (!args.ok()) {
     std::cerr << "abcd-client: " << args.status().message() << "\n" << kUsage;
     return 2;
@@ -249,6 +336,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<int> result =
       absl::InvalidArgumentError(absl::StrCat("unknown command ", command));
   if (command == "generate") result = Generate(*stub, *args);
+  if (command == "chat") result = Chat(*stub, *args);
   if (command == "translate") result = Translate(*stub, *args);
   if (command == "models") result = Models(*stub);
   if (command == "health") result = Health(channel, *args);

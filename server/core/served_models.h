@@ -21,6 +21,9 @@
 #include "server/core/utf8.h"
 
 namespace abcd {
+namespace chat {
+class ChatTemplate;  // server/chat/chat_template.h
+}  // namespace chat
 
 enum class ModelKind { kLanguageModel, kTranslation };
 
@@ -43,6 +46,7 @@ struct ServedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Executor> executor;
+  std::shared_ptr<const chat::ChatTemplate> chat_template;  // language models; may be null
   int64_t state_bytes_per_sequence = 0;  // fixed bytes; softmax layers add KV per token
 };
 

@@ -59,7 +59,8 @@ const std::set<std::string> kValued = {"config",
                                        "session_store_mb",
                                        "max_session_bytes",
                                        "prefix_cache_mb",
-                                       "max_choices"};
+                                       "max_choices",
+                                       "chat_template"};
 
 absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
   std::ifstream in(path);
@@ -151,7 +152,7 @@ std::string ServerUsage() {
          "  [--device_weights bf16|fp16|fp32] [--threads N] [--weight_format f32|bf16|f16|int8]\n"
          "  [--kv_cache_format bf16|f32] [--session_store memory|redis://HOST:PORT[/DB]]\n"
          "  [--session_ttl_s S] [--session_store_mb MB] [--max_session_bytes N]\n"
-         "  [--prefix_cache_mb MB] [--max_choices N]\n"
+         "  [--prefix_cache_mb MB] [--max_choices N] [--chat_template FILE|MODEL=FILE[,...]]\n"
          "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
 }
 
@@ -261,6 +262,18 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   ABCD_ASSIGN_OR_RETURN(c.prefix_cache_mb,
                         Ranged(args, "prefix_cache_mb", c.prefix_cache_mb, 0, int64_t{1} << 24));
   ABCD_ASSIGN_OR_RETURN(c.max_choices, Ranged(args, "max_choices", c.max_choices, 1, 1024));
+  for (const absl::string_view entry :
+       absl::StrSplit(args.String("chat_template", ""), ',', absl::SkipEmpty())) {
+    const size_t eq = entry.find('=');
+    const std::string model(eq == entry.npos ? "" : entry.substr(0, eq));
+    const std::string file(eq == entry.npos ? entry : entry.substr(eq + 1));
+    if (file.empty() || (eq == 0) || c.chat_templates.contains(model)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--chat_template must be FILE or MODEL=FILE[,MODEL=FILE...] with each model once, got \"",
+          entry, "\""));
+    }
+    c.chat_templates[model] = file;
+  }
   c.weight_format = args.String("weight_format", "");
   if (!c.weight_format.empty()) {
     absl::StatusOr<WeightFormat> format = ParseWeightFormat(c.weight_format);

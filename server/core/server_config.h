@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ struct ServerConfig {
   int64_t max_session_bytes = int64_t{64} << 20;
   int64_t prefix_cache_mb = 256;  // per decoder-only model; 0 turns the prefix cache off
   int max_choices = 16;           // largest n of a completion
+  // --chat_template: a Jinja chat template file per language model name ("" key: every model
+  // not named), used instead of the one in its tokenizer_config.json (server/chat/).
+  std::map<std::string, std::string> chat_templates;
 };
 
 // `default_models` is used when neither flags nor the config file name models.

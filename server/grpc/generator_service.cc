@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/core/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "server/chat/chat_prompt.h"
 #include "server/core/log.h"
 #include "server/core/utf8.h"
 #include "server/grpc/chunked_import.h"
@@ -63,6 +65,20 @@ FieldSizeCheck InputSizeCheck(const ServedModels& models, ModelKind kind,
     }
     return refusal;
   };
+}
+
+// GenerateRequest.messages -> the prompt ids, on the same path as HTTP's chat completions.
+absl::Status RenderMessages(const abcd::v1::GenerateRequest& request, const ServedModel& model,
+                            GenerationRequest* out) {
+  nlohmann::json messages = nlohmann::json::array();
+  for (const abcd::v1::ChatMessage& message : request.messages()) {
+    messages.push_back({{"role", message.role()}, {"content", message.content()}});
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = chat::ChatPromptIds(
+      model, messages, !request.has_add_generation_prompt() || request.add_generation_prompt());
+  if (!ids.ok()) return ids.status();
+  out->prompt_token_ids.assign(ids->begin() + 1, ids->end());  // the engine prepends bos
+  return absl::OkStatus();
 }
 
 // Reads a raw request; a refusal is logged once as event=bad_request.
@@ -144,6 +160,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     absl::StatusOr<GenerationRequest> generation =
         status.ok() ? ToGenerationRequest(request, Deadline(*context)) : status;
     status = generation.status();
+    if (status.ok() && !request.messages().empty()) {
+      status = RenderMessages(request, **model, &*generation);
+    }
     if (status.ok() && !request.session_id().empty()) {
       if (sessions_ == nullptr) {
         status = absl::UnavailableError("sessions are not enabled on this server");

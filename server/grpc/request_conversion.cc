@@ -17,6 +17,18 @@ constexpr int kDefaultTranslateMaxTokens = 128;
 absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRequest& in,
                                                       absl::Time deadline) {
   GenerationRequest out;
+  if (!in.messages().empty()) {  // rendered by the caller (server/chat/chat_prompt.h)
+    if (!in.prompt().empty() || !in.prompt_token_ids().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "messages must be empty when ", in.prompt().empty() ? "prompt_token_ids" : "prompt",
+          " is given (one or the other)"));
+    }
+    if (!in.session_id().empty()) {
+      return absl::InvalidArgumentError("session_id is not supported with messages");
+    }
+  } else if (in.has_add_generation_prompt()) {
+    return absl::InvalidArgumentError("add_generation_prompt needs messages");
+  }
   if (!in.prompt_token_ids().empty()) {
     if (!in.prompt().empty()) {
       return absl::InvalidArgumentError(

@@ -17,6 +17,8 @@ namespace abcd {
 // sampling fields that are present are copied. prompt_token_ids (each >= 0; the executor checks
 // the vocabulary) replace prompt, which must then be empty; n 0 means 1, and n > 1 with a
 // session_id is INVALID_ARGUMENT. session_id itself is the caller's (sessions need a store).
+// messages exclude prompt, prompt_token_ids and session_id (INVALID_ARGUMENT naming them); the
+// caller renders them into prompt_token_ids (server/chat/chat_prompt.h).
 absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRequest& in,
                                                       absl::Time deadline);
 

@@ -19,11 +19,14 @@
 #include "server/core/session_ops.h"
 #include "server/core/utf8.h"
 #include "server/http/admin_service.h"
+#include "server/http/chat_route.h"
 #include "server/http/completion_format.h"
 #include "server/http/event_channel.h"
 #include "server/http/http_errors.h"
 #include "server/http/http_server.h"
 #include "server/http/request_parser.h"
+#include "server/http/route_answer.h"
+#include "server/http/sessions_route.h"
 #include "server/http/tokenize_route.h"
 
 namespace abcd::http {
@@ -33,30 +36,14 @@ using nlohmann::json;
 
 constexpr char kJson[] = "application/json";
 
-std::string Dump(const json& value) {
-  // Model output may hold invalid UTF-8; replace it instead of throwing.
-  return value.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 absl::string_view KindOfPath(absl::string_view path) {
   if (path == "/v1/completions") return "completions";
+  if (path == "/v1/chat/completions") return "chat";
   if (path == "/v1/translate") return "translate";
   if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) return "list_models";
   if (path == "/v1/sessions" || absl::StartsWith(path, "/v1/sessions/")) return "sessions";
   if (path == "/tokenize" || path == "/detokenize") return "tokenize";
   return "";
-}
-
-// At most this much of a client's path is echoed in an error message.
-constexpr size_t kMaxEchoedPath = 256;
-
-absl::string_view Truncated(absl::string_view text) { return text.substr(0, kMaxEchoedPath); }
-
-ServerResponse JsonResponse(int status, std::string body) {
-  ServerResponse response;
-  response.status = status;
-  response.body = std::move(body);
-  return response;
 }
 
 }  // namespace
@@ -106,19 +93,16 @@ class HttpService::Impl {
   void Count(absl::string_view kind, absl::string_view label) {
     if (hooks_.count_request) hooks_.count_request(kind, label);
   }
+  // Counted before the client can see it.
+  void Send(Exchange& exchange, absl::string_view kind, RouteAnswer answer) {
+    if (!kind.empty() && !answer.label.empty()) Count(kind, answer.label);
+    exchange.Reply(std::move(answer.response));
+  }
   void Fail(Exchange& exchange, absl::string_view kind, const absl::Status& status) {
-    const ErrorMapping mapping = MapStatusCode(status.code());
-    ServerResponse response = JsonResponse(mapping.http_status, ErrorBody(status));
-    if (status.code() == absl::StatusCode::kResourceExhausted ||
-        status.code() == absl::StatusCode::kUnavailable) {
-      response.headers.emplace_back("Retry-After", "1");
-    }
-    if (!kind.empty()) Count(kind, mapping.label);  // counted before the client can see it
-    exchange.Reply(std::move(response));
+    Send(exchange, kind, StatusAnswer(status));
   }
   void Reply(Exchange& exchange, absl::string_view kind, const json& body) {
-    if (!kind.empty()) Count(kind, "ok");
-    exchange.Reply(JsonResponse(200, Dump(body)));
+    Send(exchange, kind, JsonAnswer(body));
   }
 
   std::string NewId(absl::string_view prefix) {
@@ -132,9 +116,10 @@ class HttpService::Impl {
   void Release() { inflight_.fetch_sub(1); }
 
   void Completions(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
+  // A parsed completion (kind "completions" or "chat"; `reshape` rewrites every body/chunk).
+  void StartCompletion(CompletionRequest request, std::shared_ptr<Exchange> exchange,
+                       absl::string_view kind, std::function<void(json&)> reshape);
   void Translate(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
-  // /v1/sessions routes; the store is called on this I/O thread.
-  void Sessions(ServerRequest& request, Exchange& exchange);
   json ModelObject(const ServedModel& model) const;
 
   ServedModels& models_;
@@ -192,6 +177,11 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   bool want_logprobs = false;
   bool include_usage = false;
   TokenTexts token_texts{nullptr};
+  std::function<void(json&)> reshape;  // chat: the completion shapes -> chat's (chat_route.h)
+  std::string Out(json body) {
+    if (reshape) reshape(body);
+    return DumpJson(body);
+  }
 
   // After every part was enqueued: starts listening (and the stream's head).
   void Begin() {
@@ -358,7 +348,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
     if (!event.finished && !choice_end) {
       const std::string text = TakeCompleteUtf8(pending);
       if (!text.empty() || !event.logprobs.empty()) {
-        SendEvent(Dump(StreamChunk(text, event.index)));
+        SendEvent(Out(StreamChunk(text, event.index)));
       }
       return;
     }
@@ -377,14 +367,14 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
       pending.clear();
       chunk["choices"][0]["finish_reason"] = OpenAiFinishReason(event.finish_reason);
       chunk["choices"][0]["abcd"] = {{"finish_reason", FinishReasonName(event.finish_reason)}};
-      SendEvent(Dump(chunk));
+      SendEvent(Out(chunk));
     }
     if (!event.finished) return;
     if (include_usage) {
       json chunk = StreamChunk("", 0);
       chunk["choices"] = json::array();
       chunk["usage"] = Usage(event);
-      SendEvent(Dump(chunk));
+      SendEvent(Out(chunk));
     }
     EndStream("ok");
   }
@@ -392,7 +382,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   void FlushPending() {
     for (size_t i = 0; i < pending_.size(); ++i) {
       if (!pending_[i].empty() || (want_logprobs && !logprobs_[i].empty())) {
-        SendEvent(Dump(StreamChunk(pending_[i], static_cast<int>(i))));
+        SendEvent(Out(StreamChunk(pending_[i], static_cast<int>(i))));
       }
       pending_[i].clear();
     }
@@ -411,7 +401,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
   }
 
   void Answer() {
-    if (kind_ == "completions") {
+    if (kind_ != "translate") {
       Part& part = parts_[0];
       const GenerationEvent& last = part.last;
       json choice_array = json::array();
@@ -431,6 +421,7 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
                    {"choices", std::move(choice_array)},
                    {"usage", Usage(last)}};
       if (!session_id.empty()) body["session_id"] = session_id;
+      if (reshape) reshape(body);
       return service_.Reply(*exchange_, kind_, body);
     }
     json translations = json::array();
@@ -465,10 +456,15 @@ class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
 
 void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> exchange) {
   const std::string& path = request.path;
-  if (KindOfPath(path) == "sessions") return Sessions(request, *exchange);
+  if (KindOfPath(path) == "sessions") {  // the store is called on this I/O thread
+    return Send(*exchange, "sessions", AnswerSessions(options_.sessions, request));
+  }
   const absl::string_view kind = KindOfPath(path);
   std::string allowed = "GET";
-  if (path == "/v1/completions" || path == "/v1/translate" || kind == "tokenize") allowed = "POST";
+  if (path == "/v1/completions" || path == "/v1/translate" || kind == "tokenize" ||
+      kind == "chat") {
+    allowed = "POST";
+  }
   const bool model_path =
       absl::StartsWith(path, "/v1/models/") && path.size() > 11 && path.find('/', 11) == path.npos;
   const bool known = !kind.empty() || path == "/healthz" || path == "/readyz" || path == "/metrics";
@@ -493,6 +489,12 @@ void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> 
   }
   if (path == "/v1/completions") return Completions(request, std::move(exchange));
   if (path == "/v1/translate") return Translate(request, std::move(exchange));
+  if (kind == "chat") {
+    absl::StatusOr<PreparedChat> chat = PrepareChat(models_, request.body, limits_);
+    if (!chat.ok()) return Fail(*exchange, kind, chat.status());
+    ChatShaper shaper(chat->request.stream, chat->logprobs, chat->top_logprobs);
+    return StartCompletion(std::move(chat->request), std::move(exchange), kind, shaper);
+  }
   if (kind == "tokenize") {
     absl::StatusOr<json> answer =
         path == "/tokenize" ? AnswerTokenize(models_, request.body, options_.max_prompt_tokens)
@@ -543,6 +545,13 @@ void HttpService::Impl::Completions(const ServerRequest& http_request,
   constexpr absl::string_view kKind = "completions";
   absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(http_request.body, limits_);
   if (!request.ok()) return Fail(*exchange, kKind, request.status());
+  StartCompletion(*std::move(request), std::move(exchange), kKind, nullptr);
+}
+
+void HttpService::Impl::StartCompletion(CompletionRequest parsed,
+                                        std::shared_ptr<Exchange> exchange, absl::string_view kKind,
+                                        std::function<void(json&)> reshape) {
+  CompletionRequest* request = &parsed;
   if (!request->session_id.empty()) {
     const ServedModel* named = models_.FindByName(request->model);
     if (named != nullptr && named->kind != ModelKind::kLanguageModel) {
@@ -565,6 +574,7 @@ void HttpService::Impl::Completions(const ServerRequest& http_request,
   call->want_logprobs = request->generation.logprobs >= 0;
   call->include_usage = request->include_usage;
   call->token_texts = TokenTexts((*model)->tokenizer.get());
+  call->reshape = std::move(reshape);
   // The echoed text: the prompt as sent, or its ids decoded (after Enqueue checked them).
   call->echo_text = request->generation.prompt;
   std::vector<int32_t> echo_ids;
@@ -634,88 +644,6 @@ void HttpService::Impl::Translate(const ServerRequest& http_request,
     call->parts()[i].enqueued = true;
   }
   call->Begin();
-}
-
-namespace {
-
-json SessionObject(const SessionMetadata& metadata) {
-  return {{"session_id", metadata.session_id},
-          {"object", "session"},
-          {"model", metadata.model},
-          {"tokens", metadata.tokens},
-          {"bytes", metadata.bytes},
-          {"last_used",
-           absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", metadata.last_used, absl::UTCTimeZone())}};
-}
-
-}  // namespace
-
-// POST /v1/sessions (blob body) -> a new session; GET|DELETE /v1/sessions/{id};
-// GET /v1/sessions/{id}/state -> the blob.
-void HttpService::Impl::Sessions(ServerRequest& request, Exchange& exchange) {
-  constexpr absl::string_view kKind = "sessions";
-  const std::string& path = request.path;
-  std::string id;
-  bool state = false;
-  std::string allowed;
-  if (path == "/v1/sessions") {
-    allowed = "POST";
-  } else {
-    id = path.substr(std::string("/v1/sessions/").size());
-    if (absl::EndsWith(id, "/state")) {
-      id.resize(id.size() - 6);
-      state = true;
-      allowed = "GET";
-    } else {
-      allowed = "GET, DELETE";
-    }
-    if (id.empty() || id.find('/') != std::string::npos) {
-      return exchange.Reply(JsonResponse(
-          404,
-          ErrorBody(absl::StrCat("no route for ", Truncated(request.method), " ", Truncated(path)),
-                    "not_found_error", "")));
-    }
-  }
-  const bool method_ok =
-      (allowed == "POST" && request.method == "POST") ||
-      (allowed == "GET" && request.method == "GET") ||
-      (allowed == "GET, DELETE" && (request.method == "GET" || request.method == "DELETE"));
-  if (!method_ok) {
-    ServerResponse response =
-        JsonResponse(405, ErrorBody(absl::StrCat(Truncated(request.method), " is not allowed on ",
-                                                 Truncated(path), "; use ", allowed),
-                                    "invalid_request_error", ""));
-    response.headers.emplace_back("Allow", allowed);
-    Count(kKind, "invalid_argument");
-    return exchange.Reply(std::move(response));
-  }
-  if (options_.sessions == nullptr) {
-    return Fail(exchange, kKind, absl::UnavailableError("sessions are not enabled on this server"));
-  }
-  const SessionOps& sessions = *options_.sessions;
-  if (path == "/v1/sessions") {
-    absl::StatusOr<SessionMetadata> imported = sessions.Import(std::move(request.body));
-    if (!imported.ok()) return Fail(exchange, kKind, imported.status());
-    return Reply(exchange, kKind, SessionObject(*imported));
-  }
-  if (state) {
-    absl::StatusOr<std::string> blob = sessions.Export(id);
-    if (!blob.ok()) return Fail(exchange, kKind, blob.status());
-    Count(kKind, "ok");
-    ServerResponse response;
-    response.content_type = "application/octet-stream";
-    response.body = *std::move(blob);
-    return exchange.Reply(std::move(response));
-  }
-  if (request.method == "DELETE") {
-    if (absl::Status status = sessions.Delete(id); !status.ok()) {
-      return Fail(exchange, kKind, status);
-    }
-    return Reply(exchange, kKind, {{"session_id", id}, {"object", "session"}, {"deleted", true}});
-  }
-  absl::StatusOr<SessionMetadata> metadata = sessions.Get(id);
-  if (!metadata.ok()) return Fail(exchange, kKind, metadata.status());
-  Reply(exchange, kKind, SessionObject(*metadata));
 }
 
 json HttpService::Impl::ModelObject(const ServedModel& model) const {

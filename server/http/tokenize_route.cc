@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "server/http/chat_route.h"
 
 namespace abcd::http {
 namespace {
@@ -24,6 +25,21 @@ absl::StatusOr<const ServedModel*> ResolveAny(const ServedModels& models, const 
 
 absl::StatusOr<nlohmann::json> AnswerTokenize(const ServedModels& models, absl::string_view body,
                                               int max_model_len) {
+  const nlohmann::json parsed =
+      nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object() && parsed.contains("messages")) {  // chat: the rendered conversation
+    if (parsed.contains("prompt")) {
+      return absl::InvalidArgumentError("give either prompt or messages, not both");
+    }
+    const nlohmann::json model_name = parsed.value("model", nlohmann::json(""));
+    if (!model_name.is_string()) return absl::InvalidArgumentError("model must be a string");
+    ABCD_ASSIGN_OR_RETURN(const ServedModel* model,
+                          models.Resolve(model_name.get<std::string>(), ModelKind::kLanguageModel));
+    ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PrepareChatPrompt(*model, parsed));
+    const size_t count = ids.size();
+    return nlohmann::json{
+        {"tokens", std::move(ids)}, {"count", count}, {"max_model_len", max_model_len}};
+  }
   ABCD_ASSIGN_OR_RETURN(TokenizeRequest request, ParseTokenizeRequest(body));
   ABCD_ASSIGN_OR_RETURN(const ServedModel* model, ResolveAny(models, request.model));
   const bool translation = model->kind == ModelKind::kTranslation;

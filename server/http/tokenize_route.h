@@ -3,6 +3,9 @@
 //
 //   /tokenize   {"model"?, "prompt": "text", "add_special_tokens"?: true}
 //               -> {"tokens": [ids], "count": N, "max_model_len": M}
+//               {"model"?, "messages": [...], "add_generation_prompt"?: true}: the conversation
+//               rendered with the model's chat template (chat_route.h), as a chat completion
+//               prefills it (bos first; add_special_tokens does not apply)
 //   /detokenize {"model"?, "tokens": [ids]} -> {"prompt": "text"}
 //
 // The model is found by ServedModels::Resolve (empty: the default language model; a named

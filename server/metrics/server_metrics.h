@@ -58,8 +58,8 @@ class ServerMetrics {
  public:
   // "sessions": the session operations (gRPC Get/Delete/Export/ImportSession, HTTP
   // /v1/sessions routes).
-  static constexpr std::array<absl::string_view, 6> kRequestKinds = {
-      "generate", "translate", "completions", "list_models", "sessions", "other"};
+  static constexpr std::array<absl::string_view, 7> kRequestKinds = {
+      "generate", "translate", "completions", "chat", "list_models", "sessions", "other"};
   static constexpr std::array<absl::string_view, 10> kRequestStatuses = {
       "ok",        "invalid_argument",  "resource_exhausted",
       "cancelled", "deadline_exceeded", "unavailable",

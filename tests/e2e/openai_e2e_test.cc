@@ -1,15 +1,24 @@
 // OpenAI Completions extras on the real abcd-server with the bundled abc-lm: logprobs (greedy:
 // the chosen token is the top-1), echo + logprobs + max_tokens 0 (the lm-eval-harness
 // loglikelihood request) reproducing the generated tokens' scores, and the SSE shapes with and
-// without stream_options.include_usage. The JSON shapes are those of OpenAI's legacy
-// Completions API (no OpenAI client is installed here; they are checked field by field).
+// without stream_options.include_usage (the JSON shapes of OpenAI's legacy Completions API,
+// checked field by field), exact text, the sampling fields, health and deadlines; and chat
+// completions driven by the official OpenAI Node SDK (tests/e2e/openai_sdk/, installed by its
+// npm-ci.sh; skipped without node).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,10 +91,10 @@ class OpenAiE2eTest : public ::testing::Test {
     return chunks;
   }
 
-  // Greedy generation over gRPC (it returns the token ids).
-  std::vector<int32_t> GenerateIds(int max_tokens) {
+  // Greedy generation over gRPC (it returns the token ids) from `prompt` (default prompt_).
+  std::vector<int32_t> GenerateIds(int max_tokens, const std::vector<int32_t>* prompt = nullptr) {
     abcd::v1::GenerateRequest request;
-    for (int32_t id : prompt_) request.add_prompt_token_ids(id);
+    for (int32_t id : prompt != nullptr ? *prompt : prompt_) request.add_prompt_token_ids(id);
     request.set_max_tokens(max_tokens);
     request.mutable_sampling()->set_temperature(0);
     grpc::ClientContext context;
@@ -107,6 +116,20 @@ class OpenAiE2eTest : public ::testing::Test {
 };
 
 testing::ServerProcess* OpenAiE2eTest::server_ = nullptr;
+
+// Runs a shell command; its stdout (and stderr when the command redirects it) and exit status.
+std::string RunCommand(const std::string& command, int* status) {
+  std::string output;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    *status = -1;
+    return output;
+  }
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
+  *status = pclose(pipe);
+  return output;
+}
 
 TEST_F(OpenAiE2eTest, GreedyLogprobsPickTopOneAndEchoReproducesThem) {
   constexpr int kMaxTokens = 8;
@@ -423,6 +446,220 @@ TEST_F(OpenAiE2eTest, HealthDeadlinesAndStreamingCounts) {
   }
   EXPECT_TRUE(counted) << "deadline_exceeded not counted";
   EXPECT_EQ(Metric(*http_, cancelled), cancelled_before);
+}
+
+// The official OpenAI Node SDK drives /v1/chat/completions (tests/e2e/openai_sdk/chat.mjs checks
+// plain, SSE with include_usage, n, logprobs + top_logprobs and refusals naming the field), and
+// its greedy answer is exact text: the rendered prompt's text (/tokenize with the messages gives
+// its ids, /detokenize its text) + the answer == the text of prompt ids + the generated ids.
+// Skipped where node or the SDK (tests/e2e/openai_sdk/npm-ci.sh) is not installed.
+TEST_F(OpenAiE2eTest, OpenAiNodeSdkDrivesChat) {
+  const std::string dir = std::string(ABCD_SOURCE_DIR) + "/tests/e2e/openai_sdk";
+  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
+      !std::filesystem::exists(dir + "/node_modules/openai/package.json")) {
+    GTEST_SKIP() << "node or the openai package is not installed (" << dir << "/npm-ci.sh)";
+  }
+  const std::string command = "node " + dir +
+                              "/chat.mjs http://127.0.0.1:" + std::to_string(server_->http_port()) +
+                              "/v1 2>&1";
+  int status = 0;
+  const std::string output = RunCommand(command, &status);
+  ASSERT_EQ(status, 0) << output;
+  const std::vector<std::string> lines = absl::StrSplit(output, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty());
+  const json result = json::parse(lines.back(), nullptr, false);
+  ASSERT_TRUE(result.is_object() && result["content"].is_string()) << output;
+
+  auto post = [&](const char* path, const json& body) {
+    auto response = http_->Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(response && response->status == 200) << path;
+    return response ? json::parse(response->body, nullptr, false) : json();
+  };
+  std::vector<int32_t> prompt_ids =
+      post("/tokenize", {{"model", result["model"]}, {"messages", result["messages"]}})["tokens"]
+          .get<std::vector<int32_t>>();
+  ASSERT_GT(prompt_ids.size(), 1u);
+  ASSERT_EQ(prompt_ids[0], 1);  // bos, which the engine prepends to a gRPC prompt
+  const std::vector<int32_t> without_bos(prompt_ids.begin() + 1, prompt_ids.end());
+  const std::vector<int32_t> generated = GenerateIds(result["max_tokens"], &without_bos);
+  ASSERT_FALSE(generated.empty());
+  std::vector<int32_t> all = prompt_ids;
+  all.insert(all.end(), generated.begin(), generated.end());
+  const std::string prompt_text = post("/detokenize", {{"tokens", prompt_ids}})["prompt"];
+  EXPECT_EQ(prompt_text + result["content"].get<std::string>(),
+            post("/detokenize", {{"tokens", all}})["prompt"].get<std::string>());
+}
+
+// gRPC Generate with messages renders them as /v1/chat/completions does: the same greedy
+// tokens and text, the same prompt_tokens (also with add_generation_prompt false), and the
+// same refusals naming the field.
+TEST_F(OpenAiE2eTest, ChatMessagesOverGrpcMatchHttp) {
+  const json messages = {{{"role", "system"}, {"content", "You tell short stories."}},
+                         {{"role", "user"}, {"content", "Tell me about the old house."}}};
+  struct Result {
+    grpc::Status status;
+    std::vector<int32_t> ids;
+    std::string text;
+    int prompt_tokens = 0;
+  };
+  auto generate = [&](const json& conversation, std::optional<bool> add_generation_prompt,
+                      const std::function<void(abcd::v1::GenerateRequest&)>& edit = nullptr) {
+    abcd::v1::GenerateRequest request;
+    for (const json& m : conversation) {
+      abcd::v1::ChatMessage* message = request.add_messages();
+      message->set_role(m["role"].get<std::string>());
+      message->set_content(m["content"].get<std::string>());
+    }
+    if (add_generation_prompt.has_value()) {
+      request.set_add_generation_prompt(*add_generation_prompt);
+    }
+    request.set_max_tokens(12);
+    request.mutable_sampling()->set_temperature(0);
+    if (edit) edit(request);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = stub_->Generate(&context, request);
+    abcd::v1::GenerateResponse response;
+    Result result;
+    while (reader->Read(&response)) {
+      result.ids.insert(result.ids.end(), response.token_ids().begin(), response.token_ids().end());
+      result.text += response.text();
+      if (response.has_usage()) result.prompt_tokens = response.usage().prompt_tokens();
+    }
+    result.status = reader->Finish();
+    return result;
+  };
+  const Result grpc_chat = generate(messages, std::nullopt);
+  ASSERT_TRUE(grpc_chat.status.ok()) << grpc_chat.status.error_message();
+  ASSERT_FALSE(grpc_chat.ids.empty());
+
+  auto response =
+      http_->Post("/v1/chat/completions",
+                  json{{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(response && response->status == 200) << (response ? response->body : "");
+  const json http_chat = json::parse(response->body);
+  EXPECT_EQ(grpc_chat.text, http_chat["choices"][0]["message"]["content"]);
+  EXPECT_EQ(grpc_chat.prompt_tokens, http_chat["usage"]["prompt_tokens"]);
+  // The same ids: the rendered prompt's ids as a token-id prompt generate them too.
+  auto tokens = http_->Post("/tokenize", json{{"messages", messages}}.dump(), "application/json");
+  ASSERT_TRUE(tokens && tokens->status == 200);
+  const std::vector<int32_t> rendered = json::parse(tokens->body)["tokens"];
+  const std::vector<int32_t> without_bos(rendered.begin() + 1, rendered.end());
+  EXPECT_EQ(GenerateIds(12, &without_bos), grpc_chat.ids);
+  EXPECT_EQ(grpc_chat.prompt_tokens, static_cast<int>(rendered.size()));
+
+  tokens = http_->Post("/tokenize",
+                       json{{"messages", messages}, {"add_generation_prompt", false}}.dump(),
+                       "application/json");
+  ASSERT_TRUE(tokens && tokens->status == 200);
+  const Result no_turn = generate(messages, false);
+  ASSERT_TRUE(no_turn.status.ok()) << no_turn.status.error_message();
+  EXPECT_EQ(no_turn.prompt_tokens, json::parse(tokens->body)["count"].get<int>());
+  EXPECT_LT(no_turn.prompt_tokens, grpc_chat.prompt_tokens);
+
+  auto refused = [&](const Result& result, const std::string& message) {
+    EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
+    EXPECT_TRUE(absl::StartsWith(result.status.error_message(), message))
+        << result.status.error_message();
+  };
+  refused(generate({{{"role", "tool"}, {"content", "x"}}}, std::nullopt),
+          "messages[0].role must be one of system, user, assistant");
+  refused(generate(messages, std::nullopt,
+                   [](abcd::v1::GenerateRequest& r) { r.set_prompt("The old house"); }),
+          "messages must be empty when prompt is given");
+  refused(generate(messages, std::nullopt,
+                   [](abcd::v1::GenerateRequest& r) { r.set_session_id("new"); }),
+          "session_id is not supported with messages");
+}
+
+// abcd-client chat sends messages (the HTTP chat answer, greedy) and generate's sampling flags
+// reach the server (--logit_bias forces a token; min_p and the penalties are taken).
+TEST_F(OpenAiE2eTest, ClientChatAndSamplingFlags) {
+  int status = 0;
+  auto client = [&](const std::string& command) {
+    return RunCommand(std::string(ABCD_CLIENT) + " " + command + " --target " +
+                          server_->grpc_target() + " 2>/dev/null",
+                      &status);
+  };
+  const std::string chat = client(
+      "chat --system 'You tell short stories.' --user 'Tell me about the old house.' "
+      "--max_tokens 8 --temperature 0");
+  ASSERT_EQ(status, 0) << chat;
+  const json messages = {{{"role", "system"}, {"content", "You tell short stories."}},
+                         {{"role", "user"}, {"content", "Tell me about the old house."}}};
+  auto response =
+      http_->Post("/v1/chat/completions",
+                  json{{"messages", messages}, {"max_tokens", 8}, {"temperature", 0}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(response && response->status == 200);
+  EXPECT_EQ(
+      chat,
+      json::parse(response->body)["choices"][0]["message"]["content"].get<std::string>() + "\n");
+
+  auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok());
+  const int32_t door = (*tokenizer)->Encode(" door")->back();
+  const std::string forced =
+      client("generate --prompt 'The old house stood' --max_tokens 3 --logit_bias " +
+             std::to_string(door) + ":100 --min_p 0.05 --presence_penalty 0.5 " +
+             "--frequency_penalty 0.5");
+  ASSERT_EQ(status, 0) << forced;
+  EXPECT_EQ(forced, " door door door\n");
+  client("generate --prompt x --logit_bias 5");
+  EXPECT_NE(status, 0);
+}
+
+// --chat_template at start-up: MODEL=FILE serves that model's chat with FILE (what /tokenize
+// with messages renders); a file that is missing or does not parse, or a model that is not
+// served, stops the server with a message naming the flag (exit 1, after the flags parsed; a
+// malformed value exits 2 before any model loads).
+class ChatTemplateStartup : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("abcd-chat-template-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return (dir_ / name).string();
+  }
+  // The server's log when it refuses to start with --chat_template `value`, exiting `code`.
+  std::string Refusal(const std::string& value, int code) {
+    testing::ServerProcess server(ABCD_SERVER, {"--models", kModelDir, "--chat_template", value});
+    EXPECT_FALSE(server.started()) << value;
+    EXPECT_EQ(server.WaitForExit(30), code) << value << "\n" << server.Log();
+    return server.Log();
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ChatTemplateStartup, ModelEqualsFileIsServedAndBadFilesAreRefusedNamingTheFlag) {
+  const std::string file = Write("q.jinja", "Q: {{ messages[-1].content }} A:");
+  {
+    testing::ServerProcess server(ABCD_SERVER,
+                                  {"--models", kModelDir, "--chat_template", "abc-lm=" + file});
+    ASSERT_TRUE(server.started()) << server.Log();
+    httplib::Client http("127.0.0.1", server.http_port());
+    auto tokens = http.Post("/tokenize",
+                            R"({"messages": [{"role": "user", "content": "Where is the house?"}]})",
+                            "application/json");
+    ASSERT_TRUE(tokens && tokens->status == 200);
+    json detokenize = {{"tokens", json::parse(tokens->body)["tokens"]}};
+    auto text = http.Post("/detokenize", detokenize.dump(), "application/json");
+    ASSERT_TRUE(text && text->status == 200);
+    EXPECT_EQ(json::parse(text->body)["prompt"], "Q: Where is the house? A:");
+  }
+  const std::string missing = (dir_ / "missing.jinja").string();
+  EXPECT_TRUE(absl::StrContains(Refusal(missing, 1), "--chat_template " + missing + ": not found"));
+  const std::string broken = Write("broken.jinja", "{% for m in messages %}");
+  EXPECT_TRUE(absl::StrContains(Refusal("abc-lm=" + broken, 1), "--chat_template " + broken));
+  EXPECT_TRUE(
+      absl::StrContains(Refusal("nosuch=" + file, 1),
+                        "--chat_template nosuch=" + file + ": no language model named 'nosuch'"));
+  EXPECT_TRUE(absl::StrContains(Refusal("abc-lm=", 2), "--chat_template must be"));
 }
 
 TEST_F(OpenAiE2eTest, EchoRefusals) {

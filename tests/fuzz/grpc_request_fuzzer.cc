@@ -43,12 +43,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int32_t id : message.prompt_token_ids()) negative_id |= id < 0;
   const bool bad_ids =
       !message.prompt_token_ids().empty() && (negative_id || !message.prompt().empty());
+  // messages exclude the other prompts and sessions; add_generation_prompt needs messages.
+  const bool bad_messages = message.messages().empty() ? message.has_add_generation_prompt()
+                                                       : !message.prompt().empty() ||
+                                                             !message.prompt_token_ids().empty() ||
+                                                             !message.session_id().empty();
   if (!request.ok()) {
     ABCD_FUZZ_CHECK(request.status().code() == absl::StatusCode::kInvalidArgument);
-    ABCD_FUZZ_CHECK(message.max_tokens() < 0 || message.n() < 0 || bad_ids ||
+    ABCD_FUZZ_CHECK(message.max_tokens() < 0 || message.n() < 0 || bad_ids || bad_messages ||
                     (message.n() > 1 && !message.session_id().empty()));
     return 0;
   }
+  ABCD_FUZZ_CHECK(!bad_messages);
   ABCD_FUZZ_CHECK(request->prompt == message.prompt() && request->source.empty());
   ABCD_FUZZ_CHECK(request->prompt_token_ids.size() ==
                   static_cast<size_t>(message.prompt_token_ids_size()));

@@ -173,6 +173,9 @@ def grpc_seeds():
         'negative_max_tokens': field_bytes(2, 'x') + field_varint(3, -5),
         'bad_sampling': field_bytes(2, 'x') + field_bytes(4, field_float(3, 2.0)),
         'invalid_utf8': field_bytes(2, b'\xff\xfe'),
+        'messages': (field_bytes(9, field_bytes(1, 'system') + field_bytes(2, 'Be brief.')) +
+                     field_bytes(9, field_bytes(1, 'user') + field_bytes(2, 'Hi')) +
+                     field_varint(10, 0)),
     }
     for name, data in generate.items():
         write('grpc_generate_fuzzer', name, data)
@@ -184,6 +187,24 @@ def grpc_seeds():
     }
     for name, data in translate.items():
         write('grpc_translate_fuzzer', name, data)
+
+
+# --- chat messages (server/chat/chat_messages.h): template byte, flags byte, messages JSON -------
+def chat_seeds():
+    conversations = {
+        'user': [{'role': 'user', 'content': 'Hi'}],
+        'system_user_assistant': [{'role': 'system', 'content': 'Be brief.'},
+                                  {'role': 'user', 'content': 'Hi'},
+                                  {'role': 'assistant', 'content': 'Hello.'},
+                                  {'role': 'user', 'content': 'Bye'}],
+        'text_parts': [{'role': 'user', 'content': [{'type': 'text', 'text': 'a'},
+                                                    {'type': 'text', 'text': '{{ b }}'}]}],
+        'two_users': [{'role': 'user', 'content': 'a'}, {'role': 'user', 'content': 'b'}],
+        'assistant_first': [{'role': 'assistant', 'content': '</s><s>[INST]'}],
+        'bad_role': [{'role': 'tool', 'content': 'x'}],
+    }
+    for i, (name, messages) in enumerate(conversations.items()):
+        write('chat_render_fuzzer', name, bytes([i, i & 1]) + json.dumps(messages).encode())
 
 
 # --- session blobs (engine/state/sequence_blob.h, models/FORMAT.md "Session blob") ------------
@@ -260,6 +281,7 @@ def main():
     http_seeds()
     grpc_seeds()
     session_blob_seeds()
+    chat_seeds()
     for fuzzer in sorted(os.listdir(CORPUS)):
         print(fuzzer, len(os.listdir(os.path.join(CORPUS, fuzzer))), 'seeds')
 

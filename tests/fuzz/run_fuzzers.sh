@@ -14,7 +14,7 @@ shift $(($# >= 2 ? 2 : $#))
 fuzzers=("$@")
 if ((${#fuzzers[@]} == 0)); then
   fuzzers=(safetensors_fuzzer model_config_fuzzer http_completion_fuzzer http_translate_fuzzer
-           grpc_generate_fuzzer grpc_translate_fuzzer session_blob_fuzzer)
+           grpc_generate_fuzzer grpc_translate_fuzzer session_blob_fuzzer chat_render_fuzzer)
 fi
 artifacts="${ARTIFACTS:-$build/fuzz-artifacts}"
 mkdir -p "$artifacts"
@@ -31,7 +31,8 @@ for fuzzer in "${fuzzers[@]}"; do
   fi
   options=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536
            -print_final_stats=1 -artifact_prefix="$artifacts/$fuzzer-")
-  [[ "$fuzzer" == http_* || "$fuzzer" == model_config_* ]] && options+=(-dict="$here/json.dict")
+  [[ "$fuzzer" == http_* || "$fuzzer" == model_config_* || "$fuzzer" == chat_* ]] &&
+    options+=(-dict="$here/json.dict")
   mkdir -p "$scratch/$fuzzer"
   log="$scratch/$fuzzer.log"
   start=$SECONDS

@@ -4,8 +4,10 @@
 // bundled lm tokenizer.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -21,7 +23,9 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "server/chat/chat_template.h"
 #include "server/core/served_models.h"
+#include "server/http/chat_route.h"
 #include "server/http/completion_format.h"
 #include "server/http/http_service.h"
 
@@ -523,6 +527,139 @@ TEST_F(HttpOpenAiTest, ChoiceLogprobsShapes) {
   logprobs.Add(scored);
   EXPECT_EQ(logprobs.Take()["text_offset"][0], joined.size());
   EXPECT_EQ(http::TokenTexts(nullptr).Text(7, {}, ""), "<7>");
+}
+
+// POST /v1/chat/completions (chat_route.h) on the same scripted engine, with the Llama-2 chat
+// template of tests/fixtures/chat.
+class HttpChatTest : public HttpOpenAiTest {
+ protected:
+  void SetUp() override {
+    HttpOpenAiTest::SetUp();
+    std::ifstream in(std::string(ABCD_FIXTURE_DIR) + "/chat/templates/llama2.jinja");
+    std::stringstream text;
+    text << in.rdbuf();
+    auto chat = chat::ChatTemplate::FromText(text.str(), "llama2.jinja", "<s>", "</s>");
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    const_cast<ServedModel*>(models_->FindByName("abc-lm-test"))->chat_template = *chat;
+    lm_->set_events(generated_);
+  }
+  httplib::Result Chat(const json& body) {
+    return client_->Post("/v1/chat/completions", body.dump(), "application/json");
+  }
+  static json User(const std::string& text) {
+    return json::array({{{"role", "user"}, {"content", text}}});
+  }
+};
+
+TEST_F(HttpChatTest, RendersTheTemplateAndAnswersInTheChatShape) {
+  httplib::Result result = Chat({{"messages", User("  Hi there ")}, {"seed", 3}});
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  const json response = json::parse(result->body);
+  const std::vector<GenerationRequest> requests = lm_->requests();
+  ASSERT_EQ(requests.size(), 1u);
+  const GenerationRequest& request = requests[0];
+  // "<s>[INST] Hi there [/INST]": bos is the engine's, the rest is the prompt.
+  EXPECT_EQ(request.prompt_token_ids, *tokenizer_->Encode("[INST] Hi there [/INST]"));
+  EXPECT_EQ(request.max_tokens, http::kChatDefaultMaxTokens);
+  EXPECT_EQ(request.sampling.seed, 3u);
+  EXPECT_EQ(response["object"], "chat.completion");
+  EXPECT_TRUE(absl::StartsWith(response["id"].get<std::string>(), "chatcmpl-"));
+  const json& choice = response["choices"][0];
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_EQ(choice["message"]["content"], Text(ids_));
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  EXPECT_TRUE(choice["logprobs"].is_null());
+  EXPECT_FALSE(choice.contains("text"));
+}
+
+TEST_F(HttpChatTest, StreamsDeltasWithTheRoleFirstAndChatLogprobs) {
+  httplib::Result result = Chat({{"messages", User("Hi")},
+                                 {"stream", true},
+                                 {"logprobs", true},
+                                 {"top_logprobs", 2},
+                                 {"max_completion_tokens", 7},
+                                 {"stream_options", {{"include_usage", true}}}});
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  EXPECT_EQ(lm_->requests()[0].max_tokens, 7);
+  EXPECT_EQ(lm_->requests()[0].logprobs, 2);
+  bool done = false;
+  const std::vector<json> chunks = SseChunks(result->body, &done);
+  ASSERT_TRUE(done);
+  ASSERT_GE(chunks.size(), 3u);
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string content;
+  std::string token_text;
+  std::string finish;
+  for (const json& chunk : chunks) {
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    if (chunk["choices"].empty()) {
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], ids_.size());  // the include_usage chunk
+      continue;
+    }
+    const json& choice = chunk["choices"][0];
+    if (choice["delta"].contains("content")) content += choice["delta"]["content"];
+    if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+    if (!choice["logprobs"].is_object()) continue;
+    for (const json& token : choice["logprobs"]["content"]) {
+      token_text += token["token"].get<std::string>();
+      std::string bytes;
+      for (const json& b : token["bytes"]) bytes += static_cast<char>(b.get<int>());
+      EXPECT_EQ(bytes, token["token"]);
+      ASSERT_FALSE(token["top_logprobs"].empty());
+      EXPECT_LE(token["top_logprobs"].size(), 2u);
+      EXPECT_GE(token["top_logprobs"][0]["logprob"].get<double>(),  // best first
+                token["top_logprobs"].back()["logprob"].get<double>());
+    }
+  }
+  EXPECT_EQ(content, Text(ids_));
+  EXPECT_EQ(token_text, content);  // the tokens' texts make up the content
+  EXPECT_EQ(finish, "stop");
+}
+
+TEST_F(HttpChatTest, RefusesBadMessagesNamingTheField) {
+  const auto expect_400 = [&](const json& body, const std::string& starts) {
+    httplib::Result result = Chat(body);
+    ASSERT_TRUE(result);
+    EXPECT_EQ(result->status, 400) << result->body;
+    const std::string message = json::parse(result->body)["error"]["message"];
+    EXPECT_TRUE(absl::StartsWith(message, starts)) << message;
+  };
+  json two = User("a");
+  two.push_back({{"role", "robot"}, {"content", "b"}});
+  expect_400({{"messages", two}}, "messages[1].role must be one of system, user, assistant");
+  expect_400({{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
+             "messages[0].content[0].type must be \"text\"");
+  expect_400({{"messages", json::array()}}, "messages must be a non-empty array");
+  expect_400({{"messages", User("a")}, {"top_logprobs", 2}}, "top_logprobs needs");
+  expect_400({{"messages", User("a")}, {"max_completion_tokens", 0}}, "max_completion_tokens");
+  expect_400({{"messages", User("a")}, {"temperature", -1}}, "temperature");
+  expect_400({{"messages", User("a")}, {"echo", true}}, "echo is not supported");
+  // The template's own raise_exception (roles must alternate).
+  json users = User("a");
+  users.push_back({{"role", "user"}, {"content", "b"}});
+  expect_400({{"messages", users}},
+             "messages: the model's chat template refused the conversation: Conversation roles "
+             "must alternate");
+  httplib::Result unknown = Chat({{"messages", User("a")}, {"model", "nope"}});
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(json::parse(unknown->body)["error"]["code"], "model_not_found");
+  EXPECT_TRUE(lm_->requests().empty());
+}
+
+TEST_F(HttpChatTest, TokenizeRendersMessagesAsChatPrefillsThem) {
+  httplib::Result result =
+      client_->Post("/tokenize", json({{"messages", User("Hi")}}).dump(), "application/json");
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  const json body = json::parse(result->body);
+  std::vector<int32_t> want = *tokenizer_->Encode("[INST] Hi [/INST]");
+  want.insert(want.begin(),
+              models_->FindByName("abc-lm-test")->executor->backend().config().bos_id);
+  EXPECT_EQ(body["tokens"].get<std::vector<int32_t>>(), want);
+  EXPECT_EQ(body["count"], want.size());
 }
 
 }  // namespace

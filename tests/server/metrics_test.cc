@@ -101,7 +101,7 @@ TEST(ServerMetrics, ExportsTheWholeContract) {
   }
   // Every kind x status pair exists from the start, at zero.
   for (absl::string_view kind :
-       {"generate", "translate", "completions", "list_models", "sessions", "other"}) {
+       {"generate", "translate", "completions", "chat", "list_models", "sessions", "other"}) {
     for (absl::string_view status :
          {"ok", "invalid_argument", "resource_exhausted", "cancelled", "deadline_exceeded",
           "unavailable", "not_found", "aborted", "failed_precondition", "internal"}) {
@@ -204,12 +204,12 @@ TEST(ServerMetrics, CountRequestUsesTheFixedTable) {
   EXPECT_EQ(value("other", "ok"), "1");
   EXPECT_EQ(text.find("bogus"), std::string::npos);
   EXPECT_EQ(text.find("weird"), std::string::npos);
-  // Cardinality stays fixed: 6 kinds x 10 statuses.
+  // Cardinality stays fixed: 7 kinds x 10 statuses.
   int samples = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (absl::StartsWith(line, "abcd_requests_total{")) ++samples;
   }
-  EXPECT_EQ(samples, 60);
+  EXPECT_EQ(samples, 70);
   EXPECT_EQ(ServerMetrics::StatusLabel(absl::StatusCode::kAborted), "aborted");
   EXPECT_EQ(ServerMetrics::StatusLabel(absl::StatusCode::kFailedPrecondition),
             "failed_precondition");

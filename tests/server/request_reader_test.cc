@@ -68,6 +68,39 @@ TEST(RequestConversion, MinPPenaltiesAndLogitBias) {
   EXPECT_TRUE(out->sampling.logit_bias.empty());
 }
 
+// messages (a conversation the service renders) exclude prompt, prompt_token_ids and sessions.
+TEST(RequestConversion, MessagesAreOneOfThePromptsAndNeedNoSession) {
+  abcd::v1::GenerateRequest in;
+  abcd::v1::ChatMessage* message = in.add_messages();
+  message->set_role("user");
+  message->set_content("Hi");
+  EXPECT_TRUE(ToGenerationRequest(in, absl::InfiniteFuture()).ok());
+  abcd::v1::GenerateRequest both = in;
+  both.set_prompt("x");
+  EXPECT_EQ(
+      ToGenerationRequest(both, absl::InfiniteFuture()).status(),
+      absl::InvalidArgumentError("messages must be empty when prompt is given (one or the other)"));
+  both.clear_prompt();
+  both.add_prompt_token_ids(5);
+  EXPECT_EQ(ToGenerationRequest(both, absl::InfiniteFuture()).status(),
+            absl::InvalidArgumentError(
+                "messages must be empty when prompt_token_ids is given (one or the other)"));
+  abcd::v1::GenerateRequest session = in;
+  session.set_session_id("new");
+  EXPECT_EQ(ToGenerationRequest(session, absl::InfiniteFuture()).status(),
+            absl::InvalidArgumentError("session_id is not supported with messages"));
+  abcd::v1::GenerateRequest text;
+  text.set_prompt("x");
+  text.set_add_generation_prompt(false);
+  EXPECT_EQ(ToGenerationRequest(text, absl::InfiniteFuture()).status(),
+            absl::InvalidArgumentError("add_generation_prompt needs messages"));
+  // A message's content that is not UTF-8 is named with its index.
+  in.add_messages()->set_content("\xc3\x28");
+  abcd::v1::GenerateRequest out;
+  EXPECT_EQ(ReadRequest(Buffer(Serialized(in)), nullptr, &out),
+            absl::InvalidArgumentError("messages[1].content is not valid UTF-8"));
+}
+
 TEST(RequestReader, InvalidUtf8NamesTheField) {
   abcd::v1::GenerateRequest in;
   in.set_prompt("fine");

@@ -1,0 +1,28 @@
+// A conversation -> the prompt ids a served language model prefills: the one path that
+// POST /v1/chat/completions, POST /tokenize with messages (server/http/chat_route.h) and gRPC
+// Generate with messages (server/grpc/generator_service.cc) share, so the same messages give
+// the same ids on both protocols.
+//
+// `messages` is the JSON array of {"role", "content"} (validated by ParseChatMessages, errors
+// naming "messages[i]..."); it is rendered with the model's chat template, its size checked
+// as the model's "messages" input, and tokenized by ChatTemplate::EncodePrompt. The ids start
+// with the model's bos (the engine prepends bos itself: drop it before enqueueing).
+// FAILED_PRECONDITION for a model without a chat template or tokenizer (a translation model).
+//
+// Thread-safety: a pure function over the read-only ServedModel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "server/core/served_models.h"
+
+namespace abcd::chat {
+
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
+                                                   const nlohmann::json& messages,
+                                                   bool add_generation_prompt);
+
+}  // namespace abcd::chat

@@ -1,0 +1,75 @@
+// A served language model's chat template: where it comes from, the conversation it accepts,
+// and the prompt ids it renders (for POST /v1/chat/completions, /tokenize with messages, and
+// gRPC Generate with messages).
+//
+// Source, first found: the server's --chat_template file for this model (an operator's explicit
+// choice), the `chat_template` of the model directory's tokenizer_config.json (a string, or
+// HF's list of {"name", "template"}: the one named "default"), else kBuiltinChatTemplate, a plain
+// "role: content" transcript ending in "assistant:" for models that ship none (the bundled
+// abc-lm was trained on plain English text, not on conversations). bos_token/eos_token come
+// from tokenizer_config.json (a string or {"content": ...}), else "<s>"/"</s>". A template the
+// renderer cannot parse fails the load with the file and the construct named.
+//
+// Messages: ParseChatMessages (chat_messages.h).
+//
+// EncodePrompt tokenizes the rendered text as Hugging Face tokenizers do: the bos_token and
+// eos_token strings become their ids, the text between is encoded; a leading bos is dropped
+// because the engine prepends bos to every prompt.
+//
+// Thread-safety: immutable after Load; Render and EncodePrompt may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "server/chat/chat_messages.h"
+#include "server/chat/jinja_template.h"
+#include "server/chat/jinja_value.h"
+
+namespace abcd::chat {
+
+extern const char kBuiltinChatTemplate[];
+
+class ChatTemplate {
+ public:
+  // `override_file` empty: none given for this model.
+  static absl::StatusOr<std::shared_ptr<const ChatTemplate>> Load(const std::string& model_dir,
+                                                                  const std::string& override_file);
+  // From template text; `origin` names it in errors ("tokenizer_config.json", a path).
+  static absl::StatusOr<std::shared_ptr<const ChatTemplate>> FromText(absl::string_view text,
+                                                                      std::string origin,
+                                                                      std::string bos_token,
+                                                                      std::string eos_token);
+
+  // messages: ParseChatMessages's result. A template's raise_exception is INVALID_ARGUMENT
+  // "messages: the model's chat template refused the conversation: <its message>".
+  absl::StatusOr<std::string> Render(const Value& messages, bool add_generation_prompt) const;
+
+  absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
+                                                    absl::string_view text, int32_t bos_id,
+                                                    int32_t eos_id) const;
+
+  const std::string& origin() const { return origin_; }
+  const std::string& bos_token() const { return bos_token_; }
+  const std::string& eos_token() const { return eos_token_; }
+
+ private:
+  ChatTemplate(JinjaTemplate jinja, std::string origin, std::string bos, std::string eos)
+      : jinja_(std::move(jinja)),
+        origin_(std::move(origin)),
+        bos_token_(std::move(bos)),
+        eos_token_(std::move(eos)) {}
+
+  JinjaTemplate jinja_;
+  std::string origin_;
+  std::string bos_token_;
+  std::string eos_token_;
+};
+
+}  // namespace abcd::chat

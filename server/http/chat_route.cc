@@ -1,0 +1,157 @@
+#include "server/http/chat_route.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/sampling/logprobs.h"
+#include "server/chat/chat_prompt.h"
+#include "server/http/json_error.h"
+
+namespace abcd::http {
+namespace {
+
+using nlohmann::json;
+
+absl::StatusOr<json> ParseBody(absl::string_view body) {
+  json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return InvalidJsonError(body);
+  if (!parsed.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
+  return parsed;
+}
+
+absl::StatusOr<bool> OptionalBool(const json& o, const char* key, bool fallback) {
+  const auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) return absl::InvalidArgumentError(absl::StrCat(key, " must be a boolean"));
+  return it->get<bool>();
+}
+
+json Bytes(const std::string& text) {
+  json bytes = json::array();
+  for (const char c : text) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return bytes;
+}
+
+}  // namespace
+
+json ChatShaper::ChatLogprobs(const json& completion) const {
+  if (!completion.is_object()) return nullptr;
+  json content = json::array();
+  const json& tokens = completion["tokens"];
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    const std::string token = tokens[k].get<std::string>();
+    json top = json::array();
+    if (top_logprobs_ > 0 && k < completion["top_logprobs"].size()) {
+      std::vector<std::pair<std::string, double>> ranked;
+      for (const auto& [text, logprob] : completion["top_logprobs"][k].items()) {
+        ranked.emplace_back(text, logprob.get<double>());
+      }
+      std::stable_sort(ranked.begin(), ranked.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
+      if (ranked.size() > static_cast<size_t>(top_logprobs_)) ranked.resize(top_logprobs_);
+      for (const auto& [text, logprob] : ranked) {
+        top.push_back({{"token", text}, {"logprob", logprob}, {"bytes", Bytes(text)}});
+      }
+    }
+    content.push_back({{"token", token},
+                       {"logprob", completion["token_logprobs"][k]},
+                       {"bytes", Bytes(token)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
+void ChatShaper::operator()(json& body) {
+  body["object"] = stream_ ? "chat.completion.chunk" : "chat.completion";
+  if (body.contains("id") && body["id"].is_string()) {
+    const std::string id = body["id"].get<std::string>();
+    body["id"] = absl::StrCat("chat", id);  // "cmpl-.." -> "chatcmpl-.."
+  }
+  if (!body.contains("choices")) return;
+  for (json& choice : body["choices"]) {
+    const size_t index = choice.value("index", 0);
+    std::string text = choice.contains("text") ? choice["text"].get<std::string>() : "";
+    choice.erase("text");
+    if (stream_) {
+      if (role_sent_.size() <= index) role_sent_.resize(index + 1, false);
+      json delta = json::object();
+      if (!role_sent_[index]) {
+        role_sent_[index] = true;
+        delta["role"] = "assistant";
+        delta["content"] = text;
+      } else if (!text.empty()) {
+        delta["content"] = text;
+      }
+      choice["delta"] = std::move(delta);
+    } else {
+      choice["message"] = {{"role", "assistant"}, {"content", std::move(text)}};
+    }
+    choice["logprobs"] = logprobs_ ? ChatLogprobs(choice["logprobs"]) : json(nullptr);
+  }
+}
+
+absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::string_view body,
+                                         const ParseLimits& limits) {
+  ABCD_ASSIGN_OR_RETURN(json o, ParseBody(body));
+  for (const char* refused : {"echo", "session_id", "prompt"}) {
+    if (o.contains(refused) && !o[refused].is_null()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(refused, " is not supported on /v1/chat/completions (use /v1/completions)"));
+    }
+  }
+  if (o.contains("model") && !o["model"].is_null() && !o["model"].is_string()) {
+    return absl::InvalidArgumentError("model must be a string");
+  }
+  const std::string name = o.value("model", json("")).is_string() ? o.value("model", "") : "";
+  ABCD_ASSIGN_OR_RETURN(const ServedModel* model, models.Resolve(name, ModelKind::kLanguageModel));
+  PreparedChat prepared;
+  ABCD_ASSIGN_OR_RETURN(prepared.logprobs, OptionalBool(o, "logprobs", false));
+  if (o.contains("top_logprobs") && !o["top_logprobs"].is_null()) {
+    const json& top = o["top_logprobs"];
+    if (!top.is_number_integer() || top.get<int64_t>() < 0 ||
+        top.get<int64_t>() > kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("top_logprobs must be an integer in [0, ", kMaxTopLogprobs, "]"));
+    }
+    if (!prepared.logprobs) {
+      return absl::InvalidArgumentError("top_logprobs needs \"logprobs\": true");
+    }
+    prepared.top_logprobs = top.get<int>();
+  }
+  if (o.contains("max_completion_tokens") && !o["max_completion_tokens"].is_null()) {
+    const json& max = o["max_completion_tokens"];
+    if (!max.is_number_integer() || max.get<int64_t>() < 1 ||
+        max.get<int64_t>() > limits.max_tokens_limit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_completion_tokens must be an integer in [1, ", limits.max_tokens_limit, "]"));
+    }
+    o["max_tokens"] = max;
+  } else if (!o.contains("max_tokens") || o["max_tokens"].is_null()) {
+    o["max_tokens"] = std::min(kChatDefaultMaxTokens, limits.max_tokens_limit);
+  }
+  ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PrepareChatPrompt(*model, o));
+  ids.erase(ids.begin());  // bos: the engine prepends it
+  o["prompt"] = std::move(ids);
+  for (const char* chat_only :
+       {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "add_generation_prompt"}) {
+    o.erase(chat_only);
+  }
+  if (prepared.logprobs) o["logprobs"] = prepared.top_logprobs;
+  o["model"] = model->name;
+  ABCD_ASSIGN_OR_RETURN(prepared.request, ParseCompletionRequest(o.dump(), limits));
+  return prepared;
+}
+
+absl::StatusOr<std::vector<int32_t>> PrepareChatPrompt(const ServedModel& model,
+                                                       const json& request) {
+  const auto messages = request.find("messages");
+  if (messages == request.end()) return absl::InvalidArgumentError("messages is required");
+  ABCD_ASSIGN_OR_RETURN(const bool add_generation_prompt,
+                        OptionalBool(request, "add_generation_prompt", true));
+  return chat::ChatPromptIds(model, *messages, add_generation_prompt);
+}
+
+}  // namespace abcd::http

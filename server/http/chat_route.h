@@ -1,0 +1,68 @@
+// POST /v1/chat/completions (OpenAI's chat shape) on the completions machinery: the request's
+// messages are rendered with the model's chat template (server/chat/chat_template.h) and
+// tokenized, the rest becomes a completions request (same sampling fields, stop, seed, n,
+// stream, stream_options, limits and errors), and ChatShaper rewrites each completion-shaped
+// body or SSE chunk into the chat shape:
+//
+//   {"id": "chatcmpl-..", "object": "chat.completion", "choices": [{"index", "message":
+//    {"role": "assistant", "content"}, "finish_reason", "logprobs": {"content": [{"token",
+//    "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]} | null}], "usage"}
+//   stream: "chat.completion.chunk" with choices[i].delta ({"role": "assistant", "content": ""}
+//   first for each choice, then {"content": piece}; the last has finish_reason).
+//
+// Chat fields: messages (chat_template.h), max_completion_tokens (or max_tokens; default
+// kChatDefaultMaxTokens or the server's limit when lower), logprobs (bool), top_logprobs
+// (0..20, needs logprobs), add_generation_prompt (bool, default true; vLLM's extension).
+// echo and session_id are refused (400 naming them). An unknown model is 404 model_not_found.
+// POST /tokenize with "messages" renders the same way (PrepareChatPrompt), both through
+// chat::ChatPromptIds (server/chat/chat_prompt.h), which gRPC's messages use too.
+//
+// Thread-safety: PrepareChat is a pure function over the read-only ServedModels; a ChatShaper
+// belongs to one call (its connection's strand).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "server/core/served_models.h"
+#include "server/http/request_parser.h"
+
+namespace abcd::http {
+
+inline constexpr int kChatDefaultMaxTokens = 256;
+
+// Rewrites completion-shaped JSON (a body or a stream chunk) into the chat shape.
+class ChatShaper {
+ public:
+  ChatShaper(bool stream, bool logprobs, int top_logprobs)
+      : stream_(stream), logprobs_(logprobs), top_logprobs_(top_logprobs) {}
+  void operator()(nlohmann::json& body);
+
+ private:
+  nlohmann::json ChatLogprobs(const nlohmann::json& completion) const;
+
+  bool stream_;
+  bool logprobs_;
+  int top_logprobs_;
+  std::vector<bool> role_sent_;  // per choice index (streaming)
+};
+
+struct PreparedChat {
+  CompletionRequest request;  // generation.prompt_token_ids: the rendered conversation
+  bool logprobs = false;
+  int top_logprobs = 0;
+};
+
+absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::string_view body,
+                                         const ParseLimits& limits);
+
+// A model's rendered conversation as the engine prefills it (bos first): for POST /tokenize
+// with messages. `request` is the parsed body ("messages", optional "add_generation_prompt").
+absl::StatusOr<std::vector<int32_t>> PrepareChatPrompt(const ServedModel& model,
+                                                       const nlohmann::json& request);
+
+}  // namespace abcd::http

@@ -1,0 +1,131 @@
+// The official OpenAI Node SDK (`openai`, pinned in package-lock.json) against a running
+// abcd-server: chat completions plain, streamed with stream_options.include_usage, n, logprobs
+// with top_logprobs, and a 400 naming the field, each checked with node:assert on the shapes the
+// SDK's types promise. Usage: node chat.mjs http://127.0.0.1:PORT/v1
+// Prints one JSON line on success, {"model", "messages", "max_tokens", "content"} (the greedy
+// answer), for the caller's exact-text check against the token ids (openai_e2e_test.cc);
+// exits 1 with the failed assertion on stderr otherwise.
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const baseURL = process.argv[2];
+assert.ok(baseURL, 'usage: node chat.mjs BASE_URL');
+const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+
+const messages = [
+  { role: 'system', content: 'You tell short stories.' },
+  { role: 'user', content: 'Tell me about the old house.' },
+];
+const maxTokens = 12;
+
+async function main() {
+  const models = await client.models.list();
+  const model = models.data[0].id;
+  assert.ok(model, 'GET /v1/models lists the served model');
+
+  // Plain, greedy.
+  const plain = await client.chat.completions.create({
+    model, messages, max_completion_tokens: maxTokens, temperature: 0,
+  });
+  assert.equal(plain.object, 'chat.completion');
+  assert.match(plain.id, /^chatcmpl-/);
+  assert.equal(plain.model, model);
+  assert.equal(plain.choices.length, 1);
+  const answer = plain.choices[0];
+  assert.equal(answer.index, 0);
+  assert.equal(answer.message.role, 'assistant');
+  assert.equal(typeof answer.message.content, 'string');
+  assert.ok(answer.message.content.length > 0, 'a non-empty answer');
+  assert.ok(['length', 'stop'].includes(answer.finish_reason), answer.finish_reason);
+  assert.equal(answer.logprobs, null);
+  const { usage } = plain;
+  assert.ok(usage.prompt_tokens > 0 && usage.completion_tokens > 0);
+  assert.ok(usage.completion_tokens <= maxTokens);
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+
+  // SSE with include_usage: the same greedy text, the role first, usage in a last chunk with
+  // no choices (and null on every other chunk).
+  const stream = await client.chat.completions.create({
+    model, messages, max_completion_tokens: maxTokens, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  assert.ok(chunks.length >= 3, `${chunks.length} chunks`);
+  const last = chunks.at(-1);
+  assert.deepEqual(last.choices, []);
+  for (const key of ['prompt_tokens', 'completion_tokens', 'total_tokens']) {
+    assert.equal(last.usage[key], usage[key], key);  // cached_tokens: the prefix cache's
+  }
+  let streamed = '';
+  let finish = null;
+  chunks.slice(0, -1).forEach((chunk, i) => {
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    assert.equal(chunk.id, chunks[0].id);
+    assert.equal(chunk.usage, null);
+    assert.equal(chunk.choices.length, 1);
+    const { delta } = chunk.choices[0];
+    if (i === 0) assert.equal(delta.role, 'assistant');
+    else assert.equal(delta.role, undefined);
+    streamed += delta.content ?? '';
+    if (chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
+  });
+  assert.equal(streamed, answer.message.content);
+  assert.equal(finish, answer.finish_reason);
+
+  // n = 2, sampled with a seed: two choices, indices 0 and 1, each with text; the same seed
+  // gives the same two answers.
+  const sampled = { model, messages, max_tokens: 8, temperature: 1, seed: 7, n: 2 };
+  const two = await client.chat.completions.create(sampled);
+  assert.deepEqual(two.choices.map((c) => c.index).sort(), [0, 1]);
+  for (const c of two.choices) assert.equal(typeof c.message.content, 'string');
+  const again = await client.chat.completions.create(sampled);
+  assert.deepEqual(again.choices.map((c) => c.message.content),
+    two.choices.map((c) => c.message.content));
+
+  // logprobs + top_logprobs, greedy: each chosen token is its top-1, the tokens join to the
+  // content, bytes are the token's UTF-8.
+  const scored = await client.chat.completions.create({
+    model, messages, max_completion_tokens: maxTokens, temperature: 0, logprobs: true,
+    top_logprobs: 3,
+  });
+  const { content } = scored.choices[0].logprobs;
+  assert.equal(content.length, scored.usage.completion_tokens);
+  assert.equal(content.map((t) => t.token).join(''), answer.message.content);
+  for (const t of content) {
+    assert.ok(t.logprob <= 0);
+    assert.deepEqual(t.bytes, [...Buffer.from(t.token, 'utf8')]);
+    assert.ok(t.top_logprobs.length >= 1 && t.top_logprobs.length <= 3);
+    assert.equal(t.top_logprobs[0].token, t.token);
+    assert.ok(Math.abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6);
+    for (let k = 1; k < t.top_logprobs.length; ++k) {
+      assert.ok(t.top_logprobs[k].logprob <= t.top_logprobs[k - 1].logprob);
+    }
+  }
+
+  // Errors: the SDK's BadRequestError with the server's message naming the field.
+  const refusals = [
+    [{ messages: [{ role: 'tool', content: 'x' }] }, 'messages[0].role'],
+    [{ messages, top_logprobs: 2 }, 'top_logprobs'],
+    [{ messages, max_completion_tokens: 0 }, 'max_completion_tokens'],
+  ];
+  for (const [body, field] of refusals) {
+    await assert.rejects(client.chat.completions.create({ model, ...body }), (error) => {
+      assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+      assert.equal(error.status, 400);
+      assert.ok(error.message.includes(field), `${error.message} names ${field}`);
+      return true;
+    });
+  }
+  await assert.rejects(client.chat.completions.create({ model: 'no-such-model', messages }),
+    (error) => error instanceof OpenAI.NotFoundError && error.code === 'model_not_found');
+
+  console.log(JSON.stringify({
+    model, messages, max_tokens: maxTokens, content: answer.message.content,
+  }));
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});

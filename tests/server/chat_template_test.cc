@@ -1,0 +1,135 @@
+// Where a model's chat template comes from and how its rendered prompt is tokenized
+// (server/chat/chat_template.h).
+#include "server/chat/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "server/core/server_config.h"
+
+namespace abcd::chat {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+class ChatTemplateLoad : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("chat_template_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+  }
+  Value Conversation() {
+    return *ParseChatMessages(nlohmann::json::parse(R"([{"role": "user", "content": "Hi"}])"));
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ChatTemplateLoad, BuiltinIsTheFixtureAndRendersATranscript) {
+  EXPECT_EQ(kBuiltinChatTemplate,
+            ReadFile(std::string(ABCD_FIXTURE_DIR) + "/chat/templates/builtin-plain.jinja"));
+  auto chat = ChatTemplate::Load(dir_.string(), "");  // no tokenizer_config.json
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ((*chat)->origin(), "built-in chat template");
+  EXPECT_EQ(*(*chat)->Render(Conversation(), true), "user: Hi\nassistant:");
+}
+
+TEST_F(ChatTemplateLoad, ReadsTokenizerConfigAndTheOverride) {
+  Write("tokenizer_config.json",
+        R"({"bos_token": {"content": "<B>"}, "eos_token": "<E>",
+            "chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{{ eos_token }}"})");
+  auto chat = ChatTemplate::Load(dir_.string(), "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(*(*chat)->Render(Conversation(), true), "<B>Hi<E>");
+  Write("tokenizer_config.json",
+        R"({"chat_template": [{"name": "tool_use", "template": "x"},
+                              {"name": "default", "template": "D{{ eos_token }}"}]})");
+  chat = ChatTemplate::Load(dir_.string(), "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(*(*chat)->Render(Conversation(), true), "D</s>");
+  Write("override.jinja", "O:{{ messages[0].content }}");
+  chat = ChatTemplate::Load(dir_.string(), (dir_ / "override.jinja").string());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(*(*chat)->Render(Conversation(), true), "O:Hi");
+}
+
+// --chat_template files that cannot serve fail the load, each message naming the flag and file.
+TEST_F(ChatTemplateLoad, ABadOverrideFileIsRefusedNamingTheFlag) {
+  const std::string missing = (dir_ / "missing.jinja").string();
+  auto chat = ChatTemplate::Load(dir_.string(), missing);
+  ASSERT_FALSE(chat.ok());
+  EXPECT_EQ(chat.status().message(),
+            "--chat_template " + missing + ": not found or not a regular file");
+  chat = ChatTemplate::Load(dir_.string(), dir_.string());  // a directory
+  ASSERT_FALSE(chat.ok());
+  EXPECT_TRUE(absl::StartsWith(chat.status().message(), "--chat_template " + dir_.string()));
+  Write("broken.jinja", "{% for m in messages %}{{ m.content }}");
+  const std::string broken = (dir_ / "broken.jinja").string();
+  chat = ChatTemplate::Load(dir_.string(), broken);
+  ASSERT_FALSE(chat.ok());
+  EXPECT_TRUE(absl::StartsWith(chat.status().message(), "--chat_template " + broken + ": "))
+      << chat.status();
+  // The override wins over a tokenizer_config.json template that would not parse.
+  Write("tokenizer_config.json", R"({"chat_template": "{% macro m() %}{% endmacro %}"})");
+  Write("ok.jinja", "ok");
+  EXPECT_TRUE(ChatTemplate::Load(dir_.string(), (dir_ / "ok.jinja").string()).ok());
+}
+
+// --chat_template FILE (every language model), MODEL=FILE, several separated by commas.
+TEST(ChatTemplateFlag, ParsesFileAndModelFilePairs) {
+  auto parse = [](const std::string& value) {
+    return ParseServerConfig({"--chat_template", value}, {"models/checkpoints/abc-lm"});
+  };
+  auto config = parse("/t/all.jinja");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->chat_templates, (std::map<std::string, std::string>{{"", "/t/all.jinja"}}));
+  config = parse("abc-lm=/t/a.jinja,other=/t/b.jinja,/t/rest.jinja");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->chat_templates,
+            (std::map<std::string, std::string>{
+                {"abc-lm", "/t/a.jinja"}, {"other", "/t/b.jinja"}, {"", "/t/rest.jinja"}}));
+  config = ParseServerConfig({}, {"models/checkpoints/abc-lm"});
+  ASSERT_TRUE(config.ok());
+  EXPECT_TRUE(config->chat_templates.empty());
+  for (const std::string bad : {"abc-lm=", "=/t/a.jinja", "a=/t/1,a=/t/2", "/t/1,/t/2"}) {
+    config = parse(bad);
+    ASSERT_FALSE(config.ok()) << bad;
+    EXPECT_TRUE(absl::StartsWith(config.status().message(), "--chat_template must be"))
+        << config.status();
+  }
+}
+
+TEST_F(ChatTemplateLoad, AnUnsupportedTemplateFailsTheLoadNamingFileConstructAndLine) {
+  Write("tokenizer_config.json", R"({"chat_template": "ok\n{% macro m() %}{% endmacro %}"})");
+  auto chat = ChatTemplate::Load(dir_.string(), "");
+  ASSERT_FALSE(chat.ok());
+  EXPECT_TRUE(absl::StrContains(chat.status().message(),
+                                "tokenizer_config.json: chat template "
+                                "line 2: {% macro %} is not supported"))
+      << chat.status();
+}
+
+TEST(ChatMessages, NormalisesTextPartsAndNamesBadFields) {
+  auto messages = ParseChatMessages(nlohmann::json::parse(
+      R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])"));
+  ASSERT_TRUE(messages.ok());
+  EXPECT_EQ((*messages->list)[0].Find("content")->s, "a\nb");
+  auto bad = ParseChatMessages(nlohmann::json::parse(R"([{"role": "user"}])"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "messages[0].content is required");
+}
+
+}  // namespace
+}  // namespace abcd::chat
