@@ -2,9 +2,9 @@
 // written at test time by models/write_hf_checkpoint.py (through hf_make_models.py, with the
 // bundled LM tokenizer): a GSA (fp32, one model.safetensors) and a Llama with GQA (bf16, two
 // shards + index), and that Llama converted to a t2r/softmax hybrid by models/convert.py
-// --from-hf (issue 29), all served from one process on the CPU. For each: greedy tokens are the same
-// over gRPC Generate and HTTP /v1/completions, a session continued equals the one-shot request on
-// the whole history (over both protocols), n = 3 with a seed gives three deterministic choices,
+// --from-hf (issue 29), all served from one process on the CPU. For each: greedy tokens are the
+// same over gRPC Generate and HTTP /v1/completions, a session continued equals the one-shot request
+// on the whole history (over both protocols), n = 3 with a seed gives three deterministic choices,
 // each equal to a single request with seed + i, and the greedy logprobs pick the top-1 and are
 // reproduced by scoring the generated ids as a prompt. The Llama's vocab_size pads the tokenizer:
 // sampled padding ids decode to no text. A tokenizer.json-only directory stops the server at load.
@@ -75,8 +75,8 @@ class HfServing : public ::testing::Test {
   static void SetUpTestSuite() {
     models_ = new HfModels();
     if (!models_->error().empty()) return;
-    client_ = new SessionClient({}, models_->dir() + "/gsa," + models_->dir() + "/llama," +
-                                        models_->dir() + "/llama_t2r");
+    client_ = new SessionClient(
+        {}, models_->dir() + "/gsa," + models_->dir() + "/llama," + models_->dir() + "/llama_t2r");
   }
   static void TearDownTestSuite() {
     delete client_;
