@@ -33,12 +33,6 @@ ABCD_VECTOR_CLONES void AddInto(const float* x, int n, float* y) {
   for (int c = 0; c < n; ++c) y[c] += x[c];
 }
 
-ABCD_VECTOR_CLONES float Dot(const float* a, const float* b, int n) {
-  float sum = 0.0f;
-  for (int c = 0; c < n; ++c) sum += a[c] * b[c];
-  return sum;
-}
-
 // a' of the learned controls (exp is the identity and never gets here); n <= kChunk.
 void LogControl(AbcControl control, const float* a, int n, float* out) {
   if (control == AbcControl::kSigmoid) {
@@ -146,7 +140,7 @@ void AbcReadHead(const float* q, const float* keys, const float* values, const f
   for (int j = 0; j < slots; ++j) {
     if (log_norm[j] == kNegInf) continue;
     const int64_t row = static_cast<int64_t>(j) * head_dim;
-    const float score = Dot(q, keys + row, head_dim);
+    const float score = cpu::Dot(q, keys + row, head_dim);
     if (score > max_score) {
       const float rescale = std::exp(max_score - score);  // 0 on the first live slot
       for (int c = 0; c < head_dim; ++c) out[c] *= rescale;

@@ -8,15 +8,10 @@
 #include "engine/attention/softmax_state.h"
 #include "engine/ops/packed_matrix.h"
 #include "engine/ops/vector_clones.h"
+#include "engine/ops/vector_math.h"
 
 namespace abcd {
 namespace {
-
-ABCD_VECTOR_CLONES float Dot(const float* a, const float* b, int n) {
-  float sum = 0.0f;
-  for (int c = 0; c < n; ++c) sum += a[c] * b[c];
-  return sum;
-}
 
 // bias[s] = position_terms[min(r, last_term)] for ring row s holding the token r positions
 // back: the ring is read in storage order (softmax does not care about order), so rows
@@ -111,7 +106,7 @@ void TxlState::ReadHead(int h, const float* q, const StateRef& state, float* out
   // (q + v) . p[r] for every distance this read uses below the clamp (the rest reuse p[C]).
   absl::InlinedVector<float, 1024> terms(static_cast<size_t>(last_term + 1));
   for (int64_t r = 0; r <= last_term; ++r) {
-    terms[r] = Dot(qv.data(), table_.data() + r * width + offset, dh);
+    terms[r] = cpu::Dot(qv.data(), table_.data() + r * width + offset, dh);
   }
   absl::InlinedVector<float, 1024> bias(static_cast<size_t>(count));
   RingPositionBias(state.position, span_, count, terms.data(), last_term, bias.data());

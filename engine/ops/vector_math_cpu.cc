@@ -40,8 +40,24 @@ inline float ExpOne(float x) {
 
 }  // namespace
 
-ABCD_VECTOR_CLONES void ExpArray(const float* x, int64_t n, float* y) {
+// One pointer, or two that do not overlap: otherwise the vectorised loop's run-time overlap check
+// sends an in-place call (x == y, the softmax's) to the scalar loop.
+ABCD_VECTOR_CLONES void ExpInPlace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = ExpOne(x[i]);
+}
+
+ABCD_VECTOR_CLONES void ExpApart(const float* __restrict x, int64_t n, float* __restrict y) {
   for (int64_t i = 0; i < n; ++i) y[i] = ExpOne(x[i]);
+}
+
+void ExpArray(const float* x, int64_t n, float* y) {
+  if (x == y) {
+    ExpInPlace(y, n);
+  } else if (x + n <= y || y + n <= x) {
+    ExpApart(x, n, y);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = ExpOne(x[i]);  // partial overlap: in order
+  }
 }
 
 ABCD_VECTOR_CLONES void SiluArray(float* x, int64_t n) {
@@ -61,9 +77,18 @@ ABCD_VECTOR_CLONES void Axpy(float* y, float a, const float* x, int64_t n) {
 }
 
 ABCD_VECTOR_CLONES float Dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+  // Eight independent partial sums (lane j: the terms i = j mod 8), added pairwise at the end:
+  // a fixed order the compiler may vectorise, where one running sum would be a serial chain of
+  // scalar adds (a float sum cannot be reordered without -ffast-math).
+  constexpr int kLanes = 8;
+  float lanes[kLanes] = {};
+  const int64_t whole = n - n % kLanes;
+  for (int64_t i = 0; i < whole; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lanes[j] += a[i + j] * b[i + j];
+  }
+  for (int64_t i = whole; i < n; ++i) lanes[0] += a[i] * b[i];
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
 ABCD_VECTOR_CLONES void GeluErfInPlace(float* x, int64_t n) {
