@@ -138,8 +138,8 @@ void ChunkStep(const float* q, const float* keys, const float* values, const flo
   if (bias != nullptr) {
     for (int64_t i = 0; i < n; ++i) scores[i] += bias[i];
   }
-  float chunk_max = scores[0];
-  for (int64_t i = 1; i < n; ++i) chunk_max = std::max(chunk_max, scores[i]);
+  float chunk_max = -std::numeric_limits<float>::infinity();  // n >= 1
+  for (int64_t i = 0; i < n; ++i) chunk_max = std::max(chunk_max, scores[i]);
   const float new_max = std::max(run.max, chunk_max);
   const float rescale = std::exp(run.max - new_max);  // 0 on the first chunk
   for (int64_t i = 0; i < n; ++i) scores[i] -= new_max;
