@@ -17,16 +17,12 @@ namespace {
 
 constexpr int kPanel = 16;
 
-// Weights k of a panel, outputs 8*half .. 8*half+7.
+// Weights k of a panel, outputs 8*half .. 8*half+7 (f32, f16, int8; bf16: LoadPanelRow).
 template <Format F>
 inline __m256 LoadWeights(const void* panel, int64_t k, int half) {
   const int64_t at = k * kPanel + half * 8;
   if constexpr (F == Format::kF32) {
     return _mm256_loadu_ps(static_cast<const float*>(panel) + at);
-  } else if constexpr (F == Format::kBF16) {
-    const __m128i h =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(panel) + at));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   } else if constexpr (F == Format::kF16) {
     const __m128i h =
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(panel) + at));
@@ -36,6 +32,31 @@ inline __m256 LoadWeights(const void* panel, int64_t k, int half) {
         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(panel) + at));
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
   }
+}
+
+// Weights k of a panel as two vectors. bf16: one 32-byte load split in-lane into the even outputs
+// (the low halves of its 32-bit words, shifted up) and the odd ones (the high halves, masked) --
+// two single-uop ops where widening each half would take a load and a lane-crossing shuffle; the
+// sums come out in that order and Interleave restores it once per block. Others: outputs 0-7, 8-15.
+template <Format F>
+inline void LoadPanelRow(const void* panel, int64_t k, __m256& w0, __m256& w1) {
+  if constexpr (F == Format::kBF16) {
+    const __m256i h = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(panel) + k * kPanel));
+    w0 = _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    w1 = _mm256_castsi256_ps(_mm256_and_si256(h, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else {
+    w0 = LoadWeights<F>(panel, k, 0);
+    w1 = LoadWeights<F>(panel, k, 1);
+  }
+}
+
+// bf16 sums (even outputs, odd outputs) back to (outputs 0-7, outputs 8-15).
+inline void Interleave(__m256& even_lo, __m256& odd_hi) {
+  const __m256 a = _mm256_unpacklo_ps(even_lo, odd_hi);  // 0 1 2 3 | 8 9 10 11
+  const __m256 b = _mm256_unpackhi_ps(even_lo, odd_hi);  // 4 5 6 7 | 12 13 14 15
+  even_lo = _mm256_permute2f128_ps(a, b, 0x20);
+  odd_hi = _mm256_permute2f128_ps(a, b, 0x31);
 }
 
 // Stores acc (+ bias, x scale for int8) to outputs column .. column+15 of one row, clipped at
@@ -83,10 +104,7 @@ void Block(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
   for (int64_t k = 0; k < a.in; ++k) {
     __m256 w[P][2];
 #pragma GCC unroll 8
-    for (int p = 0; p < P; ++p) {
-      w[p][0] = LoadWeights<F>(base + p * a.panel_bytes, k, 0);
-      w[p][1] = LoadWeights<F>(base + p * a.panel_bytes, k, 1);
-    }
+    for (int p = 0; p < P; ++p) LoadPanelRow<F>(base + p * a.panel_bytes, k, w[p][0], w[p][1]);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256 xr = _mm256_broadcast_ss(x + r * a.in + k);
@@ -102,7 +120,10 @@ void Block(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
     const int64_t column = (first_panel + p) * kPanel;
     if (column >= a.out) break;
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) StorePanel<F>(a, first_row + r, column, acc[r][p][0], acc[r][p][1]);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (F == Format::kBF16) Interleave(acc[r][p][0], acc[r][p][1]);
+      StorePanel<F>(a, first_row + r, column, acc[r][p][0], acc[r][p][1]);
+    }
   }
 }
 
