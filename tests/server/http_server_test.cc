@@ -120,6 +120,7 @@ class HttpServerTest : public ::testing::Test {
   void Handle(ServerRequest request, std::shared_ptr<Exchange> exchange) {
     if (request.path == "/hold" || request.path == "/stream") {
       const bool stream = request.path == "/stream";
+      held_.fetch_add(1);
       exchange->OnAbort([this, exchange, stream](Abort kind) {
         aborts_.fetch_add(1);
         if (kind == Abort::kClientGone) return;
@@ -148,6 +149,7 @@ class HttpServerTest : public ::testing::Test {
   }
 
   std::unique_ptr<HttpServer> server_;
+  std::atomic<int> held_{0};  // /hold and /stream exchanges handed to the handler
   std::atomic<int> aborts_{0};
   std::atomic<int> stopping_aborts_{0};
   std::mutex mu_;
@@ -344,7 +346,9 @@ TEST_F(HttpServerTest, AtTheCapTheIdlestConnectionMakesRoomElse503) {
   ASSERT_TRUE(b.Send("GET /echo HTTP/1.1\r\n\r\n"));  // b still serves
   EXPECT_TRUE(b.ReadUntil("HTTP/1.1 200 OK", absl::Seconds(2))) << b.received();
 
-  // Both busy: the new one is refused.
+  // Both busy: the new one is refused. b is marked idle once its answer has been written, a
+  // moment after the client read it: only then can y's arrival evict it (else y is refused).
+  absl::SleepFor(absl::Milliseconds(50));
   RawClient x(server_->port());
   RawClient y(server_->port());
   ASSERT_TRUE([&] {
@@ -355,7 +359,13 @@ TEST_F(HttpServerTest, AtTheCapTheIdlestConnectionMakesRoomElse503) {
   }());
   ASSERT_TRUE(x.Send(Post("/hold", "")));
   ASSERT_TRUE(y.Send(Post("/hold", "")));
-  absl::SleepFor(absl::Milliseconds(50));
+  // Both requests handed to the handler (busy), not merely sent: under load a fixed sleep let z
+  // arrive while one of them still looked idle, and z evicted it instead of being refused.
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 300 && held_.load() < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
+    return held_.load() == 2;
+  }()) << "held "
+       << held_.load() << ", evicted " << server_->evicted();
   RawClient z(server_->port());
   EXPECT_TRUE(z.ReadUntil("HTTP/1.1 503", absl::Seconds(2))) << z.received();
   EXPECT_TRUE(z.ReadUntilClosed(absl::Seconds(3)));
