@@ -17,7 +17,7 @@ abcd-server can serve them too. The output directory is build output: not commit
 `--size seq2seq` (abcd-bench seq2seq, the seeds' decode-speed figure; default output
 build/bench-models-seq2seq): encoder-decoder models of transformer-base size (6 + 6 layers,
 d_model 512, 8 heads, d_ff 2048), the MT tokenizer's vocabulary, softmax encoder, and the
-seeds' memory sizes (SEEDS.md section 5) in the decoder, cross / causal: softmax; abc 32 / 8
+memory sizes of ABC (Peng et al. 2022, Fig. 1) in the decoder, cross / causal: softmax; abc 32 / 8
 slots; rfa 256 / 128 (gaussian, features D = 128 / 64, phi = [sin, cos] of 2D; causal gated,
 as the seeds' MT models); t2r 32 / 4 features.
 """

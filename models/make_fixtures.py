@@ -116,12 +116,12 @@ FIXTURES = {
             (ABC4, {"type": "abc", "slots": 5, "control": "position", "max_positions": 12}),
         ],
     ),
-    # Transformer-XL (issue 16, SEEDS.md 3): Dai's form (post-LN, no absolute positions), 44 tokens
+    # Transformer-XL (Dai et al. 2019): Dai's form (post-LN, no absolute positions), 44 tokens
     # round rings of 7 and 10 keys, clamp below and above the memory; and pre-LN with sinusoidal
     # positions beside a softmax layer.
     "dec_txl": decoder({"type": "txl", "memory": 6, "clamp_len": 4}, {"type": "txl", "memory": 9, "clamp_len": 20}, positional="none", norm="post"),
     "dec_txl_pre": decoder({"type": "txl", "memory": 5, "clamp_len": 5}, SOFTMAX),
-    # GMAT encoder (issue 16, SEEDS.md 2): full attention among the 10 source tokens, the decoder's
+    # GMAT encoder (Gupta & Berant 2020): full attention among the 10 source tokens, the decoder's
     # softmax cross attention reads the 4 memory vectors only; and chunks of 4 (3 chunks of the
     # 10-token source: the mask matters) with output "all" read by abc cross attention.
     "encdec_gmat": encoder_decoder([{"type": "gmat", "chunk": 0}] * 2, [(SOFTMAX, SOFTMAX)] * 2, gmat=GmatSpec(memory=4)),

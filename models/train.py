@@ -79,7 +79,7 @@ LM_ATTENTION = {
     "abc-cluster": {"type": "abc", "slots": 32, "control": "cluster"},
     # Dilated window (issue 15, ABC-I App. A.4): 32 keys two apart, a ring of 63 tokens.
     "window-dilated": {"type": "window", "window": 32, "dilation": 2},
-    # Transformer-XL (issue 16, SEEDS.md 3): every query sees itself and the 64 positions before it
+    # Transformer-XL (Dai et al. 2019): every query sees itself and the 64 positions before it
     # (a ring of 65 keys/values), relative distances clamped at 64, no absolute positions.
     "txl": {"type": "txl", "memory": 64, "clamp_len": 64},
 }
@@ -154,7 +154,7 @@ def mt_config(decoder_self, cross, size=None, encoder=None):
 
 
 def mt_gmat_config(decoder_self, cross, memory, chunk=0, size=None):
-    """mt_config with a GMAT encoder (issue 16, SEEDS.md 2(a)): `memory` learned memory tokens,
+    """mt_config with a GMAT encoder (Gupta & Berant 2020): `memory` learned memory tokens,
     output "memory" (the decoder's cross attention reads the M memory vectors only)."""
     config = mt_config(decoder_self, cross, size)
     config.encoder_layers = [LayerSpec(AttentionSpec(type="gmat", chunk=chunk)) for _ in config.encoder_layers]
@@ -202,7 +202,7 @@ def presets():
     # GMAT encoder (issue 16): mt-abc with the encoder replaced by GMAT layers with M = 32 memory
     # tokens (chunk 0: full attention among the <= 24 source tokens) and softmax cross attention
     # over the 32 memory vectors: 2 H M dh = 8,192 floats per layer against abc cross n = 32's
-    # H (2 n dh + n) = 8,320 (SEEDS.md 2(a): compare at equal cross bytes).
+    # H (2 n dh + n) = 8,320 (compared at equal cross bytes).
     out["mt-gmat"] = (mt_gmat_config({"type": "abc", "slots": 8}, {"type": "softmax"}, memory=32), TrainConfig(**mt_train))
     # The shipped abc-en-de: twice the width, 3 + 3 layers, larger batches, a wall-clock budget
     # (the schedule runs on elapsed time; see checkpoints/abc-en-de/README.md for the run).
@@ -339,7 +339,7 @@ def init_for_training(model, config, seed):
     for name, p in model.named_parameters():
         if name.endswith("memory_embed"):
             torch.nn.init.normal_(p, std=1.0)
-    # relu control: bias +1 so every slot starts alive (SEEDS.md 1.1; with a zero bias half the
+    # relu control: bias +1 so every slot starts alive (ABC, Peng et al. 2022 App. C.2; with a zero bias half the
     # slots would start dead and relu's "rich get richer" leaves them so).
     for module in model.modules():
         if getattr(module, "control_kind", None) == "relu":
@@ -390,7 +390,7 @@ def set_abc_chunk(model, chunk):
 
 
 def slot_usage_entropy(log_control):
-    """Entropy (nats) of slot usage, averaged over heads (SEEDS.md 1.1, "ours").
+    """Entropy (nats) of slot usage, averaged over heads (our measure, not the paper's).
 
     log_control: a' [B, H, T, n] of a mean-kernel abc control (write weight alpha = exp(a'), -inf =
     no write). A head's usage of slot j is sum over batch and tokens of alpha_j, normalised over the

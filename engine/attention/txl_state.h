@@ -1,5 +1,5 @@
-// Transformer-XL relative-position attention (models/FORMAT.md "txl"; SEEDS.md section 3,
-// following Dai et al.'s published code).
+// Transformer-XL relative-position attention (models/FORMAT.md "txl"; Dai et al. 2019,
+// following their published code).
 //
 // State per sequence and layer: a ring of the last M + 1 keys and values of every head (token p
 // in row p mod (M + 1); update-then-read, like `window` with w = M + 1), fp32 or bf16. The

@@ -1,4 +1,4 @@
-// GMAT encoder (issue 16; GMAT Eq. 3, SEEDS.md 2; models/abcd_ref/gmat.py is the reference):
+// GMAT encoder (Gupta & Berant 2020, Eq. 3; models/abcd_ref/gmat.py is the reference):
 // the encoder runs over [source; M memory tokens]. Memory rows start as encoder.memory_embed
 // (no scaling, no position); every layer is softmax attention with the layer's q/k/v/o for
 // both kinds of rows, where a source row sees the source rows of its chunk plus all memory rows
@@ -10,7 +10,7 @@
 #include "engine/attention/softmax_state.h"
 #include "engine/model/model.h"
 #include "engine/ops/elementwise.h"
-#include "engine/ops/linear.h"
+#include "engine/ops/matmul.h"
 
 namespace abcd {
 namespace {

@@ -29,7 +29,7 @@ struct LayerSpec {
   std::optional<AttentionSpec> cross_attention;  // encoder-decoder decoder layers only
 };
 
-// Model-level "gmat" (issue 16, SEEDS.md 2(a)): M learned memory tokens appended to the
+// Model-level "gmat" (Gupta & Berant 2020): M learned memory tokens appended to the
 // source in the encoder; the encoder output is ln_f of the memory rows (output "memory": the
 // cross attention reads M vectors whatever the source length) or of [source; memory] ("all").
 struct GmatConfig {

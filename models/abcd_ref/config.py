@@ -12,7 +12,8 @@ ABC_CONTROLS = ("exp", "sigmoid", "relu", "random", "position", "block", "cluste
 # Controls with a learned projection `A.control` (the others compute their writes from the position
 # or the keys; `position` reads the stack's `linformer` table).
 ABC_LEARNED_CONTROLS = ("exp", "sigmoid", "relu")
-# Controls only served in decoder self attention (SEEDS.md 1.5 gives no encoder/cross form we serve).
+# Controls only served in decoder self attention (the Compressive Transformer row of ABC, Peng et al. 2022 App. A.3, gives no
+# encoder/cross form we serve).
 # `position` (Linformer) has all three forms: decoder self (causal), encoder self (bidirectional) and
 # cross, each with its own table (FORMAT.md).
 ABC_DECODER_ONLY_CONTROLS = ("block",)
@@ -40,7 +41,7 @@ _FIELDS = {
 # Model-level positional encodings and block norms (FORMAT.md; "none" and "post": Transformer-XL).
 POSITIONALS = ("sinusoidal", "none")
 NORMS = ("pre", "post")
-# GMAT (issue 16, SEEDS.md 2): encoder outputs the decoder's cross attention reads.
+# GMAT (Gupta & Berant 2020): encoder outputs the decoder's cross attention reads.
 GMAT_OUTPUTS = ("memory", "all")
 
 
@@ -208,7 +209,7 @@ class LayerSpec:
 
 @dataclass
 class GmatSpec:
-    """Model-level GMAT settings (SEEDS.md 2(a)): M learned memory tokens beside the source.
+    """Model-level GMAT settings (Gupta & Berant 2020): M learned memory tokens beside the source.
 
     output "memory": the encoder output is ln_f of the M memory rows (the decoder's cross attention
     reads M vectors whatever the source length); "all": ln_f of [source rows; memory rows].

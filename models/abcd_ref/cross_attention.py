@@ -54,7 +54,7 @@ class ABCCrossAttention(_AbcControl, CrossAttention):
     """ABC cross attention: K~, V~ built once from all source positions (control on enc_out).
 
     Any control of ABCAttention but block; source position m is the position of the `random` hash
-    and the column of `position` (Linformer cross form, SEEDS.md 1.2: K~ = W[:, :M] K_src,
+    and the column of `position` (Linformer cross form, ABC Peng et al. 2022 Sec. 3.1: K~ = W[:, :M] K_src,
     V~ = W[:, :M] V_src with W the decoder's [n, N_src] `cross_linformer` table, shared by every
     cross position layer and head; a source longer than N_src is refused, never truncated).
     """

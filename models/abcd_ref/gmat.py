@@ -1,4 +1,4 @@
-"""GMAT encoder (Gupta & Berant 2020, Eq. 3; SEEDS.md section 2): global memory tokens beside the source.
+"""GMAT encoder (Gupta & Berant 2020, Eq. 3): global memory tokens beside the source.
 
 The encoder runs over [X; X_M] (L source rows, then M memory rows). Layer 0's memory rows are the
 learned `encoder.memory_embed [M, d]` (no scaling, no positional embedding: memory tokens have no

@@ -1,6 +1,6 @@
 """Transformer-XL relative-position attention (`{"type": "txl", "memory": M, "clamp_len": C}`).
 
-SEEDS.md section 3, following the published code (kimiyoung/transformer-xl,
+Dai et al. 2019, following the published code (kimiyoung/transformer-xl,
 RelPartialLearnableMultiHeadAttn): per head, query t attends to keys j in [t - M, t] with
 
     s_j = ((q + u).k_j + (q + v).p_{min(t - j, C)}) / sqrt(dh)

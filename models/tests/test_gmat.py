@@ -1,4 +1,4 @@
-"""GMAT encoder (issue 16, SEEDS.md 2): chunked == dense masked form, the mask, padding, config errors.
+"""GMAT encoder (Gupta & Berant 2020): chunked == dense masked form, the mask, padding, config errors.
 
 Run from the repository root: /usr/bin/python3 -m unittest discover -s models/tests
 """

@@ -162,7 +162,7 @@ class AttentionParityTest(unittest.TestCase):
                     self.assertTrue(torch.equal(memory["live"], state["L"] > -math.inf))
 
     def test_abc_never_written_slots(self):
-        """SEEDS.md 1.0: a slot with log-control -inf is not written; dead slots are masked."""
+        """A slot with log-control -inf is not written; dead slots are masked."""
         zeros = torch.zeros(1, 1, 3, 2, dtype=torch.float64)
         state = {"L": torch.full((1, 1, 3), -math.inf, dtype=torch.float64), "K": zeros, "V": zeros}
         k = torch.tensor([[[1.0, 2.0]]], dtype=torch.float64)

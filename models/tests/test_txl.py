@@ -61,7 +61,7 @@ class TxlParityTest(unittest.TestCase):
                     self.assertLess(diff, tol)
 
     def test_score_formula(self):
-        """One query by the formula of SEEDS.md section 3, written out with loops."""
+        """One query by the formula of Dai et al. 2019 (their Eq. for A^rel), written out with loops."""
         memory, clamp = 5, 3
         model = build_model(config([txl(memory, clamp)], positional="none"), seed=9).double()
         attn = model.decoder.layers[0].attn
