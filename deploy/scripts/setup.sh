@@ -51,7 +51,8 @@ build() {
 
 # The sanitizer stage of `test` (README "Sanitizers and fuzzing"): the libFuzzer targets built
 # with clang under ASan + UBSan, their seeds replayed and each run for FUZZ_SECONDS; then
-# abcd-server built with -DABCD_ASAN=ON (gcc, ASan + UBSan) and the e2e tests run against it.
+# abcd-server, abcd-cli and abcd-client built with -DABCD_ASAN=ON (gcc, ASan + UBSan, no tests)
+# and the main build's e2e tests run against those binaries (ABCD_E2E_SERVER, _CLI, _CLIENT).
 # Any sanitizer report from any process fails the stage (reports are written to files).
 sanitizer_tests() {
   local fuzz_dir="${build_dir}-fuzz" asan_dir="${build_dir}-asan"
@@ -62,13 +63,20 @@ sanitizer_tests() {
   tests/fuzz/run_fuzzers.sh "$fuzz_dir" "${FUZZ_SECONDS:-20}"
 
   cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR=ON \
-    -DABCD_ASAN=ON -DABCD_WITH_CUDA=OFF
-  cmake --build "$asan_dir" -j "$jobs" --target abcd_e2e_tests
-  local reports="$asan_dir/sanitizer-reports"
+    -DABCD_ASAN=ON -DABCD_WITH_CUDA=OFF -DABCD_BUILD_TESTS=OFF
+  cmake --build "$asan_dir" -j "$jobs" --target abcd-server abcd-cli abcd-client
+  # The e2e test binaries themselves are the main build's (built here if `test` has not).
+  [[ -f "$build_dir/CMakeCache.txt" ]] || cmake -S . -B "$build_dir" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR=ON
+  cmake --build "$build_dir" -j "$jobs" --target abcd_e2e_tests
+  local reports="$asan_dir/sanitizer-reports" bin
+  bin="$(cd "$asan_dir" && pwd)"
   rm -rf "$reports" && mkdir -p "$reports"
-  ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1" \
+  ABCD_E2E_SERVER="$bin/server/abcd-server" ABCD_E2E_CLI="$bin/server/abcd-cli" \
+    ABCD_E2E_CLIENT="$bin/server/abcd-client" \
+    ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1" \
     UBSAN_OPTIONS="log_path=$reports/ubsan:halt_on_error=1:print_stacktrace=1" \
-    ctest --test-dir "$asan_dir" -R '^e2e\.' -j "$jobs" --output-on-failure --timeout 600
+    ctest --test-dir "$build_dir" -R '^e2e\.' -j "$jobs" --output-on-failure --timeout 600
   if compgen -G "$reports/*" >/dev/null; then
     echo "setup: sanitizer reports from the ASan/UBSan server build:" >&2
     cat "$reports"/* >&2

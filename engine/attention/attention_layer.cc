@@ -4,7 +4,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "engine/core/status_macros.h"
-#include "engine/ops/linear.h"
+#include "engine/ops/matmul.h"
 
 namespace abcd {
 namespace {

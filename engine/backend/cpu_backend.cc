@@ -1,7 +1,7 @@
 #include "engine/backend/cpu_backend.h"
 
 #include "absl/strings/str_cat.h"
-#include "engine/ops/linear.h"
+#include "engine/ops/matmul.h"
 #include "engine/state/request_state_bytes.h"
 
 namespace abcd {

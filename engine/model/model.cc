@@ -12,7 +12,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
 #include "engine/ops/elementwise.h"
-#include "engine/ops/linear.h"
+#include "engine/ops/matmul.h"
 
 namespace abcd {
 

@@ -34,7 +34,7 @@
 #include "engine/attention/attention_cuda_dispatch.h"
 #include "engine/device/cuda_context.h"
 #include "engine/model/model.h"
-#include "engine/ops/linear_cuda.h"
+#include "engine/ops/matmul_cuda.h"
 #include "engine/sampling/sampler_cuda.h"
 #include "engine/state/device_state_slots.h"
 

@@ -1,5 +1,5 @@
 // A weight matrix W [out, in] (torch nn.Linear layout) stored once, in the layout and number
-// format the CPU matrix kernels read (engine/ops/linear.h), so a decode step reads each weight
+// format the CPU matrix kernels read (engine/ops/matmul.h), so a decode step reads each weight
 // exactly once and never repacks it.
 //
 // Layout: panels of kPanel = 16 consecutive output rows; panel p holds, for every input column

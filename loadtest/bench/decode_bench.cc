@@ -19,7 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/cpu_context.h"
-#include "engine/ops/linear.h"
+#include "engine/ops/matmul.h"
 #include "engine/state/state_pool.h"
 #include "loadtest/bench/benchmarks.h"
 

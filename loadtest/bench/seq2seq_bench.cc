@@ -25,7 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/cpu_context.h"
-#include "engine/ops/linear.h"
+#include "engine/ops/matmul.h"
 #include "engine/state/state_pool.h"
 #include "loadtest/bench/benchmarks.h"
 
@@ -321,8 +321,9 @@ absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options) {
     }
   }
 
-  // The seeds' ratios (SEEDS.md section 5): RFA ~12x softmax at 2048, ABC ~1.25x RFA, T2R
-  // ~1.2x ABC; next to this engine's at each length (when the models are there).
+  // The papers' ratios (Peng 2022 thesis Fig. 4.2; ABC, Peng et al. 2022, Fig. 1): RFA ~12x softmax
+  // at 2048, ABC ~1.25x RFA, T2R ~1.2x ABC; next to this engine's at each length (when the models
+  // are there).
   const std::vector<std::tuple<std::string, std::string, double>> pairs = {
       {"rfa", "softmax", 12.0}, {"abc", "rfa", 1.25}, {"t2r", "abc", 1.2}};
   nlohmann::json ratios = nlohmann::json::array();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/session_client.h"
 
 namespace abcd {
@@ -301,7 +302,8 @@ TEST_F(HfServing, ServerRefusesTokenizerJsonOnly) {
   std::filesystem::copy(models_->dir() + "/gsa", dir);
   std::filesystem::remove(dir / "tokenizer.model");
   std::ofstream(dir / "tokenizer.json") << R"({"version": "1.0"})";
-  testing::ServerProcess server(ABCD_SERVER, {"--device", "cpu", "--models", dir.string()});
+  testing::ServerProcess server(testing::ServerBinary(),
+                                {"--device", "cpu", "--models", dir.string()});
   EXPECT_FALSE(server.started());
   EXPECT_EQ(server.WaitForExit(testing::TimeLimit(10)), 1);
   const std::string log = server.Log();

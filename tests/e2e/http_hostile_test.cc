@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
 
 namespace abcd {
@@ -107,7 +108,7 @@ class HttpHostileTest : public ::testing::Test {
 
   void Start(std::vector<std::string> args = {}) {
     args.insert(args.begin(), {"--device", "cpu", "--models", kLmDir});
-    server_ = std::make_unique<ServerProcess>(ABCD_SERVER, std::move(args));
+    server_ = std::make_unique<ServerProcess>(testing::ServerBinary(), std::move(args));
     ASSERT_TRUE(server_->started()) << server_->Log();
   }
 
@@ -325,22 +326,24 @@ TEST_F(HttpHostileTest, SseCutBySigtermEndsWithAnErrorEventAndDone) {
 TEST_F(HttpHostileTest, PortsAreExclusive) {
   Start();
   {
-    ServerProcess second(ABCD_SERVER, {"--device", "cpu", "--models", kLmDir, "--http_port",
-                                       std::to_string(server_->http_port())});
+    ServerProcess second(testing::ServerBinary(),
+                         {"--device", "cpu", "--models", kLmDir, "--http_port",
+                          std::to_string(server_->http_port())});
     EXPECT_FALSE(second.started());
     EXPECT_EQ(second.WaitForExit(10), 1);
     EXPECT_TRUE(absl::StrContains(second.Log(), "Address already in use")) << second.Log();
   }
   {
-    ServerProcess second(ABCD_SERVER, {"--device", "cpu", "--models", kLmDir, "--grpc_port",
-                                       std::to_string(server_->grpc_port())});
+    ServerProcess second(testing::ServerBinary(),
+                         {"--device", "cpu", "--models", kLmDir, "--grpc_port",
+                          std::to_string(server_->grpc_port())});
     EXPECT_FALSE(second.started());
     EXPECT_EQ(second.WaitForExit(10), 1);
     EXPECT_TRUE(absl::StrContains(second.Log(), "address in use")) << second.Log();
   }
   {
-    ServerProcess same(ABCD_SERVER, {"--device", "cpu", "--models", kLmDir, "--grpc_port", "18123",
-                                     "--http_port", "18123"});
+    ServerProcess same(testing::ServerBinary(), {"--device", "cpu", "--models", kLmDir,
+                                                 "--grpc_port", "18123", "--http_port", "18123"});
     EXPECT_FALSE(same.started());
     EXPECT_EQ(same.WaitForExit(10), 2);
     EXPECT_TRUE(absl::StrContains(same.Log(), "--grpc_port and --http_port must differ"))

@@ -30,6 +30,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
 
 namespace abcd {
@@ -42,7 +43,7 @@ const std::string kModelDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoint
 class OpenAiE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new testing::ServerProcess(ABCD_SERVER, {"--models", kModelDir});
+    server_ = new testing::ServerProcess(testing::ServerBinary(), {"--models", kModelDir});
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -578,7 +579,7 @@ TEST_F(OpenAiE2eTest, ChatMessagesOverGrpcMatchHttp) {
 TEST_F(OpenAiE2eTest, ClientChatAndSamplingFlags) {
   int status = 0;
   auto client = [&](const std::string& command) {
-    return RunCommand(std::string(ABCD_CLIENT) + " " + command + " --target " +
+    return RunCommand(testing::ClientBinary() + " " + command + " --target " +
                           server_->grpc_target() + " 2>/dev/null",
                       &status);
   };
@@ -628,7 +629,8 @@ class ChatTemplateStartup : public ::testing::Test {
   }
   // The server's log when it refuses to start with --chat_template `value`, exiting `code`.
   std::string Refusal(const std::string& value, int code) {
-    testing::ServerProcess server(ABCD_SERVER, {"--models", kModelDir, "--chat_template", value});
+    testing::ServerProcess server(testing::ServerBinary(),
+                                  {"--models", kModelDir, "--chat_template", value});
     EXPECT_FALSE(server.started()) << value;
     EXPECT_EQ(server.WaitForExit(30), code) << value << "\n" << server.Log();
     return server.Log();
@@ -639,7 +641,7 @@ class ChatTemplateStartup : public ::testing::Test {
 TEST_F(ChatTemplateStartup, ModelEqualsFileIsServedAndBadFilesAreRefusedNamingTheFlag) {
   const std::string file = Write("q.jinja", "Q: {{ messages[-1].content }} A:");
   {
-    testing::ServerProcess server(ABCD_SERVER,
+    testing::ServerProcess server(testing::ServerBinary(),
                                   {"--models", kModelDir, "--chat_template", "abc-lm=" + file});
     ASSERT_TRUE(server.started()) << server.Log();
     httplib::Client http("127.0.0.1", server.http_port());

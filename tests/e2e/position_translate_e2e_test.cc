@@ -11,6 +11,7 @@
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
 
 namespace abcd {
@@ -27,7 +28,8 @@ class PositionTranslateTest : public ::testing::Test {
                                                        "/tests/e2e/make_linformer_mt.py");
     ASSERT_TRUE(model_->ok()) << model_->error();
     server_ = std::make_unique<testing::ServerProcess>(
-        ABCD_SERVER, std::vector<std::string>{"--device", "cpu", "--models", model_->dir()});
+        testing::ServerBinary(),
+        std::vector<std::string>{"--device", "cpu", "--models", model_->dir()});
     ASSERT_TRUE(server_->started()) << server_->Log();
     http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
     http_->set_read_timeout(30, 0);

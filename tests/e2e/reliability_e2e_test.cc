@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
 
 namespace abcd {
@@ -99,7 +100,7 @@ class ReliabilityTest : public ::testing::Test {
 
   void Start(std::vector<std::string> args) {
     args.insert(args.begin(), {"--device", "cpu", "--models", kLmDir, "--threads", "1"});
-    server_ = std::make_unique<ServerProcess>(ABCD_SERVER, std::move(args));
+    server_ = std::make_unique<ServerProcess>(testing::ServerBinary(), std::move(args));
     ASSERT_TRUE(server_->started()) << server_->Log();
   }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
 
 namespace abcd {
@@ -53,7 +54,7 @@ class RobustnessTest : public ::testing::Test {
  protected:
   void Start(const std::string& models, std::vector<std::string> args = {}) {
     args.insert(args.begin(), {"--device", "cpu", "--models", models});
-    server_ = std::make_unique<ServerProcess>(ABCD_SERVER, std::move(args));
+    server_ = std::make_unique<ServerProcess>(testing::ServerBinary(), std::move(args));
     ASSERT_TRUE(server_->started()) << server_->Log();
     channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
     stub_ = abcd::v1::Generator::NewStub(channel_);
@@ -364,7 +365,7 @@ TEST_F(RobustnessTest, InvalidUtf8IsNamedAndEchoesAreTruncated) {
 
 // Issue 19 item 17: the same model directory twice is refused at start-up, naming it.
 TEST(RobustnessStartup, SameModelDirectoryTwiceIsRefused) {
-  ServerProcess server(ABCD_SERVER,
+  ServerProcess server(testing::ServerBinary(),
                        {"--device", "cpu", "--models", std::string(kLmDir) + "," + kLmDir + "/"});
   EXPECT_FALSE(server.started());
   EXPECT_EQ(server.WaitForExit(10), 2);

@@ -18,6 +18,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "reflection.grpc.pb.h"
+#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
 
 namespace abcd {
@@ -53,7 +54,7 @@ class ServerTest : public ::testing::Test {
       args.insert(args.begin(), {"--device", "cpu"});
     }
     args.insert(args.begin(), {"--models", models});
-    server_ = std::make_unique<ServerProcess>(ABCD_SERVER, std::move(args));
+    server_ = std::make_unique<ServerProcess>(testing::ServerBinary(), std::move(args));
     ASSERT_TRUE(server_->started()) << server_->Log();
     channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
     stub_ = abcd::v1::Generator::NewStub(channel_);
@@ -124,9 +125,9 @@ GenerateRequest Greedy(const std::string& prompt, int max_tokens) {
 }
 
 std::vector<int32_t> CliGreedyTokens(const std::string& prompt, int max_tokens) {
-  const std::string command = std::string(ABCD_CLI) + " generate --model " + kLmDir +
-                              " --prompt '" + prompt + "' --max-tokens " +
-                              std::to_string(max_tokens) + " --temperature 0 --json";
+  const std::string command = testing::CliBinary() + " generate --model " + kLmDir + " --prompt '" +
+                              prompt + "' --max-tokens " + std::to_string(max_tokens) +
+                              " --temperature 0 --json";
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   char buffer[4096];
@@ -169,7 +170,7 @@ TEST_F(ServerTest, DeviceAutoServesOnABackendItLogs) {
 }
 
 TEST(ServerFlags, BadDeviceIsRefusedNamingTheFlag) {
-  ServerProcess server(ABCD_SERVER, {"--device", "tpu"});
+  ServerProcess server(testing::ServerBinary(), {"--device", "tpu"});
   EXPECT_FALSE(server.started());
   EXPECT_EQ(server.WaitForExit(10), 2);
   EXPECT_NE(server.Log().find("--device must be auto, cpu, cuda or cuda:N"), std::string::npos)
@@ -177,17 +178,17 @@ TEST(ServerFlags, BadDeviceIsRefusedNamingTheFlag) {
 }
 
 TEST(ServerFlags, BadPrefillPolicyIsRefusedNamingTheFlag) {
-  ServerProcess server(ABCD_SERVER, {"--prefill_policy", "fast"});
+  ServerProcess server(testing::ServerBinary(), {"--prefill_policy", "fast"});
   EXPECT_FALSE(server.started());
   EXPECT_EQ(server.WaitForExit(10), 2);
   EXPECT_NE(server.Log().find("--prefill_policy must be time or tokens"), std::string::npos)
       << server.Log();
-  ServerProcess negative(ABCD_SERVER, {"--iteration_budget_ms", "-1"});
+  ServerProcess negative(testing::ServerBinary(), {"--iteration_budget_ms", "-1"});
   EXPECT_FALSE(negative.started());
   EXPECT_EQ(negative.WaitForExit(10), 2);
   EXPECT_NE(negative.Log().find("--iteration_budget_ms must be in [0, 10000]"), std::string::npos)
       << negative.Log();
-  ServerProcess zero(ABCD_SERVER, {"--prefill_step_share", "0"});
+  ServerProcess zero(testing::ServerBinary(), {"--prefill_step_share", "0"});
   EXPECT_FALSE(zero.started());
   EXPECT_EQ(zero.WaitForExit(10), 2);
   EXPECT_NE(zero.Log().find("--prefill_step_share must be in (0, 16]"), std::string::npos)

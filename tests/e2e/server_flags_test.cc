@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
 
 namespace abcd {
@@ -17,7 +18,7 @@ constexpr char kLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm-untrained"
 constexpr char kMtDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-mt-untrained";
 
 std::string Refusal(const std::string& models) {
-  ServerProcess server(ABCD_SERVER, {"--models", models, "--device", "cpu"});
+  ServerProcess server(testing::ServerBinary(), {"--models", models, "--device", "cpu"});
   EXPECT_FALSE(server.started()) << models;
   EXPECT_EQ(server.WaitForExit(10), 2) << models << "\n" << server.Log();
   return server.Log();

@@ -3,6 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "tests/e2e/binaries_under_test.h"
 
 namespace abcd::testing {
 
@@ -26,7 +27,7 @@ SessionClient::SessionClient(std::vector<std::string> extra_args, std::string mo
   if (models.empty()) models = std::string(kLmDir) + "," + kMtDir;
   std::vector<std::string> args = {"--models", models, "--device", "cpu", "--threads", "1"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  server_ = std::make_unique<ServerProcess>(ABCD_SERVER, std::move(args));
+  server_ = std::make_unique<ServerProcess>(testing::ServerBinary(), std::move(args));
   if (!server_->started()) return;
   channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
   stub_ = abcd::v1::Generator::NewStub(channel_);

@@ -11,6 +11,7 @@
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
 
 namespace abcd {
@@ -26,7 +27,8 @@ class TxlGenerateTest : public ::testing::Test {
                                                        "/tests/e2e/make_txl_lm.py");
     ASSERT_TRUE(model_->ok()) << model_->error();
     server_ = std::make_unique<testing::ServerProcess>(
-        ABCD_SERVER, std::vector<std::string>{"--device", "cpu", "--models", model_->dir()});
+        testing::ServerBinary(),
+        std::vector<std::string>{"--device", "cpu", "--models", model_->dir()});
     ASSERT_TRUE(server_->started()) << server_->Log();
     http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
     http_->set_read_timeout(30, 0);

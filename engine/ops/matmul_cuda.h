@@ -1,5 +1,5 @@
 // Dense projection y = x W^T + b on the device through cuBLAS, for every row of a step at once
-// (the CUDA twin of linear.h). Weights may be fp32, bf16 or fp16; activations stay fp32 in
+// (the CUDA twin of matmul.h). Weights may be fp32, bf16 or fp16; activations stay fp32 in
 // memory and are rounded to the weights' type for the GEMM, which accumulates in fp32.
 #pragma once
 

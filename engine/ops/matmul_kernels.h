@@ -1,7 +1,7 @@
-// The inner kernels behind cpu::Linear (engine/ops/linear.h), one per instruction set: plain
+// The inner kernels behind cpu::Linear (engine/ops/matmul.h), one per instruction set: plain
 // data in, no engine types, so that the AVX-512 and AVX2 translation units (compiled with
 // -mavx512f, -mavx2 -mfma -mf16c) share no inline code with the rest of the program. Called only
-// through linear_cpu.cc.
+// through matmul_cpu.cc.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // cuBLAS projections against the CPU BLAS projection: fp32 weights to fp32 rounding, bf16 and
 // fp16 weights within 1e-2 of the fp32 result (and to fp32 rounding of a CPU GEMM over the same
 // rounded operands). Skipped without a GPU.
-#include "engine/ops/linear_cuda.h"
+#include "engine/ops/matmul_cuda.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/ops/linear.h"
+#include "engine/ops/matmul.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace abcd::cuda {

@@ -1,7 +1,7 @@
 // cpu::Linear over PackedMatrix against a plain double-precision reference, for every weight
 // format, on odd shapes (1 row, rows that are not multiples of the register tile, outputs that
 // are not multiples of 16), with and without bias and threads; and the ThreadPool under it.
-#include "engine/ops/linear.h"
+#include "engine/ops/matmul.h"
 
 #include <atomic>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/core/thread_pool.h"
-#include "engine/ops/linear_kernels.h"
+#include "engine/ops/matmul_kernels.h"
 #include "engine/ops/packed_matrix.h"
 #include "gtest/gtest.h"
 

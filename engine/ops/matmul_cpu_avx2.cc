@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-#include "engine/ops/linear_kernels.h"
+#include "engine/ops/matmul_kernels.h"
 
 namespace abcd::cpu::kernels {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include "engine/ops/linear_kernels.h"
+#include "engine/ops/matmul_kernels.h"
 
 namespace abcd::cpu::kernels {
 namespace {

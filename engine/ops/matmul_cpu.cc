@@ -1,8 +1,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/ops/linear.h"
-#include "engine/ops/linear_kernels.h"
+#include "engine/ops/matmul.h"
+#include "engine/ops/matmul_kernels.h"
 
 namespace abcd::cpu {
 namespace kernels {

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/ops/elementwise_cuda.h"
-#include "engine/ops/linear_cuda.h"
+#include "engine/ops/matmul_cuda.h"
 
 namespace abcd::cuda {
 namespace {
