@@ -241,7 +241,7 @@ def model_state(model, tensors):
 
 def set_training_chunks(model, gsa_chunk=16, abc_chunk=32):
     """Chunked training forms for the parallel pass (GSA: gsa_chunked; abc: abc_causal_chunked)."""
-    from abcd_ref.attention import ABCAttention
+    from abcd_ref.abc_attention import ABCAttention
     from abcd_ref.hf.gsa import GatedSlotAttention
     from abcd_ref.hf.hybrid import AbcdMixer
 

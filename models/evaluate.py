@@ -40,7 +40,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from abcd_ref.attention import ABCAttention  # noqa: E402
+from abcd_ref.abc_attention import ABCAttention  # noqa: E402
 from abcd_ref.export import load as load_model_dir  # noqa: E402
 from metrics_mt import corpus_bleu, corpus_chrf  # noqa: E402
 

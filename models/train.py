@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from abcd_ref import AttentionSpec, LayerSpec, ModelConfig, build_model, export  # noqa: E402
 from abcd_ref.config import GmatSpec  # noqa: E402
-from abcd_ref.attention import ABCAttention, RandomFeatureMap, HeadLinear  # noqa: E402
+from abcd_ref.abc_attention import ABCAttention  # noqa: E402
+from abcd_ref.linear_attention import HeadLinear, RandomFeatureMap  # noqa: E402
 from abcd_ref.export import load as load_model_dir  # noqa: E402
 from abcd_ref.txl_attention import TxlAttention  # noqa: E402
 

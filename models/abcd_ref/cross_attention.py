@@ -3,7 +3,8 @@
 Each builds a memory once from the encoder output (`memory(enc_out)`) and attends to it with
 `forward(x, memory)` / `step(x_t, memory)`; feature-map cross attention: forward is the parallel
 form over the source positions, step reads the fixed-size (S, z) state. The self-attention
-modules and the shared kernels are in attention.py.
+modules and the shared kernels are in abc_attention.py, linear_attention.py and
+softmax_attention.py.
 """
 
 import torch
@@ -11,16 +12,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ABC_LEARNED_CONTROLS
-from .attention import (
-    CROSS_LAYER_ID,
-    HeadLinear,
-    RandomFeatureMap,
-    _AbcControl,
-    _Projections,
-    _guarded_softmax,
-    _softmax_attend,
-    abc_read,
-)
+from .abc_attention import CROSS_LAYER_ID, _AbcControl, _guarded_softmax, abc_read
+from .attention_base import _Projections
+from .linear_attention import HeadLinear, RandomFeatureMap
+from .softmax_attention import _softmax_attend
 
 
 class CrossAttention(_Projections):

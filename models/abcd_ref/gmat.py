@@ -20,7 +20,7 @@ matrix; they agree to rounding (models/tests/test_gmat.py, float64).
 import torch
 import torch.nn as nn
 
-from .attention import SoftmaxAttention, _softmax_attend
+from .softmax_attention import SoftmaxAttention, _softmax_attend
 
 
 def gmat_mask(main, memory, chunk, device=None, key_mask=None):

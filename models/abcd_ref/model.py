@@ -6,7 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import CROSS_LAYER_ID, ENCODER_LAYER_ID, make_self_attention
+from .abc_attention import CROSS_LAYER_ID, ENCODER_LAYER_ID
+from .attention import make_self_attention
 from .cross_attention import make_cross_attention
 from .txl_attention import TxlAttention
 from .gmat import make_gmat_stack

@@ -21,7 +21,7 @@ import math
 import torch
 import torch.nn as nn
 
-from .attention import SelfAttention
+from .attention_base import SelfAttention
 
 
 def relative_sinusoids(count, d_model):

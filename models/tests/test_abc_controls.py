@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from abcd_ref import ConfigError, LayerSpec, ModelConfig, build_model, export, load  # noqa: E402
-from abcd_ref.attention import block_log_control, cluster_ids  # noqa: E402
+from abcd_ref.abc_attention import block_log_control, cluster_ids  # noqa: E402
 from abcd_ref.config import AttentionSpec  # noqa: E402
 
 POSITION = {"type": "abc", "slots": 4, "control": "position", "max_positions": 48}

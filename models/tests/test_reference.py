@@ -16,13 +16,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from abcd_ref import ConfigError, LayerSpec, ModelConfig, build_model, export, load  # noqa: E402
-from abcd_ref.attention import (  # noqa: E402
-    ABCAttention,
-    _causal_mask,
-    abc_read,
-    abc_update,
-    make_self_attention,
-)
+from abcd_ref.abc_attention import ABCAttention, abc_read, abc_update  # noqa: E402
+from abcd_ref.attention import make_self_attention  # noqa: E402
+from abcd_ref.attention_base import _causal_mask  # noqa: E402
 from abcd_ref.cross_attention import make_cross_attention  # noqa: E402
 from abcd_ref.config import AttentionSpec  # noqa: E402
 from abcd_ref.model import sinusoidal_positions  # noqa: E402

@@ -17,7 +17,7 @@ import convert  # noqa: E402
 import evaluate  # noqa: E402
 import train  # noqa: E402
 from abcd_ref import AttentionSpec, LayerSpec, ModelConfig, build_model, export, load  # noqa: E402
-from abcd_ref.attention import ABCAttention  # noqa: E402
+from abcd_ref.abc_attention import ABCAttention  # noqa: E402
 
 
 class ChunkedAbc(unittest.TestCase):

@@ -7,8 +7,8 @@
   the recurrent layers. State: the KV cache (k, v [B, t, Hkv, hd]).
 - `AbcdLlamaForCausalLM` (model_type `abcd_llama`): HF Llama whose `abcd_layers` name each layer's
   attention: softmax (Llama's, with RoPE), or abcd's t2r / abc (exp control) applied to the Llama
-  q/k/v/o projections WITHOUT RoPE, with exactly the math of models/abcd_ref/attention.py (the
-  modules are reused: q scaled by 1/sqrt(head_dim) before the feature map / slot read). Extra
+  q/k/v/o projections WITHOUT RoPE, with exactly the math of models/abcd_ref/abc_attention.py and
+  linear_attention.py (the modules are reused: q scaled by 1/sqrt(head_dim) before the feature map / slot read). Extra
   tensors `self_attn.t2r.{weight [H, r, hd], bias [H, r]}` and `self_attn.control.{weight [H n, d],
   bias [H n]}`. models/FORMAT.md ("abcd_llama").
 Not thread-safe (plain torch modules).
@@ -17,7 +17,8 @@ Not thread-safe (plain torch modules).
 import torch
 from torch import nn
 
-from ..attention import ABCAttention, T2RAttention
+from ..abc_attention import ABCAttention
+from ..linear_attention import T2RAttention
 from .llama import LlamaAttention, LlamaForCausalLM
 from .skeleton import rope_inv_freq
 
