@@ -37,6 +37,9 @@ struct StateRef {
   float* fixed = nullptr;  // bounded state block (FixedFloats() floats), null for softmax
   KvCache* kv = nullptr;   // softmax cache, null for bounded types
   int64_t position = 0;    // index of this token in its sequence (KV row, window ring position)
+  // Speculative decoding (AttentionLayer::ForwardCausal only): where to copy the FixedFloats()
+  // floats of `fixed` once this row is folded in by every head; null: no copy.
+  float* checkpoint = nullptr;
 };
 
 // One token's projected key, value and type-specific extra columns (abc control logits,
