@@ -62,7 +62,7 @@ void DraftPacer::Observe(int drafted, int accepted) {
   if (accepted == 0) {
     ++misses_;
     current_ = std::max(1, current_ / 2);
-    skip_ = std::min(kMaxSkip, (1 << std::min(misses_, 7)) - 1);
+    skip_ = std::min(kMaxSkip, (1 << std::min(misses_, 5)) - 1);
     return;
   }
   misses_ = 0;

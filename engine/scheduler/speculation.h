@@ -47,7 +47,7 @@ std::vector<int32_t> ProposeNgramDraft(std::span<const int32_t> context, int k, 
 // where nothing is accepted costs a verify row now and then, not every step.
 class DraftPacer {
  public:
-  static constexpr int kMaxSkip = 64;
+  static constexpr int kMaxSkip = 16;
 
   explicit DraftPacer(int k = 0) : k_(k), current_(k) {}
 
