@@ -177,22 +177,29 @@ void AttentionLayer::ForwardCausal(CpuContext& ctx, const float* x, int64_t rows
     }
   }
   const int heads = state_->heads();
+  const bool checkpoints = state_->FixedFloats() > 0 &&
+                           std::any_of(states.begin(), states.end(),
+                                       [](const StateRef& s) { return s.checkpoint != nullptr; });
+  // Types whose heads own contiguous state ranges copy a checkpoint head by head in the scan.
+  const bool copy_heads = checkpoints && state_->HeadStateRange(0).second > 0;
   // The scan of `segments` (runs or parts of runs), one task per (segment, head).
   const auto scan = [&](std::span<const Run> segments) {
     ctx.pool().ParallelFor(static_cast<int64_t>(segments.size()) * heads, [&](int64_t task) {
       const Run& run = segments[static_cast<size_t>(task / heads)];
       const int h = static_cast<int>(task % heads);
       for (int64_t r = run.first; r < run.first + run.count; ++r) {
+        const StateRef& state = states[static_cast<size_t>(r)];
         const float* row = kernel_rows + r * width;
-        state_->UpdateHead(h, KeyValueAt(row, layout_.k), states[static_cast<size_t>(r)]);
-        state_->ReadHead(h, row, states[static_cast<size_t>(r)], attended + r * attended_width);
+        state_->UpdateHead(h, KeyValueAt(row, layout_.k), state);
+        state_->ReadHead(h, row, state, attended + r * attended_width);
+        if (copy_heads && state.checkpoint != nullptr) {
+          const auto [offset, floats] = state_->HeadStateRange(h);
+          std::copy_n(state.fixed + offset, floats, state.checkpoint + offset);
+        }
       }
     });
   };
-  const bool checkpoints = state_->FixedFloats() > 0 &&
-                           std::any_of(states.begin(), states.end(),
-                                       [](const StateRef& s) { return s.checkpoint != nullptr; });
-  if (!checkpoints) {
+  if (!checkpoints || copy_heads) {
     scan(runs);
   } else {
     ScanWithCheckpoints(runs, states, state_->FixedFloats(), scan);

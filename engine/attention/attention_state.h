@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -71,6 +72,10 @@ class AttentionState {
   virtual int64_t ExtraColumns() const { return 0; }
   // Writes the empty state.
   virtual void Init(float* fixed) const = 0;
+  // Where head `head`'s part of the fixed state lies ({offset, floats}) when every head owns one
+  // contiguous range that only its UpdateHead writes; {0, 0} (the default) otherwise. Lets a
+  // speculative checkpoint be copied head by head inside the scan instead of after it.
+  virtual std::pair<int64_t, int64_t> HeadStateRange(int head) const { return {0, 0}; }
   virtual int heads() const = 0;
 
   // Folds one token into head `head`'s part of the state. A KvCache's row `state.position`

@@ -325,7 +325,7 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
   std::vector<int64_t> positions(n);
   std::vector<int64_t> checkpoint_slot(n, -1);  // the row's checkpoint slot, -1: none
   absl::flat_hash_map<SequenceId, int64_t> next_position;
-  absl::flat_hash_map<SequenceId, int64_t> checkpoints;  // per sequence fed here
+  absl::flat_hash_map<SequenceId, int64_t> checkpoints;  // per sequence with checkpoint rows
   for (int64_t r = 0; r < n; ++r) {
     ABCD_RETURN_IF_ERROR(CheckToken(rows[r].token, config_.vocab_size, "token", r));
     states[r] = pool.Get(rows[r].sequence);
@@ -338,8 +338,7 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
     }
     auto [it, inserted] = next_position.try_emplace(rows[r].sequence, states[r]->position);
     positions[r] = it->second++;
-    int64_t& saved = checkpoints[rows[r].sequence];
-    if (rows[r].checkpoint) checkpoint_slot[r] = saved++;
+    if (rows[r].checkpoint) checkpoint_slot[r] = checkpoints[rows[r].sequence]++;
   }
   for (const auto& [sequence, end] : next_position) {
     ABCD_RETURN_IF_ERROR(pool.ReserveTokens(sequence, end));
@@ -347,8 +346,7 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
   for (const auto& [sequence, slots] : checkpoints) {
     ABCD_RETURN_IF_ERROR(pool.ReserveCheckpoints(sequence, slots));
   }
-  for (const auto& [sequence, slots] : checkpoints)
-    pool.Get(sequence)->checkpoint_positions.clear();
+  for (int64_t r = 0; r < n; ++r) states[r]->checkpoint_positions.clear();
   for (int64_t r = 0; r < n; ++r) {
     if (checkpoint_slot[r] >= 0) states[r]->checkpoint_positions.push_back(positions[r] + 1);
   }
