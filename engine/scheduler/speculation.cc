@@ -42,12 +42,20 @@ std::vector<int32_t> ProposeNgramDraft(std::span<const int32_t> context, int k, 
   if (k <= 0) return {};
   for (int64_t n = std::min<int64_t>(max_n, size - 1); n >= 1; --n) {
     const std::span<const int32_t> suffix = context.last(static_cast<size_t>(n));
-    // Latest first: an occurrence starting at `start` < size - n (not the suffix itself).
-    for (int64_t start = size - n - 1; start >= 0; --start) {
+    const int64_t length = n >= 3 ? k : n == 2 ? std::max(1, k / 2) : 1;
+    // Latest first (an occurrence starting at `start` < size - n, not the suffix itself); one
+    // so close to the end that fewer tokens follow it gives way to the latest that has
+    // `length` (in a run of one token, the latest match is followed by a single token).
+    int64_t best_from = -1, best_count = 0;
+    for (int64_t start = size - n - 1; start >= 0 && best_count < length; --start) {
       if (!std::equal(suffix.begin(), suffix.end(), context.begin() + start)) continue;
       const int64_t from = start + n;
-      const int64_t count = std::min<int64_t>(k, size - from);
-      return std::vector<int32_t>(context.begin() + from, context.begin() + from + count);
+      const int64_t count = std::min<int64_t>(length, size - from);
+      if (count > best_count) best_from = from, best_count = count;
+    }
+    if (best_count > 0) {
+      return std::vector<int32_t>(context.begin() + best_from,
+                                  context.begin() + best_from + best_count);
     }
   }
   return {};
@@ -57,16 +65,12 @@ void DraftPacer::Observe(int drafted, int accepted) {
   if (k_ <= 0) return;
   if (drafted == 0) {
     skip_ = std::max(0, skip_ - 1);
-    return;
-  }
-  if (accepted == 0) {
+  } else if (accepted == 0) {
     ++misses_;
-    current_ = std::max(1, current_ / 2);
-    skip_ = std::min(kMaxSkip, (1 << std::min(misses_, 5)) - 1);
-    return;
+    skip_ = std::min(kMaxSkip, (1 << std::min(misses_, 4)) - 1);
+  } else {
+    misses_ = 0;
   }
-  misses_ = 0;
-  current_ = accepted == drafted ? std::min(k_, current_ * 2) : std::min(k_, accepted + 1);
 }
 
 }  // namespace abcd

@@ -226,43 +226,56 @@ TEST(NgramDraft, LatestEarlierOccurrenceOfTheLongestSuffix) {
   // Suffix [1 2 3] occurred at 0 and 5; the latest (5) is followed by 9 8.
   const std::vector<int32_t> context = {1, 2, 3, 4, 0, 1, 2, 3, 9, 8, 1, 2, 3};
   EXPECT_EQ(ProposeNgramDraft(context, 2), (std::vector<int32_t>{9, 8}));
-  EXPECT_EQ(ProposeNgramDraft(context, 8), (std::vector<int32_t>{9, 8, 1, 2, 3}));
-  // No trigram match: the bigram [5 6] does, then the unigram.
-  EXPECT_EQ(ProposeNgramDraft(std::vector<int32_t>{5, 6, 7, 9, 5, 6}, 3),
-            (std::vector<int32_t>{7, 9, 5}));
-  EXPECT_EQ(ProposeNgramDraft(std::vector<int32_t>{4, 7, 1, 9, 4}, 2),
-            (std::vector<int32_t>{7, 1}));
+  // Only 5 tokens follow it: the earlier occurrence (0), followed by 8, gives the draft.
+  EXPECT_EQ(ProposeNgramDraft(context, 8), (std::vector<int32_t>{4, 0, 1, 2, 3, 9, 8, 1}));
+  EXPECT_EQ(ProposeNgramDraft(context, 5), (std::vector<int32_t>{9, 8, 1, 2, 3}));
+  // No trigram match: the bigram [5 6] does (k / 2 tokens), else the unigram (one token).
+  EXPECT_EQ(ProposeNgramDraft(std::vector<int32_t>{5, 6, 7, 9, 8, 5, 6}, 4),
+            (std::vector<int32_t>{7, 9}));
+  EXPECT_EQ(ProposeNgramDraft(std::vector<int32_t>{5, 6, 7, 9, 5, 6}, 1),
+            (std::vector<int32_t>{7}));
+  EXPECT_EQ(ProposeNgramDraft(std::vector<int32_t>{4, 7, 1, 9, 4}, 4), (std::vector<int32_t>{7}));
   // Nothing repeats, or nothing to draft.
   EXPECT_TRUE(ProposeNgramDraft(std::vector<int32_t>{1, 2, 3, 4}, 4).empty());
   EXPECT_TRUE(ProposeNgramDraft(std::vector<int32_t>{1}, 4).empty());
   EXPECT_TRUE(ProposeNgramDraft(std::vector<int32_t>{1, 1}, 0).empty());
-  // A run of one token drafts more of it.
-  EXPECT_EQ(ProposeNgramDraft(std::vector<int32_t>{7, 7, 7}, 4), (std::vector<int32_t>{7}));
+  // A run of one token: the latest match is followed by one token, an earlier one by more.
+  EXPECT_EQ(ProposeNgramDraft(std::vector<int32_t>{7, 7, 7, 7, 7}, 4),
+            (std::vector<int32_t>{7, 7}));
+  EXPECT_EQ(ProposeNgramDraft(std::vector<int32_t>{7, 7, 7, 7, 7, 7, 7, 7}, 4),
+            (std::vector<int32_t>{7, 7, 7, 7}));
+  // The latest occurrence wins when it has enough tokens after it: [1 2 3] at 4 (then 5 6),
+  // not at 0 (then 8 8).
+  EXPECT_EQ(ProposeNgramDraft(std::vector<int32_t>{1, 2, 3, 8, 1, 2, 3, 5, 6, 1, 2, 3}, 2),
+            (std::vector<int32_t>{5, 6}));
 }
 
-TEST(DraftPacer, GrowsOnAcceptanceAndBacksOffWhenNothingIsAccepted) {
+TEST(DraftPacer, BacksOffWhenNothingIsAccepted) {
   DraftPacer pacer(8);
   EXPECT_EQ(pacer.Budget(), 8);
   pacer.Observe(8, 2);
-  EXPECT_EQ(pacer.Budget(), 3);
-  pacer.Observe(3, 3);
-  EXPECT_EQ(pacer.Budget(), 6);
-  pacer.Observe(6, 0);  // first miss: k halves, one plain step
+  EXPECT_EQ(pacer.Budget(), 8);
+  pacer.Observe(8, 0);  // first miss: one plain step
   EXPECT_EQ(pacer.Budget(), 0);
   pacer.Observe(0, 0);
-  EXPECT_EQ(pacer.Budget(), 3);
+  EXPECT_EQ(pacer.Budget(), 8);
   pacer.Observe(3, 0);  // second miss in a row: three plain steps
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(pacer.Budget(), 0);
     pacer.Observe(0, 0);
   }
-  EXPECT_EQ(pacer.Budget(), 1);
-  for (int miss = 0; miss < 20; ++miss) {
+  EXPECT_EQ(pacer.Budget(), 8);
+  for (int miss = 0; miss < 20; ++miss) {  // at most kMaxSkip plain steps
     pacer.Observe(1, 0);
-    while (pacer.Budget() == 0) pacer.Observe(0, 0);
+    int plain = 0;
+    for (; pacer.Budget() == 0; ++plain) pacer.Observe(0, 0);
+    EXPECT_LE(plain, DraftPacer::kMaxSkip);
   }
   pacer.Observe(1, 1);  // an acceptance ends the back-off
-  EXPECT_EQ(pacer.Budget(), 2);
+  pacer.Observe(2, 0);
+  EXPECT_EQ(pacer.Budget(), 0);
+  pacer.Observe(0, 0);
+  EXPECT_EQ(pacer.Budget(), 8);
   EXPECT_EQ(DraftPacer().Budget(), 0);
 }
 
