@@ -1,7 +1,8 @@
 // Speculative decoding in the Executor on every decoder-only golden fixture (every attention
 // type the engine serves as a language model) and the bundled abc-lm-untrained: greedy and
 // seeded sampling give the same tokens, text, finish reasons and log-probabilities with
-// speculation on and off; stop strings, max_tokens, n > 1 and sessions behave alike; drafts are
+// speculation on and off; stop strings, max_tokens, EOS, n > 1, sessions and the prefix cache
+// (a resent conversation restoring a speculative request's final state) behave alike; drafts are
 // proposed and accepted (the observer's counters move). Plus the n-gram draft and its pacing.
 #include <gtest/gtest.h>
 
@@ -102,7 +103,7 @@ class SpeculativeExecutorTest : public ::testing::TestWithParam<std::string> {
     tokenizer_ = std::move(*tokenizer);
     ExecutorOptions options;
     options.model_name = "test-model";
-    options.prefix_cache_bytes = 0;
+    options.prefix_cache_bytes = 64 << 20;  // a resent conversation restores the final state
     auto plain = Executor::Create(*model_, *tokenizer_, options);
     ASSERT_TRUE(plain.ok()) << plain.status();
     plain_ = std::move(*plain);
@@ -171,6 +172,11 @@ TEST_P(SpeculativeExecutorTest, GreedyAndSeededSamplingAreIdenticalOnAndOff) {
   greedy.logprobs = 2;
   ExpectSame(greedy);
   ExpectSame(Request(40, 0.9f));
+  GenerationRequest eos = Request(40, 0.0f);  // EOS (if the model samples it) ends both alike
+  eos.ignore_eos = false;
+  ExpectSame(eos);
+  eos.sampling.temperature = 1.0f;
+  ExpectSame(eos);
   GenerationRequest penalised = Request(24, 0.7f);
   penalised.sampling.repetition_penalty = 1.3f;
   penalised.sampling.presence_penalty = 0.5f;
@@ -195,23 +201,59 @@ TEST_P(SpeculativeExecutorTest, StopsMaxTokensAndSessionsBehaveAsWithout) {
     ExpectSame(stopped);
   }
   for (int max_tokens : {1, 2, 3, 5, 7}) ExpectSame(Request(max_tokens, 0.0f));
-  // A saved session continues identically: its state ends where its tokens do.
-  GenerationRequest first = Request(13, 0.0f);
-  first.save_state = true;
+  // A saved session continues identically: its state ends where its tokens do, also when a stop
+  // string inside a verified draft ended it (the state goes back to that token).
+  std::vector<GenerationRequest> firsts = {Request(13, 0.0f)};
+  for (size_t at : {text.size() / 3, text.size() / 2, 2 * text.size() / 3}) {
+    if (text.size() <= 8) break;
+    firsts.push_back(Request(32, 0.0f));
+    firsts.back().stop = {text.substr(at, 3)};
+  }
+  for (GenerationRequest& first : firsts) {
+    first.save_state = true;
+    const std::vector<Output> plain_first = Run(*plain_, first);
+    const std::vector<Output> spec_first = Run(*spec_, first);
+    ASSERT_EQ(spec_first.size(), 1u);
+    ASSERT_FALSE(spec_first[0].saved_state.empty());
+    EXPECT_EQ(spec_first[0].tokens, plain_first[0].tokens);
+    EXPECT_EQ(spec_first[0].reason, plain_first[0].reason);
+    for (const std::string& blob : {plain_first[0].saved_state, spec_first[0].saved_state}) {
+      GenerationRequest next = Request(20, 0.0f);
+      next.prompt_token_ids = {5, 6, 7};
+      next.resume_state = blob;
+      const std::vector<Output> plain = Run(*plain_, next);
+      const std::vector<Output> spec = Run(*spec_, next);
+      ASSERT_EQ(plain.size(), 1u);
+      ASSERT_EQ(spec.size(), 1u);
+      EXPECT_TRUE(plain[0].status.ok()) << plain[0].status;
+      EXPECT_EQ(spec[0].tokens, plain[0].tokens);
+      EXPECT_EQ(spec[0].text, plain[0].text);
+    }
+  }
+}
+
+// The prefix cache keeps a finished request's final state; a client resending the conversation
+// (prompt + output + more) restores it. After a speculative request that state must be the one
+// its tokens give (rolled back to the last kept row), so the continuation matches.
+TEST_P(SpeculativeExecutorTest, ResentConversationContinuesFromTheCachedFinalState) {
+  const GenerationRequest first = Request(12, 0.0f);
   const std::vector<Output> plain_first = Run(*plain_, first);
   const std::vector<Output> spec_first = Run(*spec_, first);
   ASSERT_EQ(spec_first.size(), 1u);
-  ASSERT_FALSE(spec_first[0].saved_state.empty());
-  EXPECT_EQ(spec_first[0].tokens, plain_first[0].tokens);
-  for (const std::string& blob : {plain_first[0].saved_state, spec_first[0].saved_state}) {
-    GenerationRequest next = Request(20, 0.0f);
-    next.prompt_token_ids = {5, 6, 7};
-    next.resume_state = blob;
-    const std::vector<Output> plain = Run(*plain_, next);
-    const std::vector<Output> spec = Run(*spec_, next);
-    EXPECT_EQ(spec[0].tokens, plain[0].tokens);
-    EXPECT_EQ(spec[0].text, plain[0].text);
-  }
+  ASSERT_EQ(spec_first[0].tokens, plain_first[0].tokens);
+  GenerationRequest resent = Request(16, 0.0f);
+  resent.prompt_token_ids.insert(resent.prompt_token_ids.end(), spec_first[0].tokens.begin(),
+                                 spec_first[0].tokens.end());
+  resent.prompt_token_ids.push_back(5);
+  Collector plain_events, spec_events;
+  ASSERT_TRUE(plain_->Enqueue(resent, plain_events.Callback()).ok());
+  ASSERT_TRUE(spec_->Enqueue(resent, spec_events.Callback()).ok());
+  const std::vector<GenerationEvent> plain = plain_events.Wait();
+  const std::vector<GenerationEvent> spec = spec_events.Wait();
+  // Beyond the first prompt (whose own snapshot ends before its last token): the final state.
+  EXPECT_GT(spec.back().cached_prompt_tokens, static_cast<int>(first.prompt_token_ids.size()) + 1)
+      << "the final state was not reused";
+  EXPECT_EQ(Outputs(spec, 1)[0].tokens, Outputs(plain, 1)[0].tokens);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeExecutorTest, ::testing::ValuesIn(DecoderFixtures()),
