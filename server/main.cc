@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/core/status_macros.h"
+#include "engine/scheduler/speculation.h"
 #include "server/chat/chat_template.h"
 #include "server/core/body_budget.h"
 #include "server/core/log.h"
@@ -103,6 +104,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   options.model_name = served->name;  // written into the model's session blobs
   if (served->kind == ModelKind::kLanguageModel) {
     options.prefix_cache_bytes = config.prefix_cache_mb << 20;
+    ABCD_ASSIGN_OR_RETURN(options.speculative,
+                          ParseSpeculativeFlag(config.speculative, "--speculative"));
   }
   options.observer = metrics.AddModel(served->name, served->state_bytes_per_sequence);
   for (const auto& [tensor, count] : served->model->non_finite_tensors()) {

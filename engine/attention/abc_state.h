@@ -40,6 +40,9 @@ class AbcState final : public AttentionState {
         max_positions_(max_positions),
         position_table_(std::move(position_table)) {}
   int64_t FixedFloats() const override;
+  std::pair<int64_t, int64_t> HeadStateRange(int head) const override {
+    return {head * HeadFloats(), HeadFloats()};
+  }
   int64_t ExtraColumns() const override;
   void Init(float* fixed) const override;
   int heads() const override { return n_heads_; }

@@ -1,5 +1,6 @@
 #include "engine/attention/attention_layer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/container/inlined_vector.h"
@@ -126,6 +127,37 @@ absl::InlinedVector<Run, 64> SplitRuns(std::span<const StateRef> states) {
   return runs;
 }
 
+// Scans `runs` with `scan` (one call per phase) so that rows with a checkpoint have their
+// state (`floats` floats) copied once every head has folded them in.
+template <typename Scan>
+void ScanWithCheckpoints(std::span<const Run> runs, std::span<const StateRef> states,
+                         int64_t fixed_floats, const Scan& scan) {
+  // Every head must have folded a checkpoint's row before its state is copied, so runs are cut
+  // after each checkpoint row and scanned in phases: phase p scans every run's p-th segment,
+  // then copies the states of the segments that end at a checkpoint. A run without checkpoints
+  // is one segment, scanned in the first phase.
+  std::vector<std::vector<Run>> phases;
+  for (const Run& run : runs) {
+    size_t phase = 0;
+    int64_t first = run.first;
+    const int64_t end = run.first + run.count;
+    for (int64_t r = run.first; r < end; ++r) {
+      if (states[static_cast<size_t>(r)].checkpoint == nullptr && r + 1 < end) continue;
+      if (phases.size() <= phase) phases.emplace_back();
+      phases[phase++].push_back({first, r + 1 - first});
+      first = r + 1;
+    }
+  }
+  const size_t floats = static_cast<size_t>(fixed_floats);
+  for (const std::vector<Run>& segments : phases) {
+    scan(segments);
+    for (const Run& segment : segments) {
+      const StateRef& last = states[static_cast<size_t>(segment.first + segment.count - 1)];
+      if (last.checkpoint != nullptr) std::copy_n(last.fixed, floats, last.checkpoint);
+    }
+  }
+}
+
 }  // namespace
 
 void AttentionLayer::ForwardCausal(CpuContext& ctx, const float* x, int64_t rows,
@@ -145,15 +177,33 @@ void AttentionLayer::ForwardCausal(CpuContext& ctx, const float* x, int64_t rows
     }
   }
   const int heads = state_->heads();
-  ctx.pool().ParallelFor(static_cast<int64_t>(runs.size()) * heads, [&](int64_t task) {
-    const Run& run = runs[static_cast<size_t>(task / heads)];
-    const int h = static_cast<int>(task % heads);
-    for (int64_t r = run.first; r < run.first + run.count; ++r) {
-      const float* row = kernel_rows + r * width;
-      state_->UpdateHead(h, KeyValueAt(row, layout_.k), states[static_cast<size_t>(r)]);
-      state_->ReadHead(h, row, states[static_cast<size_t>(r)], attended + r * attended_width);
-    }
-  });
+  const bool checkpoints = state_->FixedFloats() > 0 &&
+                           std::any_of(states.begin(), states.end(),
+                                       [](const StateRef& s) { return s.checkpoint != nullptr; });
+  // Types whose heads own contiguous state ranges copy a checkpoint head by head in the scan.
+  const bool copy_heads = checkpoints && state_->HeadStateRange(0).second > 0;
+  // The scan of `segments` (runs or parts of runs), one task per (segment, head).
+  const auto scan = [&](std::span<const Run> segments) {
+    ctx.pool().ParallelFor(static_cast<int64_t>(segments.size()) * heads, [&](int64_t task) {
+      const Run& run = segments[static_cast<size_t>(task / heads)];
+      const int h = static_cast<int>(task % heads);
+      for (int64_t r = run.first; r < run.first + run.count; ++r) {
+        const StateRef& state = states[static_cast<size_t>(r)];
+        const float* row = kernel_rows + r * width;
+        state_->UpdateHead(h, KeyValueAt(row, layout_.k), state);
+        state_->ReadHead(h, row, state, attended + r * attended_width);
+        if (copy_heads && state.checkpoint != nullptr) {
+          const auto [offset, floats] = state_->HeadStateRange(h);
+          std::copy_n(state.fixed + offset, floats, state.checkpoint + offset);
+        }
+      }
+    });
+  };
+  if (!checkpoints || copy_heads) {
+    scan(runs);
+  } else {
+    ScanWithCheckpoints(runs, states, state_->FixedFloats(), scan);
+  }
   state_->FinishRows(ctx, kernel_rows, rows, attended);
   cpu::Linear(attended, rows, out_, out_bias_or_null(), out, &ctx.pool());
 }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -37,6 +38,9 @@ struct StateRef {
   float* fixed = nullptr;  // bounded state block (FixedFloats() floats), null for softmax
   KvCache* kv = nullptr;   // softmax cache, null for bounded types
   int64_t position = 0;    // index of this token in its sequence (KV row, window ring position)
+  // Speculative decoding (AttentionLayer::ForwardCausal only): where to copy the FixedFloats()
+  // floats of `fixed` once this row is folded in by every head; null: no copy.
+  float* checkpoint = nullptr;
 };
 
 // One token's projected key, value and type-specific extra columns (abc control logits,
@@ -68,6 +72,10 @@ class AttentionState {
   virtual int64_t ExtraColumns() const { return 0; }
   // Writes the empty state.
   virtual void Init(float* fixed) const = 0;
+  // Where head `head`'s part of the fixed state lies ({offset, floats}) when every head owns one
+  // contiguous range that only its UpdateHead writes; {0, 0} (the default) otherwise. Lets a
+  // speculative checkpoint be copied head by head inside the scan instead of after it.
+  virtual std::pair<int64_t, int64_t> HeadStateRange(int head) const { return {0, 0}; }
   virtual int heads() const = 0;
 
   // Folds one token into head `head`'s part of the state. A KvCache's row `state.position`

@@ -26,6 +26,9 @@ class LinearState final : public AttentionState {
   // `gated`: the first n_heads extra projection columns are gate logits (rfa with gate).
   LinearState(int n_heads, int head_dim, std::unique_ptr<FeatureMap> phi, bool gated, float eps);
   int64_t FixedFloats() const override;
+  std::pair<int64_t, int64_t> HeadStateRange(int head) const override {
+    return {head * HeadFloats(), HeadFloats()};
+  }
   int64_t ExtraColumns() const override { return gated_ ? n_heads_ : 0; }
   void Init(float* fixed) const override;
   int heads() const override { return n_heads_; }

@@ -47,6 +47,14 @@ class CpuBackend final : public DecodeBackend {
   absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) override {
     return model_.Decode(context_, rows, pool_, logits);
   }
+  // Checkpoints are copies of the fixed block (the KV caches are cut back by length).
+  bool checkpoints_supported() const override { return true; }
+  int64_t CheckpointBytes(int slots) const override {
+    return slots * model_.state_layout().FixedBytes();
+  }
+  absl::Status Rollback(SequenceId id, int checkpoint) override {
+    return pool_.Rollback(id, checkpoint);
+  }
 
  private:
   const Model& model_;

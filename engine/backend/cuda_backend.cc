@@ -265,6 +265,10 @@ absl::Status CudaBackend::Decode(std::span<const DecodeRow> rows, std::vector<fl
     }
     run_slots.push_back(it->second);
     for (int64_t r = run.first_row; r < run.first_row + run.rows; ++r) {
+      if (rows[r].checkpoint) {
+        return absl::UnimplementedError(absl::StrCat(
+            "rows[", r, "].checkpoint: the CUDA backend does not keep state checkpoints"));
+      }
       if (rows[r].token < 0 || rows[r].token >= config.vocab_size) {
         return absl::InvalidArgumentError(absl::StrCat("rows[", r, "].token = ", rows[r].token,
                                                        " is outside the vocabulary [0, ",

@@ -15,6 +15,10 @@ absl::Status NoSnapshots(const DecodeBackend& backend) {
 absl::StatusOr<std::string> DecodeBackend::Snapshot(SequenceId) const { return NoSnapshots(*this); }
 absl::StatusOr<SequenceId> DecodeBackend::Restore(absl::string_view) { return NoSnapshots(*this); }
 absl::Status DecodeBackend::CheckSnapshot(absl::string_view) const { return NoSnapshots(*this); }
+absl::Status DecodeBackend::Rollback(SequenceId, int) {
+  return absl::UnimplementedError(absl::StrCat(
+      "the ", name(), " backend does not keep state checkpoints (speculative decoding)"));
+}
 
 absl::StatusOr<std::vector<SequenceRun>> SplitIntoSequenceRuns(std::span<const DecodeRow> rows) {
   std::vector<SequenceRun> runs;

@@ -89,6 +89,19 @@ class DecodeBackend {
   // appends the logits of the rows with want_logits, in row order, vocab_size floats each.
   virtual absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) = 0;
 
+  // Speculative decoding: whether Decode() honours DecodeRow::checkpoint (the state after such a
+  // row is saved into the sequence's next checkpoint slot) and Rollback() puts one back, so a
+  // verify pass over k draft rows can end exactly as if only the accepted ones had been fed.
+  // A backend without it refuses checkpoint rows and Rollback with UNIMPLEMENTED (naming
+  // itself); the Executor then decodes without speculation.
+  virtual bool checkpoints_supported() const { return false; }
+  // Bytes `slots` checkpoints of one sequence take; admission adds them to RequestBytes().
+  virtual int64_t CheckpointBytes(int slots) const { return 0; }
+  // `id`'s state as after the row of checkpoint `checkpoint` of its last Decode call (slots in
+  // row order), in O(state bytes); the later checkpoints of that call stay valid for another
+  // Rollback to an earlier one. OUT_OF_RANGE for a checkpoint that call did not write.
+  virtual absl::Status Rollback(SequenceId id, int checkpoint);
+
   // Optional decode fast path: feeds each row's token to its sequence (one row per sequence)
   // and samples the next token where the logits are, so only token ids come back (the CUDA
   // backend: device sampling, CUDA graphs). Appends one id per row, in row order.

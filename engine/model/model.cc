@@ -323,7 +323,9 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
   // Validate everything and reserve KV pages before touching any state.
   std::vector<SequenceState*> states(n);
   std::vector<int64_t> positions(n);
+  std::vector<int64_t> checkpoint_slot(n, -1);  // the row's checkpoint slot, -1: none
   absl::flat_hash_map<SequenceId, int64_t> next_position;
+  absl::flat_hash_map<SequenceId, int64_t> checkpoints;  // per sequence with checkpoint rows
   for (int64_t r = 0; r < n; ++r) {
     ABCD_RETURN_IF_ERROR(CheckToken(rows[r].token, config_.vocab_size, "token", r));
     states[r] = pool.Get(rows[r].sequence);
@@ -336,9 +338,17 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
     }
     auto [it, inserted] = next_position.try_emplace(rows[r].sequence, states[r]->position);
     positions[r] = it->second++;
+    if (rows[r].checkpoint) checkpoint_slot[r] = checkpoints[rows[r].sequence]++;
   }
   for (const auto& [sequence, end] : next_position) {
     ABCD_RETURN_IF_ERROR(pool.ReserveTokens(sequence, end));
+  }
+  for (const auto& [sequence, slots] : checkpoints) {
+    ABCD_RETURN_IF_ERROR(pool.ReserveCheckpoints(sequence, slots));
+  }
+  for (int64_t r = 0; r < n; ++r) states[r]->checkpoint_positions.clear();
+  for (int64_t r = 0; r < n; ++r) {
+    if (checkpoint_slot[r] >= 0) states[r]->checkpoint_positions.push_back(positions[r] + 1);
   }
 
   float* x = ctx.Buffer(Scratch::kResidual, n * d);
@@ -346,11 +356,16 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
   float* delta = ctx.Buffer(Scratch::kDelta, n * d);
   for (int64_t r = 0; r < n; ++r) Embed(rows[r].token, positions[r], x + r * d);
   std::vector<StateRef> refs(n);
-  auto bind = [&](const StateLayout::Slot& slot) {
+  const int64_t fixed_floats = static_cast<int64_t>(layout_.initial_fixed.size());
+  auto bind = [&](const StateLayout::Slot& slot, bool self) {
     for (int64_t r = 0; r < n; ++r) {
       SequenceState& s = *states[r];
+      float* checkpoint =
+          self && checkpoint_slot[r] >= 0 && slot.fixed_floats > 0
+              ? s.checkpoints.data() + checkpoint_slot[r] * fixed_floats + slot.fixed_offset
+              : nullptr;
       refs[r] = {s.fixed.data() + slot.fixed_offset,
-                 slot.kv_index >= 0 ? &s.kv[slot.kv_index] : nullptr, positions[r]};
+                 slot.kv_index >= 0 ? &s.kv[slot.kv_index] : nullptr, positions[r], checkpoint};
     }
     return std::span<const StateRef>(refs);
   };
@@ -360,7 +375,7 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
     if (config_.norm == Norm::kPost) {
       // Post-LN (Transformer-XL; decoder models only): x = ln1(x + attn(x)), then
       // x = ln2(x + ffn(x)).
-      block.self_attention->ForwardCausal(ctx, x, n, bind(layout_.self[l]), delta);
+      block.self_attention->ForwardCausal(ctx, x, n, bind(layout_.self[l], true), delta);
       cpu::AddInPlace(x, delta, n * d);
       cpu::LayerNorm(x, n, d, block.ln1_weight.data(), block.ln1_bias.data(), eps, normed);
       FeedForward(ctx, block, normed, n, delta);
@@ -369,12 +384,12 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
       continue;
     }
     Normalize(x, n, block.ln1_weight, block.ln1_bias, normed);
-    block.self_attention->ForwardCausal(ctx, normed, n, bind(layout_.self[l]), delta);
+    block.self_attention->ForwardCausal(ctx, normed, n, bind(layout_.self[l], true), delta);
     cpu::AddInPlace(x, delta, n * d);
     if (block.cross_attention) {
       cpu::LayerNorm(x, n, d, block.ln_cross_weight.data(), block.ln_cross_bias.data(), eps,
                      normed);
-      block.cross_attention->ForwardCross(ctx, normed, n, bind(layout_.cross[l]), delta);
+      block.cross_attention->ForwardCross(ctx, normed, n, bind(layout_.cross[l], false), delta);
       cpu::AddInPlace(x, delta, n * d);
     }
     Normalize(x, n, block.ln2_weight, block.ln2_bias, normed);

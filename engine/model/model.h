@@ -29,6 +29,9 @@ struct DecodeRow {
   SequenceId sequence = 0;
   int32_t token = 0;
   bool want_logits = false;  // return the next-token logits after this row
+  // Speculative decoding: save the sequence's state after this row into its next checkpoint
+  // slot (slot i for the sequence's i-th such row of the call), for StatePool::Rollback.
+  bool checkpoint = false;
 };
 
 struct ModelLoadOptions {
@@ -67,7 +70,9 @@ class Model {
                       StatePool& pool) const;
 
   // Folds `rows` into their sequences' states and appends the logits of the rows with
-  // want_logits (in row order) to `logits`, vocab_size floats each. On error no state changed.
+  // want_logits (in row order) to `logits`, vocab_size floats each. Rows with `checkpoint` save
+  // the state after them (StatePool::ReserveCheckpoints, Rollback); every sequence fed here
+  // forgets its earlier checkpoints. On error no state changed.
   absl::Status Decode(CpuContext& ctx, std::span<const DecodeRow> rows, StatePool& pool,
                       std::vector<float>* logits) const;
 

@@ -16,6 +16,7 @@
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/executor.h"
+#include "engine/scheduler/speculation.h"
 #include "engine/scheduler/text_stream.h"
 
 namespace abcd {
@@ -81,6 +82,15 @@ struct ActiveRequest {
   bool preceding_sent = false;  // GenerationEvent::preceding_token_ids went out
   int64_t chunk_start = 0;      // where this step's prefill rows began
   int64_t chunk_rows = 0;       // prefill rows this step (0: a decode row, or none)
+
+  // Speculative decoding (speculation.h): on when `speculative` is enabled (its checkpoint
+  // bytes are in reserved_bytes). `draft`: the tokens this step verifies after pending_token;
+  // `rollback_row`: while accepting them, the verify row whose state the tokens accepted so far
+  // correspond to (-1: the state is already right), which Finish restores before it saves.
+  SpeculativeParams speculative;
+  DraftPacer pacer;
+  std::vector<int32_t> draft;
+  int rollback_row = -1;
 
   std::vector<Beam> beams;  // beam path (beam_size > 1)
   std::vector<Beam> finished_beams;

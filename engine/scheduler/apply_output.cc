@@ -4,6 +4,7 @@
 // then what follows from a token: text, events, finishing (state release, session save, final
 // state into the prefix cache).
 #include <algorithm>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -48,6 +49,7 @@ void ContinuousBatchingExecutor::ApplyOutput(const IterationPlan& plan,
     return;
   }
   StoreDueSnapshots();
+  for (const PlannedDraft& draft : plan.drafts) running_[draft.request]->draft = draft.tokens;
   for (size_t i = 0; i < plan.rows.size(); ++i) {
     batch_sequences += i == 0 || plan.rows[i].sequence != plan.rows[i - 1].sequence;
   }
@@ -85,7 +87,7 @@ void ContinuousBatchingExecutor::RouteLogits(ActiveRequest& r, std::span<const f
       for (size_t c = first; c < choices->size(); ++c) Sample(*(*choices)[c], logits);
     }
   } else {
-    Sample(r, logits);
+    SampleDecode(r, logits);
   }
 }
 
@@ -102,12 +104,49 @@ void ContinuousBatchingExecutor::RecordToken(ActiveRequest& r) {
   r.last_token = now;
 }
 
-void ContinuousBatchingExecutor::Sample(ActiveRequest& r, std::span<const float> logits) {
+int32_t ContinuousBatchingExecutor::Sample(ActiveRequest& r, std::span<const float> logits) {
   const int32_t token = r.sampler->Sample(logits, r.context);
   if (r.request.logprobs >= 0) {
     r.token_logprobs = ComputeLogprobs(logits, token, r.request.logprobs, &logprob_scratch_);
   }
   Accept(r, token);
+  return token;
+}
+
+void ContinuousBatchingExecutor::SampleDecode(ActiveRequest& r, std::span<const float> logits) {
+  if (r.draft.empty()) {
+    Sample(r, logits);
+    r.pacer.Observe(0, 0);
+    return;
+  }
+  // Row i's logits follow the pending token and drafts [0, i): the sampler runs on each in
+  // order, exactly as plain decoding would on those tokens, and a drafted token counts only if
+  // the sampler returns it (with a deterministic draft this is the rejection-sampling rule).
+  const std::vector<int32_t> draft = std::move(r.draft);
+  r.draft.clear();
+  const int drafted = static_cast<int>(draft.size());
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  int accepted = 0;
+  for (int row = 0; row <= drafted; ++row) {
+    r.rollback_row = row < drafted ? row : -1;  // the state to keep ends after this row
+    const int32_t token = Sample(r, logits.subspan(static_cast<size_t>(row) * vocab, vocab));
+    const bool match = row < drafted && token == draft[static_cast<size_t>(row)];
+    accepted += match ? 1 : 0;
+    if (r.done || !match) break;
+  }
+  if (!r.done) {
+    if (absl::Status status = RollBack(r); !status.ok()) {
+      Finish(r, status, FinishReason::kLength);
+    }
+  }
+  r.pacer.Observe(drafted, accepted);
+  if (options_.observer != nullptr) options_.observer->OnSpeculation(drafted, accepted);
+}
+
+absl::Status ContinuousBatchingExecutor::RollBack(ActiveRequest& r) {
+  const int row = std::exchange(r.rollback_row, -1);
+  if (row < 0 || !r.has_sequence) return absl::OkStatus();
+  return backend_->Rollback(r.sequence, row);
 }
 
 void ContinuousBatchingExecutor::ScorePrompt(ActiveRequest& r, std::span<const float> logits) {
@@ -280,6 +319,10 @@ void ContinuousBatchingExecutor::Finish(ActiveRequest& r, absl::Status status, F
     prefix_cache_.ClearPending(std::span(r.prompt_ids).first(r.snapshot_end_at));
     r.snapshot_end_at = 0;
   }
+  // Speculation: a token inside a verified draft ended r; its state goes back to that token
+  // (for the session blob and the prefix cache; a failed request's state is only released).
+  if (!status.ok()) r.rollback_row = -1;
+  if (absl::Status rolled = RollBack(r); !rolled.ok()) status = rolled;
   GenerationEvent event;
   if (status.ok() && r.request.save_state) {
     absl::StatusOr<std::string> saved = SaveSession(r);
@@ -366,6 +409,8 @@ bool ContinuousBatchingExecutor::ForkChoices(ActiveRequest& r,
     choice->sequence = forks[i - 1];
     choice->has_sequence = true;
     choice->prefilled = r.prefilled;
+    choice->speculative = r.speculative;
+    choice->pacer = DraftPacer(r.speculative.enabled() ? r.speculative.k : 0);
     choice->sampler = std::make_unique<Sampler>(choice->request.sampling);
     choice->text =
         std::make_unique<TextStream>(tokenizer_, choice->request.stop, choice->prompt_ids);

@@ -407,6 +407,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::unique_ptr<Decod
   if (!(options.prefill_step_share > 0 && options.prefill_step_share <= 16)) {
     return absl::InvalidArgumentError("prefill_step_share must be in (0, 16]");
   }
+  ABCD_RETURN_IF_ERROR(ValidateSpeculativeParams(options.speculative, "speculative"));
   return std::unique_ptr<Executor>(
       new executor_internal::ContinuousBatchingExecutor(std::move(backend), tokenizer, options));
 }

@@ -111,7 +111,13 @@ class ContinuousBatchingExecutor final : public Executor {
   // n > 1, after the prompt: forks the other choices off r (which becomes choice 0). They are
   // appended to `out`; false (and r finished) when a fork fails.
   bool ForkChoices(ActiveRequest& r, std::vector<std::unique_ptr<ActiveRequest>>* out);
-  void Sample(ActiveRequest& r, std::span<const float> logits);
+  // Samples r's next token from one row of logits (and its log-probabilities) and accepts it.
+  int32_t Sample(ActiveRequest& r, std::span<const float> logits);
+  // A decode step's logits: one row, or with a draft (speculation) one per verify row, sampled
+  // in order while the draft agrees; the state then goes back to the last row kept.
+  void SampleDecode(ActiveRequest& r, std::span<const float> logits);
+  // Speculation: puts r's state back to verify row r.rollback_row (if any) and clears it.
+  absl::Status RollBack(ActiveRequest& r);
   // request.prompt_logprobs: scores the prompt tokens this step's prefill rows predict.
   void ScorePrompt(ActiveRequest& r, std::span<const float> logits);
   // Moves what the next event carries besides tokens (log-probabilities) into `event`.

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "engine/scheduler/batch_planner.h"
 #include "engine/scheduler/finish_reason.h"
 #include "engine/scheduler/prefix_cache.h"
+#include "engine/scheduler/speculation.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace abcd {
@@ -65,6 +67,9 @@ struct GenerationRequest {
   // Decoder-only, n = 1, no session: the prompt's tokens scored too (OpenAI's echo with
   // logprobs), on the first event; the prefix cache is not used for such a request.
   bool prompt_logprobs = false;
+  // Speculative decoding (speculation.h); unset: ExecutorOptions::speculative. Decoding
+  // without beam search on a backend with checkpoints (the CPU); elsewhere plain decoding.
+  std::optional<SpeculativeParams> speculative;
 };
 
 // What one choice of a request produced since its previous event. A choice's last event has
@@ -132,6 +137,8 @@ class ExecutorObserver {
   virtual void OnTokensGenerated(int tokens) {}
   virtual void OnRequestFinished(const absl::Status& status, int prompt_tokens,
                                  int completion_tokens, double seconds) {}
+  // A speculative verify step: `drafted` tokens proposed, `accepted` of them kept.
+  virtual void OnSpeculation(int drafted, int accepted) {}
 };
 
 struct ExecutorOptions {
@@ -162,6 +169,8 @@ struct ExecutorOptions {
   // Decoder-only: state snapshots of prompt prefixes kept for reuse (prefix_cache.h), in bytes;
   // 0 turns the cache off. Outputs are identical with and without it.
   int64_t prefix_cache_bytes = 0;
+  // The speculative decoding of requests that do not choose (off by default).
+  SpeculativeParams speculative;
   std::string model_name;                // written into saved session blobs
   ExecutorObserver* observer = nullptr;  // not owned; may be null
 };

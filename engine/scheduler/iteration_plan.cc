@@ -1,5 +1,9 @@
 #include "engine/scheduler/iteration_plan.h"
 
+#include <algorithm>
+
+#include "engine/scheduler/speculation.h"
+
 namespace abcd {
 namespace executor_internal {
 namespace {
@@ -9,6 +13,27 @@ int64_t PrefillUntil(const ActiveRequest& r) {
   if (r.snapshot_at > r.prefilled) return r.snapshot_at;
   if (r.snapshot_end_at > r.prefilled) return r.snapshot_end_at;
   return static_cast<int64_t>(r.prompt_ids.size());
+}
+
+// r's decode row, and after it the draft's rows when r speculates and a draft is found: every
+// row but the last saves a checkpoint (DecodeBackend::Rollback). Drafts stop one token short of
+// max_tokens, so a verify step never feeds a token that plain decoding would not.
+void PlanDraft(const ActiveRequest& r, size_t owner, IterationPlan& plan) {
+  std::vector<int32_t> draft;
+  if (r.speculative.enabled()) {
+    const int remaining = r.request.max_tokens - r.generated_tokens();
+    const int k = std::min(r.pacer.Budget(), remaining - 1);
+    if (k > 0) draft = ProposeNgramDraft(r.context, k);
+  }
+  const bool speculate = !draft.empty();
+  plan.rows.push_back({r.sequence, r.pending_token, true, speculate});
+  plan.row_owners.push_back(owner);
+  if (!speculate) return;
+  for (size_t i = 0; i < draft.size(); ++i) {
+    plan.rows.push_back({r.sequence, draft[i], true, i + 1 < draft.size()});
+    plan.row_owners.push_back(owner);
+  }
+  plan.drafts.push_back({owner, std::move(draft)});
 }
 
 // One decode token per running sequence whose prompt is in.
@@ -27,8 +52,7 @@ void PlanDecodeRows(std::span<const std::unique_ptr<ActiveRequest>> running, boo
         plan.row_owners.push_back(i);
       }
     } else {
-      plan.rows.push_back({r.sequence, r.pending_token, true});
-      plan.row_owners.push_back(i);
+      PlanDraft(r, i, plan);
     }
   }
   plan.decode_rows = static_cast<int64_t>(plan.rows.size() + plan.sampled_rows.size());

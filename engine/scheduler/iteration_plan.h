@@ -3,7 +3,8 @@
 //   PlanIteration(running, params) -> IterationPlan   what to run (this file; no backend)
 //   the backend's DecodeAndSample / Decode calls       run it
 //   ApplyOutput(plan, output)                          route tokens and logits (apply_output.cc)
-// Rows, in order: one decode row per sampling request (or one per beam), then prefill chunks of
+// Rows, in order: one decode row per sampling request (or one per beam; a request with
+// speculation that has a draft: 1 + its draft's length, speculation.h), then prefill chunks of
 // the prompts under this iteration's token budget. Decode rows whose next token the backend
 // samples itself (no host-side penalty or log-probabilities need their logits) are kept apart.
 // Owners are indices into the `running` list the plan was made from.
@@ -31,6 +32,13 @@ struct PlannedChunk {
   int64_t tokens = 0;
 };
 
+// Speculative decoding: running[request] verifies `tokens` after its pending token this
+// iteration (its rows: the pending token, then the drafts, all with logits).
+struct PlannedDraft {
+  size_t request = 0;
+  std::vector<int32_t> tokens;
+};
+
 struct IterationPlan {
   // Rows whose logits come back (want_logits) or that only fold a prompt token, in row order:
   // the decode rows (a beam search request has one per beam), then the prefill chunks' rows.
@@ -42,6 +50,7 @@ struct IterationPlan {
   std::vector<SampledRow> sampled_rows;
   std::vector<size_t> sampled_owners;
   std::vector<PlannedChunk> chunks;
+  std::vector<PlannedDraft> drafts;
   int64_t decode_rows = 0;  // decode rows of both kinds (the rest of `rows` are prompt rows)
 
   bool empty() const { return rows.empty() && sampled_rows.empty(); }

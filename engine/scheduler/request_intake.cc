@@ -47,6 +47,9 @@ absl::Status RequestIntake::Validate(const GenerationRequest& request) const {
                                                      config_.vocab_size, ")"));
     }
   }
+  if (request.speculative.has_value()) {
+    ABCD_RETURN_IF_ERROR(ValidateSpeculativeParams(*request.speculative, "speculative"));
+  }
   if (request.beam_size < 1 || request.beam_size > kMaxBeamSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("beam_size must be in [1, ", kMaxBeamSize, "], got ", request.beam_size));
@@ -187,6 +190,17 @@ absl::StatusOr<std::unique_ptr<ActiveRequest>> RequestIntake::Prepare(
   }
   ABCD_RETURN_IF_ERROR(bytes.status());
   r->reserved_bytes = *bytes;
+  // Speculation pays for its checkpoints up front; a request they do not fit decodes plainly
+  // (drafts stop short of max_tokens, so they need no token beyond it).
+  const SpeculativeParams speculative = r->request.speculative.value_or(options_.speculative);
+  if (speculative.enabled() && r->request.beam_size == 1 && backend_.checkpoints_supported()) {
+    const int64_t checkpoints = sequences * backend_.CheckpointBytes(speculative.k);
+    if (r->reserved_bytes + checkpoints <= backend_.capacity_bytes()) {
+      r->reserved_bytes += checkpoints;
+      r->speculative = speculative;
+      r->pacer = DraftPacer(speculative.k);
+    }
+  }
   r->group = std::make_shared<ChoiceGroup>();
   r->group->callback = std::move(callback);
   r->group->n = r->request.n;

@@ -1,5 +1,6 @@
 #include "engine/state/state_pool.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -43,7 +44,7 @@ StatePool::StatePool(StateLayout layout, int64_t budget_bytes)
 int64_t StatePool::ChargedBytes(const SequenceState& state) const {
   int64_t bytes = layout_.FixedBytes();
   for (const KvCache& kv : state.kv) bytes += kv.capacity() * layout_.KvBytesPerToken();
-  return bytes;
+  return bytes + static_cast<int64_t>(state.checkpoints.size()) * 4;
 }
 
 SequenceId StatePool::Insert(std::unique_ptr<SequenceState> state, int64_t bytes) {
@@ -74,18 +75,27 @@ void StatePool::Release(SequenceId id) {
   const auto it = sequences_.find(id);
   if (it == sequences_.end()) return;
   bytes_in_use_ -= ChargedBytes(*it->second);
+  checkpoint_bytes_ -= static_cast<int64_t>(it->second->checkpoints.size()) * 4;
   sequences_.erase(it);
 }
 
 absl::StatusOr<SequenceId> StatePool::Fork(SequenceId id) {
   const SequenceState* source = Get(id);
   if (source == nullptr) return NotFound(id);
-  const int64_t bytes = ChargedBytes(*source);
+  // The fork starts without checkpoints (they are the source's speculation, not its state).
+  const int64_t bytes =
+      ChargedBytes(*source) - static_cast<int64_t>(source->checkpoints.size()) * 4;
   if (bytes_in_use_ + bytes > budget_bytes_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("state pool full: cannot fork a sequence of ", bytes, " bytes"));
   }
-  return Insert(std::make_unique<SequenceState>(*source), bytes);
+  auto fork = std::make_unique<SequenceState>();
+  fork->position = source->position;
+  fork->source_length = source->source_length;
+  fork->encoded = source->encoded;
+  fork->fixed = source->fixed;
+  fork->kv = source->kv;
+  return Insert(std::move(fork), bytes);
 }
 
 absl::Status StatePool::Grow(SequenceId id, bool cross, int64_t rows) {
@@ -119,6 +129,47 @@ absl::Status StatePool::ReserveTokens(SequenceId id, int64_t tokens) {
 
 absl::Status StatePool::ReserveSource(SequenceId id, int64_t source_tokens) {
   return Grow(id, /*cross=*/true, source_tokens);
+}
+
+absl::Status StatePool::ReserveCheckpoints(SequenceId id, int64_t slots) {
+  SequenceState* state = Get(id);
+  if (state == nullptr) return NotFound(id);
+  const int64_t floats = slots * static_cast<int64_t>(layout_.initial_fixed.size());
+  const int64_t extra_bytes = (floats - static_cast<int64_t>(state->checkpoints.size())) * 4;
+  if (extra_bytes <= 0) return absl::OkStatus();
+  if (bytes_in_use_ + extra_bytes > budget_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "state pool full: ", slots, " state checkpoints need ", extra_bytes, " more bytes"));
+  }
+  state->checkpoints.resize(static_cast<size_t>(floats));
+  bytes_in_use_ += extra_bytes;
+  checkpoint_bytes_ += extra_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status StatePool::Rollback(SequenceId id, int64_t checkpoint) {
+  SequenceState* state = Get(id);
+  if (state == nullptr) return NotFound(id);
+  const int64_t saved = static_cast<int64_t>(state->checkpoint_positions.size());
+  if (checkpoint < 0 || checkpoint >= saved) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "sequence ", id, " has ", saved, " checkpoints from its last decode, not ", checkpoint));
+  }
+  const int64_t position = state->checkpoint_positions[static_cast<size_t>(checkpoint)];
+  const int64_t floats = static_cast<int64_t>(layout_.initial_fixed.size());
+  const float* saved_fixed = state->checkpoints.data() + checkpoint * floats;
+  // Cross-attention memory does not change while decoding: only self-attention slots go back.
+  for (const StateLayout::Slot& slot : layout_.self) {
+    if (slot.kv_index >= 0) {
+      KvCache& kv = state->kv[static_cast<size_t>(slot.kv_index)];
+      kv.length = std::min(kv.length, position);
+      continue;
+    }
+    std::copy_n(saved_fixed + slot.fixed_offset, slot.fixed_floats,
+                state->fixed.data() + slot.fixed_offset);
+  }
+  state->position = position;
+  return absl::OkStatus();
 }
 
 SequenceState* StatePool::Get(SequenceId id) {

@@ -6,7 +6,12 @@
 // pool of B bytes admits B / FixedBytes() bounded sequences, and softmax models pay for every
 // token they keep; the two are directly comparable.
 //
-// Acquire/Release/Fork/Snapshot/Restore cost O(state bytes). Not thread-safe: one owner
+// Speculative decoding keeps checkpoints: copies of a sequence's fixed block taken after chosen
+// rows of a Decode call (Model::Decode writes them), charged to the same budget; Rollback() puts
+// one back (and cuts the KV caches to its position), so a sequence ends exactly as if only the
+// rows up to that one had been fed.
+//
+// Acquire/Release/Fork/Snapshot/Restore/Rollback cost O(state bytes). Not thread-safe: one owner
 // (the engine loop) drives it; others read published copies of its counters.
 #pragma once
 
@@ -50,6 +55,10 @@ struct SequenceState {
   bool encoded = false;       // cross-attention memory built
   std::vector<float> fixed;
   std::vector<KvCache> kv;
+  // Speculative decoding: checkpoint slots of fixed-block size each (reserved, charged), and the
+  // positions of those the last Decode call that fed this sequence wrote, in row order.
+  std::vector<float> checkpoints;
+  std::vector<int64_t> checkpoint_positions;
 };
 
 class StatePool {
@@ -87,6 +96,15 @@ class StatePool {
   // RESOURCE_EXHAUSTED (and no change) when the budget does not allow it.
   absl::Status ReserveTokens(SequenceId id, int64_t tokens);
   absl::Status ReserveSource(SequenceId id, int64_t source_tokens);
+  // Grows the sequence's checkpoint slots to at least `slots` (never shrinks them; they are freed
+  // with the sequence). RESOURCE_EXHAUSTED (and no change) when the budget does not allow it.
+  absl::Status ReserveCheckpoints(SequenceId id, int64_t slots);
+  // Puts checkpoint `checkpoint` of the last Decode call back: the self-attention parts of the
+  // fixed block, the self KV caches' length and the position, as after that checkpoint's row.
+  // NOT_FOUND for an unknown id, OUT_OF_RANGE for a checkpoint that call did not write. The
+  // checkpoints stay valid until the sequence's next Decode, so a later Rollback may go to an
+  // earlier one.
+  absl::Status Rollback(SequenceId id, int64_t checkpoint);
 
   SequenceState* Get(SequenceId id);
   const SequenceState* Get(SequenceId id) const;
@@ -95,9 +113,13 @@ class StatePool {
   int64_t budget_bytes() const { return budget_bytes_; }
   int64_t bytes_in_use() const { return bytes_in_use_; }
   // The KvCache (softmax layers) share of bytes_in_use().
-  int64_t kv_bytes_in_use() const { return bytes_in_use_ - size() * layout_.FixedBytes(); }
+  int64_t kv_bytes_in_use() const {
+    return bytes_in_use_ - size() * layout_.FixedBytes() - checkpoint_bytes_;
+  }
+  // The checkpoint slots' share of bytes_in_use().
+  int64_t checkpoint_bytes_in_use() const { return checkpoint_bytes_; }
   int64_t size() const { return static_cast<int64_t>(sequences_.size()); }
-  // Bytes charged to one sequence: fixed block plus reserved KvCache pages.
+  // Bytes charged to one sequence: fixed block plus reserved KvCache pages and checkpoint slots.
   absl::StatusOr<int64_t> SequenceBytes(SequenceId id) const;
 
  private:
@@ -111,6 +133,7 @@ class StatePool {
   StateLayout layout_;
   int64_t budget_bytes_;
   int64_t bytes_in_use_ = 0;
+  int64_t checkpoint_bytes_ = 0;
   SequenceId next_id_ = 1;
   absl::flat_hash_map<SequenceId, std::unique_ptr<SequenceState>> sequences_;
 };

@@ -15,6 +15,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/ops/packed_matrix.h"
 #include "engine/scheduler/batch_planner.h"
+#include "engine/scheduler/speculation.h"
 #include "nlohmann/json.hpp"
 #include "server/core/arguments.h"
 
@@ -60,6 +61,7 @@ const std::set<std::string> kValued = {"config",
                                        "max_session_bytes",
                                        "prefix_cache_mb",
                                        "max_choices",
+                                       "speculative",
                                        "chat_template"};
 
 absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
@@ -153,6 +155,7 @@ std::string ServerUsage() {
          "  [--kv_cache_format bf16|f32] [--session_store memory|redis://HOST:PORT[/DB]]\n"
          "  [--session_ttl_s S] [--session_store_mb MB] [--max_session_bytes N]\n"
          "  [--prefix_cache_mb MB] [--max_choices N] [--chat_template FILE|MODEL=FILE[,...]]\n"
+         "  [--speculative off|ngram|ngram:K]\n"
          "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
 }
 
@@ -262,6 +265,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   ABCD_ASSIGN_OR_RETURN(c.prefix_cache_mb,
                         Ranged(args, "prefix_cache_mb", c.prefix_cache_mb, 0, int64_t{1} << 24));
   ABCD_ASSIGN_OR_RETURN(c.max_choices, Ranged(args, "max_choices", c.max_choices, 1, 1024));
+  c.speculative = args.String("speculative", c.speculative);
+  ABCD_RETURN_IF_ERROR(ParseSpeculativeFlag(c.speculative, "--speculative").status());
   for (const absl::string_view entry :
        absl::StrSplit(args.String("chat_template", ""), ',', absl::SkipEmpty())) {
     const size_t eq = entry.find('=');

@@ -63,6 +63,8 @@ struct ServerConfig {
   int64_t max_session_bytes = int64_t{64} << 20;
   int64_t prefix_cache_mb = 256;  // per decoder-only model; 0 turns the prefix cache off
   int max_choices = 16;           // largest n of a completion
+  // Speculative decoding of language-model requests that do not choose: off, ngram or ngram:K.
+  std::string speculative = "off";
   // --chat_template: a Jinja chat template file per language model name ("" key: every model
   // not named), used instead of the one in its tokenizer_config.json (server/chat/).
   std::map<std::string, std::string> chat_templates;

@@ -68,6 +68,21 @@ absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRe
   out.sampling.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
   std::sort(out.sampling.logit_bias.begin(), out.sampling.logit_bias.end());
   out.stop.assign(in.stop().begin(), in.stop().end());
+  if (in.has_speculative()) {
+    const abcd::v1::SpeculativeDecoding& spec = in.speculative();
+    if (spec.mode() != "ngram" && spec.mode() != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("speculative.mode must be \"ngram\" or \"off\", got \"",
+                       spec.mode().substr(0, 64), "\""));
+    }
+    SpeculativeParams params;
+    params.mode = spec.mode() == "ngram" ? SpeculativeMode::kNgram : SpeculativeMode::kOff;
+    if (spec.has_k()) params.k = spec.k();
+    if (absl::Status status = ValidateSpeculativeParams(params, "speculative"); !status.ok()) {
+      return status;
+    }
+    out.speculative = params;
+  }
   out.deadline = deadline;
   return out;
 }

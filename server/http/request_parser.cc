@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -284,6 +285,27 @@ absl::Status ReadSampling(const json& object, SamplingParams* sampling) {
   return absl::OkStatus();
 }
 
+// "speculative": {"mode": "ngram" | "off", "k": 1..kMaxSpeculativeTokens (default 4)}.
+absl::Status ReadSpeculative(const json& object, std::optional<SpeculativeParams>* out) {
+  const json* value = Field(object, "speculative");
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_object()) {
+    return FieldError("speculative", "an object ({\"mode\": \"ngram\", \"k\": 4})", *value);
+  }
+  SpeculativeParams params;
+  const json* mode = Field(*value, "mode");
+  if (mode == nullptr) return absl::InvalidArgumentError("speculative.mode is required");
+  if (!mode->is_string() || (*mode != "ngram" && *mode != "off")) {
+    return FieldError("speculative.mode", "\"ngram\" or \"off\"", *mode);
+  }
+  params.mode = *mode == "ngram" ? SpeculativeMode::kNgram : SpeculativeMode::kOff;
+  if (absl::Status s = ReadInt(*value, "k", 1, kMaxSpeculativeTokens, &params.k); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("speculative.", s.message()));
+  }
+  *out = params;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
@@ -320,6 +342,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   if (absl::Status s = ReadInt(o, "n", 1, limits.max_choices, &g.n); !s.ok()) return s;
   if (absl::Status s = RequireOne(o, "best_of"); !s.ok()) return s;
   if (absl::Status s = ReadSessionId(o, &request.session_id); !s.ok()) return s;
+  if (absl::Status s = ReadSpeculative(o, &g.speculative); !s.ok()) return s;
   if (!request.session_id.empty() && g.n > 1) {
     return absl::InvalidArgumentError("n: must be 1 with a session");
   }

@@ -52,7 +52,8 @@ struct TranslateRequest {
 // n (1..max_choices; must be 1 with a session); best_of must be 1 when given; logprobs (0..20 ->
 // generation.logprobs); echo (bool; not with n > 1 or a session; with logprobs it sets
 // generation.prompt_logprobs and max_tokens may be 0); stream_options ({"include_usage": bool},
-// only with stream); ignore_eos (bool) and session_id ("new" or an id) are extensions. Sampling
+// only with stream); ignore_eos (bool), session_id ("new" or an id) and speculative
+// ({"mode": "ngram" | "off", "k": 1..16} -> generation.speculative) are extensions. Sampling
 // fields are also checked with ValidateSamplingParams (messages use the JSON names).
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
                                                          const ParseLimits& limits);

@@ -103,6 +103,15 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     if (prompt_tokens > 0) instruments_.prompt_tokens->Increment(prompt_tokens);
     instruments_.request_duration->Observe(seconds);
   }
+  void OnSpeculation(int drafted, int accepted) override {
+    if (speculative_drafted == nullptr) return;
+    if (drafted > 0) speculative_drafted->Increment(drafted);
+    if (accepted > 0) speculative_accepted->Increment(accepted);
+  }
+  // This model's speculative decoding counters (labelled with its name), set by AddModel before
+  // the model's engine runs.
+  prometheus::Counter* speculative_drafted = nullptr;
+  prometheus::Counter* speculative_accepted = nullptr;
 
   struct Totals {
     int64_t running_sequences = 0;
@@ -258,6 +267,17 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                                    "evicted (none; an evicted snapshot had covered some), "
                                    "miss.")
                                .Register(registry);
+  speculative_drafted_ = &prometheus::BuildCounter()
+                              .Name("abcd_speculative_draft_tokens_total")
+                              .Help("Draft tokens verified by speculative decoding, per model.")
+                              .Register(registry);
+  speculative_accepted_ =
+      &prometheus::BuildCounter()
+           .Name("abcd_speculative_accepted_tokens_total")
+           .Help(
+               "Draft tokens speculative decoding kept (the sampler returned them), per model; "
+               "over abcd_speculative_draft_tokens_total: the acceptance rate.")
+           .Register(registry);
 }
 
 ServerMetrics::~ServerMetrics() = default;
@@ -299,6 +319,8 @@ ExecutorObserver* ServerMetrics::AddModel(const std::string& model_name,
   const prometheus::Labels labels = {{"model", Utf8OrQuestionMarks(model_name)}};
   state_bytes_per_sequence_->Add(labels).Set(static_cast<double>(state_bytes_per_sequence));
   models_.push_back(std::make_unique<ModelObserver>(instruments_));
+  models_.back()->speculative_drafted = &speculative_drafted_->Add(labels);
+  models_.back()->speculative_accepted = &speculative_accepted_->Add(labels);
   ModelObserver::PrefixCacheSeries& series = models_.back()->prefix_cache;
   series.bytes = &prefix_cache_bytes_->Add(labels);
   series.entries = &prefix_cache_entries_->Add(labels);

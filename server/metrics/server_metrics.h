@@ -23,6 +23,8 @@
 //                                                   last_token (PrefixCacheCounters)
 //   abcd_prefix_cache_lookups_total{model,outcome}     counter } outcome: hit, partial, evicted,
 //                                                   miss
+//   abcd_speculative_draft_tokens_total{model}    counter  observers: OnSpeculation (tokens
+//   abcd_speculative_accepted_tokens_total{model} counter  drafted / kept by speculative decoding)
 //
 // Registry and exposition are prometheus-cpp's (prometheus::Registry, TextSerializer); every
 // handle is resolved at start-up. Every {kind,status} pair is registered up front, so
@@ -131,6 +133,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* prefix_cache_evictions_ = nullptr;
   prometheus::Family<prometheus::Counter>* prefix_cache_misses_ = nullptr;
   prometheus::Family<prometheus::Counter>* prefix_cache_lookups_ = nullptr;
+  prometheus::Family<prometheus::Counter>* speculative_drafted_ = nullptr;
+  prometheus::Family<prometheus::Counter>* speculative_accepted_ = nullptr;
 
   mutable absl::Mutex mu_;  // AddModel/AddRenderHook vs Render; never held by an observer
   std::vector<std::unique_ptr<ModelObserver>> models_ ABSL_GUARDED_BY(mu_);

@@ -48,13 +48,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                        : !message.prompt().empty() ||
                                                              !message.prompt_token_ids().empty() ||
                                                              !message.session_id().empty();
+  // speculative: mode "ngram" (k unset or in [1, 16]) or "off".
+  const abcd::v1::SpeculativeDecoding& speculative = message.speculative();
+  const bool bad_speculative =
+      message.has_speculative() &&
+      (speculative.mode() == "ngram"
+           ? speculative.has_k() && (speculative.k() < 1 || speculative.k() > 16)
+           : speculative.mode() != "off");
   if (!request.ok()) {
     ABCD_FUZZ_CHECK(request.status().code() == absl::StatusCode::kInvalidArgument);
     ABCD_FUZZ_CHECK(message.max_tokens() < 0 || message.n() < 0 || bad_ids || bad_messages ||
-                    (message.n() > 1 && !message.session_id().empty()));
+                    bad_speculative || (message.n() > 1 && !message.session_id().empty()));
     return 0;
   }
-  ABCD_FUZZ_CHECK(!bad_messages);
+  ABCD_FUZZ_CHECK(!bad_messages && !bad_speculative);
+  ABCD_FUZZ_CHECK(request->speculative.has_value() == message.has_speculative());
   ABCD_FUZZ_CHECK(request->prompt == message.prompt() && request->source.empty());
   ABCD_FUZZ_CHECK(request->prompt_token_ids.size() ==
                   static_cast<size_t>(message.prompt_token_ids_size()));

@@ -64,6 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const std::string& stop : g.stop) ABCD_FUZZ_CHECK(!stop.empty());
   // What the executor checks again at Enqueue: the door must not let through what it refuses.
   ABCD_FUZZ_CHECK(abcd::ValidateSamplingParams(g.sampling).ok());
+  ABCD_FUZZ_CHECK(!g.speculative.has_value() ||
+                  abcd::ValidateSpeculativeParams(*g.speculative, "speculative").ok());
 #endif
   return 0;
 }

@@ -89,6 +89,8 @@ TEST(ServerMetrics, ExportsTheWholeContract) {
       {"abcd_prefix_cache_evictions_total", "counter"},
       {"abcd_prefix_cache_miss_tokens_total", "counter"},
       {"abcd_prefix_cache_lookups_total", "counter"},
+      {"abcd_speculative_draft_tokens_total", "counter"},
+      {"abcd_speculative_accepted_tokens_total", "counter"},
   };
   int type_lines = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -147,6 +149,22 @@ TEST(ServerMetrics, PrefixCacheLookupsAndMissesByLabel) {
   EXPECT_EQ(SampleValue(text, miss + "\"evicted\"}"), "30");
   EXPECT_EQ(SampleValue(text, miss + "\"not_cached\"}"), "11");
   EXPECT_EQ(SampleValue(text, miss + "\"last_token\"}"), "9");
+}
+
+// Speculative decoding: drafted and kept tokens per model, moved by OnSpeculation.
+TEST(ServerMetrics, SpeculativeTokensPerModel) {
+  ServerMetrics metrics;
+  ExecutorObserver* lm = metrics.AddModel("abc-lm", 4096);
+  metrics.AddModel("abc-lm-untrained", 1024);
+  std::string text = metrics.Render();
+  EXPECT_EQ(SampleValue(text, "abcd_speculative_draft_tokens_total{model=\"abc-lm\"}"), "0");
+  lm->OnSpeculation(4, 3);
+  lm->OnSpeculation(2, 0);
+  text = metrics.Render();
+  EXPECT_EQ(SampleValue(text, "abcd_speculative_draft_tokens_total{model=\"abc-lm\"}"), "6");
+  EXPECT_EQ(SampleValue(text, "abcd_speculative_accepted_tokens_total{model=\"abc-lm\"}"), "3");
+  EXPECT_EQ(SampleValue(text, "abcd_speculative_draft_tokens_total{model=\"abc-lm-untrained\"}"),
+            "0");
 }
 
 // The prefix cache's figures per model: gauges from the latest stats, counters following the
@@ -344,6 +362,7 @@ TEST(ServerMetrics, ExpositionForReferenceParser) {
   odd->OnToken(0.25);
   lm->OnTokensGenerated(16);
   lm->OnRequestFinished(absl::OkStatus(), 5, 16, 0.31);
+  lm->OnSpeculation(4, 2);
   odd->OnTokensGenerated(2);
   odd->OnRequestFinished(absl::DeadlineExceededError("late"), 9, 2, 75);
   metrics.CountRequest("generate", "ok");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -108,6 +109,43 @@ TEST(RequestParser, MinPPenaltiesAndLogitBias) {
 
 // Issue 26: max_tokens 0 is allowed only to score a prompt (echo with logprobs); the error
 // says so instead of only the range.
+// Issue 27: "speculative": {"mode": "ngram" | "off", "k": 1..16}; errors name the field.
+TEST(RequestParser, SpeculativeModeAndK) {
+  http::ParseLimits limits;
+  absl::StatusOr<http::CompletionRequest> request = http::ParseCompletionRequest(
+      R"({"prompt": "hi", "speculative": {"mode": "ngram", "k": 6}})", limits);
+  ASSERT_TRUE(request.ok()) << request.status();
+  ASSERT_TRUE(request->generation.speculative.has_value());
+  EXPECT_EQ(request->generation.speculative->mode, SpeculativeMode::kNgram);
+  EXPECT_EQ(request->generation.speculative->k, 6);
+  request =
+      http::ParseCompletionRequest(R"({"prompt": "hi", "speculative": {"mode": "ngram"}})", limits);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->generation.speculative->k, 4);
+  request =
+      http::ParseCompletionRequest(R"({"prompt": "hi", "speculative": {"mode": "off"}})", limits);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_FALSE(request->generation.speculative->enabled());
+  request = http::ParseCompletionRequest(R"({"prompt": "hi"})", limits);
+  EXPECT_FALSE(request->generation.speculative.has_value());  // the server's default
+  const std::vector<std::pair<const char*, const char*>> bad = {
+      {R"({"mode": "ngram", "k": 0})", "speculative.k must be an integer in [1, 16], got 0"},
+      {R"({"mode": "ngram", "k": 17})", "speculative.k must be an integer in [1, 16], got 17"},
+      {R"({"mode": "ngram", "k": 2.5})", "speculative.k must be an integer"},
+      {R"({"mode": "eagle"})", "speculative.mode must be \"ngram\" or \"off\""},
+      {R"({"k": 4})", "speculative.mode is required"},
+      {R"("ngram")", "speculative must be an object"},
+  };
+  for (const auto& [value, message] : bad) {
+    const absl::Status status =
+        http::ParseCompletionRequest(
+            std::string(R"({"prompt": "hi", "speculative": )") + value + "}", limits)
+            .status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << value;
+    EXPECT_NE(status.message().find(message), std::string::npos) << status;
+  }
+}
+
 TEST(RequestParser, MaxTokensZeroSaysWhenItIsAllowed) {
   http::ParseLimits limits;
   const absl::Status zero =

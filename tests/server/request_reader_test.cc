@@ -68,6 +68,32 @@ TEST(RequestConversion, MinPPenaltiesAndLogitBias) {
   EXPECT_TRUE(out->sampling.logit_bias.empty());
 }
 
+// Issue 27: GenerateRequest.speculative (field 11): unset is the server's default; mode and k
+// are checked, errors naming the field.
+TEST(RequestConversion, SpeculativeDecoding) {
+  abcd::v1::GenerateRequest in;
+  in.set_prompt("hi");
+  absl::StatusOr<GenerationRequest> out = ToGenerationRequest(in, absl::InfiniteFuture());
+  ASSERT_TRUE(out.ok());
+  EXPECT_FALSE(out->speculative.has_value());
+  in.mutable_speculative()->set_mode("ngram");
+  out = ToGenerationRequest(in, absl::InfiniteFuture());
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->speculative->enabled());
+  EXPECT_EQ(out->speculative->k, 4);
+  in.mutable_speculative()->set_k(16);
+  EXPECT_EQ(ToGenerationRequest(in, absl::InfiniteFuture())->speculative->k, 16);
+  in.mutable_speculative()->set_k(17);
+  EXPECT_EQ(ToGenerationRequest(in, absl::InfiniteFuture()).status(),
+            absl::InvalidArgumentError("speculative.k must be in [1, 16], got 17"));
+  in.mutable_speculative()->set_mode("draft-model");
+  EXPECT_EQ(ToGenerationRequest(in, absl::InfiniteFuture()).status(),
+            absl::InvalidArgumentError(
+                "speculative.mode must be \"ngram\" or \"off\", got \"draft-model\""));
+  in.mutable_speculative()->set_mode("off");
+  EXPECT_FALSE(ToGenerationRequest(in, absl::InfiniteFuture())->speculative->enabled());
+}
+
 // messages (a conversation the service renders) exclude prompt, prompt_token_ids and sessions.
 TEST(RequestConversion, MessagesAreOneOfThePromptsAndNeedNoSession) {
   abcd::v1::GenerateRequest in;

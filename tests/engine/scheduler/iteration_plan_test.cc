@@ -49,6 +49,53 @@ TEST(IterationPlan, NothingRunningPlansNothing) {
   EXPECT_EQ(plan.prompt_rows(), 0);
 }
 
+// Speculation: the decode row, then the n-gram draft's rows (logits on all, a checkpoint after
+// all but the last), in one sequence's consecutive rows next to a plain request's row; the
+// draft stops one token short of max_tokens, and a request backing off gets a plain row.
+TEST(IterationPlan, SpeculatingRequestVerifiesItsDraft) {
+  std::vector<std::unique_ptr<ActiveRequest>> running;
+  auto spec = Request(5, 4, 4);  // prompt 100 101 102 103, then generated 100 101 102
+  spec->context.insert(spec->context.end(), {100, 101, 102});
+  spec->pending_token = 102;
+  spec->request.max_tokens = 16;
+  spec->speculative = {SpeculativeMode::kNgram, 4};
+  spec->pacer = DraftPacer(4);
+  running.push_back(std::move(spec));
+  running.push_back(Decoding(6, 42));
+  IterationPlan plan = PlanIteration(running, Tokens(8));
+  // Last tokens 100 101 102 occurred at the start, followed by 103 100 101 102.
+  ASSERT_EQ(plan.rows.size(), 6u);
+  const std::vector<int32_t> tokens = {102, 103, 100, 101, 102};
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    EXPECT_EQ(plan.rows[i].sequence, 5);
+    EXPECT_EQ(plan.rows[i].token, tokens[i]);
+    EXPECT_TRUE(plan.rows[i].want_logits);
+    EXPECT_EQ(plan.rows[i].checkpoint, i + 1 < tokens.size()) << i;
+  }
+  EXPECT_EQ(plan.rows[5].sequence, 6);
+  EXPECT_FALSE(plan.rows[5].checkpoint);
+  EXPECT_EQ(plan.row_owners, (std::vector<size_t>{0, 0, 0, 0, 0, 1}));
+  ASSERT_EQ(plan.drafts.size(), 1u);
+  EXPECT_EQ(plan.drafts[0].request, 0u);
+  EXPECT_EQ(plan.drafts[0].tokens, (std::vector<int32_t>{103, 100, 101, 102}));
+  EXPECT_EQ(plan.decode_rows, 6);
+
+  // Three tokens left: a draft of two (the step then yields at most three).
+  running[0]->request.max_tokens = 6;
+  plan = PlanIteration(running, Tokens(8));
+  ASSERT_EQ(plan.drafts.size(), 1u);
+  EXPECT_EQ(plan.drafts[0].tokens, (std::vector<int32_t>{103, 100}));
+  // One token left, or backing off: a plain row.
+  running[0]->request.max_tokens = 4;
+  EXPECT_TRUE(PlanIteration(running, Tokens(8)).drafts.empty());
+  running[0]->request.max_tokens = 16;
+  running[0]->pacer.Observe(4, 0);
+  plan = PlanIteration(running, Tokens(8));
+  EXPECT_TRUE(plan.drafts.empty());
+  EXPECT_EQ(plan.rows.size(), 2u);
+  EXPECT_FALSE(plan.rows[0].checkpoint);
+}
+
 TEST(IterationPlan, OneDecodeRowPerSequenceAndOnePerBeam) {
   std::vector<std::unique_ptr<ActiveRequest>> running;
   running.push_back(Decoding(7, 42));
