@@ -6,10 +6,11 @@
 #
 # Both variants build the same code with the README's script (deploy/scripts/setup.sh build),
 # only the targets they ship (TARGETS, no test suites), and run it as uid 1000 with the bundled
-# models. The cuda variant's builder has nvcc, but the image does not ship the CUDA backend plugin
-# yet (engine/CUDA.md: not yet run on a GPU), so both variants serve on the CPU engine
-# (`--device auto` falls back and logs why). No `# syntax=` directive: the engine's built-in
-# Dockerfile frontend builds it, so an offline build needs only the base images.
+# models. The cuda variant's builder has nvcc and so also builds the CUDA backend plugin (the
+# server's backend factory depends on it), but the image does not ship it yet (engine/CUDA.md:
+# not yet run on a GPU), so both variants serve on the CPU engine (`--device auto` falls back).
+# No `# syntax=` directive: the engine's built-in Dockerfile frontend builds it, so an offline
+# build needs only the base images (and the distribution's package mirror).
 #
 # The ENTRYPOINT makes abcd-server write its bound ports to /tmp/abcd-ports.json; the
 # HEALTHCHECK reads the gRPC port from there, so it follows --grpc_port or --config.
