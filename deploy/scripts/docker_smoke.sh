@@ -48,9 +48,10 @@ port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 start() {
   step="$1: docker run"
   shift
-  container="abcd-smoke-$$-${RANDOM}"
-  docker run -d --name "$container" --network host --stop-timeout "$stop_timeout" "$image" "$@" \
+  local name="abcd-smoke-$$-${RANDOM}"
+  docker run -d --name "$name" --network host --stop-timeout "$stop_timeout" "$image" "$@" \
     >/dev/null || fail
+  container="$name"
   step="${step%: *}: health status healthy within ${health_timeout} s"
   local status="" started=$SECONDS deadline=$((SECONDS + health_timeout))
   while ((SECONDS < deadline)); do
