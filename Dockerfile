@@ -1,14 +1,19 @@
-# syntax=docker/dockerfile:1
 # abcd-server images. Exact commands and options: deploy/README.md.
 #
 #   docker build -t abcd:0.1.0-cpu .                                   # CPU: Debian 12
 #   docker build -t abcd:0.1.0-cuda --build-arg VARIANT=cuda .         # CUDA 12.6, Ubuntu 24.04
 #   docker run --rm --stop-timeout 45 -p 50051:50051 -p 8080:8080 abcd:0.1.0-cpu
 #
-# Both variants build the same code with the README's script (deploy/scripts/setup.sh build)
-# and run it as uid 1000 with the bundled models. The cuda variant's builder has nvcc and builds
-# the CUDA backend plugin (engine/CUDA.md: not yet run on a GPU), but the image does not ship it
-# yet, so both variants serve on the CPU engine (`--device auto` falls back and logs why).
+# Both variants build the same code with the README's script (deploy/scripts/setup.sh build),
+# only the targets they ship (TARGETS, no test suites), and run it as uid 1000 with the bundled
+# models. The cuda variant's builder has nvcc and so also builds the CUDA backend plugin (the
+# server's backend factory depends on it), but the image does not ship it yet (engine/CUDA.md:
+# not yet run on a GPU), so both variants serve on the CPU engine (`--device auto` falls back).
+# No `# syntax=` directive: the engine's built-in Dockerfile frontend builds it, so an offline
+# build needs only the base images (and the distribution's package mirror).
+#
+# The ENTRYPOINT makes abcd-server write its bound ports to /tmp/abcd-ports.json; the
+# HEALTHCHECK reads the gRPC port from there, so it follows --grpc_port or --config.
 #
 # Checked offline by tests/deploy (ctest -R deploy): stages, pins, user, ports, health check,
 # and the final stage's COPY layout run against a real build of abcd-server.
@@ -28,12 +33,15 @@ FROM nvidia/cuda:${CUDA_VERSION}-devel-${CUDA_UBUNTU} AS build-cuda
 ENV CUDAARCHS="80;86;89;90"
 
 FROM build-${VARIANT} AS build
+# The CMake targets the runtime stage copies (abcd_sentencepiece is the tokenizer plugin,
+# build/bin/libabcd_sentencepiece.so).
+ARG TARGETS="abcd-server abcd-client abcd-cli abcd_sentencepiece"
 WORKDIR /src
 COPY . .
-# setup.sh installs the build packages (libhiredis-dev among them). The runtime stage installs
-# exactly the packages that own the libraries these binaries load (libhiredis with the Redis
-# session store).
-RUN deploy/scripts/setup.sh build \
+# setup.sh installs the build packages (libhiredis-dev among them) and builds TARGETS only,
+# without the test suites. The runtime stage installs exactly the packages that own the
+# libraries these binaries load (libhiredis with the Redis session store).
+RUN TARGETS="${TARGETS}" BUILD_TESTS=OFF deploy/scripts/setup.sh build \
  && deploy/docker/runtime-packages.sh build/server/abcd-server build/server/abcd-client \
       build/server/abcd-cli build/bin/libabcd_sentencepiece.so > /runtime-packages.txt \
  && cat /runtime-packages.txt
@@ -74,8 +82,11 @@ EXPOSE 50051 8080
 # SIGTERM drains: in-flight requests get --drain_grace_seconds (30) to finish, so give
 # `docker stop` more than that (docker run --stop-timeout 45, compose stop_grace_period).
 STOPSIGNAL SIGTERM
+# The health check asks grpc.health.v1 on 127.0.0.1 at the gRPC port the server wrote to the
+# ENTRYPOINT's --port_file (written once serving): keep both if you replace the entrypoint.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
-  CMD ["/opt/abcd/bin/abcd-client", "health", "--target", "127.0.0.1:50051", "--timeout_seconds", "3"]
-ENTRYPOINT ["/opt/abcd/bin/abcd-server"]
+  CMD ["/opt/abcd/bin/abcd-client", "health", "--port_file", "/tmp/abcd-ports.json", \
+       "--timeout_seconds", "3"]
+ENTRYPOINT ["/opt/abcd/bin/abcd-server", "--port_file", "/tmp/abcd-ports.json"]
 # The model list; replace the command to serve others (see deploy/README.md).
 CMD ["--models", "/opt/abcd/models/abc-lm,/opt/abcd/models/abc-en-de"]

@@ -8,6 +8,9 @@
 # Environment: BUILD_DIR (default build), JOBS (default nproc), FUZZ_SECONDS (per fuzzer in
 # `test`, default 20), SANITIZERS=0 (skip the sanitizer stage). Extra arguments after `run` go
 # to abcd-server (e.g. `setup.sh run --grpc_port 50052`).
+# `build` and `run` build the whole tree unless told otherwise: TARGETS="abcd-server abcd-client"
+# builds only those CMake targets, BUILD_TESTS=OFF configures without the test suites
+# (-DABCD_BUILD_TESTS=OFF). The Dockerfile's builder uses both (the shipped binaries only).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -43,10 +46,24 @@ install_dependencies() {
   fi
 }
 
+# TARGETS and BUILD_TESTS narrow `build` and `run` (see the header); `test` builds everything.
+targets=()
+read -r -a targets <<<"${TARGETS:-}"
+if [[ -n "${BUILD_TESTS:-}" && "$BUILD_TESTS" != ON && "$BUILD_TESTS" != OFF ]]; then
+  echo "setup: BUILD_TESTS must be ON or OFF, got \"$BUILD_TESTS\"" >&2
+  exit 2
+fi
+if [[ "$mode" == test && (${#targets[@]} -gt 0 || "${BUILD_TESTS:-ON}" != ON) ]]; then
+  echo "setup: test builds and runs every target: unset TARGETS and BUILD_TESTS" >&2
+  exit 2
+fi
+
+# `build ON|OFF` (-Werror); without TARGETS or BUILD_TESTS, the whole tree as configured.
 build() {
   local werror="${1:-OFF}"
-  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR="$werror"
-  cmake --build "$build_dir" -j "$jobs"
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR="$werror" \
+    ${BUILD_TESTS:+-DABCD_BUILD_TESTS="$BUILD_TESTS"}
+  cmake --build "$build_dir" -j "$jobs" ${targets[@]+--target "${targets[@]}"}
 }
 
 # The sanitizer stage of `test` (README "Sanitizers and fuzzing"): the libFuzzer targets built

@@ -11,6 +11,11 @@
 //   abcd-client models [--target HOST:PORT]
 //   abcd-client health [--target HOST:PORT] [--timeout_seconds S]   exit 0 iff SERVING
 //
+// Every command talks to --target (default localhost:50051), or with --port_file FILE to
+// 127.0.0.1 at the grpc_port of the JSON that `abcd-server --port_file FILE` writes once serving
+// (the image's HEALTHCHECK: it follows the configured port). The two flags are exclusive; a
+// missing, unreadable or malformed file is an error naming it (exit 2).
+//
 // generate streams the text to stdout as it arrives and prints usage on stderr (with a session,
 // also `session_id=ID`, the id to pass to the next turn). With --n > 1 the choices are printed
 // once complete, one per line as `[i] text`. chat sends GenerateRequest.messages (rendered with
@@ -21,6 +26,8 @@
 // metadata.
 #include <grpcpp/grpcpp.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -35,14 +42,15 @@
 #include "absl/strings/str_split.h"
 #include "engine/core/status_macros.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "nlohmann/json.hpp"
 #include "server/core/arguments.h"
 
 namespace abcd {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: abcd-client generate|chat|translate|models|health|session [--target HOST:PORT] "
-    "[options]\n"
+    "usage: abcd-client generate|chat|translate|models|health|session\n"
+    "                   [--target HOST:PORT | --port_file FILE] [options]\n"
     "  generate  --prompt TEXT [--max_tokens N] [--temperature T] [--top_k K] [--top_p P]\n"
     "            [--repetition_penalty R] [--seed S] [--stop STR] [--model NAME]\n"
     "            [--session new|ID] [--n N] [--min_p P] [--presence_penalty P]\n"
@@ -53,6 +61,28 @@ constexpr char kUsage[] =
     "  translate --text TEXT [--beam_size N] [--max_tokens N] [--model NAME]\n"
     "  models\n"
     "  health    [--timeout_seconds S]   exit status 0 when the server reports SERVING\n";
+
+// The server's address: --target, or 127.0.0.1 at the grpc_port of --port_file's JSON.
+absl::StatusOr<std::string> ResolveTarget(const Arguments& args) {
+  if (!args.Has("port_file")) return args.String("target", "localhost:50051");
+  if (args.Has("target")) {
+    return absl::InvalidArgumentError("--target and --port_file are exclusive: give one");
+  }
+  const std::string path = args.String("port_file", "");
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port_file ", path, ": cannot read (", std::strerror(errno), ")"));
+  }
+  const nlohmann::json ports = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const auto port = ports.is_object() ? ports.find("grpc_port") : ports.end();
+  if (!ports.is_object() || port == ports.end() || !port->is_number_integer() ||
+      port->get<int64_t>() < 1 || port->get<int64_t>() > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port_file ", path, ": not a JSON object with a grpc_port from 1 to 65535"));
+  }
+  return absl::StrCat("127.0.0.1:", port->get<int64_t>());
+}
 
 int Fail(const grpc::Status& status) {
   std::cerr << "abcd-client: " << status.error_code() << " " << status.error_message() << "\n";
@@ -305,6 +335,7 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<Arguments> args = Arguments::Parse({argv + first_option, argv + argc},
                                                     {"target",
+                                                     "port_file",
                                                      "prompt",
                                                      "max_tokens",
                                                      "temperature",
@@ -330,8 +361,12 @@ int Main(int argc, char** argv) {
     std::cerr << "abcd-client: " << args.status().message() << "\n" << kUsage;
     return 2;
   }
-  auto channel = grpc::CreateChannel(args->String("target", "localhost:50051"),
-                                     grpc::InsecureChannelCredentials());
+  const absl::StatusOr<std::string> target = ResolveTarget(*args);
+  if (!target.ok()) {
+    std::cerr << "abcd-client: " << target.status().message() << "\n";
+    return 2;
+  }
+  auto channel = grpc::CreateChannel(*target, grpc::InsecureChannelCredentials());
   auto stub = abcd::v1::Generator::NewStub(channel);
   absl::StatusOr<int> result =
       absl::InvalidArgumentError(absl::StrCat("unknown command ", command));

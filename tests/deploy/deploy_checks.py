@@ -5,11 +5,13 @@ Grafana dashboard, validated offline (no Docker engine, no cluster) and against 
     tests/deploy/deploy_checks.py CHECK --source-dir DIR --build-dir DIR
 
 Checks (one ctest each, `ctest -R deploy`):
-  dockerfile       stages, pins, CUDA variant, USER 1000, EXPOSE, HEALTHCHECK, plugin COPY,
-                   .dockerignore against the tracked files
+  dockerfile       stages, pins, no syntax directive, CUDA variant, the builder's TARGETS
+                   cover what is shipped (no tests), USER 1000, EXPOSE, HEALTHCHECK reads the
+                   ENTRYPOINT's --port_file, plugin COPY, .dockerignore against the tracked files
   dockerfile_lint  dockerfile-utils lint (npm)                               [skips without npm]
-  docker_image     the final stage's COPYs emulated over this build; its ENTRYPOINT+CMD run,
-                   its HEALTHCHECK passes, the plugin is loaded from next to the binaries
+  docker_image     the final stage's COPYs emulated over this build; its ENTRYPOINT+CMD run on
+                   ephemeral ports, its HEALTHCHECK, unchanged, passes (and fails once the
+                   server is gone), the plugin is loaded from next to the binaries
   k8s_render       every kustomization renders (kustomize_lite); identical to `kubectl
                    kustomize` when kubectl is installed; renderer unit checks; the redis
                    overlay's Redis wiring (Service, selectors, security, NetworkPolicy)
@@ -90,6 +92,13 @@ def seconds(duration):
 
 
 # ---- Dockerfile ------------------------------------------------------------------------------
+
+def entrypoint_port_file(df):
+    """The --port_file the image's ENTRYPOINT passes (where abcd-server writes its ports)."""
+    entry = (df.stages[-1].all("ENTRYPOINT") or [None])[-1]
+    argv = (entry.exec_form() if entry else None) or []
+    return argv[argv.index("--port_file") + 1] if "--port_file" in argv[:-1] else None
+
 
 def dockerignore_patterns(path):
     patterns = []
@@ -185,6 +194,14 @@ def check_dockerfile(ctx, c):
     c.expect(any(re.fullmatch(r"\.\s+\.?/?", i.args) for i in build.all("COPY")),
              "the builder copies the checkout (COPY . .)")
     c.expect("runtime-packages.sh" in runs, "the builder derives the runtime packages from ldd")
+    c.expect("syntax" not in df.directives,
+             "no `# syntax=` directive (BuildKit would fetch a frontend image: offline builds fail)")
+    c.expect(re.search(r"\bBUILD_TESTS=OFF\s[^&;]*setup\.sh build", runs),
+             "the builder builds without the test suites (BUILD_TESTS=OFF setup.sh build)")
+    c.expect(re.search(r"\bTARGETS=\"?\$\{?TARGETS\b[^&;]*setup\.sh build", runs),
+             "the builder builds only ARG TARGETS (TARGETS=\"${TARGETS}\" setup.sh build)")
+    target_args = [i.args for i in build.all("ARG") if i.args.startswith("TARGETS=")]
+    targets = target_args[-1].partition("=")[2].strip('"').split() if target_args else []
 
     final = df.stages[-1]
     users = final.all("USER")
@@ -204,12 +221,17 @@ def check_dockerfile(ctx, c):
 
     checks = final.all("HEALTHCHECK")
     c.equal(len(checks), 1, "one HEALTHCHECK")
+    port_file = entrypoint_port_file(df)
+    c.expect(port_file and port_file.startswith("/tmp/"),
+             f"the ENTRYPOINT writes the bound ports to a --port_file in /tmp: {port_file}")
     if checks:
         argv = checks[0].exec_form() or []
         c.expect(len(argv) >= 4 and os.path.basename(argv[0]) == "abcd-client" and argv[1] == "health",
                  f"HEALTHCHECK runs abcd-client health (grpc.health.v1): {argv}")
-        target = argv[argv.index("--target") + 1] if "--target" in argv else None
-        c.equal(target, f"127.0.0.1:{defaults['grpc_port']}", "HEALTHCHECK target")
+        c.expect("--target" not in argv, "HEALTHCHECK has no fixed --target (it follows the port)")
+        hc_file = argv[argv.index("--port_file") + 1] if "--port_file" in argv[:-1] else None
+        c.expect(port_file and hc_file == port_file,
+                 f"HEALTHCHECK reads the ENTRYPOINT's --port_file: {hc_file} vs {port_file}")
         hc_flags = checks[0].flags()
         c.expect("start-period" in hc_flags, "HEALTHCHECK has a start period for model load")
 
@@ -229,6 +251,11 @@ def check_dockerfile(ctx, c):
         f"libabcd_sentencepiece.so is copied next to the binaries ({plugin_dir} vs {bin_dir})")
     models_dir = dest("checkpoints")
     c.expect(models_dir is not None, "the bundled models (models/checkpoints) are copied")
+    built = [os.path.basename(s) for s in copies if "/build/" in s]
+    c.expect(built, "the final stage copies build outputs")
+    for name in built:  # CMake target names: abcd-server, libabcd_sentencepiece.so -> abcd_sentencepiece
+        target = re.sub(r"^lib(.*)\.so$", r"\1", name)
+        c.expect(target in targets, f"the builder's TARGETS {targets} build the shipped {name}")
 
     entry = (final.all("ENTRYPOINT") or [None])[-1]
     entry_argv = entry.exec_form() if entry else None
@@ -310,8 +337,11 @@ def check_docker_image(ctx, c):
             for name, value in re.findall(r'(\w+)=("[^"]*"|\S+)', i.args):
                 value = value.strip('"').replace("$PATH", env.get("PATH", ""))
                 env[name] = ":".join(map_image_path(v, root) for v in value.split(":"))
-        argv = [map_image_path(entry[0], root)] + [map_image_path(a, root) for a in cmd]
-        with LiveServer(argv, env=env) as server:
+        # The ENTRYPOINT as it is (its --port_file mapped into the emulated /tmp), on ephemeral
+        # ports: the HEALTHCHECK, unchanged, must find the gRPC port through that file.
+        argv = [map_image_path(a, root) for a in entry + cmd]
+        port_file = entrypoint_port_file(df)
+        with LiveServer(argv, env=env, port_file=port_file and map_image_path(port_file, root)) as server:
             plugin = os.path.realpath(os.path.join(bin_dir, "libabcd_sentencepiece.so"))
             c.expect(plugin in server.mapped_pid_files(),
                      "the server loaded the SentencePiece plugin from next to its binary")
@@ -319,15 +349,17 @@ def check_docker_image(ctx, c):
             want = sorted(os.path.basename(m) for m in dict(flag_pairs(cmd))["models"].split(","))
             got = sorted(m["id"] for m in json.loads(body)["data"]) if status == 200 else None
             c.equal(got, want, "the image's CMD serves its models")
-            hc = final.all("HEALTHCHECK")[-1].exec_form()
-            hc = [map_image_path(a, root) for a in hc]
-            hc[hc.index("--target") + 1] = f"127.0.0.1:{server.grpc_port}"
+            hc = [map_image_path(a, root) for a in final.all("HEALTHCHECK")[-1].exec_form()]
+            c.expect(server.grpc_port != defaults["grpc_port"], "the server runs on another gRPC port")
             out = subprocess.run(hc, capture_output=True, text=True, env=env, timeout=30)
             c.expect(out.returncode == 0 and out.stdout.strip() == "SERVING",
-                     f"HEALTHCHECK command passes: {out.returncode} {out.stdout} {out.stderr}")
+                     f"HEALTHCHECK command passes on port {server.grpc_port}: {out.returncode} "
+                     f"{out.stdout} {out.stderr}")
             c.equal(server.http("/readyz")[0], 200, "/readyz")
             rc, took = server.terminate(defaults["drain_grace_seconds"] + 10)
             c.equal(rc, 0, "SIGTERM: the server drains and exits 0")
+            out = subprocess.run(hc, capture_output=True, text=True, env=env, timeout=30)
+            c.expect(out.returncode != 0, f"HEALTHCHECK fails once the server is gone (control): {out.stdout}")
         cli = shutil.which("abcd-cli", path=env["PATH"])
         c.expect(cli and cli.startswith(root), f"abcd-cli is on the image's PATH: {cli}")
         if cli:
@@ -738,6 +770,9 @@ def check_contract(ctx, c):
             c.expect(pod.get("automountServiceAccountToken") is False, f"{where} no API token mounted")
             c.expect("/tmp" in mounts and "emptyDir" in volumes.get(mounts["/tmp"]["name"], {}),
                      f"{where} writable /tmp (emptyDir) beside the read-only root")
+            port_dir = os.path.dirname(entrypoint_port_file(df) or "")
+            c.expect(port_dir in mounts and "emptyDir" in volumes.get(mounts[port_dir]["name"], {}),
+                     f"{where} the ENTRYPOINT's --port_file is on a writable emptyDir ({port_dir})")
 
             models = argmap.get("models", "").split(",")
             c.expect(models and all(m.startswith("/opt/abcd/models/") and os.path.basename(m) in bundled
@@ -764,7 +799,7 @@ def check_contract(ctx, c):
             config_file = os.path.join(root, f"config-{overlay}.json")
             with open(config_file, "w", encoding="utf-8") as f:
                 f.write(config_text)
-            argv = [map_image_path(ctr["command"][0], root)]
+            argv = [map_image_path(a, root) for a in ctr["command"]]
             for n, v in flag_pairs(args):
                 argv += [f"--{n}", config_file if n == "config" else map_image_path(v, root)]
             with LiveServer(argv) as server:
@@ -847,6 +882,9 @@ def check_compose(ctx, c):
     image_user = df.stages[-1].all("USER")[-1].args
     c.equal(str(abcd.get("user")), image_user, "compose user = the image's USER")
     c.expect(abcd.get("read_only") is True and "/tmp" in abcd.get("tmpfs", []), "read-only root, tmpfs /tmp")
+    port_dir = os.path.dirname(entrypoint_port_file(df) or "")
+    c.expect(port_dir in abcd.get("tmpfs", []) and "entrypoint" not in abcd and "healthcheck" not in abcd,
+             f"the image's ENTRYPOINT, HEALTHCHECK and --port_file ({port_dir}, a tmpfs) are kept")
     c.equal(abcd.get("cap_drop"), ["ALL"], "capabilities dropped")
 
     redis = services.get("redis")
@@ -908,7 +946,7 @@ def check_compose(ctx, c):
     with temp_dir() as root:
         emulate_image(ctx, df, root)
         entry = df.stages[-1].all("ENTRYPOINT")[-1].exec_form()
-        argv = [map_image_path(entry[0], root)]
+        argv = [map_image_path(a, root) for a in entry]
         for n, v in flag_pairs(command):
             argv += [f"--{n}", config_src if n == "config" else map_image_path(v, root)]
         with LiveServer(argv) as server:
@@ -1036,7 +1074,9 @@ def check_shellcheck(ctx, c):
     if not tool:
         print("deploy.shellcheck: shellcheck not installed; skipped")
         return SKIP
-    scripts = [ctx.path("deploy/docker/runtime-packages.sh"), ctx.path("deploy/tools/npm-ci.sh")]
+    scripts = [ctx.path(p) for p in ("deploy/docker/runtime-packages.sh", "deploy/tools/npm-ci.sh",
+                                     "deploy/scripts/setup.sh", "deploy/scripts/docker_smoke.sh",
+                                     "deploy/scripts/gpu_check.sh")]
     out = subprocess.run([tool] + scripts, capture_output=True, text=True, timeout=60)
     print(out.stdout, end="")
     c.equal(out.returncode, 0, "shellcheck finds nothing in the deployment scripts")

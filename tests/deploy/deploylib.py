@@ -306,9 +306,10 @@ def emulate_image(ctx, dockerfile, root):
 
 
 def map_image_path(value, root):
-    """/opt/abcd/... in an argument (or a comma-separated list) -> the emulated image root."""
+    """/opt/... or /tmp/... in an argument (or a comma-separated list) -> the emulated image
+    root."""
     def one(v):
-        return os.path.join(root, v.lstrip("/")) if v.startswith("/opt/") else v
+        return os.path.join(root, v.lstrip("/")) if v.startswith(("/opt/", "/tmp/")) else v
     return ",".join(one(v) for v in value.split(","))
 
 
@@ -316,21 +317,28 @@ def map_image_path(value, root):
 
 class LiveServer:
     """Starts abcd-server with `argv` plus loopback/ephemeral-port overrides (given last, so they
-    win over the config file and earlier flags); ports are read from --port_file."""
+    win over the config file and earlier flags); ports are read from --port_file: a temporary
+    one added last, or `port_file` when argv already names it (the image's ENTRYPOINT does)."""
 
-    def __init__(self, argv, env=None, start_timeout=60):
+    def __init__(self, argv, env=None, start_timeout=60, port_file=None):
         self.argv = list(argv)
         self.env = env
         self.start_timeout = start_timeout
+        self.port_file = port_file
         self.proc = None
         self.grpc_port = self.http_port = None
         self.tmp = tempfile.TemporaryDirectory(prefix="abcd-deploy-")
         self.log_path = os.path.join(self.tmp.name, "server.log")
 
     def __enter__(self):
-        port_file = os.path.join(self.tmp.name, "ports.json")
+        port_file = self.port_file or os.path.join(self.tmp.name, "ports.json")
         argv = self.argv + ["--host", "127.0.0.1", "--grpc_port", "0", "--http_port", "0",
-                            "--admin_port", "0", "--port_file", port_file]
+                            "--admin_port", "0"]
+        if self.port_file:
+            if os.path.exists(port_file):
+                os.remove(port_file)  # a stale one would be read before the server writes
+        else:
+            argv += ["--port_file", port_file]
         self.log = open(self.log_path, "w", encoding="utf-8")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + self.start_timeout

@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -609,6 +610,43 @@ TEST_F(OpenAiE2eTest, ClientChatAndSamplingFlags) {
   EXPECT_EQ(forced, " door door door\n");
   client("generate --prompt x --logit_bias 5");
   EXPECT_NE(status, 0);
+}
+
+// abcd-client --port_file FILE (the image's HEALTHCHECK) talks to the grpc_port of the file the
+// server wrote; with --target too, or a file that is missing or malformed, it exits 2 naming the
+// flags or the file.
+TEST_F(OpenAiE2eTest, ClientPortFileFollowsTheServersPort) {
+  int status = 0;
+  auto client = [&](const std::string& arguments) {
+    return RunCommand(testing::ClientBinary() + " " + arguments + " 2>&1", &status);
+  };
+  EXPECT_EQ(client("health --port_file " + server_->port_file()), "SERVING\n");
+  EXPECT_EQ(status, 0);
+  EXPECT_TRUE(absl::StartsWith(client("models --port_file " + server_->port_file()), "abc-lm\t"));
+  EXPECT_EQ(status, 0);
+
+  const std::string both =
+      client("health --port_file " + server_->port_file() + " --target " + server_->grpc_target());
+  EXPECT_TRUE(absl::StrContains(both, "--target and --port_file are exclusive")) << both;
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  const std::string dir = ::testing::TempDir() + "abcd-port-file-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string missing = dir + "/missing.json";
+  const std::string no_file = client("health --port_file " + missing);
+  EXPECT_TRUE(absl::StrContains(no_file, "--port_file " + missing + ": cannot read")) << no_file;
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  for (const std::string text : {"{", "[50051]", R"({"http_port": 8080})", R"({"grpc_port": 0})",
+                                 R"({"grpc_port": "50051"})", R"({"grpc_port": 65536})"}) {
+    const std::string file = dir + "/ports.json";
+    std::ofstream(file) << text;
+    const std::string bad = client("health --port_file " + file);
+    EXPECT_TRUE(absl::StrContains(bad, "--port_file " + file +
+                                           ": not a JSON object with a "
+                                           "grpc_port from 1 to 65535"))
+        << text << ": " << bad;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << text;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // --chat_template at start-up: MODEL=FILE serves that model's chat with FILE (what /tokenize

@@ -19,7 +19,7 @@ namespace abcd::testing {
 ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args) {
   char pattern[] = "/tmp/abcd-e2e-XXXXXX";
   dir_ = mkdtemp(pattern);
-  const std::string port_file = dir_ + "/ports.json";
+  const std::string port_file = this->port_file();
   args.insert(args.begin(), {binary, "--host", "127.0.0.1", "--grpc_port", "0", "--http_port", "0",
                              "--port_file", port_file});
   pid_ = fork();

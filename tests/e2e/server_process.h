@@ -31,6 +31,8 @@ class ServerProcess {
   int http_port() const { return http_port_; }
   int admin_port() const { return admin_port_; }  // -1 without --admin_port
   std::string grpc_target() const;
+  // The --port_file the server wrote its bound ports to ({"grpc_port": .., "http_port": ..}).
+  std::string port_file() const { return dir_ + "/ports.json"; }
   void SendSignal(int signal) const;
   // Waits for exit (up to `timeout_seconds`); returns the exit code, or -1 on timeout/crash.
   // A server that exited while starting reports that exit code.
