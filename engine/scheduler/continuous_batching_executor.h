@@ -127,6 +127,8 @@ class ContinuousBatchingExecutor final : public Executor {
   absl::StatusOr<std::string> SaveSession(const ActiveRequest& r);
   void ReleaseStates(ActiveRequest& r);
   void RecordToken(ActiveRequest& r);
+  // The tokens' bytes for constrained output, built at the first request that needs them.
+  std::shared_ptr<const TokenVocabulary> ConstraintVocabulary();
 
   const std::unique_ptr<DecodeBackend> backend_;  // engine thread only (but constant accessors)
   const ModelConfig& config_;
@@ -151,6 +153,7 @@ class ContinuousBatchingExecutor final : public Executor {
   std::vector<std::unique_ptr<ActiveRequest>> running_;
   std::vector<float> logits_;  // the engine thread's step logits, reused
   std::vector<float> logprob_scratch_;
+  std::shared_ptr<const TokenVocabulary> constraint_vocabulary_;  // see ConstraintVocabulary
   int64_t reserved_bytes_ = 0;
   int64_t iterations_ = 0;
   bool encode_oldest_next_ = true;  // EncodeSources alternates oldest and shortest turns

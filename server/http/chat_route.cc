@@ -132,6 +132,9 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
   } else if (!o.contains("max_tokens") || o["max_tokens"].is_null()) {
     o["max_tokens"] = std::min(kChatDefaultMaxTokens, limits.max_tokens_limit);
   }
+  // Compiled from the body as sent (its key order); the rest goes through o.dump().
+  ABCD_ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> format, ParseResponseFormat(o, body));
+  o.erase("response_format");
   ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PrepareChatPrompt(*model, o));
   ids.erase(ids.begin());  // bos: the engine prepends it
   o["prompt"] = std::move(ids);
@@ -142,6 +145,7 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
   if (prepared.logprobs) o["logprobs"] = prepared.top_logprobs;
   o["model"] = model->name;
   ABCD_ASSIGN_OR_RETURN(prepared.request, ParseCompletionRequest(o.dump(), limits));
+  prepared.request.generation.response_format = std::move(format);
   return prepared;
 }
 
