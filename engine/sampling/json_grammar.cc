@@ -39,9 +39,7 @@ constexpr size_t kMaxEnumValues = 1024;
 constexpr size_t kMaxKeyBytes = 1024;
 
 bool IsDigit(uint8_t b) { return b >= '0' && b <= '9'; }
-bool IsHex(uint8_t b) {
-  return IsDigit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
-}
+bool IsHex(uint8_t b) { return IsDigit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
 
 const absl::flat_hash_set<std::string>& Annotations() {
   static const auto* names = new absl::flat_hash_set<std::string>{
@@ -51,8 +49,9 @@ const absl::flat_hash_set<std::string>& Annotations() {
 
 const absl::flat_hash_set<std::string>& Keywords() {
   static const auto* names = new absl::flat_hash_set<std::string>{
-      "type",     "properties", "required", "additionalProperties", "items", "minItems",
-      "maxItems", "enum",       "const",    "$ref",                 "$defs", "definitions"};
+      "type",  "properties", "required", "additionalProperties",
+      "items", "minItems",   "maxItems", "enum",
+      "const", "$ref",       "$defs",    "definitions"};
   return *names;
 }
 
@@ -253,8 +252,8 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const OrderedJson& schema,
   const auto properties = schema.find("properties");
   const auto additional = schema.find("additionalProperties");
   if (additional != schema.end() && !additional->is_boolean()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ".additionalProperties is not supported unless it is true or false"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".additionalProperties is not supported unless it is true or false"));
   }
   const bool closed = additional != schema.end() && !additional->get<bool>();
   if (properties == schema.end() && !closed) {
@@ -270,19 +269,18 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const OrderedJson& schema,
     }
     if (properties->size() > static_cast<size_t>(kMaxSchemaProperties)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ".properties has ", properties->size(),
-                                                     " entries, at most ",
-                                                     kMaxSchemaProperties));
+                                                     " entries, at most ", kMaxSchemaProperties));
     }
     for (const auto& [name, property] : properties->items()) {
-      std::string key = OrderedJson(name).dump(-1, ' ', false,
-                                               OrderedJson::error_handler_t::replace);
+      std::string key =
+          OrderedJson(name).dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
       if (key.size() > kMaxKeyBytes) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ".properties: a name is longer than ", kMaxKeyBytes, " bytes"));
       }
       object.keys.push_back(std::move(key));
-      ABCD_ASSIGN_OR_RETURN(
-          int node, Compile(property, absl::StrCat(path, ".properties.", name), depth + 1));
+      ABCD_ASSIGN_OR_RETURN(int node,
+                            Compile(property, absl::StrCat(path, ".properties.", name), depth + 1));
       object.values.push_back(node);
     }
   }
@@ -293,13 +291,14 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const OrderedJson& schema,
     }
     for (size_t i = 0; i < it->size(); ++i) {
       const OrderedJson& name = (*it)[i];
-      const auto at = name.is_string() && properties != schema.end()
-                          ? std::find(object.keys.begin(), object.keys.end(), OrderedJson(name).dump())
-                          : object.keys.end();
+      const auto at =
+          name.is_string() && properties != schema.end()
+              ? std::find(object.keys.begin(), object.keys.end(), OrderedJson(name).dump())
+              : object.keys.end();
       if (at == object.keys.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ".required[", i, "] must name one of the properties, got ",
-            name.dump(-1, ' ', false, OrderedJson::error_handler_t::replace)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".required[", i, "] must name one of the properties, got ",
+                         name.dump(-1, ' ', false, OrderedJson::error_handler_t::replace)));
       }
       required[at - object.keys.begin()] = true;
     }
@@ -361,7 +360,8 @@ absl::StatusOr<int> SchemaCompiler::CompileLiterals(const OrderedJson& schema,
       bool typed = false;
       if (type->is_string()) typed = HasType(*value, type->get<std::string>());
       if (type->is_array()) {
-        for (const OrderedJson& t : *type) typed |= t.is_string() && HasType(*value, t.get<std::string>());
+        for (const OrderedJson& t : *type)
+          typed |= t.is_string() && HasType(*value, t.get<std::string>());
       }
       if (!typed) {
         return absl::InvalidArgumentError(absl::StrCat(where, " does not have the schema's type"));
@@ -585,7 +585,8 @@ JsonMatcher::Step JsonMatcher::StepObject(Frame& f, const JsonNode& n, uint8_t b
       for (uint64_t m = f.mask; m != 0; m &= m - 1) {
         const int i = std::countr_zero(m);
         const std::string& key = n.keys[i];
-        if (key.size() > f.pos && static_cast<uint8_t>(key[f.pos]) == byte) mask |= uint64_t{1} << i;
+        if (key.size() > f.pos && static_cast<uint8_t>(key[f.pos]) == byte)
+          mask |= uint64_t{1} << i;
       }
       if (mask == 0) return Step::kReject;
       f.mask = mask;

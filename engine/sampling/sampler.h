@@ -62,7 +62,8 @@ class Sampler {
   double NextUniform();  // [0, 1), the same sequence on every platform
   // scratch_ = logits with the penalties and the bias applied.
   void AdjustLogits(std::span<const float> logits, std::span<const int32_t> context);
-  void ApplyMask(const TokenMask& mask);  // -inf in scratch_ for the ids `mask` does not allow
+  // -inf in scratch_ for the ids `mask` does not allow.
+  void ApplyMask(const TokenMask& mask);
   int32_t Draw();  // temperature, top-k, top-p, min-p over scratch_
 
   SamplingParams params_;

@@ -62,8 +62,7 @@ bool TokenVocabulary::IsStop(int32_t id) const {
 }
 
 TokenConstraint::TokenConstraint(std::shared_ptr<const JsonGrammar> grammar,
-                                 std::shared_ptr<const TokenVocabulary> vocabulary,
-                                 bool allow_stop)
+                                 std::shared_ptr<const TokenVocabulary> vocabulary, bool allow_stop)
     : grammar_(std::move(grammar)),
       vocabulary_(std::move(vocabulary)),
       allow_stop_(allow_stop),
@@ -108,6 +107,7 @@ const TokenMask& TokenConstraint::Allowed() {
     return *current_;
   }
   current_ = std::make_shared<const TokenMask>(ComputeMask());
+  ++cache_->walks;
   if (cache_->masks.size() >= kMaxCachedMasks) cache_->masks.clear();
   cache_->masks.emplace(std::move(key), current_);
   return *current_;

@@ -63,7 +63,8 @@ struct TokenMask {
   std::vector<uint64_t> bits;
   int allowed = 0;  // how many ids are set
   bool Allows(int32_t id) const {
-    return id >= 0 && static_cast<size_t>(id) / 64 < bits.size() && ((bits[id / 64] >> (id % 64)) & 1);
+    return id >= 0 && static_cast<size_t>(id) / 64 < bits.size() &&
+           ((bits[id / 64] >> (id % 64)) & 1);
   }
 };
 
@@ -82,10 +83,13 @@ class TokenConstraint {
   bool accepting() const { return matcher_.accepting(); }
   // Walks the trie for the current state (no cache): the cost a cache miss has.
   TokenMask ComputeMask() const;
+  // Trie walks Allowed() made (cache misses), over this constraint and its copies.
+  int64_t walks() const { return cache_->walks; }
 
  private:
   struct Cache {
     absl::flat_hash_map<std::string, std::shared_ptr<const TokenMask>> masks;
+    int64_t walks = 0;
   };
   static constexpr size_t kMaxCachedMasks = 512;
 

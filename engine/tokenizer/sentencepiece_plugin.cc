@@ -18,10 +18,11 @@ class SentencePieceProcessorBackend final : public SentencePieceBackend {
   }
   int PieceCount() const override { return processor_.GetPieceSize(); }
   std::string Piece(int id, int* kind) const override {
-    *kind = processor_.IsByte(id)       ? kByte
-            : processor_.IsControl(id) || processor_.IsUnknown(id) || processor_.IsUnused(id)
-                ? kControl
-                : kNormal;
+    *kind = kNormal;
+    if (processor_.IsByte(id)) *kind = kByte;
+    if (processor_.IsControl(id) || processor_.IsUnknown(id) || processor_.IsUnused(id)) {
+      *kind = kControl;
+    }
     return processor_.IdToPiece(id);
   }
 

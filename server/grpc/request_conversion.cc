@@ -78,7 +78,8 @@ absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRe
       nlohmann::ordered_json schema = nlohmann::ordered_json::parse(
           text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
       if (schema.is_discarded()) {
-        return absl::InvalidArgumentError("response_format.json_schema must be a JSON Schema (JSON text)");
+        return absl::InvalidArgumentError(
+            "response_format.json_schema must be a JSON Schema (JSON text)");
       }
       absl::StatusOr<std::shared_ptr<const JsonGrammar>> grammar =
           JsonGrammar::FromSchema(schema, "response_format.json_schema");
@@ -93,8 +94,8 @@ absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRe
       }
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("response_format.type: unknown value ",
-                                                     in.response_format().type()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("response_format.type: unknown value ", in.response_format().type()));
   }
   return out;
 }

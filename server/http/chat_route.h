@@ -12,7 +12,8 @@
 //
 // Chat fields: messages (chat_template.h), max_completion_tokens (or max_tokens; default
 // kChatDefaultMaxTokens or the server's limit when lower), logprobs (bool), top_logprobs
-// (0..20, needs logprobs), add_generation_prompt (bool, default true; vLLM's extension).
+// (0..20, needs logprobs), add_generation_prompt (bool, default true; vLLM's extension),
+// response_format (ParseResponseFormat, request_parser.h; compiled from the body as sent).
 // echo and session_id are refused (400 naming them). An unknown model is 404 model_not_found.
 // POST /tokenize with "messages" renders the same way (PrepareChatPrompt), both through
 // chat::ChatPromptIds (server/chat/chat_prompt.h), which gRPC's messages use too.

@@ -65,8 +65,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
 // "description": string}} -> the schema compiled (engine/sampling/json_grammar.h; re-read from
 // `body` in its own key order, the order properties are generated in). Errors name the field:
 // "response_format.json_schema.schema.properties.name.pattern is not supported".
-absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(
-    const nlohmann::json& object, absl::string_view body);
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(const nlohmann::json& object,
+                                                                       absl::string_view body);
 
 // POST /tokenize (vLLM's shape): model, prompt (a string, may be empty), add_special_tokens
 // (bool, default true: bos first for a language model, eos last for a translation model's

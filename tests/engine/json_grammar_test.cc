@@ -3,6 +3,8 @@
 // the trie walk's mask equals a token-by-token check; random schemas sampled with uniform random
 // logits through the mask always give JSON that parses and validates; the tokenizer's token
 // bytes are what each token adds to a decoded text.
+#include "engine/sampling/json_grammar.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/sampling/json_grammar.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/token_mask.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -82,9 +83,9 @@ TEST(JsonGrammar, ObjectPropertiesInOrderRequiredAndOptional) {
   EXPECT_TRUE(Accepts(*g, R"({"name":"x","tags":["a"]})"));
   EXPECT_TRUE(Accepts(*g, R"({"name":"x","age":3,"tags":[1,12],"ok":null})"));
   EXPECT_TRUE(Accepts(*g, R"({"name": "x", "tags": [12], "ok": true})"));
-  EXPECT_FALSE(Accepts(*g, R"({"tags":["a"],"name":"x"})"));  // schema order
-  EXPECT_FALSE(Accepts(*g, R"({"name":"x"})"));               // tags required
-  EXPECT_FALSE(Accepts(*g, R"({"name":"x","tags":[]})"));     // minItems
+  EXPECT_FALSE(Accepts(*g, R"({"tags":["a"],"name":"x"})"));          // schema order
+  EXPECT_FALSE(Accepts(*g, R"({"name":"x"})"));                       // tags required
+  EXPECT_FALSE(Accepts(*g, R"({"name":"x","tags":[]})"));             // minItems
   EXPECT_FALSE(Accepts(*g, R"({"name":"x","tags":["a","b","a"]})"));  // maxItems
   EXPECT_FALSE(Accepts(*g, R"({"name":"x","tags":["c"]})"));          // enum
   EXPECT_FALSE(Accepts(*g, R"({"name":"x","tags":[2]})"));
@@ -136,12 +137,50 @@ std::vector<std::string> TestVocabulary() {
   std::vector<std::string> v = {"", "", ""};  // 0 pad, 1 bos, 2 eos (no bytes)
   // Every byte, as a byte-fallback vocabulary has.
   for (int c = 0; c < 256; ++c) v.push_back(std::string(1, static_cast<char>(c)));
-  for (const char* piece :
-       {"{\"", "\":", "\",", "\"}", "\"]", "},", "],", "[{", "[]", "{}", "true", "false", "null",
-        " true", "tr", "ue", "fal", " \"", "\": \"", "\", \"", "12", "3.5", "e+1", "-", "00",
-        " the", " cat", "name", "\"name\"", "\"age\":", "tags", "\\n", "\\u00", "\\\"",
-        "caf\xc3\xa9", "\xc3", "\xa9", "\xe2\x82\xac", "\xe2\x82", "\xac", "\xf0\x9f\x98\x80",
-        "hello world", " \n", "  "}) {
+  for (const char* piece : {"{\"",
+                            "\":",
+                            "\",",
+                            "\"}",
+                            "\"]",
+                            "},",
+                            "],",
+                            "[{",
+                            "[]",
+                            "{}",
+                            "true",
+                            "false",
+                            "null",
+                            " true",
+                            "tr",
+                            "ue",
+                            "fal",
+                            " \"",
+                            "\": \"",
+                            "\", \"",
+                            "12",
+                            "3.5",
+                            "e+1",
+                            "-",
+                            "00",
+                            " the",
+                            " cat",
+                            "name",
+                            "\"name\"",
+                            "\"age\":",
+                            "tags",
+                            "\\n",
+                            "\\u00",
+                            "\\\"",
+                            "caf\xc3\xa9",
+                            "\xc3",
+                            "\xa9",
+                            "\xe2\x82\xac",
+                            "\xe2\x82",
+                            "\xac",
+                            "\xf0\x9f\x98\x80",
+                            "hello world",
+                            " \n",
+                            "  "}) {
     v.push_back(piece);
   }
   return v;
@@ -161,8 +200,9 @@ TEST(TokenConstraint, TrieMaskEqualsTokenByTokenCheck) {
       for (int32_t id = 0; id < vocabulary->vocab_size(); ++id) {
         JsonMatcher next;
         next.CopyFrom(state);
-        const bool ok = id == 2 ? state.accepting()
-                                : !vocabulary->bytes(id).empty() && next.Advance(vocabulary->bytes(id));
+        const bool ok = id == 2
+                            ? state.accepting()
+                            : !vocabulary->bytes(id).empty() && next.Advance(vocabulary->bytes(id));
         ASSERT_EQ(mask.Allows(id), ok) << "token " << id << " step " << step;
         if (ok) allowed.push_back(id);
       }
@@ -245,8 +285,10 @@ bool Validates(const ordered_json& schema, const json& value) {
   if (t == "null") return value.is_null();
   if (t == "array") {
     if (!value.is_array()) return false;
-    if (schema.contains("minItems") && value.size() < schema["minItems"].get<size_t>()) return false;
-    if (schema.contains("maxItems") && value.size() > schema["maxItems"].get<size_t>()) return false;
+    if (schema.contains("minItems") && value.size() < schema["minItems"].get<size_t>())
+      return false;
+    if (schema.contains("maxItems") && value.size() > schema["maxItems"].get<size_t>())
+      return false;
     for (const auto& item : value) {
       if (!Validates(schema["items"], item)) return false;
     }
@@ -339,8 +381,8 @@ TEST(TokenVocabulary, TokenBytesAreWhatEachTokenAddsToTheText) {
     ++checked;
   }
   EXPECT_GT(checked, 7000);
-  EXPECT_EQ(bytes[1], "");  // bos
-  EXPECT_EQ(bytes[2], "");  // eos
+  EXPECT_EQ(bytes[1], "");         // bos
+  EXPECT_EQ(bytes[2], "");         // eos
   EXPECT_EQ(bytes[4 + '{'], "{");  // byte fallback <0x7B>
 }
 
