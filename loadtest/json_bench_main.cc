@@ -42,12 +42,9 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-void MaskAlone(const std::shared_ptr<const JsonGrammar>& grammar, const Tokenizer& tokenizer,
+void MaskAlone(const std::shared_ptr<const JsonGrammar>& grammar,
+               const std::shared_ptr<const TokenVocabulary>& vocabulary,
                const ModelConfig& config) {
-  std::vector<std::string> bytes = tokenizer.TokenBytes();
-  bytes.resize(static_cast<size_t>(config.vocab_size));
-  auto vocabulary = std::make_shared<const TokenVocabulary>(std::move(bytes),
-                                                            std::vector<int32_t>{config.eos_id});
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
   std::vector<float> logits(static_cast<size_t>(config.vocab_size));
@@ -74,40 +71,45 @@ void MaskAlone(const std::shared_ptr<const JsonGrammar>& grammar, const Tokenize
     }
     misses += constraint.walks();
   }
-  // One walk per state of a fresh constraint's first steps: the cost of a cache miss.
-  double walks = 0.0;
-  int walk_count = 0;
-  for (int request = 0; request < 20; ++request) {
-    TokenConstraint constraint(grammar, vocabulary);
-    for (const char* prefix : {"", " {\"name\": \"Ann", " {\"name\": \"Ann\", \"age\": 4"}) {
-      TokenConstraint at = constraint;
-      for (const char* c = prefix; *c != 0; ++c) {
-        // Single-byte pieces exist (byte fallback): advance through them.
-        for (int32_t id = 0; id < vocabulary->vocab_size(); ++id) {
-          if (vocabulary->bytes(id) == std::string(1, *c)) {
-            (void)at.Accept(id);
-            break;
-          }
-        }
-      }
-      const auto start = std::chrono::steady_clock::now();
-      const TokenMask walked = at.ComputeMask();
-      walks += Seconds(start);
-      walk_count += walked.allowed > 0;
-    }
-  }
   std::printf(
       "mask alone (vocabulary %d, trie %zu nodes), uniform random logits over the mask: "
-      "%lld tokens, %.1f us/token served (%lld trie walks, the rest from the per-state "
-      "cache); %.1f us per trie walk\n",
+      "%lld tokens, %.1f us/token served (%lld trie walks, the rest from the per-state cache)\n",
       config.vocab_size, vocabulary->trie().size(), static_cast<long long>(tokens),
       1e6 * served / static_cast<double>(std::max<int64_t>(tokens, 1)),
-      static_cast<long long>(misses), 1e6 * walks / static_cast<double>(std::max(walk_count, 1)));
+      static_cast<long long>(misses));
+  // One trie walk (a cache miss) in three states: before the value, in a string, in a number.
+  const std::pair<const char*, const char*> states[] = {
+      {"at the start", ""},
+      {"in a string", " {\"name\": \"Ann"},
+      {"in a number", " {\"name\": \"Ann\", \"age\": 4"}};
+  std::printf("one trie walk:");
+  for (const auto& [name, prefix] : states) {
+    TokenConstraint at(grammar, vocabulary);
+    for (const char* c = prefix; *c != 0; ++c) {
+      // Single-byte pieces exist (byte fallback): advance through them.
+      for (int32_t id = 0; id < vocabulary->vocab_size(); ++id) {
+        if (vocabulary->bytes(id) == std::string(1, *c)) {
+          (void)at.Accept(id);
+          break;
+        }
+      }
+    }
+    std::vector<double> times;
+    for (int i = 0; i < 21; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      const TokenMask walked = at.ComputeMask();
+      times.push_back(Seconds(start) + (walked.allowed > 0 ? 0.0 : 1.0));
+    }
+    std::sort(times.begin(), times.end());
+    std::printf(" %.1f us %s;", 1e6 * times[times.size() / 2], name);
+  }
+  std::printf(" (medians of 21)\n");
 }
 
 // Runs `requests` at once; returns the wall seconds and each request's generated tokens.
 double RunBatch(Executor& executor, const std::vector<GenerationRequest>& requests,
-                std::vector<int>* generated) {
+                std::vector<int>* generated, std::vector<std::vector<int32_t>>* ids = nullptr) {
+  if (ids != nullptr) ids->assign(requests.size(), {});
   std::mutex mu;
   std::condition_variable cv;
   int open = static_cast<int>(requests.size());
@@ -117,6 +119,9 @@ double RunBatch(Executor& executor, const std::vector<GenerationRequest>& reques
     auto enqueued = executor.Enqueue(requests[i], [&, i](GenerationEvent event) {
       std::lock_guard<std::mutex> lock(mu);
       (*generated)[i] += static_cast<int>(event.token_ids.size());
+      if (ids != nullptr) {
+        (*ids)[i].insert((*ids)[i].end(), event.token_ids.begin(), event.token_ids.end());
+      }
       if (event.finished && --open == 0) cv.notify_all();
     });
     if (!enqueued.ok()) {
@@ -129,8 +134,49 @@ double RunBatch(Executor& executor, const std::vector<GenerationRequest>& reques
   return Seconds(start);
 }
 
-void EndToEnd(Executor& executor, const std::shared_ptr<const JsonGrammar>& grammar, int batch,
-              int max_tokens, int rounds, float temperature) {
+// The model's constrained outputs replayed without the model: per token, the automaton's part
+// (Allowed + Accept, the per-request cache as served) and the draw with and without the mask.
+void Replay(const std::vector<std::vector<int32_t>>& outputs,
+            const std::shared_ptr<const JsonGrammar>& grammar,
+            const std::shared_ptr<const TokenVocabulary>& vocabulary, float temperature) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  std::vector<float> logits(static_cast<size_t>(vocabulary->vocab_size()));
+  for (float& l : logits) l = uniform(rng);
+  SamplingParams params;
+  params.temperature = temperature;
+  Sampler sampler(params);
+  double automaton = 0.0, masked = 0.0, unmasked = 0.0;
+  int64_t tokens = 0;
+  for (const std::vector<int32_t>& output : outputs) {
+    TokenConstraint constraint(grammar, vocabulary);
+    for (int32_t token : output) {
+      auto start = std::chrono::steady_clock::now();
+      const TokenMask& mask = constraint.Allowed();
+      automaton += Seconds(start);
+      start = std::chrono::steady_clock::now();
+      (void)sampler.Sample(logits, {}, &mask);
+      masked += Seconds(start);
+      start = std::chrono::steady_clock::now();
+      (void)sampler.Sample(logits, {});
+      unmasked += Seconds(start);
+      start = std::chrono::steady_clock::now();
+      if (!constraint.Accept(token).ok()) break;
+      automaton += Seconds(start);
+      ++tokens;
+    }
+  }
+  const double n = static_cast<double>(std::max<int64_t>(tokens, 1));
+  std::printf(
+      "  replayed %lld tokens of these outputs: automaton %.1f us/token; the draw %.1f us "
+      "with the mask, %.1f us without\n",
+      static_cast<long long>(tokens), 1e6 * automaton / n, 1e6 * masked / n, 1e6 * unmasked / n);
+}
+
+void EndToEnd(Executor& executor, const std::shared_ptr<const JsonGrammar>& grammar,
+              const std::shared_ptr<const TokenVocabulary>& vocabulary, int batch, int max_tokens,
+              int rounds, float temperature) {
+  std::vector<std::vector<int32_t>> outputs;
   std::vector<double> with;
   std::vector<double> without;
   int64_t tokens = 0;
@@ -151,7 +197,7 @@ void EndToEnd(Executor& executor, const std::shared_ptr<const JsonGrammar>& gram
     if (round % 2 == 1) RunBatch(executor, constrained, &generated);
     std::vector<GenerationRequest> plain = constrained;
     if (round % 2 == 0) {
-      constrained_seconds = RunBatch(executor, constrained, &generated);
+      constrained_seconds = RunBatch(executor, constrained, &generated, &outputs);
     }
     tokens = 0;
     for (size_t i = 0; i < plain.size(); ++i) {
@@ -162,7 +208,9 @@ void EndToEnd(Executor& executor, const std::shared_ptr<const JsonGrammar>& gram
     }
     std::vector<int> plain_generated;
     const double plain_seconds = RunBatch(executor, plain, &plain_generated);
-    if (round % 2 == 1) constrained_seconds = RunBatch(executor, constrained, &generated);
+    if (round % 2 == 1) {
+      constrained_seconds = RunBatch(executor, constrained, &generated, &outputs);
+    }
     with.push_back(1e3 * constrained_seconds / static_cast<double>(tokens));
     without.push_back(1e3 * plain_seconds / static_cast<double>(tokens));
   }
@@ -175,6 +223,7 @@ void EndToEnd(Executor& executor, const std::shared_ptr<const JsonGrammar>& gram
       "the schema, %.3f without (%+.3f ms, %+.0f%%), median of %d rounds\n",
       temperature, batch, static_cast<long long>(tokens), w, wo, w - wo, 100.0 * (w - wo) / wo,
       rounds);
+  Replay(outputs, grammar, vocabulary, temperature);
 }
 
 int Main(int argc, char** argv) {
@@ -214,12 +263,19 @@ int Main(int argc, char** argv) {
   }
   auto grammar = JsonGrammar::FromSchema(nlohmann::ordered_json::parse(kSchema), "schema");
   if (!grammar.ok()) return 1;
-  MaskAlone(*grammar, **tokenizer, (*model)->config());
+  const ModelConfig& config = (*model)->config();
+  std::vector<std::string> bytes = (*tokenizer)->TokenBytes();
+  bytes.resize(static_cast<size_t>(config.vocab_size));
+  auto vocabulary = std::make_shared<const TokenVocabulary>(std::move(bytes),
+                                                            std::vector<int32_t>{config.eos_id});
+  MaskAlone(*grammar, vocabulary, config);
   ExecutorOptions options;
   options.max_running_sequences = 64;
   auto executor = Executor::Create(**model, **tokenizer, options);
   if (!executor.ok()) return 1;
-  for (int batch : batches) EndToEnd(**executor, *grammar, batch, max_tokens, rounds, temperature);
+  for (int batch : batches) {
+    EndToEnd(**executor, *grammar, vocabulary, batch, max_tokens, rounds, temperature);
+  }
   return 0;
 }
 

@@ -504,6 +504,13 @@ bool JsonMatcher::accepting() const {
 
 bool JsonMatcher::complete() const { return size_ == 1 && stack_[0].phase == kRootDone; }
 
+bool JsonMatcher::InStringBody() const {
+  if (size_ == 0) return false;
+  const Frame& top = stack_[size_ - 1];
+  return top.node >= 0 && top.phase == kBody &&
+         grammar_->node(top.node).kind == JsonNode::Kind::kString;
+}
+
 std::string JsonMatcher::Key() const {
   return std::string(reinterpret_cast<const char*>(stack_), sizeof(Frame) * size_);
 }

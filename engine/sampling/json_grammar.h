@@ -87,6 +87,12 @@ class JsonMatcher {
   bool accepting() const;
   // The value is complete and nothing may follow it.
   bool complete() const;
+  // Inside a string, where Advance(byte) of a PlainStringByte takes it and leaves the state as it
+  // is: the trie walk then shares the state instead of copying it.
+  bool InStringBody() const;
+  static bool PlainStringByte(uint8_t byte) {
+    return byte >= 0x20 && byte < 0x80 && byte != '"' && byte != '\\';
+  }
   int depth() const { return size_; }
   // The state as bytes (equal states have equal keys), for caching per-state results.
   std::string Key() const;

@@ -76,16 +76,30 @@ TokenMask TokenConstraint::ComputeMask() const {
   auto set = [&mask](int32_t id) { mask.bits[id / 64] |= uint64_t{1} << (id % 64); };
   const std::vector<TokenVocabulary::TrieNode>& trie = v.trie();
   const std::span<const int32_t> ids = v.token_ids();
-  // states[d]: the matcher after the first d bytes of the current trie path.
-  std::vector<JsonMatcher> states(static_cast<size_t>(v.max_depth()) + 1);
-  states[0].CopyFrom(matcher_);
+  // at[d]: the matcher after the first d bytes of the current trie path; it is states[d], or
+  // (a byte that keeps the state, inside a string) the same object as at[d - 1]. Preorder
+  // overwrites states[d] only once the subtree that could point at it is done.
+  const size_t depth = static_cast<size_t>(v.max_depth()) + 1;
+  std::vector<JsonMatcher> states(depth);
+  std::vector<const JsonMatcher*> at(depth, nullptr);
+  std::vector<char> in_string(depth, 0);  // at[d]->InStringBody()
+  at[0] = &matcher_;
+  in_string[0] = matcher_.InStringBody();
   for (size_t i = 1; i < trie.size();) {
     const TokenVocabulary::TrieNode& node = trie[i];
-    JsonMatcher& state = states[node.depth];
-    state.CopyFrom(states[node.depth - 1]);
-    if (!state.Advance(node.byte)) {
-      i = static_cast<size_t>(node.skip);
-      continue;
+    const JsonMatcher& parent = *at[node.depth - 1];
+    if (in_string[node.depth - 1] && JsonMatcher::PlainStringByte(node.byte)) {
+      at[node.depth] = &parent;
+      in_string[node.depth] = 1;
+    } else {
+      JsonMatcher& state = states[node.depth];
+      state.CopyFrom(parent);
+      if (!state.Advance(node.byte)) {
+        i = static_cast<size_t>(node.skip);
+        continue;
+      }
+      at[node.depth] = &state;
+      in_string[node.depth] = state.InStringBody();
     }
     for (int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set(ids[t]);
     ++i;
