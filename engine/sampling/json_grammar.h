@@ -17,6 +17,8 @@
 // containers nest at most kMaxJsonDepth deep. Every text the matcher accepts to its end
 // (accepting()) parses as JSON and validates against the schema.
 //
+// Files: json_schema.cc compiles schemas; json_grammar.cc is the matcher.
+//
 // Thread-safety: a JsonGrammar is immutable after compilation (share it); a JsonMatcher is a
 // value, thread-compatible.
 #pragma once
