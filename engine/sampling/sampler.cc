@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -92,8 +93,23 @@ void Sampler::AdjustLogits(std::span<const float> logits, std::span<const int32_
   }
 }
 
-int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> context) {
+void Sampler::ApplyMask(const TokenMask& mask) {
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  const size_t vocab = scratch_.size();
+  for (size_t w = 0; w * 64 < vocab; ++w) {
+    const uint64_t word = w < mask.bits.size() ? mask.bits[w] : 0;
+    if (word == ~uint64_t{0}) continue;
+    const size_t end = std::min(vocab, (w + 1) * 64);
+    for (size_t id = w * 64; id < end; ++id) {
+      if (((word >> (id % 64)) & 1) == 0) scratch_[id] = kBanned;
+    }
+  }
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> context,
+                        const TokenMask* mask) {
   AdjustLogits(logits, context);
+  if (mask != nullptr) ApplyMask(*mask);
   const int32_t token =
       params_.temperature == 0.0f
           ? static_cast<int32_t>(std::max_element(scratch_.begin(), scratch_.end()) -
@@ -114,6 +130,10 @@ int32_t Sampler::Draw() {
     return scratch_[a] > scratch_[b] || (scratch_[a] == scratch_[b] && a < b);
   };
   std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), higher);
+  // Masked ids (-inf) sort last: they are never drawn, not even by the rounding fallback below.
+  while (keep > 1 && std::isinf(scratch_[order_[keep - 1]]) && scratch_[order_[keep - 1]] < 0) {
+    --keep;
+  }
   const float max_logit = scratch_[order_[0]];
   std::vector<double> probs(keep);
   double total = 0.0;

@@ -3,7 +3,8 @@
 // so that the same seed and prompt give the same tokens no matter what else runs in the batch
 // (each sequence owns its generator). Order: repetition penalty (over the context), presence
 // and frequency penalties (over the tokens this Sampler returned: the generated ones), logit
-// bias, then greedy argmax, or temperature and the top-k, top-p and min-p cuts and one draw.
+// bias, a token mask (constrained output, token_mask.h: the ids it does not allow get -inf), then
+// greedy argmax, or temperature and the top-k, top-p and min-p cuts and one draw.
 //
 // Thread-compatible: one Sampler per sequence.
 #pragma once
@@ -15,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "engine/sampling/token_mask.h"
 
 namespace abcd {
 
@@ -51,13 +53,17 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
 
   // `context` holds the prompt and generated ids (for the repetition penalty). The returned
-  // id counts as generated for the presence and frequency penalties.
-  int32_t Sample(std::span<const float> logits, std::span<const int32_t> context);
+  // id counts as generated for the presence and frequency penalties. With `mask` (which must
+  // allow at least one id) the returned id is one it allows.
+  int32_t Sample(std::span<const float> logits, std::span<const int32_t> context,
+                 const TokenMask* mask = nullptr);
 
  private:
   double NextUniform();  // [0, 1), the same sequence on every platform
   // scratch_ = logits with the penalties and the bias applied.
   void AdjustLogits(std::span<const float> logits, std::span<const int32_t> context);
+  // -inf in scratch_ for the ids `mask` does not allow.
+  void ApplyMask(const TokenMask& mask);
   int32_t Draw();  // temperature, top-k, top-p, min-p over scratch_
 
   SamplingParams params_;

@@ -15,6 +15,7 @@
 #include "engine/backend/decode_backend.h"
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
+#include "engine/sampling/token_mask.h"
 #include "engine/scheduler/executor.h"
 #include "engine/scheduler/speculation.h"
 #include "engine/scheduler/text_stream.h"
@@ -70,6 +71,7 @@ struct ActiveRequest {
   bool has_sequence = false;
   int64_t prefilled = 0;
   std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TokenConstraint> constraint;  // request.response_format's state (or null)
   std::unique_ptr<TextStream> text;
   std::vector<int32_t> context;  // history + prompt + generated (repetition penalty, sessions)
   int32_t pending_token = -1;    // sampled last step, fed in the next decode

@@ -104,8 +104,32 @@ void ContinuousBatchingExecutor::RecordToken(ActiveRequest& r) {
   r.last_token = now;
 }
 
+std::shared_ptr<const TokenVocabulary> ContinuousBatchingExecutor::ConstraintVocabulary() {
+  if (constraint_vocabulary_ == nullptr) {
+    std::vector<std::string> bytes = tokenizer_.TokenBytes();
+    // A padded embedding's extra rows have no text.
+    bytes.resize(static_cast<size_t>(config_.vocab_size));
+    std::vector<int32_t> stops = {config_.eos_id};
+    stops.insert(stops.end(), config_.extra_stop_ids.begin(), config_.extra_stop_ids.end());
+    constraint_vocabulary_ = std::make_shared<const TokenVocabulary>(std::move(bytes), stops);
+  }
+  return constraint_vocabulary_;
+}
+
 int32_t ContinuousBatchingExecutor::Sample(ActiveRequest& r, std::span<const float> logits) {
-  const int32_t token = r.sampler->Sample(logits, r.context);
+  const TokenMask* mask = nullptr;
+  if (r.constraint != nullptr) {
+    mask = &r.constraint->Allowed();
+    if (mask->allowed == 0) {
+      Finish(r,
+             absl::InternalError(absl::StrCat(
+                 "response_format: no token of the model's vocabulary continues the JSON after ",
+                 r.generated_tokens(), " generated tokens")),
+             FinishReason::kLength);
+      return -1;
+    }
+  }
+  const int32_t token = r.sampler->Sample(logits, r.context, mask);
   if (r.request.logprobs >= 0) {
     r.token_logprobs = ComputeLogprobs(logits, token, r.request.logprobs, &logprob_scratch_);
   }
@@ -183,6 +207,12 @@ void ContinuousBatchingExecutor::Accept(ActiveRequest& r, int32_t token) {
     Finish(r, absl::OkStatus(), FinishReason::kEos, {}, r.text->Flush());
     return;
   }
+  if (r.constraint != nullptr) {
+    if (absl::Status s = r.constraint->Accept(token); !s.ok()) {
+      Finish(r, absl::InternalError(s.message()), FinishReason::kLength);
+      return;
+    }
+  }
   RecordToken(r);
   if (options_.observer != nullptr) options_.observer->OnTokensGenerated(1);
   r.context.push_back(token);
@@ -193,6 +223,9 @@ void ContinuousBatchingExecutor::Accept(ActiveRequest& r, int32_t token) {
   }
   if (r.text->stopped()) {
     Finish(r, absl::OkStatus(), FinishReason::kStop, {token}, *std::move(text));
+  } else if (r.constraint != nullptr && r.constraint->complete()) {
+    // The JSON value is complete: nothing but the end may follow.
+    Finish(r, absl::OkStatus(), FinishReason::kStop, {token}, *text + r.text->Flush());
   } else if (static_cast<int>(r.text->tokens().size()) >= r.request.max_tokens) {
     Finish(r, absl::OkStatus(), FinishReason::kLength, {token}, *text + r.text->Flush());
   } else {
@@ -412,6 +445,10 @@ bool ContinuousBatchingExecutor::ForkChoices(ActiveRequest& r,
     choice->speculative = r.speculative;
     choice->pacer = DraftPacer(r.speculative.enabled() ? r.speculative.k : 0);
     choice->sampler = std::make_unique<Sampler>(choice->request.sampling);
+    if (r.constraint != nullptr) {
+      // Its own state (the same as r's: nothing is sampled yet), sharing r's mask cache.
+      choice->constraint = std::make_unique<TokenConstraint>(*r.constraint);
+    }
     choice->text =
         std::make_unique<TextStream>(tokenizer_, choice->request.stop, choice->prompt_ids);
     choice->context = r.context;

@@ -220,6 +220,11 @@ void ContinuousBatchingExecutor::Admit() {
       admitted->beams.push_back({admitted->sequence, {}, 0.0});
     } else {
       admitted->sampler = std::make_unique<Sampler>(admitted->request.sampling);
+      if (admitted->request.response_format != nullptr) {
+        admitted->constraint = std::make_unique<TokenConstraint>(admitted->request.response_format,
+                                                                 ConstraintVocabulary(),
+                                                                 !admitted->request.ignore_eos);
+      }
       admitted->text =
           std::make_unique<TextStream>(tokenizer_, admitted->request.stop, admitted->prompt_ids);
     }

@@ -111,7 +111,9 @@ class ContinuousBatchingExecutor final : public Executor {
   // n > 1, after the prompt: forks the other choices off r (which becomes choice 0). They are
   // appended to `out`; false (and r finished) when a fork fails.
   bool ForkChoices(ActiveRequest& r, std::vector<std::unique_ptr<ActiveRequest>>* out);
-  // Samples r's next token from one row of logits (and its log-probabilities) and accepts it.
+  // Samples r's next token from one row of logits (and its log-probabilities) under r's
+  // response_format mask, if any, and accepts it; returns it, or -1 when r ended instead (a
+  // mask that allows nothing).
   int32_t Sample(ActiveRequest& r, std::span<const float> logits);
   // A decode step's logits: one row, or with a draft (speculation) one per verify row, sampled
   // in order while the draft agrees; the state then goes back to the last row kept.
@@ -133,6 +135,8 @@ class ContinuousBatchingExecutor final : public Executor {
   absl::StatusOr<std::string> SaveSession(const ActiveRequest& r);
   void ReleaseStates(ActiveRequest& r);
   void RecordToken(ActiveRequest& r);
+  // The tokens' bytes for constrained output, built at the first request that needs them.
+  std::shared_ptr<const TokenVocabulary> ConstraintVocabulary();
 
   const std::unique_ptr<DecodeBackend> backend_;  // engine thread only (but constant accessors)
   const ModelConfig& config_;
@@ -157,6 +161,7 @@ class ContinuousBatchingExecutor final : public Executor {
   std::vector<std::unique_ptr<ActiveRequest>> running_;
   std::vector<float> logits_;  // the engine thread's step logits, reused
   std::vector<float> logprob_scratch_;
+  std::shared_ptr<const TokenVocabulary> constraint_vocabulary_;  // see ConstraintVocabulary
   int64_t reserved_bytes_ = 0;
   int64_t iterations_ = 0;
   bool encode_oldest_next_ = true;  // EncodeSources alternates oldest and shortest turns

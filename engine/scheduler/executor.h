@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "engine/backend/decode_backend.h"
 #include "engine/model/model.h"
+#include "engine/sampling/json_grammar.h"
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/batch_planner.h"
@@ -70,6 +71,13 @@ struct GenerationRequest {
   // Speculative decoding (speculation.h); unset: ExecutorOptions::speculative. Decoding
   // without beam search on a backend with checkpoints (the CPU); elsewhere plain decoding.
   std::optional<SpeculativeParams> speculative;
+  // Constrained output (decoder-only): the generated text is one JSON value of this grammar
+  // (engine/sampling/json_grammar.h; JsonGrammar::AnyObject() for OpenAI's json_object). Each
+  // step's logits are masked to the tokens that continue it (after penalties and bias, before
+  // the draw; log-probabilities stay the model's), eos only where the value is complete, and
+  // the choice ends with FinishReason::kStop when nothing may follow it. Such a row is
+  // sampled on the host. Null: free text.
+  std::shared_ptr<const JsonGrammar> response_format;
 };
 
 // What one choice of a request produced since its previous event. A choice's last event has

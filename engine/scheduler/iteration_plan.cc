@@ -62,7 +62,7 @@ void PlanDecodeRows(std::span<const std::unique_ptr<ActiveRequest>> running, boo
 
 bool SampledByBackend(const ActiveRequest& r, bool backend_samples) {
   return backend_samples && !r.beam_search() && !NeedsHostSampling(r.request.sampling) &&
-         r.request.logprobs < 0;
+         r.request.logprobs < 0 && r.request.response_format == nullptr;
 }
 
 IterationPlan PlanIteration(std::span<const std::unique_ptr<ActiveRequest>> running,

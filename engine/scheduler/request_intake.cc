@@ -39,6 +39,9 @@ absl::Status RequestIntake::Validate(const GenerationRequest& request) const {
     return absl::InvalidArgumentError(
         "echo: prompt log-probabilities need a decoder-only model, n = 1 and no session");
   }
+  if (request.response_format != nullptr && encoder_decoder) {
+    return absl::InvalidArgumentError("response_format: needs a decoder-only model");
+  }
   ABCD_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   for (const auto& [id, bias] : request.sampling.logit_bias) {
     if (id >= config_.vocab_size) {

@@ -25,6 +25,9 @@ class SentencePieceBackend {
   virtual std::string Encode(const std::string& text, std::vector<int>* ids) const = 0;
   virtual std::string Decode(const std::vector<int>& ids, std::string* text) const = 0;
   virtual int PieceCount() const = 0;
+  // The piece of `id` as stored in the model ("<U+2581>the", "<0x7B>") and its kind.
+  enum PieceKind : int { kNormal = 0, kByte = 1, kControl = 2 };  // kControl: also unknown, unused
+  virtual std::string Piece(int id, int* kind) const = 0;
 };
 
 // The plugin's exported factory.

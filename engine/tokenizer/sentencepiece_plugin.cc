@@ -17,6 +17,14 @@ class SentencePieceProcessorBackend final : public SentencePieceBackend {
     return Error(processor_.Decode(ids, text));
   }
   int PieceCount() const override { return processor_.GetPieceSize(); }
+  std::string Piece(int id, int* kind) const override {
+    *kind = kNormal;
+    if (processor_.IsByte(id)) *kind = kByte;
+    if (processor_.IsControl(id) || processor_.IsUnknown(id) || processor_.IsUnused(id)) {
+      *kind = kControl;
+    }
+    return processor_.IdToPiece(id);
+  }
 
  private:
   static std::string Error(const sentencepiece::util::Status& status) {

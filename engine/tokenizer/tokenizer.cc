@@ -1,7 +1,9 @@
 #include "engine/tokenizer/tokenizer.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace abcd {
 
@@ -14,6 +16,26 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
         absl::StrCat(path, ": cannot load SentencePiece model: ", error));
   }
   return tokenizer;
+}
+
+std::vector<std::string> Tokenizer::TokenBytes() const {
+  const SentencePieceBackend& backend = sentencepiece_.backend();
+  std::vector<std::string> bytes(backend.PieceCount());
+  for (int id = 0; id < backend.PieceCount(); ++id) {
+    int kind = SentencePieceBackend::kNormal;
+    std::string piece = backend.Piece(id, &kind);
+    if (kind == SentencePieceBackend::kControl) continue;
+    int byte = 0;
+    if (kind == SentencePieceBackend::kByte) {
+      // "<0xNN>"
+      if (piece.size() == 6 && absl::SimpleHexAtoi(absl::string_view(piece).substr(3, 2), &byte)) {
+        bytes[id] = std::string(1, static_cast<char>(byte));
+      }
+      continue;
+    }
+    bytes[id] = absl::StrReplaceAll(piece, {{"\xe2\x96\x81", " "}});
+  }
+  return bytes;
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text) const {

@@ -23,6 +23,10 @@ class Tokenizer {
   // negative id is an error.
   absl::StatusOr<std::string> Decode(std::span<const int32_t> ids) const;
   int vocab_size() const { return sentencepiece_.backend().PieceCount(); }
+  // Each id's bytes as it appears inside a decoded text (after other text): a piece with
+  // U+2581 as a space, a byte-fallback piece <0xNN> as that byte, "" for control, unknown and
+  // unused ids. Constrained output (engine/sampling/token_mask.h) walks these.
+  std::vector<std::string> TokenBytes() const;
 
  private:
   explicit Tokenizer(SentencePieceHandle sentencepiece)

@@ -27,4 +27,43 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
   return ids;
 }
 
+absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(const ServedModel& model,
+                                                         const nlohmann::json& messages,
+                                                         bool add_generation_prompt) {
+  if (model.chat_template == nullptr || model.tokenizer == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", model.name, "' has no chat template"));
+  }
+  ABCD_RETURN_IF_ERROR(ParseChatMessages(messages).status());  // errors name messages[i]
+  const std::string kMarker = "AbcdSessionAnswer7f3a";
+  nlohmann::json probe = nlohmann::json::array(
+      {{{"role", "user"}, {"content", "."}}, {{"role", "assistant"}, {"content", kMarker}}});
+  for (const nlohmann::json& message : messages) probe.push_back(message);
+  ABCD_ASSIGN_OR_RETURN(Value conversation, ParseChatMessages(probe));
+  absl::StatusOr<std::string> text =
+      model.chat_template->Render(conversation, add_generation_prompt);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(), absl::StrCat(text.status().message(),
+                                                           " (with a session, messages are "
+                                                           "the new ones after its last answer)"));
+  }
+  const size_t at = text->find(kMarker);
+  if (at == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "messages: the model's chat template does not render an assistant's content as given, "
+        "so a session cannot continue after its answer; send the whole conversation without "
+        "session_id");
+  }
+  const absl::string_view next = absl::string_view(*text).substr(at + kMarker.size());
+  ABCD_RETURN_IF_ERROR(model.executor->CheckInput("messages", next.size()));
+  const ModelConfig& config = model.executor->backend().config();
+  ABCD_ASSIGN_OR_RETURN(
+      std::vector<int32_t> ids,
+      model.chat_template->EncodePrompt(*model.tokenizer, next, config.bos_id, config.eos_id));
+  if (ids.empty()) {
+    return absl::InvalidArgumentError("messages: nothing to add to the session");
+  }
+  return ids;
+}
+
 }  // namespace abcd::chat

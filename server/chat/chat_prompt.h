@@ -25,4 +25,15 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                                    const nlohmann::json& messages,
                                                    bool add_generation_prompt);
 
+// A chat session's next turn: the ids to append to a session whose last turn is the model's
+// answer (its generated tokens), for `messages`, the NEW messages only. The template renders
+// [{"user", "."}, {"assistant", <a marker>}] + messages; the ids are the tokenized text after
+// the marker: the template's close of the answer and the new messages with the separators it
+// puts between turns (Llama-2's " </s><s>[INST] ... [/INST]", the built-in transcript's
+// "\nuser: ...\nassistant:"), no bos. INVALID_ARGUMENT naming "messages" when the template
+// refuses the sequence or does not render an assistant's content as given.
+absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(const ServedModel& model,
+                                                         const nlohmann::json& messages,
+                                                         bool add_generation_prompt);
+
 }  // namespace abcd::chat

@@ -84,6 +84,34 @@ absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRe
     out.speculative = params;
   }
   out.deadline = deadline;
+  switch (in.response_format().type()) {
+    case abcd::v1::ResponseFormat::TYPE_JSON_OBJECT:
+      out.response_format = JsonGrammar::AnyObject();
+      break;
+    case abcd::v1::ResponseFormat::TYPE_JSON_SCHEMA: {
+      const std::string& text = in.response_format().json_schema();
+      nlohmann::ordered_json schema = nlohmann::ordered_json::parse(
+          text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+      if (schema.is_discarded()) {
+        return absl::InvalidArgumentError(
+            "response_format.json_schema must be a JSON Schema (JSON text)");
+      }
+      absl::StatusOr<std::shared_ptr<const JsonGrammar>> grammar =
+          JsonGrammar::FromSchema(schema, "response_format.json_schema");
+      if (!grammar.ok()) return grammar.status();
+      out.response_format = *std::move(grammar);
+      break;
+    }
+    case abcd::v1::ResponseFormat::TYPE_TEXT:
+      if (!in.response_format().json_schema().empty()) {
+        return absl::InvalidArgumentError(
+            "response_format.json_schema needs type TYPE_JSON_SCHEMA");
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("response_format.type: unknown value ", in.response_format().type()));
+  }
   return out;
 }
 

@@ -18,7 +18,9 @@ namespace abcd {
 // the vocabulary) replace prompt, which must then be empty; n 0 means 1, and n > 1 with a
 // session_id is INVALID_ARGUMENT. session_id itself is the caller's (sessions need a store).
 // messages exclude prompt, prompt_token_ids and session_id (INVALID_ARGUMENT naming them); the
-// caller renders them into prompt_token_ids (server/chat/chat_prompt.h).
+// caller renders them into prompt_token_ids (server/chat/chat_prompt.h). response_format:
+// TYPE_JSON_OBJECT or TYPE_JSON_SCHEMA with json_schema (JSON text) compiled to
+// GenerationRequest::response_format (INVALID_ARGUMENT naming the schema's path).
 absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRequest& in,
                                                       absl::Time deadline);
 

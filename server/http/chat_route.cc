@@ -96,7 +96,7 @@ void ChatShaper::operator()(json& body) {
 absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::string_view body,
                                          const ParseLimits& limits) {
   ABCD_ASSIGN_OR_RETURN(json o, ParseBody(body));
-  for (const char* refused : {"echo", "session_id", "prompt"}) {
+  for (const char* refused : {"echo", "prompt"}) {
     if (o.contains(refused) && !o[refused].is_null()) {
       return absl::InvalidArgumentError(
           absl::StrCat(refused, " is not supported on /v1/chat/completions (use /v1/completions)"));
@@ -132,8 +132,23 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
   } else if (!o.contains("max_tokens") || o["max_tokens"].is_null()) {
     o["max_tokens"] = std::min(kChatDefaultMaxTokens, limits.max_tokens_limit);
   }
-  ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PrepareChatPrompt(*model, o));
-  ids.erase(ids.begin());  // bos: the engine prepends it
+  // Compiled from the body as sent (its key order); the rest goes through o.dump().
+  ABCD_ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> format, ParseResponseFormat(o, body));
+  o.erase("response_format");
+  // A session's next turn: its messages are the new ones, appended after the last answer.
+  const auto session = o.find("session_id");
+  const bool continues = session != o.end() && session->is_string() && *session != "new";
+  std::vector<int32_t> ids;
+  if (continues) {
+    const auto messages = o.find("messages");
+    if (messages == o.end()) return absl::InvalidArgumentError("messages is required");
+    ABCD_ASSIGN_OR_RETURN(const bool add_generation_prompt,
+                          OptionalBool(o, "add_generation_prompt", true));
+    ABCD_ASSIGN_OR_RETURN(ids, chat::ChatContinuationIds(*model, *messages, add_generation_prompt));
+  } else {
+    ABCD_ASSIGN_OR_RETURN(ids, PrepareChatPrompt(*model, o));
+    ids.erase(ids.begin());  // bos: the engine prepends it
+  }
   o["prompt"] = std::move(ids);
   for (const char* chat_only :
        {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "add_generation_prompt"}) {
@@ -142,6 +157,7 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
   if (prepared.logprobs) o["logprobs"] = prepared.top_logprobs;
   o["model"] = model->name;
   ABCD_ASSIGN_OR_RETURN(prepared.request, ParseCompletionRequest(o.dump(), limits));
+  prepared.request.generation.response_format = std::move(format);
   return prepared;
 }
 

@@ -12,8 +12,11 @@
 //
 // Chat fields: messages (chat_template.h), max_completion_tokens (or max_tokens; default
 // kChatDefaultMaxTokens or the server's limit when lower), logprobs (bool), top_logprobs
-// (0..20, needs logprobs), add_generation_prompt (bool, default true; vLLM's extension).
-// echo and session_id are refused (400 naming them). An unknown model is 404 model_not_found.
+// (0..20, needs logprobs), add_generation_prompt (bool, default true; vLLM's extension),
+// response_format (ParseResponseFormat, request_parser.h; compiled from the body as sent).
+// session_id as on /v1/completions: "new" renders the conversation and starts a session; with a
+// session's id, messages are the NEW messages only, appended after the session's last answer
+// (chat::ChatContinuationIds). echo is refused (400). An unknown model is 404 model_not_found.
 // POST /tokenize with "messages" renders the same way (PrepareChatPrompt), both through
 // chat::ChatPromptIds (server/chat/chat_prompt.h), which gRPC's messages use too.
 //

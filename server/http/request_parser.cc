@@ -308,6 +308,53 @@ absl::Status ReadSpeculative(const json& object, std::optional<SpeculativeParams
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(const json& object,
+                                                                       absl::string_view body) {
+  const json* format = Field(object, "response_format");
+  if (format == nullptr) return nullptr;
+  constexpr absl::string_view kTypes = "one of \"text\", \"json_object\", \"json_schema\"";
+  if (!format->is_object()) {
+    return FieldError("response_format", "an object ({\"type\": \"json_object\"})", *format);
+  }
+  const json* type = Field(*format, "type");
+  if (type == nullptr) return absl::InvalidArgumentError("response_format.type is required");
+  if (!type->is_string()) return FieldError("response_format.type", kTypes, *type);
+  const std::string& name = type->get_ref<const std::string&>();
+  if (name == "text") return nullptr;
+  if (name == "json_object") return JsonGrammar::AnyObject();
+  if (name != "json_schema") return FieldError("response_format.type", kTypes, *type);
+  const json* spec = Field(*format, "json_schema");
+  if (spec == nullptr || !spec->is_object()) {
+    return absl::InvalidArgumentError(
+        "response_format.json_schema must be an object with a schema for type json_schema");
+  }
+  for (const char* text_field : {"name", "description"}) {
+    const json* value = Field(*spec, text_field);
+    if (value != nullptr && !value->is_string()) {
+      return FieldError(absl::StrCat("response_format.json_schema.", text_field), "a string",
+                        *value);
+    }
+  }
+  if (const json* strict = Field(*spec, "strict"); strict != nullptr && !strict->is_boolean()) {
+    return FieldError("response_format.json_schema.strict", "a boolean", *strict);
+  }
+  if (Field(*spec, "schema") == nullptr) {
+    return absl::InvalidArgumentError("response_format.json_schema.schema is required");
+  }
+  // Again in the body's key order: properties are generated in the order the schema lists them.
+  const nlohmann::ordered_json ordered =
+      nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  const nlohmann::ordered_json* schema = &ordered;
+  for (const char* key : {"response_format", "json_schema", "schema"}) {
+    const auto it = schema->is_object() ? schema->find(key) : schema->end();
+    if (it == schema->end()) {
+      return absl::InvalidArgumentError("response_format.json_schema.schema is required");
+    }
+    schema = &*it;
+  }
+  return JsonGrammar::FromSchema(*schema, "response_format.json_schema.schema");
+}
+
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
                                                          const ParseLimits& limits) {
   absl::StatusOr<json> object = ParseObject(body);
@@ -339,6 +386,9 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   if (absl::Status s = ReadStop(o, limits.max_stop_strings, &g.stop); !s.ok()) return s;
   if (absl::Status s = ReadBool(o, "stream", &request.stream); !s.ok()) return s;
   if (absl::Status s = ReadBool(o, "ignore_eos", &g.ignore_eos); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> format = ParseResponseFormat(o, body);
+  if (!format.ok()) return format.status();
+  g.response_format = *std::move(format);
   if (absl::Status s = ReadInt(o, "n", 1, limits.max_choices, &g.n); !s.ok()) return s;
   if (absl::Status s = RequireOne(o, "best_of"); !s.ok()) return s;
   if (absl::Status s = ReadSessionId(o, &request.session_id); !s.ok()) return s;

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/scheduler/executor.h"
+#include "nlohmann/json.hpp"
 
 namespace abcd::http {
 
@@ -52,11 +53,21 @@ struct TranslateRequest {
 // n (1..max_choices; must be 1 with a session); best_of must be 1 when given; logprobs (0..20 ->
 // generation.logprobs); echo (bool; not with n > 1 or a session; with logprobs it sets
 // generation.prompt_logprobs and max_tokens may be 0); stream_options ({"include_usage": bool},
-// only with stream); ignore_eos (bool), session_id ("new" or an id) and speculative
-// ({"mode": "ngram" | "off", "k": 1..16} -> generation.speculative) are extensions. Sampling
+// only with stream); response_format (ParseResponseFormat); ignore_eos (bool), session_id ("new"
+// or an id) and speculative ({"mode": "ngram" | "off", "k": 1..16} -> generation.speculative)
+// are extensions. Sampling
 // fields are also checked with ValidateSamplingParams (messages use the JSON names).
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
                                                          const ParseLimits& limits);
+
+// OpenAI's response_format in `object` (the parsed `body`): absent, null or {"type": "text"}
+// -> null (free text); {"type": "json_object"} -> JsonGrammar::AnyObject();
+// {"type": "json_schema", "json_schema": {"name": string, "schema": {...}, "strict": bool,
+// "description": string}} -> the schema compiled (engine/sampling/json_grammar.h; re-read from
+// `body` in its own key order, the order properties are generated in). Errors name the field:
+// "response_format.json_schema.schema.properties.name.pattern is not supported".
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(const nlohmann::json& object,
+                                                                       absl::string_view body);
 
 // POST /tokenize (vLLM's shape): model, prompt (a string, may be empty), add_special_tokens
 // (bool, default true: bos first for a language model, eos last for a translation model's

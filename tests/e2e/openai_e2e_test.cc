@@ -4,7 +4,7 @@
 // without stream_options.include_usage (the JSON shapes of OpenAI's legacy Completions API,
 // checked field by field), exact text, the sampling fields, health and deadlines; and chat
 // completions driven by the official OpenAI Node SDK (tests/e2e/openai_sdk/, installed by its
-// npm-ci.sh; skipped without node).
+// npm-ci.sh; skipped without node), and chat sessions.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -714,6 +714,62 @@ TEST_F(OpenAiE2eTest, EchoRefusals) {
   EXPECT_EQ(status, 400);
   EXPECT_TRUE(absl::StartsWith(refused({{"prompt", "x"}, {"logprobs", 21}}), "logprobs"));
   EXPECT_EQ(status, 400);
+}
+
+// Chat sessions (issue 26): "new" starts one from the rendered conversation; a session id's
+// turn sends only the new messages, appended after the last answer as the template renders
+// them (the built-in transcript: "\nuser: ...\nassistant:"), so turn 2 is the greedy
+// continuation of turn 1's prompt ids + its generated ids + that suffix's ids.
+TEST_F(OpenAiE2eTest, ChatSessionAppendsTheNewMessagesAfterTheAnswer) {
+  auto post = [&](const char* path, const json& body) {
+    auto response = http_->Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(response && response->status == 200) << path << (response ? response->body : "");
+    return response ? json::parse(response->body, nullptr, false) : json();
+  };
+  const json first_messages = {{{"role", "user"}, {"content", "Tell me about the old house."}}};
+  const json first = post(
+      "/v1/chat/completions",
+      {{"messages", first_messages}, {"max_tokens", 8}, {"temperature", 0}, {"session_id", "new"}});
+  const std::string session = first.value("session_id", "");
+  ASSERT_FALSE(session.empty()) << first.dump();
+  const std::string question = "And the door?";
+  const json second =
+      post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", question}}}},
+                                    {"max_tokens", 8},
+                                    {"temperature", 0},
+                                    {"session_id", session}});
+  EXPECT_EQ(second["session_id"], session);
+  // The same tokens without a session: turn 1's prompt and answer ids, then the suffix's.
+  std::vector<int32_t> ids =
+      post("/tokenize", {{"messages", first_messages}})["tokens"].get<std::vector<int32_t>>();
+  ids.erase(ids.begin());  // bos, which the engine prepends
+  const std::vector<int32_t> answer = GenerateIds(8, &ids);
+  ids.insert(ids.end(), answer.begin(), answer.end());
+  const std::vector<int32_t> suffix =
+      post("/tokenize", {{"prompt", "\nuser: " + question + "\nassistant:"},
+                         {"add_special_tokens", false}})["tokens"]
+          .get<std::vector<int32_t>>();
+  EXPECT_EQ(second["usage"]["prompt_tokens"], static_cast<int>(suffix.size()));
+  ids.insert(ids.end(), suffix.begin(), suffix.end());
+  const std::vector<int32_t> expected = GenerateIds(8, &ids);
+  const std::string expected_text =
+      post("/detokenize", {{"tokens", ids}})["prompt"].get<std::string>();
+  std::vector<int32_t> all = ids;
+  all.insert(all.end(), expected.begin(), expected.end());
+  const std::string whole = post("/detokenize", {{"tokens", all}})["prompt"].get<std::string>();
+  EXPECT_EQ(second["choices"][0]["message"]["content"], whole.substr(expected_text.size()));
+  const json info = json::parse(http_->Get("/v1/sessions/" + session)->body, nullptr, false);
+  EXPECT_EQ(info["tokens"], static_cast<int>(all.size()) + 1);  // and bos
+  // A template the continuation cannot follow is refused naming messages.
+  auto refused = http_->Post("/v1/chat/completions",
+                             json({{"messages", json::array()}, {"session_id", session}}).dump(),
+                             "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_TRUE(absl::StartsWith(
+      json::parse(refused->body, nullptr, false)["error"]["message"].get<std::string>(),
+      "messages"))
+      << refused->body;
 }
 
 }  // namespace

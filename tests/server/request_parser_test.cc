@@ -166,6 +166,52 @@ TEST(RequestParser, MaxTokensZeroSaysWhenItIsAllowed) {
 
 // Session errors on the HTTP wire (server/README.md): busy 409, unknown 404, foreign blob
 // 412, store down 503; the param is the field the message starts with.
+// Issue 26 item 3: response_format at the door; the schema keeps the body's key order.
+TEST(RequestParser, ResponseFormat) {
+  http::ParseLimits limits;
+  auto parse = [&](const std::string& format) {
+    return http::ParseCompletionRequest(R"({"prompt": "hi", "response_format": )" + format + "}",
+                                        limits);
+  };
+  ASSERT_TRUE(parse(R"({"type": "text"})").ok());
+  EXPECT_EQ(parse(R"({"type": "text"})")->generation.response_format, nullptr);
+  EXPECT_EQ(parse(R"({"type": "json_object"})")->generation.response_format,
+            JsonGrammar::AnyObject());
+  absl::StatusOr<http::CompletionRequest> schema = parse(
+      R"({"type": "json_schema", "json_schema": {"name": "p", "strict": true, "schema":
+          {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}},
+           "required": ["z", "a"]}}})");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  ASSERT_NE(schema->generation.response_format, nullptr);
+  JsonMatcher ordered(schema->generation.response_format.get());
+  EXPECT_TRUE(ordered.Advance(R"({"z":1,"a":"x"})") && ordered.complete());
+  JsonMatcher reordered(schema->generation.response_format.get());
+  EXPECT_FALSE(reordered.Advance(R"({"a":"x","z":1})"));
+
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"("json")",
+       "response_format must be an object ({\"type\": \"json_object\"}), got \"json\""},
+      {R"({"type": "grammar"})",
+       "response_format.type must be one of \"text\", \"json_object\", \"json_schema\", got "
+       "\"grammar\""},
+      {R"({"type": "json_schema"})",
+       "response_format.json_schema must be an object with a schema for type json_schema"},
+      {R"({"type": "json_schema", "json_schema": {"name": "x"}})",
+       "response_format.json_schema.schema is required"},
+      {R"({"type": "json_schema", "json_schema": {"strict": 1, "schema": {}}})",
+       "response_format.json_schema.strict must be a boolean, got 1"},
+      {R"({"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties":
+          {"name": {"type": "string", "pattern": "^a"}}}}})",
+       "response_format.json_schema.schema.properties.name.pattern is not supported"},
+  };
+  for (const auto& [format, message] : refused) {
+    absl::StatusOr<http::CompletionRequest> request = parse(format);
+    ASSERT_FALSE(request.ok()) << format;
+    EXPECT_EQ(request.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(request.status().message(), message);
+  }
+}
+
 TEST(HttpErrors, SessionStatusesAndParams) {
   EXPECT_EQ(http::MapStatusCode(absl::StatusCode::kAborted).http_status, 409);
   EXPECT_EQ(http::MapStatusCode(absl::StatusCode::kAborted).label, "aborted");

@@ -1,6 +1,7 @@
 // The official OpenAI Node SDK (`openai`, pinned in package-lock.json) against a running
 // abcd-server: chat completions plain, streamed with stream_options.include_usage, n, logprobs
-// with top_logprobs, and a 400 naming the field, each checked with node:assert on the shapes the
+// with top_logprobs, response_format json_schema (JSON.parse of the content), and a 400 naming
+// the field, each checked with node:assert on the shapes the
 // SDK's types promise. Usage: node chat.mjs http://127.0.0.1:PORT/v1
 // Prints one JSON line on success, {"model", "messages", "max_tokens", "content"} (the greedy
 // answer), for the caller's exact-text check against the token ids (openai_e2e_test.cc);
@@ -103,11 +104,53 @@ async function main() {
     }
   }
 
+  // response_format json_schema (OpenAI's shape): the content is JSON of the schema's shape,
+  // plain and streamed, for both of n = 2 choices.
+  const schema = {
+    type: 'object',
+    properties: {
+      title: { type: 'string' },
+      year: { type: 'integer' },
+      genre: { enum: ['story', 'poem'] },
+    },
+    required: ['title', 'year', 'genre'],
+    additionalProperties: false,
+  };
+  const response_format = {
+    type: 'json_schema', json_schema: { name: 'story', schema, strict: true },
+  };
+  const shaped = await client.chat.completions.create({
+    model, messages, max_completion_tokens: 200, temperature: 1, seed: 3, n: 2, response_format,
+  });
+  assert.equal(shaped.choices.length, 2);
+  for (const c of shaped.choices) {
+    assert.equal(c.finish_reason, 'stop', c.message.content);
+    const value = JSON.parse(c.message.content);
+    assert.deepEqual(Object.keys(value), ['title', 'year', 'genre']);
+    assert.equal(typeof value.title, 'string');
+    assert.ok(Number.isInteger(value.year), String(value.year));
+    assert.ok(['story', 'poem'].includes(value.genre), value.genre);
+  }
+  const shapedStream = await client.chat.completions.create({
+    model, messages, max_completion_tokens: 200, temperature: 1, seed: 3, response_format,
+    stream: true,
+  });
+  let shapedText = '';
+  for await (const chunk of shapedStream) shapedText += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(shapedText, shaped.choices[0].message.content);
+
   // Errors: the SDK's BadRequestError with the server's message naming the field.
   const refusals = [
     [{ messages: [{ role: 'tool', content: 'x' }] }, 'messages[0].role'],
     [{ messages, top_logprobs: 2 }, 'top_logprobs'],
     [{ messages, max_completion_tokens: 0 }, 'max_completion_tokens'],
+    [{
+      messages,
+      response_format: {
+        type: 'json_schema',
+        json_schema: { name: 'x', schema: { type: 'string', pattern: '^a' } },
+      },
+    }, 'response_format.json_schema.schema.pattern is not supported'],
   ];
   for (const [body, field] of refusals) {
     await assert.rejects(client.chat.completions.create({ model, ...body }), (error) => {

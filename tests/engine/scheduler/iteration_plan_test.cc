@@ -129,6 +129,8 @@ TEST(IterationPlan, BackendSamplesOnlyRowsThatNeedNoLogits) {
   running.push_back(Decoding(4, 40));
   running.back()->request.sampling.temperature = 0.7f;
   running.back()->request.sampling.seed = 9;
+  running.push_back(Decoding(5, 50));
+  running.back()->request.response_format = JsonGrammar::AnyObject();  // the mask is the host's
   PlanParams params = Tokens(8);
   params.backend_samples = true;
   const IterationPlan plan = PlanIteration(running, params);
@@ -138,13 +140,13 @@ TEST(IterationPlan, BackendSamplesOnlyRowsThatNeedNoLogits) {
   EXPECT_EQ(plan.sampled_rows[0].token, 10);
   EXPECT_EQ(plan.sampled_rows[0].step, 3u);  // the draw's index: tokens generated so far
   EXPECT_EQ(plan.sampled_rows[1].sampling.seed, 9u);
-  EXPECT_EQ(plan.row_owners, (std::vector<size_t>{1, 2}));
-  EXPECT_EQ(plan.decode_rows, 4);
+  EXPECT_EQ(plan.row_owners, (std::vector<size_t>{1, 2, 4}));
+  EXPECT_EQ(plan.decode_rows, 5);
   // Without a sampling backend every row comes back as logits.
   params.backend_samples = false;
   const IterationPlan host = PlanIteration(running, params);
   EXPECT_TRUE(host.sampled_rows.empty());
-  EXPECT_EQ(host.row_owners, (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(host.row_owners, (std::vector<size_t>{0, 1, 2, 3, 4}));
 }
 
 TEST(IterationPlan, PrefillChunksShareTheBudgetInOrderAndOnlyTheLastRowWantsLogits) {

@@ -1,0 +1,434 @@
+// The schema compiler of json_grammar.h: a JSON Schema (subset) -> JsonGrammar nodes, and
+// JsonGrammar::Resolve. The matcher is in json_grammar.cc.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "engine/core/status_macros.h"
+#include "engine/sampling/json_grammar.h"
+
+namespace abcd {
+
+using OrderedJson = nlohmann::ordered_json;
+
+namespace {
+
+constexpr int kMaxSchemaDepth = 64;
+constexpr size_t kMaxEnumValues = 1024;
+constexpr size_t kMaxKeyBytes = 1024;
+
+bool IsDigit(uint8_t b) { return b >= '0' && b <= '9'; }
+
+const absl::flat_hash_set<std::string>& Annotations() {
+  static const auto* names = new absl::flat_hash_set<std::string>{
+      "title", "description", "$schema", "$id", "$comment", "default", "examples"};
+  return *names;
+}
+
+const absl::flat_hash_set<std::string>& Keywords() {
+  static const auto* names = new absl::flat_hash_set<std::string>{
+      "type",  "properties", "required", "additionalProperties",
+      "items", "minItems",   "maxItems", "enum",
+      "const", "$ref",       "$defs",    "definitions"};
+  return *names;
+}
+
+// The JSON types a value has, by JSON Schema's names (an integer is also a number).
+bool HasType(const OrderedJson& v, absl::string_view type) {
+  if (type == "object") return v.is_object();
+  if (type == "array") return v.is_array();
+  if (type == "string") return v.is_string();
+  if (type == "boolean") return v.is_boolean();
+  if (type == "null") return v.is_null();
+  if (type == "integer") {
+    if (v.is_number_integer()) return true;
+    return v.is_number_float() && std::trunc(v.get<double>()) == v.get<double>();
+  }
+  if (type == "number") return v.is_number();
+  return false;
+}
+
+JsonNode Node(JsonNode::Kind kind, int value = -1) {
+  JsonNode node;
+  node.kind = kind;
+  node.value = value;
+  return node;
+}
+
+}  // namespace
+
+// Compiles one schema into nodes of a grammar.
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const OrderedJson& root, JsonGrammar* grammar) : root_(root), g_(*grammar) {}
+
+  absl::StatusOr<int> Compile(const OrderedJson& schema, const std::string& path, int depth);
+  int AnyValue();
+  int FreeObject(int value);
+  absl::Status CheckUnionCycles(const std::string& path) const;
+
+ private:
+  int Add(JsonNode node) {
+    g_.nodes_.push_back(std::move(node));
+    return static_cast<int>(g_.nodes_.size()) - 1;
+  }
+  int StringNode();
+  int Literals(std::vector<std::string> texts);
+  absl::StatusOr<int> CompileRef(const OrderedJson& schema, const std::string& path, int depth);
+  absl::StatusOr<int> CompileType(const OrderedJson& schema, absl::string_view type,
+                                  const std::string& path, int depth);
+  absl::StatusOr<int> CompileObject(const OrderedJson& schema, const std::string& path, int depth);
+  absl::StatusOr<int> CompileArray(const OrderedJson& schema, const std::string& path, int depth);
+  absl::StatusOr<int> CompileLiterals(const OrderedJson& schema, const std::string& path);
+
+  const OrderedJson& root_;
+  JsonGrammar& g_;
+  absl::flat_hash_map<std::string, int> refs_;
+  int any_ = -1;
+  int string_ = -1;
+};
+
+int SchemaCompiler::StringNode() {
+  if (string_ < 0) string_ = Add(Node(JsonNode::Kind::kString));
+  return string_;
+}
+
+int SchemaCompiler::Literals(std::vector<std::string> texts) {
+  std::sort(texts.begin(), texts.end());
+  texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
+  JsonNode node = Node(JsonNode::Kind::kLiterals);
+  node.literals = std::move(texts);
+  return Add(std::move(node));
+}
+
+int SchemaCompiler::FreeObject(int value) {
+  JsonNode object = Node(JsonNode::Kind::kFreeObject, value);
+  object.alternatives = {StringNode()};  // the keys' node
+  return Add(std::move(object));
+}
+
+int SchemaCompiler::AnyValue() {
+  if (any_ >= 0) return any_;
+  any_ = Add(Node(JsonNode::Kind::kUnion));
+  const int object = FreeObject(any_);
+  const int array = Add(Node(JsonNode::Kind::kArray, any_));
+  const int number = Add(Node(JsonNode::Kind::kNumber));
+  const int literals = Literals({"false", "null", "true"});
+  g_.nodes_[any_].alternatives = {object, array, StringNode(), number, literals};
+  return any_;
+}
+
+absl::StatusOr<int> SchemaCompiler::Compile(const OrderedJson& schema, const std::string& path,
+                                            int depth) {
+  if (depth > kMaxSchemaDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " nests deeper than ", kMaxSchemaDepth, " schemas"));
+  }
+  if (g_.nodes_.size() > static_cast<size_t>(kMaxSchemaNodes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the schema is too large (more than ", kMaxSchemaNodes, " nodes)"));
+  }
+  if (schema.is_boolean()) {
+    if (schema.get<bool>()) return AnyValue();
+    return absl::InvalidArgumentError(absl::StrCat(path, " is false: no value would be valid"));
+  }
+  if (!schema.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " must be a JSON Schema object"));
+  }
+  for (const auto& [key, value] : schema.items()) {
+    if (!Keywords().contains(key) && !Annotations().contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is not supported"));
+    }
+  }
+  if (schema.contains("$ref")) return CompileRef(schema, path, depth);
+  if (schema.contains("enum") || schema.contains("const")) return CompileLiterals(schema, path);
+  const auto type = schema.find("type");
+  if (type == schema.end()) {
+    if (schema.contains("properties")) return CompileObject(schema, path, depth);
+    if (schema.contains("items")) return CompileArray(schema, path, depth);
+    return AnyValue();
+  }
+  if (type->is_string()) return CompileType(schema, type->get<std::string>(), path, depth);
+  if (!type->is_array() || type->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".type must be a type name or a non-empty array of them"));
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < type->size(); ++i) {
+    if (!(*type)[i].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".type[", i, "] must be a string"));
+    }
+    names.push_back((*type)[i].get<std::string>());
+  }
+  // "integer" with "number" is "number"; the others start with different characters.
+  if (std::find(names.begin(), names.end(), "number") != names.end()) {
+    std::erase(names, "integer");
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  if (names.size() == 1) return CompileType(schema, names[0], path, depth);
+  JsonNode either = Node(JsonNode::Kind::kUnion);
+  for (const std::string& name : names) {
+    ABCD_ASSIGN_OR_RETURN(int node, CompileType(schema, name, path, depth));
+    either.alternatives.push_back(node);
+  }
+  return Add(std::move(either));
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileType(const OrderedJson& schema, absl::string_view type,
+                                                const std::string& path, int depth) {
+  if (type == "object") return CompileObject(schema, path, depth);
+  if (type == "array") return CompileArray(schema, path, depth);
+  if (type == "string") return StringNode();
+  if (type == "number" || type == "integer") {
+    JsonNode number = Node(JsonNode::Kind::kNumber);
+    number.integer = type == "integer";
+    return Add(std::move(number));
+  }
+  if (type == "boolean") return Literals({"false", "true"});
+  if (type == "null") return Literals({"null"});
+  return absl::InvalidArgumentError(absl::StrCat(path, ".type: unknown type \"", type, "\""));
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileRef(const OrderedJson& schema, const std::string& path,
+                                               int depth) {
+  const OrderedJson& ref = schema["$ref"];
+  if (!ref.is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".$ref must be a string"));
+  }
+  const std::string target = ref.get<std::string>();
+  if (auto it = refs_.find(target); it != refs_.end()) return it->second;
+  if (target != "#" && target.rfind("#/", 0) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".$ref: only references within the schema (\"#/$defs/name\") are supported, got \"",
+        target, "\""));
+  }
+  const OrderedJson* at = &root_;
+  std::string at_path = "#";
+  if (target.size() > 1) {
+    for (absl::string_view piece : absl::StrSplit(target.substr(2), '/')) {
+      // JSON Pointer escapes: ~1 is '/', ~0 is '~'.
+      const std::string part =
+          absl::StrReplaceAll(absl::StrReplaceAll(piece, {{"~1", "/"}}), {{"~0", "~"}});
+      if (!at->is_object() || !at->contains(part)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".$ref: \"", target, "\" does not name a schema in the document"));
+      }
+      at = &(*at)[part];
+    }
+  }
+  // A placeholder first, so recursive references find it; it becomes an alias (a union of one).
+  const int alias = Add(Node(JsonNode::Kind::kUnion));
+  refs_[target] = alias;
+  ABCD_ASSIGN_OR_RETURN(int node, Compile(*at, absl::StrCat(path, ".$ref"), depth + 1));
+  g_.nodes_[alias].alternatives = {node};
+  return alias;
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileObject(const OrderedJson& schema,
+                                                  const std::string& path, int depth) {
+  const auto properties = schema.find("properties");
+  const auto additional = schema.find("additionalProperties");
+  if (additional != schema.end() && !additional->is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".additionalProperties is not supported unless it is true or false"));
+  }
+  const bool closed = additional != schema.end() && !additional->get<bool>();
+  if (properties == schema.end() && !closed) {
+    if (schema.contains("required")) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".required needs properties"));
+    }
+    return FreeObject(AnyValue());
+  }
+  JsonNode object = Node(JsonNode::Kind::kObject);
+  if (properties != schema.end()) {
+    if (!properties->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".properties must be an object"));
+    }
+    if (properties->size() > static_cast<size_t>(kMaxSchemaProperties)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".properties has ", properties->size(),
+                                                     " entries, at most ", kMaxSchemaProperties));
+    }
+    for (const auto& [name, property] : properties->items()) {
+      std::string key =
+          OrderedJson(name).dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+      if (key.size() > kMaxKeyBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".properties: a name is longer than ", kMaxKeyBytes, " bytes"));
+      }
+      object.keys.push_back(std::move(key));
+      ABCD_ASSIGN_OR_RETURN(int node,
+                            Compile(property, absl::StrCat(path, ".properties.", name), depth + 1));
+      object.values.push_back(node);
+    }
+  }
+  std::vector<bool> required(object.keys.size(), false);
+  if (const auto it = schema.find("required"); it != schema.end()) {
+    if (!it->is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".required must be an array"));
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      const OrderedJson& name = (*it)[i];
+      const auto at =
+          name.is_string() && properties != schema.end()
+              ? std::find(object.keys.begin(), object.keys.end(), OrderedJson(name).dump())
+              : object.keys.end();
+      if (at == object.keys.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".required[", i, "] must name one of the properties, got ",
+                         name.dump(-1, ' ', false, OrderedJson::error_handler_t::replace)));
+      }
+      required[at - object.keys.begin()] = true;
+    }
+  }
+  const int n = static_cast<int>(object.keys.size());
+  object.next_required.assign(n + 1, n);
+  for (int i = n - 1; i >= 0; --i) {
+    object.next_required[i] = required[i] ? i : object.next_required[i + 1];
+  }
+  return Add(std::move(object));
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileArray(const OrderedJson& schema, const std::string& path,
+                                                 int depth) {
+  JsonNode array = Node(JsonNode::Kind::kArray);
+  for (const char* bound : {"minItems", "maxItems"}) {
+    const auto it = schema.find(bound);
+    if (it == schema.end()) continue;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > (1 << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".", bound, " must be an integer in [0, ", 1 << 20, "]"));
+    }
+    (bound[1] == 'i' ? array.min_items : array.max_items) = it->get<int>();
+  }
+  if (array.min_items > array.max_items) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".minItems exceeds maxItems"));
+  }
+  const auto items = schema.find("items");
+  if (items == schema.end()) {
+    array.value = AnyValue();
+  } else if (items->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".items as an array (a tuple) is not supported"));
+  } else {
+    ABCD_ASSIGN_OR_RETURN(array.value, Compile(*items, absl::StrCat(path, ".items"), depth + 1));
+  }
+  return Add(std::move(array));
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileLiterals(const OrderedJson& schema,
+                                                    const std::string& path) {
+  std::vector<std::string> texts;
+  std::vector<std::pair<std::string, const OrderedJson*>> values;
+  if (const auto it = schema.find("const"); it != schema.end()) {
+    values.emplace_back(absl::StrCat(path, ".const"), &*it);
+  }
+  if (const auto it = schema.find("enum"); it != schema.end()) {
+    if (!it->is_array() || it->empty() || it->size() > kMaxEnumValues) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".enum must be an array of 1 to ", kMaxEnumValues, " values"));
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      values.emplace_back(absl::StrCat(path, ".enum[", i, "]"), &(*it)[i]);
+    }
+  }
+  const auto type = schema.find("type");
+  for (const auto& [where, value] : values) {
+    if (type != schema.end()) {
+      bool typed = false;
+      if (type->is_string()) typed = HasType(*value, type->get<std::string>());
+      if (type->is_array()) {
+        for (const OrderedJson& t : *type)
+          typed |= t.is_string() && HasType(*value, t.get<std::string>());
+      }
+      if (!typed) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " does not have the schema's type"));
+      }
+    }
+    texts.push_back(value->dump(-1, ' ', false, OrderedJson::error_handler_t::replace));
+  }
+  if (schema.contains("const") && schema.contains("enum") &&
+      std::find(texts.begin() + 1, texts.end(), texts[0]) == texts.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".const is not one of enum"));
+  }
+  if (schema.contains("const")) texts.resize(1);
+  return Literals(std::move(texts));
+}
+
+absl::Status SchemaCompiler::CheckUnionCycles(const std::string& path) const {
+  // An alias chain that comes back to itself ({"$ref": "#"} at the root) names no value.
+  const int n = static_cast<int>(g_.nodes_.size());
+  std::vector<int> state(n, 0);  // 0 unseen, 1 on the path, 2 done
+  std::function<bool(int)> cyclic = [&](int v) {
+    if (state[v] == 1) return true;
+    if (state[v] == 2) return false;
+    state[v] = 1;
+    for (int alt : g_.nodes_[v].alternatives) {
+      if (g_.nodes_[v].kind == JsonNode::Kind::kUnion && cyclic(alt)) return true;
+    }
+    state[v] = 2;
+    return false;
+  };
+  for (int v = 0; v < n; ++v) {
+    if (cyclic(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": a $ref cycle names no value (a reference to itself)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::AnyObject() {
+  static const std::shared_ptr<const JsonGrammar> any = [] {
+    auto grammar = std::make_shared<JsonGrammar>();
+    const OrderedJson empty;
+    SchemaCompiler compiler(empty, grammar.get());
+    grammar->root_ = compiler.FreeObject(compiler.AnyValue());
+    return std::shared_ptr<const JsonGrammar>(std::move(grammar));
+  }();
+  return any;
+}
+
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::FromSchema(
+    const nlohmann::ordered_json& schema, absl::string_view path) {
+  auto grammar = std::make_shared<JsonGrammar>();
+  SchemaCompiler compiler(schema, grammar.get());
+  const std::string where(path);
+  ABCD_ASSIGN_OR_RETURN(grammar->root_, compiler.Compile(schema, where, 0));
+  ABCD_RETURN_IF_ERROR(compiler.CheckUnionCycles(where));
+  return std::shared_ptr<const JsonGrammar>(std::move(grammar));
+}
+
+int JsonGrammar::Resolve(int node, uint8_t byte) const {
+  const JsonNode& n = nodes_[node];
+  switch (n.kind) {
+    case JsonNode::Kind::kObject:
+    case JsonNode::Kind::kFreeObject:
+      return byte == '{' ? node : -1;
+    case JsonNode::Kind::kArray:
+      return byte == '[' ? node : -1;
+    case JsonNode::Kind::kString:
+      return byte == '"' ? node : -1;
+    case JsonNode::Kind::kNumber:
+      return byte == '-' || IsDigit(byte) ? node : -1;
+    case JsonNode::Kind::kLiterals:
+      for (const std::string& text : n.literals) {
+        if (static_cast<uint8_t>(text[0]) == byte) return node;
+      }
+      return -1;
+    case JsonNode::Kind::kUnion:
+      for (int alt : n.alternatives) {
+        if (const int found = Resolve(alt, byte); found >= 0) return found;
+      }
+      return -1;
+  }
+  return -1;
+}
+
+}  // namespace abcd
