@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "engine/sampling/sampler.h"
 #include "google/protobuf/stubs/logging.h"
@@ -55,12 +56,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (speculative.mode() == "ngram"
            ? speculative.has_k() && (speculative.k() < 1 || speculative.k() > 16)
            : speculative.mode() != "off");
+  // response_format: a schema that is not JSON text or uses an unsupported keyword, a schema
+  // without TYPE_JSON_SCHEMA or an unknown type is refused naming the field.
+  const bool refused_format = message.has_response_format() &&
+                              absl::StartsWith(request.status().message(), "response_format");
   if (!request.ok()) {
     ABCD_FUZZ_CHECK(request.status().code() == absl::StatusCode::kInvalidArgument);
     ABCD_FUZZ_CHECK(message.max_tokens() < 0 || message.n() < 0 || bad_ids || bad_messages ||
-                    bad_speculative || (message.n() > 1 && !message.session_id().empty()));
+                    bad_speculative || refused_format ||
+                    (message.n() > 1 && !message.session_id().empty()));
     return 0;
   }
+  ABCD_FUZZ_CHECK((request->response_format != nullptr) ==
+                  (message.response_format().type() != abcd::v1::ResponseFormat::TYPE_TEXT));
   ABCD_FUZZ_CHECK(!bad_messages && !bad_speculative);
   ABCD_FUZZ_CHECK(request->speculative.has_value() == message.has_speculative());
   ABCD_FUZZ_CHECK(request->prompt == message.prompt() && request->source.empty());
