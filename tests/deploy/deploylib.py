@@ -454,3 +454,54 @@ def run_node(ctx, script, payload):
 def temp_dir():
     with tempfile.TemporaryDirectory(prefix="abcd-deploy-") as d:
         yield d
+
+
+# ---- shared by deploy_checks.py and stack_checks.py -----------------------------------------
+
+OVERLAYS = ("cpu", "gpu")
+DRAIN_SHUTDOWN_SECONDS = 1  # main.cc: grpc_server->Shutdown(now + 1 s) after the grace
+DRAIN_MARGIN_SECONDS = 5
+
+
+def mib(quantity):
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024,
+             "K": 1e3 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**20}
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", str(quantity))
+    if not m or (m.group(2) and m.group(2) not in units):
+        raise AssertionError(f"cannot read quantity {quantity!r}")
+    return float(m.group(1)) * (units[m.group(2)] if m.group(2) else 1 / 2**20)
+
+
+def flag_pairs(args):
+    """['--a', 'x', '--b=y'] -> [('a', 'x'), ('b', 'y')] (every server flag takes a value)."""
+    pairs, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise AssertionError(f"unexpected argument {arg!r}")
+        name, eq, value = arg[2:].partition("=")
+        if not eq:
+            i += 1
+            value = args[i] if i < len(args) else None
+        pairs.append((name, value))
+        i += 1
+    return pairs
+
+
+def interpolate_compose(text):
+    """${VAR:-default} / ${VAR-default} / ${VAR} with the variables unset (the defaults)."""
+    return re.sub(r"\$\{(\w+)(?::?-([^}]*))?\}", lambda m: m.group(2) or "", text)
+
+
+def seconds(duration):
+    m = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", duration)
+    if not m or not duration:
+        raise AssertionError(f"cannot read duration {duration!r}")
+    return int(m.group(1) or 0) * 60 + int(m.group(2) or 0)
+
+
+def entrypoint_port_file(df):
+    """The --port_file the image's ENTRYPOINT passes (where abcd-server writes its ports)."""
+    entry = (df.stages[-1].all("ENTRYPOINT") or [None])[-1]
+    argv = (entry.exec_form() if entry else None) or []
+    return argv[argv.index("--port_file") + 1] if "--port_file" in argv[:-1] else None
