@@ -827,34 +827,5 @@ TEST_F(HttpServiceTest, WrongMethodIs405) {
   EXPECT_EQ(result->status, 404);
 }
 
-TEST(RequestParser, CompletionDefaults) {
-  absl::StatusOr<http::CompletionRequest> request =
-      http::ParseCompletionRequest(R"({"prompt": "hi", "unknown_field": {"x": 1}})", {});
-  ASSERT_TRUE(request.ok()) << request.status();
-  EXPECT_EQ(request->model, "");
-  EXPECT_FALSE(request->stream);
-  EXPECT_EQ(request->generation.max_tokens, 16);
-  EXPECT_FLOAT_EQ(request->generation.sampling.temperature, 1.0f);
-  EXPECT_FLOAT_EQ(request->generation.sampling.top_p, 1.0f);
-  EXPECT_EQ(request->generation.sampling.top_k, 0);
-  EXPECT_FALSE(request->generation.ignore_eos);
-
-  request = http::ParseCompletionRequest(
-      R"({"prompt": "hi", "max_tokens": null, "stop": "###", "ignore_eos": true, "n": 1})", {});
-  ASSERT_TRUE(request.ok()) << request.status();
-  EXPECT_EQ(request->generation.max_tokens, 16);
-  EXPECT_EQ(request->generation.stop, std::vector<std::string>{"###"});
-  EXPECT_TRUE(request->generation.ignore_eos);
-}
-
-TEST(RequestParser, MaxTokensLimitComesFromOptions) {
-  http::ParseLimits limits;
-  limits.max_tokens_limit = 32;
-  absl::StatusOr<http::CompletionRequest> request =
-      http::ParseCompletionRequest(R"({"prompt": "hi", "max_tokens": 33})", limits);
-  ASSERT_FALSE(request.ok());
-  EXPECT_EQ(request.status().message(), "max_tokens must be an integer in [1, 32], got 33");
-}
-
 }  // namespace
 }  // namespace abcd
