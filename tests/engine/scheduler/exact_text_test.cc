@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/scheduler/executor.h"
 #include "engine/scheduler/text_stream.h"
+#include "tests/engine/scheduler/event_collector.h"
 
 namespace abcd {
 namespace {
@@ -170,26 +171,7 @@ TEST(ExactTextTest, PromptTextPlusPiecesIsTheWholeTextOnRandomInputs) {
   }
 }
 
-class Collector {
- public:
-  EventCallback Callback() {
-    return [this](GenerationEvent event) {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(std::move(event));
-      if (events_.back().finished) done_.notify_all();
-    };
-  }
-  std::vector<GenerationEvent> Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this] { return !events_.empty() && events_.back().finished; });
-    return events_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable done_;
-  std::vector<GenerationEvent> events_;
-};
+using testing::Collector;
 
 struct Choice {
   std::vector<int32_t> tokens;

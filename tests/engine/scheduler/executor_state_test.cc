@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/scheduler/executor.h"
 #include "engine/state/sequence_blob.h"
+#include "tests/engine/scheduler/event_collector.h"
 
 namespace abcd {
 namespace {
@@ -23,26 +24,7 @@ const std::string kMixedDir = std::string(ABCD_FIXTURE_DIR) + "/golden/dec_mixed
 // sessions here run far past them, so snapshots carry wrapped rings).
 const std::string kTxlDir = std::string(ABCD_FIXTURE_DIR) + "/golden/dec_txl";
 
-class Collector {
- public:
-  EventCallback Callback() {
-    return [this](GenerationEvent event) {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(std::move(event));
-      if (events_.back().finished) done_.notify_all();
-    };
-  }
-  std::vector<GenerationEvent> Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this] { return !events_.empty() && events_.back().finished; });
-    return events_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable done_;
-  std::vector<GenerationEvent> events_;
-};
+using testing::Collector;
 
 std::vector<int32_t> Tokens(const std::vector<GenerationEvent>& events, int index = 0) {
   std::vector<int32_t> out;

@@ -16,32 +16,14 @@
 #include "engine/scheduler/executor.h"
 #include "engine/scheduler/speculation.h"
 #include "nlohmann/json.hpp"
+#include "tests/engine/scheduler/event_collector.h"
 
 namespace abcd {
 namespace {
 
 const std::string kLmDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained";
 
-class Collector {
- public:
-  EventCallback Callback() {
-    return [this](GenerationEvent event) {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(std::move(event));
-      if (events_.back().finished) done_.notify_all();
-    };
-  }
-  std::vector<GenerationEvent> Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this] { return !events_.empty() && events_.back().finished; });
-    return events_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable done_;
-  std::vector<GenerationEvent> events_;
-};
+using testing::Collector;
 
 class SpeculationCounter : public ExecutorObserver {
  public:
