@@ -105,11 +105,7 @@ const float* AttentionLayer::KernelRows(CpuContext& ctx, const float* projection
 
 namespace {
 
-// Rows [first, first + count) belong to one sequence (consecutive rows with the same state).
-struct Run {
-  int64_t first = 0;
-  int64_t count = 0;
-};
+using Run = RowRun;
 
 absl::InlinedVector<Run, 64> SplitRuns(std::span<const StateRef> states) {
   absl::InlinedVector<Run, 64> runs;
@@ -199,7 +195,9 @@ void AttentionLayer::ForwardCausal(CpuContext& ctx, const float* x, int64_t rows
       }
     });
   };
-  if (!checkpoints || copy_heads) {
+  if (!checkpoints) {
+    state_->Scan(ctx, {kernel_rows, width, layout_, states, runs, attended, attended_width});
+  } else if (copy_heads) {
     scan(runs);
   } else {
     ScanWithCheckpoints(runs, states, state_->FixedFloats(), scan);

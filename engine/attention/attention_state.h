@@ -60,6 +60,29 @@ struct KernelRowLayout {
   int64_t width = 0;
 };
 
+// Rows [first, first + count) of a step that belong to one sequence (consecutive rows, one
+// state), in position order.
+struct RowRun {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+// One causal step's kernel inputs for AttentionState::Scan / ScanHead.
+struct ScanArgs {
+  const float* rows = nullptr;  // kernel rows (q at column 0), `width` floats apart
+  int64_t width = 0;
+  KernelRowLayout layout;            // where k, v and the extra columns start in a row
+  std::span<const StateRef> states;  // one per row of the step
+  std::span<const RowRun> runs;      // the step's rows split by sequence
+  float* out = nullptr;              // ReadHead outputs, `out_width` floats per row
+  int64_t out_width = 0;
+
+  KeyValueRow KeyValueOf(int64_t row) const {
+    const float* r = rows + row * width;
+    return {r + layout.k, r + layout.v, r + layout.extra};
+  }
+};
+
 class AttentionState {
  public:
   virtual ~AttentionState() = default;
@@ -85,6 +108,16 @@ class AttentionState {
   // out[head's dh columns] = attention of query q (the whole row, already scaled by 1/sqrt(dh))
   // over head `head` of the state.
   virtual void ReadHead(int head, const float* q, const StateRef& state, float* out) const = 0;
+
+  // A causal step without speculative checkpoints: every run's rows folded in and read, in
+  // position order, as UpdateHead then ReadHead row by row. The default is one pool task per
+  // (run, head) calling ScanHead; softmax overrides it to split long caches across threads.
+  virtual void Scan(CpuContext& ctx, const ScanArgs& args) const;
+  // Run `run` of head `head`: UpdateHead then ReadHead for each of its rows (the default). Types
+  // with a faster equivalent over many rows (blocked softmax, chunked forms) override it; their
+  // reads equal the row-by-row ones within float tolerance, and the state after the run is the
+  // same.
+  virtual void ScanHead(int head, const ScanArgs& args, const RowRun& run) const;
 
   // Types whose kernel inputs are more than the fused projection's rows (feature maps, RoPE at
   // each row's position, forget gates, GQA-shaped rows) prepare them: PreparedWidth() > 0 floats
