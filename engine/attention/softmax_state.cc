@@ -9,211 +9,8 @@
 
 #include "absl/container/inlined_vector.h"
 #include "engine/ops/elementwise.h"
-#include "engine/ops/vector_clones.h"
-#include "engine/ops/vector_math.h"
 
 namespace abcd {
-
-namespace {
-
-constexpr int64_t kScoreChunk = 256;
-// A staged chunk of keys (and one of values): 32 KiB each, so both stay in L1/L2 while every
-// query head of a group reads them.
-constexpr int64_t kStagedFloats = 8192;
-
-inline float Load(const float* p, int64_t i) { return p[i]; }
-inline float Load(const uint16_t* p, int64_t i) {
-  const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-  float value;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
-
-// Eight floats as one value (GCC/Clang vector extension): compiled per clone of the functions
-// that use it (one AVX register on x86-64-v3/v4, two SSE registers on the baseline).
-using Float8 = float __attribute__((vector_size(32)));
-
-// By reference: a vector passed by value changes the ABI between the clones (-Wpsabi).
-inline void Load8(const float* p, Float8& v) { std::memcpy(&v, p, sizeof(v)); }
-
-inline float Sum8(const Float8& v) {
-  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-}
-
-// scores[i] = q . keys[i] for `count` contiguous rows of head_dim. Each dot product keeps eight
-// independent partial sums (columns c = j mod 8 in lane j), one vector FMA per eight columns;
-// four rows at a time share each load of q.
-ABCD_VECTOR_CLONES void Scores(const float* q, const float* keys, int64_t count, int head_dim,
-                               float* scores) {
-  const int whole = head_dim - head_dim % 8;
-  int64_t i = 0;
-  for (; i + 4 <= count; i += 4) {
-    const float* k0 = keys + i * head_dim;
-    const float* k1 = k0 + head_dim;
-    const float* k2 = k1 + head_dim;
-    const float* k3 = k2 + head_dim;
-    Float8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-    for (int c = 0; c < whole; c += 8) {
-      Float8 qc, x0, x1, x2, x3;
-      Load8(q + c, qc);
-      Load8(k0 + c, x0);
-      Load8(k1 + c, x1);
-      Load8(k2 + c, x2);
-      Load8(k3 + c, x3);
-      a0 += qc * x0;
-      a1 += qc * x1;
-      a2 += qc * x2;
-      a3 += qc * x3;
-    }
-    float s0 = Sum8(a0), s1 = Sum8(a1), s2 = Sum8(a2), s3 = Sum8(a3);
-    for (int c = whole; c < head_dim; ++c) {
-      s0 += q[c] * k0[c];
-      s1 += q[c] * k1[c];
-      s2 += q[c] * k2[c];
-      s3 += q[c] * k3[c];
-    }
-    scores[i] = s0;
-    scores[i + 1] = s1;
-    scores[i + 2] = s2;
-    scores[i + 3] = s3;
-  }
-  for (; i < count; ++i) {
-    const float* key = keys + i * head_dim;
-    Float8 a = {};
-    for (int c = 0; c < whole; c += 8) {
-      Float8 qc, x;
-      Load8(q + c, qc);
-      Load8(key + c, x);
-      a += qc * x;
-    }
-    float score = Sum8(a);
-    for (int c = whole; c < head_dim; ++c) score += q[c] * key[c];
-    scores[i] = score;
-  }
-}
-
-// out = out * rescale + sum_i weights[i] values[i] over `count` contiguous rows of head_dim.
-ABCD_VECTOR_CLONES void Accumulate(const float* weights, const float* values, int64_t count,
-                                   int head_dim, float rescale, float* out) {
-  for (int c = 0; c < head_dim; ++c) out[c] *= rescale;
-  for (int64_t i = 0; i < count; ++i) {
-    const float w = weights[i];
-    const float* value = values + i * head_dim;
-    for (int c = 0; c < head_dim; ++c) out[c] += w * value[c];
-  }
-}
-
-// Rows ahead of the one being staged that Stage asks the memory system for: a head's rows are
-// short (head_dim values) and `stride` apart, a pattern the hardware prefetchers follow poorly
-// across pages, so without it every row waits for DRAM (3-4x slower reads of a long cache).
-constexpr int64_t kPrefetchRows = 8;
-
-// Copies `count` rows `stride` apart to contiguous fp32 rows of head_dim (bf16 widened).
-template <typename T>
-ABCD_VECTOR_CLONES void Stage(const T* rows, int64_t count, int64_t stride, int head_dim,
-                              float* out) {
-  constexpr int kPerLine = 64 / sizeof(T);
-  for (int64_t i = 0; i < count; ++i) {
-    const T* row = rows + i * stride;
-    if (i + kPrefetchRows < count) {
-      const T* ahead = row + kPrefetchRows * stride;
-      for (int c = 0; c < head_dim; c += kPerLine) __builtin_prefetch(ahead + c);
-    }
-    float* to = out + i * head_dim;
-    for (int c = 0; c < head_dim; ++c) to[c] = Load(row, c);
-  }
-}
-
-// One query head's running softmax over the chunks of rows it has seen (flash-attention style:
-// out holds the unnormalised sum, rescaled only when a chunk raises the maximum).
-struct HeadRun {
-  float max = -std::numeric_limits<float>::infinity();
-  float denominator = 0.0f;
-};
-
-void ChunkStep(const float* q, const float* keys, const float* values, const float* bias, int64_t n,
-               int head_dim, HeadRun& run, float* out) {
-  float scores[kScoreChunk];
-  Scores(q, keys, n, head_dim, scores);
-  if (bias != nullptr) {
-    for (int64_t i = 0; i < n; ++i) scores[i] += bias[i];
-  }
-  float chunk_max = -std::numeric_limits<float>::infinity();  // n >= 1
-  for (int64_t i = 0; i < n; ++i) chunk_max = std::max(chunk_max, scores[i]);
-  const float new_max = std::max(run.max, chunk_max);
-  const float rescale = std::exp(run.max - new_max);  // 0 on the first chunk
-  for (int64_t i = 0; i < n; ++i) scores[i] -= new_max;
-  cpu::ExpArray(scores, n, scores);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += scores[i];
-  run.denominator = run.denominator * rescale + sum;
-  Accumulate(scores, values, n, head_dim, rescale, out);
-  run.max = new_max;
-}
-
-// The `group` query heads of one key/value head (GQA; 1 without it): q and out hold them
-// head_dim apart. The rows are walked once, in chunks staged into contiguous fp32 scratch on the
-// stack (bf16 widened, the next rows prefetched), and every head of the group reads each chunk
-// from L1/L2: the cache is read from memory once per key/value head, not once per query head.
-template <typename T>
-void ReadGroup(const float* q, int group, const T* keys, const T* values, const float* bias,
-               int64_t count, int64_t stride, int head_dim, float* out) {
-  std::fill(out, out + int64_t{group} * head_dim, 0.0f);
-  if (count == 0) return;
-  const int64_t chunk = std::clamp<int64_t>(kStagedFloats / head_dim, 1, kScoreChunk);
-  absl::InlinedVector<HeadRun, 8> runs(static_cast<size_t>(group));
-  std::array<float, 2 * kStagedFloats> staged;  // 64 KiB; written before it is read
-  float* staged_keys = staged.data();
-  float* staged_values = staged_keys + chunk * head_dim;
-  for (int64_t first = 0; first < count; first += chunk) {
-    const int64_t n = std::min(chunk, count - first);
-    Stage(keys + first * stride, n, stride, head_dim, staged_keys);
-    Stage(values + first * stride, n, stride, head_dim, staged_values);
-    const float* b = bias != nullptr ? bias + first : nullptr;
-    for (int g = 0; g < group; ++g) {
-      const int64_t at = int64_t{g} * head_dim;
-      ChunkStep(q + at, staged_keys, staged_values, b, n, head_dim, runs[static_cast<size_t>(g)],
-                out + at);
-    }
-  }
-  for (int g = 0; g < group; ++g) {
-    const float inv = 1.0f / runs[static_cast<size_t>(g)].denominator;
-    float* o = out + int64_t{g} * head_dim;
-    for (int c = 0; c < head_dim; ++c) o[c] *= inv;
-  }
-}
-
-}  // namespace
-
-void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
-                     int64_t stride, int head_dim, float* out) {
-  ReadGroup(q, 1, keys, values, nullptr, count, stride, head_dim, out);
-}
-
-void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values, int64_t count,
-                     int64_t stride, int head_dim, float* out) {
-  ReadGroup(q, 1, keys, values, nullptr, count, stride, head_dim, out);
-}
-
-void SoftmaxReadHead(const float* q, const float* keys, const float* values, const float* bias,
-                     int64_t count, int64_t stride, int head_dim, float* out) {
-  ReadGroup(q, 1, keys, values, bias, count, stride, head_dim, out);
-}
-
-void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values,
-                     const float* bias, int64_t count, int64_t stride, int head_dim, float* out) {
-  ReadGroup(q, 1, keys, values, bias, count, stride, head_dim, out);
-}
-
-void SoftmaxReadGroup(const float* q, int group, const float* keys, const float* values,
-                      int64_t count, int64_t stride, int head_dim, float* out) {
-  ReadGroup(q, group, keys, values, nullptr, count, stride, head_dim, out);
-}
-
-void SoftmaxReadGroup(const float* q, int group, const uint16_t* keys, const uint16_t* values,
-                      int64_t count, int64_t stride, int head_dim, float* out) {
-  ReadGroup(q, group, keys, values, nullptr, count, stride, head_dim, out);
-}
 
 void SoftmaxState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
   const int64_t offset = static_cast<int64_t>(h) * head_dim_;
@@ -232,6 +29,153 @@ void SoftmaxState::ReadHead(int g, const float* q, const StateRef& state, float*
   } else {
     SoftmaxReadGroup(q + offset, group, kv.keys.data() + kv_offset, kv.values.data() + kv_offset,
                      count, kv.width, head_dim_, out + offset);
+  }
+}
+
+namespace {
+
+// Runs of at least this many rows (a prompt chunk) are read in blocks; shorter ones row by row.
+constexpr int64_t kBlockedRunRows = 4;
+// No split of a decode row's read is shorter than this many cached rows.
+constexpr int64_t kMinSplitRows = 512;
+
+// One task of SoftmaxState::Scan: a whole run (ScanHead), a decode row's whole read, or one
+// piece of a split read (its partial results at `slot`).
+struct ReadTask {
+  int64_t run = 0;
+  int head = 0;
+  int64_t begin = 0, end = 0;  // rows read; end == 0: the whole run through ScanHead
+  int64_t slot = -1;           // -1: the read is whole and written normalised to the output
+};
+
+}  // namespace
+
+void SoftmaxState::ReadPartial(int g, const float* q, const KvCache& kv, int64_t begin, int64_t end,
+                               SoftmaxPartial* partial, float* out) const {
+  const int64_t kv_offset = static_cast<int64_t>(g) * head_dim_;
+  const int group = q_heads_ / kv_heads_;
+  const int64_t offset = kv_offset * group;
+  if (kv.bf16) {
+    SoftmaxReadPartial(q + offset, group, kv.keys16.data() + kv_offset,
+                       kv.values16.data() + kv_offset, begin, end, kv.width, head_dim_, partial,
+                       out);
+  } else {
+    SoftmaxReadPartial(q + offset, group, kv.keys.data() + kv_offset, kv.values.data() + kv_offset,
+                       begin, end, kv.width, head_dim_, partial, out);
+  }
+}
+
+void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
+  const int threads = ctx.pool().size();
+  const auto rows_read = [&](const RowRun& run) {
+    const StateRef& s = args.states[static_cast<size_t>(run.first)];
+    return std::min(s.kv->length, s.position + 1);
+  };
+  int64_t decode_work = 0;  // cached rows read by the decode rows, all heads
+  for (const RowRun& run : args.runs) {
+    if (run.count == 1) decode_work += rows_read(run) * kv_heads_;
+  }
+  if (threads <= 1 || decode_work == 0) {
+    AttentionState::Scan(ctx, args);
+    return;
+  }
+  // Pieces small enough for four per thread, but none under kMinSplitRows rows.
+  const int64_t piece = std::max(kMinSplitRows, (decode_work + 4 * threads - 1) / (4 * threads));
+  std::vector<ReadTask> tasks;
+  int64_t slots = 0;
+  for (size_t i = 0; i < args.runs.size(); ++i) {
+    const RowRun& run = args.runs[i];
+    const int64_t index = static_cast<int64_t>(i);
+    if (run.count > 1) {
+      for (int h = 0; h < kv_heads_; ++h) tasks.push_back({index, h});
+      continue;
+    }
+    // A decode row's key and value are written before any piece reads them.
+    for (int h = 0; h < kv_heads_; ++h) {
+      UpdateHead(h, args.KeyValueOf(run.first), args.states[static_cast<size_t>(run.first)]);
+    }
+    const int64_t count = rows_read(run);
+    const int64_t pieces = (count + piece - 1) / piece;
+    for (int h = 0; h < kv_heads_; ++h) {
+      if (pieces == 1) {
+        tasks.push_back({index, h, 0, count});
+        continue;
+      }
+      for (int64_t p = 0; p < pieces; ++p) {
+        const int64_t begin = count * p / pieces, end = count * (p + 1) / pieces;
+        tasks.push_back({index, h, begin, end, slots++});
+      }
+    }
+  }
+  const int group = q_heads_ / kv_heads_;
+  std::vector<SoftmaxPartial> partials(static_cast<size_t>(slots * group));
+  std::vector<float> outs(static_cast<size_t>(slots * group * head_dim_));
+  ctx.pool().ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t t) {
+    const ReadTask& task = tasks[static_cast<size_t>(t)];
+    const RowRun& run = args.runs[static_cast<size_t>(task.run)];
+    if (task.end == 0) {
+      ScanHead(task.head, args, run);
+      return;
+    }
+    const StateRef& state = args.states[static_cast<size_t>(run.first)];
+    const float* q = args.rows + run.first * args.width;
+    if (task.slot < 0) {
+      ReadHead(task.head, q, state, args.out + run.first * args.out_width);
+      return;
+    }
+    ReadPartial(task.head, q, *state.kv, task.begin, task.end, partials.data() + task.slot * group,
+                outs.data() + task.slot * group * head_dim_);
+  });
+  // Merge the pieces of each split read: a task run of one (row, head) holds consecutive slots.
+  for (size_t t = 0; t < tasks.size();) {
+    const ReadTask& first = tasks[t];
+    size_t end = t + 1;
+    if (first.slot < 0) {
+      t = end;
+      continue;
+    }
+    while (end < tasks.size() && tasks[end].run == first.run && tasks[end].head == first.head) {
+      ++end;
+    }
+    const RowRun& run = args.runs[static_cast<size_t>(first.run)];
+    float* out = args.out + run.first * args.out_width + int64_t{first.head} * group * head_dim_;
+    for (int g = 0; g < group; ++g) {
+      SoftmaxMerge(partials.data() + first.slot * group + g, group,
+                   outs.data() + (first.slot * group + g) * head_dim_, int64_t{group} * head_dim_,
+                   static_cast<int>(end - t), head_dim_, out + int64_t{g} * head_dim_);
+    }
+    t = end;
+  }
+}
+
+void SoftmaxState::ScanHead(int g, const ScanArgs& args, const RowRun& run) const {
+  const StateRef& first = args.states[static_cast<size_t>(run.first)];
+  bool consecutive = first.kv->length >= first.position + run.count;
+  for (int64_t i = 1; consecutive && i < run.count; ++i) {
+    const StateRef& s = args.states[static_cast<size_t>(run.first + i)];
+    consecutive = s.kv == first.kv && s.position == first.position + i;
+  }
+  if (run.count < kBlockedRunRows || !consecutive) {
+    AttentionState::ScanHead(g, args, run);
+    return;
+  }
+  for (int64_t r = run.first; r < run.first + run.count; ++r) {
+    UpdateHead(g, args.KeyValueOf(r), args.states[static_cast<size_t>(r)]);
+  }
+  const KvCache& kv = *first.kv;
+  const int64_t kv_offset = static_cast<int64_t>(g) * head_dim_;
+  const int group = q_heads_ / kv_heads_;
+  const int64_t offset = kv_offset * group;
+  const float* q = args.rows + run.first * args.width + offset;
+  float* out = args.out + run.first * args.out_width + offset;
+  if (kv.bf16) {
+    SoftmaxReadCausalRun(q, args.width, group, kv.keys16.data() + kv_offset,
+                         kv.values16.data() + kv_offset, first.position, run.count, kv.width,
+                         head_dim_, out, args.out_width);
+  } else {
+    SoftmaxReadCausalRun(q, args.width, group, kv.keys.data() + kv_offset,
+                         kv.values.data() + kv_offset, first.position, run.count, kv.width,
+                         head_dim_, out, args.out_width);
   }
 }
 

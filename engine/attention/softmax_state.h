@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/attention/attention_state.h"
+#include "engine/attention/softmax_read.h"
 
 namespace abcd {
 
@@ -32,6 +33,11 @@ class SoftmaxState final : public AttentionState {
   int heads() const override { return kv_heads_; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
+  // Decode rows (runs of one row) whose caches are long split their reads across the pool's
+  // threads (flash-decoding: partial reads of disjoint ranges, merged); longer runs (prefill)
+  // are read in blocks by ScanHead.
+  void Scan(CpuContext& ctx, const ScanArgs& args) const override;
+  void ScanHead(int head, const ScanArgs& args, const RowRun& run) const override;
 
   // Prepared rows (RoPE or GQA): q [q_heads * dh] | k [kv_heads * dh] | v [kv_heads * dh].
   int64_t PreparedWidth() const override;
@@ -44,6 +50,9 @@ class SoftmaxState final : public AttentionState {
 
  private:
   bool prepared() const { return !rope_inv_freq_.empty() || kv_heads_ != q_heads_; }
+  // Rows [begin, end) of kv head g's cache read by its query heads, not yet normalised.
+  void ReadPartial(int g, const float* q, const KvCache& kv, int64_t begin, int64_t end,
+                   SoftmaxPartial* partial, float* out) const;
 
   int q_heads_;
   int kv_heads_;
@@ -75,24 +84,5 @@ class WindowState final : public AttentionState {
   int dilation_;
   int64_t span_;  // ring rows
 };
-
-// out[dh] = sum_i softmax_i(q . keys[i]) values[i] over `count` rows `stride` floats apart.
-void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
-                     int64_t stride, int head_dim, float* out);
-// The same over bf16 rows (a bf16 KvCache), computed in fp32.
-void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values, int64_t count,
-                     int64_t stride, int head_dim, float* out);
-// Both with a per-row additive score term: softmax_i(q . keys[i] + bias[i]) (txl's relative
-// positions); `bias` holds `count` floats.
-void SoftmaxReadHead(const float* q, const float* keys, const float* values, const float* bias,
-                     int64_t count, int64_t stride, int head_dim, float* out);
-void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values,
-                     const float* bias, int64_t count, int64_t stride, int head_dim, float* out);
-// The `group` query heads that share one key/value head (GQA), held head_dim apart in q and
-// out: equal to SoftmaxReadHead on each, with the rows read from memory once for the group.
-void SoftmaxReadGroup(const float* q, int group, const float* keys, const float* values,
-                      int64_t count, int64_t stride, int head_dim, float* out);
-void SoftmaxReadGroup(const float* q, int group, const uint16_t* keys, const uint16_t* values,
-                      int64_t count, int64_t stride, int head_dim, float* out);
 
 }  // namespace abcd

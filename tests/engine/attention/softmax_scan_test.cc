@@ -1,0 +1,204 @@
+// The softmax scan's fast paths (engine/attention/softmax_read.h, SoftmaxState::Scan) against
+// the plain row-by-row reads they replace: a read split into pieces and merged
+// (flash-decoding), a causal run read in blocks (prefill), and a whole step of the state with
+// long decode rows split across two threads next to a prompt run, with GQA.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/attention/softmax_state.h"
+#include "engine/ops/cpu_context.h"
+#include "gtest/gtest.h"
+
+namespace abcd {
+namespace {
+
+uint16_t ToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+struct Rows {
+  std::vector<float> keys, values;
+  std::vector<uint16_t> keys16, values16;
+};
+
+Rows RandomRows(int64_t count, int64_t stride, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Rows r;
+  r.keys.resize(static_cast<size_t>(count * stride));
+  r.values.resize(r.keys.size());
+  for (float& x : r.keys) x = normal(rng) * 0.4f;
+  for (float& x : r.values) x = normal(rng);
+  for (float x : r.keys) r.keys16.push_back(ToBf16(x));
+  for (float x : r.values) r.values16.push_back(ToBf16(x));
+  return r;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 2e-5f * (1 + std::fabs(want[i]))) << what << " at " << i;
+  }
+}
+
+TEST(SoftmaxScanTest, SplitReadsMergedEqualTheWholeRead) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Case {
+    int group, head_dim;
+    int64_t count;
+    int pieces;
+  };
+  for (const Case& c : {Case{1, 64, 1000, 2}, Case{4, 64, 2049, 3}, Case{2, 24, 777, 7},
+                        Case{1, 128, 130, 2}, Case{3, 20, 65, 5}}) {
+    const int64_t stride = 2 * int64_t{c.head_dim};  // head 1 of 2
+    const Rows rows = RandomRows(c.count, stride, rng);
+    std::vector<float> q(static_cast<size_t>(c.group * c.head_dim));
+    for (float& x : q) x = normal(rng);
+    for (bool bf16 : {false, true}) {
+      const int64_t width = int64_t{c.group} * c.head_dim;
+      std::vector<float> whole(static_cast<size_t>(width));
+      std::vector<SoftmaxPartial> partials(static_cast<size_t>(c.pieces * c.group));
+      std::vector<float> outs(static_cast<size_t>(c.pieces * width));
+      if (bf16) {
+        SoftmaxReadGroup(q.data(), c.group, rows.keys16.data() + c.head_dim,
+                         rows.values16.data() + c.head_dim, c.count, stride, c.head_dim,
+                         whole.data());
+      } else {
+        SoftmaxReadGroup(q.data(), c.group, rows.keys.data() + c.head_dim,
+                         rows.values.data() + c.head_dim, c.count, stride, c.head_dim,
+                         whole.data());
+      }
+      for (int p = 0; p < c.pieces; ++p) {
+        const int64_t begin = c.count * p / c.pieces, end = c.count * (p + 1) / c.pieces;
+        SoftmaxPartial* partial = partials.data() + p * c.group;
+        float* out = outs.data() + p * width;
+        if (bf16) {
+          SoftmaxReadPartial(q.data(), c.group, rows.keys16.data() + c.head_dim,
+                             rows.values16.data() + c.head_dim, begin, end, stride, c.head_dim,
+                             partial, out);
+        } else {
+          SoftmaxReadPartial(q.data(), c.group, rows.keys.data() + c.head_dim,
+                             rows.values.data() + c.head_dim, begin, end, stride, c.head_dim,
+                             partial, out);
+        }
+      }
+      std::vector<float> merged(whole.size());
+      for (int g = 0; g < c.group; ++g) {
+        SoftmaxMerge(partials.data() + g, c.group, outs.data() + g * c.head_dim, width, c.pieces,
+                     c.head_dim, merged.data() + g * c.head_dim);
+      }
+      ExpectNear(merged, whole, bf16 ? "bf16 split" : "f32 split");
+    }
+  }
+}
+
+TEST(SoftmaxScanTest, CausalRunEqualsEachRowsRead) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Case {
+    int group, head_dim;
+    int64_t first_position, rows;
+  };
+  for (const Case& c : {Case{1, 64, 0, 1}, Case{1, 64, 0, 300}, Case{4, 32, 100, 130},
+                        Case{2, 24, 257, 40}, Case{1, 128, 63, 70}, Case{3, 20, 0, 513}}) {
+    const int64_t stride = 3 * int64_t{c.head_dim};  // head 2 of 3
+    const int64_t total = c.first_position + c.rows;
+    const Rows rows = RandomRows(total, stride, rng);
+    const int64_t width = int64_t{c.group} * c.head_dim;
+    const int64_t q_stride = width + 5, out_stride = width + 3;
+    std::vector<float> q(static_cast<size_t>(c.rows * q_stride));
+    for (float& x : q) x = normal(rng);
+    for (bool bf16 : {false, true}) {
+      std::vector<float> run(static_cast<size_t>(c.rows * out_stride), 777.0f);
+      std::vector<float> expected = run;
+      const int64_t at = 2 * c.head_dim;
+      if (bf16) {
+        SoftmaxReadCausalRun(q.data(), q_stride, c.group, rows.keys16.data() + at,
+                             rows.values16.data() + at, c.first_position, c.rows, stride,
+                             c.head_dim, run.data(), out_stride);
+      } else {
+        SoftmaxReadCausalRun(q.data(), q_stride, c.group, rows.keys.data() + at,
+                             rows.values.data() + at, c.first_position, c.rows, stride, c.head_dim,
+                             run.data(), out_stride);
+      }
+      for (int64_t i = 0; i < c.rows; ++i) {
+        const int64_t count = c.first_position + i + 1;
+        float* out = expected.data() + i * out_stride;
+        if (bf16) {
+          SoftmaxReadGroup(q.data() + i * q_stride, c.group, rows.keys16.data() + at,
+                           rows.values16.data() + at, count, stride, c.head_dim, out);
+        } else {
+          SoftmaxReadGroup(q.data() + i * q_stride, c.group, rows.keys.data() + at,
+                           rows.values.data() + at, count, stride, c.head_dim, out);
+        }
+      }
+      ExpectNear(run, expected, bf16 ? "bf16 causal run" : "f32 causal run");
+    }
+  }
+}
+
+// A step of 8 query heads over 2 key/value heads (GQA): a decode row at 3000 cached rows (split
+// across the two threads), a 37-row prompt run from position 200 (blocked), and a decode row at
+// 9 rows (read whole), against the default row-by-row scan on copies of the same caches.
+TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
+  constexpr int kQHeads = 8, kKvHeads = 2, kHeadDim = 32;
+  const SoftmaxState state(kQHeads, kKvHeads, kHeadDim, {});
+  const KernelRowLayout layout = state.PreparedLayout();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Sequence {
+    int64_t cached, rows;
+  };
+  const Sequence sequences[] = {{2999, 1}, {200, 37}, {8, 1}};
+  for (bool bf16 : {false, true}) {
+    std::vector<KvCache> caches(3), expected_caches;
+    std::vector<StateRef> states;
+    std::vector<RowRun> runs;
+    for (size_t s = 0; s < caches.size(); ++s) {
+      KvCache& kv = caches[s];
+      kv.width = state.KvWidth();
+      kv.bf16 = bf16;
+      kv.Resize(sequences[s].cached + sequences[s].rows);
+      std::vector<float> k(static_cast<size_t>(sequences[s].cached * kv.width)), v(k.size());
+      for (float& x : k) x = normal(rng) * 0.4f;
+      for (float& x : v) x = normal(rng);
+      kv.WriteRows(sequences[s].cached, k.data(), v.data());
+      kv.length = sequences[s].cached + sequences[s].rows;  // as the layer sets it
+      runs.push_back({static_cast<int64_t>(states.size()), sequences[s].rows});
+      for (int64_t r = 0; r < sequences[s].rows; ++r) {
+        states.push_back({nullptr, &kv, sequences[s].cached + r});
+      }
+    }
+    expected_caches = caches;
+    std::vector<StateRef> expected_states = states;
+    for (StateRef& s : expected_states) {
+      s.kv = &expected_caches[static_cast<size_t>(s.kv - caches.data())];
+    }
+    const int64_t rows = static_cast<int64_t>(states.size());
+    std::vector<float> kernel_rows(static_cast<size_t>(rows * layout.width));
+    for (float& x : kernel_rows) x = normal(rng);
+    const int64_t out_width = int64_t{kQHeads} * kHeadDim;
+    std::vector<float> out(static_cast<size_t>(rows * out_width), 0.0f), expected = out;
+    CpuContext ctx(2);
+    state.Scan(ctx,
+               {kernel_rows.data(), layout.width, layout, states, runs, out.data(), out_width});
+    const ScanArgs plain{kernel_rows.data(), layout.width, layout, expected_states, runs,
+                         expected.data(),    out_width};
+    for (const RowRun& run : runs) {
+      for (int h = 0; h < kKvHeads; ++h) state.AttentionState::ScanHead(h, plain, run);
+    }
+    ExpectNear(out, expected, bf16 ? "bf16 step" : "f32 step");
+    for (size_t s = 0; s < caches.size(); ++s) {
+      EXPECT_EQ(caches[s].keys, expected_caches[s].keys);
+      EXPECT_EQ(caches[s].keys16, expected_caches[s].keys16);
+      EXPECT_EQ(caches[s].values16, expected_caches[s].values16);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace abcd
