@@ -4,9 +4,14 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <span>
+#include <type_traits>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "engine/ops/matmul.h"
+#include "engine/ops/packed_matrix.h"
 #include "engine/ops/vector_clones.h"
 #include "engine/ops/vector_math.h"
 
@@ -24,7 +29,7 @@ static_assert(kRowChunk <= kMaxStagedRows);
 // Rows ahead of the one being read that the kernels ask the memory system for: a head's rows
 // are short (head_dim values) and `stride` apart, a pattern the hardware prefetchers follow
 // poorly across pages, so without it every row waits for DRAM.
-constexpr int64_t kPrefetchRows = 8;
+constexpr int64_t kPrefetchRows = 16;
 
 inline float Load(const float* p, int64_t i) { return p[i]; }
 inline float Load(const uint16_t* p, int64_t i) {
@@ -55,6 +60,82 @@ inline float Sum8(const Float8& v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
+using Int8 = int32_t __attribute__((vector_size(32)));
+
+// sums[j] = the eight lanes of a_j added, for four vectors at once (two rounds of shuffles
+// and adds, then the two 128-bit halves).
+inline void Sum4x8(const Float8& a0, const Float8& a1, const Float8& a2, const Float8& a3,
+                   float* sums) {
+  const Float8 t01 = __builtin_shuffle(a0, a1, Int8{0, 8, 1, 9, 4, 12, 5, 13}) +
+                     __builtin_shuffle(a0, a1, Int8{2, 10, 3, 11, 6, 14, 7, 15});
+  const Float8 t23 = __builtin_shuffle(a2, a3, Int8{0, 8, 1, 9, 4, 12, 5, 13}) +
+                     __builtin_shuffle(a2, a3, Int8{2, 10, 3, 11, 6, 14, 7, 15});
+  const Float8 u = __builtin_shuffle(t01, t23, Int8{0, 1, 8, 9, 4, 5, 12, 13}) +
+                   __builtin_shuffle(t01, t23, Int8{2, 3, 10, 11, 6, 7, 14, 15});
+  // u: the low-half sums of a0..a3, then their high-half sums.
+  for (int j = 0; j < 4; ++j) sums[j] = u[j] + u[j + 4];
+}
+
+// bf16 rows in "pair order": sixteen bf16 values as one 32-byte load, split into the even
+// columns (the low halves of its 32-bit words, shifted up) and the odd ones (the high halves,
+// masked): two single-uop ops, where widening eight at a time takes a shuffle per half. The
+// query and the output of such a read are kept permuted the same way (PairOrder).
+inline void LoadPairs(const uint16_t* p, Float8& even, Float8& odd) {
+  U32x8 w;
+  std::memcpy(&w, p, sizeof(w));
+  const U32x8 lo = w << 16;
+  const U32x8 hi = w & 0xFFFF0000u;
+  std::memcpy(&even, &lo, sizeof(even));
+  std::memcpy(&odd, &hi, sizeof(odd));
+}
+
+// Columns 16b + 2j -> 16b + j and 16b + 2j + 1 -> 16b + 8 + j (head_dim % 16 == 0), and back.
+void ToPairOrder(const float* x, int head_dim, float* out) {
+  for (int b = 0; b < head_dim; b += 16) {
+    for (int j = 0; j < 8; ++j) {
+      out[b + j] = x[b + 2 * j];
+      out[b + 8 + j] = x[b + 2 * j + 1];
+    }
+  }
+}
+void FromPairOrder(const float* x, int head_dim, float* out) {
+  for (int b = 0; b < head_dim; b += 16) {
+    for (int j = 0; j < 8; ++j) {
+      out[b + 2 * j] = x[b + j];
+      out[b + 2 * j + 1] = x[b + 8 + j];
+    }
+  }
+}
+
+// max(start, x[0], ..., x[n - 1]) and x[0] + ... + x[n - 1], eight lanes at a time (the
+// compiler vectorises neither reduction by itself without fast-math).
+ABCD_VECTOR_CLONES float MaxOf(const float* x, int64_t n, float start) {
+  Float8 m = {start, start, start, start, start, start, start, start};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Float8 v;
+    Load8(x + i, v);
+    m = m > v ? m : v;
+  }
+  float best = std::max(std::max(std::max(m[0], m[1]), std::max(m[2], m[3])),
+                        std::max(std::max(m[4], m[5]), std::max(m[6], m[7])));
+  for (; i < n; ++i) best = std::max(best, x[i]);
+  return best;
+}
+
+ABCD_VECTOR_CLONES float SumOf(const float* x, int64_t n) {
+  Float8 a = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Float8 v;
+    Load8(x + i, v);
+    a += v;
+  }
+  float sum = Sum8(a);
+  for (; i < n; ++i) sum += x[i];
+  return sum;
+}
+
 template <typename T>
 inline void Prefetch(const T* row, int head_dim) {
   constexpr int kPerLine = 64 / sizeof(T);
@@ -63,19 +144,32 @@ inline void Prefetch(const T* row, int head_dim) {
 
 // scores[i] = q . keys[i] for `count` rows `stride` apart. Each dot product keeps eight
 // independent partial sums (columns c = j mod 8 in lane j); four rows at a time share each load
-// of q. With `prefetch` (the values of the same rows; null: no prefetching) the kernel asks for
-// the keys kPrefetchRows ahead, within the `valid` rows that exist from `keys` on, and for the
-// values of the rows it reads, which the pass after it needs.
+// of q. kPairs (bf16, head_dim % 16 == 0): q and the rows in pair order.
+//
+// Prefetching (`ahead.keys` not null): `ahead.width` values from ahead.keys of each row
+// kPrefetchRows ahead (within the `ahead.valid` rows that exist), and as many from
+// ahead.values of the rows being read, which the pass after this one reads.
 template <typename T>
-ABCD_VECTOR_CLONES void Scores(const float* q, const T* keys, const T* prefetch, int64_t count,
-                               int64_t valid, int64_t stride, int head_dim, float* scores) {
-  const int whole = head_dim - head_dim % 8;
+struct Ahead {
+  const T* keys = nullptr;
+  const T* values = nullptr;
+  int64_t width = 0;
+  int64_t valid = 0;
+};
+
+template <typename T, bool kPairs>
+ABCD_VECTOR_CLONES void Scores(const float* q, const T* keys, int64_t count, int64_t stride,
+                               int head_dim, const Ahead<T>& ahead, float* scores) {
+  const int whole = kPairs ? head_dim : head_dim - head_dim % 8;
+  const int width = static_cast<int>(ahead.width);
   int64_t i = 0;
   for (; i + 4 <= count; i += 4) {
-    if (prefetch != nullptr) {
+    if (ahead.keys != nullptr) {
       for (int64_t j = i; j < i + 4; ++j) {
-        if (j + kPrefetchRows < valid) Prefetch(keys + (j + kPrefetchRows) * stride, head_dim);
-        Prefetch(prefetch + j * stride, head_dim);
+        if (j + kPrefetchRows < ahead.valid) {
+          Prefetch(ahead.keys + (j + kPrefetchRows) * stride, width);
+        }
+        Prefetch(ahead.values + j * stride, width);
       }
     }
     const T* k0 = keys + i * stride;
@@ -83,39 +177,61 @@ ABCD_VECTOR_CLONES void Scores(const float* q, const T* keys, const T* prefetch,
     const T* k2 = k1 + stride;
     const T* k3 = k2 + stride;
     Float8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-    for (int c = 0; c < whole; c += 8) {
-      Float8 qc, x0, x1, x2, x3;
-      Load8(q + c, qc);
-      Load8(k0 + c, x0);
-      Load8(k1 + c, x1);
-      Load8(k2 + c, x2);
-      Load8(k3 + c, x3);
-      a0 += qc * x0;
-      a1 += qc * x1;
-      a2 += qc * x2;
-      a3 += qc * x3;
+    if constexpr (kPairs) {
+      for (int c = 0; c < whole; c += 16) {
+        Float8 qe, qo, e, o;
+        Load8(q + c, qe);
+        Load8(q + c + 8, qo);
+        LoadPairs(k0 + c, e, o);
+        a0 += qe * e + qo * o;
+        LoadPairs(k1 + c, e, o);
+        a1 += qe * e + qo * o;
+        LoadPairs(k2 + c, e, o);
+        a2 += qe * e + qo * o;
+        LoadPairs(k3 + c, e, o);
+        a3 += qe * e + qo * o;
+      }
+    } else {
+      for (int c = 0; c < whole; c += 8) {
+        Float8 qc, x0, x1, x2, x3;
+        Load8(q + c, qc);
+        Load8(k0 + c, x0);
+        Load8(k1 + c, x1);
+        Load8(k2 + c, x2);
+        Load8(k3 + c, x3);
+        a0 += qc * x0;
+        a1 += qc * x1;
+        a2 += qc * x2;
+        a3 += qc * x3;
+      }
     }
-    float s0 = Sum8(a0), s1 = Sum8(a1), s2 = Sum8(a2), s3 = Sum8(a3);
+    Sum4x8(a0, a1, a2, a3, scores + i);
     for (int c = whole; c < head_dim; ++c) {
-      s0 += q[c] * Load(k0, c);
-      s1 += q[c] * Load(k1, c);
-      s2 += q[c] * Load(k2, c);
-      s3 += q[c] * Load(k3, c);
+      scores[i] += q[c] * Load(k0, c);
+      scores[i + 1] += q[c] * Load(k1, c);
+      scores[i + 2] += q[c] * Load(k2, c);
+      scores[i + 3] += q[c] * Load(k3, c);
     }
-    scores[i] = s0;
-    scores[i + 1] = s1;
-    scores[i + 2] = s2;
-    scores[i + 3] = s3;
   }
   for (; i < count; ++i) {
     const T* key = keys + i * stride;
-    if (prefetch != nullptr) Prefetch(prefetch + i * stride, head_dim);
+    if (ahead.keys != nullptr) Prefetch(ahead.values + i * stride, width);
     Float8 a = {};
-    for (int c = 0; c < whole; c += 8) {
-      Float8 qc, x;
-      Load8(q + c, qc);
-      Load8(key + c, x);
-      a += qc * x;
+    if constexpr (kPairs) {
+      for (int c = 0; c < whole; c += 16) {
+        Float8 qe, qo, e, o;
+        Load8(q + c, qe);
+        Load8(q + c + 8, qo);
+        LoadPairs(key + c, e, o);
+        a += qe * e + qo * o;
+      }
+    } else {
+      for (int c = 0; c < whole; c += 8) {
+        Float8 qc, x;
+        Load8(q + c, qc);
+        Load8(key + c, x);
+        a += qc * x;
+      }
     }
     float score = Sum8(a);
     for (int c = whole; c < head_dim; ++c) score += q[c] * Load(key, c);
@@ -125,7 +241,8 @@ ABCD_VECTOR_CLONES void Scores(const float* q, const T* keys, const T* prefetch,
 
 // out[c0 .. c0 + 8V) = out * rescale + sum_i weights[i] values[i][c0 ..], the V vectors of the
 // output held in registers over all rows.
-template <int V, typename T>
+// kPairs: the rows and out in pair order, V even.
+template <int V, bool kPairs, typename T>
 inline void AccumulateColumns(const float* weights, const T* values, int64_t count, int64_t stride,
                               int c0, float rescale, float* out) {
   Float8 acc[V];
@@ -137,30 +254,47 @@ inline void AccumulateColumns(const float* weights, const T* values, int64_t cou
   for (int64_t i = 0; i < count; ++i) {
     const float w = weights[i];
     const T* row = values + i * stride + c0;
+    if constexpr (kPairs) {
 #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) {
-      Float8 x;
-      Load8(row + 8 * v, x);
-      acc[v] += w * x;
+      for (int v = 0; v < V; v += 2) {
+        Float8 e, o;
+        LoadPairs(row + 8 * v, e, o);
+        acc[v] += w * e;
+        acc[v + 1] += w * o;
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) {
+        Float8 x;
+        Load8(row + 8 * v, x);
+        acc[v] += w * x;
+      }
     }
   }
 #pragma GCC unroll 8
   for (int v = 0; v < V; ++v) Store8(acc[v], out + c0 + 8 * v);
 }
 
-// out = out * rescale + sum_i weights[i] values[i] over `count` rows `stride` apart.
-template <typename T>
+// out = out * rescale + sum_i weights[i] values[i] over `count` rows `stride` apart (kPairs:
+// rows and out in pair order, head_dim % 16 == 0).
+template <typename T, bool kPairs>
 ABCD_VECTOR_CLONES void Accumulate(const float* weights, const T* values, int64_t count,
                                    int64_t stride, int head_dim, float rescale, float* out) {
   int c = 0;
   for (; c + 64 <= head_dim; c += 64) {
-    AccumulateColumns<8>(weights, values, count, stride, c, rescale, out);
+    AccumulateColumns<8, kPairs>(weights, values, count, stride, c, rescale, out);
   }
   for (; c + 32 <= head_dim; c += 32) {
-    AccumulateColumns<4>(weights, values, count, stride, c, rescale, out);
+    AccumulateColumns<4, kPairs>(weights, values, count, stride, c, rescale, out);
+  }
+  if constexpr (kPairs) {
+    for (; c + 16 <= head_dim; c += 16) {
+      AccumulateColumns<2, true>(weights, values, count, stride, c, rescale, out);
+    }
+    return;
   }
   for (; c + 8 <= head_dim; c += 8) {
-    AccumulateColumns<1>(weights, values, count, stride, c, rescale, out);
+    AccumulateColumns<1, false>(weights, values, count, stride, c, rescale, out);
   }
   for (; c < head_dim; ++c) {
     float sum = out[c] * rescale;
@@ -170,48 +304,78 @@ ABCD_VECTOR_CLONES void Accumulate(const float* weights, const T* values, int64_
 }
 
 // One block of `n` rows folded into one query head's running read: scores (+ bias), a new
-// maximum, the old sums rescaled to it, exp, and the weighted values added. `prefetch` and
-// `valid` as for Scores.
-template <typename T>
+// maximum, the old sums rescaled to it, exp, and the weighted values added. `ahead` as for
+// Scores.
+template <bool kPairs, typename T>
 void Fold(const float* q, const T* keys, const T* values, const float* bias, int64_t n,
-          int64_t stride, int head_dim, bool prefetch, int64_t valid, SoftmaxPartial& run,
-          float* out) {
+          int64_t stride, int head_dim, const Ahead<T>& ahead, SoftmaxPartial& run, float* out) {
   float scores[kMaxStagedRows];
-  Scores(q, keys, prefetch ? values : nullptr, n, valid, stride, head_dim, scores);
+  Scores<T, kPairs>(q, keys, n, stride, head_dim, ahead, scores);
   if (bias != nullptr) {
     for (int64_t i = 0; i < n; ++i) scores[i] += bias[i];
   }
-  float block_max = run.max;
-  for (int64_t i = 0; i < n; ++i) block_max = std::max(block_max, scores[i]);
+  const float block_max = MaxOf(scores, n, run.max);
   const float rescale = std::exp(run.max - block_max);  // 0 on the first block
   for (int64_t i = 0; i < n; ++i) scores[i] -= block_max;
   cpu::ExpArray(scores, n, scores);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += scores[i];
-  run.sum = run.sum * rescale + sum;
+  run.sum = run.sum * rescale + SumOf(scores, n);
   run.max = block_max;
-  Accumulate(scores, values, n, stride, head_dim, rescale, out);
+  Accumulate<T, kPairs>(scores, values, n, stride, head_dim, rescale, out);
 }
 
-// Rows [begin, end) read straight from the cache (bf16 widened in registers), in blocks of
-// kRowChunk; the group's other heads re-read each block from L1.
-template <typename T>
-void ReadRange(const float* q, int group, const T* keys, const T* values, const float* bias,
-               int64_t begin, int64_t end, int64_t stride, int head_dim, SoftmaxPartial* partial,
-               float* out) {
-  std::fill(out, out + int64_t{group} * head_dim, 0.0f);
-  std::fill(partial, partial + group, SoftmaxPartial{});
+// Rows [begin, end) of `kv_heads` key/value heads (head h's columns at h * head_dim of each
+// row; its `group` query heads at q + (h * group + j) * head_dim, outputs alike), read straight
+// from the cache (bf16 widened in registers) in blocks of kRowChunk rows, every head reading
+// each block before the next: memory is walked in row order, the first head prefetching whole
+// rows ahead, and the other heads find the block in L1/L2. kPairs: q and out in pair order.
+template <bool kPairs, typename T>
+void ReadRangeIn(const float* q, int kv_heads, int group, const T* keys, const T* values,
+                 const float* bias, int64_t begin, int64_t end, int64_t stride, int head_dim,
+                 SoftmaxPartial* partial, float* out) {
+  const int heads = kv_heads * group;
+  std::fill(out, out + int64_t{heads} * head_dim, 0.0f);
+  std::fill(partial, partial + heads, SoftmaxPartial{});
   for (int64_t first = begin; first < end; first += kRowChunk) {
     const int64_t n = std::min(kRowChunk, end - first);
     const T* k = keys + first * stride;
     const T* v = values + first * stride;
     const float* b = bias != nullptr ? bias + first : nullptr;
-    // The first head of the group prefetches (the other heads find the block in L1).
-    for (int g = 0; g < group; ++g) {
-      const int64_t at = int64_t{g} * head_dim;
-      Fold(q + at, k, v, b, n, stride, head_dim, g == 0, end - first, partial[g], out + at);
+    const Ahead<T> lead{k, v, int64_t{kv_heads} * head_dim, end - first};
+    for (int h = 0; h < heads; ++h) {
+      const int64_t at = int64_t{h} * head_dim;
+      const int64_t column = int64_t{h / group} * head_dim;
+      Fold<kPairs>(q + at, k + column, v + column, b, n, stride, head_dim,
+                   h == 0 ? lead : Ahead<T>{}, partial[h], out + at);
     }
   }
+}
+
+// ReadRangeIn with q and out in column order: bf16 rows of a head_dim that is a multiple of 16
+// are read in pair order (the query permuted in, the output back).
+template <typename T>
+void ReadRange(const float* q, int kv_heads, int group, const T* keys, const T* values,
+               const float* bias, int64_t begin, int64_t end, int64_t stride, int head_dim,
+               SoftmaxPartial* partial, float* out) {
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (head_dim % 16 == 0) {
+      const int heads = kv_heads * group;
+      const int64_t width = int64_t{heads} * head_dim;
+      absl::InlinedVector<float, 1024> permuted(static_cast<size_t>(2 * width));
+      float* q_pairs = permuted.data();
+      float* out_pairs = q_pairs + width;
+      for (int h = 0; h < heads; ++h) {
+        ToPairOrder(q + h * head_dim, head_dim, q_pairs + h * head_dim);
+      }
+      ReadRangeIn<true>(q_pairs, kv_heads, group, keys, values, bias, begin, end, stride, head_dim,
+                        partial, out_pairs);
+      for (int h = 0; h < heads; ++h) {
+        FromPairOrder(out_pairs + h * head_dim, head_dim, out + h * head_dim);
+      }
+      return;
+    }
+  }
+  ReadRangeIn<false>(q, kv_heads, group, keys, values, bias, begin, end, stride, head_dim, partial,
+                     out);
 }
 
 template <typename T>
@@ -222,7 +386,7 @@ void ReadGroup(const float* q, int group, const T* keys, const T* values, const 
     return;
   }
   absl::InlinedVector<SoftmaxPartial, 8> partial(static_cast<size_t>(group));
-  ReadRange(q, group, keys, values, bias, 0, count, stride, head_dim, partial.data(), out);
+  ReadRange(q, 1, group, keys, values, bias, 0, count, stride, head_dim, partial.data(), out);
   for (int g = 0; g < group; ++g) {
     const float inv = 1.0f / partial[static_cast<size_t>(g)].sum;
     float* o = out + int64_t{g} * head_dim;
@@ -242,37 +406,67 @@ ABCD_VECTOR_CLONES void Stage(const T* rows, int64_t count, int64_t stride, int 
   }
 }
 
+// The causal run as matrix products, per query head: for each block of `block` cached rows,
+// S = Q K_block^T over the queries that reach the block (Linear on the block packed as a
+// weight matrix), the rows beyond each query's position masked, the running softmax of each
+// query advanced, and out += P V_block (V_block^T packed). The products run at the matrix
+// kernels' speed, where a query at a time is bound by loads.
 template <typename T>
 void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const T* values,
                int64_t first_position, int64_t rows, int64_t stride, int head_dim, float* out,
                int64_t out_stride) {
-  const int64_t heads_width = int64_t{group} * head_dim;
-  for (int64_t i = 0; i < rows; ++i) std::fill_n(out + i * out_stride, heads_width, 0.0f);
-  std::vector<SoftmaxPartial> runs(static_cast<size_t>(rows * group));
-  const int64_t block = std::clamp<int64_t>(kStagedFloats / head_dim, 1, kMaxStagedRows);
-  std::vector<float> staged(static_cast<size_t>(2 * block * head_dim));
-  float* staged_keys = staged.data();
-  float* staged_values = staged_keys + block * head_dim;
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  const int64_t block = std::clamp<int64_t>(2 * kStagedFloats / head_dim, 16, kMaxStagedRows);
   const int64_t total = first_position + rows;  // rows the last query reads
-  for (int64_t first = 0; first < total; first += block) {
-    const int64_t n = std::min(block, total - first);
-    Stage(keys + first * stride, n, stride, head_dim, staged_keys);
-    Stage(values + first * stride, n, stride, head_dim, staged_values);
-    // Queries at positions >= first read this block: rows min(n, position + 1 - first) of it.
-    for (int64_t i = std::max<int64_t>(0, first - first_position); i < rows; ++i) {
-      const int64_t seen = std::min(n, first_position + i + 1 - first);
-      for (int g = 0; g < group; ++g) {
-        const int64_t at = int64_t{g} * head_dim;
-        Fold(q + i * q_stride + at, staged_keys, staged_values, nullptr, seen, head_dim, head_dim,
-             false, seen, runs[static_cast<size_t>(i * group + g)], out + i * out_stride + at);
-      }
+  const size_t d = static_cast<size_t>(head_dim);
+  std::vector<float> staged(static_cast<size_t>(block) * d), transposed(staged.size());
+  std::vector<float> queries(static_cast<size_t>(rows) * d), acc(queries.size());
+  std::vector<float> scores(static_cast<size_t>(rows * block)), product(queries.size());
+  std::vector<SoftmaxPartial> runs(static_cast<size_t>(rows));
+  for (int g = 0; g < group; ++g) {
+    const int64_t at = int64_t{g} * head_dim;
+    for (int64_t i = 0; i < rows; ++i) {
+      std::copy_n(q + i * q_stride + at, head_dim, queries.data() + i * head_dim);
     }
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int g = 0; g < group; ++g) {
-      const float inv = 1.0f / runs[static_cast<size_t>(i * group + g)].sum;
-      float* o = out + i * out_stride + int64_t{g} * head_dim;
-      for (int c = 0; c < head_dim; ++c) o[c] *= inv;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(runs.begin(), runs.end(), SoftmaxPartial{});
+    for (int64_t first = 0; first < total; first += block) {
+      const int64_t n = std::min(block, total - first);
+      const int64_t active = std::max<int64_t>(0, first - first_position);  // first query here
+      const int64_t m = rows - active;
+      Stage(keys + first * stride, n, stride, head_dim, staged.data());
+      const PackedMatrix k =
+          PackedMatrix::Pack(std::span<const float>(staged.data(), static_cast<size_t>(n) * d), n,
+                             head_dim, WeightFormat::kF32);
+      cpu::Linear(queries.data() + active * head_dim, m, k, nullptr, scores.data(), nullptr);
+      Stage(values + first * stride, n, stride, head_dim, staged.data());
+      for (int64_t j = 0; j < n; ++j) {
+        for (int c = 0; c < head_dim; ++c) transposed[c * n + j] = staged[j * d + c];
+      }
+      const PackedMatrix v =
+          PackedMatrix::Pack(std::span<const float>(transposed.data(), static_cast<size_t>(n) * d),
+                             head_dim, n, WeightFormat::kF32);
+      for (int64_t i = 0; i < m; ++i) {
+        float* row = scores.data() + i * n;
+        const int64_t seen = std::min(n, first_position + active + i + 1 - first);
+        std::fill(row + seen, row + n, kMasked);
+        SoftmaxPartial& run = runs[static_cast<size_t>(active + i)];
+        const float block_max = MaxOf(row, seen, run.max);
+        const float rescale = std::exp(run.max - block_max);  // 0 on the first block
+        for (int64_t j = 0; j < n; ++j) row[j] -= block_max;
+        cpu::ExpArray(row, n, row);
+        run.sum = run.sum * rescale + SumOf(row, seen);
+        run.max = block_max;
+        float* o = acc.data() + (active + i) * head_dim;
+        for (int c = 0; c < head_dim; ++c) o[c] *= rescale;
+      }
+      cpu::Linear(scores.data(), m, v, nullptr, product.data(), nullptr);
+      for (int64_t i = 0; i < m * head_dim; ++i) acc[active * head_dim + i] += product[i];
+    }
+    for (int64_t i = 0; i < rows; ++i) {
+      const float inv = 1.0f / runs[static_cast<size_t>(i)].sum;
+      float* o = out + i * out_stride + at;
+      for (int c = 0; c < head_dim; ++c) o[c] = acc[i * head_dim + c] * inv;
     }
   }
 }
@@ -309,16 +503,16 @@ void SoftmaxReadGroup(const float* q, int group, const uint16_t* keys, const uin
   ReadGroup(q, group, keys, values, nullptr, count, stride, head_dim, out);
 }
 
-void SoftmaxReadPartial(const float* q, int group, const float* keys, const float* values,
-                        int64_t begin, int64_t end, int64_t stride, int head_dim,
-                        SoftmaxPartial* partial, float* out) {
-  ReadRange(q, group, keys, values, nullptr, begin, end, stride, head_dim, partial, out);
+void SoftmaxReadPartial(const float* q, int kv_heads, int group, const float* keys,
+                        const float* values, int64_t begin, int64_t end, int64_t stride,
+                        int head_dim, SoftmaxPartial* partial, float* out) {
+  ReadRange(q, kv_heads, group, keys, values, nullptr, begin, end, stride, head_dim, partial, out);
 }
 
-void SoftmaxReadPartial(const float* q, int group, const uint16_t* keys, const uint16_t* values,
-                        int64_t begin, int64_t end, int64_t stride, int head_dim,
-                        SoftmaxPartial* partial, float* out) {
-  ReadRange(q, group, keys, values, nullptr, begin, end, stride, head_dim, partial, out);
+void SoftmaxReadPartial(const float* q, int kv_heads, int group, const uint16_t* keys,
+                        const uint16_t* values, int64_t begin, int64_t end, int64_t stride,
+                        int head_dim, SoftmaxPartial* partial, float* out) {
+  ReadRange(q, kv_heads, group, keys, values, nullptr, begin, end, stride, head_dim, partial, out);
 }
 
 void SoftmaxMerge(const SoftmaxPartial* partials, int64_t partial_stride, const float* outs,

@@ -39,15 +39,17 @@ struct SoftmaxPartial {
   float sum = 0.0f;
 };
 
-// Rows [begin, end) (begin < end) read by the `group` query heads of one key/value head:
-// partial[g] and out[g * head_dim ..] for each. Splitting a read into ranges and merging them
-// with SoftmaxMerge equals the whole read within float rounding.
-void SoftmaxReadPartial(const float* q, int group, const float* keys, const float* values,
-                        int64_t begin, int64_t end, int64_t stride, int head_dim,
-                        SoftmaxPartial* partial, float* out);
-void SoftmaxReadPartial(const float* q, int group, const uint16_t* keys, const uint16_t* values,
-                        int64_t begin, int64_t end, int64_t stride, int head_dim,
-                        SoftmaxPartial* partial, float* out);
+// Rows [begin, end) (begin < end) of `kv_heads` consecutive key/value heads (head h's columns
+// at keys + h * head_dim of each row) read by the `group` query heads of each: query head
+// j = h * group + i at q + j * head_dim, its partial[j] and out[j * head_dim ..]. The rows are
+// walked once in order for all heads (whole rows prefetched). Splitting a read into ranges and
+// merging them with SoftmaxMerge equals the whole read within float rounding.
+void SoftmaxReadPartial(const float* q, int kv_heads, int group, const float* keys,
+                        const float* values, int64_t begin, int64_t end, int64_t stride,
+                        int head_dim, SoftmaxPartial* partial, float* out);
+void SoftmaxReadPartial(const float* q, int kv_heads, int group, const uint16_t* keys,
+                        const uint16_t* values, int64_t begin, int64_t end, int64_t stride,
+                        int head_dim, SoftmaxPartial* partial, float* out);
 
 // out[dh] = the normalised read of one query head from `pieces` partial reads of disjoint
 // ranges: piece i's is partials[i * partial_stride] and outs + i * out_stride.

@@ -36,32 +36,29 @@ namespace {
 
 // Runs of at least this many rows (a prompt chunk) are read in blocks; shorter ones row by row.
 constexpr int64_t kBlockedRunRows = 4;
-// No split of a decode row's read is shorter than this many cached rows.
+// No piece of a split decode read is shorter than this many cached rows.
 constexpr int64_t kMinSplitRows = 512;
 
-// One task of SoftmaxState::Scan: a whole run (ScanHead), a decode row's whole read, or one
-// piece of a split read (its partial results at `slot`).
+// One task of SoftmaxState::Scan: a whole run of one head (ScanHead; end == 0), or rows
+// [begin, end) of a decode row's cache for every head, its partial reads at `slot`.
 struct ReadTask {
   int64_t run = 0;
   int head = 0;
-  int64_t begin = 0, end = 0;  // rows read; end == 0: the whole run through ScanHead
-  int64_t slot = -1;           // -1: the read is whole and written normalised to the output
+  int64_t begin = 0, end = 0;
+  int64_t slot = 0;
 };
 
 }  // namespace
 
-void SoftmaxState::ReadPartial(int g, const float* q, const KvCache& kv, int64_t begin, int64_t end,
+void SoftmaxState::ReadPartial(const float* q, const KvCache& kv, int64_t begin, int64_t end,
                                SoftmaxPartial* partial, float* out) const {
-  const int64_t kv_offset = static_cast<int64_t>(g) * head_dim_;
   const int group = q_heads_ / kv_heads_;
-  const int64_t offset = kv_offset * group;
   if (kv.bf16) {
-    SoftmaxReadPartial(q + offset, group, kv.keys16.data() + kv_offset,
-                       kv.values16.data() + kv_offset, begin, end, kv.width, head_dim_, partial,
-                       out);
+    SoftmaxReadPartial(q, kv_heads_, group, kv.keys16.data(), kv.values16.data(), begin, end,
+                       kv.width, head_dim_, partial, out);
   } else {
-    SoftmaxReadPartial(q + offset, group, kv.keys.data() + kv_offset, kv.values.data() + kv_offset,
-                       begin, end, kv.width, head_dim_, partial, out);
+    SoftmaxReadPartial(q, kv_heads_, group, kv.keys.data(), kv.values.data(), begin, end, kv.width,
+                       head_dim_, partial, out);
   }
 }
 
@@ -71,16 +68,20 @@ void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
     const StateRef& s = args.states[static_cast<size_t>(run.first)];
     return std::min(s.kv->length, s.position + 1);
   };
-  int64_t decode_work = 0;  // cached rows read by the decode rows, all heads
+  int64_t decode_rows = 0;  // cached rows the step's decode rows read
   for (const RowRun& run : args.runs) {
-    if (run.count == 1) decode_work += rows_read(run) * kv_heads_;
+    if (run.count == 1) decode_rows += rows_read(run);
   }
-  if (threads <= 1 || decode_work == 0) {
+  if (decode_rows == 0) {
     AttentionState::Scan(ctx, args);
     return;
   }
-  // Pieces small enough for four per thread, but none under kMinSplitRows rows.
-  const int64_t piece = std::max(kMinSplitRows, (decode_work + 4 * threads - 1) / (4 * threads));
+  // Decode rows read every head in one walk over their cache, split into pieces where there
+  // are threads to share them: four pieces per thread, none under kMinSplitRows rows.
+  const int64_t piece =
+      threads <= 1
+          ? std::numeric_limits<int64_t>::max()
+          : std::max(kMinSplitRows, (decode_rows + 4 * threads - 1) / (4 * int64_t{threads}));
   std::vector<ReadTask> tasks;
   int64_t slots = 0;
   for (size_t i = 0; i < args.runs.size(); ++i) {
@@ -90,26 +91,18 @@ void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
       for (int h = 0; h < kv_heads_; ++h) tasks.push_back({index, h});
       continue;
     }
-    // A decode row's key and value are written before any piece reads them.
+    // The row's key and value are written before any piece reads them.
     for (int h = 0; h < kv_heads_; ++h) {
       UpdateHead(h, args.KeyValueOf(run.first), args.states[static_cast<size_t>(run.first)]);
     }
     const int64_t count = rows_read(run);
-    const int64_t pieces = (count + piece - 1) / piece;
-    for (int h = 0; h < kv_heads_; ++h) {
-      if (pieces == 1) {
-        tasks.push_back({index, h, 0, count});
-        continue;
-      }
-      for (int64_t p = 0; p < pieces; ++p) {
-        const int64_t begin = count * p / pieces, end = count * (p + 1) / pieces;
-        tasks.push_back({index, h, begin, end, slots++});
-      }
+    const int64_t pieces = threads <= 1 ? 1 : (count + piece - 1) / piece;
+    for (int64_t p = 0; p < pieces; ++p) {
+      tasks.push_back({index, 0, count * p / pieces, count * (p + 1) / pieces, slots++});
     }
   }
-  const int group = q_heads_ / kv_heads_;
-  std::vector<SoftmaxPartial> partials(static_cast<size_t>(slots * group));
-  std::vector<float> outs(static_cast<size_t>(slots * group * head_dim_));
+  std::vector<SoftmaxPartial> partials(static_cast<size_t>(slots * q_heads_));
+  std::vector<float> outs(static_cast<size_t>(slots * q_heads_ * head_dim_));
   ctx.pool().ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t t) {
     const ReadTask& task = tasks[static_cast<size_t>(t)];
     const RowRun& run = args.runs[static_cast<size_t>(task.run)];
@@ -118,31 +111,25 @@ void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
       return;
     }
     const StateRef& state = args.states[static_cast<size_t>(run.first)];
-    const float* q = args.rows + run.first * args.width;
-    if (task.slot < 0) {
-      ReadHead(task.head, q, state, args.out + run.first * args.out_width);
-      return;
-    }
-    ReadPartial(task.head, q, *state.kv, task.begin, task.end, partials.data() + task.slot * group,
-                outs.data() + task.slot * group * head_dim_);
+    ReadPartial(args.rows + run.first * args.width, *state.kv, task.begin, task.end,
+                partials.data() + task.slot * q_heads_,
+                outs.data() + task.slot * q_heads_ * head_dim_);
   });
-  // Merge the pieces of each split read: a task run of one (row, head) holds consecutive slots.
+  // Merge each decode row's pieces (consecutive tasks and slots), normalising its read.
+  const int64_t width = int64_t{q_heads_} * head_dim_;
   for (size_t t = 0; t < tasks.size();) {
     const ReadTask& first = tasks[t];
     size_t end = t + 1;
-    if (first.slot < 0) {
+    if (first.end == 0) {
       t = end;
       continue;
     }
-    while (end < tasks.size() && tasks[end].run == first.run && tasks[end].head == first.head) {
-      ++end;
-    }
-    const RowRun& run = args.runs[static_cast<size_t>(first.run)];
-    float* out = args.out + run.first * args.out_width + int64_t{first.head} * group * head_dim_;
-    for (int g = 0; g < group; ++g) {
-      SoftmaxMerge(partials.data() + first.slot * group + g, group,
-                   outs.data() + (first.slot * group + g) * head_dim_, int64_t{group} * head_dim_,
-                   static_cast<int>(end - t), head_dim_, out + int64_t{g} * head_dim_);
+    while (end < tasks.size() && tasks[end].run == first.run) ++end;
+    float* out = args.out + args.runs[static_cast<size_t>(first.run)].first * args.out_width;
+    for (int j = 0; j < q_heads_; ++j) {
+      SoftmaxMerge(partials.data() + first.slot * q_heads_ + j, q_heads_,
+                   outs.data() + first.slot * width + int64_t{j} * head_dim_, width,
+                   static_cast<int>(end - t), head_dim_, out + int64_t{j} * head_dim_);
     }
     t = end;
   }

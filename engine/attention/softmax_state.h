@@ -33,9 +33,10 @@ class SoftmaxState final : public AttentionState {
   int heads() const override { return kv_heads_; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
-  // Decode rows (runs of one row) whose caches are long split their reads across the pool's
-  // threads (flash-decoding: partial reads of disjoint ranges, merged); longer runs (prefill)
-  // are read in blocks by ScanHead.
+  // Decode rows (runs of one row) read every head in one walk over their cache in row order,
+  // split into pieces across the pool's threads where the cache is long (flash-decoding:
+  // partial reads of disjoint ranges, merged); longer runs (prefill) are read in blocks by
+  // ScanHead, one task per (run, key/value head).
   void Scan(CpuContext& ctx, const ScanArgs& args) const override;
   void ScanHead(int head, const ScanArgs& args, const RowRun& run) const override;
 
@@ -50,8 +51,9 @@ class SoftmaxState final : public AttentionState {
 
  private:
   bool prepared() const { return !rope_inv_freq_.empty() || kv_heads_ != q_heads_; }
-  // Rows [begin, end) of kv head g's cache read by its query heads, not yet normalised.
-  void ReadPartial(int g, const float* q, const KvCache& kv, int64_t begin, int64_t end,
+  // Rows [begin, end) of the cache read by every query head (q: a kernel row), not yet
+  // normalised: partial[q_heads], out[q_heads * head_dim].
+  void ReadPartial(const float* q, const KvCache& kv, int64_t begin, int64_t end,
                    SoftmaxPartial* partial, float* out) const;
 
   int q_heads_;

@@ -97,9 +97,13 @@ double SgemmPeakGflops(int size, int threads) {
   return 2.0 * size * static_cast<double>(size) * size / best / 1e9;
 }
 
-double FloorSeconds(int64_t weight_bytes, int64_t batch, int64_t state_bytes,
+int64_t StepStateBytes(int64_t state_bytes, int64_t fixed_bytes) {
+  return state_bytes + fixed_bytes;
+}
+
+double FloorSeconds(int64_t weight_bytes, int64_t batch, int64_t step_state_bytes,
                     const Bandwidth& bandwidth) {
-  return static_cast<double>(weight_bytes + 2 * batch * state_bytes) / bandwidth.bytes_per_second;
+  return static_cast<double>(weight_bytes + batch * step_state_bytes) / bandwidth.bytes_per_second;
 }
 
 std::vector<int32_t> Tokens(uint64_t seed, int64_t count, int vocab) {

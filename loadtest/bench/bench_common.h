@@ -1,6 +1,7 @@
 // Shared pieces of abcd-bench: the memory-bandwidth probe behind every step-time floor
-// (floor = (weight_bytes + 2 * batch * state_bytes) / bandwidth: a decode step reads the weights
-// once and each sequence's state once, and writes the state once),
+// (floor = (weight_bytes + batch * step_state_bytes) / bandwidth: a decode step reads the
+// weights once, reads and writes each sequence's fixed state once, and reads its KV cache
+// once, writing one row),
 // deterministic token streams, model loading and small formatting helpers.
 #pragma once
 
@@ -37,8 +38,12 @@ double ReadSeconds(int64_t bytes, ThreadPool& pool, int repeats = 15);
 // `size`^3 with `threads` threads, best of 3, in GFLOP/s.
 double SgemmPeakGflops(int size, int threads);
 
+// The bytes one sequence's decode step moves, of `state_bytes` held of which `fixed_bytes`
+// are a bounded state (read and written: twice) and the rest a KV cache (read once).
+int64_t StepStateBytes(int64_t state_bytes, int64_t fixed_bytes);
+
 // Seconds the step needs at least if it only streams its bytes: the floor above.
-double FloorSeconds(int64_t weight_bytes, int64_t batch, int64_t state_bytes,
+double FloorSeconds(int64_t weight_bytes, int64_t batch, int64_t step_state_bytes,
                     const Bandwidth& bandwidth);
 
 // `count` token ids in [4, vocab) from a fixed generator (ids 0..3 are the specials).

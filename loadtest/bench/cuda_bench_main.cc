@@ -313,7 +313,9 @@ absl::StatusOr<nlohmann::json> RunCudaDecode(CudaContext& context, const Argumen
         }
         model->set_graphs_enabled(true);
         const int64_t state_bytes = model->state_bytes_per_sequence() + (length + 1) * kv_per_token;
-        const double floor = FloorSeconds(model->weight_bytes(), batch, state_bytes, bandwidth);
+        const double floor =
+            FloorSeconds(model->weight_bytes(), batch,
+                         StepStateBytes(state_bytes, model->state_bytes_per_sequence()), bandwidth);
         const std::string label = ModelLabel(dir);
         std::cout << absl::StrFormat("%-10s %7s %6d %12s %10.3f %10.3f %7.2f %12.0f %9.3f\n", label,
                                      bounded ? "any" : absl::StrCat(length), batch,

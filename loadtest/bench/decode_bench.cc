@@ -5,8 +5,8 @@
 // `steps` batched decode steps of all B are timed (after one untimed step). Logits are computed
 // for every row, as serving needs them for sampling. Floors (issue 18):
 //   read floor  the best time this machine takes to read exactly the step's bytes (weights +
-//               2 x batch x state) once, with the engine's threads: a model that fits the
-//               last-level cache is held to the cache's speed, as llama.cpp is;
+//               batch x (2 x fixed state + KV cache)) once, with the engine's threads: a model that
+//               fits the last-level cache is held to the cache's speed, as llama.cpp is;
 //   DRAM floor  the same bytes at the 256 MiB memcpy bandwidth.
 // Batches of 16 and more also print the GFLOP/s of the step's matrix products. A prefill table
 // times one prompt of --prefill_tokens tokens next to the batch-1 decode rate.
@@ -147,7 +147,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   }
   std::cout << "== decode step time vs batch size (" << options.threads << " thread(s), "
             << (options.kv_cache_bf16 ? "bf16" : "f32") << " KV cache, " << cpu::LinearKernelName()
-            << " kernels; read floor = (weights + 2 * batch * state) "
+            << " kernels; read floor = (weights + batch * (2 * fixed state + KV cache)) "
             << "read once at this machine's speed for that size; DRAM floor = the same at "
             << absl::StrFormat("%.1f GB/s memcpy", options.bandwidth.bytes_per_second / 1e9)
             << "; median of " << options.rounds << " rounds of " << options.steps
@@ -179,11 +179,13 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
         const Point& p = points[i];
         const double step_ms = Median(rounds[i]);
         const double tokens_per_s = static_cast<double>(batch) / (step_ms / 1000);
-        const int64_t bytes = e.model->weight_bytes() + 2 * batch * p.state_bytes;
+        const int64_t step_state =
+            StepStateBytes(p.state_bytes, e.model->state_layout().FixedBytes());
+        const int64_t bytes = e.model->weight_bytes() + batch * step_state;
         if (!read_seconds.contains(bytes)) read_seconds[bytes] = ReadSeconds(bytes, ctx.pool());
         const double read_ms = read_seconds[bytes] * 1000;
         const double dram_ms =
-            FloorSeconds(e.model->weight_bytes(), batch, p.state_bytes, options.bandwidth) * 1000;
+            FloorSeconds(e.model->weight_bytes(), batch, step_state, options.bandwidth) * 1000;
         const double gflops = 2.0 * static_cast<double>(e.model->projection_macs_per_token()) *
                               static_cast<double>(batch) / (step_ms / 1000) / 1e9;
         speed[context][batch][e.label] = tokens_per_s;

@@ -157,7 +157,10 @@ absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options) {
             std::max(max_diff, static_cast<double>(std::abs(ref_logits[i] - first.last_logits[i])));
       }
       const double floor_ms =
-          FloorSeconds(model->weight_bytes(), batch, first.state_bytes, options.bandwidth) * 1000;
+          FloorSeconds(model->weight_bytes(), batch,
+                       StepStateBytes(first.state_bytes, model->state_layout().FixedBytes()),
+                       options.bandwidth) *
+          1000;
       // PyTorch replaying a captured CUDA graph of a step (--cuda-graphs), where it can.
       nlohmann::json graph = nullptr;
       std::string graph_ms = "-", graph_speedup = "-";

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/attention/softmax_state.h"
@@ -77,11 +78,11 @@ TEST(SoftmaxScanTest, SplitReadsMergedEqualTheWholeRead) {
         SoftmaxPartial* partial = partials.data() + p * c.group;
         float* out = outs.data() + p * width;
         if (bf16) {
-          SoftmaxReadPartial(q.data(), c.group, rows.keys16.data() + c.head_dim,
+          SoftmaxReadPartial(q.data(), 1, c.group, rows.keys16.data() + c.head_dim,
                              rows.values16.data() + c.head_dim, begin, end, stride, c.head_dim,
                              partial, out);
         } else {
-          SoftmaxReadPartial(q.data(), c.group, rows.keys.data() + c.head_dim,
+          SoftmaxReadPartial(q.data(), 1, c.group, rows.keys.data() + c.head_dim,
                              rows.values.data() + c.head_dim, begin, end, stride, c.head_dim,
                              partial, out);
         }
@@ -142,8 +143,9 @@ TEST(SoftmaxScanTest, CausalRunEqualsEachRowsRead) {
 }
 
 // A step of 8 query heads over 2 key/value heads (GQA): a decode row at 3000 cached rows (split
-// across the two threads), a 37-row prompt run from position 200 (blocked), and a decode row at
-// 9 rows (read whole), against the default row-by-row scan on copies of the same caches.
+// into pieces on two threads, whole on one), a 37-row prompt run from position 200 (blocked),
+// and a decode row at 9 rows (one piece), against the default row-by-row scan on copies of the
+// same caches.
 TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
   constexpr int kQHeads = 8, kKvHeads = 2, kHeadDim = 32;
   const SoftmaxState state(kQHeads, kKvHeads, kHeadDim, {});
@@ -154,7 +156,7 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
     int64_t cached, rows;
   };
   const Sequence sequences[] = {{2999, 1}, {200, 37}, {8, 1}};
-  for (bool bf16 : {false, true}) {
+  for (const auto& [bf16, threads] : {std::pair{false, 2}, {true, 2}, {true, 1}}) {
     std::vector<KvCache> caches(3), expected_caches;
     std::vector<StateRef> states;
     std::vector<RowRun> runs;
@@ -183,7 +185,7 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
     for (float& x : kernel_rows) x = normal(rng);
     const int64_t out_width = int64_t{kQHeads} * kHeadDim;
     std::vector<float> out(static_cast<size_t>(rows * out_width), 0.0f), expected = out;
-    CpuContext ctx(2);
+    CpuContext ctx(threads);
     state.Scan(ctx,
                {kernel_rows.data(), layout.width, layout, states, runs, out.data(), out_width});
     const ScanArgs plain{kernel_rows.data(), layout.width, layout, expected_states, runs,
@@ -191,7 +193,8 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
     for (const RowRun& run : runs) {
       for (int h = 0; h < kKvHeads; ++h) state.AttentionState::ScanHead(h, plain, run);
     }
-    ExpectNear(out, expected, bf16 ? "bf16 step" : "f32 step");
+    ExpectNear(out, expected,
+               bf16 ? (threads == 1 ? "bf16 step, 1 thread" : "bf16 step") : "f32 step");
     for (size_t s = 0; s < caches.size(); ++s) {
       EXPECT_EQ(caches[s].keys, expected_caches[s].keys);
       EXPECT_EQ(caches[s].keys16, expected_caches[s].keys16);
