@@ -47,6 +47,8 @@ class GatedLinearState final : public AttentionState {
   int heads() const override { return o_.heads; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
+  // Per row one pass over S that decays, adds k v^T and reads (UpdateHead then ReadHead fused).
+  void ScanHead(int head, const ScanArgs& args, const RowRun& run) const override;
 
   // Projection rows: gla q | k | v | [g] | gk0; retnet q | k | v | [g]; hgrn2 q | f | i.
   // Prepared rows: q [H K] | k [Hkv K] | v [Hkv V] | lambda [Hkv K] | gate [H V] (when gated).

@@ -47,6 +47,51 @@ ABCD_VECTOR_CLONES float ReadState(const float* phi, const float* s, const float
   return denominator;
 }
 
+// FoldToken then ReadState in one pass over S (the same operations in the same order): S and z
+// take the token, o = S^T phi_q; returns phi_q . z.
+ABCD_VECTOR_CLONES float FoldAndRead(const float* phi_k, const float* v, float g, float mix,
+                                     const float* phi_q, int f_count, int head_dim, float* s,
+                                     float* z, float* o) {
+  std::fill(o, o + head_dim, 0.0f);
+  float denominator = 0.0f;
+  for (int f = 0; f < f_count; ++f) {
+    const float p = mix * phi_k[f], read = phi_q[f];
+    float* s_row = s + static_cast<int64_t>(f) * head_dim;
+    for (int c = 0; c < head_dim; ++c) {
+      s_row[c] = g * s_row[c] + p * v[c];
+      o[c] += read * s_row[c];
+    }
+    z[f] = g * z[f] + p;
+    denominator += read * z[f];
+  }
+  return denominator;
+}
+
+// y[i] = bias[i] (0 when null) + sum_c w_t[c, i] x[c], c in order: a [out, in] matrix times x
+// from its transpose [in, out], vectorised over the outputs.
+ABCD_VECTOR_CLONES void TransposedMatVec(const float* w_t, const float* bias, const float* x,
+                                         int in, int out, float* y) {
+  for (int i = 0; i < out; ++i) y[i] = bias == nullptr ? 0.0f : bias[i];
+  for (int c = 0; c < in; ++c) {
+    const float xc = x[c];
+    const float* row = w_t + static_cast<int64_t>(c) * out;
+    for (int i = 0; i < out; ++i) y[i] += row[i] * xc;
+  }
+}
+
+// [heads, rows, cols] -> [heads, cols, rows].
+std::vector<float> TransposeHeads(const std::vector<float>& w, int64_t rows, int64_t cols) {
+  std::vector<float> t(w.size());
+  const int64_t heads = rows * cols == 0 ? 0 : static_cast<int64_t>(w.size()) / (rows * cols);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c)
+        t[(h * cols + c) * rows + r] = w[(h * rows + r) * cols + c];
+    }
+  }
+  return t;
+}
+
 }  // namespace
 
 // Head layout: S [F, dh] then z [F].
@@ -77,12 +122,36 @@ void LinearState::ReadHead(int h, const float* q, const StateRef& state, float* 
   for (int c = 0; c < head_dim_; ++c) o[c] *= inv;
 }
 
+void LinearState::ScanHead(int h, const ScanArgs& args, const RowRun& run) const {
+  // Per row: phi(k) and phi(q), then one pass over S that folds the token in and reads it.
+  const int f_count = phi_->features();
+  absl::InlinedVector<float, 512> phi_k(f_count), phi_q(f_count), scratch(head_dim_);
+  for (int64_t r = run.first; r < run.first + run.count; ++r) {
+    float* s = args.states[static_cast<size_t>(r)].fixed + h * HeadFloats();
+    float* z = s + static_cast<int64_t>(f_count) * head_dim_;
+    const KeyValueRow row = args.KeyValueOf(r);
+    phi_->Apply(h, row.k + h * head_dim_, phi_k.data(), scratch.data());
+    phi_->Apply(h, args.rows + r * args.width + h * head_dim_, phi_q.data(), scratch.data());
+    float g = 1.0f, mix = 1.0f;
+    if (gated_) {
+      g = 1.0f / (1.0f + std::exp(-row.extra[h]));
+      mix = 1.0f - g;
+    }
+    float* o = args.out + r * args.out_width + h * head_dim_;
+    const float denominator = FoldAndRead(phi_k.data(), row.v + h * head_dim_, g, mix, phi_q.data(),
+                                          f_count, head_dim_, s, z, o);
+    const float inv = 1.0f / std::max(denominator, eps_);
+    for (int c = 0; c < head_dim_; ++c) o[c] *= inv;
+  }
+}
+
 RandomFeatureMap::RandomFeatureMap(int n_heads, int head_dim, int random_features, RfaKernel kernel,
                                    std::vector<float> scaled_projection)
     : head_dim_(head_dim),
       random_features_(random_features),
       kernel_(kernel),
-      projection_(std::move(scaled_projection)) {}
+      projection_(std::move(scaled_projection)),
+      projection_t_(TransposeHeads(projection_, random_features, head_dim)) {}
 
 int RandomFeatureMap::features() const {
   return kernel_ == RfaKernel::kGaussian ? 2 * random_features_ : random_features_;
@@ -94,11 +163,11 @@ void RandomFeatureMap::Apply(int head, const float* x, float* features, float* s
   const float inv_norm = 1.0f / std::max(std::sqrt(norm), 1e-12f);
   for (int c = 0; c < head_dim_; ++c) scratch[c] = x[c] * inv_norm;
   const float scale = 1.0f / std::sqrt(static_cast<float>(random_features_));
-  const float* w = projection_.data() + static_cast<int64_t>(head) * random_features_ * head_dim_;
+  // w_i . x for every i at once (into features[0, D)), then the map in place.
+  TransposedMatVec(projection_t_.data() + static_cast<int64_t>(head) * head_dim_ * random_features_,
+                   nullptr, scratch, head_dim_, random_features_, features);
   for (int i = 0; i < random_features_; ++i) {
-    float dot = 0.0f;
-    const float* w_row = w + static_cast<int64_t>(i) * head_dim_;
-    for (int c = 0; c < head_dim_; ++c) dot += w_row[c] * scratch[c];
+    const float dot = features[i];
     if (kernel_ == RfaKernel::kGaussian) {
       features[i] = scale * std::sin(dot);
       features[random_features_ + i] = scale * std::cos(dot);
@@ -113,17 +182,14 @@ LearnedReluFeatureMap::LearnedReluFeatureMap(int head_dim, int features, std::ve
     : head_dim_(head_dim),
       features_(features),
       weight_(std::move(weight)),
-      bias_(std::move(bias)) {}
+      bias_(std::move(bias)),
+      weight_t_(TransposeHeads(weight_, features, head_dim)) {}
 
 void LearnedReluFeatureMap::Apply(int head, const float* x, float* features, float*) const {
-  const float* w = weight_.data() + static_cast<int64_t>(head) * features_ * head_dim_;
-  const float* b = bias_.data() + static_cast<int64_t>(head) * features_;
-  for (int f = 0; f < features_; ++f) {
-    float dot = b[f];
-    const float* w_row = w + static_cast<int64_t>(f) * head_dim_;
-    for (int c = 0; c < head_dim_; ++c) dot += w_row[c] * x[c];
-    features[f] = std::max(dot, 0.0f);
-  }
+  TransposedMatVec(weight_t_.data() + static_cast<int64_t>(head) * head_dim_ * features_,
+                   bias_.data() + static_cast<int64_t>(head) * features_, x, head_dim_, features_,
+                   features);
+  for (int f = 0; f < features_; ++f) features[f] = std::max(features[f], 0.0f);
 }
 
 void EluFeatureMap::Apply(int, const float* x, float* features, float*) const {
