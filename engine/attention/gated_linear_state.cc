@@ -162,14 +162,30 @@ namespace {
 
 // UpdateHead's decay-and-add then ReadHead's axpy in one pass over S, per key channel c:
 // S[c] = lambda[c] S[c] + k[c] v, y += q[c] S[c] (the same operations in the same order).
+constexpr int kBlock = 32;  // value columns per block, accumulated in registers
+
 ABCD_VECTOR_CLONES void DecayFoldAndRead(const float* lambda, const float* k, const float* v,
                                          const float* q, int key_dim, int value_dim, float* S,
                                          float* y) {
-  for (int j = 0; j < value_dim; ++j) y[j] = 0.0f;
-  for (int c = 0; c < key_dim; ++c) {
+  int j0 = 0;
+  for (; j0 + kBlock <= value_dim; j0 += kBlock) {
+    float acc[kBlock] = {}, vb[kBlock];
+    for (int l = 0; l < kBlock; ++l) vb[l] = v[j0 + l];
+    for (int c = 0; c < key_dim; ++c) {
+      const float a = lambda[c], b = k[c], read = q[c];
+      float* row = S + int64_t{c} * value_dim + j0;
+      for (int l = 0; l < kBlock; ++l) {
+        row[l] = a * row[l] + b * vb[l];
+        acc[l] += read * row[l];
+      }
+    }
+    for (int l = 0; l < kBlock; ++l) y[j0 + l] = acc[l];
+  }
+  for (int j = j0; j < value_dim; ++j) y[j] = 0.0f;
+  for (int c = 0; c < key_dim && j0 < value_dim; ++c) {
     const float a = lambda[c], b = k[c], read = q[c];
     float* row = S + int64_t{c} * value_dim;
-    for (int j = 0; j < value_dim; ++j) {
+    for (int j = j0; j < value_dim; ++j) {
       row[j] = a * row[j] + b * v[j];
       y[j] += read * row[j];
     }

@@ -5,6 +5,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "engine/ops/vector_clones.h"
+#include "engine/ops/vector_math.h"
 
 namespace abcd {
 
@@ -47,17 +48,34 @@ ABCD_VECTOR_CLONES float ReadState(const float* phi, const float* s, const float
   return denominator;
 }
 
-// FoldToken then ReadState in one pass over S (the same operations in the same order): S and z
-// take the token, o = S^T phi_q; returns phi_q . z.
+// Columns of S (or outputs of a mat-vec) per block, accumulated in registers.
+constexpr int kBlock = 32;
+
+// FoldToken then ReadState in one pass over S (per element the same operations in the same
+// order): S and z take the token, o = S^T phi_q; returns phi_q . z.
 ABCD_VECTOR_CLONES float FoldAndRead(const float* phi_k, const float* v, float g, float mix,
                                      const float* phi_q, int f_count, int head_dim, float* s,
                                      float* z, float* o) {
-  std::fill(o, o + head_dim, 0.0f);
+  int c0 = 0;
+  for (; c0 + kBlock <= head_dim; c0 += kBlock) {
+    float acc[kBlock] = {}, vb[kBlock];
+    for (int l = 0; l < kBlock; ++l) vb[l] = v[c0 + l];
+    for (int f = 0; f < f_count; ++f) {
+      const float p = mix * phi_k[f], read = phi_q[f];
+      float* s_row = s + static_cast<int64_t>(f) * head_dim + c0;
+      for (int l = 0; l < kBlock; ++l) {
+        s_row[l] = g * s_row[l] + p * vb[l];
+        acc[l] += read * s_row[l];
+      }
+    }
+    for (int l = 0; l < kBlock; ++l) o[c0 + l] = acc[l];
+  }
+  for (int c = c0; c < head_dim; ++c) o[c] = 0.0f;
   float denominator = 0.0f;
   for (int f = 0; f < f_count; ++f) {
     const float p = mix * phi_k[f], read = phi_q[f];
     float* s_row = s + static_cast<int64_t>(f) * head_dim;
-    for (int c = 0; c < head_dim; ++c) {
+    for (int c = c0; c < head_dim; ++c) {
       s_row[c] = g * s_row[c] + p * v[c];
       o[c] += read * s_row[c];
     }
@@ -71,11 +89,22 @@ ABCD_VECTOR_CLONES float FoldAndRead(const float* phi_k, const float* v, float g
 // from its transpose [in, out], vectorised over the outputs.
 ABCD_VECTOR_CLONES void TransposedMatVec(const float* w_t, const float* bias, const float* x,
                                          int in, int out, float* y) {
-  for (int i = 0; i < out; ++i) y[i] = bias == nullptr ? 0.0f : bias[i];
-  for (int c = 0; c < in; ++c) {
+  int i0 = 0;
+  for (; i0 + kBlock <= out; i0 += kBlock) {
+    float acc[kBlock];
+    for (int l = 0; l < kBlock; ++l) acc[l] = bias == nullptr ? 0.0f : bias[i0 + l];
+    for (int c = 0; c < in; ++c) {
+      const float xc = x[c];
+      const float* row = w_t + static_cast<int64_t>(c) * out + i0;
+      for (int l = 0; l < kBlock; ++l) acc[l] += row[l] * xc;
+    }
+    for (int l = 0; l < kBlock; ++l) y[i0 + l] = acc[l];
+  }
+  for (int i = i0; i < out; ++i) y[i] = bias == nullptr ? 0.0f : bias[i];
+  for (int c = 0; c < in && i0 < out; ++c) {
     const float xc = x[c];
     const float* row = w_t + static_cast<int64_t>(c) * out;
-    for (int i = 0; i < out; ++i) y[i] += row[i] * xc;
+    for (int i = i0; i < out; ++i) y[i] += row[i] * xc;
   }
 }
 
@@ -193,7 +222,10 @@ void LearnedReluFeatureMap::Apply(int head, const float* x, float* features, flo
 }
 
 void EluFeatureMap::Apply(int, const float* x, float* features, float*) const {
-  for (int c = 0; c < head_dim_; ++c) features[c] = x[c] > 0.0f ? x[c] + 1.0f : std::exp(x[c]);
+  // elu(x) + 1 = x + 1 (x > 0), exp(x) (x <= 0): exp of min(x, 0) as one vectorised pass.
+  for (int c = 0; c < head_dim_; ++c) features[c] = std::min(x[c], 0.0f);
+  cpu::ExpArray(features, head_dim_, features);
+  for (int c = 0; c < head_dim_; ++c) features[c] = x[c] > 0.0f ? x[c] + 1.0f : features[c];
 }
 
 }  // namespace abcd

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <random>
@@ -50,8 +52,9 @@ std::vector<float> RandomRows(const ScanCase& c, int64_t rows, std::mt19937& rng
 
 // Runs `rows` (the run is rows [lead, lead + count)) over `fixed` from position `start`, by the
 // override or by the default.
-std::vector<float> Run(const ScanCase& c, const std::vector<float>& rows, int64_t lead,
-                       int64_t count, int64_t start, bool by_default, std::vector<float>& fixed) {
+std::vector<float> RunScan(const ScanCase& c, const std::vector<float>& rows, int64_t lead,
+                           int64_t count, int64_t start, bool by_default,
+                           std::vector<float>& fixed) {
   const int64_t total = lead + count;
   std::vector<StateRef> states(static_cast<size_t>(total));
   for (int64_t r = 0; r < total; ++r) {
@@ -104,14 +107,14 @@ void CheckCase(const ScanCase& c) {
       c.state->Init(expected_state.data());
       if (prefix > 0) {  // a state already holding rows (fed row by row)
         const std::vector<float> before = RandomRows(c, prefix, rng);
-        Run(c, before, 0, prefix, 0, /*by_default=*/true, expected_state);
+        RunScan(c, before, 0, prefix, 0, /*by_default=*/true, expected_state);
       }
       std::vector<float> state = expected_state;
       constexpr int64_t kLead = 3;  // rows of other sequences before the run
       const std::vector<float> rows = RandomRows(c, kLead + count, rng);
       const std::vector<float> expected =
-          Run(c, rows, kLead, count, prefix, /*by_default=*/true, expected_state);
-      const std::vector<float> actual = Run(c, rows, kLead, count, prefix, false, state);
+          RunScan(c, rows, kLead, count, prefix, /*by_default=*/true, expected_state);
+      const std::vector<float> actual = RunScan(c, rows, kLead, count, prefix, false, state);
       ExpectNear(expected, actual, "reads");
       ExpectNear(expected_state, state, "state");
     }
@@ -210,6 +213,59 @@ TEST(ScanHead, GsaEqualsRowByRow) {
                  state, MixerLayout(4, kv_heads, 12, 10, slots), 4 * 10,
                  [](std::mt19937& rng) { return Uniform(rng, 0.3f, 1.0f); }});
     }
+  }
+}
+
+// This thread's CPU time (a loaded machine's waits do not count).
+double ThreadNanos() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return 1e9 * static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec);
+}
+
+// Timing, not a check (run with --gtest_also_run_disabled_tests --gtest_filter='*Timing*'): one
+// 512-row run over every head of the bench models' shapes (d 256, 4 heads), the row-by-row
+// default against the override, best of 20 in thread CPU time, in ns per head-token.
+TEST(ScanHead, DISABLED_Timing) {
+  std::mt19937 rng(3);
+  std::vector<ScanCase> cases;
+  cases.push_back(Abc(AbcControl::kExp, 4, 64, 32));
+  cases.push_back(Linear("rfa gated",
+                         std::make_unique<RandomFeatureMap>(4, 64, 32, RfaKernel::kGaussian,
+                                                            RandomVector(4 * 32 * 64, 1, rng)),
+                         true, 4, 64));
+  cases.push_back(
+      Linear("t2r",
+             std::make_unique<LearnedReluFeatureMap>(64, 32, RandomVector(4 * 32 * 64, 1, rng),
+                                                     RandomVector(4 * 32, 1, rng)),
+             false, 4, 64));
+  cases.push_back(Linear("elu", std::make_unique<EluFeatureMap>(64), false, 4, 64));
+  GatedLinearState::Options o;
+  o.heads = o.kv_heads = 4;
+  o.key_dim = o.value_dim = 64;
+  cases.push_back({"gla", std::make_shared<GatedLinearState>(o), MixerLayout(4, 4, 64, 64, 64), 256,
+                   [](std::mt19937& g) { return Uniform(g, 0.5f, 1.0f); }});
+  cases.push_back(
+      {"gsa 64 slots",
+       std::make_shared<GsaState>(4, 4, 64, 64, 64, 8.0f, MixerFeatureMap::kNone,
+                                  std::vector<float>{}, std::vector<float>(256, 1.0f), 1e-6f),
+       MixerLayout(4, 4, 64, 64, 64), 256, [](std::mt19937& g) { return Uniform(g, 0.3f, 1.0f); }});
+  constexpr int64_t kRows = 512;
+  for (const ScanCase& c : cases) {
+    const std::vector<float> rows = RandomRows(c, kRows, rng);
+    double best[2] = {1e30, 1e30};
+    for (int rep = 0; rep < 20; ++rep) {
+      for (int by_default = 0; by_default < 2; ++by_default) {
+        std::vector<float> fixed(static_cast<size_t>(c.state->FixedFloats()));
+        c.state->Init(fixed.data());
+        const double start = ThreadNanos();
+        RunScan(c, rows, 0, kRows, 0, by_default == 1, fixed);
+        best[by_default] = std::min(best[by_default], ThreadNanos() - start);
+      }
+    }
+    const double per = static_cast<double>(kRows * c.state->heads());
+    std::printf("%-14s row by row %7.0f ns/head-token, run %7.0f (%.2fx)\n", c.name.c_str(),
+                best[1] / per, best[0] / per, best[1] / best[0]);
   }
 }
 
