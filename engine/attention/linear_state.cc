@@ -195,14 +195,16 @@ void RandomFeatureMap::Apply(int head, const float* x, float* features, float* s
   // w_i . x for every i at once (into features[0, D)), then the map in place.
   TransposedMatVec(projection_t_.data() + static_cast<int64_t>(head) * head_dim_ * random_features_,
                    nullptr, scratch, head_dim_, random_features_, features);
-  for (int i = 0; i < random_features_; ++i) {
-    const float dot = features[i];
-    if (kernel_ == RfaKernel::kGaussian) {
-      features[i] = scale * std::sin(dot);
-      features[random_features_ + i] = scale * std::cos(dot);
-    } else {
-      features[i] = scale * std::max(dot, 0.0f);
+  if (kernel_ == RfaKernel::kGaussian) {
+    // [sin | cos] of the D dots: the dots move to scratch (dh >= D is not assumed: in chunks).
+    for (int first = 0; first < random_features_; first += head_dim_) {
+      const int n = std::min(head_dim_, random_features_ - first);
+      std::copy(features + first, features + first + n, scratch);
+      cpu::SinCosArray(scratch, n, features + first, features + random_features_ + first);
     }
+    for (int i = 0; i < 2 * random_features_; ++i) features[i] *= scale;
+  } else {
+    for (int i = 0; i < random_features_; ++i) features[i] = scale * std::max(features[i], 0.0f);
   }
 }
 
