@@ -187,8 +187,9 @@ KernelRowLayout MixerLayout(int heads, int kv_heads, int key_dim, int value_dim,
 }
 
 TEST(ScanHead, GatedLinearEqualsRowByRow) {
-  for (AttentionType type : {AttentionType::kGla, AttentionType::kRetnet}) {
+  for (AttentionType type : {AttentionType::kGla, AttentionType::kRetnet, AttentionType::kHgrn2}) {
     for (int kv_heads : {4, 2}) {  // GQA-shaped: two query heads per key/value head
+      if (type == AttentionType::kHgrn2 && kv_heads != 4) continue;  // hgrn2: kv_heads == heads
       GatedLinearState::Options o;
       o.type = type;
       o.heads = 4;
