@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/container/inlined_vector.h"
+#include "engine/attention/slot_scan.h"
 #include "engine/attention/softmax_state.h"
 #include "engine/ops/vector_clones.h"
 #include "engine/ops/vector_math.h"
@@ -97,29 +99,37 @@ int AbcState::RandomSlot(int head, int64_t position) const {
   return static_cast<int>(SplitMix64(key) % static_cast<uint64_t>(slots_));
 }
 
+namespace {
+
+// The normalisers and fold weights of slots [0, n), n <= kChunk, for log-controls a:
+//   L' = max(L, a) + log1p(exp(-|L - a|)),  w = exp(a - L')
+// (L = -inf on the first write gives L' = a and w = 1 exactly). a = -inf is no write: L' = L and
+// w = 0 (the guard keeps (-inf) - (-inf) out of a never-written slot). Whole-array exp/log1p
+// passes.
+void NormaliserStep(const float* a, int n, float* log_norm, float* weight) {
+  float spread[kChunk] = {};  // (initialised: GCC 12 -O3 sees a maybe-uninitialized read)
+  for (int j = 0; j < n; ++j) spread[j] = -std::fabs(log_norm[j] - a[j]);
+  for (int j = 0; j < n; ++j) {
+    if (std::isinf(log_norm[j]) && log_norm[j] < 0) spread[j] = kNegInf;
+  }
+  cpu::ExpArray(spread, n, spread);
+  cpu::Log1pUnitArray(spread, n, spread);
+  for (int j = 0; j < n; ++j) {
+    const float updated = std::max(log_norm[j], a[j]) + spread[j];
+    weight[j] = a[j] == kNegInf ? kNegInf : a[j] - updated;
+    log_norm[j] = updated;
+  }
+  cpu::ExpArray(weight, n, weight);
+}
+
+}  // namespace
+
 void AbcUpdateHead(const float* k, const float* v, const float* log_control, int slots,
                    int head_dim, float* keys, float* values, float* log_norm) {
-  // Slots in chunks, each chunk's normalisers and weights as whole-array exp/log1p passes:
-  //   L' = max(L, a) + log1p(exp(-|L - a|)),  w = exp(a - L')
-  // (L = -inf on the first write gives L' = a and w = 1 exactly). a = -inf is no write: L' = L and
-  // w = 0 (the guard keeps (-inf) - (-inf) out of a never-written slot).
-  float spread[kChunk], weight[kChunk];
+  float weight[kChunk];
   for (int first = 0; first < slots; first += kChunk) {
     const int n = std::min(kChunk, slots - first);
-    const float* a = log_control + first;
-    float* old = log_norm + first;
-    for (int j = 0; j < n; ++j) spread[j] = -std::fabs(old[j] - a[j]);
-    for (int j = 0; j < n; ++j) {
-      if (std::isinf(old[j]) && old[j] < 0) spread[j] = kNegInf;
-    }
-    cpu::ExpArray(spread, n, spread);
-    cpu::Log1pUnitArray(spread, n, spread);
-    for (int j = 0; j < n; ++j) {
-      const float updated = std::max(old[j], a[j]) + spread[j];
-      weight[j] = a[j] == kNegInf ? kNegInf : a[j] - updated;
-      old[j] = updated;
-    }
-    cpu::ExpArray(weight, n, weight);
+    NormaliserStep(log_control + first, n, log_norm + first, weight);
     FoldIntoSlots(k, v, weight, n, head_dim, keys + static_cast<int64_t>(first) * head_dim,
                   values + static_cast<int64_t>(first) * head_dim);
   }
@@ -233,6 +243,45 @@ void AbcState::ReadHead(int h, const float* q, const StateRef& state, float* out
   }
   AbcReadHead(q + h * head_dim_, head, head + means, log_norm, live, head_dim_,
               out + h * head_dim_);
+}
+
+void AbcState::ScanHead(int h, const ScanArgs& args, const RowRun& run) const {
+  if (!AbcControlIsLearned(control_)) {  // one slot per token or no normalisers: row by row
+    AttentionState::ScanHead(h, args, run);
+    return;
+  }
+  // Learned controls: per row, the normalisers and weights of every slot, then one pass over the
+  // keys (fold and score) and one over the values (fold and mix): the state is read and written
+  // once per row, where UpdateHead then ReadHead read it twice.
+  const int64_t means = static_cast<int64_t>(slots_) * head_dim_;
+  absl::InlinedVector<float, 256> buffer(4 * static_cast<size_t>(slots_));
+  float* log_control = buffer.data();
+  float* weight = log_control + slots_;
+  float* scores = weight + slots_;
+  float* p = scores + slots_;
+  for (int64_t r = run.first; r < run.first + run.count; ++r) {
+    const StateRef& state = args.states[static_cast<size_t>(r)];
+    float* keys = state.fixed + h * HeadFloats();
+    float* values = keys + means;
+    float* log_norm = keys + 2 * means;
+    const KeyValueRow row = args.KeyValueOf(r);
+    const float* control = row.extra + h * slots_;
+    for (int first = 0; first < slots_; first += kChunk) {
+      const int n = std::min(kChunk, slots_ - first);
+      const float* a = control + first;
+      if (control_ != AbcControl::kExp) {
+        LogControl(control_, a, n, log_control + first);
+        a = log_control + first;
+      }
+      NormaliserStep(a, n, log_norm + first, weight + first);
+    }
+    const float* q = args.rows + r * args.width + h * head_dim_;
+    FoldSlotsAndScore(SlotFold::kMean, row.k + h * head_dim_, weight, q, slots_, head_dim_, keys,
+                      scores);
+    SlotSoftmax(scores, log_norm, slots_, p);  // no live slot: p = 0 and the read is 0
+    FoldSlotsAndMix(SlotFold::kMean, row.v + h * head_dim_, weight, p, slots_, head_dim_, values,
+                    args.out + r * args.out_width + h * head_dim_);
+  }
 }
 
 }  // namespace abcd

@@ -48,6 +48,9 @@ class AbcState final : public AttentionState {
   int heads() const override { return n_heads_; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
+  // Learned controls (exp, sigmoid, relu): the run's rows fused per row (slot_scan.h); the other
+  // controls write one slot per token and keep the row-by-row default.
+  void ScanHead(int head, const ScanArgs& args, const RowRun& run) const override;
 
   AbcControl control() const { return control_; }
   AbcReduce reduce() const { return reduce_; }

@@ -7,6 +7,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "engine/attention/mixer_math.h"
+#include "engine/attention/slot_scan.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/vector_math.h"
 
@@ -131,6 +132,28 @@ void GsaState::FinishRows(CpuContext& ctx, const float*, int64_t rows, float* at
     cpu::SiluInPlace(row, width);
     cpu::RmsNorm(row, 1, width, norm_weight_.data(), norm_eps_, row);
   });
+}
+
+void GsaState::ScanHead(int head, const ScanArgs& args, const RowRun& run) const {
+  // Per row one pass over the keys (fold and score) and one over the values (fold and mix):
+  // the state is read and written once per row (slot_scan.h).
+  const int kv = head / (heads_ / kv_heads_);
+  absl::InlinedVector<float, 256> buffer(2 * static_cast<size_t>(slots_));
+  float* scores = buffer.data();
+  float* p = scores + slots_;
+  for (int64_t r = run.first; r < run.first + run.count; ++r) {
+    const KeyValueRow row = args.KeyValueOf(r);
+    float* keys = args.states[static_cast<size_t>(r)].fixed +
+                  int64_t{head} * slots_ * (key_dim_ + value_dim_);
+    float* values = keys + int64_t{slots_} * key_dim_;
+    const float* alpha = row.extra + int64_t{kv} * slots_;
+    const float* q = args.rows + r * args.width + int64_t{head} * key_dim_;
+    FoldSlotsAndScore(SlotFold::kDecay, row.k + int64_t{kv} * key_dim_, alpha, q, slots_, key_dim_,
+                      keys, scores);
+    SlotSoftmax(scores, nullptr, slots_, p);
+    FoldSlotsAndMix(SlotFold::kDecay, row.v + int64_t{kv} * value_dim_, alpha, p, slots_,
+                    value_dim_, values, args.out + r * args.out_width + int64_t{head} * value_dim_);
+  }
 }
 
 }  // namespace abcd

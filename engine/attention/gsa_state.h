@@ -31,6 +31,8 @@ class GsaState final : public AttentionState {
   int heads() const override { return heads_; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
+  // A run's rows fused per row (slot_scan.h): equal to UpdateHead then ReadHead.
+  void ScanHead(int head, const ScanArgs& args, const RowRun& run) const override;
 
   // Prepared rows: phi(q) [H K] | phi(k) [Hkv K] | silu(v) [Hkv V] | alpha [Hkv slots];
   // the projection rows are q | k | v | a in the same widths.

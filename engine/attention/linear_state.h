@@ -34,6 +34,9 @@ class LinearState final : public AttentionState {
   int heads() const override { return n_heads_; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
+  // Per row phi(k), phi(q) and one pass over S that folds and reads (the same arithmetic as
+  // UpdateHead then ReadHead).
+  void ScanHead(int head, const ScanArgs& args, const RowRun& run) const override;
   const FeatureMap& feature_map() const { return *phi_; }
   bool gated() const { return gated_; }
   float eps() const { return eps_; }
@@ -63,7 +66,8 @@ class RandomFeatureMap final : public FeatureMap {
   int head_dim_;
   int random_features_;
   RfaKernel kernel_;
-  std::vector<float> projection_;  // [H, D, dh]
+  std::vector<float> projection_;    // [H, D, dh]
+  std::vector<float> projection_t_;  // [H, dh, D]: Apply's matrix-vector product
 };
 
 // t2r: relu(W_h x + b_h), W [H, r, dh], b [H, r].
@@ -81,6 +85,7 @@ class LearnedReluFeatureMap final : public FeatureMap {
   int features_;
   std::vector<float> weight_;
   std::vector<float> bias_;
+  std::vector<float> weight_t_;  // [H, dh, r]: Apply's matrix-vector product
 };
 
 // elu: elu(x) + 1 element-wise (F = dh).

@@ -3,7 +3,8 @@
 // loops where libm's scalar calls dominated a decode step (GELU, the ABC slot updates, softmax
 // weights). Accuracy: exp within 2 ulp over its whole range (0 below -87.3, +inf above 88.7),
 // erf within 2e-7 absolute, log1p within 3e-7 relative on [0, 1] (the only range the engine
-// uses). NaN propagates. Thread-safe (pure functions).
+// uses), sin and cos within 3e-7 absolute (the rfa random features). NaN propagates.
+// Thread-safe (pure functions).
 #pragma once
 
 #include <cstdint>
@@ -26,5 +27,8 @@ void DecayAdd(float* y, float a, float b, const float* x, int64_t n);
 void Axpy(float* y, float a, const float* x, int64_t n);
 // sum_i a[i] * b[i].
 float Dot(const float* a, const float* b, int64_t n);
+// sin_out[i] = sin(x[i]), cos_out[i] = cos(x[i]) within 3e-7 absolute for |x| <= 8192 (libm
+// beyond); the outputs must not overlap x.
+void SinCosArray(const float* x, int64_t n, float* sin_out, float* cos_out);
 
 }  // namespace abcd::cpu

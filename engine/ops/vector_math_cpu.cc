@@ -127,4 +127,39 @@ ABCD_VECTOR_CLONES void Log1pUnitArray(const float* x, int64_t n, float* y) {
   }
 }
 
+namespace {
+
+// sin and cos of x (|x| <= kSinCosRange): the quadrant j = round(x 2/pi), r = x - j pi/2 by
+// three-part Cody-Waite (exact for the first two products), the Cephes minimax polynomials on
+// [-pi/4, pi/4], and the quadrant's swap and signs as selects.
+constexpr float kSinCosRange = 8192.0f;
+
+inline void SinCosOne(float x, float* sin_out, float* cos_out) {
+  const float j = (x * 0.63661977236758134f + 12582912.0f) - 12582912.0f;
+  float r = x - j * 1.5703125f;
+  r = r - j * 4.837512969970703125e-4f;
+  r = r - j * 7.54978995489188216e-8f;
+  const float z = r * r;
+  const float s = ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r;
+  const float c =
+      ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z -
+      0.5f * z + 1.0f;
+  const int q = static_cast<int>(j) & 3;
+  const float swapped_sin = (q & 1) ? c : s, swapped_cos = (q & 1) ? s : c;
+  *sin_out = (q & 2) ? -swapped_sin : swapped_sin;
+  *cos_out = ((q + 1) & 2) ? -swapped_cos : swapped_cos;
+}
+
+}  // namespace
+
+ABCD_VECTOR_CLONES void SinCosArray(const float* x, int64_t n, float* sin_out, float* cos_out) {
+  for (int64_t i = 0; i < n; ++i) SinCosOne(x[i], &sin_out[i], &cos_out[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(std::fabs(x[i]) <= kSinCosRange)) {  // large, inf or NaN: libm
+      sin_out[i] = std::sin(x[i]);
+      cos_out[i] = std::cos(x[i]);
+    }
+  }
+}
+
 }  // namespace abcd::cpu

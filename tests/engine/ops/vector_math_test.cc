@@ -60,5 +60,20 @@ TEST(VectorMathTest, Log1pOnTheUnitIntervalKeepsRelativePrecision) {
   }
 }
 
+TEST(VectorMathTest, SinCosWithinThreeTenMillionthsAndLibmBeyondItsRange) {
+  std::vector<float> x = Range(-100.0f, 100.0f, 400001);
+  for (float big : {-8192.0f, 1000.5f, 4096.3f, 8191.9f, 9000.0f, 1e6f, -3e7f}) x.push_back(big);
+  std::vector<float> s(x.size()), c(x.size());
+  cpu::SinCosArray(x.data(), static_cast<int64_t>(x.size()), s.data(), c.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_NEAR(s[i], std::sin(static_cast<double>(x[i])), 3e-7) << "x = " << x[i];
+    ASSERT_NEAR(c[i], std::cos(static_cast<double>(x[i])), 3e-7) << "x = " << x[i];
+  }
+  const float special[2] = {INFINITY, NAN};
+  float s2[2], c2[2];
+  cpu::SinCosArray(special, 2, s2, c2);
+  EXPECT_TRUE(std::isnan(s2[0]) && std::isnan(c2[0]) && std::isnan(s2[1]) && std::isnan(c2[1]));
+}
+
 }  // namespace
 }  // namespace abcd
