@@ -11,6 +11,14 @@
 #include "engine/ops/elementwise.h"
 
 namespace abcd {
+namespace {
+
+// A read of more than kPieceRows cached rows is split at multiples of kPieceRows and merged:
+// the same pieces whatever the batch, the thread count or the path (a decode row in Scan, a
+// short run row by row in ReadHead), so a row's read is the same bits on every path.
+constexpr int64_t kPieceRows = 1024;
+
+}  // namespace
 
 void SoftmaxState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
   const int64_t offset = static_cast<int64_t>(h) * head_dim_;
@@ -23,21 +31,36 @@ void SoftmaxState::ReadHead(int g, const float* q, const StateRef& state, float*
   const int64_t count = std::min(kv.length, state.position + 1);
   const int group = q_heads_ / kv_heads_;
   const int64_t offset = static_cast<int64_t>(g) * group * head_dim_;
-  if (kv.bf16) {
-    SoftmaxReadGroup(q + offset, group, kv.keys16.data() + kv_offset,
-                     kv.values16.data() + kv_offset, count, kv.width, head_dim_, out + offset);
-  } else {
-    SoftmaxReadGroup(q + offset, group, kv.keys.data() + kv_offset, kv.values.data() + kv_offset,
-                     count, kv.width, head_dim_, out + offset);
+  if (count == 0) {
+    std::fill_n(out + offset, int64_t{group} * head_dim_, 0.0f);
+    return;
+  }
+  // The pieces of kPieceRows rows Scan reads a decode row in, merged the same way.
+  const int64_t pieces = (count + kPieceRows - 1) / kPieceRows;
+  const int64_t width = int64_t{group} * head_dim_;
+  absl::InlinedVector<SoftmaxPartial, 16> partials(static_cast<size_t>(pieces * group));
+  absl::InlinedVector<float, 1024> outs(static_cast<size_t>(pieces * width));
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int64_t begin = p * kPieceRows, end = std::min(count, begin + kPieceRows);
+    SoftmaxPartial* partial = partials.data() + p * group;
+    float* piece_out = outs.data() + p * width;
+    if (kv.bf16) {
+      SoftmaxReadPartial(q + offset, 1, group, kv.keys16.data() + kv_offset,
+                         kv.values16.data() + kv_offset, begin, end, kv.width, head_dim_, partial,
+                         piece_out);
+    } else {
+      SoftmaxReadPartial(q + offset, 1, group, kv.keys.data() + kv_offset,
+                         kv.values.data() + kv_offset, begin, end, kv.width, head_dim_, partial,
+                         piece_out);
+    }
+  }
+  for (int j = 0; j < group; ++j) {
+    SoftmaxMerge(partials.data() + j, group, outs.data() + int64_t{j} * head_dim_, width,
+                 static_cast<int>(pieces), head_dim_, out + offset + int64_t{j} * head_dim_);
   }
 }
 
 namespace {
-
-// Runs of at least this many rows (a prompt chunk) are read in blocks; shorter ones row by row.
-constexpr int64_t kBlockedRunRows = 4;
-// No piece of a split decode read is shorter than this many cached rows.
-constexpr int64_t kMinSplitRows = 512;
 
 // One task of SoftmaxState::Scan: a whole run of one head (ScanHead; end == 0), or rows
 // [begin, end) of a decode row's cache for every head, its partial reads at `slot`.
@@ -63,7 +86,6 @@ void SoftmaxState::ReadPartial(const float* q, const KvCache& kv, int64_t begin,
 }
 
 void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
-  const int threads = ctx.pool().size();
   const auto rows_read = [&](const RowRun& run) {
     const StateRef& s = args.states[static_cast<size_t>(run.first)];
     return std::min(s.kv->length, s.position + 1);
@@ -76,12 +98,8 @@ void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
     AttentionState::Scan(ctx, args);
     return;
   }
-  // Decode rows read every head in one walk over their cache, split into pieces where there
-  // are threads to share them: four pieces per thread, none under kMinSplitRows rows.
-  const int64_t piece =
-      threads <= 1
-          ? std::numeric_limits<int64_t>::max()
-          : std::max(kMinSplitRows, (decode_rows + 4 * threads - 1) / (4 * int64_t{threads}));
+  // Decode rows read every head in one walk over their cache, in pieces of kPieceRows rows
+  // (tasks for the pool's threads, merged after).
   std::vector<ReadTask> tasks;
   int64_t slots = 0;
   for (size_t i = 0; i < args.runs.size(); ++i) {
@@ -96,9 +114,8 @@ void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
       UpdateHead(h, args.KeyValueOf(run.first), args.states[static_cast<size_t>(run.first)]);
     }
     const int64_t count = rows_read(run);
-    const int64_t pieces = threads <= 1 ? 1 : (count + piece - 1) / piece;
-    for (int64_t p = 0; p < pieces; ++p) {
-      tasks.push_back({index, 0, count * p / pieces, count * (p + 1) / pieces, slots++});
+    for (int64_t begin = 0; begin < count; begin += kPieceRows) {
+      tasks.push_back({index, 0, begin, std::min(count, begin + kPieceRows), slots++});
     }
   }
   std::vector<SoftmaxPartial> partials(static_cast<size_t>(slots * q_heads_));
@@ -142,7 +159,7 @@ void SoftmaxState::ScanHead(int g, const ScanArgs& args, const RowRun& run) cons
     const StateRef& s = args.states[static_cast<size_t>(run.first + i)];
     consecutive = s.kv == first.kv && s.position == first.position + i;
   }
-  if (run.count < kBlockedRunRows || !consecutive) {
+  if (run.count < kSoftmaxBlockedRunRows || !consecutive) {
     AttentionState::ScanHead(g, args, run);
     return;
   }

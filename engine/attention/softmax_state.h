@@ -11,6 +11,12 @@
 
 namespace abcd {
 
+// Runs of a causal step with at least this many rows (prompt chunks) are read in blocks as
+// matrix products; shorter runs -- decode rows, and speculative decoding's verify runs of up to
+// kMaxSpeculativeTokens + 1 rows (engine/scheduler/speculation.h checks the bound) -- row by
+// row, so speculation computes every row exactly as plain decoding does.
+inline constexpr int64_t kSoftmaxBlockedRunRows = 32;
+
 //
 // Grouped-query attention (Llama's num_key_value_heads): the cache holds kv_heads heads; query
 // head j reads key/value head j / (q_heads / kv_heads), and one task (a "head" of the

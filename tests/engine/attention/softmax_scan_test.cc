@@ -195,6 +195,15 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
     }
     ExpectNear(out, expected,
                bf16 ? (threads == 1 ? "bf16 step, 1 thread" : "bf16 step") : "f32 step");
+    // A decode row's read is the same bits as ReadHead's, split or not (speculative decoding's
+    // verify rows take that path).
+    for (const RowRun& run : runs) {
+      if (run.count != 1) continue;
+      for (int64_t c = 0; c < out_width; ++c) {
+        const size_t at = static_cast<size_t>(run.first * out_width + c);
+        ASSERT_EQ(out[at], expected[at]) << "decode row " << run.first << " column " << c;
+      }
+    }
     for (size_t s = 0; s < caches.size(); ++s) {
       EXPECT_EQ(caches[s].keys, expected_caches[s].keys);
       EXPECT_EQ(caches[s].keys16, expected_caches[s].keys16);
