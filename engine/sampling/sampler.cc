@@ -330,6 +330,7 @@ int32_t Sampler::SelectAll() {
 }
 
 int32_t Sampler::DrawSorted(int32_t n, double tail_mass, float best_excluded, bool complete) {
+  if (n == 0) return -1;
   int32_t keep = n;
   // Masked ids (-inf) sort last: they are never drawn, not even by the rounding fallback below.
   while (keep > 1 && OrderKey(scratch_[order_[keep - 1]]) == kNegInf) --keep;
