@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "engine/ops/vector_clones.h"
 #include "engine/ops/vector_math.h"
 
 namespace abcd {
@@ -38,18 +38,71 @@ inline int NucleusBin(float max_logit, float logit, float scale) {
   return d < static_cast<float>(kNucleusBins - 1) ? static_cast<int>(d) : kNucleusBins - 1;
 }
 
+// The hot loops of the draw, one clone per instruction-set level (vector_clones.h). Each lane
+// does the same IEEE operations in the same order in every clone, so the results do not depend
+// on the CPU.
+
 // The highest logit (NaN ignored; -inf when there is none), over independent lanes.
-float MaxLogit(const std::vector<float>& x) {
+ABCD_VECTOR_CLONES float MaxLogit(const float* x, size_t n) {
   float lanes[kLanes];
   std::fill(lanes, lanes + kLanes, kNegInf);
   size_t i = 0;
-  for (; i + kLanes <= x.size(); i += kLanes) {
+  for (; i + kLanes <= n; i += kLanes) {
     for (int l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
   }
   float m = kNegInf;
-  for (; i < x.size(); ++i) m = x[i] > m ? x[i] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   for (float v : lanes) m = v > m ? v : m;
   return m;
+}
+
+// The highest x[i] below `bound` (-inf when there is none), over independent lanes.
+ABCD_VECTOR_CLONES float MaxBelow(const float* x, size_t n, float bound) {
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, kNegInf);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      lanes[l] = x[i + l] < bound && x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+    }
+  }
+  float m = kNegInf;
+  for (; i < n; ++i) m = x[i] < bound && x[i] > m ? x[i] : m;
+  for (float v : lanes) m = v > m ? v : m;
+  return m;
+}
+
+// y[i] = (x[i] - max) / t, NaN counting as masked (-inf).
+ABCD_VECTOR_CLONES void ScaleLogits(const float* __restrict x, size_t n, float max_logit, float t,
+                                    float* __restrict y) {
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] == x[i] ? (x[i] - max_logit) / t : kNegInf;
+}
+
+// sums[b] = the sum of w[b * kDrawBlock, (b + 1) * kDrawBlock) over eight lanes; returns the
+// sum of the sums, in order.
+ABCD_VECTOR_CLONES double BlockSums(const float* w, size_t blocks, double* sums) {
+  double total = 0.0;
+  for (size_t b = 0; b < blocks; ++b) {
+    double lanes[kLanes] = {};
+    for (int32_t j = 0; j < kDrawBlock; j += kLanes) {
+      for (int l = 0; l < kLanes; ++l) lanes[l] += w[b * kDrawBlock + j + l];
+    }
+    sums[b] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+              ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    total += sums[b];
+  }
+  return total;
+}
+
+// ids[0, count) = the i < n where keep(x[i]), in order (branch-free); returns count.
+template <typename Keep>
+int32_t Collect(const float* x, size_t n, Keep keep, int32_t* ids) {
+  int32_t count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ids[count] = static_cast<int32_t>(i);
+    count += keep(x[i]) ? 1 : 0;
+  }
+  return count;
 }
 
 }  // namespace
@@ -167,7 +220,7 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
 
 int32_t Sampler::Draw() {
   const int32_t vocab = static_cast<int32_t>(scratch_.size());
-  const float max_logit = MaxLogit(scratch_);
+  const float max_logit = MaxLogit(scratch_.data(), scratch_.size());
   kept_ = -1;
   if (!(max_logit > kNegInf)) {  // every id masked: the lowest id, as the full sort keeps it
     NextUniform();
@@ -200,27 +253,11 @@ double Sampler::ComputeWeights(float max_logit) {
   const size_t blocks = (vocab + kDrawBlock - 1) / kDrawBlock;
   const size_t padded = blocks * kDrawBlock;
   weights_.resize(padded);
-  const float t = params_.temperature;
-  for (size_t i = 0; i < vocab; ++i) {
-    const float l = scratch_[i];
-    weights_[i] = l == l ? (l - max_logit) / t : kNegInf;  // NaN counts as masked
-  }
+  ScaleLogits(scratch_.data(), vocab, max_logit, params_.temperature, weights_.data());
   std::fill(weights_.begin() + static_cast<ptrdiff_t>(vocab), weights_.end(), kNegInf);
   cpu::ExpArray(weights_.data(), static_cast<int64_t>(padded), weights_.data());
   block_sums_.resize(blocks);
-  double total = 0.0;
-  for (size_t b = 0; b < blocks; ++b) {
-    // Eight independent lanes, so the loop vectorises; the same order on every call.
-    double lanes[kLanes] = {};
-    const float* w = weights_.data() + b * kDrawBlock;
-    for (int32_t j = 0; j < kDrawBlock; j += kLanes) {
-      for (int l = 0; l < kLanes; ++l) lanes[l] += w[j + l];
-    }
-    const double sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
-                       ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-    block_sums_[b] = sum;
-    total += sum;
-  }
+  const double total = BlockSums(weights_.data(), blocks, block_sums_.data());
   return total;
 }
 
@@ -254,20 +291,36 @@ int32_t Sampler::DrawAll(float max_logit) {
 }
 
 int32_t Sampler::SelectTopK(int32_t k) {
+  // One pass that keeps the ids above the running k-th best key in a buffer of at most
+  // max(2k, 256) entries, cut back to the best k whenever it fills. An id equal to the k-th best
+  // comes after every buffered one, so it loses the tie: the best k by (key, id) survive.
+  const auto higher = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   const size_t vocab = scratch_.size();
-  keys_.resize(vocab);
-  for (size_t i = 0; i < vocab; ++i) keys_[i] = OrderKey(scratch_[i]);
-  std::nth_element(keys_.begin(), keys_.begin() + (k - 1), keys_.end(), std::greater<float>());
-  const float kth = keys_[k - 1];  // the k-th highest key: all above it are kept, ties by id
-  order_.clear();
-  order_.reserve(vocab);
+  const size_t capacity = std::max<size_t>(2 * static_cast<size_t>(k), 256);
+  top_.clear();
+  top_.reserve(capacity);
+  float kth = kNegInf;
+  bool cut = false;
   for (size_t i = 0; i < vocab; ++i) {
-    if (OrderKey(scratch_[i]) > kth) order_.push_back(static_cast<int32_t>(i));
+    const float key = OrderKey(scratch_[i]);
+    if (cut && !(key > kth)) continue;
+    top_.emplace_back(key, static_cast<int32_t>(i));
+    if (top_.size() == capacity) {
+      std::nth_element(top_.begin(), top_.begin() + (k - 1), top_.end(), higher);
+      top_.resize(k);
+      kth = top_[k - 1].first;
+      cut = true;
+    }
   }
-  for (size_t i = 0; static_cast<int32_t>(order_.size()) < k; ++i) {
-    if (OrderKey(scratch_[i]) == kth) order_.push_back(static_cast<int32_t>(i));
+  if (top_.size() > static_cast<size_t>(k)) {
+    std::nth_element(top_.begin(), top_.begin() + (k - 1), top_.end(), higher);
+    top_.resize(k);
   }
-  std::sort(order_.begin(), order_.end(), Higher{scratch_.data()});
+  std::sort(top_.begin(), top_.end(), higher);
+  order_.resize(k);
+  for (int32_t i = 0; i < k; ++i) order_[i] = top_[i].second;
   return k;
 }
 
@@ -295,31 +348,24 @@ int32_t Sampler::SelectNucleusCandidates(float max_logit, double total, double* 
   *tail_mass = 0.0;
   if (last == kNucleusBins - 1) return SelectAll();
   for (int b = last + 1; b < kNucleusBins; ++b) *tail_mass += mass[b];
-  order_.clear();
-  order_.reserve(vocab);
-  for (size_t i = 0; i < vocab; ++i) {
-    if (NucleusBin(max_logit, scratch_[i], scale) <= last) {
-      order_.push_back(static_cast<int32_t>(i));
-    }
-  }
-  std::sort(order_.begin(), order_.end(), Higher{scratch_.data()});
-  return static_cast<int32_t>(order_.size());
+  // bin <= last < kNucleusBins - 1 <=> (max - logit) * scale < last + 1 (NaN and -inf: false).
+  const float end = static_cast<float>(last + 1);
+  order_.resize(vocab);
+  const int32_t n = Collect(
+      scratch_.data(), vocab, [&](float l) { return (max_logit - l) * scale < end; },
+      order_.data());
+  std::sort(order_.begin(), order_.begin() + n, Higher{scratch_.data()});
+  return n;
 }
 
 int32_t Sampler::SelectAtLeast(float bound, float* best_excluded) {
   const size_t vocab = scratch_.size();
-  order_.clear();
-  order_.reserve(vocab);
-  for (size_t i = 0; i < vocab; ++i) {
-    const float key = OrderKey(scratch_[i]);
-    if (key >= bound) {
-      order_.push_back(static_cast<int32_t>(i));
-    } else if (key > *best_excluded) {
-      *best_excluded = key;
-    }
-  }
-  std::sort(order_.begin(), order_.end(), Higher{scratch_.data()});
-  return static_cast<int32_t>(order_.size());
+  order_.resize(vocab);
+  const int32_t n = Collect(
+      scratch_.data(), vocab, [bound](float l) { return l >= bound; }, order_.data());
+  *best_excluded = MaxBelow(scratch_.data(), vocab, bound);  // NaN: neither kept nor the best
+  std::sort(order_.begin(), order_.begin() + n, Higher{scratch_.data()});
+  return n;
 }
 
 int32_t Sampler::SelectAll() {

@@ -96,11 +96,11 @@ class Sampler {
   std::vector<float> scratch_;
   // Draw's scratch, reused across calls (no allocation per draw once sized).
   std::vector<int32_t> order_;
-  std::vector<float> weights_;      // exp((logit - max) / T) per id, padded with zeros
-  std::vector<double> block_sums_;  // sums of weights_ per block of kDrawBlock ids
-  std::vector<double> probs_;       // the sorted candidates' probabilities
-  std::vector<float> keys_;         // top-k's selection keys
-  int32_t kept_ = -1;               // order_[0, kept_) was the last draw's kept set
+  std::vector<float> weights_;                  // exp((logit - max) / T) per id, padded with zeros
+  std::vector<double> block_sums_;              // sums of weights_ per block of kDrawBlock ids
+  std::vector<double> probs_;                   // the sorted candidates' probabilities
+  std::vector<std::pair<float, int32_t>> top_;  // top-k's (key, id) buffer
+  int32_t kept_ = -1;                           // order_[0, kept_) was the last draw's kept set
   absl::flat_hash_map<int32_t, int32_t> generated_;  // id -> times returned (with penalties)
 };
 
