@@ -1,6 +1,7 @@
 #include "engine/sampling/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -94,13 +95,21 @@ ABCD_VECTOR_CLONES double BlockSums(const float* w, size_t blocks, double* sums)
   return total;
 }
 
-// ids[0, count) = the i < n where keep(x[i]), in order (branch-free); returns count.
+// ids[0, count) = the i < n where keep(x[i]), in order: eight tests into a bit mask, then one
+// store per kept id (no branch per id, so a dense or a sparse set costs the same).
 template <typename Keep>
 int32_t Collect(const float* x, size_t n, Keep keep, int32_t* ids) {
   int32_t count = 0;
-  for (size_t i = 0; i < n; ++i) {
-    ids[count] = static_cast<int32_t>(i);
-    count += keep(x[i]) ? 1 : 0;
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    unsigned bits = 0;
+    for (int l = 0; l < kLanes; ++l) bits |= (keep(x[i + l]) ? 1u : 0u) << l;
+    for (; bits != 0; bits &= bits - 1) {
+      ids[count++] = static_cast<int32_t>(i) + std::countr_zero(bits);
+    }
+  }
+  for (; i < n; ++i) {
+    if (keep(x[i])) ids[count++] = static_cast<int32_t>(i);
   }
   return count;
 }
@@ -257,8 +266,7 @@ double Sampler::ComputeWeights(float max_logit) {
   std::fill(weights_.begin() + static_cast<ptrdiff_t>(vocab), weights_.end(), kNegInf);
   cpu::ExpArray(weights_.data(), static_cast<int64_t>(padded), weights_.data());
   block_sums_.resize(blocks);
-  const double total = BlockSums(weights_.data(), blocks, block_sums_.data());
-  return total;
+  return BlockSums(weights_.data(), blocks, block_sums_.data());
 }
 
 int32_t Sampler::DrawAll(float max_logit) {

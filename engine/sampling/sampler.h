@@ -4,7 +4,9 @@
 // (each sequence owns its generator). Order: repetition penalty (over the context), presence
 // and frequency penalties (over the tokens this Sampler returned: the generated ones), logit
 // bias, a token mask (constrained output, token_mask.h: the ids it does not allow get -inf), then
-// greedy argmax, or temperature and the top-k, top-p and min-p cuts and one draw.
+// greedy argmax, or temperature and the top-k, top-p and min-p cuts and one draw. A draw costs
+// O(vocab) with no allocation once the Sampler's buffers have grown to the vocabulary; the same
+// seed, inputs and build give the same tokens (streams may change between builds).
 //
 // Thread-compatible: one Sampler per sequence.
 #pragma once
