@@ -411,13 +411,13 @@ TEST(SamplerDraw, DrawsFollowSoftmaxOverTheKeptSet) {
       params.top_p = cut.top_p;
       params.min_p = cut.min_p;
       params.seed = ++seed;
-      ExpectSoftmaxDraws(logits, params, 40000);
+      ExpectSoftmaxDraws(logits, params, 20000);
     }
   }
   // abc-lm's vocabulary size, no cut: the one-pass draw over 125 blocks.
   SamplingParams params;
   params.seed = 3;
-  ExpectSoftmaxDraws(RandomLogits(8000, 2.5f, 0.0f, 0.1, false, 8), params, 40000);
+  ExpectSoftmaxDraws(RandomLogits(8000, 2.5f, 0.0f, 0.1, false, 8), params, 20000);
 }
 
 // Masked ids are never drawn, with every cut, when they hold the highest logits, when they are
