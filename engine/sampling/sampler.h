@@ -4,7 +4,9 @@
 // (each sequence owns its generator). Order: repetition penalty (over the context), presence
 // and frequency penalties (over the tokens this Sampler returned: the generated ones), logit
 // bias, a token mask (constrained output, token_mask.h: the ids it does not allow get -inf), then
-// greedy argmax, or temperature and the top-k, top-p and min-p cuts and one draw.
+// greedy argmax, or temperature and the top-k, top-p and min-p cuts and one draw. A draw costs
+// O(vocab) with no allocation once the Sampler's buffers have grown to the vocabulary; the same
+// seed, inputs and build give the same tokens (streams may change between builds).
 //
 // Thread-compatible: one Sampler per sequence.
 #pragma once
@@ -58,18 +60,49 @@ class Sampler {
   int32_t Sample(std::span<const float> logits, std::span<const int32_t> context,
                  const TokenMask* mask = nullptr);
 
+  // For tests: the ids the last temperature draw chose among when a cut (top-k, top-p, min-p)
+  // applied, in (logit descending, id ascending) order; empty after a draw without a cut (every
+  // id of positive probability) or a greedy one.
+  std::span<const int32_t> LastKeptForTesting() const {
+    return kept_ < 0 ? std::span<const int32_t>() : std::span<const int32_t>(order_.data(), kept_);
+  }
+
  private:
   double NextUniform();  // [0, 1), the same sequence on every platform
   // scratch_ = logits with the penalties and the bias applied.
   void AdjustLogits(std::span<const float> logits, std::span<const int32_t> context);
   // -inf in scratch_ for the ids `mask` does not allow.
   void ApplyMask(const TokenMask& mask);
-  int32_t Draw();  // temperature, top-k, top-p, min-p over scratch_
+  // Temperature, top-k, top-p, min-p over scratch_. The kept set is the reference one: the ids
+  // in (logit descending, id ascending) order, cut to top_k, then to the shortest prefix whose
+  // mass reaches top_p, then to those at least min_p times as likely as the first; -inf (masked)
+  // ids are never kept. Without a cut the draw is one O(vocab) pass in id order; with one, only
+  // the candidates that can be kept are sorted (sampler.cc says how), falling back to a full sort.
+  int32_t Draw();
+  // No cut: the weights over every id (weights_, block_sums_) and one draw in id order.
+  int32_t DrawAll(float max_logit);
+  double ComputeWeights(float max_logit);  // fills weights_ and block_sums_; returns the total
+  // order_[0, n) = the ids selected, sorted; the Select* return n.
+  int32_t SelectTopK(int32_t k);
+  int32_t SelectNucleusCandidates(float max_logit, double total, double* tail_mass);
+  int32_t SelectAtLeast(float bound, float* best_excluded);
+  int32_t SelectAll();
+  // The cuts and the draw over the sorted candidates order_[0, n): `tail_mass` is the weight of
+  // the ids left out (top-p's total counts it), `best_excluded` the highest logit left out,
+  // `complete` whether top-p's cut may end at n. -1 when a cut would reach past the candidates
+  // (the caller sorts everything instead).
+  int32_t DrawSorted(int32_t n, double tail_mass, float best_excluded, bool complete);
 
   SamplingParams params_;
   uint64_t state_;
   std::vector<float> scratch_;
+  // Draw's scratch, reused across calls (no allocation per draw once sized).
   std::vector<int32_t> order_;
+  std::vector<float> weights_;                  // exp((logit - max) / T) per id, padded with zeros
+  std::vector<double> block_sums_;              // sums of weights_ per block of kDrawBlock ids
+  std::vector<double> probs_;                   // the sorted candidates' probabilities
+  std::vector<std::pair<float, int32_t>> top_;  // top-k's (key, id) buffer
+  int32_t kept_ = -1;                           // order_[0, kept_) was the last draw's kept set
   absl::flat_hash_map<int32_t, int32_t> generated_;  // id -> times returned (with penalties)
 };
 

@@ -1,12 +1,19 @@
 // Sampling: greedy is argmax; seeds reproduce; top-k/top-p/min-p restrict the support; the
 // repetition penalty lowers repeated tokens, the presence and frequency penalties generated
-// ones; a logit bias bans or forces tokens; bad parameters name their field.
+// ones; a logit bias bans or forces tokens; bad parameters name their field. The draw: its kept
+// sets are the reference definition's (a slow sort-everything implementation below), its
+// draws follow softmax(logits / T) over them (chi-square), and masked ids are never drawn.
 #include "engine/sampling/sampler.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
 #include <set>
+#include <span>
 
 namespace abcd {
 namespace {
@@ -181,6 +188,278 @@ TEST(Sampler, ValidationNamesField) {
   params.logit_bias = {{0, -100.0f}, {1, 100.0f}};
   EXPECT_TRUE(ValidateSamplingParams(params).ok());
   EXPECT_TRUE(ValidateSamplingParams({}).ok());
+}
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The reference definition of the kept set (the draw as it was before its fast paths): every
+// id sorted by (logit descending, id ascending), cut to top_k, masked (-inf) ids dropped, then
+// the shortest prefix whose mass reaches top_p, then the ids at least min_p times as likely as
+// the first. probs are unnormalised; near_cut: top-p's mass passed within 1e-9 of top_p (where
+// rounding may decide either way).
+struct Reference {
+  std::vector<int32_t> kept;
+  std::vector<double> probs;
+  bool near_cut = false;
+};
+
+Reference ReferenceKept(std::span<const float> logits, const SamplingParams& p) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  int32_t keep = p.top_k > 0 && p.top_k < vocab ? p.top_k : vocab;
+  while (keep > 1 && logits[order[keep - 1]] == -kInf) --keep;
+  Reference ref;
+  double total = 0.0;
+  for (int32_t i = 0; i < keep; ++i) {
+    ref.probs.push_back(
+        std::exp((static_cast<double>(logits[order[i]]) - logits[order[0]]) / p.temperature));
+    total += ref.probs.back();
+  }
+  if (p.top_p < 1.0f) {
+    double mass = 0.0;
+    for (int32_t i = 0; i < keep; ++i) {
+      const double before = mass;
+      mass += ref.probs[i] / total;
+      ref.near_cut |= std::abs(mass - p.top_p) < 1e-9 || std::abs(before - p.top_p) < 1e-9;
+      if (mass >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    int32_t cut = 1;
+    while (cut < keep && ref.probs[cut] >= static_cast<double>(p.min_p) * ref.probs[0]) ++cut;
+    keep = cut;
+  }
+  ref.kept.assign(order.begin(), order.begin() + keep);
+  ref.probs.resize(keep);
+  return ref;
+}
+
+// The reference draw over the reference kept set, with the Sampler's generator (splitmix64).
+class ReferenceSampler {
+ public:
+  explicit ReferenceSampler(const SamplingParams& p)
+      : p_(p), state_(p.seed ^ 0x9e3779b97f4a7c15ull) {}
+  int32_t Sample(std::span<const float> logits) {
+    const Reference ref = ReferenceKept(logits, p_);
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double target = static_cast<double>(z >> 11) * 0x1.0p-53 *
+                    std::accumulate(ref.probs.begin(), ref.probs.end(), 0.0);
+    for (size_t i = 0; i < ref.kept.size(); ++i) {
+      target -= ref.probs[i];
+      if (target < 0.0) return ref.kept[i];
+    }
+    return ref.kept.back();
+  }
+
+ private:
+  SamplingParams p_;
+  uint64_t state_;
+};
+
+// Gaussian logits; `tie_step` > 0 rounds them to its multiples (many ties), a `masked` share
+// of ids (the highest ones among them when `mask_top`) is -inf.
+std::vector<float> RandomLogits(int32_t vocab, float scale, float tie_step, double masked,
+                                bool mask_top, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::bernoulli_distribution mask(masked);
+  std::vector<float> logits(vocab);
+  for (float& l : logits) {
+    l = normal(rng);
+    if (tie_step > 0.0f) l = std::round(l / tie_step) * tie_step;
+  }
+  const float top = *std::max_element(logits.begin(), logits.end());
+  for (float& l : logits) {
+    if (mask(rng) || (mask_top && l > top - scale)) l = -kInf;
+  }
+  return logits;
+}
+
+struct Cut {
+  int top_k;
+  float top_p;
+  float min_p;
+};
+
+// Every kind of cut and their combinations; top_k == vocab - 1 and >= vocab are filled in.
+std::vector<Cut> Cuts(int32_t vocab) {
+  return {{1, 1.0f, 0.0f},     {5, 1.0f, 0.0f},     {50, 1.0f, 0.0f},       {vocab - 1, 1.0f, 0.0f},
+          {0, 0.9f, 0.0f},     {0, 0.5f, 0.0f},     {0, 0.99f, 0.0f},       {0, 0.999999f, 0.0f},
+          {0, 0.01f, 0.0f},    {0, 1.0f, 0.05f},    {0, 1.0f, 0.3f},        {0, 1.0f, 1.0f},
+          {0, 1.0f, 1e-6f},    {40, 0.8f, 0.0f},    {40, 1.0f, 0.1f},       {0, 0.9f, 0.1f},
+          {100, 0.95f, 0.02f}, {vocab, 0.7f, 0.0f}, {vocab + 3, 1.0f, 0.2f}};
+}
+
+// The kept set of every cut equals the reference's on logits with and without ties and masked
+// ids (the masked ones at the top, too), at several temperatures; where top-p is decided by the
+// reference's total (top_k or top_p alone), the tokens equal the reference draw's too.
+TEST(SamplerDraw, KeptSetsAreTheReferenceDefinition) {
+  int cases = 0;
+  int near_cut = 0;
+  uint32_t seed = 1;
+  for (int32_t vocab : {300, 8000}) {
+    for (const auto& [scale, tie_step, masked, mask_top] :
+         std::vector<std::tuple<float, float, double, bool>>{{1.0f, 0.0f, 0.0, false},
+                                                             {3.0f, 0.0f, 0.3, false},
+                                                             {8.0f, 0.5f, 0.0, false},
+                                                             {2.0f, 0.25f, 0.5, true}}) {
+      const std::vector<float> logits =
+          RandomLogits(vocab, scale, tie_step, masked, mask_top, ++seed);
+      for (float temperature : {0.5f, 1.0f, 2.0f}) {
+        for (const Cut& cut : Cuts(vocab)) {
+          SamplingParams params;
+          params.temperature = temperature;
+          params.top_k = cut.top_k;
+          params.top_p = cut.top_p;
+          params.min_p = cut.min_p;
+          params.seed = seed;
+          const Reference ref = ReferenceKept(logits, params);
+          const std::string where = ::testing::PrintToString(std::make_tuple(
+              vocab, scale, tie_step, masked, temperature, cut.top_k, cut.top_p, cut.min_p));
+          ++cases;
+          if (ref.near_cut) {
+            ++near_cut;
+            continue;
+          }
+          Sampler sampler(params);
+          ReferenceSampler reference(params);
+          for (int draw = 0; draw < 3; ++draw) {
+            const int32_t token = sampler.Sample(logits, {});
+            const std::span<const int32_t> kept = sampler.LastKeptForTesting();
+            const bool no_cut =
+                (cut.top_k <= 0 || cut.top_k >= vocab) && cut.top_p == 1.0f && cut.min_p == 0.0f;
+            if (no_cut) {
+              EXPECT_TRUE(kept.empty()) << where;
+            } else {
+              ASSERT_EQ(std::vector<int32_t>(kept.begin(), kept.end()), ref.kept) << where;
+            }
+            EXPECT_NE(logits[token], -kInf) << where;
+            if ((cut.top_k > 0 && cut.top_k < vocab) || (!no_cut && cut.top_p == 1.0f)) {
+              EXPECT_EQ(token, reference.Sample(logits)) << where << " draw " << draw;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_LE(near_cut * 100, cases) << near_cut << " of " << cases << " cases skipped";
+}
+
+// A chi-square bound that a correct sampler exceeds with probability ~1e-7 (Wilson-Hilferty).
+double ChiSquareBound(int df) {
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + 5.2 * std::sqrt(a), 3.0);
+}
+
+// n draws from `params` against softmax(logits / T) over the reference kept set (every id that
+// is not masked without a cut): no id outside it, and a chi-square over the ids expected >= 5
+// times (the others pooled) within the bound.
+void ExpectSoftmaxDraws(const std::vector<float>& logits, const SamplingParams& params, int n) {
+  const Reference ref = ReferenceKept(logits, params);
+  std::vector<double> expected(logits.size(), 0.0);
+  const double total = std::accumulate(ref.probs.begin(), ref.probs.end(), 0.0);
+  for (size_t i = 0; i < ref.kept.size(); ++i) expected[ref.kept[i]] = ref.probs[i] / total * n;
+  std::vector<int> counts(logits.size(), 0);
+  Sampler sampler(params);
+  for (int i = 0; i < n; ++i) ++counts[sampler.Sample(logits, {})];
+  double chi2 = 0.0;
+  double pooled_expected = 0.0;
+  int pooled_count = 0;
+  int cells = 0;
+  for (size_t id = 0; id < logits.size(); ++id) {
+    if (expected[id] == 0.0) {
+      EXPECT_EQ(counts[id], 0) << "id " << id << " is not kept";
+    } else if (expected[id] < 5.0) {
+      pooled_expected += expected[id];
+      pooled_count += counts[id];
+    } else {
+      chi2 += (counts[id] - expected[id]) * (counts[id] - expected[id]) / expected[id];
+      ++cells;
+    }
+  }
+  if (pooled_expected >= 5.0) {
+    chi2 += (pooled_count - pooled_expected) * (pooled_count - pooled_expected) / pooled_expected;
+    ++cells;
+  }
+  ASSERT_GE(cells, 2);
+  EXPECT_LT(chi2, ChiSquareBound(cells - 1))
+      << cells << " cells, T " << params.temperature << ", top_k " << params.top_k << ", top_p "
+      << params.top_p << ", min_p " << params.min_p;
+}
+
+TEST(SamplerDraw, DrawsFollowSoftmaxOverTheKeptSet) {
+  // 200 ids (four blocks of the id-order draw, the last one partial), 5% masked.
+  const std::vector<float> logits = RandomLogits(200, 1.5f, 0.0f, 0.05, false, 7);
+  const Cut cuts[] = {{0, 1.0f, 0.0f},   {20, 1.0f, 0.0f},  {0, 0.8f, 0.0f},  {0, 1.0f, 0.1f},
+                      {30, 0.9f, 0.05f}, {0, 0.95f, 0.02f}, {300, 1.0f, 0.0f}};
+  uint64_t seed = 100;
+  for (float temperature : {0.7f, 1.0f, 1.3f}) {
+    for (const Cut& cut : cuts) {
+      SamplingParams params;
+      params.temperature = temperature;
+      params.top_k = cut.top_k;
+      params.top_p = cut.top_p;
+      params.min_p = cut.min_p;
+      params.seed = ++seed;
+      ExpectSoftmaxDraws(logits, params, 20000);
+    }
+  }
+  // abc-lm's vocabulary size, no cut: the one-pass draw over 125 blocks.
+  SamplingParams params;
+  params.seed = 3;
+  ExpectSoftmaxDraws(RandomLogits(8000, 2.5f, 0.0f, 0.1, false, 8), params, 20000);
+}
+
+// Masked ids are never drawn, with every cut, when they hold the highest logits, when they are
+// the last ids (where a rounding fallback would land) and when one id alone is allowed. NaN
+// logits count as masked.
+TEST(SamplerDraw, MaskedIdsAreNeverDrawn) {
+  constexpr int32_t kVocab = 130;
+  std::vector<float> logits = RandomLogits(kVocab, 2.0f, 0.0f, 0.0, false, 11);
+  TokenMask mask;
+  mask.bits.assign((kVocab + 63) / 64, 0);
+  for (int32_t id = 0; id < kVocab; ++id) {
+    const bool banned = id % 3 == 0 || id >= kVocab - 10;
+    if (banned) {
+      logits[id] += 20.0f;  // the masked ids would be the likeliest by far
+    } else {
+      mask.bits[id / 64] |= uint64_t{1} << (id % 64);
+      ++mask.allowed;
+    }
+  }
+  TokenMask single;
+  single.bits.assign(mask.bits.size(), 0);
+  single.bits[1] |= uint64_t{1} << 5;  // id 69 alone
+  single.allowed = 1;
+  std::vector<float> with_nan = logits;
+  for (int32_t id = 0; id < kVocab; id += 2) with_nan[id] = std::numeric_limits<float>::quiet_NaN();
+  uint64_t seed = 0;
+  for (const Cut& cut : Cuts(kVocab)) {
+    SamplingParams params;
+    params.top_k = cut.top_k;
+    params.top_p = cut.top_p;
+    params.min_p = cut.min_p;
+    params.seed = ++seed;
+    Sampler sampler(params);
+    for (int i = 0; i < 1000; ++i) {
+      const int32_t token = sampler.Sample(logits, {}, &mask);
+      ASSERT_TRUE(mask.Allows(token))
+          << token << " top_k " << cut.top_k << " top_p " << cut.top_p << " min_p " << cut.min_p;
+      ASSERT_EQ(sampler.Sample(logits, {}, &single), 69);
+      const int32_t not_nan = sampler.Sample(with_nan, {});
+      ASSERT_EQ(not_nan % 2, 1) << not_nan;
+    }
+  }
 }
 
 }  // namespace
