@@ -1,7 +1,6 @@
 #include "engine/attention/softmax_read.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -18,17 +17,17 @@
 namespace abcd {
 namespace {
 
-// Rows per pass of a read: their scores sit on the stack, and the rows stay in L1 while every
-// query head of a group reads them (64 rows of a 128-wide bf16 head: 16 KiB of keys).
+// Rows per pass of a read: their scores sit on the stack, and the block stays in L1/L2 while
+// every head reads it (64 rows of four 64-wide bf16 heads: 32 KiB of keys and of values).
 constexpr int64_t kRowChunk = 64;
-// A staged block of keys (and one of values) for a causal run: 32 KiB each, widened to fp32
-// once and read from L1/L2 by every query of the run.
-constexpr int64_t kStagedFloats = 8192;
-constexpr int64_t kMaxStagedRows = 256;
-static_assert(kRowChunk <= kMaxStagedRows);
-// Rows ahead of the one being read that the kernels ask the memory system for: a head's rows
-// are short (head_dim values) and `stride` apart, a pattern the hardware prefetchers follow
-// poorly across pages, so without it every row waits for DRAM.
+// Cached rows per block of a causal run's matrix products: 64 KiB of fp32 keys (and values),
+// widened once and multiplied by every query of the run. Scores of a block fit the stack.
+constexpr int64_t kBlockFloats = 16384;
+constexpr int64_t kMaxBlockRows = 256;
+static_assert(kRowChunk <= kMaxBlockRows);
+// Rows ahead of the one being read that the kernels ask the memory system for: a step touches
+// only a few lines of each row per head, a pattern the hardware prefetchers follow poorly
+// across pages, so without it every row waits for DRAM. 8 to 64 measured alike.
 constexpr int64_t kPrefetchRows = 16;
 
 inline float Load(const float* p, int64_t i) { return p[i]; }
@@ -309,7 +308,7 @@ ABCD_VECTOR_CLONES void Accumulate(const float* weights, const T* values, int64_
 template <bool kPairs, typename T>
 void Fold(const float* q, const T* keys, const T* values, const float* bias, int64_t n,
           int64_t stride, int head_dim, const Ahead<T>& ahead, SoftmaxPartial& run, float* out) {
-  float scores[kMaxStagedRows];
+  float scores[kMaxBlockRows];
   Scores<T, kPairs>(q, keys, n, stride, head_dim, ahead, scores);
   if (bias != nullptr) {
     for (int64_t i = 0; i < n; ++i) scores[i] += bias[i];
@@ -416,7 +415,7 @@ void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const
                int64_t first_position, int64_t rows, int64_t stride, int head_dim, float* out,
                int64_t out_stride) {
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  const int64_t block = std::clamp<int64_t>(2 * kStagedFloats / head_dim, 16, kMaxStagedRows);
+  const int64_t block = std::clamp<int64_t>(kBlockFloats / head_dim, 16, kMaxBlockRows);
   const int64_t total = first_position + rows;  // rows the last query reads
   const size_t d = static_cast<size_t>(head_dim);
   std::vector<float> staged(static_cast<size_t>(block) * d), transposed(staged.size());

@@ -1,9 +1,7 @@
 #include "engine/attention/softmax_state.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
