@@ -297,11 +297,12 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
 
   if (options.prefill_tokens > 0) {
     nlohmann::json prefill = nlohmann::json::array();
+    const int64_t decode_context = options.contexts.front();
     std::cout << "\n== prefill: one prompt of " << options.prefill_tokens
-              << " tokens in one pass, next to batch-1 decode ==\n"
+              << " tokens in one pass, next to batch-1 decode at context " << decode_context
+              << " (the first of --contexts) ==\n"
               << absl::StrFormat("%-13s %12s %16s %16s %8s\n", "model", "prefill ms",
                                  "prompt tokens/s", "decode tokens/s", "ratio");
-    const int64_t decode_context = options.contexts.front();
     for (const Entry& e : entries) {
       ABCD_ASSIGN_OR_RETURN(const double seconds,
                             PrefillSeconds(*e.model, ctx, options.prefill_tokens, options.rounds));
