@@ -117,7 +117,7 @@ testing::ServerProcess* ConstrainedOutputE2eTest::server_ = nullptr;
 
 // At temperature 1 a title string may ramble past 300 tokens ("length"; the cut is the third
 // test's): the seed is one whose two choices both close in time. Seeds 1-40 on 2026-11-26: 35
-// do; 11 did before the sampler's draw changed its stream (issue 27) and no longer does.
+// do; 11 did before the O(vocab) draw changed its stream and no longer does.
 TEST_F(ConstrainedOutputE2eTest, CompletionsPlainAndStreamedWithTwoChoices) {
   const json body = {{"prompt", "The book on the table was"},
                      {"max_tokens", 300},
