@@ -418,54 +418,58 @@ void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const
   const int64_t block = std::clamp<int64_t>(kBlockFloats / head_dim, 16, kMaxBlockRows);
   const int64_t total = first_position + rows;  // rows the last query reads
   const size_t d = static_cast<size_t>(head_dim);
+  // The group's query heads are rows of the same products: query row i * group + g is head g
+  // of run row i, so each block is widened and packed once for the whole group, and the
+  // queries that reach a block are one contiguous range.
+  const int64_t queries_count = rows * group;
   std::vector<float> staged(static_cast<size_t>(block) * d), transposed(staged.size());
-  std::vector<float> queries(static_cast<size_t>(rows) * d), acc(queries.size());
-  std::vector<float> scores(static_cast<size_t>(rows * block)), product(queries.size());
-  std::vector<SoftmaxPartial> runs(static_cast<size_t>(rows));
-  for (int g = 0; g < group; ++g) {
-    const int64_t at = int64_t{g} * head_dim;
-    for (int64_t i = 0; i < rows; ++i) {
-      std::copy_n(q + i * q_stride + at, head_dim, queries.data() + i * head_dim);
+  std::vector<float> queries(static_cast<size_t>(queries_count) * d), acc(queries.size());
+  std::vector<float> scores(static_cast<size_t>(queries_count * block)), product(queries.size());
+  std::vector<SoftmaxPartial> runs(static_cast<size_t>(queries_count));
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy_n(q + i * q_stride, group * d, queries.data() + i * group * head_dim);
+  }
+  for (int64_t first = 0; first < total; first += block) {
+    const int64_t n = std::min(block, total - first);
+    const int64_t active = std::max<int64_t>(0, first - first_position);  // first row here
+    const int64_t m = (rows - active) * group;
+    Stage(keys + first * stride, n, stride, head_dim, staged.data());
+    const PackedMatrix k =
+        PackedMatrix::Pack(std::span<const float>(staged.data(), static_cast<size_t>(n) * d), n,
+                           head_dim, WeightFormat::kF32);
+    cpu::Linear(queries.data() + active * group * head_dim, m, k, nullptr, scores.data(), nullptr);
+    Stage(values + first * stride, n, stride, head_dim, staged.data());
+    for (int64_t j = 0; j < n; ++j) {
+      for (int c = 0; c < head_dim; ++c) transposed[c * n + j] = staged[j * d + c];
     }
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    std::fill(runs.begin(), runs.end(), SoftmaxPartial{});
-    for (int64_t first = 0; first < total; first += block) {
-      const int64_t n = std::min(block, total - first);
-      const int64_t active = std::max<int64_t>(0, first - first_position);  // first query here
-      const int64_t m = rows - active;
-      Stage(keys + first * stride, n, stride, head_dim, staged.data());
-      const PackedMatrix k =
-          PackedMatrix::Pack(std::span<const float>(staged.data(), static_cast<size_t>(n) * d), n,
-                             head_dim, WeightFormat::kF32);
-      cpu::Linear(queries.data() + active * head_dim, m, k, nullptr, scores.data(), nullptr);
-      Stage(values + first * stride, n, stride, head_dim, staged.data());
-      for (int64_t j = 0; j < n; ++j) {
-        for (int c = 0; c < head_dim; ++c) transposed[c * n + j] = staged[j * d + c];
-      }
-      const PackedMatrix v =
-          PackedMatrix::Pack(std::span<const float>(transposed.data(), static_cast<size_t>(n) * d),
-                             head_dim, n, WeightFormat::kF32);
-      for (int64_t i = 0; i < m; ++i) {
-        float* row = scores.data() + i * n;
-        const int64_t seen = std::min(n, first_position + active + i + 1 - first);
-        std::fill(row + seen, row + n, kMasked);
-        SoftmaxPartial& run = runs[static_cast<size_t>(active + i)];
-        const float block_max = MaxOf(row, seen, run.max);
-        const float rescale = std::exp(run.max - block_max);  // 0 on the first block
-        for (int64_t j = 0; j < n; ++j) row[j] -= block_max;
-        cpu::ExpArray(row, n, row);
-        run.sum = run.sum * rescale + SumOf(row, seen);
-        run.max = block_max;
-        float* o = acc.data() + (active + i) * head_dim;
-        for (int c = 0; c < head_dim; ++c) o[c] *= rescale;
-      }
-      cpu::Linear(scores.data(), m, v, nullptr, product.data(), nullptr);
-      for (int64_t i = 0; i < m * head_dim; ++i) acc[active * head_dim + i] += product[i];
+    const PackedMatrix v =
+        PackedMatrix::Pack(std::span<const float>(transposed.data(), static_cast<size_t>(n) * d),
+                           head_dim, n, WeightFormat::kF32);
+    for (int64_t t = 0; t < m; ++t) {
+      float* row = scores.data() + t * n;
+      const int64_t i = active + t / group;  // the run row of this query
+      const int64_t seen = std::min(n, first_position + i + 1 - first);
+      std::fill(row + seen, row + n, kMasked);
+      SoftmaxPartial& run = runs[static_cast<size_t>(active * group + t)];
+      const float block_max = MaxOf(row, seen, run.max);
+      const float rescale = std::exp(run.max - block_max);  // 0 on the first block
+      for (int64_t j = 0; j < n; ++j) row[j] -= block_max;
+      cpu::ExpArray(row, n, row);
+      run.sum = run.sum * rescale + SumOf(row, seen);
+      run.max = block_max;
+      float* o = acc.data() + (active * group + t) * head_dim;
+      for (int c = 0; c < head_dim; ++c) o[c] *= rescale;
     }
-    for (int64_t i = 0; i < rows; ++i) {
-      const float inv = 1.0f / runs[static_cast<size_t>(i)].sum;
-      float* o = out + i * out_stride + at;
-      for (int c = 0; c < head_dim; ++c) o[c] = acc[i * head_dim + c] * inv;
+    cpu::Linear(scores.data(), m, v, nullptr, product.data(), nullptr);
+    float* a = acc.data() + active * group * head_dim;
+    for (int64_t x = 0; x < m * head_dim; ++x) a[x] += product[x];
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int g = 0; g < group; ++g) {
+      const int64_t query = i * group + g;
+      const float inv = 1.0f / runs[static_cast<size_t>(query)].sum;
+      float* o = out + i * out_stride + int64_t{g} * head_dim;
+      for (int c = 0; c < head_dim; ++c) o[c] = acc[query * head_dim + c] * inv;
     }
   }
 }
