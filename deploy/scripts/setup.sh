@@ -68,7 +68,8 @@ build() {
 
 # The sanitizer stage of `test` (README "Sanitizers and fuzzing"): the libFuzzer targets built
 # with clang under ASan + UBSan, their seeds replayed and each run for FUZZ_SECONDS; then
-# abcd-server, abcd-cli and abcd-client built with -DABCD_ASAN=ON (gcc, ASan + UBSan, no tests)
+# abcd-server, abcd-cli and abcd-client built with -DABCD_ASAN=ON (clang, ASan + UBSan, no
+# tests: clang compiles the instrumented code about 4x faster than gcc 12)
 # and the main build's e2e tests run against those binaries (ABCD_E2E_SERVER, _CLI, _CLIENT).
 # Any sanitizer report from any process fails the stage (reports are written to files).
 sanitizer_tests() {
@@ -80,7 +81,8 @@ sanitizer_tests() {
   tests/fuzz/run_fuzzers.sh "$fuzz_dir" "${FUZZ_SECONDS:-20}"
 
   cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR=ON \
-    -DABCD_ASAN=ON -DABCD_WITH_CUDA=OFF -DABCD_BUILD_TESTS=OFF
+    -DABCD_ASAN=ON -DABCD_WITH_CUDA=OFF -DABCD_BUILD_TESTS=OFF \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
   cmake --build "$asan_dir" -j "$jobs" --target abcd-server abcd-cli abcd-client
   # The e2e test binaries themselves are the main build's (built here if `test` has not).
   [[ -f "$build_dir/CMakeCache.txt" ]] || cmake -S . -B "$build_dir" -G Ninja \

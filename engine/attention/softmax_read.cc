@@ -59,18 +59,16 @@ inline float Sum8(const Float8& v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-using Int8 = int32_t __attribute__((vector_size(32)));
-
 // sums[j] = the eight lanes of a_j added, for four vectors at once (two rounds of shuffles
 // and adds, then the two 128-bit halves).
 inline void Sum4x8(const Float8& a0, const Float8& a1, const Float8& a2, const Float8& a3,
                    float* sums) {
-  const Float8 t01 = __builtin_shuffle(a0, a1, Int8{0, 8, 1, 9, 4, 12, 5, 13}) +
-                     __builtin_shuffle(a0, a1, Int8{2, 10, 3, 11, 6, 14, 7, 15});
-  const Float8 t23 = __builtin_shuffle(a2, a3, Int8{0, 8, 1, 9, 4, 12, 5, 13}) +
-                     __builtin_shuffle(a2, a3, Int8{2, 10, 3, 11, 6, 14, 7, 15});
-  const Float8 u = __builtin_shuffle(t01, t23, Int8{0, 1, 8, 9, 4, 5, 12, 13}) +
-                   __builtin_shuffle(t01, t23, Int8{2, 3, 10, 11, 6, 7, 14, 15});
+  const Float8 t01 = __builtin_shufflevector(a0, a1, 0, 8, 1, 9, 4, 12, 5, 13) +
+                     __builtin_shufflevector(a0, a1, 2, 10, 3, 11, 6, 14, 7, 15);
+  const Float8 t23 = __builtin_shufflevector(a2, a3, 0, 8, 1, 9, 4, 12, 5, 13) +
+                     __builtin_shufflevector(a2, a3, 2, 10, 3, 11, 6, 14, 7, 15);
+  const Float8 u = __builtin_shufflevector(t01, t23, 0, 1, 8, 9, 4, 5, 12, 13) +
+                   __builtin_shufflevector(t01, t23, 2, 3, 10, 11, 6, 7, 14, 15);
   // u: the low-half sums of a0..a3, then their high-half sums.
   for (int j = 0; j < 4; ++j) sums[j] = u[j] + u[j + 4];
 }

@@ -36,7 +36,8 @@ struct DecodeRow {
 
 struct ModelLoadOptions {
   // The format the matrices are kept and read in. Unset: the checkpoint's own (f32, bf16 or
-  // f16, exact); int8 quantises per output row at load (weight-only; fp32 activations).
+  // f16, exact); int8 quantises per output row at load (products with int16 activations;
+  // engine/ops/packed_matrix.h).
   std::optional<WeightFormat> weight_format;
   // Softmax layers' KV cache rows in bf16 (half the bytes; llama.cpp keeps f16 by default)
   // instead of fp32; also the K/V rings of txl layers (written once, never accumulated).

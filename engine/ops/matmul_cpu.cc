@@ -1,5 +1,12 @@
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <memory>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "engine/ops/matmul.h"
 #include "engine/ops/matmul_kernels.h"
@@ -9,16 +16,49 @@ namespace kernels {
 
 namespace {
 
+// int8: y = (sum of the int32 block sums, in fp32) x row scale x weight scale + bias, in that
+// order in every kernel, so that all of them give the same bits.
+void GenericInt8Panels(const LinearArgs& a, int64_t first, int64_t count) {
+  constexpr int kPanel = PackedMatrix::kPanel;
+  const int64_t pairs = a.x_int16_stride / 2;
+  for (int64_t p = first; p < first + count; ++p) {
+    const auto* panel = static_cast<const int8_t*>(a.panels) + p * a.panel_bytes;
+    const int64_t column = p * kPanel;
+    const int64_t valid = std::min<int64_t>(kPanel, a.out - column);
+    if (valid <= 0) break;
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const int16_t* x = a.x_int16 + r * a.x_int16_stride;
+      float acc[kPanel] = {};
+      for (int64_t i0 = 0; i0 < pairs; i0 += kInt8BlockColumns / 2) {
+        const int64_t i1 = std::min(pairs, i0 + kInt8BlockColumns / 2);
+        int32_t sums[kPanel] = {};
+        for (int64_t i = i0; i < i1; ++i) {
+          const int8_t* w = panel + i * 2 * kPanel;
+          for (int j = 0; j < kPanel; ++j) {
+            sums[j] += int32_t{w[2 * j]} * x[2 * i] + int32_t{w[2 * j + 1]} * x[2 * i + 1];
+          }
+        }
+        for (int j = 0; j < kPanel; ++j) acc[j] += static_cast<float>(sums[j]);
+      }
+      float* y = a.y + r * a.out + column;
+      for (int64_t j = 0; j < valid; ++j) {
+        float v = acc[j] * a.x_scales[r];
+        v *= a.scales[column + j];
+        y[j] = v + (a.bias != nullptr ? a.bias[column + j] : 0.0f);
+      }
+    }
+  }
+}
+
 template <Format F>
 inline float LoadWeight(const void* panel, int64_t index) {
   if constexpr (F == Format::kF32) {
     return static_cast<const float*>(panel)[index];
   } else if constexpr (F == Format::kBF16) {
     return Bf16ToFloat(static_cast<const uint16_t*>(panel)[index]);
-  } else if constexpr (F == Format::kF16) {
-    return HalfToFloatValue(static_cast<const uint16_t*>(panel)[index]);
   } else {
-    return static_cast<float>(static_cast<const int8_t*>(panel)[index]);
+    static_assert(F == Format::kF16, "int8 has its own kernel");
+    return HalfToFloatValue(static_cast<const uint16_t*>(panel)[index]);
   }
 }
 
@@ -45,9 +85,7 @@ void GenericPanels(const LinearArgs& a, int64_t first, int64_t count) {
       for (int64_t r = 0; r < rows; ++r) {
         float* y = a.y + (r0 + r) * a.out + column;
         for (int64_t j = 0; j < valid; ++j) {
-          float v = acc[r][j];
-          if constexpr (F == Format::kInt8) v *= a.scales[column + j];
-          y[j] = v + (a.bias != nullptr ? a.bias[column + j] : 0.0f);
+          y[j] = acc[r][j] + (a.bias != nullptr ? a.bias[column + j] : 0.0f);
         }
       }
     }
@@ -65,8 +103,63 @@ void LinearPanelsGeneric(const LinearArgs& args, int64_t first, int64_t count) {
     case Format::kF16:
       return GenericPanels<Format::kF16>(args, first, count);
     case Format::kInt8:
-      return GenericPanels<Format::kInt8>(args, first, count);
+      return GenericInt8Panels(args, first, count);
   }
+}
+
+int64_t QuantizedStride(int64_t in) { return (in + 1) / 2 * 2; }
+
+void QuantizeRows(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales) {
+  const int64_t stride = QuantizedStride(in);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * in;
+    int16_t* out = xq + r * stride;
+    // max|x| over the row; NaN compares false, so it is caught by the finiteness test below.
+    float max_abs = 0.0f;
+    bool finite = true;
+    for (int64_t k = 0; k < in; ++k) {
+      const float v = std::fabs(row[k]);
+      max_abs = v > max_abs ? v : max_abs;
+      finite = finite && v <= 3.4028235e38f;
+    }
+    if (!finite || max_abs == 0.0f) {
+      std::fill(out, out + stride, int16_t{0});
+      scales[r] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    scales[r] = max_abs / 32767.0f;
+    const float inverse = 32767.0f / max_abs;
+    // Round to nearest even by the 1.5 x 2^23 trick: |v| <= 32767 (plus rounding slack), so the
+    // sum's low mantissa bits are the rounded integer; a loop the compiler vectorises.
+    constexpr float kMagic = 12582912.0f;
+    for (int64_t k = 0; k < in; ++k) {
+      const float shifted = row[k] * inverse + kMagic;
+      int32_t bits;
+      std::memcpy(&bits, &shifted, 4);
+      const int32_t q = bits - 0x4B400000;
+      out[k] = static_cast<int16_t>(std::clamp(q, -32767, 32767));
+    }
+    if (stride > in) out[in] = 0;
+  }
+}
+
+bool CpuRunsAvx2Kernels() {
+#if defined(__x86_64__)
+  // F16C by cpuid: clang 14's __builtin_cpu_supports does not know it.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+#else
+  return false;
+#endif
+}
+
+bool CpuRunsAvx512Kernels() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
 }
 
 }  // namespace kernels
@@ -84,14 +177,10 @@ struct NamedKernel {
 // once.
 const NamedKernel& Chosen() {
   static const NamedKernel chosen = [] {
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f"))
+    if (kernels::CpuRunsAvx512Kernels()) {
       return NamedKernel{&kernels::LinearPanelsAvx512, "avx512"};
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
-      return NamedKernel{&kernels::LinearPanelsAvx2, "avx2"};
     }
-#endif
+    if (kernels::CpuRunsAvx2Kernels()) return NamedKernel{&kernels::LinearPanelsAvx2, "avx2"};
     return NamedKernel{&kernels::LinearPanelsGeneric, "generic"};
   }();
   return chosen;
@@ -126,7 +215,19 @@ void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bi
   args.in = w.in();
   args.panels = w.panel(0);
   args.panel_bytes = w.panel_stride();
-  args.scales = w.format() == WeightFormat::kInt8 ? w.scales() : nullptr;
+  // int8: the activations as int16 rows, quantised once here for every thread's panels.
+  std::unique_ptr<int16_t[]> x_int16;
+  std::unique_ptr<float[]> x_scales;
+  if (w.format() == WeightFormat::kInt8) {
+    args.scales = w.scales();
+    args.x_int16_stride = kernels::QuantizedStride(w.in());
+    x_int16 =
+        std::make_unique_for_overwrite<int16_t[]>(static_cast<size_t>(rows * args.x_int16_stride));
+    x_scales = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(rows));
+    kernels::QuantizeRows(x, rows, w.in(), x_int16.get(), x_scales.get());
+    args.x_int16 = x_int16.get();
+    args.x_scales = x_scales.get();
+  }
   args.bias = bias;
   args.out = w.out();
   args.format = ToKernelFormat(w.format());

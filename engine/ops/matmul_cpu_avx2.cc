@@ -1,14 +1,17 @@
-// AVX2 + FMA kernels of cpu::Linear (built with -mavx2 -mfma -mf16c; run only where the CPU
-// has all three and lacks AVX-512F: most AMD Zen 1-3 and client Intel parts).
+// AVX2 + FMA kernels of cpu::Linear (built with -mavx2 -mfma -mf16c; run where the CPU has all
+// three and lacks AVX-512F -- most AMD Zen 1-3 and client Intel parts -- and for int8 weights on
+// AVX-512 CPUs too).
 //
 // A 16-output panel is two 8-wide vectors. A block of P panels times a group of R rows keeps
 // 2*P*R accumulators in the 16 ymm registers: 1 panel x 6 rows (12 accumulators, 2 weight
 // vectors, 1 broadcast) for batches, 4 panels x 1 row for a single row, where each weight vector
-// is used once and the loads are what counts. Weights are widened from bf16/f16/int8 to fp32
-// once per input column and block; sums are fp32.
+// is used once and the loads are what counts (int8: 2 x 2 and 1 x 3 tiles, see Panels). Weights are
+// widened from bf16/f16 to fp32 once per input column and block, with fp32 sums; int8 multiplies in
+// integers (BlockInt8).
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "engine/ops/matmul_kernels.h"
 
@@ -17,20 +20,17 @@ namespace {
 
 constexpr int kPanel = 16;
 
-// Weights k of a panel, outputs 8*half .. 8*half+7 (f32, f16, int8; bf16: LoadPanelRow).
+// Weights k of a panel, outputs 8*half .. 8*half+7 (f32, f16; bf16: LoadPanelRow).
 template <Format F>
 inline __m256 LoadWeights(const void* panel, int64_t k, int half) {
   const int64_t at = k * kPanel + half * 8;
   if constexpr (F == Format::kF32) {
     return _mm256_loadu_ps(static_cast<const float*>(panel) + at);
-  } else if constexpr (F == Format::kF16) {
+  } else {
+    static_assert(F == Format::kF16, "int8 has its own block (BlockInt8)");
     const __m128i h =
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(panel) + at));
     return _mm256_cvtph_ps(h);
-  } else {
-    const __m128i q =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(panel) + at));
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
   }
 }
 
@@ -59,15 +59,16 @@ inline void Interleave(__m256& even_lo, __m256& odd_hi) {
   odd_hi = _mm256_permute2f128_ps(a, b, 0x31);
 }
 
-// Stores acc (+ bias, x scale for int8) to outputs column .. column+15 of one row, clipped at
-// a.out.
+// Stores acc (+ bias; int8: x the row's scale, then x the weights' scales, the order of the
+// generic kernel) to outputs column .. column+15 of one row, clipped at a.out.
 template <Format F>
 inline void StorePanel(const LinearArgs& a, int64_t row, int64_t column, __m256 lo, __m256 hi) {
   const int64_t valid = std::min<int64_t>(kPanel, a.out - column);
   if (valid == kPanel) {
     if constexpr (F == Format::kInt8) {
-      lo = _mm256_mul_ps(lo, _mm256_loadu_ps(a.scales + column));
-      hi = _mm256_mul_ps(hi, _mm256_loadu_ps(a.scales + column + 8));
+      const __m256 row_scale = _mm256_set1_ps(a.x_scales[row]);
+      lo = _mm256_mul_ps(_mm256_mul_ps(lo, row_scale), _mm256_loadu_ps(a.scales + column));
+      hi = _mm256_mul_ps(_mm256_mul_ps(hi, row_scale), _mm256_loadu_ps(a.scales + column + 8));
     }
     if (a.bias != nullptr) {
       lo = _mm256_add_ps(lo, _mm256_loadu_ps(a.bias + column));
@@ -86,13 +87,79 @@ inline void StorePanel(const LinearArgs& a, int64_t row, int64_t column, __m256 
   float* y = a.y + row * a.out + column;
   for (int64_t j = 0; j < valid; ++j) {
     float v = sums[j];
-    if constexpr (F == Format::kInt8) v *= a.scales[column + j];
+    if constexpr (F == Format::kInt8) {
+      v *= a.x_scales[row];
+      v *= a.scales[column + j];
+    }
     y[j] = v + (a.bias != nullptr ? a.bias[column + j] : 0.0f);
   }
 }
 
+// int8 x int16: per pair of input columns, a panel's 32 weight bytes widen to two vectors of 8
+// (int16, int16) output pairs, and vpmaddwd against the row's broadcast activation pair gives
+// 8 int32 products each -- 16 multiply-adds per instruction, where widening int8 to fp32 took
+// three instructions for 8. The int32 sums are added into fp32 every kInt8BlockColumns.
+template <int P, int R>
+void BlockInt8(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
+  const char* base = static_cast<const char*>(a.panels) + first_panel * a.panel_bytes;
+  const int16_t* x = a.x_int16 + first_row * a.x_int16_stride;
+  const int64_t pairs = a.x_int16_stride / 2;
+  // The fp32 totals stay in memory (touched once per block), so that the registers hold the
+  // int32 sums, the widened weights and the broadcasts of the inner loop.
+  alignas(32) float totals[R][P][kPanel] = {};
+  for (int64_t i0 = 0; i0 < pairs; i0 += kInt8BlockColumns / 2) {
+    const int64_t i1 = std::min(pairs, i0 + kInt8BlockColumns / 2);
+    __m256i sums[R][P][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) sums[r][p][0] = sums[r][p][1] = _mm256_setzero_si256();
+    }
+    for (int64_t i = i0; i < i1; ++i) {
+      __m256i w[P][2];
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        const auto* pair = reinterpret_cast<const __m128i*>(base + p * a.panel_bytes + i * 32);
+        w[p][0] = _mm256_cvtepi8_epi16(_mm_loadu_si128(pair));
+        w[p][1] = _mm256_cvtepi8_epi16(_mm_loadu_si128(pair + 1));
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        int32_t xpair;
+        std::memcpy(&xpair, x + r * a.x_int16_stride + 2 * i, 4);
+        const __m256i xr = _mm256_set1_epi32(xpair);
+#pragma GCC unroll 8
+        for (int p = 0; p < P; ++p) {
+          sums[r][p][0] = _mm256_add_epi32(sums[r][p][0], _mm256_madd_epi16(w[p][0], xr));
+          sums[r][p][1] = _mm256_add_epi32(sums[r][p][1], _mm256_madd_epi16(w[p][1], xr));
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        float* t = totals[r][p];
+        _mm256_store_ps(t, _mm256_add_ps(_mm256_load_ps(t), _mm256_cvtepi32_ps(sums[r][p][0])));
+        _mm256_store_ps(t + 8,
+                        _mm256_add_ps(_mm256_load_ps(t + 8), _mm256_cvtepi32_ps(sums[r][p][1])));
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    const int64_t column = (first_panel + p) * kPanel;
+    if (column >= a.out) break;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      StorePanel<Format::kInt8>(a, first_row + r, column, _mm256_load_ps(totals[r][p]),
+                                _mm256_load_ps(totals[r][p] + 8));
+    }
+  }
+}
+
 template <Format F, int P, int R>
-void Block(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
+void BlockFloat(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
   const char* base = static_cast<const char*>(a.panels) + first_panel * a.panel_bytes;
   const float* x = a.x + first_row * a.in;
   __m256 acc[R][P][2];
@@ -127,6 +194,15 @@ void Block(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
   }
 }
 
+template <Format F, int P, int R>
+void Block(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
+  if constexpr (F == Format::kInt8) {
+    BlockInt8<P, R>(a, first_panel, first_row);
+  } else {
+    BlockFloat<F, P, R>(a, first_panel, first_row);
+  }
+}
+
 // Rows in groups of R, the remainder in one smaller group.
 template <Format F, int P, int R>
 void Rows(const LinearArgs& a, int64_t first_panel, int64_t r) {
@@ -144,9 +220,14 @@ void Panels(const LinearArgs& a, int64_t first, int64_t count) {
     // One row: four weight streams in flight per input column.
     for (; p + 4 <= end; p += 4) Rows<F, 4, 1>(a, p, 0);
   } else if (a.rows <= 3) {
-    for (; p + 2 <= end; p += 2) Rows<F, 2, 3>(a, p, 0);
+    // int8 takes 2 rows at a time here and 3 below: with its int32 sums, widened weights and
+    // broadcasts, 2 x 3 or 1 x 6 tiles do not fit the 16 registers, and GCC's spills of the
+    // sums made the 1 x 6 tile up to 1.7x slower than 1 x 3 (thread CPU time, 1024 x 1024).
+    constexpr int kRows = F == Format::kInt8 ? 2 : 3;
+    for (; p + 2 <= end; p += 2) Rows<F, 2, kRows>(a, p, 0);
   }
-  for (; p < end; ++p) Rows<F, 1, 6>(a, p, 0);
+  constexpr int kTileRows = F == Format::kInt8 ? 3 : 6;
+  for (; p < end; ++p) Rows<F, 1, kTileRows>(a, p, 0);
 }
 
 }  // namespace

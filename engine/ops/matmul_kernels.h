@@ -17,15 +17,37 @@ struct LinearArgs {
   const void* panels = nullptr;  // PackedMatrix storage: panel p at p * panel_bytes
   int64_t panel_bytes = 0;
   const float* scales = nullptr;  // int8: per output row; else null
-  const float* bias = nullptr;    // [out] or null
+  // int8 only: x quantised by QuantizeRows, [rows, x_int16_stride], and each row's scale.
+  const int16_t* x_int16 = nullptr;
+  int64_t x_int16_stride = 0;  // QuantizedStride(in)
+  const float* x_scales = nullptr;
+  const float* bias = nullptr;  // [out] or null
   int64_t out = 0;
   Format format = Format::kF32;
   float* y = nullptr;  // [rows, out]
 };
 
+// int8 products sum int32 over blocks of this many input columns, then add the block sums in
+// fp32: |sum| <= 256 x 127 x 32767 < 2^31, so no block overflows whatever the values.
+inline constexpr int64_t kInt8BlockColumns = 256;
+
+// Columns of a quantised activation row: `in` rounded up to a whole pair (the pad is 0).
+int64_t QuantizedStride(int64_t in);
+
+// int8 products: x [rows, in] as int16, row r scaled by scales[r] = max|x_r| / 32767 (values
+// rounded to nearest even, so |x_int16 * scale - x| <= scale / 2); xq is [rows,
+// QuantizedStride(in)]. A row of zeros gets scale 0; a row holding a NaN or an infinity gets
+// scale NaN and zeros, so its outputs are NaN as fp32 products would be.
+void QuantizeRows(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales);
+
+// What this CPU runs (CPU features by cpuid; the same answer every call).
+bool CpuRunsAvx2Kernels();    // AVX2, FMA and F16C
+bool CpuRunsAvx512Kernels();  // AVX-512F
+
 // y[:, 16*first .. 16*(first+count)) for every row (columns past `out` are not written).
 void LinearPanelsGeneric(const LinearArgs& args, int64_t first, int64_t count);
-void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count);  // AVX-512F
-void LinearPanelsAvx2(const LinearArgs& args, int64_t first, int64_t count);    // AVX2+FMA+F16C
+// AVX-512F; int8 runs the AVX2 kernel (every AVX-512 CPU has AVX2, FMA and F16C).
+void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count);
+void LinearPanelsAvx2(const LinearArgs& args, int64_t first, int64_t count);  // AVX2+FMA+F16C
 
 }  // namespace abcd::cpu::kernels

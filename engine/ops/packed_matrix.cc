@@ -61,18 +61,46 @@ float Bf16ToFloat(uint16_t bits) {
   return value;
 }
 
+// IEEE binary16 by bit manipulation, so that every compiler builds it (clang 14 has no x86
+// _Float16). Round to nearest even; overflow to infinity; NaN stays a quiet NaN with its sign and
+// the top of its payload. matmul_test checks both directions against the compiler's _Float16
+// where it has one.
 uint16_t FloatToHalf(float value) {
-  // _Float16 conversion rounds to nearest even and handles overflow, subnormals and NaN.
-  const _Float16 half = static_cast<_Float16>(value);
-  uint16_t bits;
-  std::memcpy(&bits, &half, 2);
-  return bits;
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) {  // NaN
+    return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  }
+  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: inf
+  if (magnitude < 0x38800000u) {
+    // Below 2^-14: a subnormal half (or zero), in units of 2^-24. Scaling by 2^24 is exact, and
+    // nearbyint rounds to nearest even; 1024 units is the smallest normal, which is right.
+    float magnitude_value;
+    std::memcpy(&magnitude_value, &magnitude, 4);
+    return static_cast<uint16_t>(sign |
+                                 static_cast<uint16_t>(std::nearbyint(magnitude_value * 0x1p24f)));
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to nearest
+  // even; a carry out of the mantissa correctly moves to the next exponent.
+  const uint32_t rebiased = magnitude - 0x38000000u;
+  return static_cast<uint16_t>(sign | ((rebiased + 0xfffu + ((rebiased >> 13) & 1u)) >> 13));
 }
 
 float HalfToFloatValue(uint16_t bits) {
-  _Float16 half;
-  std::memcpy(&half, &bits, 2);
-  return static_cast<float>(half);
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24, exact in float
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  const uint32_t wide = exponent == 0x1fu ? sign | 0x7f800000u | (mantissa << 13)
+                                          : sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
 }
 
 void PackedMatrix::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
@@ -108,7 +136,7 @@ PackedMatrix PackedMatrix::Pack(std::span<const float> w, int64_t out, int64_t i
       m.scales_[static_cast<size_t>(o)] = scale;
     }
     for (int64_t k = 0; k < in; ++k) {
-      const size_t index = static_cast<size_t>(k * kPanel + j);
+      const size_t index = m.IndexInPanel(k, j);
       switch (format) {
         case WeightFormat::kF32:
           reinterpret_cast<float*>(base)[index] = row[k];
@@ -135,7 +163,7 @@ void PackedMatrix::Row(int64_t o, float* dst) const {
   const int64_t p = o / kPanel, j = o % kPanel;
   const std::byte* base = static_cast<const std::byte*>(panel(p));
   for (int64_t k = 0; k < in_; ++k) {
-    const size_t index = static_cast<size_t>(k * kPanel + j);
+    const size_t index = IndexInPanel(k, j);
     switch (format_) {
       case WeightFormat::kF32:
         dst[k] = reinterpret_cast<const float*>(base)[index];

@@ -9,9 +9,15 @@
 // panel is padded with zero rows.
 //
 // Formats: fp32; bf16 and fp16 (2 bytes, widened to fp32 in registers; exact for checkpoints
-// stored in that type); int8 (weight-only quantisation: symmetric per output row, scale =
-// max|W[o]| / 127, the kernel multiplies the fp32 sum by the row's scale). Activations and
-// accumulation are fp32 in every format.
+// stored in that type), with fp32 activations and sums; int8 (symmetric per output row, scale =
+// max|W[o]| / 127), whose products run in integers: each activation row is quantised to int16
+// with its own scale (max|x| / 32767, so its rounding is ~1/256 of the weights'), pairs of
+// int8 x int16 products are summed into int32 (AVX2 vpmaddwd), and the sums are scaled back to
+// fp32 (engine/ops/matmul_kernels.h).
+//
+// int8 panels hold the input columns in pairs: for each pair (2i, 2i+1), the 32 bytes
+// W[16p + j][2i], W[16p + j][2i + 1] for j = 0 .. 15. `in` is rounded up to even with a zero
+// column.
 //
 // Thread-safety: immutable after construction; safe to share.
 #pragma once
@@ -74,8 +80,16 @@ class PackedMatrix {
   struct FreeDeleter {
     void operator()(std::byte* p) const;
   };
+  // Columns a panel stores: int8 rounds `in` up to whole pairs.
+  int64_t StoredColumns() const { return format_ == WeightFormat::kInt8 ? (in_ + 1) / 2 * 2 : in_; }
   size_t PanelBytes() const {
-    return static_cast<size_t>(in_) * kPanel * WeightFormatBytes(format_);
+    return static_cast<size_t>(StoredColumns()) * kPanel * WeightFormatBytes(format_);
+  }
+  // Where W[16p + j][k] sits in its panel, in values of format().
+  size_t IndexInPanel(int64_t k, int64_t j) const {
+    if (format_ == WeightFormat::kInt8)
+      return static_cast<size_t>((k / 2) * 2 * kPanel + j * 2 + k % 2);
+    return static_cast<size_t>(k * kPanel + j);
   }
 
   int64_t out_ = 0;

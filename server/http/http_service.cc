@@ -34,8 +34,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kJson[] = "application/json";
-
 absl::string_view KindOfPath(absl::string_view path) {
   if (path == "/v1/completions") return "completions";
   if (path == "/v1/chat/completions") return "chat";

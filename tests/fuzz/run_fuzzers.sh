@@ -3,7 +3,8 @@
 # SECONDS each, starting from the committed seeds in tests/fuzz/corpus/<fuzzer>/. New inputs go
 # to a scratch folder (the committed corpus is not changed). Any finding (crash, sanitizer
 # report, failed check, timeout, out-of-memory) fails the run; its input is kept in
-# ARTIFACTS (default <build>/fuzz-artifacts) and the fuzzer's output is printed.
+# ARTIFACTS (default <build>/fuzz-artifacts) and the fuzzer's output is printed. FUZZ_JOBS
+# fuzzers (default: the CPU count) run at once, each on one core.
 #   tests/fuzz/run_fuzzers.sh BUILD_DIR [SECONDS] [FUZZER...]
 set -uo pipefail
 
@@ -21,29 +22,51 @@ mkdir -p "$artifacts"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 
-failed=()
-for fuzzer in "${fuzzers[@]}"; do
-  binary="$build/tests/fuzz/$fuzzer"
+jobs_max="${FUZZ_JOBS:-$(nproc)}"
+
+# One fuzzer; writes "ok <runs> <seconds>" or "fail" to $scratch/<fuzzer>.result.
+run_one() {
+  local fuzzer="$1" binary="$build/tests/fuzz/$1" start=$SECONDS
   if [[ ! -x "$binary" ]]; then
-    echo "fuzz: $binary not built" >&2
-    failed+=("$fuzzer")
-    continue
+    echo "not-built" >"$scratch/$fuzzer.result"
+    return
   fi
-  options=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536
-           -print_final_stats=1 -artifact_prefix="$artifacts/$fuzzer-")
+  local options=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536
+                 -print_final_stats=1 -artifact_prefix="$artifacts/$fuzzer-")
   [[ "$fuzzer" == http_* || "$fuzzer" == model_config_* || "$fuzzer" == chat_* ]] &&
     options+=(-dict="$here/json.dict")
   mkdir -p "$scratch/$fuzzer"
-  log="$scratch/$fuzzer.log"
-  start=$SECONDS
-  if "$binary" "${options[@]}" "$scratch/$fuzzer" "$here/corpus/$fuzzer" >"$log" 2>&1; then
-    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-    echo "fuzz: $fuzzer ok, ${runs:-?} runs in $((SECONDS - start)) s, no finding"
+  if "$binary" "${options[@]}" "$scratch/$fuzzer" "$here/corpus/$fuzzer" \
+      >"$scratch/$fuzzer.log" 2>&1; then
+    local runs
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$scratch/$fuzzer.log")
+    echo "ok ${runs:-?} $((SECONDS - start))" >"$scratch/$fuzzer.result"
   else
-    echo "fuzz: $fuzzer FOUND A PROBLEM (input kept in $artifacts):" >&2
-    tail -n 60 "$log" >&2
-    failed+=("$fuzzer")
+    echo "fail" >"$scratch/$fuzzer.result"
   fi
+}
+
+for fuzzer in "${fuzzers[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n; done
+  run_one "$fuzzer" &
+done
+wait
+
+failed=()
+for fuzzer in "${fuzzers[@]}"; do
+  read -r result runs took <"$scratch/$fuzzer.result"
+  case "$result" in
+    ok) echo "fuzz: $fuzzer ok, $runs runs in $took s, no finding" ;;
+    not-built)
+      echo "fuzz: $build/tests/fuzz/$fuzzer not built" >&2
+      failed+=("$fuzzer")
+      ;;
+    *)
+      echo "fuzz: $fuzzer FOUND A PROBLEM (input kept in $artifacts):" >&2
+      tail -n 60 "$scratch/$fuzzer.log" >&2
+      failed+=("$fuzzer")
+      ;;
+  esac
 done
 if ((${#failed[@]})); then
   echo "fuzz: findings or failures in: ${failed[*]}" >&2

@@ -90,28 +90,6 @@ void CheckBlob(absl::string_view bytes) {
 
 }  // namespace
 
-namespace abcd {
-
-// The bf16 conversions the KV cache calls, as in engine/ops/packed_matrix.cc: that file also
-// holds f16 code that clang 14 (Debian 12) cannot compile for x86 (_Float16), and nothing else
-// of it is needed here.
-uint16_t FloatToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float Bf16ToFloat(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, 4);
-  return value;
-}
-
-}  // namespace abcd
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view bytes(reinterpret_cast<const char*>(data), size);
   CheckBlob(bytes);

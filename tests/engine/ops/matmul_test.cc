@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -24,9 +25,28 @@ std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-// y = x W'^T + b in double, with W' the matrix as the packed format stores it.
-std::vector<float> Reference(const std::vector<float>& x, int64_t rows, const PackedMatrix& w,
+// x as the kernels multiply it: int8 products take each row quantised to int16 (QuantizeRows).
+std::vector<float> AsMultiplied(const std::vector<float>& x, int64_t rows, int64_t in,
+                                WeightFormat format) {
+  if (format != WeightFormat::kInt8) return x;
+  const int64_t stride = cpu::kernels::QuantizedStride(in);
+  std::vector<int16_t> q(static_cast<size_t>(rows * stride));
+  std::vector<float> scales(static_cast<size_t>(rows));
+  cpu::kernels::QuantizeRows(x.data(), rows, in, q.data(), scales.data());
+  std::vector<float> back(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < in; ++k) {
+      back[r * in + k] = static_cast<float>(q[r * stride + k]) * scales[r];
+    }
+  }
+  return back;
+}
+
+// y = x' W'^T + b in double, with W' the matrix as the packed format stores it and x' the
+// activations as the kernels multiply them.
+std::vector<float> Reference(const std::vector<float>& x_in, int64_t rows, const PackedMatrix& w,
                              const float* bias) {
+  const std::vector<float> x = AsMultiplied(x_in, rows, w.in(), w.format());
   const std::vector<float> dense = w.ToFloat();
   std::vector<float> y(static_cast<size_t>(rows * w.out()));
   for (int64_t r = 0; r < rows; ++r) {
@@ -96,10 +116,8 @@ TEST_P(LinearTest, EveryKernelThisCpuRunsMatchesReference) {
   const Kernel kernels[] = {
     {"generic", &cpu::kernels::LinearPanelsGeneric, true},
 #if defined(__x86_64__)
-    {"avx2", &cpu::kernels::LinearPanelsAvx2,
-     __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c")},
-    {"avx512", &cpu::kernels::LinearPanelsAvx512, __builtin_cpu_supports("avx512f") != 0},
+    {"avx2", &cpu::kernels::LinearPanelsAvx2, cpu::kernels::CpuRunsAvx2Kernels()},
+    {"avx512", &cpu::kernels::LinearPanelsAvx512, cpu::kernels::CpuRunsAvx512Kernels()},
 #endif
   };
   const WeightFormat format = GetParam();
@@ -123,7 +141,17 @@ TEST_P(LinearTest, EveryKernelThisCpuRunsMatchesReference) {
         args.in = s.in;
         args.panels = packed.panel(0);
         args.panel_bytes = packed.panel_stride();
-        args.scales = format == WeightFormat::kInt8 ? packed.scales() : nullptr;
+        // int8: the activations quantised as cpu::Linear does.
+        const int64_t stride = cpu::kernels::QuantizedStride(s.in);
+        std::vector<int16_t> x_int16(static_cast<size_t>(s.rows * stride));
+        std::vector<float> x_scales(static_cast<size_t>(s.rows));
+        cpu::kernels::QuantizeRows(x.data(), s.rows, s.in, x_int16.data(), x_scales.data());
+        if (format == WeightFormat::kInt8) {
+          args.scales = packed.scales();
+          args.x_int16 = x_int16.data();
+          args.x_int16_stride = stride;
+          args.x_scales = x_scales.data();
+        }
         args.bias = b;
         args.out = s.out;
         args.format = static_cast<cpu::kernels::Format>(static_cast<int>(format));
@@ -169,8 +197,151 @@ TEST(PackedMatrixTest, FormatsRoundTripWithinTheirPrecision) {
       ASSERT_LE(std::fabs(back[o * in + k] - w[o * in + k]), 0.5f * max_abs / 127 * 1.0001f);
     }
   }
-  EXPECT_EQ(q.bytes(), q.panels() * PackedMatrix::kPanel * (in + 4));
+  // Panels of whole column pairs (37 -> 38) and a 4-byte scale per row.
+  EXPECT_EQ(q.bytes(), q.panels() * PackedMatrix::kPanel * (38 + 4));
 }
+
+// int8 products: every kernel this CPU runs gives the same bits (the sums are integers, and the
+// scaling is done in one order), over shapes with several 256-column blocks and odd `in`.
+TEST(Int8LinearTest, EveryKernelGivesTheSameBits) {
+  const Shape shapes[] = {{1, 1001, 40}, {3, 513, 33}, {7, 256, 100}, {13, 2049, 17}};
+  uint32_t seed = 500;
+  for (const Shape& s : shapes) {
+    const std::vector<float> w = Random(static_cast<size_t>(s.out * s.in), seed++);
+    const std::vector<float> x = Random(static_cast<size_t>(s.rows * s.in), seed++, 4.0f);
+    const std::vector<float> bias = Random(static_cast<size_t>(s.out), seed++);
+    const PackedMatrix packed = PackedMatrix::Pack(w, s.out, s.in, WeightFormat::kInt8);
+    std::vector<float> through_linear(static_cast<size_t>(s.rows * s.out));
+    cpu::Linear(x.data(), s.rows, packed, bias.data(), through_linear.data(), nullptr);
+    const int64_t stride = cpu::kernels::QuantizedStride(s.in);
+    std::vector<int16_t> x_int16(static_cast<size_t>(s.rows * stride));
+    std::vector<float> x_scales(static_cast<size_t>(s.rows));
+    cpu::kernels::QuantizeRows(x.data(), s.rows, s.in, x_int16.data(), x_scales.data());
+    cpu::kernels::LinearArgs args;
+    args.x = x.data();
+    args.rows = s.rows;
+    args.in = s.in;
+    args.panels = packed.panel(0);
+    args.panel_bytes = packed.panel_stride();
+    args.scales = packed.scales();
+    args.x_int16 = x_int16.data();
+    args.x_int16_stride = stride;
+    args.x_scales = x_scales.data();
+    args.bias = bias.data();
+    args.out = s.out;
+    args.format = cpu::kernels::Format::kInt8;
+    std::vector<float> generic(through_linear.size());
+    args.y = generic.data();
+    cpu::kernels::LinearPanelsGeneric(args, 0, packed.panels());
+    for (size_t i = 0; i < generic.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&generic[i], &through_linear[i], 4), 0)
+          << cpu::LinearKernelName() << " rows=" << s.rows << " in=" << s.in << " index " << i
+          << ": " << generic[i] << " vs " << through_linear[i];
+    }
+  }
+}
+
+// The integer sums at their extremes: all weights +-127 and all activations +-32767 over 4,096
+// columns would overflow one int32 sum 8 times over; the 256-column blocks keep it exact.
+TEST(Int8LinearTest, ExtremeValuesDoNotOverflowTheIntegerSums) {
+  const int64_t in = 4096, out = 32;
+  std::vector<float> w(static_cast<size_t>(out * in), 1.0f);
+  for (int64_t k = 0; k < in; ++k) w[static_cast<size_t>(in + k)] = -1.0f;  // row 1: all -1
+  const PackedMatrix packed = PackedMatrix::Pack(w, out, in, WeightFormat::kInt8);
+  for (const float sign : {1.0f, -1.0f}) {
+    const std::vector<float> x(static_cast<size_t>(in), 2.5f * sign);
+    std::vector<float> y(static_cast<size_t>(out));
+    cpu::Linear(x.data(), 1, packed, nullptr, y.data(), nullptr);
+    ASSERT_NEAR(y[0], sign * 2.5f * in, 1e-5f * 2.5f * in) << cpu::LinearKernelName();
+    ASSERT_NEAR(y[1], -sign * 2.5f * in, 1e-5f * 2.5f * in) << cpu::LinearKernelName();
+  }
+}
+
+TEST(Int8LinearTest, QuantisedRowsAreWithinHalfAStepAndPadded) {
+  const int64_t rows = 4, in = 37, stride = cpu::kernels::QuantizedStride(in);
+  ASSERT_EQ(stride, 38);
+  std::vector<float> x = Random(static_cast<size_t>(rows * in), 7, 50.0f);
+  for (int64_t k = 0; k < in; ++k) x[static_cast<size_t>(in + k)] = 0.0f;  // row 1: zeros
+  x[static_cast<size_t>(2 * in + 5)] = std::nanf("");                      // row 2: a NaN
+  x[static_cast<size_t>(3 * in + 9)] = -INFINITY;                          // row 3: an infinity
+  std::vector<int16_t> q(static_cast<size_t>(rows * stride), 99);
+  std::vector<float> scales(static_cast<size_t>(rows));
+  cpu::kernels::QuantizeRows(x.data(), rows, in, q.data(), scales.data());
+  float max_abs = 0;
+  for (int64_t k = 0; k < in; ++k)
+    max_abs = std::max(max_abs, std::fabs(x[static_cast<size_t>(k)]));
+  ASSERT_FLOAT_EQ(scales[0], max_abs / 32767);
+  for (int64_t k = 0; k < in; ++k) {
+    ASSERT_LE(std::fabs(q[static_cast<size_t>(k)] * scales[0] - x[static_cast<size_t>(k)]),
+              0.5001f * scales[0])
+        << k;
+  }
+  EXPECT_EQ(q[static_cast<size_t>(in)], 0);  // the pad column
+  EXPECT_EQ(scales[1], 0.0f);
+  EXPECT_TRUE(std::isnan(scales[2]));
+  EXPECT_TRUE(std::isnan(scales[3]));
+  for (int64_t r = 1; r < rows; ++r) {
+    for (int64_t k = 0; k < stride; ++k) ASSERT_EQ(q[static_cast<size_t>(r * stride + k)], 0);
+  }
+  // Through Linear, the NaN row's outputs are NaN and the other rows' are finite.
+  const std::vector<float> w = Random(static_cast<size_t>(5 * in), 8);
+  const PackedMatrix packed = PackedMatrix::Pack(w, 5, in, WeightFormat::kInt8);
+  std::vector<float> y(static_cast<size_t>(rows * 5));
+  cpu::Linear(x.data(), rows, packed, nullptr, y.data(), nullptr);
+  for (int64_t o = 0; o < 5; ++o) {
+    EXPECT_TRUE(std::isfinite(y[static_cast<size_t>(o)]));
+    EXPECT_EQ(y[static_cast<size_t>(5 + o)], 0.0f);
+    EXPECT_TRUE(std::isnan(y[static_cast<size_t>(10 + o)]));
+  }
+}
+
+#if defined(__FLT16_MAX__)
+// The bit-level f16 conversions against the compiler's own _Float16 (GCC on x86-64 has it):
+// every half value widened, and a sweep of float bit patterns narrowed (all exponents, the
+// rounding ties, subnormals, overflow, infinities and NaNs).
+TEST(PackedMatrixTest, HalfConversionsEqualTheCompilersFloat16) {
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    _Float16 half;
+    const auto bits = static_cast<uint16_t>(h);
+    std::memcpy(&half, &bits, 2);
+    const float expected = static_cast<float>(half);
+    const float got = HalfToFloatValue(bits);
+    if (std::isnan(expected)) {
+      ASSERT_TRUE(std::isnan(got)) << h;
+    } else {
+      ASSERT_EQ(std::memcmp(&got, &expected, 4), 0) << h;
+    }
+  }
+  auto check = [](uint32_t pattern) {
+    float value;
+    std::memcpy(&value, &pattern, 4);
+    const _Float16 half = static_cast<_Float16>(value);
+    uint16_t expected;
+    std::memcpy(&expected, &half, 2);
+    const uint16_t got = FloatToHalf(value);
+    if (std::isnan(value)) {
+      ASSERT_EQ(got & 0x7c00u, 0x7c00u) << pattern;
+      ASSERT_NE(got & 0x3ffu, 0u) << pattern;
+      ASSERT_EQ(got & 0x8000u, expected & 0x8000u) << pattern;
+    } else {
+      ASSERT_EQ(got, expected) << std::hex << pattern;
+    }
+  };
+  for (uint64_t pattern = 0; pattern <= 0xffffffffull; pattern += 997) {
+    check(static_cast<uint32_t>(pattern));
+  }
+  // Every half value's exact float and the ties halfway to its neighbours, both signs.
+  for (uint32_t h = 0; h < 0x7c00u; ++h) {
+    const float value = HalfToFloatValue(static_cast<uint16_t>(h));
+    uint32_t pattern;
+    std::memcpy(&pattern, &value, 4);
+    for (const uint32_t p : {pattern, pattern + 0x1000u, pattern + 0xfffu, pattern + 0x1001u}) {
+      check(p);
+      check(p | 0x80000000u);
+    }
+  }
+}
+#endif
 
 TEST(PackedMatrixTest, BytesCountPanelsAsStored) {
   const std::vector<float> w(17 * 8, 1.0f);
