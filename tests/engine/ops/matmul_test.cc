@@ -65,6 +65,37 @@ struct Shape {
   int64_t rows, in, out;
 };
 
+// The arguments cpu::Linear gives its kernels, for calling a kernel directly: for int8, with
+// the activations quantised as Linear does (kept alive here).
+struct KernelCall {
+  std::vector<int16_t> x_int16;
+  std::vector<float> x_scales;
+  cpu::kernels::LinearArgs args;
+
+  KernelCall(const std::vector<float>& x, int64_t rows, const PackedMatrix& packed,
+             const float* bias, float* y) {
+    args.x = x.data();
+    args.rows = rows;
+    args.in = packed.in();
+    args.panels = packed.panel(0);
+    args.panel_bytes = packed.panel_stride();
+    args.bias = bias;
+    args.out = packed.out();
+    args.format = static_cast<cpu::kernels::Format>(static_cast<int>(packed.format()));
+    args.y = y;
+    if (packed.format() == WeightFormat::kInt8) {
+      const int64_t stride = cpu::kernels::QuantizedStride(packed.in());
+      x_int16.resize(static_cast<size_t>(rows * stride));
+      x_scales.resize(static_cast<size_t>(rows));
+      cpu::kernels::QuantizeRows(x.data(), rows, packed.in(), x_int16.data(), x_scales.data());
+      args.scales = packed.scales();
+      args.x_int16 = x_int16.data();
+      args.x_int16_stride = stride;
+      args.x_scales = x_scales.data();
+    }
+  }
+};
+
 class LinearTest : public ::testing::TestWithParam<WeightFormat> {};
 
 TEST_P(LinearTest, MatchesReferenceOnOddShapes) {
@@ -135,31 +166,11 @@ TEST_P(LinearTest, EveryKernelThisCpuRunsMatchesReference) {
         const float* b = with_bias ? bias.data() : nullptr;
         const std::vector<float> expected = Reference(x, s.rows, packed, b);
         std::vector<float> y(static_cast<size_t>(s.rows * s.out) + 16, 12345.0f);
-        cpu::kernels::LinearArgs args;
-        args.x = x.data();
-        args.rows = s.rows;
-        args.in = s.in;
-        args.panels = packed.panel(0);
-        args.panel_bytes = packed.panel_stride();
-        // int8: the activations quantised as cpu::Linear does.
-        const int64_t stride = cpu::kernels::QuantizedStride(s.in);
-        std::vector<int16_t> x_int16(static_cast<size_t>(s.rows * stride));
-        std::vector<float> x_scales(static_cast<size_t>(s.rows));
-        cpu::kernels::QuantizeRows(x.data(), s.rows, s.in, x_int16.data(), x_scales.data());
-        if (format == WeightFormat::kInt8) {
-          args.scales = packed.scales();
-          args.x_int16 = x_int16.data();
-          args.x_int16_stride = stride;
-          args.x_scales = x_scales.data();
-        }
-        args.bias = b;
-        args.out = s.out;
-        args.format = static_cast<cpu::kernels::Format>(static_cast<int>(format));
-        args.y = y.data();
+        const KernelCall call(x, s.rows, packed, b, y.data());
         // In two calls, as the thread pool splits the panels.
         const int64_t half = packed.panels() / 2;
-        kernel.run(args, 0, half);
-        kernel.run(args, half, packed.panels() - half);
+        kernel.run(call.args, 0, half);
+        kernel.run(call.args, half, packed.panels() - half);
         for (size_t i = 0; i < expected.size(); ++i) {
           ASSERT_NEAR(y[i], expected[i], 1e-4f * (1.0f + std::fabs(expected[i])))
               << kernel.name << " " << WeightFormatName(format) << " rows=" << s.rows
@@ -213,26 +224,9 @@ TEST(Int8LinearTest, EveryKernelGivesTheSameBits) {
     const PackedMatrix packed = PackedMatrix::Pack(w, s.out, s.in, WeightFormat::kInt8);
     std::vector<float> through_linear(static_cast<size_t>(s.rows * s.out));
     cpu::Linear(x.data(), s.rows, packed, bias.data(), through_linear.data(), nullptr);
-    const int64_t stride = cpu::kernels::QuantizedStride(s.in);
-    std::vector<int16_t> x_int16(static_cast<size_t>(s.rows * stride));
-    std::vector<float> x_scales(static_cast<size_t>(s.rows));
-    cpu::kernels::QuantizeRows(x.data(), s.rows, s.in, x_int16.data(), x_scales.data());
-    cpu::kernels::LinearArgs args;
-    args.x = x.data();
-    args.rows = s.rows;
-    args.in = s.in;
-    args.panels = packed.panel(0);
-    args.panel_bytes = packed.panel_stride();
-    args.scales = packed.scales();
-    args.x_int16 = x_int16.data();
-    args.x_int16_stride = stride;
-    args.x_scales = x_scales.data();
-    args.bias = bias.data();
-    args.out = s.out;
-    args.format = cpu::kernels::Format::kInt8;
     std::vector<float> generic(through_linear.size());
-    args.y = generic.data();
-    cpu::kernels::LinearPanelsGeneric(args, 0, packed.panels());
+    const KernelCall call(x, s.rows, packed, bias.data(), generic.data());
+    cpu::kernels::LinearPanelsGeneric(call.args, 0, packed.panels());
     for (size_t i = 0; i < generic.size(); ++i) {
       ASSERT_EQ(std::memcmp(&generic[i], &through_linear[i], 4), 0)
           << cpu::LinearKernelName() << " rows=" << s.rows << " in=" << s.in << " index " << i
