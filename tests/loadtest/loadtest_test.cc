@@ -1,6 +1,8 @@
 // Unit tests of the load-test library: metric definitions (against numpy's and vLLM's),
 // goodput, loopback-only targets, the SSE and Prometheus readers, arrival processes, workloads
 // and the closed/open-loop runner (with a fake driver).
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -208,8 +211,10 @@ TEST(ArrivalProcess, GammaGapsHaveTheRequestedRateAndBurstiness) {
   }
 }
 
+// A file of this test process's own: ctest runs each test in a process of its own, several at
+// once, and two that wrote the same path raced (one read the file while the other truncated it).
 std::string Write(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path = ::testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name;
   std::ofstream(path) << text;
   return path;
 }
