@@ -17,17 +17,17 @@
 namespace abcd {
 namespace {
 
-// Rows per pass of a read: their scores sit on the stack, and the block stays in L1/L2 while
-// every head reads it (64 rows of four 64-wide bf16 heads: 32 KiB of keys and of values).
+// Rows per pass of a read: every head's scores of the block, and the block's values stay in
+// L1/L2 from the keys' pass to the values' pass (64 rows of four 64-wide bf16 heads: 32 KiB of
+// keys and of values).
 constexpr int64_t kRowChunk = 64;
 // Cached rows per block of a causal run's matrix products: 64 KiB of fp32 keys (and values),
-// widened once and multiplied by every query of the run. Scores of a block fit the stack.
+// widened once and multiplied by every query of the run.
 constexpr int64_t kBlockFloats = 16384;
 constexpr int64_t kMaxBlockRows = 256;
-static_assert(kRowChunk <= kMaxBlockRows);
-// Rows ahead of the one being read that the kernels ask the memory system for: a step touches
-// only a few lines of each row per head, a pattern the hardware prefetchers follow poorly
-// across pages, so without it every row waits for DRAM. 8 to 64 measured alike.
+// Rows ahead of the one being read whose keys the kernels ask the memory system for (and the
+// values of the row being read, for the values' pass). Without it every row waits for DRAM
+// where the cache is larger than L3; 16 and 32 measured alike, 8 slower.
 constexpr int64_t kPrefetchRows = 16;
 
 inline float Load(const float* p, int64_t i) { return p[i]; }
@@ -55,8 +55,9 @@ inline void Load8(const uint16_t* p, Float8& v) {
 }
 inline void Store8(const Float8& v, float* p) { std::memcpy(p, &v, sizeof(v)); }
 
+// The lanes added in Sum4x8's order, so a sum of one vector and of four agree bitwise.
 inline float Sum8(const Float8& v) {
-  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+  return ((v[0] + v[2]) + (v[1] + v[3])) + ((v[4] + v[6]) + (v[5] + v[7]));
 }
 
 // sums[j] = the eight lanes of a_j added, for four vectors at once (two rounds of shuffles
@@ -139,100 +140,114 @@ inline void Prefetch(const T* row, int head_dim) {
   for (int c = 0; c < head_dim; c += kPerLine) __builtin_prefetch(row + c);
 }
 
-// scores[i] = q . keys[i] for `count` rows `stride` apart. Each dot product keeps eight
-// independent partial sums (columns c = j mod 8 in lane j); four rows at a time share each load
-// of q. kPairs (bf16, head_dim % 16 == 0): q and the rows in pair order.
-//
-// Prefetching (`ahead.keys` not null): `ahead.width` values from ahead.keys of each row
-// kPrefetchRows ahead (within the `ahead.valid` rows that exist), and as many from
-// ahead.values of the rows being read, which the pass after this one reads.
-template <typename T>
-struct Ahead {
-  const T* keys = nullptr;
-  const T* values = nullptr;
-  int64_t width = 0;
-  int64_t valid = 0;
-};
-
+// q . key for one row: two vectors of partial sums (kPairs: the even and the odd columns; else
+// columns c mod 16 < 8 and >= 8), added lane-wise and then across lanes. kPairs (bf16,
+// head_dim % 16 == 0): q and the row in pair order.
 template <typename T, bool kPairs>
-ABCD_VECTOR_CLONES void Scores(const float* q, const T* keys, int64_t count, int64_t stride,
-                               int head_dim, const Ahead<T>& ahead, float* scores) {
-  const int whole = kPairs ? head_dim : head_dim - head_dim % 8;
-  const int width = static_cast<int>(ahead.width);
-  int64_t i = 0;
-  for (; i + 4 <= count; i += 4) {
-    if (ahead.keys != nullptr) {
-      for (int64_t j = i; j < i + 4; ++j) {
-        if (j + kPrefetchRows < ahead.valid) {
-          Prefetch(ahead.keys + (j + kPrefetchRows) * stride, width);
-        }
-        Prefetch(ahead.values + j * stride, width);
-      }
-    }
-    const T* k0 = keys + i * stride;
-    const T* k1 = k0 + stride;
-    const T* k2 = k1 + stride;
-    const T* k3 = k2 + stride;
-    Float8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+[[gnu::always_inline]] inline float Dot(const float* q, const T* key, int head_dim) {
+  Float8 a = {}, b = {};
+  int c = 0;
+  for (; c + 16 <= head_dim; c += 16) {
+    Float8 q0, q1, x0, x1;
+    Load8(q + c, q0);
+    Load8(q + c + 8, q1);
     if constexpr (kPairs) {
-      for (int c = 0; c < whole; c += 16) {
-        Float8 qe, qo, e, o;
-        Load8(q + c, qe);
-        Load8(q + c + 8, qo);
-        LoadPairs(k0 + c, e, o);
-        a0 += qe * e + qo * o;
-        LoadPairs(k1 + c, e, o);
-        a1 += qe * e + qo * o;
-        LoadPairs(k2 + c, e, o);
-        a2 += qe * e + qo * o;
-        LoadPairs(k3 + c, e, o);
-        a3 += qe * e + qo * o;
-      }
+      LoadPairs(key + c, x0, x1);
     } else {
-      for (int c = 0; c < whole; c += 8) {
-        Float8 qc, x0, x1, x2, x3;
-        Load8(q + c, qc);
-        Load8(k0 + c, x0);
-        Load8(k1 + c, x1);
-        Load8(k2 + c, x2);
-        Load8(k3 + c, x3);
-        a0 += qc * x0;
-        a1 += qc * x1;
-        a2 += qc * x2;
-        a3 += qc * x3;
-      }
+      Load8(key + c, x0);
+      Load8(key + c + 8, x1);
     }
-    Sum4x8(a0, a1, a2, a3, scores + i);
-    for (int c = whole; c < head_dim; ++c) {
-      scores[i] += q[c] * Load(k0, c);
-      scores[i + 1] += q[c] * Load(k1, c);
-      scores[i + 2] += q[c] * Load(k2, c);
-      scores[i + 3] += q[c] * Load(k3, c);
+    a += q0 * x0;
+    b += q1 * x1;
+  }
+  if constexpr (!kPairs) {
+    for (; c + 8 <= head_dim; c += 8) {
+      Float8 qc, x;
+      Load8(q + c, qc);
+      Load8(key + c, x);
+      a += qc * x;
     }
   }
-  for (; i < count; ++i) {
-    const T* key = keys + i * stride;
-    if (ahead.keys != nullptr) Prefetch(ahead.values + i * stride, width);
-    Float8 a = {};
-    if constexpr (kPairs) {
-      for (int c = 0; c < whole; c += 16) {
-        Float8 qe, qo, e, o;
-        Load8(q + c, qe);
-        Load8(q + c + 8, qo);
-        LoadPairs(key + c, e, o);
-        a += qe * e + qo * o;
+  float score = Sum8(a + b);
+  // std::fma: the same rounding whether or not the compiler contracts, as in Dot4.
+  for (; c < head_dim; ++c) score = std::fma(q[c], Load(key, c), score);
+  return score;
+}
+
+// sums[0..3] = q . the four rows k0, k0 + stride, ... (one head), each the same bits as Dot on
+// that row (the same partial sums, added in the same order), the four rows sharing each load of q.
+template <typename T, bool kPairs>
+[[gnu::always_inline]] inline void Dot4(const float* q, const T* k0, int64_t stride, int head_dim,
+                                        float* sums) {
+  const T* k[4] = {k0, k0 + stride, k0 + 2 * stride, k0 + 3 * stride};
+  Float8 a[4] = {}, b[4] = {};
+  int c = 0;
+  for (; c + 16 <= head_dim; c += 16) {
+    Float8 q0, q1;
+    Load8(q + c, q0);
+    Load8(q + c + 8, q1);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      Float8 x0, x1;
+      if constexpr (kPairs) {
+        LoadPairs(k[r] + c, x0, x1);
+      } else {
+        Load8(k[r] + c, x0);
+        Load8(k[r] + c + 8, x1);
       }
-    } else {
-      for (int c = 0; c < whole; c += 8) {
-        Float8 qc, x;
-        Load8(q + c, qc);
-        Load8(key + c, x);
-        a += qc * x;
+      a[r] += q0 * x0;
+      b[r] += q1 * x1;
+    }
+  }
+  if constexpr (!kPairs) {
+    for (; c + 8 <= head_dim; c += 8) {
+      Float8 qc;
+      Load8(q + c, qc);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        Float8 x;
+        Load8(k[r] + c, x);
+        a[r] += qc * x;
       }
     }
-    float score = Sum8(a);
-    for (int c = whole; c < head_dim; ++c) score += q[c] * Load(key, c);
-    scores[i] = score;
+  }
+  Sum4x8(a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], sums);
+  for (; c < head_dim; ++c) {
+    for (int r = 0; r < 4; ++r) sums[r] = std::fma(q[c], Load(k[r], c), sums[r]);
+  }
+}
+
+// scores[h * n + i] = q_h . keys[i] (head h's key columns) for `n` rows `stride` apart and
+// every query head h of `kv_heads` x `group` (q_h at q + h * head_dim). The rows are walked in
+// order, every head of a row before the next row, so memory is read front to back (reading one
+// head's columns of four rows at a time instead was 1.3x slower beyond L3); a single head reads
+// four rows at a time (Dot4: a quarter faster on abc's few slots). Keys kPrefetchRows rows ahead
+// (among the `ahead_rows` from `keys` on) are prefetched, and each row's values as its keys are
+// read, for the pass that follows this one.
+template <typename T, bool kPairs>
+ABCD_VECTOR_CLONES void ScoreRows(const float* q, int kv_heads, int group, const T* keys,
+                                  const T* values, int64_t n, int64_t ahead_rows, int64_t stride,
+                                  int head_dim, float* scores) {
+  const int heads = kv_heads * group;
+  const int width = kv_heads * head_dim;
+  int64_t i = 0;
+  if (heads == 1) {
+    for (; i + 4 <= n; i += 4) {
+      for (int64_t j = i; j < i + 4; ++j) {
+        if (j + kPrefetchRows < ahead_rows) Prefetch(keys + (j + kPrefetchRows) * stride, width);
+        Prefetch(values + j * stride, width);
+      }
+      Dot4<T, kPairs>(q, keys + i * stride, stride, head_dim, scores + i);
+    }
+  }
+  for (; i < n; ++i) {
+    const T* row = keys + i * stride;
+    if (i + kPrefetchRows < ahead_rows) Prefetch(row + kPrefetchRows * stride, width);
+    Prefetch(values + i * stride, width);
+    for (int h = 0; h < heads; ++h) {
+      scores[int64_t{h} * n + i] =
+          Dot<T, kPairs>(q + int64_t{h} * head_dim, row + int64_t{h / group} * head_dim, head_dim);
+    }
   }
 }
 
@@ -300,31 +315,28 @@ ABCD_VECTOR_CLONES void Accumulate(const float* weights, const T* values, int64_
   }
 }
 
-// One block of `n` rows folded into one query head's running read: scores (+ bias), a new
-// maximum, the old sums rescaled to it, exp, and the weighted values added. `ahead` as for
-// Scores.
-template <bool kPairs, typename T>
-void Fold(const float* q, const T* keys, const T* values, const float* bias, int64_t n,
-          int64_t stride, int head_dim, const Ahead<T>& ahead, SoftmaxPartial& run, float* out) {
-  float scores[kMaxBlockRows];
-  Scores<T, kPairs>(q, keys, n, stride, head_dim, ahead, scores);
-  if (bias != nullptr) {
-    for (int64_t i = 0; i < n; ++i) scores[i] += bias[i];
-  }
-  const float block_max = MaxOf(scores, n, run.max);
-  const float rescale = std::exp(run.max - block_max);  // 0 on the first block
-  for (int64_t i = 0; i < n; ++i) scores[i] -= block_max;
-  cpu::ExpArray(scores, n, scores);
-  run.sum = run.sum * rescale + SumOf(scores, n);
+// Advances a running softmax by one block of scores: row[0, seen) are scores, row[seen, n) are
+// masked (-infinity, or ignored). Afterwards row[0, n) holds exp(score - the new maximum) (0 where
+// masked) and `run` the new maximum and sum; returns the factor by which the block's earlier
+// output must be rescaled (0 on the first block).
+float AdvanceRun(float* row, int64_t n, int64_t seen, SoftmaxPartial& run) {
+  const float block_max = MaxOf(row, seen, run.max);
+  const float rescale = std::exp(run.max - block_max);
+  for (int64_t j = 0; j < n; ++j) row[j] -= block_max;
+  cpu::ExpArray(row, n, row);
+  run.sum = run.sum * rescale + SumOf(row, seen);
   run.max = block_max;
-  Accumulate<T, kPairs>(scores, values, n, stride, head_dim, rescale, out);
+  return rescale;
 }
 
 // Rows [begin, end) of `kv_heads` key/value heads (head h's columns at h * head_dim of each
 // row; its `group` query heads at q + (h * group + j) * head_dim, outputs alike), read straight
-// from the cache (bf16 widened in registers) in blocks of kRowChunk rows, every head reading
-// each block before the next: memory is walked in row order, the first head prefetching whole
-// rows ahead, and the other heads find the block in L1/L2. kPairs: q and out in pair order.
+// from the cache (bf16 widened in registers) in blocks of kRowChunk rows: every head's scores
+// of a block in one walk over its keys in row order (ScoreRows, which also prefetches the
+// block's values), then per head the running softmax advanced and the weighted values added.
+// Reading the keys front to back, rather than one head's columns of the block's rows and then
+// the next head's, keeps the memory system streaming: the read alone is about 2x faster once the
+// cache is larger than L3 (loadtest/results/README.md). kPairs: q and out in pair order.
 template <bool kPairs, typename T>
 void ReadRangeIn(const float* q, int kv_heads, int group, const T* keys, const T* values,
                  const float* bias, int64_t begin, int64_t end, int64_t stride, int head_dim,
@@ -332,17 +344,21 @@ void ReadRangeIn(const float* q, int kv_heads, int group, const T* keys, const T
   const int heads = kv_heads * group;
   std::fill(out, out + int64_t{heads} * head_dim, 0.0f);
   std::fill(partial, partial + heads, SoftmaxPartial{});
+  absl::InlinedVector<float, 16 * kRowChunk> scores(static_cast<size_t>(heads * kRowChunk));
   for (int64_t first = begin; first < end; first += kRowChunk) {
     const int64_t n = std::min(kRowChunk, end - first);
     const T* k = keys + first * stride;
     const T* v = values + first * stride;
-    const float* b = bias != nullptr ? bias + first : nullptr;
-    const Ahead<T> lead{k, v, int64_t{kv_heads} * head_dim, end - first};
+    ScoreRows<T, kPairs>(q, kv_heads, group, k, v, n, end - first, stride, head_dim, scores.data());
     for (int h = 0; h < heads; ++h) {
+      float* row = scores.data() + int64_t{h} * n;
+      if (bias != nullptr) {
+        for (int64_t i = 0; i < n; ++i) row[i] += bias[first + i];
+      }
+      const float rescale = AdvanceRun(row, n, n, partial[h]);
       const int64_t at = int64_t{h} * head_dim;
-      const int64_t column = int64_t{h / group} * head_dim;
-      Fold<kPairs>(q + at, k + column, v + column, b, n, stride, head_dim,
-                   h == 0 ? lead : Ahead<T>{}, partial[h], out + at);
+      Accumulate<T, kPairs>(row, v + int64_t{h / group} * head_dim, n, stride, head_dim, rescale,
+                            out + at);
     }
   }
 }
@@ -448,13 +464,7 @@ void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const
       const int64_t i = active + t / group;  // the run row of this query
       const int64_t seen = std::min(n, first_position + i + 1 - first);
       std::fill(row + seen, row + n, kMasked);
-      SoftmaxPartial& run = runs[static_cast<size_t>(active * group + t)];
-      const float block_max = MaxOf(row, seen, run.max);
-      const float rescale = std::exp(run.max - block_max);  // 0 on the first block
-      for (int64_t j = 0; j < n; ++j) row[j] -= block_max;
-      cpu::ExpArray(row, n, row);
-      run.sum = run.sum * rescale + SumOf(row, seen);
-      run.max = block_max;
+      const float rescale = AdvanceRun(row, n, seen, runs[static_cast<size_t>(active * group + t)]);
       float* o = acc.data() + (active * group + t) * head_dim;
       for (int c = 0; c < head_dim; ++c) o[c] *= rescale;
     }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -147,16 +148,25 @@ TEST(SoftmaxScanTest, CausalRunEqualsEachRowsRead) {
 // and a decode row at 9 rows (one piece), against the default row-by-row scan on copies of the
 // same caches.
 TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
-  constexpr int kQHeads = 8, kKvHeads = 2, kHeadDim = 32;
-  const SoftmaxState state(kQHeads, kKvHeads, kHeadDim, {});
-  const KernelRowLayout layout = state.PreparedLayout();
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   struct Sequence {
     int64_t cached, rows;
   };
   const Sequence sequences[] = {{2999, 1}, {200, 37}, {8, 1}};
-  for (const auto& [bf16, threads] : {std::pair{false, 2}, {true, 2}, {true, 1}}) {
+  // GQA (a read per group of four query heads) and MHA (ReadHead reads one head at a time, four
+  // rows per step; the step reads every head of a row), and a head_dim with a scalar tail.
+  for (const auto& [q_heads, kv_heads, head_dim, bf16, threads] : {std::tuple{8, 2, 32, false, 2},
+                                                                   {8, 2, 32, true, 2},
+                                                                   {8, 2, 32, true, 1},
+                                                                   {4, 4, 32, false, 2},
+                                                                   {4, 4, 32, true, 1},
+                                                                   {4, 4, 20, false, 1},
+                                                                   {4, 4, 20, true, 2}}) {
+    SCOPED_TRACE(testing::Message()
+                 << q_heads << " query heads, " << kv_heads << " kv heads, head_dim " << head_dim);
+    const SoftmaxState state(q_heads, kv_heads, head_dim, {});
+    const KernelRowLayout layout = state.PreparedLayout();
     std::vector<KvCache> caches(3), expected_caches;
     std::vector<StateRef> states;
     std::vector<RowRun> runs;
@@ -183,7 +193,7 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
     const int64_t rows = static_cast<int64_t>(states.size());
     std::vector<float> kernel_rows(static_cast<size_t>(rows * layout.width));
     for (float& x : kernel_rows) x = normal(rng);
-    const int64_t out_width = int64_t{kQHeads} * kHeadDim;
+    const int64_t out_width = int64_t{q_heads} * head_dim;
     std::vector<float> out(static_cast<size_t>(rows * out_width), 0.0f), expected = out;
     CpuContext ctx(threads);
     state.Scan(ctx,
@@ -191,7 +201,7 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
     const ScanArgs plain{kernel_rows.data(), layout.width, layout, expected_states, runs,
                          expected.data(),    out_width};
     for (const RowRun& run : runs) {
-      for (int h = 0; h < kKvHeads; ++h) state.AttentionState::ScanHead(h, plain, run);
+      for (int h = 0; h < kv_heads; ++h) state.AttentionState::ScanHead(h, plain, run);
     }
     ExpectNear(out, expected,
                bf16 ? (threads == 1 ? "bf16 step, 1 thread" : "bf16 step") : "f32 step");
