@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -211,13 +212,19 @@ TEST(ArrivalProcess, GammaGapsHaveTheRequestedRateAndBurstiness) {
   }
 }
 
-// A file of this test process's own: ctest runs each test in a process of its own, several at
-// once, and two that wrote the same path raced (one read the file while the other truncated it).
-std::string Write(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name;
-  std::ofstream(path) << text;
-  return path;
-}
+// A file of this test process's own, removed when it goes out of scope: ctest runs each test in
+// a process of its own, several at once, and two that wrote the same path raced (one read the
+// file while the other truncated it).
+struct TempFile {
+  TempFile(const std::string& name, const std::string& text)
+      : path(::testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name) {
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string path;
+};
 
 TEST(Workload, ParsesLengthRanges) {
   EXPECT_EQ(ParseLengthRange("x", "32")->min, 32);
@@ -229,11 +236,11 @@ TEST(Workload, ParsesLengthRanges) {
 }
 
 TEST(Workload, IsDeterministicAndHonoursLengths) {
-  const std::string path = Write("prompts.jsonl",
-                                 "{\"prompt\": \"one two three\", \"output_tokens\": 7}\n"
-                                 "plain text line\n\n{\"text\": \"from a text field\"}\n");
+  const TempFile prompts("prompts.jsonl",
+                         "{\"prompt\": \"one two three\", \"output_tokens\": 7}\n"
+                         "plain text line\n\n{\"text\": \"from a text field\"}\n");
   WorkloadOptions o;
-  o.prompts_file = path;
+  o.prompts_file = prompts.path;
   o.seed = 5;
   absl::StatusOr<Workload> w = Workload::Create(o, nullptr);
   ASSERT_TRUE(w.ok()) << w.status();
@@ -326,8 +333,9 @@ class FakeDriver : public Driver {
 
 Workload SimpleWorkload() {
   WorkloadOptions o;
-  o.prompts_file = Write("runner_prompts.txt", "a\nb\nc\n");
-  return *Workload::Create(o, nullptr);
+  const TempFile prompts("runner_prompts.txt", "a\nb\nc\n");
+  o.prompts_file = prompts.path;
+  return *Workload::Create(o, nullptr);  // read whole: the file may go
 }
 
 TEST(Runner, ClosedLoopKeepsConcurrencyAndCount) {
