@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
     served->name = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
   }
   ModelLoadOptions load;
-  load.kv_cache_bf16 = config.kv_cache_format == "bf16";
+  ABCD_ASSIGN_OR_RETURN(load.kv_cache_format, ParseKvFormat(config.kv_cache_format));
   if (!config.weight_format.empty()) {
     ABCD_ASSIGN_OR_RETURN(load.weight_format, ParseWeightFormat(config.weight_format));
   }

@@ -183,7 +183,10 @@ std::string DescribeAttention(const AttentionSpec& spec) {
       return name;
     case AttentionType::kTxl:
       return absl::StrCat(name, "(memory=", spec.memory, ", clamp_len=", spec.clamp_len,
-                          spec.ring_bf16 ? ", bf16 ring" : "", ")");
+                          spec.ring_format == KvFormat::kF32
+                              ? ""
+                              : absl::StrCat(", ", KvFormatName(spec.ring_format), " ring"),
+                          ")");
   }
   return name;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "engine/state/kv_cache.h"
 
 namespace abcd {
 
@@ -88,9 +89,9 @@ struct AttentionSpec {
   float eps = 0.0f;   // rfa, t2r, elu: denominator floor
   int memory = 0;     // txl: previous positions each query sees (M)
   int clamp_len = 0;  // txl: relative distances beyond C use the row of C
-  // txl: the K/V ring is stored as bf16 (not a config.json field: set from the load options'
-  // kv_cache_bf16 by Model::Load; part of the state layout's description).
-  bool ring_bf16 = false;
+  // txl: the K/V ring's storage (not a config.json field: set from the load options'
+  // kv_cache_format by Model::Load; part of the state layout's description).
+  KvFormat ring_format = KvFormat::kF32;
   // Encoder "gmat" layers (issue 16) are softmax attention (same tensors) with the GMAT mask:
   // main tokens see their chunk of `gmat_chunk` tokens (0 = all) plus the memory tokens. -1 =
   // not a gmat layer.

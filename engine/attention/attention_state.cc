@@ -100,7 +100,7 @@ absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelCo
       for (float& x : u) x *= scale;
       for (float& x : v) x *= scale;
       const int64_t rows = int64_t{std::min(spec.memory, spec.clamp_len)} + 1;
-      return std::make_unique<TxlState>(heads, dh, spec.memory, spec.clamp_len, spec.ring_bf16,
+      return std::make_unique<TxlState>(heads, dh, spec.memory, spec.clamp_len, spec.ring_format,
                                         TxlState::BuildTable(w_r, d, d, rows), std::move(u),
                                         std::move(v));
     }

@@ -30,12 +30,23 @@ constexpr int64_t kMaxBlockRows = 256;
 // where the cache is larger than L3; 16 and 32 measured alike, 8 slower.
 constexpr int64_t kPrefetchRows = 16;
 
-inline float Load(const float* p, int64_t i) { return p[i]; }
-inline float Load(const uint16_t* p, int64_t i) {
+// Every helper below is inlined into the kernels that use it, always: a helper left out of line
+// is compiled for the baseline ISA, not the calling clone's (ABCD_VECTOR_CLONES), which made it
+// slower and changed its rounding (no FMA), so the same values read from two formats, or by two
+// paths, could give different bits.
+#define ABCD_INLINE [[gnu::always_inline]] inline
+
+ABCD_INLINE float Load(const float* p, int64_t i) { return p[i]; }
+ABCD_INLINE float Load(const uint16_t* p, int64_t i) {
   const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
   float value;
   std::memcpy(&value, &bits, 4);
   return value;
+}
+ABCD_INLINE float Load(const F16* p, int64_t i) {
+  uint16_t bits;
+  std::memcpy(&bits, p + i, sizeof(bits));
+  return HalfToFloatValue(bits);
 }
 
 // Eight floats as one value (GCC/Clang vector extension): compiled per clone of the functions
@@ -45,25 +56,44 @@ using U16x8 = uint16_t __attribute__((vector_size(16)));
 using U32x8 = uint32_t __attribute__((vector_size(32)));
 
 // By reference: a vector passed by value changes the ABI between the clones (-Wpsabi).
-inline void Load8(const float* p, Float8& v) { std::memcpy(&v, p, sizeof(v)); }
+ABCD_INLINE void Load8(const float* p, Float8& v) { std::memcpy(&v, p, sizeof(v)); }
 // Eight bf16 values widened to fp32 (zero-extend and shift: exact).
-inline void Load8(const uint16_t* p, Float8& v) {
+ABCD_INLINE void Load8(const uint16_t* p, Float8& v) {
   U16x8 h;
   std::memcpy(&h, p, sizeof(h));
   const U32x8 w = __builtin_convertvector(h, U32x8) << 16;
   std::memcpy(&v, &w, sizeof(v));
 }
-inline void Store8(const Float8& v, float* p) { std::memcpy(p, &v, sizeof(v)); }
+// Eight f16 values widened to fp32, exactly, in plain vector arithmetic (the same code in every
+// clone): the exponent and mantissa moved to fp32's positions and scaled by 2^112, exact for
+// normal and subnormal halves alike; infinities and NaNs (exponent 31) get fp32's all-ones
+// exponent; then the sign. GCC 12's _Float16 vector conversion was 2x slower in the AVX2 clone
+// (it converted element by element), and clang 14 has no _Float16 on x86.
+ABCD_INLINE void Load8(const F16* p, Float8& v) {
+  U16x8 h;
+  std::memcpy(&h, p, sizeof(h));
+  const U32x8 w = __builtin_convertvector(h, U32x8);
+  const U32x8 magnitude = (w & 0x7FFFu) << 13;
+  Float8 scaled;
+  std::memcpy(&scaled, &magnitude, sizeof(scaled));
+  scaled *= 0x1p112f;
+  U32x8 bits;
+  std::memcpy(&bits, &scaled, sizeof(bits));
+  const U32x8 special = reinterpret_cast<U32x8>((w & 0x7C00u) == 0x7C00u);
+  bits |= (special & 0x7F800000u) | ((w & 0x8000u) << 16);
+  std::memcpy(&v, &bits, sizeof(v));
+}
+ABCD_INLINE void Store8(const Float8& v, float* p) { std::memcpy(p, &v, sizeof(v)); }
 
 // The lanes added in Sum4x8's order, so a sum of one vector and of four agree bitwise.
-inline float Sum8(const Float8& v) {
+ABCD_INLINE float Sum8(const Float8& v) {
   return ((v[0] + v[2]) + (v[1] + v[3])) + ((v[4] + v[6]) + (v[5] + v[7]));
 }
 
 // sums[j] = the eight lanes of a_j added, for four vectors at once (two rounds of shuffles
 // and adds, then the two 128-bit halves).
-inline void Sum4x8(const Float8& a0, const Float8& a1, const Float8& a2, const Float8& a3,
-                   float* sums) {
+ABCD_INLINE void Sum4x8(const Float8& a0, const Float8& a1, const Float8& a2, const Float8& a3,
+                        float* sums) {
   const Float8 t01 = __builtin_shufflevector(a0, a1, 0, 8, 1, 9, 4, 12, 5, 13) +
                      __builtin_shufflevector(a0, a1, 2, 10, 3, 11, 6, 14, 7, 15);
   const Float8 t23 = __builtin_shufflevector(a2, a3, 0, 8, 1, 9, 4, 12, 5, 13) +
@@ -78,7 +108,7 @@ inline void Sum4x8(const Float8& a0, const Float8& a1, const Float8& a2, const F
 // columns (the low halves of its 32-bit words, shifted up) and the odd ones (the high halves,
 // masked): two single-uop ops, where widening eight at a time takes a shuffle per half. The
 // query and the output of such a read are kept permuted the same way (PairOrder).
-inline void LoadPairs(const uint16_t* p, Float8& even, Float8& odd) {
+ABCD_INLINE void LoadPairs(const uint16_t* p, Float8& even, Float8& odd) {
   U32x8 w;
   std::memcpy(&w, p, sizeof(w));
   const U32x8 lo = w << 16;
@@ -135,7 +165,7 @@ ABCD_VECTOR_CLONES float SumOf(const float* x, int64_t n) {
 }
 
 template <typename T>
-inline void Prefetch(const T* row, int head_dim) {
+ABCD_INLINE void Prefetch(const T* row, int head_dim) {
   constexpr int kPerLine = 64 / sizeof(T);
   for (int c = 0; c < head_dim; c += kPerLine) __builtin_prefetch(row + c);
 }
@@ -144,7 +174,7 @@ inline void Prefetch(const T* row, int head_dim) {
 // columns c mod 16 < 8 and >= 8), added lane-wise and then across lanes. kPairs (bf16,
 // head_dim % 16 == 0): q and the row in pair order.
 template <typename T, bool kPairs>
-[[gnu::always_inline]] inline float Dot(const float* q, const T* key, int head_dim) {
+ABCD_INLINE float Dot(const float* q, const T* key, int head_dim) {
   Float8 a = {}, b = {};
   int c = 0;
   for (; c + 16 <= head_dim; c += 16) {
@@ -177,8 +207,7 @@ template <typename T, bool kPairs>
 // sums[0..3] = q . the four rows k0, k0 + stride, ... (one head), each the same bits as Dot on
 // that row (the same partial sums, added in the same order), the four rows sharing each load of q.
 template <typename T, bool kPairs>
-[[gnu::always_inline]] inline void Dot4(const float* q, const T* k0, int64_t stride, int head_dim,
-                                        float* sums) {
+ABCD_INLINE void Dot4(const float* q, const T* k0, int64_t stride, int head_dim, float* sums) {
   const T* k[4] = {k0, k0 + stride, k0 + 2 * stride, k0 + 3 * stride};
   Float8 a[4] = {}, b[4] = {};
   int c = 0;
@@ -255,8 +284,8 @@ ABCD_VECTOR_CLONES void ScoreRows(const float* q, int kv_heads, int group, const
 // output held in registers over all rows.
 // kPairs: the rows and out in pair order, V even.
 template <int V, bool kPairs, typename T>
-inline void AccumulateColumns(const float* weights, const T* values, int64_t count, int64_t stride,
-                              int c0, float rescale, float* out) {
+ABCD_INLINE void AccumulateColumns(const float* weights, const T* values, int64_t count,
+                                   int64_t stride, int c0, float rescale, float* out) {
   Float8 acc[V];
 #pragma GCC unroll 8
   for (int v = 0; v < V; ++v) {
@@ -415,7 +444,13 @@ ABCD_VECTOR_CLONES void Stage(const T* rows, int64_t count, int64_t stride, int 
     const T* row = rows + i * stride;
     if (i + kPrefetchRows < count) Prefetch(row + kPrefetchRows * stride, head_dim);
     float* to = out + i * head_dim;
-    for (int c = 0; c < head_dim; ++c) to[c] = Load(row, c);
+    int c = 0;
+    for (; c + 8 <= head_dim; c += 8) {
+      Float8 x;
+      Load8(row + c, x);
+      Store8(x, to + c);
+    }
+    for (; c < head_dim; ++c) to[c] = Load(row, c);
   }
 }
 
@@ -553,6 +588,34 @@ void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const flo
 void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const uint16_t* keys,
                           const uint16_t* values, int64_t first_position, int64_t rows,
                           int64_t stride, int head_dim, float* out, int64_t out_stride) {
+  CausalRun(q, q_stride, group, keys, values, first_position, rows, stride, head_dim, out,
+            out_stride);
+}
+
+void SoftmaxReadHead(const float* q, const F16* keys, const F16* values, int64_t count,
+                     int64_t stride, int head_dim, float* out) {
+  ReadGroup(q, 1, keys, values, nullptr, count, stride, head_dim, out);
+}
+
+void SoftmaxReadHead(const float* q, const F16* keys, const F16* values, const float* bias,
+                     int64_t count, int64_t stride, int head_dim, float* out) {
+  ReadGroup(q, 1, keys, values, bias, count, stride, head_dim, out);
+}
+
+void SoftmaxReadGroup(const float* q, int group, const F16* keys, const F16* values, int64_t count,
+                      int64_t stride, int head_dim, float* out) {
+  ReadGroup(q, group, keys, values, nullptr, count, stride, head_dim, out);
+}
+
+void SoftmaxReadPartial(const float* q, int kv_heads, int group, const F16* keys, const F16* values,
+                        int64_t begin, int64_t end, int64_t stride, int head_dim,
+                        SoftmaxPartial* partial, float* out) {
+  ReadRange(q, kv_heads, group, keys, values, nullptr, begin, end, stride, head_dim, partial, out);
+}
+
+void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const F16* keys,
+                          const F16* values, int64_t first_position, int64_t rows, int64_t stride,
+                          int head_dim, float* out, int64_t out_stride) {
   CausalRun(q, q_stride, group, keys, values, first_position, rows, stride, head_dim, out,
             out_stride);
 }

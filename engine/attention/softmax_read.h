@@ -2,8 +2,9 @@
 // abc's slots): one query over a range of rows, a split read merged afterwards
 // (flash-decoding), and a whole run of causal queries read in blocks (prefill).
 //
-// Rows are fp32 or bf16 (uint16_t bit patterns), `stride` values apart (a cache row holds every
-// head; a head's part starts at the pointer given); arithmetic is fp32 throughout. Queries are
+// Rows are fp32, bf16 (uint16_t bit patterns) or f16 (F16), `stride` values apart (a cache row
+// holds every head; a head's part starts at the pointer given); arithmetic is fp32 throughout.
+// Each function below has one overload per row type. Queries are
 // already scaled by 1/sqrt(head_dim). Pure functions: safe to call from any thread on disjoint
 // outputs.
 #pragma once
@@ -13,11 +14,20 @@
 
 namespace abcd {
 
+// An IEEE binary16 value's bit pattern (f16 KV rows), a type apart from bf16's uint16_t. The
+// caller views its uint16_t storage as F16 (reinterpret_cast); the kernels only copy the bits
+// out (memcpy), never access an F16 object.
+struct F16 {
+  uint16_t bits;
+};
+
 // out[dh] = sum_i softmax_i(q . keys[i]) values[i] over `count` rows `stride` floats apart.
 void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
                      int64_t stride, int head_dim, float* out);
 // The same over bf16 rows (a bf16 KvCache), computed in fp32.
 void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values, int64_t count,
+                     int64_t stride, int head_dim, float* out);
+void SoftmaxReadHead(const float* q, const F16* keys, const F16* values, int64_t count,
                      int64_t stride, int head_dim, float* out);
 // Both with a per-row additive score term: softmax_i(q . keys[i] + bias[i]) (txl's relative
 // positions); `bias` holds `count` floats.
@@ -25,12 +35,16 @@ void SoftmaxReadHead(const float* q, const float* keys, const float* values, con
                      int64_t count, int64_t stride, int head_dim, float* out);
 void SoftmaxReadHead(const float* q, const uint16_t* keys, const uint16_t* values,
                      const float* bias, int64_t count, int64_t stride, int head_dim, float* out);
+void SoftmaxReadHead(const float* q, const F16* keys, const F16* values, const float* bias,
+                     int64_t count, int64_t stride, int head_dim, float* out);
 // The `group` query heads that share one key/value head (GQA), held head_dim apart in q and
 // out: equal to SoftmaxReadHead on each, with the rows read from memory once for the group.
 void SoftmaxReadGroup(const float* q, int group, const float* keys, const float* values,
                       int64_t count, int64_t stride, int head_dim, float* out);
 void SoftmaxReadGroup(const float* q, int group, const uint16_t* keys, const uint16_t* values,
                       int64_t count, int64_t stride, int head_dim, float* out);
+void SoftmaxReadGroup(const float* q, int group, const F16* keys, const F16* values, int64_t count,
+                      int64_t stride, int head_dim, float* out);
 
 // A read of part of the rows, not yet normalised: the largest score seen and the sum of
 // exp(score - max); the output beside it holds sum_i exp(score_i - max) values[i].
@@ -50,6 +64,9 @@ void SoftmaxReadPartial(const float* q, int kv_heads, int group, const float* ke
 void SoftmaxReadPartial(const float* q, int kv_heads, int group, const uint16_t* keys,
                         const uint16_t* values, int64_t begin, int64_t end, int64_t stride,
                         int head_dim, SoftmaxPartial* partial, float* out);
+void SoftmaxReadPartial(const float* q, int kv_heads, int group, const F16* keys, const F16* values,
+                        int64_t begin, int64_t end, int64_t stride, int head_dim,
+                        SoftmaxPartial* partial, float* out);
 
 // out[dh] = the normalised read of one query head from `pieces` partial reads of disjoint
 // ranges: piece i's is partials[i * partial_stride] and outs + i * out_stride.
@@ -66,5 +83,8 @@ void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const flo
 void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const uint16_t* keys,
                           const uint16_t* values, int64_t first_position, int64_t rows,
                           int64_t stride, int head_dim, float* out, int64_t out_stride);
+void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const F16* keys,
+                          const F16* values, int64_t first_position, int64_t rows, int64_t stride,
+                          int head_dim, float* out, int64_t out_stride);
 
 }  // namespace abcd

@@ -16,6 +16,24 @@ namespace {
 // short run row by row in ReadHead), so a row's read is the same bits on every path.
 constexpr int64_t kPieceRows = 1024;
 
+// Calls read(keys, values) with the cache's rows from column `column` on, as their stored type:
+// float, bf16 (uint16_t) or F16.
+template <typename Read>
+void WithRows(const KvCache& kv, int64_t column, Read&& read) {
+  switch (kv.format) {
+    case KvFormat::kF32:
+      read(kv.keys.data() + column, kv.values.data() + column);
+      return;
+    case KvFormat::kBf16:
+      read(kv.keys16.data() + column, kv.values16.data() + column);
+      return;
+    case KvFormat::kF16:
+      read(reinterpret_cast<const F16*>(kv.keys16.data()) + column,
+           reinterpret_cast<const F16*>(kv.values16.data()) + column);
+      return;
+  }
+}
+
 }  // namespace
 
 void SoftmaxState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) const {
@@ -42,15 +60,10 @@ void SoftmaxState::ReadHead(int g, const float* q, const StateRef& state, float*
     const int64_t begin = p * kPieceRows, end = std::min(count, begin + kPieceRows);
     SoftmaxPartial* partial = partials.data() + p * group;
     float* piece_out = outs.data() + p * width;
-    if (kv.bf16) {
-      SoftmaxReadPartial(q + offset, 1, group, kv.keys16.data() + kv_offset,
-                         kv.values16.data() + kv_offset, begin, end, kv.width, head_dim_, partial,
-                         piece_out);
-    } else {
-      SoftmaxReadPartial(q + offset, 1, group, kv.keys.data() + kv_offset,
-                         kv.values.data() + kv_offset, begin, end, kv.width, head_dim_, partial,
-                         piece_out);
-    }
+    WithRows(kv, kv_offset, [&](const auto* keys, const auto* values) {
+      SoftmaxReadPartial(q + offset, 1, group, keys, values, begin, end, kv.width, head_dim_,
+                         partial, piece_out);
+    });
   }
   for (int j = 0; j < group; ++j) {
     SoftmaxMerge(partials.data() + j, group, outs.data() + int64_t{j} * head_dim_, width,
@@ -74,13 +87,10 @@ struct ReadTask {
 void SoftmaxState::ReadPartial(const float* q, const KvCache& kv, int64_t begin, int64_t end,
                                SoftmaxPartial* partial, float* out) const {
   const int group = q_heads_ / kv_heads_;
-  if (kv.bf16) {
-    SoftmaxReadPartial(q, kv_heads_, group, kv.keys16.data(), kv.values16.data(), begin, end,
-                       kv.width, head_dim_, partial, out);
-  } else {
-    SoftmaxReadPartial(q, kv_heads_, group, kv.keys.data(), kv.values.data(), begin, end, kv.width,
-                       head_dim_, partial, out);
-  }
+  WithRows(kv, 0, [&](const auto* keys, const auto* values) {
+    SoftmaxReadPartial(q, kv_heads_, group, keys, values, begin, end, kv.width, head_dim_, partial,
+                       out);
+  });
 }
 
 void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
@@ -170,15 +180,10 @@ void SoftmaxState::ScanHead(int g, const ScanArgs& args, const RowRun& run) cons
   const int64_t offset = kv_offset * group;
   const float* q = args.rows + run.first * args.width + offset;
   float* out = args.out + run.first * args.out_width + offset;
-  if (kv.bf16) {
-    SoftmaxReadCausalRun(q, args.width, group, kv.keys16.data() + kv_offset,
-                         kv.values16.data() + kv_offset, first.position, run.count, kv.width,
+  WithRows(kv, kv_offset, [&](const auto* keys, const auto* values) {
+    SoftmaxReadCausalRun(q, args.width, group, keys, values, first.position, run.count, kv.width,
                          head_dim_, out, args.out_width);
-  } else {
-    SoftmaxReadCausalRun(q, args.width, group, kv.keys.data() + kv_offset,
-                         kv.values.data() + kv_offset, first.position, run.count, kv.width,
-                         head_dim_, out, args.out_width);
-  }
+  });
 }
 
 int64_t SoftmaxState::PreparedWidth() const {

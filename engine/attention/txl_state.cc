@@ -27,13 +27,13 @@ void RingPositionBias(int64_t position, int64_t span, int64_t count, const float
 
 }  // namespace
 
-TxlState::TxlState(int n_heads, int head_dim, int memory, int clamp_len, bool bf16,
+TxlState::TxlState(int n_heads, int head_dim, int memory, int clamp_len, KvFormat ring_format,
                    std::vector<float> table, std::vector<float> u, std::vector<float> v)
     : n_heads_(n_heads),
       head_dim_(head_dim),
       memory_(memory),
       clamp_len_(clamp_len),
-      bf16_(bf16),
+      ring_format_(ring_format),
       span_(int64_t{memory} + 1),
       table_(std::move(table)),
       u_(std::move(u)),
@@ -65,11 +65,11 @@ std::vector<float> TxlState::BuildTable(const std::vector<float>& w_r, int64_t o
   return table;
 }
 
-// Layout: keys [M + 1, H * dh] then values [M + 1, H * dh], as fp32, or as bf16 packed two per
-// float of the block (uint16 view of the same bytes); token p lives in row p mod (M + 1).
+// Layout: keys [M + 1, H * dh] then values [M + 1, H * dh], as fp32, or as bf16 / f16 packed two
+// per float of the block (uint16 view of the same bytes); token p lives in row p mod (M + 1).
 int64_t TxlState::FixedFloats() const {
   const int64_t elements = 2 * span_ * n_heads_ * head_dim_;
-  return bf16_ ? elements / 2 : elements;
+  return ring_format_ == KvFormat::kF32 ? elements : elements / 2;
 }
 
 void TxlState::Init(float* fixed) const { std::fill(fixed, fixed + FixedFloats(), 0.0f); }
@@ -78,17 +78,18 @@ void TxlState::UpdateHead(int h, const KeyValueRow& row, const StateRef& state) 
   const int64_t width = static_cast<int64_t>(n_heads_) * head_dim_;
   const int64_t slot = state.position % span_;
   const int64_t offset = static_cast<int64_t>(h) * head_dim_;
-  if (!bf16_) {
+  if (ring_format_ == KvFormat::kF32) {
     std::copy_n(row.k + offset, head_dim_, state.fixed + slot * width + offset);
     std::copy_n(row.v + offset, head_dim_, state.fixed + (span_ + slot) * width + offset);
     return;
   }
+  uint16_t (*const to)(float) = ring_format_ == KvFormat::kBf16 ? FloatToBf16 : FloatToHalf;
   uint16_t* ring = reinterpret_cast<uint16_t*>(state.fixed);
   uint16_t* key = ring + slot * width + offset;
   uint16_t* value = ring + (span_ + slot) * width + offset;
   for (int c = 0; c < head_dim_; ++c) {
-    key[c] = FloatToBf16(row.k[offset + c]);
-    value[c] = FloatToBf16(row.v[offset + c]);
+    key[c] = to(row.k[offset + c]);
+    value[c] = to(row.v[offset + c]);
   }
 }
 
@@ -110,14 +111,20 @@ void TxlState::ReadHead(int h, const float* q, const StateRef& state, float* out
   }
   absl::InlinedVector<float, 1024> bias(static_cast<size_t>(count));
   RingPositionBias(state.position, span_, count, terms.data(), last_term, bias.data());
-  if (!bf16_) {
+  if (ring_format_ == KvFormat::kF32) {
     SoftmaxReadHead(qu.data(), state.fixed + offset, state.fixed + span_ * width + offset,
                     bias.data(), count, width, dh, out + offset);
     return;
   }
   const uint16_t* ring = reinterpret_cast<const uint16_t*>(state.fixed);
-  SoftmaxReadHead(qu.data(), ring + offset, ring + span_ * width + offset, bias.data(), count,
-                  width, dh, out + offset);
+  if (ring_format_ == KvFormat::kBf16) {
+    SoftmaxReadHead(qu.data(), ring + offset, ring + span_ * width + offset, bias.data(), count,
+                    width, dh, out + offset);
+    return;
+  }
+  const F16* half_ring = reinterpret_cast<const F16*>(ring);
+  SoftmaxReadHead(qu.data(), half_ring + offset, half_ring + span_ * width + offset, bias.data(),
+                  count, width, dh, out + offset);
 }
 
 }  // namespace abcd

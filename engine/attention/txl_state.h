@@ -16,16 +16,17 @@
 #include <vector>
 
 #include "engine/attention/attention_state.h"
+#include "engine/state/kv_cache.h"
 
 namespace abcd {
 
 class TxlState final : public AttentionState {
  public:
   // table: [min(memory, clamp_len) + 1, H * dh]; u, v: [H * dh] (scaled by 1/sqrt(dh)).
-  TxlState(int n_heads, int head_dim, int memory, int clamp_len, bool bf16,
+  TxlState(int n_heads, int head_dim, int memory, int clamp_len, KvFormat ring_format,
            std::vector<float> table, std::vector<float> u, std::vector<float> v);
 
-  // fp32: 2 (M + 1) H dh; bf16: (M + 1) H dh (two bf16 values per float of the block).
+  // fp32: 2 (M + 1) H dh; bf16 or f16: (M + 1) H dh (two 16-bit values per float of the block).
   int64_t FixedFloats() const override;
   void Init(float* fixed) const override;
   int heads() const override { return n_heads_; }
@@ -33,7 +34,7 @@ class TxlState final : public AttentionState {
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
 
   int64_t ring_rows() const { return span_; }
-  bool bf16() const { return bf16_; }
+  KvFormat ring_format() const { return ring_format_; }
   const std::vector<float>& table() const { return table_; }
 
   // The table rows p[r] = W_r R_r for r = 0..rows-1 (the caller passes rows = min(M, C) + 1),
@@ -47,7 +48,7 @@ class TxlState final : public AttentionState {
   int head_dim_;
   int memory_;
   int clamp_len_;
-  bool bf16_;
+  KvFormat ring_format_;
   int64_t span_;  // ring rows, M + 1
   std::vector<float> table_;
   std::vector<float> u_, v_;

@@ -112,7 +112,7 @@ absl::Status CudaBackend::RunParityProbe(double tolerance) {
   // CPU reference: the whole sequence with logits after every token.
   // The device keeps fp32 KV caches: compare against an fp32 CPU cache too.
   StateLayout layout = model_.state_layout();
-  layout.kv_bf16 = false;
+  layout.kv_format = KvFormat::kF32;
   StatePool pool(std::move(layout), int64_t{1} << 40);
   ABCD_ASSIGN_OR_RETURN(const SequenceId cpu_sequence, pool.Acquire());
   std::vector<DecodeRow> rows;

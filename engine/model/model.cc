@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   // txl rings (K/V written once, never accumulated) take the KV cache's storage format.
   for (LayerSpec& layer : model->config_.decoder_layers) {
     if (layer.attention.type == AttentionType::kTxl) {
-      layer.attention.ring_bf16 = options.kv_cache_bf16;
+      layer.attention.ring_format = options.kv_cache_format;
     }
   }
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> file, Checkpoint::Open(dir));
@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
     ABCD_RETURN_IF_ERROR(model->LoadHf(weights));
     model->non_finite_tensors_ = weights.non_finite();
     model->BuildLayout();
-    model->layout_.kv_bf16 = options.kv_cache_bf16;
+    model->layout_.kv_format = options.kv_cache_format;
     model->weight_bytes_ = model->CountWeightBytes();
     return model;
   }
@@ -93,7 +93,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir,
   }
   model->non_finite_tensors_ = weights.non_finite();
   model->BuildLayout();
-  model->layout_.kv_bf16 = options.kv_cache_bf16;
+  model->layout_.kv_format = options.kv_cache_format;
   model->weight_bytes_ = model->CountWeightBytes();
   return model;
 }

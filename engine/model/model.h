@@ -39,9 +39,10 @@ struct ModelLoadOptions {
   // f16, exact); int8 quantises per output row at load (products with int16 activations;
   // engine/ops/packed_matrix.h).
   std::optional<WeightFormat> weight_format;
-  // Softmax layers' KV cache rows in bf16 (half the bytes; llama.cpp keeps f16 by default)
-  // instead of fp32; also the K/V rings of txl layers (written once, never accumulated).
-  bool kv_cache_bf16 = false;
+  // Storage of softmax layers' KV cache rows: fp32, or bf16 / f16 (half the bytes; llama.cpp
+  // keeps f16 by default); also of the K/V rings of txl layers (written once, never
+  // accumulated). Reads compute in fp32 whatever the format.
+  KvFormat kv_cache_format = KvFormat::kF32;
 };
 
 class Model {

@@ -66,7 +66,7 @@ absl::StatusOr<SequenceId> StatePool::Acquire() {
   state->kv.resize(layout_.kv_is_cross.size());
   for (KvCache& kv : state->kv) {
     kv.width = layout_.kv_width;
-    kv.bf16 = layout_.kv_bf16;
+    kv.format = layout_.kv_format;
   }
   return Insert(std::move(state), bytes);
 }
@@ -291,7 +291,7 @@ absl::Status StatePool::ParseSnapshot(absl::string_view snapshot, SequenceState*
     }
     KvCache& kv = state->kv[i];
     kv.width = width;
-    kv.bf16 = layout_.kv_bf16;
+    kv.format = layout_.kv_format;
     kv.length = length;
     std::vector<float> keys(static_cast<size_t>(floats));
     std::vector<float> values(keys.size());

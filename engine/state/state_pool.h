@@ -36,17 +36,17 @@ struct StateLayout {
     int64_t fixed_floats = 0;
     int kv_index = -1;  // index of the layer's KvCache, -1 for bounded layers
   };
-  std::vector<Slot> self;            // one per decoder layer
-  std::vector<Slot> cross;           // one per decoder layer (encoder-decoder only)
-  std::vector<float> initial_fixed;  // the empty fixed block
-  std::vector<bool> kv_is_cross;     // one per KvCache
-  int64_t kv_width = 0;              // values per key (and per value) row
-  bool kv_bf16 = false;              // KvCache rows stored as bf16 (else fp32)
-  uint64_t fingerprint = 0;          // identifies the model's state format in snapshots
+  std::vector<Slot> self;               // one per decoder layer
+  std::vector<Slot> cross;              // one per decoder layer (encoder-decoder only)
+  std::vector<float> initial_fixed;     // the empty fixed block
+  std::vector<bool> kv_is_cross;        // one per KvCache
+  int64_t kv_width = 0;                 // values per key (and per value) row
+  KvFormat kv_format = KvFormat::kF32;  // storage of the KvCache rows
+  uint64_t fingerprint = 0;             // identifies the model's state format in snapshots
 
   int64_t FixedBytes() const { return static_cast<int64_t>(initial_fixed.size()) * 4; }
   // Bytes a KvCache row (key + value) costs.
-  int64_t KvBytesPerToken() const { return 2 * kv_width * (kv_bf16 ? 2 : 4); }
+  int64_t KvBytesPerToken() const { return 2 * kv_width * KvValueBytes(kv_format); }
 };
 
 struct SequenceState {

@@ -18,9 +18,9 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
   memory     --models DIR[,DIR..] [--lengths 128,256,...,32768] [--confirm_length 2048]
   decode     --models DIR[,DIR..] [--batches 1,4,16,64] [--contexts 128,512,2048] [--steps 8]
              [--rounds 3] [--weight_formats f32,bf16,int8] [--prefill_tokens 512]
-             [--kv_cache_format bf16|f32]
+             [--kv_cache_format bf16|f16|f32]
   seq2seq    --models DIR[,DIR..] [--lengths 512,1024,2048] [--batch 16] [--steps 4] [--rounds 3]
-             [--kv_cache_format bf16|f32]   (encoder-decoder models; not in `all`)
+             [--kv_cache_format bf16|f16|f32]   (encoder-decoder models; not in `all`)
   reference  --models DIR[,DIR..] [--reference_batches 1,32] [--reference_steps 64] [--repeats 3]
              [--python /usr/bin/python3] [--script loadtest/bench_reference.py]
   overhead   --model DIR[,DIR..] [--server build/server/abcd-server] [--requests 48] [--concurrency 8]
@@ -62,6 +62,16 @@ std::vector<std::string> ModelsIn(const std::string& dir, const std::string& typ
   std::vector<std::string> out;
   for (const std::string& t : SplitList(types)) out.push_back(absl::StrCat(dir, "/", t));
   return out;
+}
+
+// --kv_cache_format (default bf16, the server's); an error names the flag.
+absl::StatusOr<KvFormat> BenchKvFormat(const Arguments& args) {
+  absl::StatusOr<KvFormat> format = ParseKvFormat(args.String("kv_cache_format", "bf16"));
+  if (!format.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_cache_format: ", format.status().message()));
+  }
+  return format;
 }
 
 absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
@@ -112,11 +122,7 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     o.bandwidth = bandwidth;
     o.threads = static_cast<int>(threads);
     o.weight_formats = SplitList(args.String("weight_formats", ""));
-    const std::string kv = args.String("kv_cache_format", "bf16");
-    if (kv != "bf16" && kv != "f32") {
-      return absl::InvalidArgumentError("--kv_cache_format must be bf16 or f32");
-    }
-    o.kv_cache_bf16 = kv == "bf16";
+    ABCD_ASSIGN_OR_RETURN(o.kv_cache_format, BenchKvFormat(args));
     ABCD_ASSIGN_OR_RETURN(o.prefill_tokens, args.Int("prefill_tokens", 512));
     ABCD_ASSIGN_OR_RETURN(out["decode"], RunDecode(o));
   }
@@ -179,11 +185,7 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     o.steps = static_cast<int>(steps);
     o.rounds = static_cast<int>(rounds);
     o.threads = static_cast<int>(threads);
-    const std::string kv = args.String("kv_cache_format", "bf16");
-    if (kv != "bf16" && kv != "f32") {
-      return absl::InvalidArgumentError("--kv_cache_format must be bf16 or f32");
-    }
-    o.kv_cache_bf16 = kv == "bf16";
+    ABCD_ASSIGN_OR_RETURN(o.kv_cache_format, BenchKvFormat(args));
     ABCD_ASSIGN_OR_RETURN(out["seq2seq"], RunSeq2seq(o));
   }
   if (command == "state") {

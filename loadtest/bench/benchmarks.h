@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/state/kv_cache.h"
 #include "loadtest/bench/bench_common.h"
 #include "nlohmann/json.hpp"
 
@@ -41,12 +42,12 @@ struct DecodeOptions {
   std::vector<std::string> weight_formats;
   std::vector<int64_t> batches;
   std::vector<int64_t> contexts;
-  int steps = 8;                 // timed decode steps per measurement (median taken)
-  int rounds = 3;                // measurements per point, the models interleaved (median taken)
-  int threads = 1;               // the engine's CpuContext threads
-  bool kv_cache_bf16 = true;     // softmax KV cache rows in bf16 (as the server's default)
-  int64_t prefill_tokens = 512;  // prompt length of the prefill table (0: no table)
-  Bandwidth bandwidth;           // the DRAM floor (256 MiB memcpy)
+  int steps = 8;    // timed decode steps per measurement (median taken)
+  int rounds = 3;   // measurements per point, the models interleaved (median taken)
+  int threads = 1;  // the engine's CpuContext threads
+  KvFormat kv_cache_format = KvFormat::kBf16;  // softmax KV cache rows (the server's default)
+  int64_t prefill_tokens = 512;                // prompt length of the prefill table (0: no table)
+  Bandwidth bandwidth;                         // the DRAM floor (256 MiB memcpy)
 };
 absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options);
 
@@ -57,7 +58,7 @@ struct Seq2seqOptions {
   int steps = 4;                    // timed greedy steps per measurement (median taken)
   int rounds = 3;                   // measurements per point, the models interleaved (median)
   int threads = 1;                  // the engine's CpuContext threads
-  bool kv_cache_bf16 = true;        // softmax KV cache rows in bf16 (as the server's default)
+  KvFormat kv_cache_format = KvFormat::kBf16;  // softmax KV cache rows (the server's default)
 };
 absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options);
 

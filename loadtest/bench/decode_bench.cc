@@ -110,7 +110,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   out["steps"] = options.steps;
   out["rounds"] = options.rounds;
   out["threads"] = options.threads;
-  out["kv_cache"] = options.kv_cache_bf16 ? "bf16" : "f32";
+  out["kv_cache"] = KvFormatName(options.kv_cache_format);
   out["kernel"] = cpu::LinearKernelName();
   out["bandwidth_gb_s"] = options.bandwidth.bytes_per_second / 1e9;
   // tokens/s by [context][batch][label], for the ratio tables.
@@ -124,7 +124,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
     for (const std::string& format_name : formats) {
       Entry e;
       ModelLoadOptions load;
-      load.kv_cache_bf16 = options.kv_cache_bf16;
+      load.kv_cache_format = options.kv_cache_format;
       if (!format_name.empty()) {
         ABCD_ASSIGN_OR_RETURN(load.weight_format, ParseWeightFormat(format_name));
       }
@@ -146,7 +146,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
     }
   }
   std::cout << "== decode step time vs batch size (" << options.threads << " thread(s), "
-            << (options.kv_cache_bf16 ? "bf16" : "f32") << " KV cache, " << cpu::LinearKernelName()
+            << (KvFormatName(options.kv_cache_format)) << " KV cache, " << cpu::LinearKernelName()
             << " kernels; read floor = (weights + batch * (2 * fixed state + KV cache)) "
             << "read once at this machine's speed for that size; DRAM floor = the same at "
             << absl::StrFormat("%.1f GB/s memcpy", options.bandwidth.bytes_per_second / 1e9)

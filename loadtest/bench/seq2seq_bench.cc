@@ -208,13 +208,13 @@ absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options) {
   out["steps"] = options.steps;
   out["rounds"] = options.rounds;
   out["threads"] = options.threads;
-  out["kv_cache"] = options.kv_cache_bf16 ? "bf16" : "f32";
+  out["kv_cache"] = KvFormatName(options.kv_cache_format);
   out["kernel"] = cpu::LinearKernelName();
   std::vector<Entry> entries;
   for (const std::string& dir : options.models) {
     Entry e;
     ModelLoadOptions load;
-    load.kv_cache_bf16 = options.kv_cache_bf16;
+    load.kv_cache_format = options.kv_cache_format;
     ABCD_ASSIGN_OR_RETURN(e.model, Model::Load(dir, load));
     if (!e.model->config().is_encoder_decoder()) {
       return absl::InvalidArgumentError(
@@ -234,7 +234,7 @@ absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options) {
   }
   std::cout << "== seq2seq greedy decode at position L after a source of L tokens (batch "
             << options.batch << ", " << options.threads << " thread(s), "
-            << (options.kv_cache_bf16 ? "bf16" : "f32") << " KV cache, " << cpu::LinearKernelName()
+            << (KvFormatName(options.kv_cache_format)) << " KV cache, " << cpu::LinearKernelName()
             << " kernels; median of " << options.rounds << " rounds of " << options.steps
             << " steps, models interleaved) ==\n";
   std::cout << absl::StrFormat("%6s %-14s %-34s %9s %9s %9s %9s %10s %9s %9s\n", "L", "model",

@@ -57,19 +57,25 @@ constexpr char kUsage[] =
     "Without --model, $ABCD_MODEL or the bundled default model (translate: the bundled\n"
     "translation model) is used. generate, eval and translate also take --threads N (default: the\n"
     "cores this process may use), --weight-format f32|bf16|f16|int8 (default: the\n"
-    "checkpoint's own) and --kv-cache-format bf16|f32 (softmax caches, txl rings; default bf16).\n";
+    "checkpoint's own) and --kv-cache-format bf16|f16|f32 (softmax caches, txl rings; default "
+    "bf16).\n";
 
 constexpr int64_t kCliStateBudget = int64_t{1} << 32;
+
+// --kv-cache-format, `fallback` when absent; an error names the flag.
+absl::StatusOr<KvFormat> ParseCliKvFormat(const Arguments& args, const std::string& fallback) {
+  absl::StatusOr<KvFormat> format = ParseKvFormat(args.String("kv-cache-format", fallback));
+  if (!format.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-format: ", format.status().message()));
+  }
+  return format;
+}
 
 // --weight-format (default: the checkpoint's own).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Arguments& args, const std::string& dir) {
   ModelLoadOptions load;
-  const std::string kv = args.String("kv-cache-format", "bf16");
-  if (kv != "bf16" && kv != "f32") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv-cache-format must be bf16 or f32, got \"", kv.substr(0, 64), "\""));
-  }
-  load.kv_cache_bf16 = kv == "bf16";
+  ABCD_ASSIGN_OR_RETURN(load.kv_cache_format, ParseCliKvFormat(args, "bf16"));
   if (args.Has("weight-format")) {
     absl::StatusOr<WeightFormat> format = ParseWeightFormat(args.String("weight-format", ""));
     if (!format.ok()) {
@@ -139,12 +145,7 @@ absl::Status Info(const Arguments& args) {
   // info reports the fp32 state unless asked (--kv-cache-format bf16: softmax caches and txl
   // rings as the other commands keep them by default).
   ModelLoadOptions load;
-  const std::string kv = args.String("kv-cache-format", "f32");
-  if (kv != "bf16" && kv != "f32") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv-cache-format must be bf16 or f32, got \"", kv.substr(0, 64), "\""));
-  }
-  load.kv_cache_bf16 = kv == "bf16";
+  ABCD_ASSIGN_OR_RETURN(load.kv_cache_format, ParseCliKvFormat(args, "f32"));
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir, load));
   const ModelConfig& c = model->config();
   const StateLayout& layout = model->state_layout();

@@ -16,6 +16,7 @@
 #include "engine/ops/packed_matrix.h"
 #include "engine/scheduler/batch_planner.h"
 #include "engine/scheduler/speculation.h"
+#include "engine/state/kv_cache.h"
 #include "nlohmann/json.hpp"
 #include "server/core/arguments.h"
 
@@ -152,7 +153,7 @@ std::string ServerUsage() {
          "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
          "  [--device_weights bf16|fp16|fp32] [--threads N] [--weight_format f32|bf16|f16|int8]\n"
-         "  [--kv_cache_format bf16|f32] [--session_store memory|redis://HOST:PORT[/DB]]\n"
+         "  [--kv_cache_format bf16|f16|f32] [--session_store memory|redis://HOST:PORT[/DB]]\n"
          "  [--session_ttl_s S] [--session_store_mb MB] [--max_session_bytes N]\n"
          "  [--prefix_cache_mb MB] [--max_choices N] [--chat_template FILE|MODEL=FILE[,...]]\n"
          "  [--speculative off|ngram|ngram:K]\n"
@@ -246,9 +247,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   c.threads = ThreadPool::AvailableCores();
   ABCD_ASSIGN_OR_RETURN(c.threads, Ranged(args, "threads", c.threads, 1, 1024));
   c.kv_cache_format = args.String("kv_cache_format", c.kv_cache_format);
-  if (c.kv_cache_format != "bf16" && c.kv_cache_format != "f32") {
-    return absl::InvalidArgumentError(absl::StrCat("--kv_cache_format must be bf16 or f32, got \"",
-                                                   c.kv_cache_format.substr(0, 64), "\""));
+  if (const absl::StatusOr<KvFormat> kv = ParseKvFormat(c.kv_cache_format); !kv.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv_cache_format: ", kv.status().message()));
   }
   c.session_store = args.String("session_store", c.session_store);
   if (c.session_store != "memory" && c.session_store.rfind("redis://", 0) != 0) {

@@ -24,7 +24,7 @@ abcd::StateLayout TinyLayout(bool bf16) {
   layout.initial_fixed.assign(4, 0.0f);  // the bounded layer
   layout.kv_is_cross = {false};          // the softmax layer
   layout.kv_width = 2;
-  layout.kv_bf16 = bf16;
+  layout.kv_format = bf16 ? abcd::KvFormat::kBf16 : abcd::KvFormat::kF32;
   layout.fingerprint = kFingerprint;
   return layout;
 }

@@ -11,6 +11,7 @@
 
 #include "engine/attention/softmax_state.h"
 #include "engine/ops/cpu_context.h"
+#include "engine/ops/packed_matrix.h"
 #include "gtest/gtest.h"
 
 namespace abcd {
@@ -25,6 +26,7 @@ uint16_t ToBf16(float x) {
 struct Rows {
   std::vector<float> keys, values;
   std::vector<uint16_t> keys16, values16;
+  std::vector<F16> keys_f16, values_f16;
 };
 
 Rows RandomRows(int64_t count, int64_t stride, std::mt19937& rng) {
@@ -36,6 +38,8 @@ Rows RandomRows(int64_t count, int64_t stride, std::mt19937& rng) {
   for (float& x : r.values) x = normal(rng);
   for (float x : r.keys) r.keys16.push_back(ToBf16(x));
   for (float x : r.values) r.values16.push_back(ToBf16(x));
+  for (float x : r.keys) r.keys_f16.push_back({FloatToHalf(x)});
+  for (float x : r.values) r.values_f16.push_back({FloatToHalf(x)});
   return r;
 }
 
@@ -114,32 +118,23 @@ TEST(SoftmaxScanTest, CausalRunEqualsEachRowsRead) {
     const int64_t q_stride = width + 5, out_stride = width + 3;
     std::vector<float> q(static_cast<size_t>(c.rows * q_stride));
     for (float& x : q) x = normal(rng);
-    for (bool bf16 : {false, true}) {
+    const int64_t at = 2 * c.head_dim;
+    // The causal run and the row-by-row reads over one format's rows.
+    const auto check = [&](const auto* keys, const auto* values, const char* what) {
       std::vector<float> run(static_cast<size_t>(c.rows * out_stride), 777.0f);
       std::vector<float> expected = run;
-      const int64_t at = 2 * c.head_dim;
-      if (bf16) {
-        SoftmaxReadCausalRun(q.data(), q_stride, c.group, rows.keys16.data() + at,
-                             rows.values16.data() + at, c.first_position, c.rows, stride,
-                             c.head_dim, run.data(), out_stride);
-      } else {
-        SoftmaxReadCausalRun(q.data(), q_stride, c.group, rows.keys.data() + at,
-                             rows.values.data() + at, c.first_position, c.rows, stride, c.head_dim,
-                             run.data(), out_stride);
-      }
+      SoftmaxReadCausalRun(q.data(), q_stride, c.group, keys + at, values + at, c.first_position,
+                           c.rows, stride, c.head_dim, run.data(), out_stride);
       for (int64_t i = 0; i < c.rows; ++i) {
-        const int64_t count = c.first_position + i + 1;
-        float* out = expected.data() + i * out_stride;
-        if (bf16) {
-          SoftmaxReadGroup(q.data() + i * q_stride, c.group, rows.keys16.data() + at,
-                           rows.values16.data() + at, count, stride, c.head_dim, out);
-        } else {
-          SoftmaxReadGroup(q.data() + i * q_stride, c.group, rows.keys.data() + at,
-                           rows.values.data() + at, count, stride, c.head_dim, out);
-        }
+        SoftmaxReadGroup(q.data() + i * q_stride, c.group, keys + at, values + at,
+                         c.first_position + i + 1, stride, c.head_dim,
+                         expected.data() + i * out_stride);
       }
-      ExpectNear(run, expected, bf16 ? "bf16 causal run" : "f32 causal run");
-    }
+      ExpectNear(run, expected, what);
+    };
+    check(rows.keys.data(), rows.values.data(), "f32 causal run");
+    check(rows.keys16.data(), rows.values16.data(), "bf16 causal run");
+    check(rows.keys_f16.data(), rows.values_f16.data(), "f16 causal run");
   }
 }
 
@@ -156,15 +151,20 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
   const Sequence sequences[] = {{2999, 1}, {200, 37}, {8, 1}};
   // GQA (a read per group of four query heads) and MHA (ReadHead reads one head at a time, four
   // rows per step; the step reads every head of a row), and a head_dim with a scalar tail.
-  for (const auto& [q_heads, kv_heads, head_dim, bf16, threads] : {std::tuple{8, 2, 32, false, 2},
-                                                                   {8, 2, 32, true, 2},
-                                                                   {8, 2, 32, true, 1},
-                                                                   {4, 4, 32, false, 2},
-                                                                   {4, 4, 32, true, 1},
-                                                                   {4, 4, 20, false, 1},
-                                                                   {4, 4, 20, true, 2}}) {
+  constexpr KvFormat kF32 = KvFormat::kF32, kBf16 = KvFormat::kBf16, kF16 = KvFormat::kF16;
+  for (const auto& [q_heads, kv_heads, head_dim, format, threads] : {std::tuple{8, 2, 32, kF32, 2},
+                                                                     {8, 2, 32, kBf16, 2},
+                                                                     {8, 2, 32, kBf16, 1},
+                                                                     {8, 2, 32, kF16, 2},
+                                                                     {4, 4, 32, kF32, 2},
+                                                                     {4, 4, 32, kBf16, 1},
+                                                                     {4, 4, 32, kF16, 1},
+                                                                     {4, 4, 20, kF32, 1},
+                                                                     {4, 4, 20, kBf16, 2},
+                                                                     {4, 4, 20, kF16, 2}}) {
     SCOPED_TRACE(testing::Message()
-                 << q_heads << " query heads, " << kv_heads << " kv heads, head_dim " << head_dim);
+                 << q_heads << " query heads, " << kv_heads << " kv heads, head_dim " << head_dim
+                 << ", " << KvFormatName(format) << ", " << threads << " threads");
     const SoftmaxState state(q_heads, kv_heads, head_dim, {});
     const KernelRowLayout layout = state.PreparedLayout();
     std::vector<KvCache> caches(3), expected_caches;
@@ -173,7 +173,7 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
     for (size_t s = 0; s < caches.size(); ++s) {
       KvCache& kv = caches[s];
       kv.width = state.KvWidth();
-      kv.bf16 = bf16;
+      kv.format = format;
       kv.Resize(sequences[s].cached + sequences[s].rows);
       std::vector<float> k(static_cast<size_t>(sequences[s].cached * kv.width)), v(k.size());
       for (float& x : k) x = normal(rng) * 0.4f;
@@ -203,8 +203,7 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
     for (const RowRun& run : runs) {
       for (int h = 0; h < kv_heads; ++h) state.AttentionState::ScanHead(h, plain, run);
     }
-    ExpectNear(out, expected,
-               bf16 ? (threads == 1 ? "bf16 step, 1 thread" : "bf16 step") : "f32 step");
+    ExpectNear(out, expected, "step");
     // A decode row's read is the same bits as ReadHead's, split or not (speculative decoding's
     // verify rows take that path).
     for (const RowRun& run : runs) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "engine/model/model.h"
 #include "tests/engine/fixtures.h"
 
@@ -203,47 +204,71 @@ TEST(StatePool, SoftmaxSnapshotKeepsCache) {
   EXPECT_EQ(pool.Get(*restored)->kv[1].length, 20);
 }
 
-// A bf16 KV cache costs half the bytes per token, decodes within bf16 rounding of the fp32
-// cache (prompt, then single steps, with a snapshot restored halfway), and its snapshots are
-// fp32 rows that restore into either format.
-TEST(StatePool, Bf16KvCacheHalvesTheBytesAndStaysCloseToFp32) {
+// The --kv_cache_format values: the three names round-trip; anything else names them.
+TEST(KvFormat, ParsesItsNamesAndRefusesOthersNamingTheChoices) {
+  for (const KvFormat format : {KvFormat::kF32, KvFormat::kBf16, KvFormat::kF16}) {
+    const absl::StatusOr<KvFormat> parsed = ParseKvFormat(KvFormatName(format));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, format);
+  }
+  for (const char* bad : {"fp16", "F16", "", "bf16 "}) {
+    const absl::StatusOr<KvFormat> parsed = ParseKvFormat(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(parsed.status().message(), "f32, bf16 or f16")) << bad;
+  }
+}
+
+// A bf16 or f16 KV cache costs half the bytes per token, decodes within rounding of the fp32
+// cache (prompt, then single steps, with a snapshot restored halfway; f16 closer than bf16), and
+// its snapshots are fp32 rows that restore into either format.
+TEST(StatePool, HalfKvCachesHalveTheBytesAndStayCloseToFp32) {
   auto exact = Model::Load(testing::FixtureDir("dec_softmax"));
-  ModelLoadOptions half_options;
-  half_options.kv_cache_bf16 = true;
-  auto half = Model::Load(testing::FixtureDir("dec_softmax"), half_options);
-  ASSERT_TRUE(exact.ok() && half.ok());
-  EXPECT_EQ((*half)->state_layout().KvBytesPerToken() * 2,
-            (*exact)->state_layout().KvBytesPerToken());
-  StatePool exact_pool((*exact)->state_layout(), 1 << 24);
-  StatePool half_pool((*half)->state_layout(), 1 << 24);
-  const SequenceId a = *exact_pool.Acquire(), b = *half_pool.Acquire();
-  std::vector<DecodeRow> prompt_a, prompt_b;
-  for (int32_t t = 4; t < 40; ++t) {
-    prompt_a.push_back({a, t, t == 39});
-    prompt_b.push_back({b, t, t == 39});
+  ASSERT_TRUE(exact.ok());
+  float worst[2] = {};
+  for (const KvFormat format : {KvFormat::kBf16, KvFormat::kF16}) {
+    SCOPED_TRACE(KvFormatName(format));
+    ModelLoadOptions half_options;
+    half_options.kv_cache_format = format;
+    auto half = Model::Load(testing::FixtureDir("dec_softmax"), half_options);
+    ASSERT_TRUE(half.ok());
+    EXPECT_EQ((*half)->state_layout().KvBytesPerToken() * 2,
+              (*exact)->state_layout().KvBytesPerToken());
+    StatePool exact_pool((*exact)->state_layout(), 1 << 24);
+    StatePool half_pool((*half)->state_layout(), 1 << 24);
+    const SequenceId a = *exact_pool.Acquire(), b = *half_pool.Acquire();
+    std::vector<DecodeRow> prompt_a, prompt_b;
+    for (int32_t t = 4; t < 40; ++t) {
+      prompt_a.push_back({a, t, t == 39});
+      prompt_b.push_back({b, t, t == 39});
+    }
+    std::vector<float> la, lb;
+    ASSERT_TRUE((*exact)->Decode(prompt_a, exact_pool, &la).ok());
+    ASSERT_TRUE((*half)->Decode(prompt_b, half_pool, &lb).ok());
+    EXPECT_EQ(*half_pool.SequenceBytes(b) - (*half)->state_layout().FixedBytes(),
+              (*exact_pool.SequenceBytes(a) - (*exact)->state_layout().FixedBytes()) / 2);
+    // Halfway, continue b from its own snapshot, restored into the 16-bit pool.
+    const SequenceId restored = *half_pool.Restore(*half_pool.Snapshot(b));
+    float max_diff = 0.0f;
+    for (int32_t step = 0; step < 24; ++step) {
+      const int32_t token = 7 + (step * 37) % 50;
+      la.clear();
+      lb.clear();
+      const DecodeRow ra{a, token, true}, rb{restored, token, true};
+      ASSERT_TRUE((*exact)->Decode({&ra, 1}, exact_pool, &la).ok());
+      ASSERT_TRUE((*half)->Decode({&rb, 1}, half_pool, &lb).ok());
+      ASSERT_EQ(la.size(), lb.size());
+      for (size_t i = 0; i < la.size(); ++i) {
+        max_diff = std::max(max_diff, std::fabs(la[i] - lb[i]));
+      }
+    }
+    EXPECT_GT(max_diff, 0.0f);  // the cache really is rounded
+    EXPECT_LT(max_diff, 2e-2f);
+    worst[format == KvFormat::kF16] = max_diff;
+    // An fp32 pool takes the 16-bit pool's snapshot too.
+    EXPECT_TRUE(exact_pool.Restore(*half_pool.Snapshot(restored)).ok());
   }
-  std::vector<float> la, lb;
-  ASSERT_TRUE((*exact)->Decode(prompt_a, exact_pool, &la).ok());
-  ASSERT_TRUE((*half)->Decode(prompt_b, half_pool, &lb).ok());
-  EXPECT_EQ(*half_pool.SequenceBytes(b) - (*half)->state_layout().FixedBytes(),
-            (*exact_pool.SequenceBytes(a) - (*exact)->state_layout().FixedBytes()) / 2);
-  // Halfway, continue b from its own snapshot, restored into the bf16 pool.
-  const SequenceId restored = *half_pool.Restore(*half_pool.Snapshot(b));
-  float max_diff = 0.0f;
-  for (int32_t step = 0; step < 24; ++step) {
-    const int32_t token = 7 + (step * 37) % 50;
-    la.clear();
-    lb.clear();
-    const DecodeRow ra{a, token, true}, rb{restored, token, true};
-    ASSERT_TRUE((*exact)->Decode({&ra, 1}, exact_pool, &la).ok());
-    ASSERT_TRUE((*half)->Decode({&rb, 1}, half_pool, &lb).ok());
-    ASSERT_EQ(la.size(), lb.size());
-    for (size_t i = 0; i < la.size(); ++i) max_diff = std::max(max_diff, std::fabs(la[i] - lb[i]));
-  }
-  EXPECT_GT(max_diff, 0.0f);  // the cache really is rounded
-  EXPECT_LT(max_diff, 2e-2f);
-  // An fp32 pool takes the bf16 pool's snapshot too.
-  EXPECT_TRUE(exact_pool.Restore(*half_pool.Snapshot(restored)).ok());
+  EXPECT_LT(worst[1], worst[0]);  // f16: 3 more mantissa bits, and no value beyond its range
 }
 
 TEST(StatePool, DecodeRefusesOverBudgetWithoutChangingState) {
