@@ -50,7 +50,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
     served->name = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
   }
   ModelLoadOptions load;
-  ABCD_ASSIGN_OR_RETURN(load.kv_cache_format, ParseKvFormat(config.kv_cache_format));
+  ABCD_ASSIGN_OR_RETURN(load.kv_cache_format,
+                        ParseKvFormat(config.kv_cache_format, "--kv_cache_format"));
   if (!config.weight_format.empty()) {
     ABCD_ASSIGN_OR_RETURN(load.weight_format, ParseWeightFormat(config.weight_format));
   }

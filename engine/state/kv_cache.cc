@@ -7,12 +7,12 @@
 
 namespace abcd {
 
-absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name) {
+absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name, absl::string_view field) {
   if (name == "f32") return KvFormat::kF32;
   if (name == "bf16") return KvFormat::kBf16;
   if (name == "f16") return KvFormat::kF16;
   return absl::InvalidArgumentError(
-      absl::StrCat("KV cache format must be f32, bf16 or f16, got \"", name.substr(0, 64), "\""));
+      absl::StrCat(field, " must be f32, bf16 or f16, got \"", name.substr(0, 64), "\""));
 }
 
 void KvCache::Write(int64_t row, int64_t column, const float* k, const float* v, int64_t count) {

@@ -18,8 +18,9 @@ namespace abcd {
 // The storage format of KvCache rows and of txl's key/value rings.
 enum class KvFormat { kF32, kBf16, kF16 };
 
-// "f32", "bf16" or "f16"; anything else is an InvalidArgument error naming the accepted values.
-absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name);
+// "f32", "bf16" or "f16"; anything else is an InvalidArgument error naming `field` (the caller's
+// flag or field) and the accepted values.
+absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name, absl::string_view field);
 inline const char* KvFormatName(KvFormat format) {
   switch (format) {
     case KvFormat::kF32:

@@ -64,16 +64,6 @@ std::vector<std::string> ModelsIn(const std::string& dir, const std::string& typ
   return out;
 }
 
-// --kv_cache_format (default bf16, the server's); an error names the flag.
-absl::StatusOr<KvFormat> BenchKvFormat(const Arguments& args) {
-  absl::StatusOr<KvFormat> format = ParseKvFormat(args.String("kv_cache_format", "bf16"));
-  if (!format.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv_cache_format: ", format.status().message()));
-  }
-  return format;
-}
-
 absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
   ABCD_ASSIGN_OR_RETURN(const int64_t threads, args.Int("threads", 1));
   SetBlasThreads(static_cast<int>(threads));
@@ -122,7 +112,8 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     o.bandwidth = bandwidth;
     o.threads = static_cast<int>(threads);
     o.weight_formats = SplitList(args.String("weight_formats", ""));
-    ABCD_ASSIGN_OR_RETURN(o.kv_cache_format, BenchKvFormat(args));
+    ABCD_ASSIGN_OR_RETURN(o.kv_cache_format, ParseKvFormat(args.String("kv_cache_format", "bf16"),
+                                                           "--kv_cache_format"));
     ABCD_ASSIGN_OR_RETURN(o.prefill_tokens, args.Int("prefill_tokens", 512));
     ABCD_ASSIGN_OR_RETURN(out["decode"], RunDecode(o));
   }
@@ -185,7 +176,8 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     o.steps = static_cast<int>(steps);
     o.rounds = static_cast<int>(rounds);
     o.threads = static_cast<int>(threads);
-    ABCD_ASSIGN_OR_RETURN(o.kv_cache_format, BenchKvFormat(args));
+    ABCD_ASSIGN_OR_RETURN(o.kv_cache_format, ParseKvFormat(args.String("kv_cache_format", "bf16"),
+                                                           "--kv_cache_format"));
     ABCD_ASSIGN_OR_RETURN(out["seq2seq"], RunSeq2seq(o));
   }
   if (command == "state") {

@@ -62,20 +62,11 @@ constexpr char kUsage[] =
 
 constexpr int64_t kCliStateBudget = int64_t{1} << 32;
 
-// --kv-cache-format, `fallback` when absent; an error names the flag.
-absl::StatusOr<KvFormat> ParseCliKvFormat(const Arguments& args, const std::string& fallback) {
-  absl::StatusOr<KvFormat> format = ParseKvFormat(args.String("kv-cache-format", fallback));
-  if (!format.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv-cache-format: ", format.status().message()));
-  }
-  return format;
-}
-
 // --weight-format (default: the checkpoint's own).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Arguments& args, const std::string& dir) {
   ModelLoadOptions load;
-  ABCD_ASSIGN_OR_RETURN(load.kv_cache_format, ParseCliKvFormat(args, "bf16"));
+  ABCD_ASSIGN_OR_RETURN(load.kv_cache_format,
+                        ParseKvFormat(args.String("kv-cache-format", "bf16"), "--kv-cache-format"));
   if (args.Has("weight-format")) {
     absl::StatusOr<WeightFormat> format = ParseWeightFormat(args.String("weight-format", ""));
     if (!format.ok()) {
@@ -145,7 +136,8 @@ absl::Status Info(const Arguments& args) {
   // info reports the fp32 state unless asked (--kv-cache-format bf16: softmax caches and txl
   // rings as the other commands keep them by default).
   ModelLoadOptions load;
-  ABCD_ASSIGN_OR_RETURN(load.kv_cache_format, ParseCliKvFormat(args, "f32"));
+  ABCD_ASSIGN_OR_RETURN(load.kv_cache_format,
+                        ParseKvFormat(args.String("kv-cache-format", "f32"), "--kv-cache-format"));
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir, load));
   const ModelConfig& c = model->config();
   const StateLayout& layout = model->state_layout();

@@ -247,9 +247,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   c.threads = ThreadPool::AvailableCores();
   ABCD_ASSIGN_OR_RETURN(c.threads, Ranged(args, "threads", c.threads, 1, 1024));
   c.kv_cache_format = args.String("kv_cache_format", c.kv_cache_format);
-  if (const absl::StatusOr<KvFormat> kv = ParseKvFormat(c.kv_cache_format); !kv.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--kv_cache_format: ", kv.status().message()));
-  }
+  ABCD_RETURN_IF_ERROR(ParseKvFormat(c.kv_cache_format, "--kv_cache_format").status());
   c.session_store = args.String("session_store", c.session_store);
   if (c.session_store != "memory" && c.session_store.rfind("redis://", 0) != 0) {
     return absl::InvalidArgumentError(

@@ -207,15 +207,18 @@ TEST(StatePool, SoftmaxSnapshotKeepsCache) {
 // The --kv_cache_format values: the three names round-trip; anything else names them.
 TEST(KvFormat, ParsesItsNamesAndRefusesOthersNamingTheChoices) {
   for (const KvFormat format : {KvFormat::kF32, KvFormat::kBf16, KvFormat::kF16}) {
-    const absl::StatusOr<KvFormat> parsed = ParseKvFormat(KvFormatName(format));
+    const absl::StatusOr<KvFormat> parsed =
+        ParseKvFormat(KvFormatName(format), "--kv_cache_format");
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, format);
   }
   for (const char* bad : {"fp16", "F16", "", "bf16 "}) {
-    const absl::StatusOr<KvFormat> parsed = ParseKvFormat(bad);
+    const absl::StatusOr<KvFormat> parsed = ParseKvFormat(bad, "--kv_cache_format");
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(absl::StrContains(parsed.status().message(), "f32, bf16 or f16")) << bad;
+    EXPECT_TRUE(
+        absl::StrContains(parsed.status().message(), "--kv_cache_format must be f32, bf16 or f16"))
+        << bad;
   }
 }
 
