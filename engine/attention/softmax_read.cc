@@ -10,6 +10,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "engine/ops/matmul.h"
+#include "engine/ops/matmul_kernels.h"
 #include "engine/ops/packed_matrix.h"
 #include "engine/ops/vector_clones.h"
 #include "engine/ops/vector_math.h"
@@ -84,6 +85,32 @@ ABCD_INLINE void Load8(const F16* p, Float8& v) {
   std::memcpy(&v, &bits, sizeof(v));
 }
 ABCD_INLINE void Store8(const Float8& v, float* p) { std::memcpy(p, &v, sizeof(v)); }
+
+#if ABCD_HAS_VECTOR_CLONES
+// f16 rows on a CPU with F16C: the same bits as F16, widened eight at a time by one vcvtph2ps
+// (exact, as the portable widening is), 2.3x faster where the rows are in cache. The kernels over
+// F16c rows are compiled for AVX2 + FMA + F16C alone (their specialisations below) and run only
+// where the CPU has them (UseF16c). The instruction is written as assembly because GCC will not
+// inline its intrinsic into the shared helpers (Dot, AccumulateColumns), which have no target of
+// their own.
+struct F16c {
+  uint16_t bits;
+};
+ABCD_INLINE float Load(const F16c* p, int64_t i) {
+  uint16_t bits;
+  std::memcpy(&bits, p + i, sizeof(bits));
+  return HalfToFloatValue(bits);
+}
+ABCD_INLINE void Load8(const F16c* p, Float8& v) {
+  asm("vcvtph2ps %1, %0" : "=x"(v) : "m"(*reinterpret_cast<const uint16_t(*)[8]>(p)));
+}
+
+// The CPU runs the F16c kernels: AVX2, FMA and F16C (what ABCD_F16C_TARGET compiles for).
+bool UseF16c() {
+  static const bool use = cpu::kernels::CpuRunsAvx2Kernels();
+  return use;
+}
+#endif
 
 // The lanes added in Sum4x8's order, so a sum of one vector and of four agree bitwise.
 ABCD_INLINE float Sum8(const Float8& v) {
@@ -254,9 +281,9 @@ ABCD_INLINE void Dot4(const float* q, const T* k0, int64_t stride, int head_dim,
 // (among the `ahead_rows` from `keys` on) are prefetched, and each row's values as its keys are
 // read, for the pass that follows this one.
 template <typename T, bool kPairs>
-ABCD_VECTOR_CLONES void ScoreRows(const float* q, int kv_heads, int group, const T* keys,
-                                  const T* values, int64_t n, int64_t ahead_rows, int64_t stride,
-                                  int head_dim, float* scores) {
+ABCD_INLINE void ScoreRowsIn(const float* q, int kv_heads, int group, const T* keys,
+                             const T* values, int64_t n, int64_t ahead_rows, int64_t stride,
+                             int head_dim, float* scores) {
   const int heads = kv_heads * group;
   const int width = kv_heads * head_dim;
   int64_t i = 0;
@@ -279,6 +306,22 @@ ABCD_VECTOR_CLONES void ScoreRows(const float* q, int kv_heads, int group, const
     }
   }
 }
+template <typename T, bool kPairs>
+ABCD_VECTOR_CLONES void ScoreRows(const float* q, int kv_heads, int group, const T* keys,
+                                  const T* values, int64_t n, int64_t ahead_rows, int64_t stride,
+                                  int head_dim, float* scores) {
+  ScoreRowsIn<T, kPairs>(q, kv_heads, group, keys, values, n, ahead_rows, stride, head_dim, scores);
+}
+#if ABCD_HAS_VECTOR_CLONES
+template <>
+ABCD_F16C_TARGET void ScoreRows<F16c, false>(const float* q, int kv_heads, int group,
+                                             const F16c* keys, const F16c* values, int64_t n,
+                                             int64_t ahead_rows, int64_t stride, int head_dim,
+                                             float* scores) {
+  ScoreRowsIn<F16c, false>(q, kv_heads, group, keys, values, n, ahead_rows, stride, head_dim,
+                           scores);
+}
+#endif
 
 // out[c0 .. c0 + 8V) = out * rescale + sum_i weights[i] values[i][c0 ..], the V vectors of the
 // output held in registers over all rows.
@@ -319,8 +362,8 @@ ABCD_INLINE void AccumulateColumns(const float* weights, const T* values, int64_
 // out = out * rescale + sum_i weights[i] values[i] over `count` rows `stride` apart (kPairs:
 // rows and out in pair order, head_dim % 16 == 0).
 template <typename T, bool kPairs>
-ABCD_VECTOR_CLONES void Accumulate(const float* weights, const T* values, int64_t count,
-                                   int64_t stride, int head_dim, float rescale, float* out) {
+ABCD_INLINE void AccumulateIn(const float* weights, const T* values, int64_t count, int64_t stride,
+                              int head_dim, float rescale, float* out) {
   int c = 0;
   for (; c + 64 <= head_dim; c += 64) {
     AccumulateColumns<8, kPairs>(weights, values, count, stride, c, rescale, out);
@@ -343,6 +386,19 @@ ABCD_VECTOR_CLONES void Accumulate(const float* weights, const T* values, int64_
     out[c] = sum;
   }
 }
+template <typename T, bool kPairs>
+ABCD_VECTOR_CLONES void Accumulate(const float* weights, const T* values, int64_t count,
+                                   int64_t stride, int head_dim, float rescale, float* out) {
+  AccumulateIn<T, kPairs>(weights, values, count, stride, head_dim, rescale, out);
+}
+#if ABCD_HAS_VECTOR_CLONES
+template <>
+ABCD_F16C_TARGET void Accumulate<F16c, false>(const float* weights, const F16c* values,
+                                              int64_t count, int64_t stride, int head_dim,
+                                              float rescale, float* out) {
+  AccumulateIn<F16c, false>(weights, values, count, stride, head_dim, rescale, out);
+}
+#endif
 
 // Advances a running softmax by one block of scores: row[0, seen) are scores, row[seen, n) are
 // masked (-infinity, or ignored). Afterwards row[0, n) holds exp(score - the new maximum) (0 where
@@ -438,8 +494,7 @@ void ReadGroup(const float* q, int group, const T* keys, const T* values, const 
 
 // Copies `count` rows `stride` apart to contiguous fp32 rows of head_dim (bf16 widened).
 template <typename T>
-ABCD_VECTOR_CLONES void Stage(const T* rows, int64_t count, int64_t stride, int head_dim,
-                              float* out) {
+ABCD_INLINE void StageIn(const T* rows, int64_t count, int64_t stride, int head_dim, float* out) {
   for (int64_t i = 0; i < count; ++i) {
     const T* row = rows + i * stride;
     if (i + kPrefetchRows < count) Prefetch(row + kPrefetchRows * stride, head_dim);
@@ -453,6 +508,18 @@ ABCD_VECTOR_CLONES void Stage(const T* rows, int64_t count, int64_t stride, int 
     for (; c < head_dim; ++c) to[c] = Load(row, c);
   }
 }
+template <typename T>
+ABCD_VECTOR_CLONES void Stage(const T* rows, int64_t count, int64_t stride, int head_dim,
+                              float* out) {
+  StageIn(rows, count, stride, head_dim, out);
+}
+#if ABCD_HAS_VECTOR_CLONES
+template <>
+ABCD_F16C_TARGET void Stage<F16c>(const F16c* rows, int64_t count, int64_t stride, int head_dim,
+                                  float* out) {
+  StageIn(rows, count, stride, head_dim, out);
+}
+#endif
 
 // The causal run as matrix products, per query head: for each block of `block` cached rows,
 // S = Q K_block^T over the queries that reach the block (Linear on the block packed as a
@@ -515,6 +582,19 @@ void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const
       for (int c = 0; c < head_dim; ++c) o[c] = acc[query * head_dim + c] * inv;
     }
   }
+}
+
+// f16 rows go to the F16c kernels where the CPU runs them (unless `portable`): read(keys,
+// values) is called with the rows as F16c or as F16, the same bits.
+template <typename Read>
+void ReadF16(const F16* keys, const F16* values, bool portable, const Read& read) {
+#if ABCD_HAS_VECTOR_CLONES
+  if (!portable && UseF16c()) {
+    read(reinterpret_cast<const F16c*>(keys), reinterpret_cast<const F16c*>(values));
+    return;
+  }
+#endif
+  read(keys, values);
 }
 
 }  // namespace
@@ -594,30 +674,54 @@ void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const uin
 
 void SoftmaxReadHead(const float* q, const F16* keys, const F16* values, int64_t count,
                      int64_t stride, int head_dim, float* out) {
-  ReadGroup(q, 1, keys, values, nullptr, count, stride, head_dim, out);
+  ReadF16(keys, values, false, [&](const auto* k, const auto* v) {
+    ReadGroup(q, 1, k, v, nullptr, count, stride, head_dim, out);
+  });
 }
 
 void SoftmaxReadHead(const float* q, const F16* keys, const F16* values, const float* bias,
                      int64_t count, int64_t stride, int head_dim, float* out) {
-  ReadGroup(q, 1, keys, values, bias, count, stride, head_dim, out);
+  ReadF16(keys, values, false, [&](const auto* k, const auto* v) {
+    ReadGroup(q, 1, k, v, bias, count, stride, head_dim, out);
+  });
 }
 
 void SoftmaxReadGroup(const float* q, int group, const F16* keys, const F16* values, int64_t count,
                       int64_t stride, int head_dim, float* out) {
-  ReadGroup(q, group, keys, values, nullptr, count, stride, head_dim, out);
+  ReadF16(keys, values, false, [&](const auto* k, const auto* v) {
+    ReadGroup(q, group, k, v, nullptr, count, stride, head_dim, out);
+  });
 }
 
 void SoftmaxReadPartial(const float* q, int kv_heads, int group, const F16* keys, const F16* values,
                         int64_t begin, int64_t end, int64_t stride, int head_dim,
                         SoftmaxPartial* partial, float* out) {
-  ReadRange(q, kv_heads, group, keys, values, nullptr, begin, end, stride, head_dim, partial, out);
+  ReadF16(keys, values, false, [&](const auto* k, const auto* v) {
+    ReadRange(q, kv_heads, group, k, v, nullptr, begin, end, stride, head_dim, partial, out);
+  });
 }
 
 void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const F16* keys,
                           const F16* values, int64_t first_position, int64_t rows, int64_t stride,
                           int head_dim, float* out, int64_t out_stride) {
-  CausalRun(q, q_stride, group, keys, values, first_position, rows, stride, head_dim, out,
-            out_stride);
+  ReadF16(keys, values, false, [&](const auto* k, const auto* v) {
+    CausalRun(q, q_stride, group, k, v, first_position, rows, stride, head_dim, out, out_stride);
+  });
+}
+
+bool SoftmaxReadsF16WithF16c() {
+#if ABCD_HAS_VECTOR_CLONES
+  return UseF16c();
+#else
+  return false;
+#endif
+}
+
+void SoftmaxReadHeadWidenedPortably(const float* q, const F16* keys, const F16* values,
+                                    int64_t count, int64_t stride, int head_dim, float* out) {
+  ReadF16(keys, values, true, [&](const auto* k, const auto* v) {
+    ReadGroup(q, 1, k, v, nullptr, count, stride, head_dim, out);
+  });
 }
 
 }  // namespace abcd

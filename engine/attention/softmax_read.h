@@ -87,4 +87,12 @@ void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const F16
                           const F16* values, int64_t first_position, int64_t rows, int64_t stride,
                           int head_dim, float* out, int64_t out_stride);
 
+// f16 rows are widened by F16C's vcvtph2ps where the CPU has AVX2, FMA and F16C (x86-64 GCC
+// builds), and by portable vector arithmetic elsewhere: both exact, so the reads give the same
+// bits either way. Whether this CPU and build take the F16C kernels:
+bool SoftmaxReadsF16WithF16c();
+// SoftmaxReadHead over f16 rows, widened portably whatever the CPU has (for tests of that path).
+void SoftmaxReadHeadWidenedPortably(const float* q, const F16* keys, const F16* values,
+                                    int64_t count, int64_t stride, int head_dim, float* out);
+
 }  // namespace abcd

@@ -2,6 +2,8 @@
 // reference: one head, and the grouped read of GQA (several query heads per key/value head,
 // the rows walked once for the group), over f32, bf16 and f16 rows, with counts on both sides of
 // the chunk boundaries (the widened bf16 chunk is 8192 / head_dim rows, the score chunk 256).
+#include "engine/attention/softmax_read.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -136,9 +138,9 @@ TEST(SoftmaxReadTest, GroupedReadsEqualTheReferenceForEveryQueryHead) {
   }
 }
 
-// f16 rows are read exactly as the fp32 rows holding the same values (the kernels widen f16 by
-// bit arithmetic): every finite f16 value as a value, subnormal and signed-zero keys among
-// ordinary ones, the outputs equal bit for bit.
+// f16 rows are read exactly as the fp32 rows holding the same values, by the kernels this CPU
+// runs (F16C's widening where it has it) and by the portable widening: every finite f16 value
+// as a value, subnormal and signed-zero keys among ordinary ones, the outputs equal bit for bit.
 TEST(SoftmaxReadTest, F16RowsReadAsTheFloatsTheyHold) {
   constexpr int kHeadDim = 64;
   std::vector<uint16_t> finite;
@@ -163,13 +165,17 @@ TEST(SoftmaxReadTest, F16RowsReadAsTheFloatsTheyHold) {
   std::vector<float> q(kHeadDim);
   for (float& x : q) x = normal(rng);
   for (const int64_t rows : {count, int64_t{5}, int64_t{70}}) {
-    std::vector<float> from_f16(kHeadDim), from_f32(kHeadDim);
+    std::vector<float> from_f16(kHeadDim), portably(kHeadDim), from_f32(kHeadDim);
     SoftmaxReadHead(q.data(), keys.data(), values.data(), rows, kHeadDim, kHeadDim,
                     from_f16.data());
+    SoftmaxReadHeadWidenedPortably(q.data(), keys.data(), values.data(), rows, kHeadDim, kHeadDim,
+                                   portably.data());
     SoftmaxReadHead(q.data(), keys32.data(), values32.data(), rows, kHeadDim, kHeadDim,
                     from_f32.data());
     for (int d = 0; d < kHeadDim; ++d) {
-      ASSERT_EQ(from_f16[d], from_f32[d]) << rows << " rows, dim " << d;
+      ASSERT_EQ(from_f16[d], from_f32[d])
+          << rows << " rows, dim " << d << ", F16C: " << SoftmaxReadsF16WithF16c();
+      ASSERT_EQ(portably[d], from_f32[d]) << rows << " rows, dim " << d;
       ASSERT_TRUE(std::isfinite(from_f16[d])) << rows << " rows, dim " << d;
     }
   }
