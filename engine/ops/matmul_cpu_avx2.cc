@@ -4,10 +4,11 @@
 //
 // A 16-output panel is two 8-wide vectors. A block of P panels times a group of R rows keeps
 // 2*P*R accumulators in the 16 ymm registers: 1 panel x 6 rows (12 accumulators, 2 weight
-// vectors, 1 broadcast) for batches, 4 panels x 1 row for a single row, where each weight vector
-// is used once and the loads are what counts (int8: 2 x 2 and 1 x 3 tiles, see Panels). Weights are
-// widened from bf16/f16 to fp32 once per input column and block, with fp32 sums; int8 multiplies in
-// integers (BlockInt8).
+// vectors, 1 broadcast) for batches, their rows split into groups of even sizes (Rows), 4 panels x
+// 1 row for a single row, where each weight vector is used once and the loads are what counts
+// (2 or 3 rows: 2 x 3 tiles for fp32, 2 x 2 for the other formats; int8 batches: 1 x 3; see
+// Panels). Weights are widened from bf16/f16 to fp32 once per input column and block, with fp32
+// sums; int8 multiplies in integers (BlockInt8).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -203,12 +204,27 @@ void Block(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
   }
 }
 
-// Rows in groups of R, the remainder in one smaller group.
+// Block<F, P, size>, size in [1, R].
 template <Format F, int P, int R>
-void Rows(const LinearArgs& a, int64_t first_panel, int64_t r) {
-  for (; r + R <= a.rows; r += R) Block<F, P, R>(a, first_panel, r);
+void BlockOfSize(const LinearArgs& a, int64_t first_panel, int64_t first_row, int64_t size) {
   if constexpr (R > 1) {
-    if (r < a.rows) Rows<F, P, R - 1>(a, first_panel, r);
+    if (size < R) return BlockOfSize<F, P, R - 1>(a, first_panel, first_row, size);
+  }
+  Block<F, P, R>(a, first_panel, first_row);
+}
+
+// Every row in the fewest groups of at most R, their sizes as even as can be (8 rows: 4 + 4,
+// not 6 + 2). A group of g rows keeps 2 P g sums in flight, and an FMA's result is ready 4
+// cycles after it starts on two pipes: fewer than 8 chains leave the pipes idle, so a small
+// remainder group took as long as a full one (7 rows cost 1.6x 6 rows, at 1 x 6 tiles).
+template <Format F, int P, int R>
+void Rows(const LinearArgs& a, int64_t first_panel) {
+  const int64_t groups = (a.rows + R - 1) / R;
+  int64_t r = 0;
+  for (int64_t g = groups; g > 0; --g) {
+    const int64_t size = (a.rows - r + g - 1) / g;
+    BlockOfSize<F, P, R>(a, first_panel, r, size);
+    r += size;
   }
 }
 
@@ -218,16 +234,19 @@ void Panels(const LinearArgs& a, int64_t first, int64_t count) {
   const int64_t end = first + count;
   if (a.rows == 1) {
     // One row: four weight streams in flight per input column.
-    for (; p + 4 <= end; p += 4) Rows<F, 4, 1>(a, p, 0);
+    for (; p + 4 <= end; p += 4) Rows<F, 4, 1>(a, p);
   } else if (a.rows <= 3) {
     // int8 takes 2 rows at a time here and 3 below: with its int32 sums, widened weights and
     // broadcasts, 2 x 3 or 1 x 6 tiles do not fit the 16 registers, and GCC's spills of the
     // sums made the 1 x 6 tile up to 1.7x slower than 1 x 3 (thread CPU time, 1024 x 1024).
-    constexpr int kRows = F == Format::kInt8 ? 2 : 3;
-    for (; p + 2 <= end; p += 2) Rows<F, 2, kRows>(a, p, 0);
+    // bf16 and f16 take 2 as well: their 2 x 3 tile holds 12 sums, 4 widened weight vectors and
+    // a broadcast (bf16: and its 0xFFFF0000 mask), one more than the 16 registers; the sum GCC
+    // spilled made 3 rows cost 2.8x 2. fp32 weights are operands straight from memory.
+    constexpr int kRows = F == Format::kF32 ? 3 : 2;
+    for (; p + 2 <= end; p += 2) Rows<F, 2, kRows>(a, p);
   }
   constexpr int kTileRows = F == Format::kInt8 ? 3 : 6;
-  for (; p < end; ++p) Rows<F, 1, kTileRows>(a, p, 0);
+  for (; p < end; ++p) Rows<F, 1, kTileRows>(a, p);
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
   decode     --models DIR[,DIR..] [--batches 1,4,16,64] [--contexts 128,512,2048] [--steps 8]
              [--rounds 3] [--weight_formats f32,bf16,int8] [--prefill_tokens 512]
              [--kv_cache_format bf16|f16|f32]
+  linear     [--weight_formats f32,bf16,f16,int8] [--shapes 1024x256,256x1024,256x8000]
+             [--rows 1,2,3,4,5,6,7,8,16,64] [--rounds 5]   (cpu::Linear alone; not in `all`)
   seq2seq    --models DIR[,DIR..] [--lengths 512,1024,2048] [--batch 16] [--steps 4] [--rounds 3]
              [--kv_cache_format bf16|f16|f32]   (encoder-decoder models; not in `all`)
   reference  --models DIR[,DIR..] [--reference_batches 1,32] [--reference_steps 64] [--repeats 3]
@@ -56,7 +58,8 @@ const std::set<std::string> kValued = {"models",          "model",
                                        "suffixes",        "suffix_tokens",
                                        "in_flight",       "choices",
                                        "choice_prompt",   "choice_tokens",
-                                       "session_store",   "batch"};
+                                       "session_store",   "batch",
+                                       "shapes",          "rows"};
 
 std::vector<std::string> ModelsIn(const std::string& dir, const std::string& types) {
   std::vector<std::string> out;
@@ -156,6 +159,20 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
       out["overhead"].push_back(std::move(result));
     }
   }
+  if (command == "linear") {
+    LinearOptions o;
+    o.weight_formats = SplitList(args.String("weight_formats", "f32,bf16,f16,int8"));
+    ABCD_ASSIGN_OR_RETURN(o.shapes,
+                          ParseLinearShapes(args.String("shapes", "1024x256,256x1024,256x8000")));
+    ABCD_ASSIGN_OR_RETURN(o.rows, ParseInts("rows", args.String("rows", "1,2,3,4,5,6,7,8,16,64")));
+    ABCD_ASSIGN_OR_RETURN(const int64_t rounds, args.Int("rounds", 5));
+    if (rounds < 1 || rounds > 1000) {
+      return absl::InvalidArgumentError("--rounds must be in [1, 1000]");
+    }
+    o.rounds = static_cast<int>(rounds);
+    o.threads = static_cast<int>(threads);
+    ABCD_ASSIGN_OR_RETURN(out["linear"], RunLinear(o));
+  }
   if (command == "seq2seq") {
     Seq2seqOptions o;
     o.models = SplitList(args.String("models", ""));
@@ -209,7 +226,7 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
   }
   if (!out.contains("bandwidth") && !out.contains("memory") && !out.contains("decode") &&
       !out.contains("reference") && !out.contains("overhead") && !out.contains("state") &&
-      !out.contains("seq2seq")) {
+      !out.contains("seq2seq") && !out.contains("linear")) {
     return absl::InvalidArgumentError(absl::StrCat("unknown command \"", command, "\""));
   }
   if (args.Has("json")) {

@@ -9,6 +9,7 @@
 //   seq2seq    the seeds' decode-speed figure (issue 15): greedy tokens/s and state bytes per
 //              sequence of encoder-decoder models against source = target length, with a
 //              measured step breakdown and the seeds' ratios (seq2seq_bench.cc).
+//   linear     cpu::Linear alone per weight format, shape and row count (linear_bench.cc).
 //   reference  the engine against the PyTorch reference (loadtest/bench_reference.py) on the
 //              same checkpoint and tokens, both recurrent decode, in one run.
 //   state      sessions, the prefix cache and n choices (state_bench.cc), in-process.
@@ -50,6 +51,23 @@ struct DecodeOptions {
   Bandwidth bandwidth;                         // the DRAM floor (256 MiB memcpy)
 };
 absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options);
+
+// cpu::Linear alone (linear_bench.cc): y = x W^T for each weight format x shape x row count.
+struct LinearShape {
+  int64_t in = 0;
+  int64_t out = 0;
+};
+// "1024x256,256x8000" (in x out); INVALID_ARGUMENT naming --shapes otherwise.
+absl::StatusOr<std::vector<LinearShape>> ParseLinearShapes(const std::string& list);
+struct LinearOptions {
+  std::vector<std::string> weight_formats;  // "f32", "bf16", "f16", "int8"
+  std::vector<LinearShape> shapes;
+  std::vector<int64_t> rows;  // rows of x per call
+  int rounds = 5;             // measurements per point, every point interleaved (median taken)
+  double min_seconds = 0.05;  // each measurement repeats the call for at least this long
+  int threads = 1;            // a ThreadPool of this many threads (1: the caller's thread)
+};
+absl::StatusOr<nlohmann::json> RunLinear(const LinearOptions& options);
 
 struct Seq2seqOptions {
   std::vector<std::string> models;  // encoder-decoder model directories
