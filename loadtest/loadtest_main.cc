@@ -66,6 +66,7 @@ Workload
   --prompts FILE          JSONL {"prompt": ...} or text lines (default loadtest/prompts/brown_test.jsonl,
                           mt_test.jsonl for translate endpoints)
   --prompt_tokens N|A:B   cut prompts to N tokens (or uniform in [A, B]) from the prompts' text
+                          (longer than the whole file: its text repeated, from a random start)
   --output_tokens N|A:B   max_tokens per request (default 32)
   --tokenizer FILE        SentencePiece model for token counts (default: the bundled model's)
   --temperature T         default 0 (greedy)   --seed S   workload and sampling seed (default 0)

@@ -6,6 +6,7 @@
 # python3-matplotlib. Raw outputs go to $OUT (default $BUILD_DIR/loadtest-results); the bench
 # JSON behind the plots is copied to loadtest/results/bench.json.
 #   loadtest/run_benchmarks.sh prefill   only the prefill-policy load test (TTFT/ITL table)
+#   loadtest/run_benchmarks.sh long-context   only softmax and abc under 2k-32k-token prompts
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,8 +66,69 @@ for c in (1, 8, 32, 64):
 PYEOF
   cat "$table"
 }
+
+# Long contexts through the server: the softmax and abc bench models (same size, random weights)
+# under prompts of 2k, 8k and 32k tokens (the bundled corpus repeated past its ~12k tokens),
+# 128 generated tokens each (HTTP, ignore_eos), 1 stream and 4 streams whose requests arrive
+# together (one request per stream). LONG_ROUNDS rounds (default 2), the models alternating
+# within each (LONG_CONTEXTS overrides the lengths); the table gives each figure's range over
+# the rounds. Softmax at 32k takes about a
+# minute per prompt on a 2-core machine, so a round takes about 7 minutes.
+long_contexts() {
+  local rounds=${LONG_ROUNDS:-2} contexts=${LONG_CONTEXTS:-2048 8192 32768}
+  local table="$OUT/long-context.md"
+  [[ -d "$MODELS/softmax" && -d "$MODELS/abc" ]] || $PY loadtest/make_bench_models.py --out "$MODELS"
+  : >"$OUT/long-context-uptime.txt"
+  for round in $(seq 1 "$rounds"); do
+    for ctx in $contexts; do
+      for c in 1 4; do
+        for model in softmax abc; do
+          local name="long-$model-$ctx-c$c-r$round"
+          echo "== $name ($(uptime | sed 's/.*load average: //'))"
+          echo "$name before: $(uptime)" >>"$OUT/long-context-uptime.txt"
+          "$BUILD_DIR/loadtest/abcd-loadtest" --launch_server "$BUILD_DIR/server/abcd-server" \
+            --server_args "--models $MODELS/$model --max_prompt_tokens 33000" \
+            --tokenizer "$MODELS/$model/tokenizer.model" --endpoint http-completions \
+            --concurrency "$c" --num_requests "$c" --warmup 0 --prompt_tokens "$ctx" \
+            --output_tokens 128 --ignore_eos --result_json "$OUT/$name.json" >"$OUT/$name.txt"
+        done
+      done
+    done
+  done
+  $PY - "$OUT" "$rounds" $contexts >"$table" <<'PYEOF'
+import json, sys
+out, rounds, contexts = sys.argv[1], int(sys.argv[2]), [int(c) for c in sys.argv[3:]]
+def span(values, fmt):
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
+print("| context | streams | model | TTFT p50 s | TTFT max s | ITL p50 ms | ITL p99 ms "
+      "| out tok/s | attention memory |")
+print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+for ctx in contexts:
+    for c in (1, 4):
+        for model in ("softmax", "abc"):
+            rs = [json.load(open(f"{out}/long-{model}-{ctx}-c{c}-r{r}.json"))
+                  for r in range(1, rounds + 1)]
+            assert all(r["completed"] == c and r["failed"] == 0 for r in rs), (model, ctx, c)
+            # The gauges are polled every 200 ms and may miss a short run's peak; a bounded
+            # state's bytes are known per sequence.
+            per_seq = max(r["server"]["state_bytes_per_sequence"].get(model, 0) for r in rs)
+            mib = max(max(r["server"]["peak_kv_cache_bytes"] for r in rs), per_seq * c) / 2**20
+            print(f"| {ctx} | {c} | {model} | "
+                  f"{span([r['median_ttft_ms'] / 1e3 for r in rs], '{:.2f}')} | "
+                  f"{span([max(r['ttfts']) for r in rs], '{:.2f}')} | "
+                  f"{span([r['median_itl_ms'] for r in rs], '{:.2f}')} | "
+                  f"{span([r['p99_itl_ms'] for r in rs], '{:.2f}')} | "
+                  f"{span([r['output_throughput'] for r in rs], '{:.0f}')} | {mib:.2f} MiB |")
+PYEOF
+  cat "$table"
+}
 if [[ "${1:-all}" == "prefill" ]]; then
   prefill_policies
+  exit 0
+fi
+if [[ "${1:-all}" == "long-context" ]]; then
+  long_contexts
   exit 0
 fi
 

@@ -98,10 +98,9 @@ absl::StatusOr<Workload> Workload::Create(const WorkloadOptions& options,
     if (tokenizer == nullptr) {
       return absl::InvalidArgumentError("--prompt_tokens needs a tokenizer (--tokenizer)");
     }
-    if (static_cast<int>(w.corpus_.size()) < options.prompt_tokens.max) {
-      return absl::InvalidArgumentError(absl::StrCat("--prompt_tokens: the prompts file has only ",
-                                                     w.corpus_.size(), " tokens, fewer than ",
-                                                     options.prompt_tokens.max));
+    if (w.corpus_.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompt_tokens: \"", options.prompts_file, "\" encodes to no tokens"));
     }
   }
   w.order_.resize(w.prompts_.size());
@@ -118,10 +117,20 @@ RequestSpec Workload::Make(int64_t index) const {
   const Prompt& prompt = prompts_[order_[static_cast<size_t>(index) % order_.size()]];
   if (options_.prompt_tokens.set()) {
     const int length = Draw(options_.prompt_tokens, rng);
-    const size_t last_start = corpus_.size() - static_cast<size_t>(length);
-    const size_t start = std::uniform_int_distribution<size_t>(0, last_start)(rng);
-    absl::StatusOr<std::string> text = tokenizer_->Decode(
-        std::span<const int32_t>(corpus_.data() + start, static_cast<size_t>(length)));
+    absl::StatusOr<std::string> text;
+    if (static_cast<size_t>(length) <= corpus_.size()) {
+      const size_t last_start = corpus_.size() - static_cast<size_t>(length);
+      const size_t start = std::uniform_int_distribution<size_t>(0, last_start)(rng);
+      text = tokenizer_->Decode(
+          std::span<const int32_t>(corpus_.data() + start, static_cast<size_t>(length)));
+    } else {
+      // Longer than the whole file (long-context runs): the file's tokens over and over, from a
+      // random start, so that no two prompts share a prefix the server could cache.
+      const size_t start = std::uniform_int_distribution<size_t>(0, corpus_.size() - 1)(rng);
+      std::vector<int32_t> ids(static_cast<size_t>(length));
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = corpus_[(start + i) % corpus_.size()];
+      text = tokenizer_->Decode(ids);
+    }
     spec.prompt = text.ok() ? *text : prompt.text;
     spec.prompt_tokens = length;
   } else {

@@ -289,6 +289,32 @@ TEST(Workload, CutsPromptsToExactTokenCounts) {
   }
 }
 
+TEST(Workload, PromptsLongerThanTheFileRepeatItsText) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(
+      std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const TempFile prompts("short.jsonl", "{\"prompt\": \"the quick brown fox jumps\"}\n");
+  const size_t file_tokens = (*tokenizer)->Encode("the quick brown fox jumps")->size();
+  WorkloadOptions o;
+  o.prompts_file = prompts.path;
+  o.seed = 3;
+  o.prompt_tokens = {100, 100};
+  absl::StatusOr<Workload> w = Workload::Create(o, tokenizer->get());
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::set<std::string> starts;
+  for (int i = 0; i < 20; ++i) {
+    const RequestSpec spec = w->Make(i);
+    EXPECT_EQ(spec.prompt_tokens, 100);
+    EXPECT_EQ(w->Make(i).prompt, spec.prompt);  // deterministic per index
+    const size_t n = (*tokenizer)->Encode(spec.prompt)->size();
+    EXPECT_NEAR(static_cast<double>(n), 100, 6) << spec.prompt;
+    EXPECT_NE(spec.prompt.find("fox jumps"), std::string::npos);
+    starts.insert(spec.prompt.substr(0, 6));
+  }
+  EXPECT_GT(starts.size(), 1u) << "every prompt started at the same token";
+  EXPECT_LT(file_tokens, 100u);
+}
+
 // Completes every request after `latency` on its own thread; counts what is in flight.
 class FakeDriver : public Driver {
  public:
