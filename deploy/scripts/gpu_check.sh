@@ -2,9 +2,11 @@
 # Runs the CUDA tests and benchmarks on a GPU machine that cannot build abcd itself (no Debian
 # -dev packages, no network: the `device` machines of this workplace). Two halves:
 #
-#   deploy/scripts/gpu_check.sh bundle   # here: build, then pack the CUDA test and benchmark
-#                                        # binaries with the non-CUDA shared libraries they load
-#                                        # into .gpu/bundle.tar.xz (git-ignored via .git/info/exclude)
+#   deploy/scripts/gpu_check.sh bundle [PHASE..]
+#                                        # here: build, then pack the binaries the phases need
+#                                        # (default: all) with the non-CUDA shared libraries they
+#                                        # load into $GPU_DIR/bundle.tar.xz (GPU_DIR defaults to
+#                                        # .gpu, git-ignored via .git/info/exclude)
 #   deploy/scripts/gpu_check.sh run [PHASE..]
 #                                        # there, from the repository root (with .gpu carried):
 #                                        # unpack, then the phases (default: all, in this order):
@@ -13,8 +15,11 @@
 #                                        #   bench     GPU-size bench models + abcd-bench-cuda all
 #                                        #   server    abcd-server under abcd-loadtest (cuda, cpu)
 #
-# The device tool allows 10 minutes a call: run the phases in separate calls when they do not
-# fit one (each phase has its own time limit, PHASE_SECONDS, default 540, and writes its own
+# The device tool allows 10 minutes a call and carries at most 64 MiB with the working tree
+# (about 52 of it the tracked files): the bench phase's OpenBLAS alone is 36 MB, so a bundle of
+# every phase does not fit. Pack the phases in two folders, e.g. `bundle tests memcheck server`
+# and `GPU_DIR=.gpu-bench ... bundle bench`, and carry one a call. Run the phases in separate
+# calls when they do not fit one (each phase has its own time limit, PHASE_SECONDS, default 540, and writes its own
 # files, so a phase cut short still returns what it wrote). Every call unpacks the carried
 # bundle afresh and makes the bench models again, so nothing stale from a warm machine is used.
 #
@@ -26,19 +31,47 @@ cd "$(dirname "$0")/../.."
 root="$PWD"
 mode="${1:-}"
 build_dir="${BUILD_DIR:-build}"
+gpu_dir="${GPU_DIR:-.gpu}"
+
+# The binaries a phase runs (all from bin/ of the bundle).
+binaries_of() {
+  case "$1" in
+    tests | memcheck) echo cuda_ops_test ;;
+    bench) echo abcd-bench-cuda ;;
+    server) echo abcd-server abcd-loadtest ;;
+    *)
+      echo "unknown phase $1 (tests, memcheck, bench, server)" >&2
+      return 2
+      ;;
+  esac
+}
 
 case "$mode" in
   bundle)
+    shift
+    phases=("$@")
+    [[ ${#phases[@]} -eq 0 ]] && phases=(tests memcheck bench server)
+    binaries=()
+    for phase in "${phases[@]}"; do
+      needed="$(binaries_of "$phase")" || exit 2
+      read -r -a more <<<"$needed"
+      binaries+=("${more[@]}")
+    done
+    read -r -a binaries <<<"$(printf '%s\n' "${binaries[@]}" | sort -u | tr '\n' ' ')"
     cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WITH_CUDA=ON >/dev/null
-    cmake --build "$build_dir" --target cuda_ops_test abcd-bench-cuda abcd-server abcd-loadtest \
-      abcd_cuda_backend
+    cmake --build "$build_dir" --target "${binaries[@]}" abcd_cuda_backend
     exclude="$(git rev-parse --git-path info/exclude)"
     mkdir -p "$(dirname "$exclude")"
-    grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >>"$exclude"
+    grep -qx "/${gpu_dir#./}/" "$exclude" 2>/dev/null || echo "/${gpu_dir#./}/" >>"$exclude"
     staging="$(mktemp -d)"
     mkdir -p "$staging/bin" "$staging/lib"
-    cp "$build_dir/tests/cuda_ops_test" "$build_dir/loadtest/abcd-bench-cuda" \
-      "$build_dir/server/abcd-server" "$build_dir/loadtest/abcd-loadtest" "$staging/bin/"
+    for binary in "${binaries[@]}"; do
+      case "$binary" in
+        cuda_ops_test) cp "$build_dir/tests/$binary" "$staging/bin/" ;;
+        abcd-server) cp "$build_dir/server/$binary" "$staging/bin/" ;;
+        *) cp "$build_dir/loadtest/$binary" "$staging/bin/" ;;
+      esac
+    done
     # The plugins (tokenizer, CUDA backend) are found in ../lib next to the binaries.
     cp "$build_dir/bin/libabcd_sentencepiece.so" "$build_dir/bin/libabcd_cuda_backend.so" \
       "$staging/lib/"
@@ -49,32 +82,35 @@ case "$mode" in
     done | sort -u | grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/libcu(da|dart|blas|blasLt)\.so' |
       while read -r library; do cp -L "$library" "$staging/lib/"; done
     echo "$root" >"$staging/source_root"  # compiled-in paths (fixtures) point here
-    mkdir -p .gpu
-    tar -C "$staging" -cJf .gpu/bundle.tar.xz bin lib source_root
+    mkdir -p "$gpu_dir"
+    tar -C "$staging" -cJf "$gpu_dir/bundle.tar.xz" bin lib source_root
     rm -rf "$staging"
-    echo "wrote .gpu/bundle.tar.xz ($(du -h .gpu/bundle.tar.xz | cut -f1)); carry .gpu and run:"
-    echo "  deploy/scripts/gpu_check.sh run [tests] [memcheck] [bench] [server]"
+    tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
+    bundle=$(stat -c %s "$gpu_dir/bundle.tar.xz")
+    echo "wrote $gpu_dir/bundle.tar.xz ($((bundle >> 20)) MiB; with the tracked files" \
+      "$(((tracked + bundle) >> 20)) MiB of the device tool's 64); carry $gpu_dir and run:"
+    echo "  GPU_DIR=$gpu_dir deploy/scripts/gpu_check.sh run ${phases[*]}"
     echo "then, here: python3 loadtest/cuda_report.py OUTPUT_FOLDER > loadtest/results/cuda-GPU-DATE.md"
     ;;
   run)
     shift
     phases=("$@")
     [[ ${#phases[@]} -eq 0 ]] && phases=(tests memcheck bench server)
-    for phase in "${phases[@]}"; do
-      case "$phase" in
-        tests | memcheck | bench | server) ;;
-        *)
-          echo "unknown phase $phase (tests, memcheck, bench, server)" >&2
-          exit 2
-          ;;
-      esac
-    done
-    out="${OUT:-$root/.gpu/out}"
+    out="${OUT:-$root/$gpu_dir/out}"
     limit="${PHASE_SECONDS:-540}"
     mkdir -p "$out"
     # Always the carried bundle: a warm machine may still hold an older one in /tmp.
     rm -rf /tmp/abcd-gpu && mkdir -p /tmp/abcd-gpu
-    tar -C /tmp/abcd-gpu -xJf .gpu/bundle.tar.xz
+    tar -C /tmp/abcd-gpu -xJf "$gpu_dir/bundle.tar.xz"
+    for phase in "${phases[@]}"; do
+      needed="$(binaries_of "$phase")" || exit 2
+      for binary in $needed; do
+        if [[ ! -x "/tmp/abcd-gpu/bin/$binary" ]]; then
+          echo "phase $phase needs $binary, which $gpu_dir/bundle.tar.xz lacks (bundle $phase)" >&2
+          exit 2
+        fi
+      done
+    done
     cublas="$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -n 1)")"
     export LD_LIBRARY_PATH="/tmp/abcd-gpu/lib:${cublas}:${LD_LIBRARY_PATH:-}"
     # The binaries carry the absolute source path of the build machine (fixtures, models).
@@ -89,7 +125,9 @@ case "$mode" in
       deadline=$((SECONDS + limit))
       case "$phase" in
         tests)
-          timeout "$limit" /tmp/abcd-gpu/bin/cuda_ops_test 2>&1 | tee "$out/cuda_ops_test.log" ||
+          # The XML holds each comparison's largest relative error (RecordProperty).
+          timeout "$limit" /tmp/abcd-gpu/bin/cuda_ops_test --gtest_output="xml:$out/cuda_ops_test.xml" \
+            2>&1 | tee "$out/cuda_ops_test.log" ||
             status=1
           ;;
         memcheck)
@@ -133,7 +171,7 @@ case "$mode" in
     exit "$status"
     ;;
   *)
-    echo "usage: $0 bundle | run [tests] [memcheck] [bench] [server]" >&2
+    echo "usage: $0 bundle|run [tests] [memcheck] [bench] [server]" >&2
     exit 2
     ;;
 esac

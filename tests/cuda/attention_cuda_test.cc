@@ -17,7 +17,13 @@
 namespace abcd::cuda {
 namespace {
 
-constexpr float kTolerance = 1e-5f;
+// Relative to max(1, |expected|). The two backends sum in different orders, and nvcc contracts
+// a * b + c into FMAs where the CPU build does not. The first run on a GPU (H200) measured up to
+// 2.4e-5 at these shapes (t2r, whose normaliser divides by a sum that can be small).
+constexpr float kTolerance = 1e-4f;
+// The 6,500-slot heads reduce over 200 times as many slots (the softmax sums, the slot
+// mixtures): up to 9.7e-5 on the same GPU.
+constexpr float kLongReductionTolerance = 3e-4f;
 
 // Host mirror of one step's inputs in the fused-projection layout [q | k | v | extra].
 struct StepInputs {
@@ -66,7 +72,8 @@ class AttentionCudaTest : public CudaTest {
   // `device_step` launches the CUDA kernel for one step.
   template <typename DeviceStep>
   void CompareSteps(const AttentionState& state, int64_t d, int64_t batch, int steps,
-                    const DeviceStep& device_step, const std::string& what) {
+                    const DeviceStep& device_step, const std::string& what,
+                    float tolerance = kTolerance) {
     const int64_t floats = state.FixedFloats();
     std::vector<float> host_states(batch * floats);
     for (int64_t b = 0; b < batch; ++b) state.Init(host_states.data() + b * floats);
@@ -86,11 +93,11 @@ class AttentionCudaTest : public CudaTest {
                                inputs.width, device_states.pointers(),
                                out.data(),   d};
       ASSERT_TRUE(device_step(step_rows).ok()) << what;
-      ExpectClose(Download(out), expected, kTolerance,
+      ExpectClose(Download(out), expected, tolerance,
                   what + " step " + std::to_string(step) + " output");
       if (HasFatalFailure()) return;
     }
-    ExpectClose(Download(device_states.blocks()), host_states, kTolerance, what + " state");
+    ExpectClose(Download(device_states.blocks()), host_states, tolerance, what + " state");
   }
 };
 
@@ -100,7 +107,8 @@ class PrefillCudaTest : public CudaTest {
  protected:
   template <typename DeviceStep>
   void ComparePrefill(const AttentionState& state, int64_t d, const std::vector<int32_t>& counts,
-                      const DeviceStep& device_step, const std::string& what) {
+                      const DeviceStep& device_step, const std::string& what,
+                      float tolerance = kTolerance) {
     const int64_t floats = state.FixedFloats();
     const int64_t sequences = static_cast<int64_t>(counts.size());
     std::vector<int32_t> first;
@@ -132,8 +140,8 @@ class PrefillCudaTest : public CudaTest {
     step_rows.count = device_count.data();
     step_rows.longest_run = *std::max_element(counts.begin(), counts.end());
     ASSERT_TRUE(device_step(step_rows).ok()) << what;
-    ExpectClose(Download(out), expected, kTolerance, what + " prefill output");
-    ExpectClose(Download(device_states.blocks()), host_states, kTolerance, what + " prefill state");
+    ExpectClose(Download(out), expected, tolerance, what + " prefill output");
+    ExpectClose(Download(device_states.blocks()), host_states, tolerance, what + " prefill state");
   }
 };
 
@@ -164,8 +172,9 @@ TEST_F(PrefillCudaTest, ScanBeyondSharedMemoryEqualsStepByStep) {
   AbcState abc(1, 32, 6500);
   const AbcShape shape{1, 32, 6500};
   auto step = [&](const StepRows& rows) { return AbcStep(context(), shape, rows, true); };
-  ComparePrefill(abc, 32, std::vector<int32_t>(300, 1), step, "abc n6500, 300 single rows");
-  ComparePrefill(abc, 32, {5, 1, 9}, step, "abc n6500, runs of 5, 1, 9");
+  ComparePrefill(abc, 32, std::vector<int32_t>(300, 1), step, "abc n6500, 300 single rows",
+                 kLongReductionTolerance);
+  ComparePrefill(abc, 32, {5, 1, 9}, step, "abc n6500, runs of 5, 1, 9", kLongReductionTolerance);
 }
 
 struct Shape {
@@ -199,7 +208,7 @@ TEST_F(AttentionCudaTest, AbcSlotsBeyondSharedMemoryMatchCpu) {
   CompareSteps(
       cpu, int64_t{kHeads} * kHeadDim, /*batch=*/300, 2,
       [&](const StepRows& rows) { return AbcStep(context(), device_shape, rows, true); },
-      "abc n6500 batch 300");
+      "abc n6500 batch 300", kLongReductionTolerance);
 }
 
 // Cross attention reads a built memory without changing it.

@@ -318,7 +318,8 @@ TEST_F(SamplerCudaTest, SeedAndStepSelectTheDraw) {
   const std::vector<int32_t> first = SampleSteps(flat, kDraws, Params(1.0f, 0, 1.0f, 1, 0));
   const std::vector<int32_t> again = SampleSteps(flat, kDraws, Params(1.0f, 0, 1.0f, 1, 0));
   const std::vector<int32_t> other_seed = SampleSteps(flat, kDraws, Params(1.0f, 0, 1.0f, 2, 0));
-  const std::vector<int32_t> shifted = SampleSteps(flat, kDraws, Params(1.0f, 0, 1.0f, 1, 1));
+  // SampleSteps numbers the rows' steps from its last argument (a Params step is overwritten).
+  const std::vector<int32_t> shifted = SampleSteps(flat, kDraws, Params(1.0f, 0, 1.0f, 1, 0), 1);
   EXPECT_EQ(first, again);
   // 400 uniform draws from 1000 tokens: about 330 distinct.
   EXPECT_GT(std::set<int32_t>(first.begin(), first.end()).size(), 250u);
@@ -329,7 +330,7 @@ TEST_F(SamplerCudaTest, SeedAndStepSelectTheDraw) {
   for (int64_t i = 0; i + 1 < kDraws; ++i) ASSERT_EQ(shifted[i], first[i + 1]) << i;
   // Large steps and seeds use their high 32 bits too.
   const std::vector<int32_t> high_step =
-      SampleSteps(flat, kDraws, Params(1.0f, 0, 1.0f, 1, uint64_t{1} << 32));
+      SampleSteps(flat, kDraws, Params(1.0f, 0, 1.0f, 1, 0), uint64_t{1} << 32);
   const std::vector<int32_t> high_seed =
       SampleSteps(flat, kDraws, Params(1.0f, 0, 1.0f, (uint64_t{1} << 32) + 1, 0));
   int same_as_high_step = 0, same_as_high_seed = 0;
