@@ -17,8 +17,6 @@
 namespace abcd::cuda {
 namespace {
 
-constexpr float kTolerance = 1e-5f;
-
 // Host mirror of one step's inputs in the fused-projection layout [q | k | v | extra].
 struct StepInputs {
   int64_t width = 0;        // floats per fused row
@@ -86,11 +84,11 @@ class AttentionCudaTest : public CudaTest {
                                inputs.width, device_states.pointers(),
                                out.data(),   d};
       ASSERT_TRUE(device_step(step_rows).ok()) << what;
-      ExpectClose(Download(out), expected, kTolerance,
+      ExpectClose(Download(out), expected, kKernelTolerance,
                   what + " step " + std::to_string(step) + " output");
       if (HasFatalFailure()) return;
     }
-    ExpectClose(Download(device_states.blocks()), host_states, kTolerance, what + " state");
+    ExpectClose(Download(device_states.blocks()), host_states, kKernelTolerance, what + " state");
   }
 };
 
@@ -132,8 +130,9 @@ class PrefillCudaTest : public CudaTest {
     step_rows.count = device_count.data();
     step_rows.longest_run = *std::max_element(counts.begin(), counts.end());
     ASSERT_TRUE(device_step(step_rows).ok()) << what;
-    ExpectClose(Download(out), expected, kTolerance, what + " prefill output");
-    ExpectClose(Download(device_states.blocks()), host_states, kTolerance, what + " prefill state");
+    ExpectClose(Download(out), expected, kKernelTolerance, what + " prefill output");
+    ExpectClose(Download(device_states.blocks()), host_states, kKernelTolerance,
+                what + " prefill state");
   }
 };
 
@@ -233,7 +232,7 @@ TEST_F(AttentionCudaTest, AbcReadOnlyMatchesCpuAndKeepsState) {
     ASSERT_TRUE(
         AbcStep(context(), AbcShape{shape.heads, shape.head_dim, shape.size}, step_rows, false)
             .ok());
-    ExpectClose(Download(out), expected, kTolerance, "abc cross output");
+    ExpectClose(Download(out), expected, kKernelTolerance, "abc cross output");
     ExpectClose(Download(device_states.blocks()), host_states, 0.0f, "abc cross state");
   }
 }
@@ -337,7 +336,7 @@ TEST_F(AttentionCudaTest, SoftmaxSplitKMatchesCpu) {
                              inputs.width, nullptr,     out.data(),   d};
     const KvCacheRows cache_rows{keys.data(), values.data(), device_lengths.data(), 3000};
     ASSERT_TRUE(SoftmaxStep(context(), h, dh, step_rows, cache_rows).ok());
-    ExpectClose(Download(out), expected, kTolerance, "softmax dh " + std::to_string(dh));
+    ExpectClose(Download(out), expected, kKernelTolerance, "softmax dh " + std::to_string(dh));
     for (int64_t b = 0; b < batch; ++b) {  // the new key and value were appended
       std::vector<float> keys_after = Download(device_keys[b]);
       ExpectClose(std::vector<float>(keys_after.begin() + lengths[b] * d,
@@ -396,7 +395,7 @@ TEST_F(AttentionCudaTest, SoftmaxPaddingRowsAndALargerContextBound) {
                              inputs.width, nullptr,     out.data(),   d};
     const KvCacheRows cache_rows{keys.data(), values.data(), device_lengths.data(), c.max_length};
     ASSERT_TRUE(SoftmaxStep(context(), h, dh, step_rows, cache_rows).ok()) << what;
-    ExpectClose(Download(out), expected, kTolerance, what);
+    ExpectClose(Download(out), expected, kKernelTolerance, what);
   }
 }
 
@@ -428,8 +427,9 @@ TEST_F(AttentionCudaTest, NullStateRowsArePadding) {
                              inputs.width, device_pointers.data(),
                              out.data(),   d};
     ASSERT_TRUE(AbcStep(context(), AbcShape{4, 32, 32}, step_rows, true).ok());
-    ExpectClose(Download(out), expected, kTolerance, "padded abc output");
-    ExpectClose(Download(device_states.blocks()), host_states, kTolerance, "padded abc state");
+    ExpectClose(Download(out), expected, kKernelTolerance, "padded abc output");
+    ExpectClose(Download(device_states.blocks()), host_states, kKernelTolerance,
+                "padded abc state");
   }
 }
 
