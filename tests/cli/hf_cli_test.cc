@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "tests/cli/cli_runner.h"
+#include "tests/testing/read_file.h"
 
 namespace {
 
@@ -27,12 +27,7 @@ using nlohmann::json;
 
 const std::string kGolden = std::string(ABCD_SOURCE_DIR) + "/tests/fixtures/golden/";
 
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using abcd::testing::ReadFile;
 
 void WriteFile(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;

@@ -6,8 +6,6 @@
 #include "engine/backend/cuda_backend.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,14 +14,17 @@
 #include "engine/scheduler/executor.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/engine/fixtures.h"
+#include "tests/engine/scheduler/event_collector.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd::cuda {
 namespace {
 
+using abcd::testing::Collector;
 using abcd::testing::FixtureDir;
 using abcd::testing::FixtureNames;
-
-constexpr float kTolerance = 1e-4f;
+using abcd::testing::kLmDir;
+using abcd::testing::Tokens;
 
 CudaBackendOptions Fp32Options() {
   CudaBackendOptions options;
@@ -69,7 +70,7 @@ TEST_F(CudaBackendTest, ParityProbePassesOnEveryDecoderFixture) {
     std::unique_ptr<CudaBackend> backend = Make(FixtureDir(name));
     if (backend == nullptr) continue;
     ++checked;
-    EXPECT_LE(backend->probe_relative_error(), kTolerance) << name;
+    EXPECT_LE(backend->probe_relative_error(), kLogitsTolerance) << name;
     EXPECT_EQ(backend->name(), "cuda");
     EXPECT_EQ(backend->memory().sequences, 0) << name << ": the probe must release its slots";
   }
@@ -119,7 +120,7 @@ TEST_F(CudaBackendTest, MixedBatchesAndForksEqualTheCpuBackend) {
       EXPECT_EQ(backend.memory().sequences, 0);
     }
     ASSERT_EQ(logits[0].size(), logits[1].size()) << name;
-    ExpectClose(logits[1], logits[0], kTolerance, name + " mixed batches");
+    ExpectClose(logits[1], logits[0], kLogitsTolerance, name + " mixed batches");
   }
   EXPECT_GT(checked, 0);
 }
@@ -160,14 +161,13 @@ TEST_F(CudaBackendTest, RowsBeyondOnePassAreSplitInRowOrder) {
       for (SequenceId id : {a, s, c}) backend.Release(id);
     }
     ASSERT_EQ(logits[0].size(), logits[1].size()) << name;
-    ExpectClose(logits[1], logits[0], kTolerance, name + " split passes");
+    ExpectClose(logits[1], logits[0], kLogitsTolerance, name + " split passes");
   }
   EXPECT_GT(checked, 0);
 }
 
 TEST_F(CudaBackendTest, BadRowsAreRefusedNamingTheRowAndChangeNothing) {
-  std::unique_ptr<CudaBackend> cuda =
-      Make(std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained");
+  std::unique_ptr<CudaBackend> cuda = Make(kLmDir);
   ASSERT_NE(cuda, nullptr);
   CpuBackend cpu(*models_.back(), int64_t{1} << 30);
   const int32_t vocab = cuda->config().vocab_size;
@@ -185,7 +185,7 @@ TEST_F(CudaBackendTest, BadRowsAreRefusedNamingTheRowAndChangeNothing) {
   std::vector<float> expected, actual;
   ASSERT_TRUE(cpu.Decode(std::vector<DecodeRow>{{on_cpu, 5, true}}, &expected).ok());
   ASSERT_TRUE(cuda->Decode(std::vector<DecodeRow>{{on_cuda, 5, true}}, &actual).ok());
-  ExpectClose(actual, expected, kTolerance, "after refused rows");
+  ExpectClose(actual, expected, kLogitsTolerance, "after refused rows");
 }
 
 TEST_F(CudaBackendTest, DeviceSampledGreedyTokensAreTheCpuArgmax) {
@@ -252,40 +252,11 @@ TEST_F(CudaBackendTest, SoftmaxRequestsBeyondTheKvCapacityAreRefused) {
   EXPECT_GT(checked, 0) << "no softmax fixture ran on the CUDA backend";
 }
 
-// Collects one request's events until the final one.
-class Collector {
- public:
-  EventCallback Callback() {
-    return [this](GenerationEvent event) {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (int32_t t : event.token_ids) tokens_.push_back(t);
-      if (event.finished) {
-        status_ = event.status;
-        finished_ = true;
-        done_.notify_all();
-      }
-    };
-  }
-  std::vector<int32_t> Wait(absl::Status* status) {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this] { return finished_; });
-    *status = status_;
-    return tokens_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable done_;
-  bool finished_ = false;
-  absl::Status status_;
-  std::vector<int32_t> tokens_;
-};
-
 TEST_F(CudaBackendTest, ExecutorOnCudaGeneratesTheCpuExecutorsGreedyTokens) {
-  const std::string dir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained";
-  std::unique_ptr<CudaBackend> cuda = Make(dir);
+  std::unique_ptr<CudaBackend> cuda = Make(kLmDir);
   ASSERT_NE(cuda, nullptr);
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(dir + "/tokenizer.model");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::Load(kLmDir + "/tokenizer.model");
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   ExecutorOptions options;
   options.max_running_sequences = 8;
@@ -317,9 +288,9 @@ TEST_F(CudaBackendTest, ExecutorOnCudaGeneratesTheCpuExecutorsGreedyTokens) {
       ASSERT_TRUE(executors[e]->Enqueue(request, collectors.back()->Callback()).ok());
     }
     for (auto& collector : collectors) {
-      absl::Status status;
-      tokens[e].push_back(collector->Wait(&status));
-      EXPECT_TRUE(status.ok()) << status;
+      const std::vector<GenerationEvent> events = collector->Wait();
+      tokens[e].push_back(Tokens(events));
+      EXPECT_TRUE(events.back().status.ok()) << events.back().status;
     }
   }
   for (size_t i = 0; i < prompts.size(); ++i) {

@@ -21,8 +21,8 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed, float low, float high)
   return values;
 }
 
-void ExpectClose(const std::vector<float>& actual, const std::vector<float>& expected,
-                 float tolerance, const std::string& what) {
+void ExpectClose(std::span<const float> actual, std::span<const float> expected, float tolerance,
+                 const std::string& what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   float worst = 0.0f;
   for (size_t i = 0; i < actual.size(); ++i) {

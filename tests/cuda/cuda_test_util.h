@@ -1,11 +1,13 @@
 // Shared pieces of the CUDA tests: a fixture that owns a CudaContext (or skips the test when
-// the machine has no GPU), seeded random inputs, and the comparison every CUDA test uses.
+// the machine has no GPU), seeded random inputs, row views, the comparison every CUDA test uses
+// and its tolerances.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,13 +37,25 @@ class CudaTest : public ::testing::Test {
   std::unique_ptr<CudaContext> context_;
 };
 
+// One kernel against its CPU twin.
+inline constexpr float kKernelTolerance = 1e-5f;
+// A whole model's logits against the CPU engine or the golden fixtures (fp32 weights; the CPU
+// parity test's tolerance).
+inline constexpr float kLogitsTolerance = 1e-4f;
+
+// Row `row` of a row-major matrix `width` wide (a view into `matrix`).
+inline std::span<const float> Row(const std::vector<float>& matrix, int64_t row, int64_t width) {
+  return std::span<const float>(matrix).subspan(static_cast<size_t>(row * width),
+                                                static_cast<size_t>(width));
+}
+
 // n values uniform in [low, high), fixed seed.
 std::vector<float> RandomFloats(int64_t n, uint32_t seed, float low = -1.0f, float high = 1.0f);
 
 // Fails (naming `what` and the first offending index) unless every element equals its
 // expectation exactly (infinities included: an empty ABC slot's normaliser is -inf) or is finite
 // with |actual - expected| <= tolerance * max(1, |expected|). NaN never passes.
-void ExpectClose(const std::vector<float>& actual, const std::vector<float>& expected,
-                 float tolerance, const std::string& what);
+void ExpectClose(std::span<const float> actual, std::span<const float> expected, float tolerance,
+                 const std::string& what);
 
 }  // namespace abcd::cuda

@@ -17,18 +17,16 @@
 namespace abcd::cuda {
 namespace {
 
-constexpr float kTolerance = 1e-5f;
-
-struct Shape {
+struct MatrixShape {
   int64_t rows;
   int64_t d;
 };
 
 // rows 1 and 300; d a multiple of 4, d = 2 mod 4, odd, tiny, and wider than one block pass.
-const Shape kShapes[] = {{1, 512}, {300, 512}, {7, 130}, {300, 130}, {5, 67},
-                         {1, 1},   {3, 2},     {2, 4},   {4, 4100},  {1, 5001}};
+const MatrixShape kMatrixShapes[] = {{1, 512}, {300, 512}, {7, 130}, {300, 130}, {5, 67},
+                                     {1, 1},   {3, 2},     {2, 4},   {4, 4100},  {1, 5001}};
 
-std::string Name(const char* op, const Shape& shape) {
+std::string Name(const char* op, const MatrixShape& shape) {
   return absl::StrCat(op, "_rows", shape.rows, "_d", shape.d);
 }
 
@@ -36,7 +34,7 @@ class ElementwiseCudaTest : public CudaTest {};
 
 TEST_F(ElementwiseCudaTest, LayerNormMatchesCpu) {
   uint32_t seed = 1;
-  for (const Shape& shape : kShapes) {
+  for (const MatrixShape& shape : kMatrixShapes) {
     // An offset of 3 makes a one-pass E[x^2] - E[x]^2 variance visibly wrong.
     std::vector<float> x = RandomFloats(shape.rows * shape.d, seed++, 2.0f, 4.0f);
     const std::vector<float> gamma = RandomFloats(shape.d, seed++, 0.5f, 1.5f);
@@ -52,19 +50,19 @@ TEST_F(ElementwiseCudaTest, LayerNormMatchesCpu) {
     ASSERT_TRUE(LayerNorm(context(), x_device.data(), shape.rows, shape.d, gamma_device.data(),
                           beta_device.data(), 1e-5f, y_device.data())
                     .ok());
-    ExpectClose(Download(y_device), expected, kTolerance, Name("layer_norm", shape));
+    ExpectClose(Download(y_device), expected, kKernelTolerance, Name("layer_norm", shape));
 
     // In place (x == y), as the header allows.
     ASSERT_TRUE(LayerNorm(context(), x_device.data(), shape.rows, shape.d, gamma_device.data(),
                           beta_device.data(), 1e-5f, x_device.data())
                     .ok());
-    ExpectClose(Download(x_device), expected, kTolerance, Name("layer_norm_in_place", shape));
+    ExpectClose(Download(x_device), expected, kKernelTolerance, Name("layer_norm_in_place", shape));
   }
 }
 
 // d % 4 == 0 but the rows start one float past a 16-byte boundary: the scalar path must run.
 TEST_F(ElementwiseCudaTest, LayerNormMisalignedRows) {
-  const Shape shape{9, 64};
+  const MatrixShape shape{9, 64};
   std::vector<float> x = RandomFloats(shape.rows * shape.d + 1, 11, -2.0f, 2.0f);
   const std::vector<float> gamma = RandomFloats(shape.d + 1, 12, 0.5f, 1.5f);
   const std::vector<float> beta = RandomFloats(shape.d + 1, 13, -0.5f, 0.5f);
@@ -81,7 +79,7 @@ TEST_F(ElementwiseCudaTest, LayerNormMisalignedRows) {
   std::vector<float> y = Download(y_device);
   ASSERT_EQ(y.size(), x.size());
   EXPECT_TRUE(std::isnan(y[0])) << "wrote before the output";
-  ExpectClose(std::vector<float>(y.begin() + 1, y.end()), expected, kTolerance,
+  ExpectClose(std::vector<float>(y.begin() + 1, y.end()), expected, kKernelTolerance,
               "layer_norm_misaligned");
 }
 
@@ -94,7 +92,7 @@ TEST_F(ElementwiseCudaTest, ActivateMatchesCpu) {
       DeviceArray<float> x_device = Upload(x);
       cpu::Activate(activation, x.data(), n);
       ASSERT_TRUE(Activate(context(), activation, x_device.data(), n).ok());
-      ExpectClose(Download(x_device), x, kTolerance,
+      ExpectClose(Download(x_device), x, kKernelTolerance,
                   absl::StrCat(activation == Activation::kRelu ? "relu" : "gelu", "_n", n));
     }
   }
@@ -110,15 +108,16 @@ TEST_F(ElementwiseCudaTest, AddInPlaceMatchesCpu) {
     DeviceArray<float> x_device = Upload(x);
     cpu::AddInPlace(y.data(), x.data(), n);
     ASSERT_TRUE(AddInPlace(context(), y_device.data(), x_device.data(), n).ok());
-    ExpectClose(Download(y_device), y, kTolerance, absl::StrCat("add_in_place_n", n));
+    ExpectClose(Download(y_device), y, kKernelTolerance, absl::StrCat("add_in_place_n", n));
   }
 }
 
 TEST_F(ElementwiseCudaTest, AddBiasMatchesCpu) {
   uint32_t seed = 300;
   // Includes more rows than one grid.y pass (65535) and a width over one grid.x pass.
-  for (const Shape& shape : {Shape{1, 1}, Shape{1, 512}, Shape{300, 130}, Shape{300, 3},
-                             Shape{70000, 5}, Shape{3, 300000}}) {
+  for (const MatrixShape& shape :
+       {MatrixShape{1, 1}, MatrixShape{1, 512}, MatrixShape{300, 130}, MatrixShape{300, 3},
+        MatrixShape{70000, 5}, MatrixShape{3, 300000}}) {
     std::vector<float> y = RandomFloats(shape.rows * shape.d, seed++);
     const std::vector<float> bias = RandomFloats(shape.d, seed++);
     DeviceArray<float> y_device = Upload(y);
@@ -127,14 +126,15 @@ TEST_F(ElementwiseCudaTest, AddBiasMatchesCpu) {
       for (int64_t c = 0; c < shape.d; ++c) y[r * shape.d + c] += bias[c];
     }
     ASSERT_TRUE(AddBias(context(), y_device.data(), shape.rows, shape.d, bias_device.data()).ok());
-    ExpectClose(Download(y_device), y, kTolerance, Name("add_bias", shape));
+    ExpectClose(Download(y_device), y, kKernelTolerance, Name("add_bias", shape));
   }
 }
 
 // Repeated, reversed and out-of-order rows; more rows than one grid.y pass.
 TEST_F(ElementwiseCudaTest, GatherRowsCopiesTheChosenRows) {
   uint32_t seed = 350;
-  for (const Shape& shape : {Shape{1, 1}, Shape{300, 130}, Shape{70000, 5}, Shape{4, 3000}}) {
+  for (const MatrixShape& shape :
+       {MatrixShape{1, 1}, MatrixShape{300, 130}, MatrixShape{70000, 5}, MatrixShape{4, 3000}}) {
     const std::vector<float> x = RandomFloats(shape.rows * shape.d, seed++);
     std::vector<int32_t> rows;
     for (int64_t i = 0; i < shape.rows + 3; ++i) {
@@ -158,7 +158,7 @@ TEST_F(ElementwiseCudaTest, GatherRowsCopiesTheChosenRows) {
 TEST_F(ElementwiseCudaTest, EmbedMatchesModelEmbed) {
   constexpr int64_t kVocab = 97;
   uint32_t seed = 400;
-  for (const Shape& shape : kShapes) {
+  for (const MatrixShape& shape : kMatrixShapes) {
     const std::vector<float> table = RandomFloats(kVocab * shape.d, seed++);
     std::mt19937 generator(seed++);
     std::vector<int32_t> tokens(shape.rows);
@@ -188,7 +188,7 @@ TEST_F(ElementwiseCudaTest, EmbedMatchesModelEmbed) {
     ASSERT_TRUE(Embed(context(), table_device.data(), tokens_device.data(), positions_device.data(),
                       shape.rows, shape.d, scale, out_device.data())
                     .ok());
-    ExpectClose(Download(out_device), expected, kTolerance, Name("embed", shape));
+    ExpectClose(Download(out_device), expected, kKernelTolerance, Name("embed", shape));
   }
 }
 

@@ -24,13 +24,13 @@ std::vector<float> Rounded(const std::vector<float>& values, WeightType type) {
   return out;
 }
 
-struct Case {
+struct LinearShape {
   int64_t rows, in, out;
 };
 
 class LinearCudaTest : public CudaTest {
  protected:
-  void Compare(const Case& shape, WeightType type, bool with_bias) {
+  void Compare(const LinearShape& shape, WeightType type, bool with_bias) {
     const std::string what = "rows " + std::to_string(shape.rows) + " in " +
                              std::to_string(shape.in) + " out " + std::to_string(shape.out);
     const std::vector<float> x = RandomFloats(shape.rows * shape.in, 1);
@@ -65,21 +65,21 @@ class LinearCudaTest : public CudaTest {
   }
 };
 
-const Case kCases[] = {{1, 256, 768}, {7, 128, 8000}, {256, 512, 2048}, {3, 13, 5}};
+const LinearShape kLinearShapes[] = {{1, 256, 768}, {7, 128, 8000}, {256, 512, 2048}, {3, 13, 5}};
 
 TEST_F(LinearCudaTest, Fp32MatchesCpu) {
-  for (const Case& shape : kCases) {
+  for (const LinearShape& shape : kLinearShapes) {
     Compare(shape, WeightType::kF32, true);
     Compare(shape, WeightType::kF32, false);
   }
 }
 
 TEST_F(LinearCudaTest, Bf16WeightsAccumulateInFp32) {
-  for (const Case& shape : kCases) Compare(shape, WeightType::kBF16, true);
+  for (const LinearShape& shape : kLinearShapes) Compare(shape, WeightType::kBF16, true);
 }
 
 TEST_F(LinearCudaTest, Fp16WeightsAccumulateInFp32) {
-  for (const Case& shape : kCases) Compare(shape, WeightType::kF16, true);
+  for (const LinearShape& shape : kLinearShapes) Compare(shape, WeightType::kF16, true);
 }
 
 TEST_F(LinearCudaTest, ZeroRowsIsANoOp) {

@@ -23,12 +23,6 @@ using abcd::testing::FixtureNames;
 using abcd::testing::Golden;
 using abcd::testing::LoadGolden;
 
-constexpr float kGoldenTolerance = 1e-4f;  // as the CPU parity test
-
-std::vector<float> Row(const std::vector<float>& matrix, int64_t row, int64_t width) {
-  return std::vector<float>(matrix.begin() + row * width, matrix.begin() + (row + 1) * width);
-}
-
 // The graph and the eager step may split sums differently (their grids differ), so a greedy
 // pick must be the eager argmax or tie with it within float rounding.
 void ExpectGreedyPick(const std::vector<float>& logits, int row, int64_t vocab, int32_t picked,
@@ -177,13 +171,13 @@ TEST_F(ModelCudaTest, MatchesGoldenLogitsAloneAndBatched) {
       std::vector<float> logits;
       const int slots_alone[] = {*alone};
       ASSERT_TRUE(model->StepLogits(slots_alone, {&inputs[i], 1}, &logits).ok()) << step;
-      ExpectClose(logits, Row(expected, i, vocab), kGoldenTolerance, step + " alone");
+      ExpectClose(logits, Row(expected, i, vocab), kLogitsTolerance, step + " alone");
       // The same sequence next to another one (fed the inputs backwards) in one batch.
       std::vector<float> batched;
       const int slots_batched[] = {*second, *first};
       const int32_t tokens[] = {inputs[inputs.size() - 1 - i], inputs[i]};
       ASSERT_TRUE(model->StepLogits(slots_batched, tokens, &batched).ok()) << step;
-      ExpectClose(Row(batched, 1, vocab), Row(expected, i, vocab), kGoldenTolerance,
+      ExpectClose(Row(batched, 1, vocab), Row(expected, i, vocab), kLogitsTolerance,
                   step + " batched");
       if (HasFatalFailure()) return;
     }
@@ -203,17 +197,17 @@ TEST_F(ModelCudaTest, ChunkedPrefillMatchesGoldenLogits) {
     const int slot = *model->Acquire();
     std::vector<float> prefill;
     ASSERT_TRUE(model->Prefill(slot, golden.prompt_ids, /*last_only=*/false, &prefill).ok());
-    ExpectClose(prefill, golden.prefill_logits, kGoldenTolerance, name + " prefill");
+    ExpectClose(prefill, golden.prefill_logits, kLogitsTolerance, name + " prefill");
     std::vector<float> last;
     const int other = *model->Acquire();
     ASSERT_TRUE(model->Prefill(other, golden.prompt_ids, /*last_only=*/true, &last).ok());
     ExpectClose(last, Row(golden.prefill_logits, golden.prompt_ids.size() - 1, vocab),
-                kGoldenTolerance, name + " prefill last row");
+                kLogitsTolerance, name + " prefill last row");
     for (size_t i = 0; i < golden.decode_ids.size(); ++i) {
       std::vector<float> logits;
       const int slots[] = {slot};
       ASSERT_TRUE(model->StepLogits(slots, {&golden.decode_ids[i], 1}, &logits).ok());
-      ExpectClose(logits, Row(golden.decode_logits, i, vocab), kGoldenTolerance,
+      ExpectClose(logits, Row(golden.decode_logits, i, vocab), kLogitsTolerance,
                   name + " decode " + std::to_string(i) + " after prefill");
       if (HasFatalFailure()) return;
     }
@@ -246,9 +240,9 @@ TEST_F(ModelCudaTest, ForwardOfSeveralSequencesMatchesGoldenLogits) {
     ASSERT_TRUE(model->Forward(entries, wanted, &logits).ok()) << name;
     ASSERT_EQ(logits.size(), static_cast<size_t>((prompt + 1) * vocab));
     ExpectClose(std::vector<float>(logits.begin(), logits.begin() + prompt * vocab),
-                golden.prefill_logits, kGoldenTolerance, name + " forward prompt");
+                golden.prefill_logits, kLogitsTolerance, name + " forward prompt");
     ExpectClose(Row(logits, prompt, vocab), Row(golden.prefill_logits, prompt - 2, vocab),
-                kGoldenTolerance, name + " forward prompt, last row of the lagging sequence");
+                kLogitsTolerance, name + " forward prompt, last row of the lagging sequence");
     EXPECT_EQ(model->position(partial), 3);
     EXPECT_EQ(model->position(lagging), prompt - 1);
     for (size_t i = 0; i < golden.decode_ids.size(); ++i) {
@@ -262,7 +256,7 @@ TEST_F(ModelCudaTest, ForwardOfSeveralSequencesMatchesGoldenLogits) {
       logits.clear();
       ASSERT_TRUE(model->Forward(step, rows, &logits).ok()) << name;
       for (int b = 0; b < 2; ++b) {
-        ExpectClose(Row(logits, b, vocab), Row(golden.decode_logits, i, vocab), kGoldenTolerance,
+        ExpectClose(Row(logits, b, vocab), Row(golden.decode_logits, i, vocab), kLogitsTolerance,
                     name + " forward decode " + std::to_string(i) + " row " + std::to_string(b));
       }
       if (HasFatalFailure()) return;

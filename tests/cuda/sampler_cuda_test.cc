@@ -31,11 +31,6 @@ std::vector<float> NormalLogits(int64_t n, uint32_t seed, float stddev) {
   return values;
 }
 
-std::span<const float> Row(const std::vector<float>& logits, int64_t vocab, int64_t row) {
-  return std::span<const float>(logits).subspan(static_cast<size_t>(row * vocab),
-                                                static_cast<size_t>(vocab));
-}
-
 // The CPU rule for greedy decoding (std::max_element: the first maximum).
 int32_t CpuArgmax(std::span<const float> logits) {
   SamplingParams params;
@@ -158,7 +153,7 @@ TEST_F(SamplerCudaTest, GreedyMatchesCpuArgmax) {
     const std::vector<int32_t> tokens = Sample(logits, shape.vocab, params);
     ASSERT_EQ(static_cast<int64_t>(tokens.size()), shape.rows);
     for (int64_t r = 0; r < shape.rows; ++r) {
-      const std::span<const float> row = Row(logits, shape.vocab, r);
+      const std::span<const float> row = Row(logits, r, shape.vocab);
       if (r % 4 == 3) {
         EXPECT_TRUE(tokens[r] >= 0 && tokens[r] < shape.vocab) << tokens[r];
         continue;
@@ -180,7 +175,7 @@ TEST_F(SamplerCudaTest, TopKOneIsArgmaxAtAnyTemperature) {
   }
   const std::vector<int32_t> tokens = Sample(logits, kVocab, params);
   for (int64_t r = 0; r < kRows; ++r) {
-    EXPECT_EQ(tokens[r], CpuArgmax(Row(logits, kVocab, r))) << "row " << r;
+    EXPECT_EQ(tokens[r], CpuArgmax(Row(logits, r, kVocab))) << "row " << r;
   }
 }
 
@@ -206,7 +201,7 @@ TEST_F(SamplerCudaTest, SampledTokensStayInsideTopKTopP) {
     std::vector<DeviceSamplingParams> params;
     for (int64_t s = 0; s < kStepsPerPattern; ++s) {
       for (int64_t pattern = 0; pattern < kPatterns; ++pattern) {
-        const std::span<const float> row = Row(patterns, kVocab, pattern);
+        const std::span<const float> row = Row(patterns, pattern, kVocab);
         logits.insert(logits.end(), row.begin(), row.end());
         params.push_back(Params(config.temperature, config.top_k, config.top_p, 1234 + pattern, s));
       }
@@ -215,7 +210,7 @@ TEST_F(SamplerCudaTest, SampledTokensStayInsideTopKTopP) {
     ASSERT_EQ(tokens.size(), params.size());
     for (int64_t pattern = 0; pattern < kPatterns; ++pattern) {
       const std::vector<Candidate> candidates = Nucleus(
-          Row(patterns, kVocab, pattern), config.temperature, config.top_k, config.top_p, 1e-6);
+          Row(patterns, pattern, kVocab), config.temperature, config.top_k, config.top_p, 1e-6);
       const std::set<int32_t> allowed = Ids(candidates);
       std::set<int32_t> seen;
       for (int64_t s = 0; s < kStepsPerPattern; ++s) {
@@ -280,7 +275,7 @@ TEST_F(SamplerCudaTest, RowsAreIndependentOfTheirBatch) {
     // Every row is a valid draw (greedy rows exact, the others inside their candidate set).
     for (int64_t r = 0; r < shape.rows; ++r) {
       const DeviceSamplingParams& p = params[r];
-      const std::span<const float> row = Row(logits, shape.vocab, r);
+      const std::span<const float> row = Row(logits, r, shape.vocab);
       if (p.temperature == 0.0f) {
         EXPECT_EQ(tokens[r], CpuArgmax(row)) << "row " << r;
       } else {
@@ -293,7 +288,7 @@ TEST_F(SamplerCudaTest, RowsAreIndependentOfTheirBatch) {
     std::vector<float> reversed_logits;
     std::vector<DeviceSamplingParams> reversed_params(params.rbegin(), params.rend());
     for (int64_t r = shape.rows - 1; r >= 0; --r) {
-      const std::span<const float> row = Row(logits, shape.vocab, r);
+      const std::span<const float> row = Row(logits, r, shape.vocab);
       reversed_logits.insert(reversed_logits.end(), row.begin(), row.end());
     }
     std::vector<int32_t> reversed = Sample(reversed_logits, shape.vocab, reversed_params);
@@ -302,7 +297,7 @@ TEST_F(SamplerCudaTest, RowsAreIndependentOfTheirBatch) {
 
     // Rows alone, including ones from the second sort chunk.
     for (const int64_t r : {int64_t{1}, int64_t{2}, shape.rows - 4, shape.rows - 3}) {
-      const std::span<const float> row = Row(logits, shape.vocab, r);
+      const std::span<const float> row = Row(logits, r, shape.vocab);
       const std::vector<int32_t> alone =
           Sample(std::vector<float>(row.begin(), row.end()), shape.vocab, {params[r]});
       ASSERT_EQ(alone.size(), 1u);

@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
@@ -27,7 +28,7 @@ namespace {
 // Ordered: the schema keeps its key order on the wire (properties are generated in it).
 using json = nlohmann::ordered_json;
 
-const std::string kModelDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm";
+using testing::kTrainedLmDir;
 
 const char kSchema[] = R"({"type": "object", "properties": {
     "title": {"type": "string"}, "year": {"type": "integer"},
@@ -68,7 +69,7 @@ json Format() {
 class ConstrainedOutputE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new testing::ServerProcess(testing::ServerBinary(), {"--models", kModelDir});
+    server_ = new testing::ServerProcess(testing::ServerBinary(), {"--models", kTrainedLmDir});
   }
   static void TearDownTestSuite() {
     delete server_;

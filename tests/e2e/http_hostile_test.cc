@@ -29,7 +29,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "tests/e2e/binaries_under_test.h"
+#include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
@@ -38,7 +40,7 @@ using testing::ServerProcess;
 using testing::TimeLimit;
 using testing::UnderSanitizers;
 
-constexpr char kLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm-untrained";
+using testing::kLmDir;
 
 int Connect(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -127,15 +129,7 @@ class HttpHostileTest : public ::testing::Test {
   double Metric(const std::string& sample) {
     httplib::Client client("127.0.0.1", server_->http_port());
     client.set_read_timeout(2, 0);
-    auto response = client.Get("/metrics");
-    if (!response || response->status != 200) return -1;
-    for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
-      if (absl::StartsWith(line, sample + " ")) {
-        double value;
-        if (absl::SimpleAtod(line.substr(sample.size() + 1), &value)) return value;
-      }
-    }
-    return 0;
+    return testing::MetricSample(client, sample, /*absent=*/0);
   }
 
   std::unique_ptr<ServerProcess> server_;

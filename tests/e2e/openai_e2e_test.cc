@@ -26,25 +26,27 @@
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/binaries_under_test.h"
+#include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
 using nlohmann::json;
 
-const std::string kModelDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm";
+using testing::kTrainedLmDir;
+using testing::MetricSample;
 
 class OpenAiE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new testing::ServerProcess(testing::ServerBinary(), {"--models", kModelDir});
+    server_ = new testing::ServerProcess(testing::ServerBinary(), {"--models", kTrainedLmDir});
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -56,7 +58,7 @@ class OpenAiE2eTest : public ::testing::Test {
     http_->set_read_timeout(30, 0);
     stub_ = abcd::v1::Generator::NewStub(
         grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials()));
-    auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+    auto tokenizer = Tokenizer::Load(kTrainedLmDir + "/tokenizer.model");
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
     auto ids = (*tokenizer)->Encode("Once upon a time there was a little");
     ASSERT_TRUE(ids.ok());
@@ -236,7 +238,7 @@ TEST_F(OpenAiE2eTest, StreamShapesWithAndWithoutIncludeUsage) {
 // next turn) and on HTTP (plain, SSE, echo, n, logprob tokens). The issue's example: the greedy
 // continuation of "The old house stood" begins with a space.
 TEST_F(OpenAiE2eTest, PromptPlusCompletionIsTheWholeText) {
-  auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+  auto tokenizer = Tokenizer::Load(kTrainedLmDir + "/tokenizer.model");
   ASSERT_TRUE(tokenizer.ok());
   const std::string prompt = "The old house stood";
   std::vector<int32_t> prompt_ids = *(*tokenizer)->Encode(prompt);
@@ -346,7 +348,7 @@ TEST_F(OpenAiE2eTest, TokenizeAndSamplingFields) {
   EXPECT_EQ(tokenized["count"], completion["usage"]["prompt_tokens"]);
   EXPECT_EQ(post("/detokenize", {{"tokens", tokenized["tokens"]}})["prompt"], prompt);
 
-  auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+  auto tokenizer = Tokenizer::Load(kTrainedLmDir + "/tokenizer.model");
   ASSERT_TRUE(tokenizer.ok());
   const int32_t door = (*tokenizer)->Encode(" door")->back();
   std::vector<int32_t> forced = tokenized["tokens"].get<std::vector<int32_t>>();
@@ -383,19 +385,6 @@ TEST_F(OpenAiE2eTest, TokenizeAndSamplingFields) {
   EXPECT_EQ(text, expected);
 }
 
-// The value of one /metrics sample (exact name with labels), or -1.
-double Metric(httplib::Client& http, const std::string& sample) {
-  auto response = http.Get("/metrics");
-  if (!response || response->status != 200) return -1;
-  for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
-    if (absl::StartsWith(line, sample + " ")) {
-      double value = -1;
-      if (absl::SimpleAtod(line.substr(sample.size() + 1), &value)) return value;
-    }
-  }
-  return -1;
-}
-
 // Issue 26 item 5: health answers for the service by name; a deadline that expires mid-stream
 // counts as deadline_exceeded; generated tokens are counted while they stream.
 TEST_F(OpenAiE2eTest, HealthDeadlinesAndStreamingCounts) {
@@ -423,9 +412,9 @@ TEST_F(OpenAiE2eTest, HealthDeadlinesAndStreamingCounts) {
   (*request.mutable_sampling()->mutable_logit_bias())[2] = -100.0f;  // eos
   const std::string exceeded = R"(abcd_requests_total{kind="generate",status="deadline_exceeded"})";
   const std::string cancelled = R"(abcd_requests_total{kind="generate",status="cancelled"})";
-  const double exceeded_before = Metric(*http_, exceeded);
-  const double cancelled_before = Metric(*http_, cancelled);
-  const double generated_before = Metric(*http_, "abcd_generated_tokens_total");
+  const double exceeded_before = MetricSample(*http_, exceeded);
+  const double cancelled_before = MetricSample(*http_, cancelled);
+  const double generated_before = MetricSample(*http_, "abcd_generated_tokens_total");
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(static_cast<int>(1000 * testing::TimeLimit(1.0))));
@@ -434,7 +423,7 @@ TEST_F(OpenAiE2eTest, HealthDeadlinesAndStreamingCounts) {
   int read = 0;
   double generated_mid_stream = -1;
   while (reader->Read(&response)) {
-    if (++read == 5) generated_mid_stream = Metric(*http_, "abcd_generated_tokens_total");
+    if (++read == 5) generated_mid_stream = MetricSample(*http_, "abcd_generated_tokens_total");
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   ASSERT_GE(read, 5) << "the stream ended before its deadline";
@@ -443,11 +432,11 @@ TEST_F(OpenAiE2eTest, HealthDeadlinesAndStreamingCounts) {
   EXPECT_GE(generated_mid_stream, generated_before + 5);
   bool counted = false;
   for (int i = 0; i < 100 && !counted; ++i) {
-    counted = Metric(*http_, exceeded) == exceeded_before + 1;
+    counted = MetricSample(*http_, exceeded) == exceeded_before + 1;
     if (!counted) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(counted) << "deadline_exceeded not counted";
-  EXPECT_EQ(Metric(*http_, cancelled), cancelled_before);
+  EXPECT_EQ(MetricSample(*http_, cancelled), cancelled_before);
 }
 
 // The official OpenAI Node SDK drives /v1/chat/completions (tests/e2e/openai_sdk/chat.mjs checks
@@ -599,7 +588,7 @@ TEST_F(OpenAiE2eTest, ClientChatAndSamplingFlags) {
       chat,
       json::parse(response->body)["choices"][0]["message"]["content"].get<std::string>() + "\n");
 
-  auto tokenizer = Tokenizer::Load(kModelDir + "/tokenizer.model");
+  auto tokenizer = Tokenizer::Load(kTrainedLmDir + "/tokenizer.model");
   ASSERT_TRUE(tokenizer.ok());
   const int32_t door = (*tokenizer)->Encode(" door")->back();
   const std::string forced =
@@ -668,7 +657,7 @@ class ChatTemplateStartup : public ::testing::Test {
   // The server's log when it refuses to start with --chat_template `value`, exiting `code`.
   std::string Refusal(const std::string& value, int code) {
     testing::ServerProcess server(testing::ServerBinary(),
-                                  {"--models", kModelDir, "--chat_template", value});
+                                  {"--models", kTrainedLmDir, "--chat_template", value});
     EXPECT_FALSE(server.started()) << value;
     EXPECT_EQ(server.WaitForExit(30), code) << value << "\n" << server.Log();
     return server.Log();
@@ -680,7 +669,7 @@ TEST_F(ChatTemplateStartup, ModelEqualsFileIsServedAndBadFilesAreRefusedNamingTh
   const std::string file = Write("q.jinja", "Q: {{ messages[-1].content }} A:");
   {
     testing::ServerProcess server(testing::ServerBinary(),
-                                  {"--models", kModelDir, "--chat_template", "abc-lm=" + file});
+                                  {"--models", kTrainedLmDir, "--chat_template", "abc-lm=" + file});
     ASSERT_TRUE(server.started()) << server.Log();
     httplib::Client http("127.0.0.1", server.http_port());
     auto tokens = http.Post("/tokenize",

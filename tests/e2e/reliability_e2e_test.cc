@@ -31,6 +31,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
@@ -39,7 +40,7 @@ using testing::ServerProcess;
 using testing::TimeLimit;
 using testing::UnderSanitizers;
 
-constexpr char kLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm-untrained";
+using testing::kLmDir;
 constexpr char kModel[] = "abc-lm-untrained";
 
 int64_t RssBytes(pid_t pid) {

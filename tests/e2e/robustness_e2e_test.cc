@@ -14,11 +14,12 @@
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/binaries_under_test.h"
+#include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
@@ -28,9 +29,9 @@ using testing::TimeLimit;
 using testing::UnderSanitizers;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm-untrained";
-constexpr char kMtDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-mt-untrained";
-constexpr char kEnDeDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-en-de";
+using testing::kEnDeDir;
+using testing::kLmDir;
+using testing::kMtDir;
 
 // Resident set of `pid` in bytes (0 if unreadable).
 int64_t RssBytes(pid_t pid) {
@@ -64,16 +65,7 @@ class RobustnessTest : public ::testing::Test {
 
   // The value of one exposition sample (exact name incl. labels), or -1.
   double Metric(const std::string& sample) {
-    auto response = http_->Get("/metrics");
-    if (!response || response->status != 200) return -1;
-    for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
-      if (line.substr(0, sample.size()) == sample && line.size() > sample.size() &&
-          line[sample.size()] == ' ') {
-        double value;
-        if (absl::SimpleAtod(line.substr(sample.size() + 1), &value)) return value;
-      }
-    }
-    return 0;  // a labelled counter not yet incremented is absent
+    return testing::MetricSample(*http_, sample, /*absent=*/0);  // a counter not yet incremented
   }
 
   bool EventuallyIdle(double seconds = 10) {

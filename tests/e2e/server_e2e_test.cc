@@ -12,26 +12,25 @@
 #include <thread>
 
 #include "abcd/v1/generator.grpc.pb.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "reflection.grpc.pb.h"
 #include "tests/e2e/binaries_under_test.h"
+#include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
 using abcd::v1::GenerateRequest;
 using abcd::v1::GenerateResponse;
+using testing::kGmatDir;
+using testing::kLmDir;
+using testing::kMtDir;
 using testing::ServerProcess;
-
-constexpr char kLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm-untrained";
-constexpr char kMtDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-mt-untrained";
-// A GMAT encoder (issue 16) whose cross attention reads 8 memory rows.
-constexpr char kGmatDir[] = ABCD_SOURCE_DIR "/models/checkpoints/gmat-mt-untrained";
 
 struct StreamResult {
   grpc::Status status;
@@ -76,18 +75,7 @@ class ServerTest : public ::testing::Test {
   }
 
   // The value of one exposition sample (exact name incl. labels), or -1.
-  double Metric(const std::string& sample) {
-    auto response = http_->Get("/metrics");
-    if (!response || response->status != 200) return -1;
-    for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
-      if (line.substr(0, sample.size()) == sample && line.size() > sample.size() &&
-          line[sample.size()] == ' ') {
-        double value;
-        if (absl::SimpleAtod(line.substr(sample.size() + 1), &value)) return value;
-      }
-    }
-    return -1;
-  }
+  double Metric(const std::string& sample) { return testing::MetricSample(*http_, sample); }
 
   // Polls until the server holds no sequence and no state bytes.
   bool EventuallyIdle() {

@@ -8,14 +8,15 @@
 
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
 using testing::ServerProcess;
 
-constexpr char kLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm-untrained";
-constexpr char kMtDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-mt-untrained";
+using testing::kLmDir;
+using testing::kMtDir;
 
 std::string Refusal(const std::string& models) {
   ServerProcess server(testing::ServerBinary(), {"--models", models, "--device", "cpu"});

@@ -1,9 +1,9 @@
 #include "tests/e2e/session_client.h"
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "tests/e2e/binaries_under_test.h"
+#include "tests/e2e/metric_sample.h"
 
 namespace abcd::testing {
 
@@ -90,18 +90,7 @@ HttpTurn SessionClient::Complete(const nlohmann::json& body) {
   return turn;
 }
 
-double SessionClient::Metric(const std::string& sample) {
-  auto response = http_->Get("/metrics");
-  if (!response || response->status != 200) return -1;
-  for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
-    if (line.substr(0, sample.size()) == sample && line.size() > sample.size() &&
-        line[sample.size()] == ' ') {
-      double value;
-      if (absl::SimpleAtod(line.substr(sample.size() + 1), &value)) return value;
-    }
-  }
-  return -1;
-}
+double SessionClient::Metric(const std::string& sample) { return MetricSample(*http_, sample); }
 
 std::string HttpText(const HttpTurn& turn, int index) {
   std::string text;

@@ -14,12 +14,9 @@
 #include "abcd/v1/generator.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd::testing {
-
-inline constexpr char kLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm-untrained";
-inline constexpr char kMtDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-mt-untrained";
-inline constexpr char kTrainedLmDir[] = ABCD_SOURCE_DIR "/models/checkpoints/abc-lm";
 
 // What one Generate call returned.
 struct GrpcTurn {

@@ -13,37 +13,28 @@
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/binaries_under_test.h"
+#include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
 using nlohmann::json;
 
-const std::string kModelDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm";
+using testing::kTrainedLmDir;
+using testing::MetricSample;
 constexpr char kPrompt[] =
     "The old house stood on the hill. The old house stood on the hill. The old house stood on "
     "the hill. The old house stood on the hill. The old";
 
-double Metric(httplib::Client& http, const std::string& series) {
-  auto response = http.Get("/metrics");
-  if (!response || response->status != 200) return -1;
-  for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
-    if (!absl::StartsWith(line, series + " ")) continue;
-    double value = -1;
-    if (absl::SimpleAtod(line.substr(series.size() + 1), &value)) return value;
-  }
-  return -1;
-}
-
 class SpeculativeE2eTest : public ::testing::Test {
  protected:
   void Start(std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--models", kModelDir, "--prefix_cache_mb", "0"};
+    std::vector<std::string> args = {"--models", kTrainedLmDir, "--prefix_cache_mb", "0"};
     args.insert(args.end(), extra.begin(), extra.end());
     server_ = std::make_unique<testing::ServerProcess>(testing::ServerBinary(), args);
     ASSERT_TRUE(server_->started()) << server_->Log();
@@ -64,10 +55,10 @@ class SpeculativeE2eTest : public ::testing::Test {
     return answer.contains("choices") ? answer["choices"][0]["text"].get<std::string>() : "";
   }
   double Drafted() {
-    return Metric(*http_, "abcd_speculative_draft_tokens_total{model=\"abc-lm\"}");
+    return MetricSample(*http_, "abcd_speculative_draft_tokens_total{model=\"abc-lm\"}");
   }
   double Accepted() {
-    return Metric(*http_, "abcd_speculative_accepted_tokens_total{model=\"abc-lm\"}");
+    return MetricSample(*http_, "abcd_speculative_accepted_tokens_total{model=\"abc-lm\"}");
   }
 
   std::unique_ptr<testing::ServerProcess> server_;
@@ -164,7 +155,7 @@ TEST_F(SpeculativeE2eTest, ServerFlagMakesItTheDefault) {
 
 TEST(SpeculativeFlag, BadValueStopsTheServerNamingTheFlag) {
   testing::ServerProcess server(testing::ServerBinary(),
-                                {"--models", kModelDir, "--speculative", "ngram:0"});
+                                {"--models", kTrainedLmDir, "--speculative", "ngram:0"});
   EXPECT_FALSE(server.started());
   EXPECT_TRUE(absl::StrContains(server.Log(), "--speculative")) << server.Log();
 }

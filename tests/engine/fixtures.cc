@@ -4,11 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "engine/model/safetensors.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/read_file.h"
 
 namespace abcd::testing {
 
@@ -17,10 +16,8 @@ std::string FixtureDir(const std::string& name) {
 }
 
 std::vector<std::string> FixtureNames() {
-  std::ifstream in(std::string(ABCD_FIXTURE_DIR) + "/golden/index.json");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const nlohmann::json index = nlohmann::json::parse(buffer.str(), nullptr, false);
+  const nlohmann::json index = nlohmann::json::parse(
+      ReadFile(std::string(ABCD_FIXTURE_DIR) + "/golden/index.json"), nullptr, false);
   std::vector<std::string> names;
   if (index.is_array()) {
     for (const auto& name : index) names.push_back(name.get<std::string>());
@@ -59,6 +56,12 @@ float MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
     worst = std::max(worst, diff);
   }
   return worst;
+}
+
+std::vector<int32_t> SourceIds(int64_t length) {
+  std::vector<int32_t> source;
+  for (int64_t i = 0; i < length; ++i) source.push_back(static_cast<int32_t>(4 + (i * 7) % 90));
+  return source;
 }
 
 int64_t SequenceBytesAfter(const Model& model, StatePool& pool, int64_t tokens) {

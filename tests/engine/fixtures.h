@@ -25,6 +25,8 @@ std::vector<std::string> FixtureNames();
 std::string FixtureDir(const std::string& name);
 Golden LoadGolden(const std::string& name);
 float MaxAbsDiff(std::span<const float> a, std::span<const float> b);
+// `length` source ids 4 + 7 i mod 90: ordinary tokens in every fixture's vocabulary.
+std::vector<int32_t> SourceIds(int64_t length);
 // Decodes `tokens` tokens of a fresh sequence from `pool` in one call (expecting finite logits)
 // and returns the sequence's state bytes after them; the sequence is released.
 int64_t SequenceBytesAfter(const Model& model, StatePool& pool, int64_t tokens);

@@ -4,21 +4,16 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "server/core/server_config.h"
+#include "tests/testing/read_file.h"
 
 namespace abcd::chat {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using testing::ReadFile;
 
 class ChatTemplateLoad : public ::testing::Test {
  protected:

@@ -4,26 +4,20 @@
 // raise_exception message). Plus load-time refusals, runtime errors and the render limits.
 #include "server/chat/jinja_template.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/chat/jinja_builtins.h"
+#include "tests/testing/read_file.h"
 
 namespace abcd::chat {
 namespace {
 
 const std::string kDir = std::string(ABCD_FIXTURE_DIR) + "/chat";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using testing::ReadFile;
 
 absl::StatusOr<std::string> RenderText(absl::string_view source, ValueDict variables = {},
                                        RenderLimits limits = {}) {

@@ -21,11 +21,7 @@ namespace {
 
 constexpr char kFixture[] = "encdec_abc_position";
 
-std::vector<int32_t> Source(int64_t length) {
-  std::vector<int32_t> source;
-  for (int64_t i = 0; i < length; ++i) source.push_back(4 + static_cast<int32_t>(i * 7 % 90));
-  return source;
-}
+using testing::SourceIds;
 
 TEST(AbcPositionCross, EachStackHasItsOwnTable) {
   EXPECT_EQ(LinformerTableName("decoder.layers.3.attn"), "decoder.linformer.weight");
@@ -48,7 +44,7 @@ TEST(AbcPositionCross, CrossStateBytesConstantInSourceLength) {
   for (int64_t source_length : {1, 12}) {
     auto id = pool.Acquire();
     ASSERT_TRUE(id.ok());
-    ASSERT_TRUE((*model)->Encode(Source(source_length), *id, pool).ok());
+    ASSERT_TRUE((*model)->Encode(SourceIds(source_length), *id, pool).ok());
     EXPECT_EQ(*pool.SequenceBytes(*id), layout.FixedBytes()) << source_length;
     std::vector<DecodeRow> rows;
     for (int64_t t = 0; t < 64; ++t) {
@@ -68,10 +64,10 @@ TEST(AbcPositionCross, ModelRefusesSourceLongerThanTheTables) {
   StatePool pool((*model)->state_layout(), int64_t{1} << 30);
   auto id = pool.Acquire();
   ASSERT_TRUE(id.ok());
-  const absl::Status refused = (*model)->Encode(Source(13), *id, pool);
+  const absl::Status refused = (*model)->Encode(SourceIds(13), *id, pool);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
   EXPECT_NE(refused.message().find("max_source_positions (12)"), std::string::npos) << refused;
-  EXPECT_TRUE((*model)->Encode(Source(12), *id, pool).ok());
+  EXPECT_TRUE((*model)->Encode(SourceIds(12), *id, pool).ok());
 }
 
 TEST(AbcPositionCross, ExecutorRefusesTextLongerThanTheTables) {

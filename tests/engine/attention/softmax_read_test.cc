@@ -51,19 +51,19 @@ std::vector<double> Reference(const float* q, const std::vector<float>& keys,
   return out;
 }
 
-struct Case {
+struct ReadCase {
   int group;
   int head_dim;
   int64_t count;
 };
 
 TEST(SoftmaxReadTest, GroupedReadsEqualTheReferenceForEveryQueryHead) {
-  const Case cases[] = {{1, 64, 1},    {1, 64, 300}, {2, 16, 513}, {4, 64, 1},
-                        {4, 64, 127},  {4, 64, 128}, {4, 64, 129}, {4, 64, 1000},
-                        {8, 128, 200}, {3, 256, 70}, {4, 512, 33}, {5, 24, 777}};
+  const ReadCase cases[] = {{1, 64, 1},    {1, 64, 300}, {2, 16, 513}, {4, 64, 1},
+                            {4, 64, 127},  {4, 64, 128}, {4, 64, 129}, {4, 64, 1000},
+                            {8, 128, 200}, {3, 256, 70}, {4, 512, 33}, {5, 24, 777}};
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const Case& c : cases) {
+  for (const ReadCase& c : cases) {
     const int kv_heads = 2;  // the group reads head 1 of 2: rows are strided
     const int64_t stride = int64_t{kv_heads} * c.head_dim, offset = c.head_dim;
     std::vector<float> keys(static_cast<size_t>(c.count * stride));

@@ -3,7 +3,6 @@
 // (flash-decoding), a causal run read in blocks (prefill), and a whole step of the state with
 // long decode rows split across two threads next to a prompt run, with GQA.
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -16,12 +15,6 @@
 
 namespace abcd {
 namespace {
-
-uint16_t ToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  return static_cast<uint16_t>(bits >> 16);
-}
 
 struct Rows {
   std::vector<float> keys, values;
@@ -36,8 +29,8 @@ Rows RandomRows(int64_t count, int64_t stride, std::mt19937& rng) {
   r.values.resize(r.keys.size());
   for (float& x : r.keys) x = normal(rng) * 0.4f;
   for (float& x : r.values) x = normal(rng);
-  for (float x : r.keys) r.keys16.push_back(ToBf16(x));
-  for (float x : r.values) r.values16.push_back(ToBf16(x));
+  for (float x : r.keys) r.keys16.push_back(FloatToBf16(x));
+  for (float x : r.values) r.values16.push_back(FloatToBf16(x));
   for (float x : r.keys) r.keys_f16.push_back({FloatToHalf(x)});
   for (float x : r.values) r.values_f16.push_back({FloatToHalf(x)});
   return r;

@@ -9,12 +9,13 @@
 #include "engine/backend/backend_factory.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/model/model.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
-const std::string kLmDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained";
-const std::string kMtDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-mt-untrained";
+using testing::kLmDir;
+using testing::kMtDir;
 
 std::unique_ptr<Model> LoadModel(const std::string& dir) {
   auto model = Model::Load(dir);

@@ -20,11 +20,7 @@ namespace {
 
 constexpr int64_t kBudget = int64_t{1} << 30;
 
-std::vector<int32_t> Source(int64_t length) {
-  std::vector<int32_t> source;
-  for (int64_t i = 0; i < length; ++i) source.push_back(static_cast<int32_t>(4 + (i * 7) % 90));
-  return source;
-}
+using testing::SourceIds;
 
 // The cross KvCache of decoder layer `layer` (softmax cross attention).
 const KvCache& CrossCache(const Model& model, const StatePool& pool, SequenceId id, int layer) {
@@ -89,7 +85,7 @@ TEST(Gmat, CrossStateFixedInSourceLength) {
   for (int64_t length : {16, 1000}) {
     auto id = pool.Acquire();
     ASSERT_TRUE(id.ok());
-    ASSERT_TRUE(model->Encode(Source(length), *id, pool).ok());
+    ASSERT_TRUE(model->Encode(SourceIds(length), *id, pool).ok());
     EXPECT_EQ(pool.Get(*id)->source_length, memory);
     EXPECT_EQ(CrossCache(*model, pool, *id, 0).length, memory);
     std::vector<float> logits;
@@ -118,7 +114,7 @@ TEST(Gmat, OutputAllKeepsSourceAndMemoryRows) {
   StatePool pool(model->state_layout(), kBudget);
   auto id = pool.Acquire();
   ASSERT_TRUE(id.ok());
-  ASSERT_TRUE(model->Encode(Source(37), *id, pool).ok());
+  ASSERT_TRUE(model->Encode(SourceIds(37), *id, pool).ok());
   EXPECT_EQ(pool.Get(*id)->source_length, 37 + model->config().gmat->memory);
 }
 
@@ -130,7 +126,7 @@ TEST(Gmat, ForkedBeamsKeepTheCrossMemory) {
   StatePool pool(model->state_layout(), kBudget);
   auto a = pool.Acquire();
   ASSERT_TRUE(a.ok());
-  ASSERT_TRUE(model->Encode(Source(50), *a, pool).ok());
+  ASSERT_TRUE(model->Encode(SourceIds(50), *a, pool).ok());
   std::vector<float> logits;
   const std::vector<DecodeRow> prefix = {{*a, 1, false}, {*a, 9, true}};
   ASSERT_TRUE(model->Decode(prefix, pool, &logits).ok());

@@ -37,7 +37,8 @@ absl::StatusOr<ModelConfig> Parse(const json& config, const std::string& generat
   return ParseHfConfig(config, generation, tokenizer);
 }
 
-std::string ErrorFor(const json& config) {
+// The message ParseHfConfig refuses `config` with (model_config_test has ErrorFor).
+std::string HfErrorFor(const json& config) {
   absl::StatusOr<ModelConfig> parsed = Parse(config);
   EXPECT_FALSE(parsed.ok());
   return parsed.ok() ? "" : std::string(parsed.status().message());
@@ -132,7 +133,8 @@ TEST(HfConfig, HybridAttnLayersAreSoftmax) {
   EXPECT_EQ(c->decoder_layers[1].attention.type, AttentionType::kSoftmax);
   EXPECT_EQ(c->decoder_layers[1].attention.kv_heads, 2);
   config["attn"]["layers"] = {5};
-  EXPECT_NE(ErrorFor(config).find("attn key \"layers\""), std::string::npos) << ErrorFor(config);
+  EXPECT_NE(HfErrorFor(config).find("attn key \"layers\""), std::string::npos)
+      << HfErrorFor(config);
 }
 
 TEST(HfConfig, RefusalsNameTheKey) {
@@ -163,7 +165,7 @@ TEST(HfConfig, RefusalsNameTheKey) {
   hybrid["attn"] = {{"layers", {0}}, {"num_heads", 4}, {"window_size", 512}};
   cases.push_back({hybrid, "window_size"});
   for (const Case& c : cases) {
-    const std::string error = ErrorFor(c.config);
+    const std::string error = HfErrorFor(c.config);
     EXPECT_NE(error.find(absl::StrCat("\"", c.key, "\"")), std::string::npos)
         << c.key << ": " << error;
   }

@@ -6,66 +6,26 @@
 // changed by constrained ones beside them.
 #include <gtest/gtest.h>
 
-#include <condition_variable>
-#include <map>
-#include <mutex>
-
 #include "engine/scheduler/executor.h"
 #include "nlohmann/json.hpp"
+#include "tests/engine/scheduler/event_collector.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
-const std::string kSource = ABCD_SOURCE_DIR;
-
-struct Choice {
-  std::string text;
-  int tokens = 0;
-  FinishReason reason = FinishReason::kLength;
-};
-
-class Collector {
- public:
-  explicit Collector(int n = 1) : n_(n) {}
-  EventCallback Callback() {
-    return [this](GenerationEvent event) {
-      std::lock_guard<std::mutex> lock(mu_);
-      Choice& c = choices_[event.index];
-      c.text += event.text;
-      c.tokens += static_cast<int>(event.token_ids.size());
-      // With n > 1 the request's last event (index 0) follows the choices' own last events.
-      if (event.choice_finished && !(n_ > 1 && event.finished)) c.reason = event.finish_reason;
-      status_.Update(event.status);
-      if (event.finished) {
-        done_ = true;
-        cv_.notify_all();
-      }
-    };
-  }
-  std::map<int, Choice> Wait(absl::Status* status) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_; });
-    *status = status_;
-    return choices_;
-  }
-
- private:
-  const int n_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  absl::Status status_;
-  std::map<int, Choice> choices_;
-};
+using testing::ChoiceOutput;
+using testing::ChoiceOutputs;
+using testing::Collector;
+using testing::kTrainedLmDir;
 
 class ConstrainedOutputTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = kSource + "/models/checkpoints/abc-lm";
-    auto model = Model::Load(dir);
+    auto model = Model::Load(kTrainedLmDir);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = model->release();
-    auto tokenizer = Tokenizer::Load(dir + "/tokenizer.model");
+    auto tokenizer = Tokenizer::Load(kTrainedLmDir + "/tokenizer.model");
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
     tokenizer_ = tokenizer->release();
     ExecutorOptions options;
@@ -80,13 +40,17 @@ class ConstrainedOutputTest : public ::testing::Test {
     delete model_;
   }
 
-  static std::map<int, Choice> Run(const GenerationRequest& request) {
-    Collector collector(request.n);
+  // The request's choices: each must have finished, with an OK status.
+  static std::vector<ChoiceOutput> Run(const GenerationRequest& request) {
+    Collector collector;
     absl::StatusOr<RequestId> id = executor_->Enqueue(request, collector.Callback());
     EXPECT_TRUE(id.ok()) << id.status();
-    absl::Status status;
-    std::map<int, Choice> choices = collector.Wait(&status);
-    EXPECT_TRUE(status.ok()) << status;
+    if (!id.ok()) return {};
+    std::vector<ChoiceOutput> choices = ChoiceOutputs(collector.Wait(), request.n);
+    for (const ChoiceOutput& choice : choices) {
+      EXPECT_TRUE(choice.finished);
+      EXPECT_TRUE(choice.status.ok()) << choice.status;
+    }
     return choices;
   }
 
@@ -139,14 +103,13 @@ TEST_F(ConstrainedOutputTest, EveryChoiceParsesAndHasTheSchemasShape) {
     plain.prompt = "The old house stood";
     plain.max_tokens = 24;
     plain.sampling.seed = 7;
-    const Choice alone = Run(plain).at(0);
+    const ChoiceOutput alone = Run(plain).at(0);
     Collector side;
     ASSERT_TRUE(executor_->Enqueue(plain, side.Callback()).ok());
-    const std::map<int, Choice> choices = Run(request);
-    absl::Status side_status;
-    EXPECT_EQ(side.Wait(&side_status).at(0).text, alone.text);
+    const std::vector<ChoiceOutput> choices = Run(request);
+    EXPECT_EQ(ChoiceOutputs(side.Wait(), 1).at(0).text, alone.text);
     ASSERT_EQ(choices.size(), 2u);
-    for (const auto& [index, choice] : choices) {
+    for (const ChoiceOutput& choice : choices) {
       if (choice.reason == FinishReason::kLength) continue;  // cut by max_tokens
       EXPECT_EQ(choice.reason, FinishReason::kStop) << choice.text;
       const nlohmann::json value =
@@ -165,7 +128,7 @@ TEST_F(ConstrainedOutputTest, JsonObjectAndTheCutAtMaxTokens) {
   request.max_tokens = 300;
   request.sampling.temperature = 0.0f;
   request.response_format = JsonGrammar::AnyObject();
-  const Choice object = Run(request).at(0);
+  const ChoiceOutput object = Run(request).at(0);
   const nlohmann::json value = nlohmann::json::parse(object.text, nullptr, false);
   if (object.reason == FinishReason::kStop) {
     ASSERT_FALSE(value.is_discarded()) << object.text;
@@ -173,9 +136,9 @@ TEST_F(ConstrainedOutputTest, JsonObjectAndTheCutAtMaxTokens) {
   }
   GenerationRequest cut = SchemaRequest(1.0f, 3);
   cut.max_tokens = 3;
-  const Choice short_choice = Run(cut).at(0);
+  const ChoiceOutput short_choice = Run(cut).at(0);
   EXPECT_EQ(short_choice.reason, FinishReason::kLength);
-  EXPECT_EQ(short_choice.tokens, 3);
+  EXPECT_EQ(short_choice.tokens.size(), 3u);
   EXPECT_EQ(short_choice.text.find_first_not_of(" \n"), short_choice.text.find('{'))
       << short_choice.text;
 }
@@ -185,7 +148,7 @@ TEST_F(ConstrainedOutputTest, WithoutTheMaskTheModelWritesNoJson) {
   GenerationRequest request = SchemaRequest(0.0f, 1);
   request.response_format = nullptr;
   request.max_tokens = 60;
-  const Choice choice = Run(request).at(0);
+  const ChoiceOutput choice = Run(request).at(0);
   EXPECT_TRUE(nlohmann::json::parse(choice.text, nullptr, false).is_discarded()) << choice.text;
 }
 

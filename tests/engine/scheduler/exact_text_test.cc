@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
-#include <map>
 #include <mutex>
 #include <random>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,11 +18,17 @@
 #include "engine/scheduler/executor.h"
 #include "engine/scheduler/text_stream.h"
 #include "tests/engine/scheduler/event_collector.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
-const std::string kSource = ABCD_SOURCE_DIR;
+using testing::ChoiceOutput;
+using testing::ChoiceOutputs;
+using testing::Collector;
+using testing::kTrainedLmDir;
+
+const std::string kTokenizerDir = std::string(ABCD_SOURCE_DIR) + "/models/tokenizers";
 
 std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path) {
   auto tokenizer = Tokenizer::Load(path);
@@ -34,7 +40,7 @@ std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path) {
 std::vector<std::pair<std::string, std::unique_ptr<Tokenizer>>> AllTokenizers() {
   std::vector<std::pair<std::string, std::unique_ptr<Tokenizer>>> out;
   for (const std::string& path :
-       {kSource + "/models/tokenizers/lm.model", kSource + "/models/tokenizers/mt.model",
+       {kTokenizerDir + "/lm.model", kTokenizerDir + "/mt.model",
         std::string(ABCD_FIXTURE_DIR) + "/tokenizers/bpe_byte_fallback.model"}) {
     out.emplace_back(path, LoadTokenizer(path));
   }
@@ -73,7 +79,7 @@ std::string TextAfter(const Tokenizer& tokenizer, const std::vector<int32_t>& pr
 }
 
 TEST(ExactTextTest, FirstPieceKeepsItsSpaceAfterThePrompt) {
-  auto tokenizer = LoadTokenizer(kSource + "/models/tokenizers/lm.model");
+  auto tokenizer = LoadTokenizer(kTokenizerDir + "/lm.model");
   ASSERT_NE(tokenizer, nullptr);
   const std::vector<int32_t> prompt = Concat({1}, *tokenizer->Encode("The old house stood"));
   const std::vector<int32_t> generated = *tokenizer->Encode(" in the door");
@@ -95,7 +101,7 @@ TEST(ExactTextTest, FirstPieceKeepsItsSpaceAfterThePrompt) {
 // piece until one has text, so a tail of bare-space pieces decodes to nothing on its own: the
 // context reaches back to a piece with text, so the spaces and the new piece's own space survive.
 TEST(ExactTextTest, ContextReachesPastWhitespaceOnlyPieces) {
-  auto tokenizer = LoadTokenizer(kSource + "/models/tokenizers/lm.model");
+  auto tokenizer = LoadTokenizer(kTokenizerDir + "/lm.model");
   ASSERT_NE(tokenizer, nullptr);
   // The bare space piece "▁": nothing alone, a space after text.
   const int32_t a = tokenizer->Encode("a")->back();
@@ -171,40 +177,30 @@ TEST(ExactTextTest, PromptTextPlusPiecesIsTheWholeTextOnRandomInputs) {
   }
 }
 
-using testing::Collector;
-
-struct Choice {
-  std::vector<int32_t> tokens;
-  std::string text;
-  std::vector<int32_t> preceding;  // GenerationEvent::preceding_token_ids
-};
-
-std::map<int, Choice> RunChoices(Executor& executor, const GenerationRequest& request,
-                                 std::string* saved_state = nullptr) {
+// The request's choices (each must have finished; every event OK, preceding ids sent at most
+// once per choice).
+std::vector<ChoiceOutput> RunChoices(Executor& executor, const GenerationRequest& request) {
   Collector collector;
   EXPECT_TRUE(executor.Enqueue(request, collector.Callback()).ok());
-  std::map<int, Choice> choices;
-  for (const GenerationEvent& event : collector.Wait()) {
+  const std::vector<GenerationEvent> events = collector.Wait();
+  std::set<int> preceding_sent;
+  for (const GenerationEvent& event : events) {
     EXPECT_TRUE(event.status.ok()) << event.status;
-    Choice& choice = choices[event.index];
-    choice.tokens = Concat(choice.tokens, event.token_ids);
-    choice.text += event.text;
     if (!event.preceding_token_ids.empty()) {
-      EXPECT_TRUE(choice.preceding.empty()) << "preceding ids sent twice";
-      choice.preceding = event.preceding_token_ids;
+      EXPECT_TRUE(preceding_sent.insert(event.index).second) << "preceding ids sent twice";
     }
-    if (event.finished && saved_state != nullptr) *saved_state = event.saved_state;
   }
+  std::vector<ChoiceOutput> choices = ChoiceOutputs(events, request.n);
+  for (const ChoiceOutput& choice : choices) EXPECT_TRUE(choice.finished);
   return choices;
 }
 
 // The trained abc-lm (lm.model, byte fallback) sampling at temperature 1 from random prompts:
 // every choice's text is what its tokens add after the prompt (and a session's history).
 TEST(ExactTextTest, ExecutorTextFollowsThePromptOnEveryPath) {
-  const std::string dir = kSource + "/models/checkpoints/abc-lm";
-  auto model = Model::Load(dir);
+  auto model = Model::Load(kTrainedLmDir);
   ASSERT_TRUE(model.ok()) << model.status();
-  auto tokenizer = LoadTokenizer(dir + "/tokenizer.model");
+  auto tokenizer = LoadTokenizer(kTrainedLmDir + "/tokenizer.model");
   ASSERT_NE(tokenizer, nullptr);
   ExecutorOptions options;
   options.model_name = "abc-lm";
@@ -227,10 +223,11 @@ TEST(ExactTextTest, ExecutorTextFollowsThePromptOnEveryPath) {
     request.n = trial % 3 == 0 ? 3 : 1;
     request.logprobs = trial % 2 == 0 ? 1 : -1;
     request.save_state = request.n == 1;
-    std::string state;
     const std::vector<int32_t> preceding = Concat({1}, prompt_ids);
-    const std::map<int, Choice> choices = RunChoices(**executor, request, &state);
-    for (const auto& [index, choice] : choices) {
+    const std::vector<ChoiceOutput> choices = RunChoices(**executor, request);
+    const std::string state = choices.empty() ? "" : choices[0].saved_state;
+    for (size_t index = 0; index < choices.size(); ++index) {
+      const ChoiceOutput& choice = choices[index];
       EXPECT_EQ(choice.text, TextAfter(*tokenizer, preceding, choice.tokens))
           << "trial " << trial << " choice " << index << " prompt '" << prompt << "'";
       if (request.logprobs >= 0 && !choice.tokens.empty()) {
@@ -251,7 +248,7 @@ TEST(ExactTextTest, ExecutorTextFollowsThePromptOnEveryPath) {
     next.sampling.seed = rng();
     const std::vector<int32_t> history =
         Concat(Concat(preceding, choices.at(0).tokens), *tokenizer->Encode(next.prompt));
-    const Choice turn = RunChoices(**executor, next)[0];
+    const ChoiceOutput turn = RunChoices(**executor, next).at(0);
     EXPECT_EQ(turn.text, TextAfter(*tokenizer, history, turn.tokens)) << "trial " << trial;
     ++checked;
   }

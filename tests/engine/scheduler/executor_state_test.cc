@@ -14,25 +14,19 @@
 #include "engine/scheduler/executor.h"
 #include "engine/state/sequence_blob.h"
 #include "tests/engine/scheduler/event_collector.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
-const std::string kLmDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained";
 const std::string kMixedDir = std::string(ABCD_FIXTURE_DIR) + "/golden/dec_mixed";
 // Transformer-XL (issue 16): post-LN, no absolute positions, rings of 7 and 10 keys (prompts and
 // sessions here run far past them, so snapshots carry wrapped rings).
 const std::string kTxlDir = std::string(ABCD_FIXTURE_DIR) + "/golden/dec_txl";
 
 using testing::Collector;
-
-std::vector<int32_t> Tokens(const std::vector<GenerationEvent>& events, int index = 0) {
-  std::vector<int32_t> out;
-  for (const auto& e : events) {
-    if (e.index == index) out.insert(out.end(), e.token_ids.begin(), e.token_ids.end());
-  }
-  return out;
-}
+using testing::kLmDir;
+using testing::Tokens;
 
 class ExecutorStateTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -16,46 +16,17 @@
 #include "engine/backend/cpu_backend.h"
 #include "engine/core/status_macros.h"
 #include "engine/runtime/generator.h"
+#include "tests/engine/scheduler/event_collector.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
-const std::string kLmDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained";
-const std::string kMtDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-mt-untrained";
-// A GMAT encoder (issue 16): cross attention over 8 memory rows.
-const std::string kGmatDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/gmat-mt-untrained";
-
-// Collects one request's events; Wait() returns when the final event arrived.
-class Collector {
- public:
-  EventCallback Callback() {
-    return [this](GenerationEvent event) {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(event);
-      if (event.finished) done_.notify_all();
-    };
-  }
-  std::vector<GenerationEvent> Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this] { return !events_.empty() && events_.back().finished; });
-    return events_;
-  }
-  size_t count() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return events_.size();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable done_;
-  std::vector<GenerationEvent> events_;
-};
-
-std::vector<int32_t> Tokens(const std::vector<GenerationEvent>& events) {
-  std::vector<int32_t> out;
-  for (const auto& e : events) out.insert(out.end(), e.token_ids.begin(), e.token_ids.end());
-  return out;
-}
+using testing::Collector;
+using testing::kGmatDir;
+using testing::kLmDir;
+using testing::kMtDir;
+using testing::Tokens;
 
 std::string Text(const std::vector<GenerationEvent>& events) {
   std::string out;

@@ -15,11 +15,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "engine/scheduler/executor.h"
+#include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
-const std::string kLmDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained";
+using testing::kLmDir;
 
 constexpr double kFixedMs = 8;   // every Decode call
 constexpr double kPerRowMs = 2;  // each row, decode or prompt

@@ -8,22 +8,23 @@
 
 #include <condition_variable>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "engine/scheduler/executor.h"
 #include "engine/scheduler/speculation.h"
 #include "nlohmann/json.hpp"
 #include "tests/engine/scheduler/event_collector.h"
+#include "tests/testing/model_dirs.h"
+#include "tests/testing/read_file.h"
 
 namespace abcd {
 namespace {
 
-const std::string kLmDir = std::string(ABCD_SOURCE_DIR) + "/models/checkpoints/abc-lm-untrained";
-
+using testing::ChoiceOutput;
+using testing::ChoiceOutputs;
 using testing::Collector;
+using testing::kLmDir;
 
 class SpeculationCounter : public ExecutorObserver {
  public:
@@ -34,36 +35,9 @@ class SpeculationCounter : public ExecutorObserver {
   std::atomic<int64_t> drafted_{0}, accepted_{0};
 };
 
-// One choice's output, as a client sees it.
-struct Output {
-  std::vector<int32_t> tokens;
-  std::string text;
-  FinishReason reason = FinishReason::kLength;
-  std::vector<float> logprobs;
-  std::string saved_state;
-  absl::Status status;
-};
-
-std::vector<Output> Outputs(const std::vector<GenerationEvent>& events, int n) {
-  std::vector<Output> out(static_cast<size_t>(n));
-  for (const GenerationEvent& e : events) {
-    Output& o = out[static_cast<size_t>(e.index)];
-    if (e.finished && n > 1 && e.token_ids.empty() && e.text.empty()) continue;  // request end
-    o.tokens.insert(o.tokens.end(), e.token_ids.begin(), e.token_ids.end());
-    o.text += e.text;
-    for (const TokenLogprobs& l : e.logprobs) o.logprobs.push_back(l.logprob);
-    if (e.choice_finished) o.reason = e.finish_reason;
-    if (!e.saved_state.empty()) o.saved_state = e.saved_state;
-    if (e.finished) o.status = e.status;
-  }
-  return out;
-}
-
 std::vector<std::string> DecoderFixtures() {
-  std::ifstream in(std::string(ABCD_FIXTURE_DIR) + "/golden/index.json");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const nlohmann::json index = nlohmann::json::parse(buffer.str(), nullptr, false);
+  const nlohmann::json index = nlohmann::json::parse(
+      testing::ReadFile(std::string(ABCD_FIXTURE_DIR) + "/golden/index.json"), nullptr, false);
   std::vector<std::string> dirs = {kLmDir};
   if (!index.is_array()) return dirs;
   for (const auto& name : index) {
@@ -116,18 +90,18 @@ class SpeculativeExecutorTest : public ::testing::TestWithParam<std::string> {
     request.ignore_eos = true;
     return request;
   }
-  static std::vector<Output> Run(Executor& executor, GenerationRequest request) {
+  static std::vector<ChoiceOutput> Run(Executor& executor, GenerationRequest request) {
     const int n = request.n;
     Collector collector;
     absl::StatusOr<RequestId> id = executor.Enqueue(std::move(request), collector.Callback());
     EXPECT_TRUE(id.ok()) << id.status();
     if (!id.ok()) return {};
-    return Outputs(collector.Wait(), n);
+    return ChoiceOutputs(collector.Wait(), n);
   }
   // The request on both executors: the same output.
-  std::vector<Output> ExpectSame(const GenerationRequest& request) {
-    const std::vector<Output> plain = Run(*plain_, request);
-    const std::vector<Output> spec = Run(*spec_, request);
+  std::vector<ChoiceOutput> ExpectSame(const GenerationRequest& request) {
+    const std::vector<ChoiceOutput> plain = Run(*plain_, request);
+    const std::vector<ChoiceOutput> spec = Run(*spec_, request);
     EXPECT_EQ(plain.size(), spec.size());
     for (size_t i = 0; i < std::min(plain.size(), spec.size()); ++i) {
       SCOPED_TRACE(::testing::Message() << "choice " << i);
@@ -173,7 +147,7 @@ TEST_P(SpeculativeExecutorTest, GreedyAndSeededSamplingAreIdenticalOnAndOff) {
 }
 
 TEST_P(SpeculativeExecutorTest, StopsMaxTokensAndSessionsBehaveAsWithout) {
-  const std::vector<Output> reference = ExpectSame(Request(32, 0.0f));
+  const std::vector<ChoiceOutput> reference = ExpectSame(Request(32, 0.0f));
   ASSERT_EQ(reference.size(), 1u);
   // A stop string that first appears somewhere inside the output: both cut there.
   const std::string& text = reference[0].text;
@@ -193,8 +167,8 @@ TEST_P(SpeculativeExecutorTest, StopsMaxTokensAndSessionsBehaveAsWithout) {
   }
   for (GenerationRequest& first : firsts) {
     first.save_state = true;
-    const std::vector<Output> plain_first = Run(*plain_, first);
-    const std::vector<Output> spec_first = Run(*spec_, first);
+    const std::vector<ChoiceOutput> plain_first = Run(*plain_, first);
+    const std::vector<ChoiceOutput> spec_first = Run(*spec_, first);
     ASSERT_EQ(spec_first.size(), 1u);
     ASSERT_FALSE(spec_first[0].saved_state.empty());
     EXPECT_EQ(spec_first[0].tokens, plain_first[0].tokens);
@@ -203,8 +177,8 @@ TEST_P(SpeculativeExecutorTest, StopsMaxTokensAndSessionsBehaveAsWithout) {
       GenerationRequest next = Request(20, 0.0f);
       next.prompt_token_ids = {5, 6, 7};
       next.resume_state = blob;
-      const std::vector<Output> plain = Run(*plain_, next);
-      const std::vector<Output> spec = Run(*spec_, next);
+      const std::vector<ChoiceOutput> plain = Run(*plain_, next);
+      const std::vector<ChoiceOutput> spec = Run(*spec_, next);
       ASSERT_EQ(plain.size(), 1u);
       ASSERT_EQ(spec.size(), 1u);
       EXPECT_TRUE(plain[0].status.ok()) << plain[0].status;
@@ -219,8 +193,8 @@ TEST_P(SpeculativeExecutorTest, StopsMaxTokensAndSessionsBehaveAsWithout) {
 // its tokens give (rolled back to the last kept row), so the continuation matches.
 TEST_P(SpeculativeExecutorTest, ResentConversationContinuesFromTheCachedFinalState) {
   const GenerationRequest first = Request(12, 0.0f);
-  const std::vector<Output> plain_first = Run(*plain_, first);
-  const std::vector<Output> spec_first = Run(*spec_, first);
+  const std::vector<ChoiceOutput> plain_first = Run(*plain_, first);
+  const std::vector<ChoiceOutput> spec_first = Run(*spec_, first);
   ASSERT_EQ(spec_first.size(), 1u);
   ASSERT_EQ(spec_first[0].tokens, plain_first[0].tokens);
   GenerationRequest resent = Request(16, 0.0f);
@@ -235,7 +209,7 @@ TEST_P(SpeculativeExecutorTest, ResentConversationContinuesFromTheCachedFinalSta
   // Beyond the first prompt (whose own snapshot ends before its last token): the final state.
   EXPECT_GT(spec.back().cached_prompt_tokens, static_cast<int>(first.prompt_token_ids.size()) + 1)
       << "the final state was not reused";
-  EXPECT_EQ(Outputs(spec, 1)[0].tokens, Outputs(plain, 1)[0].tokens);
+  EXPECT_EQ(ChoiceOutputs(spec, 1)[0].tokens, ChoiceOutputs(plain, 1)[0].tokens);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeExecutorTest, ::testing::ValuesIn(DecoderFixtures()),
