@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/ops/packed_matrix.h"
 #include "nlohmann/json.hpp"
 
 namespace abcd {
@@ -26,32 +27,6 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   if (name == "I32") return DType::kI32;
   if (name == "I64") return DType::kI64;
   return absl::InvalidArgumentError(absl::StrCat("unsupported dtype \"", name, "\""));
-}
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exponent = 127 - 15 + 1;
-      while ((mantissa & 0x400u) == 0) {
-        mantissa <<= 1;
-        --exponent;
-      }
-      bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
-    }
-  } else if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
 }
 
 }  // namespace
@@ -266,15 +241,14 @@ absl::StatusOr<std::vector<float>> ToFloat32(const TensorView& tensor) {
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, src + 2 * i, 2);
-        const uint32_t bits = static_cast<uint32_t>(h) << 16;
-        std::memcpy(&out[i], &bits, 4);
+        out[i] = Bf16ToFloat(h);
       }
       break;
     case DType::kF16:
       for (size_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, src + 2 * i, 2);
-        out[i] = HalfToFloat(h);
+        out[i] = HalfToFloatValue(h);
       }
       break;
     default:
