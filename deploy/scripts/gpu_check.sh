@@ -19,8 +19,8 @@
 # (about 52 of it the tracked files): the bench phase's OpenBLAS alone is 36 MB, so a bundle of
 # every phase does not fit. Pack the phases in two folders, e.g. `bundle tests memcheck server`
 # and `GPU_DIR=.gpu-bench ... bundle bench`, and carry one a call. Run the phases in separate
-# calls when they do not fit one (each phase has its own time limit, PHASE_SECONDS, default 540, and writes its own
-# files, so a phase cut short still returns what it wrote). Every call unpacks the carried
+# calls when they do not fit one (each phase has its own time limit, PHASE_SECONDS, default
+# 540, and writes its own files, so a phase cut short still returns what it wrote). Every call unpacks the carried
 # bundle afresh and makes the bench models again, so nothing stale from a warm machine is used.
 #
 # On a machine with a GPU and the build dependencies, skip the bundle: build with
