@@ -48,7 +48,7 @@ absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
                  "cudaStreamCreate");
   if (status.ok()) status = Check(cublasCreate(&context->cublas_), "cublasCreate");
   if (status.ok()) status = Check(cublasSetStream(context->cublas_, context->stream_), "stream");
-  constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+  if (status.ok()) status = Check(cublasLtCreate(&context->cublas_lt_), "cublasLtCreate");
   if (status.ok()) {
     status = Check(cudaMalloc(&context->cublas_workspace_, kCublasWorkspaceBytes),
                    "cudaMalloc cuBLAS workspace");
@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
 }
 
 CudaContext::~CudaContext() {
+  if (cublas_lt_ != nullptr) cublasLtDestroy(cublas_lt_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);

@@ -4,6 +4,7 @@
 // Create() fails cleanly (and callers fall back to the CPU) when there is no driver or GPU.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -42,6 +43,11 @@ class CudaContext {
   int sm_count() const { return sm_count_; }
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
+  // cuBLASLt, for GEMMs with epilogues (matmul_cuda.h). It shares cuBLAS's fixed workspace:
+  // both run in stream order on the one stream.
+  cublasLtHandle_t cublas_lt() const { return cublas_lt_; }
+  void* cublas_workspace() const { return cublas_workspace_; }
+  size_t cublas_workspace_bytes() const { return kCublasWorkspaceBytes; }
 
   // A device buffer of at least `bytes` for one op's scratch, owned by the context. Ops on the
   // stream share it in stream order. Growing allocates a larger buffer and keeps the old ones
@@ -57,12 +63,14 @@ class CudaContext {
 
  private:
   CudaContext() = default;
+  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
   int device_ = 0;
   std::string device_name_;
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t cublas_lt_ = nullptr;
   void* cublas_workspace_ = nullptr;  // fixed, so cuBLAS never allocates inside a CUDA graph
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

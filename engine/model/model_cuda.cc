@@ -153,8 +153,10 @@ absl::Status CudaModel::AllocateStepBuffers() {
   ABCD_ASSIGN_OR_RETURN(normed_, DeviceArray<float>::Allocate(rows * d));
   ABCD_ASSIGN_OR_RETURN(fused_, DeviceArray<float>::Allocate(rows * max_width));
   ABCD_ASSIGN_OR_RETURN(attended_, DeviceArray<float>::Allocate(rows * d));
-  ABCD_ASSIGN_OR_RETURN(delta_, DeviceArray<float>::Allocate(rows * d));
   ABCD_ASSIGN_OR_RETURN(hidden_, DeviceArray<float>::Allocate(rows * ff));
+  if (options.weights != WeightType::kF32) {
+    ABCD_ASSIGN_OR_RETURN(rounded_, DeviceArray<uint16_t>::Allocate(rows * std::max(d, ff)));
+  }
   // Logits for at most one decode batch: Forward() runs the LM head over its wanted rows in
   // pieces of that size, so the buffer does not grow with the prompt rows of a pass.
   ABCD_ASSIGN_OR_RETURN(logits_, DeviceArray<float>::Allocate(options.max_sequences * vocab));
@@ -423,12 +425,19 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t
   const float eps = config_.layer_norm_eps;
   ABCD_RETURN_IF_ERROR(Embed(ctx, embedding_.data(), tokens_.data(), token_positions_.data(), rows,
                              d, embed_scale_, x_.data()));
+  // Projection inputs: 16-bit weights read rounded_, fp32 weights normed_ and hidden_ (the
+  // activation in place).
+  const bool rounded = options_.weights != WeightType::kF32;
+  void* input = rounded ? static_cast<void*>(rounded_.data()) : normed_.data();
+  void* ffn_input = rounded ? static_cast<void*>(rounded_.data()) : hidden_.data();
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
-    ABCD_RETURN_IF_ERROR(LayerNorm(ctx, x_.data(), rows, d, layer.ln1_weight.data(),
-                                   layer.ln1_bias.data(), eps, normed_.data()));
+    // Each projection's input is rounded to its weights' type by the op that produces it (the
+    // LayerNorm, the activation), and the bias and residual adds run in the GEMM's epilogue.
+    ABCD_RETURN_IF_ERROR(LayerNormRounded(ctx, x_.data(), rows, d, layer.ln1_weight.data(),
+                                          layer.ln1_bias.data(), eps, options_.weights, input));
     ABCD_RETURN_IF_ERROR(
-        Linear(ctx, normed_.data(), rows, layer.fused, layer.fused_bias.data(), fused_.data()));
+        LinearRounded(ctx, input, rows, layer.fused, layer.fused_bias.data(), fused_.data()));
     StepRows step{rows,
                   fused_.data(),
                   layer.fused_width,
@@ -449,17 +458,16 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t
                value_pointers_.data() + layer.softmax_index * stride, lengths_.data(), max_length};
     }
     ABCD_RETURN_IF_ERROR(LaunchCudaAttention(ctx, layer.attention, step, cache));
+    ABCD_RETURN_IF_ERROR(Linear(ctx, attended_.data(), rows, layer.out, layer.out_bias.data(),
+                                x_.data(), LinearOutput::kAccumulate));
+    ABCD_RETURN_IF_ERROR(LayerNormRounded(ctx, x_.data(), rows, d, layer.ln2_weight.data(),
+                                          layer.ln2_bias.data(), eps, options_.weights, input));
     ABCD_RETURN_IF_ERROR(
-        Linear(ctx, attended_.data(), rows, layer.out, layer.out_bias.data(), delta_.data()));
-    ABCD_RETURN_IF_ERROR(AddInPlace(ctx, x_.data(), delta_.data(), rows * d));
-    ABCD_RETURN_IF_ERROR(LayerNorm(ctx, x_.data(), rows, d, layer.ln2_weight.data(),
-                                   layer.ln2_bias.data(), eps, normed_.data()));
-    ABCD_RETURN_IF_ERROR(
-        Linear(ctx, normed_.data(), rows, layer.fc1, layer.fc1_bias.data(), hidden_.data()));
-    ABCD_RETURN_IF_ERROR(Activate(ctx, config_.activation, hidden_.data(), rows * ff));
-    ABCD_RETURN_IF_ERROR(
-        Linear(ctx, hidden_.data(), rows, layer.fc2, layer.fc2_bias.data(), delta_.data()));
-    ABCD_RETURN_IF_ERROR(AddInPlace(ctx, x_.data(), delta_.data(), rows * d));
+        LinearRounded(ctx, input, rows, layer.fc1, layer.fc1_bias.data(), hidden_.data()));
+    ABCD_RETURN_IF_ERROR(ActivateRounded(ctx, config_.activation, hidden_.data(), rows * ff,
+                                         options_.weights, ffn_input));
+    ABCD_RETURN_IF_ERROR(LinearRounded(ctx, ffn_input, rows, layer.fc2, layer.fc2_bias.data(),
+                                       x_.data(), LinearOutput::kAccumulate));
   }
   ABCD_RETURN_IF_ERROR(LayerNorm(ctx, x_.data(), rows, d, ln_f_weight_.data(), ln_f_bias_.data(),
                                  eps, normed_.data()));

@@ -6,12 +6,13 @@
 // `max_context` tokens (softmax, the baseline). A step feeds one token to each of a batch of
 // slots and runs the whole forward pass on the device: embedding, per layer LayerNorm, ONE
 // fused q|k|v|extra GEMM, the fused per-type state kernel, output projection, residuals, FFN,
-// final LayerNorm, LM head, and either copies the logits back (parity, evaluation) or samples
-// on the device so that only token ids cross to the host. With `cuda_graphs`, StepSample
-// replays one captured graph per bucketed batch size (1, 2, 4, ... max_sequences), and for
-// softmax models per context bucket too (256, 512, ... max_context tokens: the split-K grid
-// depends on it); rows of a bucket beyond the batch carry no state or cache (the kernels skip
-// them) and are discarded.
+// final LayerNorm, LM head (biases and residual adds in the GEMMs' epilogues, the rounding of a
+// projection's input in the LayerNorm or activation before it), and either copies the logits back
+// (parity, evaluation) or samples on the device so that only token ids cross to the host. With
+// `cuda_graphs`, StepSample replays one captured graph per bucketed batch size (1, 2, 4, ...
+// max_sequences), and for softmax models per context bucket too (256, 512, ... max_context tokens:
+// the split-K grid depends on it); rows of a bucket beyond the batch carry no state or cache (the
+// kernels skip them) and are discarded.
 //
 // Forward() runs prompt chunks of several sequences and single decode tokens as ONE pass: every
 // GEMM over all the rows, the bounded states by the scan form of the state kernels (each
@@ -174,7 +175,9 @@ class CudaModel {
   DeviceArray<int32_t> lengths_;
   DeviceArray<float*> state_pointers_;  // [layers, rows]: each layer's block of each row
   DeviceArray<float*> key_pointers_, value_pointers_;  // [softmax layers, rows]
-  DeviceArray<float> x_, normed_, fused_, attended_, delta_, hidden_;
+  DeviceArray<float> x_, normed_, fused_, attended_, hidden_;
+  // 16-bit weights: a projection's input rounded to their type ([max_rows_, max(d, d_ff)]).
+  DeviceArray<uint16_t> rounded_;
   DeviceArray<float> logits_;        // [max_sequences, vocab]
   DeviceArray<int32_t> logit_rows_;  // [max_rows_]: Forward()'s wanted rows
   DeviceArray<DeviceSamplingParams> sampling_params_;

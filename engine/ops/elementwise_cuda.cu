@@ -1,5 +1,9 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/ops/elementwise_cuda.h"
@@ -57,16 +61,32 @@ __device__ float BlockSum(float value, float* shared) {
   return shared[kMaxWarps];
 }
 
-// One block per row. kVector reads and writes float4 (d % 4 == 0, 16-byte aligned pointers).
-// x and y may alias: each element is read before the same thread writes it, and the
-// statistics are complete (block barriers) before any write.
-template <bool kVector>
+// An fp32 value as Out: itself, or rounded to nearest even (bf16, fp16), as a GEMM's input.
+template <typename Out>
+__device__ Out Convert(float value);
+template <>
+__device__ float Convert<float>(float value) {
+  return value;
+}
+template <>
+__device__ __nv_bfloat16 Convert<__nv_bfloat16>(float value) {
+  return __float2bfloat16_rn(value);
+}
+template <>
+__device__ __half Convert<__half>(float value) {
+  return __float2half_rn(value);
+}
+
+// One block per row. kVector reads float4 (d % 4 == 0, 16-byte aligned pointers) and writes
+// four values at a time. x and y may alias (Out = float): each element is read before the same
+// thread writes it, and the statistics are complete (block barriers) before any write.
+template <bool kVector, typename Out>
 __global__ void LayerNormKernel(const float* x, int64_t d, const float* __restrict__ gamma,
-                                const float* __restrict__ beta, float eps, float* y) {
+                                const float* __restrict__ beta, float eps, Out* y) {
   __shared__ float shared[kMaxWarps + 1];
   const int64_t row = blockIdx.x;
   const float* in = x + row * d;
-  float* out = y + row * d;
+  Out* out = y + row * d;
   const int64_t stride = blockDim.x;
   const int64_t vectors = d / 4;
 
@@ -103,36 +123,47 @@ __global__ void LayerNormKernel(const float* x, int64_t d, const float* __restri
     const float4* in4 = reinterpret_cast<const float4*>(in);
     const float4* gamma4 = reinterpret_cast<const float4*>(gamma);
     const float4* beta4 = reinterpret_cast<const float4*>(beta);
-    float4* out4 = reinterpret_cast<float4*>(out);
     for (int64_t i = threadIdx.x; i < vectors; i += stride) {
       const float4 v = in4[i], g = gamma4[i], b = beta4[i];
-      out4[i] = make_float4((v.x - mean) * inv * g.x + b.x, (v.y - mean) * inv * g.y + b.y,
-                            (v.z - mean) * inv * g.z + b.z, (v.w - mean) * inv * g.w + b.w);
+      const float4 normed =
+          make_float4((v.x - mean) * inv * g.x + b.x, (v.y - mean) * inv * g.y + b.y,
+                      (v.z - mean) * inv * g.z + b.z, (v.w - mean) * inv * g.w + b.w);
+      if constexpr (std::is_same_v<Out, float>) {
+        reinterpret_cast<float4*>(out)[i] = normed;
+      } else {
+        out[4 * i] = Convert<Out>(normed.x);
+        out[4 * i + 1] = Convert<Out>(normed.y);
+        out[4 * i + 2] = Convert<Out>(normed.z);
+        out[4 * i + 3] = Convert<Out>(normed.w);
+      }
     }
   } else {
     for (int64_t i = threadIdx.x; i < d; i += stride) {
-      out[i] = (in[i] - mean) * inv * gamma[i] + beta[i];
+      out[i] = Convert<Out>((in[i] - mean) * inv * gamma[i] + beta[i]);
     }
   }
 }
 
-template <Activation kActivation>
-__global__ void ActivateKernel(float* __restrict__ x, int64_t n) {
+// out[i] = x[i] as Out (x and out do not alias unless Out = float).
+template <typename Out>
+__global__ void RoundKernel(const float* __restrict__ x, int64_t n, Out* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = Convert<Out>(x[i]);
+  }
+}
+
+// out[i] = activation(x[i]) as Out; x and out may be the same buffer (Out = float).
+template <Activation kActivation, typename Out>
+__global__ void ActivateKernel(const float* x, int64_t n, Out* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = x[i];
     if constexpr (kActivation == Activation::kRelu) {
-      x[i] = v > 0.0f ? v : 0.0f;
+      out[i] = Convert<Out>(v > 0.0f ? v : 0.0f);
     } else {
-      x[i] = 0.5f * v * (1.0f + erff(v * kSqrtHalf));
+      out[i] = Convert<Out>(0.5f * v * (1.0f + erff(v * kSqrtHalf)));
     }
-  }
-}
-
-__global__ void AddInPlaceKernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    y[i] += x[i];
   }
 }
 
@@ -188,38 +219,42 @@ __global__ void EmbedKernel(const float* __restrict__ table, const int32_t* __re
 
 bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
-}  // namespace
-
-absl::Status LayerNorm(CudaContext& context, const float* x, int64_t rows, int64_t d,
-                       const float* gamma, const float* beta, float eps, float* y) {
+template <typename Out>
+absl::Status LaunchLayerNorm(CudaContext& context, const float* x, int64_t rows, int64_t d,
+                             const float* gamma, const float* beta, float eps, Out* y) {
   if (absl::Status status = CheckCount(rows, "LayerNorm rows"); !status.ok()) return status;
   if (d <= 0) return absl::InvalidArgumentError(absl::StrCat("LayerNorm d must be > 0, got ", d));
   if (rows > INT32_MAX) return absl::InvalidArgumentError("LayerNorm: too many rows");
   if (rows == 0) return absl::OkStatus();
-  const bool vector =
-      d % 4 == 0 && Aligned16(x) && Aligned16(y) && Aligned16(gamma) && Aligned16(beta);
+  // 16-bit outputs are written one value at a time, so only the fp32 one needs aligned rows.
+  const bool vector = d % 4 == 0 && Aligned16(x) && Aligned16(gamma) && Aligned16(beta) &&
+                      (!std::is_same_v<Out, float> || Aligned16(y));
   const int64_t work = vector ? d / 4 : d;
   const int threads = static_cast<int>(std::clamp<int64_t>(
       (work + kWarpSize - 1) / kWarpSize * kWarpSize, kWarpSize, kLayerNormMaxThreads));
   const dim3 grid(static_cast<unsigned>(rows));
   if (vector) {
-    LayerNormKernel<true><<<grid, threads, 0, context.stream()>>>(x, d, gamma, beta, eps, y);
+    LayerNormKernel<true, Out><<<grid, threads, 0, context.stream()>>>(x, d, gamma, beta, eps, y);
   } else {
-    LayerNormKernel<false><<<grid, threads, 0, context.stream()>>>(x, d, gamma, beta, eps, y);
+    LayerNormKernel<false, Out><<<grid, threads, 0, context.stream()>>>(x, d, gamma, beta, eps, y);
   }
   return CheckLaunch("LayerNormKernel");
 }
 
-absl::Status Activate(CudaContext& context, Activation activation, float* x, int64_t n) {
+template <typename Out>
+absl::Status LaunchActivate(CudaContext& context, Activation activation, const float* x, int64_t n,
+                            Out* out) {
   if (absl::Status status = CheckCount(n, "Activate n"); !status.ok()) return status;
   if (n == 0) return absl::OkStatus();
   const int blocks = GridStrideBlocks(context, n, kElementwiseThreads);
   switch (activation) {
     case Activation::kRelu:
-      ActivateKernel<Activation::kRelu><<<blocks, kElementwiseThreads, 0, context.stream()>>>(x, n);
+      ActivateKernel<Activation::kRelu, Out>
+          <<<blocks, kElementwiseThreads, 0, context.stream()>>>(x, n, out);
       break;
     case Activation::kGelu:
-      ActivateKernel<Activation::kGelu><<<blocks, kElementwiseThreads, 0, context.stream()>>>(x, n);
+      ActivateKernel<Activation::kGelu, Out>
+          <<<blocks, kElementwiseThreads, 0, context.stream()>>>(x, n, out);
       break;
     case Activation::kSwiGlu:  // CudaModel::Create refuses SwiGLU blocks
       return absl::UnimplementedError("swiglu has no CUDA kernel; use the CPU backend");
@@ -227,12 +262,52 @@ absl::Status Activate(CudaContext& context, Activation activation, float* x, int
   return CheckLaunch("ActivateKernel");
 }
 
-absl::Status AddInPlace(CudaContext& context, float* y, const float* x, int64_t n) {
-  if (absl::Status status = CheckCount(n, "AddInPlace n"); !status.ok()) return status;
+template <typename Out>
+absl::Status LaunchRound(CudaContext& context, const float* x, int64_t n, Out* out) {
+  if (absl::Status status = CheckCount(n, "RoundTo n"); !status.ok()) return status;
   if (n == 0) return absl::OkStatus();
   const int blocks = GridStrideBlocks(context, n, kElementwiseThreads);
-  AddInPlaceKernel<<<blocks, kElementwiseThreads, 0, context.stream()>>>(y, x, n);
-  return CheckLaunch("AddInPlaceKernel");
+  RoundKernel<Out><<<blocks, kElementwiseThreads, 0, context.stream()>>>(x, n, out);
+  return CheckLaunch("RoundKernel");
+}
+
+// Calls launch(typed pointer) with `out` as the element type of `type`.
+template <typename Launch>
+absl::Status WithOutputType(WeightType type, void* out, const Launch& launch) {
+  switch (type) {
+    case WeightType::kF32:
+      return launch(static_cast<float*>(out));
+    case WeightType::kBF16:
+      return launch(static_cast<__nv_bfloat16*>(out));
+    case WeightType::kF16:
+      return launch(static_cast<__half*>(out));
+  }
+  return absl::InvalidArgumentError("unknown weight type");
+}
+
+}  // namespace
+
+absl::Status LayerNorm(CudaContext& context, const float* x, int64_t rows, int64_t d,
+                       const float* gamma, const float* beta, float eps, float* y) {
+  return LaunchLayerNorm(context, x, rows, d, gamma, beta, eps, y);
+}
+
+absl::Status LayerNormRounded(CudaContext& context, const float* x, int64_t rows, int64_t d,
+                              const float* gamma, const float* beta, float eps, WeightType type,
+                              void* y) {
+  return WithOutputType(type, y, [&](auto* out) {
+    return LaunchLayerNorm(context, x, rows, d, gamma, beta, eps, out);
+  });
+}
+
+absl::Status ActivateRounded(CudaContext& context, Activation activation, const float* x, int64_t n,
+                             WeightType type, void* out) {
+  return WithOutputType(
+      type, out, [&](auto* typed) { return LaunchActivate(context, activation, x, n, typed); });
+}
+
+absl::Status RoundTo(CudaContext& context, const float* x, int64_t n, WeightType type, void* out) {
+  return WithOutputType(type, out, [&](auto* typed) { return LaunchRound(context, x, n, typed); });
 }
 
 absl::Status AddBias(CudaContext& context, float* y, int64_t rows, int64_t width,

@@ -1,5 +1,6 @@
 // Row-wise and element-wise ops of the transformer block on the device (the CUDA twins of
-// elementwise.h, plus the token embedding of Model::Embed and the bias add of a projection).
+// elementwise.h, plus the token embedding of Model::Embed, the bias add of a projection and the
+// rounding of a projection's input to its weights' type).
 // Every pointer is a device pointer; every op only enqueues work on context.stream() and
 // returns the launch status (kernels run asynchronously, so their errors surface at the next
 // synchronisation). Results match the CPU ops to fp32 rounding (see each op).
@@ -9,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "engine/device/cuda_context.h"
+#include "engine/ops/matmul_cuda.h"
 #include "engine/ops/op_kinds.h"
 
 namespace abcd::cuda {
@@ -20,13 +22,25 @@ namespace abcd::cuda {
 absl::Status LayerNorm(CudaContext& context, const float* x, int64_t rows, int64_t d,
                        const float* gamma, const float* beta, float eps, float* y);
 
-// In-place activation over n values: relu, or gelu in the erf form (as cpu::Activate).
-absl::Status Activate(CudaContext& context, Activation activation, float* x, int64_t n);
+// The same LayerNorm with y written as `type` (bf16 or fp16 rounded to nearest even, or fp32):
+// the input of a LinearRounded with weights of that type, without a separate rounding pass.
+// x and y must not overlap unless type is kF32.
+absl::Status LayerNormRounded(CudaContext& context, const float* x, int64_t rows, int64_t d,
+                              const float* gamma, const float* beta, float eps, WeightType type,
+                              void* y);
 
-// y += x over n values.
-absl::Status AddInPlace(CudaContext& context, float* y, const float* x, int64_t n);
+// out = activation(x) over n values, relu or gelu in the erf form (as cpu::Activate), written as
+// `type`: the input of the FFN's second LinearRounded. With kF32, x and out may be the same
+// buffer (in place); otherwise they must not overlap.
+absl::Status ActivateRounded(CudaContext& context, Activation activation, const float* x, int64_t n,
+                             WeightType type, void* out);
 
-// y[r, c] += bias[c] for a [rows, width] matrix.
+// out = x written as `type` (round to nearest even; kF32 copies) over n values; x and out must
+// not overlap.
+absl::Status RoundTo(CudaContext& context, const float* x, int64_t n, WeightType type, void* out);
+
+// y[r, c] += bias[c] for a [rows, width] matrix (Linear's fallback where cuBLASLt has no bias
+// epilogue for a shape).
 absl::Status AddBias(CudaContext& context, float* y, int64_t rows, int64_t width,
                      const float* bias);
 

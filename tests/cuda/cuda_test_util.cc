@@ -1,7 +1,11 @@
 #include "tests/cuda/cuda_test_util.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 namespace abcd::cuda {
@@ -19,6 +23,39 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed, float low, float high)
   std::vector<float> values(static_cast<size_t>(n));
   for (float& value : values) value = distribution(generator);
   return values;
+}
+
+std::vector<float> RoundedOnHost(const std::vector<float>& values, WeightType type) {
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    switch (type) {
+      case WeightType::kF32:
+        out[i] = values[i];
+        break;
+      case WeightType::kBF16:
+        out[i] = __bfloat162float(__float2bfloat16_rn(values[i]));
+        break;
+      case WeightType::kF16:
+        out[i] = __half2float(__float2half_rn(values[i]));
+        break;
+    }
+  }
+  return out;
+}
+
+std::vector<float> Widened(const std::vector<uint16_t>& bits, WeightType type) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    if (type == WeightType::kBF16) {
+      const uint32_t wide = uint32_t{bits[i]} << 16;
+      std::memcpy(&out[i], &wide, sizeof(wide));
+    } else {
+      __half_raw raw;
+      raw.x = bits[i];
+      out[i] = __half2float(__half(raw));
+    }
+  }
+  return out;
 }
 
 void ExpectClose(std::span<const float> actual, std::span<const float> expected, float tolerance,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/device/cuda_context.h"
+#include "engine/ops/matmul_cuda.h"
 
 namespace abcd::cuda {
 
@@ -51,6 +52,12 @@ inline std::span<const float> Row(const std::vector<float>& matrix, int64_t row,
 
 // n values uniform in [low, high), fixed seed.
 std::vector<float> RandomFloats(int64_t n, uint32_t seed, float low = -1.0f, float high = 1.0f);
+
+// `values` rounded to `type` on the host (round to nearest even, as the device rounds a GEMM's
+// input) and widened back to fp32; kF32 returns them unchanged.
+std::vector<float> RoundedOnHost(const std::vector<float>& values, WeightType type);
+// 16-bit values of `type` (bf16 or fp16 bits, as the device stores them) widened to fp32.
+std::vector<float> Widened(const std::vector<uint16_t>& bits, WeightType type);
 
 // Fails (naming `what` and the first offending index) unless every element equals its
 // expectation exactly (infinities included: an empty ABC slot's normaliser is -inf) or is finite

@@ -91,24 +91,58 @@ TEST_F(ElementwiseCudaTest, ActivateMatchesCpu) {
       std::vector<float> x = RandomFloats(n, seed++, -6.0f, 6.0f);
       DeviceArray<float> x_device = Upload(x);
       cpu::Activate(activation, x.data(), n);
-      ASSERT_TRUE(Activate(context(), activation, x_device.data(), n).ok());
+      // kF32 in place, as the header allows.
+      ASSERT_TRUE(ActivateRounded(context(), activation, x_device.data(), n, WeightType::kF32,
+                                  x_device.data())
+                      .ok());
       ExpectClose(Download(x_device), x, kKernelTolerance,
                   absl::StrCat(activation == Activation::kRelu ? "relu" : "gelu", "_n", n));
     }
   }
 }
 
-TEST_F(ElementwiseCudaTest, AddInPlaceMatchesCpu) {
-  uint32_t seed = 200;
-  for (const int64_t n :
-       {int64_t{1}, int64_t{5}, int64_t{1027}, 300 * int64_t{130}, int64_t{3} << 20}) {
-    std::vector<float> y = RandomFloats(n, seed++);
-    const std::vector<float> x = RandomFloats(n, seed++);
-    DeviceArray<float> y_device = Upload(y);
-    DeviceArray<float> x_device = Upload(x);
-    cpu::AddInPlace(y.data(), x.data(), n);
-    ASSERT_TRUE(AddInPlace(context(), y_device.data(), x_device.data(), n).ok());
-    ExpectClose(Download(y_device), y, kKernelTolerance, absl::StrCat("add_in_place_n", n));
+// The 16-bit outputs of the fused ops are the fp32 op's values rounded to nearest even: bit for
+// bit what a separate rounding pass (RoundTo) would give.
+TEST_F(ElementwiseCudaTest, RoundedOutputsAreTheFp32ResultsRounded) {
+  uint32_t seed = 150;
+  for (const WeightType type : {WeightType::kBF16, WeightType::kF16}) {
+    const std::string name = type == WeightType::kBF16 ? "bf16" : "fp16";
+    for (const MatrixShape& shape : kMatrixShapes) {
+      const int64_t n = shape.rows * shape.d;
+      const std::vector<float> x = RandomFloats(n, seed++, 2.0f, 4.0f);
+      const std::vector<float> gamma = RandomFloats(shape.d, seed++, 0.5f, 1.5f);
+      const std::vector<float> beta = RandomFloats(shape.d, seed++, -0.5f, 0.5f);
+      DeviceArray<float> x_device = Upload(x);
+      DeviceArray<float> gamma_device = Upload(gamma);
+      DeviceArray<float> beta_device = Upload(beta);
+      DeviceArray<float> full = Upload(std::vector<float>(n, NAN));
+      DeviceArray<uint16_t> half = Upload(std::vector<uint16_t>(n, 0xffff));
+      ASSERT_TRUE(LayerNorm(context(), x_device.data(), shape.rows, shape.d, gamma_device.data(),
+                            beta_device.data(), 1e-5f, full.data())
+                      .ok());
+      ASSERT_TRUE(LayerNormRounded(context(), x_device.data(), shape.rows, shape.d,
+                                   gamma_device.data(), beta_device.data(), 1e-5f, type,
+                                   half.data())
+                      .ok());
+      const std::vector<float> normed = Download(full);
+      ExpectClose(Widened(Download(half), type), RoundedOnHost(normed, type), 0.0f,
+                  Name(("layer_norm_" + name).c_str(), shape));
+
+      ASSERT_TRUE(RoundTo(context(), full.data(), n, type, half.data()).ok());
+      ExpectClose(Widened(Download(half), type), RoundedOnHost(normed, type), 0.0f,
+                  Name(("round_" + name).c_str(), shape));
+
+      for (const Activation activation : {Activation::kRelu, Activation::kGelu}) {
+        ASSERT_TRUE(
+            ActivateRounded(context(), activation, x_device.data(), n, type, half.data()).ok());
+        DeviceArray<float> activated = Upload(x);
+        ASSERT_TRUE(ActivateRounded(context(), activation, activated.data(), n, WeightType::kF32,
+                                    activated.data())
+                        .ok());
+        ExpectClose(Widened(Download(half), type), RoundedOnHost(Download(activated), type), 0.0f,
+                    Name(("activate_" + name).c_str(), shape));
+      }
+    }
   }
 }
 
@@ -194,12 +228,15 @@ TEST_F(ElementwiseCudaTest, EmbedMatchesModelEmbed) {
 
 TEST_F(ElementwiseCudaTest, EmptyInputsAreNoOps) {
   EXPECT_TRUE(LayerNorm(context(), nullptr, 0, 8, nullptr, nullptr, 1e-5f, nullptr).ok());
-  EXPECT_TRUE(Activate(context(), Activation::kGelu, nullptr, 0).ok());
-  EXPECT_TRUE(AddInPlace(context(), nullptr, nullptr, 0).ok());
+  EXPECT_TRUE(
+      ActivateRounded(context(), Activation::kGelu, nullptr, 0, WeightType::kF32, nullptr).ok());
+  EXPECT_TRUE(RoundTo(context(), nullptr, 0, WeightType::kBF16, nullptr).ok());
   EXPECT_TRUE(AddBias(context(), nullptr, 0, 8, nullptr).ok());
   EXPECT_TRUE(Embed(context(), nullptr, nullptr, nullptr, 0, 8, 1.0f, nullptr).ok());
   EXPECT_FALSE(LayerNorm(context(), nullptr, 1, 0, nullptr, nullptr, 1e-5f, nullptr).ok());
-  EXPECT_FALSE(Activate(context(), Activation::kRelu, nullptr, -1).ok());
+  EXPECT_FALSE(
+      ActivateRounded(context(), Activation::kRelu, nullptr, -1, WeightType::kF32, nullptr).ok());
+  EXPECT_FALSE(RoundTo(context(), nullptr, -1, WeightType::kF16, nullptr).ok());
   EXPECT_TRUE(context().Synchronize().ok());
 }
 

@@ -1,28 +1,19 @@
-// cuBLAS projections against the CPU BLAS projection: fp32 weights to fp32 rounding, bf16 and
+// cuBLASLt projections against the CPU BLAS projection: fp32 weights to fp32 rounding, bf16 and
 // fp16 weights within 1e-2 of the fp32 result (and to fp32 rounding of a CPU GEMM over the same
-// rounded operands). Skipped without a GPU.
+// rounded operands); the residual (accumulate) form, inputs rounded beforehand, misaligned
+// operands and a memoised plan run with another bias. Skipped without a GPU.
 #include "engine/ops/matmul_cuda.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
+#include <cmath>
 #include <string>
 #include <vector>
 
+#include "engine/ops/elementwise_cuda.h"
 #include "engine/ops/matmul.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace abcd::cuda {
 namespace {
-
-std::vector<float> Rounded(const std::vector<float>& values, WeightType type) {
-  std::vector<float> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    out[i] = type == WeightType::kBF16 ? __bfloat162float(__float2bfloat16_rn(values[i]))
-                                       : __half2float(__float2half_rn(values[i]));
-  }
-  return out;
-}
 
 struct LinearShape {
   int64_t rows, in, out;
@@ -56,7 +47,7 @@ class LinearCudaTest : public CudaTest {
       return;
     }
     ExpectClose(actual, exact, 1e-2f, "16-bit vs fp32 " + what);
-    const std::vector<float> x16 = Rounded(x, type), w16 = Rounded(w, type);
+    const std::vector<float> x16 = RoundedOnHost(x, type), w16 = RoundedOnHost(w, type);
     std::vector<float> same_operands(shape.rows * shape.out);
     cpu::Linear(x16.data(), shape.rows,
                 PackedMatrix::Pack(w16, shape.out, shape.in, WeightFormat::kF32),
@@ -80,6 +71,83 @@ TEST_F(LinearCudaTest, Bf16WeightsAccumulateInFp32) {
 
 TEST_F(LinearCudaTest, Fp16WeightsAccumulateInFp32) {
   for (const LinearShape& shape : kLinearShapes) Compare(shape, WeightType::kF16, true);
+}
+
+// y += x W^T + b, the residual form: the output starts from random values.
+TEST_F(LinearCudaTest, AccumulateAddsToTheOutput) {
+  for (const WeightType type : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
+    for (const LinearShape& shape : kLinearShapes) {
+      const std::string what = "accumulate type " + std::to_string(static_cast<int>(type)) +
+                               " rows " + std::to_string(shape.rows) + " out " +
+                               std::to_string(shape.out);
+      const std::vector<float> x = RandomFloats(shape.rows * shape.in, 4);
+      const std::vector<float> w = RandomFloats(shape.out * shape.in, 5, -0.1f, 0.1f);
+      const std::vector<float> bias = RandomFloats(shape.out, 6);
+      const std::vector<float> y0 = RandomFloats(shape.rows * shape.out, 7, -4.0f, 4.0f);
+      absl::StatusOr<DeviceMatrix> matrix =
+          DeviceMatrix::Upload(context(), w.data(), shape.out, shape.in, type);
+      ASSERT_TRUE(matrix.ok()) << matrix.status();
+      DeviceArray<float> device_x = Upload(x);
+      DeviceArray<float> device_bias = Upload(bias);
+      DeviceArray<float> device_y = Upload(y0);
+      ASSERT_TRUE(Linear(context(), device_x.data(), shape.rows, *matrix, device_bias.data(),
+                         device_y.data(), LinearOutput::kAccumulate)
+                      .ok());
+      std::vector<float> expected(y0.size());
+      const std::vector<float> x_used = RoundedOnHost(x, type), w_used = RoundedOnHost(w, type);
+      cpu::Linear(x_used.data(), shape.rows,
+                  PackedMatrix::Pack(w_used, shape.out, shape.in, WeightFormat::kF32), bias.data(),
+                  expected.data(), nullptr);
+      for (size_t i = 0; i < expected.size(); ++i) expected[i] += y0[i];
+      ExpectClose(Download(device_y), expected, 1e-5f, what);
+    }
+  }
+}
+
+// LinearRounded over RoundTo's output is Linear; operands only 4-byte aligned (one float past
+// an allocation) still run; a shape's memoised plan takes the bias of each call.
+TEST_F(LinearCudaTest, RoundedInputsMisalignmentAndPlanReuse) {
+  const LinearShape shape{5, 96, 200};
+  for (const WeightType type : {WeightType::kF32, WeightType::kBF16}) {
+    const std::vector<float> x = RandomFloats(shape.rows * shape.in + 1, 8);
+    const std::vector<float> w = RandomFloats(shape.out * shape.in, 9, -0.1f, 0.1f);
+    const std::vector<float> bias_a = RandomFloats(shape.out, 10),
+                             bias_b = RandomFloats(shape.out, 11);
+    absl::StatusOr<DeviceMatrix> matrix =
+        DeviceMatrix::Upload(context(), w.data(), shape.out, shape.in, type);
+    ASSERT_TRUE(matrix.ok()) << matrix.status();
+    DeviceArray<float> device_x = Upload(x);
+    DeviceArray<float> device_a = Upload(bias_a), device_b = Upload(bias_b);
+    DeviceArray<float> y = Upload(std::vector<float>(shape.rows * shape.out + 1, NAN));
+
+    std::vector<float> expected(static_cast<size_t>(shape.rows * shape.out));
+    const std::vector<float> x_used =
+        RoundedOnHost(std::vector<float>(x.begin() + 1, x.end()), type);
+    const PackedMatrix packed =
+        PackedMatrix::Pack(RoundedOnHost(w, type), shape.out, shape.in, WeightFormat::kF32);
+    for (const auto* bias : {&bias_a, &bias_b, &bias_a}) {
+      const float* device_bias = bias == &bias_a ? device_a.data() : device_b.data();
+      ASSERT_TRUE(
+          Linear(context(), device_x.data() + 1, shape.rows, *matrix, device_bias, y.data() + 1)
+              .ok());
+      cpu::Linear(x_used.data(), shape.rows, packed, bias->data(), expected.data(), nullptr);
+      const std::vector<float> actual = Download(y);
+      EXPECT_TRUE(std::isnan(actual[0])) << "wrote before the output";
+      ExpectClose(std::vector<float>(actual.begin() + 1, actual.end()), expected, 1e-5f,
+                  "misaligned, bias " + std::string(bias == &bias_a ? "a" : "b"));
+    }
+
+    if (type == WeightType::kF32) continue;
+    DeviceArray<uint16_t> rounded = Upload(std::vector<uint16_t>(shape.rows * shape.in));
+    ASSERT_TRUE(
+        RoundTo(context(), device_x.data() + 1, shape.rows * shape.in, type, rounded.data()).ok());
+    DeviceArray<float> from_rounded = Upload(std::vector<float>(shape.rows * shape.out, NAN));
+    ASSERT_TRUE(LinearRounded(context(), rounded.data(), shape.rows, *matrix, device_a.data(),
+                              from_rounded.data())
+                    .ok());
+    cpu::Linear(x_used.data(), shape.rows, packed, bias_a.data(), expected.data(), nullptr);
+    ExpectClose(Download(from_rounded), expected, 1e-5f, "LinearRounded");
+  }
 }
 
 TEST_F(LinearCudaTest, ZeroRowsIsANoOp) {
