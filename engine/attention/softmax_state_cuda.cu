@@ -19,6 +19,7 @@ using internal::BlockSoftmax;
 using internal::GroupSum;
 using internal::kThreads;
 using internal::LoadVec;
+using internal::WarpMax;
 using internal::WritePaddingRows;
 
 constexpr int kMaxChunk = 512;  // tokens per block at most
@@ -134,27 +135,62 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+constexpr int kCombineTile = 1024;  // splits whose weights sit in shared memory at once
+constexpr int kCombineColumns = 4;  // columns per thread: head_dim <= 4 * kThreads (checked)
+
+// One block per (head, row). The first warp finds the splits' maximum m in parallel; then, a
+// tile of splits at a time, it leaves each split's weight exp(m_s - m) in shared memory (-1 for
+// an empty split, l == 0, which drops out) and adds up l, and every thread merges its columns.
+// A NaN partial propagates, as on the CPU and unsplit.
 __global__ void CombineSoftmaxKernel(const float* partials, int n_heads, int head_dim, int splits,
                                      float* out, int64_t out_stride) {
+  __shared__ float weights[kCombineTile];
+  __shared__ float maximum;
   const int h = blockIdx.x;
   const int64_t b = blockIdx.y;
   const int dh = head_dim;
   const float* first = partials + (b * n_heads + h) * splits * (dh + 2);
-  float m = -INFINITY;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, first[s * (dh + 2) + dh]);
-  // Empty chunks (l == 0) drop out; a NaN partial propagates, as on the CPU and unsplit.
-  float l = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float* partial = first + s * (dh + 2);
-    if (partial[dh + 1] != 0.0f) l += partial[dh + 1] * expf(partial[dh] - m);
+  if (threadIdx.x < 32) {
+    float m = -INFINITY;
+    for (int s = threadIdx.x; s < splits; s += 32) m = fmaxf(m, first[s * (dh + 2) + dh]);
+    m = WarpMax(m);
+    if (threadIdx.x == 0) maximum = m;
   }
-  for (int c = threadIdx.x; c < dh; c += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float* partial = first + s * (dh + 2);
-      if (partial[dh + 1] != 0.0f) o += partial[c] * expf(partial[dh] - m);
+  float o[kCombineColumns] = {};
+  float l = 0.0f;  // the first warp's lanes' shares
+  for (int tile = 0; tile < splits; tile += kCombineTile) {
+    const int count = min(kCombineTile, splits - tile);
+    __syncthreads();  // `maximum` set; the previous tile's weights read
+    if (threadIdx.x < 32) {
+      for (int s = threadIdx.x; s < count; s += 32) {
+        const float* partial = first + (tile + s) * (dh + 2);
+        const float weight = partial[dh + 1] != 0.0f ? expf(partial[dh] - maximum) : -1.0f;
+        weights[s] = weight;
+        if (weight != -1.0f) l += partial[dh + 1] * weight;
+      }
     }
-    out[b * out_stride + static_cast<int64_t>(h) * dh + c] = o / l;
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kCombineColumns; ++j) {
+      const int c = threadIdx.x + j * blockDim.x;
+      if (c >= dh) break;
+      for (int s = 0; s < count; ++s) {
+        const float weight = weights[s];
+        if (weight != -1.0f) o[j] += first[(tile + s) * (dh + 2) + c] * weight;
+      }
+    }
+  }
+  __shared__ float total;
+  if (threadIdx.x < 32) {
+    l = GroupSum(l, 32);
+    if (threadIdx.x == 0) total = l;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kCombineColumns; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c >= dh) break;
+    out[b * out_stride + static_cast<int64_t>(h) * dh + c] = o[j] / total;
   }
 }
 
@@ -168,6 +204,9 @@ absl::Status CombineSoftmaxPartials(CudaContext& context, const float* partials,
   ABCD_RETURN_IF_ERROR(CheckGridRows("split-K combine", batch));
   const dim3 grid(n_heads, static_cast<unsigned>(batch));
   const int threads = head_dim < kThreads ? ((head_dim + 31) / 32) * 32 : kThreads;
+  if (head_dim > kCombineColumns * threads) {
+    return absl::InvalidArgumentError(absl::StrCat("split-K combine: head_dim ", head_dim));
+  }
   CombineSoftmaxKernel<<<grid, threads, 0, context.stream()>>>(partials, n_heads, head_dim, splits,
                                                                out, out_stride);
   return CheckLaunch("CombineSoftmaxKernel");

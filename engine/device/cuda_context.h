@@ -57,6 +57,11 @@ class CudaContext {
 
   absl::Status Synchronize();
 
+  // Rows up to which projections with 16-bit weights use abcd's GEMV kernel instead of cuBLASLt
+  // (matmul_cuda.h, which also caps it); 0: always cuBLASLt. For benchmarks and tests.
+  int gemv_max_rows() const { return gemv_max_rows_; }
+  void set_gemv_max_rows(int rows) { gemv_max_rows_ = rows < 0 ? 0 : rows; }
+
   // Makes this context's device current on the calling thread. CUDA's current device is per
   // thread, and the thread that drives a backend is not the one that created it.
   absl::Status MakeCurrent() const;
@@ -64,6 +69,7 @@ class CudaContext {
  private:
   CudaContext() = default;
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+  static constexpr int kDefaultGemvMaxRows = 4;  // measured best on an H200 (engine/CUDA.md)
 
   int device_ = 0;
   std::string device_name_;
@@ -75,6 +81,7 @@ class CudaContext {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::vector<void*> retired_workspaces_;
+  int gemv_max_rows_ = kDefaultGemvMaxRows;
 };
 
 // Owning device array of T (move-only). Copies go through the context's stream.

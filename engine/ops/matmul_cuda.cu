@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -49,6 +50,220 @@ uint32_t Alignment(const void* pointer) {
   uint32_t alignment = 256;
   while (alignment > 1 && address % alignment != 0) alignment /= 2;
   return alignment;
+}
+
+constexpr int kGemvThreads = 256;  // 8 warps a block
+constexpr int kGemvWarps = kGemvThreads / 32;
+constexpr int kGemvUnroll = 4;   // 16-byte weight loads each lane has in flight
+constexpr int kGemvSpan = 1024;  // a warp's share of a weight row is split at this many values
+
+__device__ __forceinline__ float Widen(__nv_bfloat16 value) { return __bfloat162float(value); }
+__device__ __forceinline__ float Widen(__half value) { return __half2float(value); }
+
+// Eight 16-bit values of one 16-byte load, widened.
+template <typename Half>
+__device__ __forceinline__ void Unpack8(const uint4& bits, float* out) {
+  const Half* halves = reinterpret_cast<const Half*>(&bits);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = Widen(halves[i]);
+}
+
+// An activation as the product sees it: rounded to the weights' type (x already is, or fp32 x
+// is rounded here exactly as RoundTo would), widened to fp32.
+template <typename Half>
+__device__ __forceinline__ float Operand(Half x) {
+  return Widen(x);
+}
+template <typename Half>
+__device__ __forceinline__ float Operand(float x) {
+  if constexpr (std::is_same_v<Half, __nv_bfloat16>) {
+    return __bfloat162float(__float2bfloat16_rn(x));
+  } else {
+    return __half2float(__float2half_rn(x));
+  }
+}
+
+// Eight consecutive activations (16-byte aligned) as operands.
+template <typename Half>
+__device__ __forceinline__ void LoadOperands8(const Half* x, float* out) {
+  Unpack8<Half>(__ldg(reinterpret_cast<const uint4*>(x)), out);
+}
+template <typename Half>
+__device__ __forceinline__ void LoadOperands8(const float* x, float* out) {
+  const float4 low = __ldg(reinterpret_cast<const float4*>(x));
+  const float4 high = __ldg(reinterpret_cast<const float4*>(x) + 1);
+  out[0] = Operand<Half>(low.x);
+  out[1] = Operand<Half>(low.y);
+  out[2] = Operand<Half>(low.z);
+  out[3] = Operand<Half>(low.w);
+  out[4] = Operand<Half>(high.x);
+  out[5] = Operand<Half>(high.y);
+  out[6] = Operand<Half>(high.z);
+  out[7] = Operand<Half>(high.w);
+}
+
+// y[r, o] (+)= sum_c x[r, c] w[o, c] + bias[o] for kRows rows: `split` warps share each output
+// feature o (a contiguous part of its weight row each, in / split values), their lanes striding
+// over it with kGemvUnroll 16-byte loads in flight when kVector (in % (8 * split) == 0, 16-byte
+// aligned w and x; else split is 1 and the loads are scalar). fp32 accumulation, a warp
+// reduction, then the parts are added in shared memory and written once. At a few rows a
+// projection is a read of the weights, which cuBLAS's GEMM tiles (8-64 outputs a block) leave
+// mostly unused bandwidth for.
+template <typename Half, typename X, int kRows, bool kVector>
+__global__ void __launch_bounds__(kGemvThreads)
+    GemvKernel(const Half* __restrict__ w, const X* __restrict__ x, int in, int out, int split,
+               const float* __restrict__ bias, bool accumulate, float* __restrict__ y) {
+  __shared__ float parts[kGemvWarps][kRows];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int o = static_cast<int>(blockIdx.x) * (kGemvWarps / split) + warp / split;
+  const int part = warp % split;
+  const int span = in / split;
+  const int begin = part * span, end = begin + span;
+  float acc[kRows] = {};
+  if (o < out) {
+    const Half* row = w + static_cast<int64_t>(o) * in;
+    if constexpr (kVector) {
+      for (int base = begin + lane * 8; base < end; base += 32 * 8 * kGemvUnroll) {
+        uint4 bits[kGemvUnroll];
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) {
+          const int c = base + u * 32 * 8;
+          bits[u] =
+              c < end ? __ldg(reinterpret_cast<const uint4*>(row + c)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) {
+          const int c = base + u * 32 * 8;
+          if (c >= end) break;
+          float weight[8];
+          Unpack8<Half>(bits[u], weight);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            float operand[8];
+            LoadOperands8<Half>(x + static_cast<int64_t>(r) * in + c, operand);
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) sum += weight[i] * operand[i];
+            acc[r] += sum;
+          }
+        }
+      }
+    } else {
+      for (int c = begin + lane; c < end; c += 32) {
+        const float weight = Widen(row[c]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          acc[r] += weight * Operand<Half>(x[static_cast<int64_t>(r) * in + c]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], offset);
+    }
+  }
+  if (split > 1) {  // uniform over the block
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) parts[warp][r] = acc[r];
+    }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float sum = 0.0f;
+      for (int p = 0; p < split; ++p) sum += parts[warp + p][r];
+      acc[r] = sum;
+    }
+  }
+  if (o >= out || lane != 0) return;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float value = bias != nullptr ? acc[r] + bias[o] : acc[r];
+    float* target = y + static_cast<int64_t>(r) * out + o;
+    *target = accumulate ? *target + value : value;
+  }
+}
+
+bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+template <typename Half, typename X, int kRows>
+void LaunchGemvRows(CudaContext& context, bool vector, const Half* w, const X* x, int in, int out,
+                    int split, const float* bias, bool accumulate, float* y) {
+  const unsigned blocks =
+      static_cast<unsigned>((out + kGemvWarps / split - 1) / (kGemvWarps / split));
+  if (vector) {
+    GemvKernel<Half, X, kRows, true>
+        <<<blocks, kGemvThreads, 0, context.stream()>>>(w, x, in, out, split, bias, accumulate, y);
+  } else {
+    GemvKernel<Half, X, kRows, false>
+        <<<blocks, kGemvThreads, 0, context.stream()>>>(w, x, in, out, split, bias, accumulate, y);
+  }
+}
+
+template <typename Half, typename X>
+absl::Status LaunchGemv(CudaContext& context, const Half* w, const X* x, int64_t rows, int64_t in,
+                        int64_t out, const float* bias, bool accumulate, float* y) {
+  const bool vector = in % 8 == 0 && Aligned16(w) && Aligned16(x);
+  // Long rows are shared by up to 8 warps, kGemvSpan values or more each, so that enough loads
+  // are in flight when there are few output features.
+  int split = 1;
+  while (vector && split < kGemvWarps && in % (16 * split) == 0 && in / (2 * split) >= kGemvSpan) {
+    split *= 2;
+  }
+  const int n_in = static_cast<int>(in), n_out = static_cast<int>(out);
+  switch (rows) {
+    case 1:
+      LaunchGemvRows<Half, X, 1>(context, vector, w, x, n_in, n_out, split, bias, accumulate, y);
+      break;
+    case 2:
+      LaunchGemvRows<Half, X, 2>(context, vector, w, x, n_in, n_out, split, bias, accumulate, y);
+      break;
+    case 3:
+      LaunchGemvRows<Half, X, 3>(context, vector, w, x, n_in, n_out, split, bias, accumulate, y);
+      break;
+    case 4:
+      LaunchGemvRows<Half, X, 4>(context, vector, w, x, n_in, n_out, split, bias, accumulate, y);
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("GEMV rows ", rows, " (1 to ", kGemvMaxRows, ")"));
+  }
+  return CheckLaunch("GemvKernel");
+}
+
+// The GEMV path with 16-bit weights; x is fp32 (rounded as it is read) or already of the
+// weights' type (X = void).
+template <typename X>
+absl::Status Gemv(CudaContext& context, const X* x, int64_t rows, const DeviceMatrix& w,
+                  const float* bias, float* y, bool accumulate) {
+  if (w.in() > INT32_MAX || w.out() > INT32_MAX) {
+    return absl::InvalidArgumentError("GEMV: weight matrix too large");
+  }
+  if (w.type() == WeightType::kBF16) {
+    const auto* weights = static_cast<const __nv_bfloat16*>(w.data());
+    if constexpr (std::is_same_v<X, float>) {
+      return LaunchGemv(context, weights, x, rows, w.in(), w.out(), bias, accumulate, y);
+    } else {
+      return LaunchGemv(context, weights, static_cast<const __nv_bfloat16*>(x), rows, w.in(),
+                        w.out(), bias, accumulate, y);
+    }
+  }
+  const auto* weights = static_cast<const __half*>(w.data());
+  if constexpr (std::is_same_v<X, float>) {
+    return LaunchGemv(context, weights, x, rows, w.in(), w.out(), bias, accumulate, y);
+  } else {
+    return LaunchGemv(context, weights, static_cast<const __half*>(x), rows, w.in(), w.out(), bias,
+                      accumulate, y);
+  }
+}
+
+// Whether a projection of `rows` rows takes the GEMV path (the context's setting).
+bool UseGemv(const CudaContext& context, int64_t rows, const DeviceMatrix& w) {
+  return w.type() != WeightType::kF32 &&
+         rows <= std::min<int64_t>(context.gemv_max_rows(), kGemvMaxRows);
 }
 
 }  // namespace
@@ -209,6 +424,7 @@ absl::Status LinearRounded(CudaContext& context, const void* x, int64_t rows, co
   if (rows == 0) return absl::OkStatus();
   if (rows < 0) return absl::InvalidArgumentError(absl::StrCat("Linear rows ", rows));
   const bool accumulate = output == LinearOutput::kAccumulate;
+  if (UseGemv(context, rows, w)) return Gemv(context, x, rows, w, bias, y, accumulate);
   const DeviceMatrix::Plans::Key key{rows, bias != nullptr, accumulate,
                                      std::min({Alignment(w.data()), Alignment(x), Alignment(y)})};
   auto& plans = w.plans().by_key;
@@ -239,6 +455,9 @@ absl::Status Linear(CudaContext& context, const float* x, int64_t rows, const De
                     const float* bias, float* y, LinearOutput output) {
   if (rows == 0) return absl::OkStatus();
   if (w.type() == WeightType::kF32) return LinearRounded(context, x, rows, w, bias, y, output);
+  if (UseGemv(context, rows, w)) {  // rounded as the weights are read
+    return Gemv(context, x, rows, w, bias, y, output == LinearOutput::kAccumulate);
+  }
   absl::StatusOr<void*> scratch = context.Workspace(static_cast<size_t>(rows * w.in()) * 2);
   if (!scratch.ok()) return scratch.status();
   ABCD_RETURN_IF_ERROR(RoundTo(context, x, rows * w.in(), w.type(), *scratch));

@@ -1,9 +1,10 @@
-// Dense projection y = x W^T + b on the device through cuBLASLt, for every row of a step at once
-// (the CUDA twin of matmul.h). Weights may be fp32, bf16 or fp16; activations stay fp32 in
-// memory and are rounded to the weights' type for the GEMM (by Linear, or beforehand by the op
-// that produced them: LinearRounded), which accumulates in fp32. The bias and an optional
-// residual (y += ...) are applied in the GEMM's epilogue, so a projection is one kernel (two
-// when Linear rounds the input) instead of rounding, GEMM, bias add and residual add.
+// Dense projection y = x W^T + b on the device, for every row of a step at once (the CUDA twin
+// of matmul.h): through cuBLASLt, or at a few rows with 16-bit weights through a GEMV kernel of
+// abcd's own. Weights may be fp32, bf16 or fp16; activations stay fp32 in memory and are
+// rounded to the weights' type for the product (by Linear, or beforehand by the op that produced
+// them: LinearRounded), which accumulates in fp32. The bias and an optional residual (y += ...)
+// are applied in the GEMM's epilogue (or the GEMV's write), so a projection is one kernel (two
+// when Linear rounds the input for cuBLASLt) instead of rounding, GEMM, bias and residual adds.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,11 @@ class DeviceMatrix {
   DeviceArray<uint16_t> half_;
   std::unique_ptr<Plans> plans_;
 };
+
+// The most rows the GEMV kernel takes. A projection with 16-bit weights runs as that kernel
+// (one pass over the weights, the input rounded as it is read) instead of cuBLASLt when its rows
+// are at most context.gemv_max_rows() (and this).
+inline constexpr int kGemvMaxRows = 4;
 
 // Whether a projection overwrites y or adds to it (a residual: y += x W^T + b).
 enum class LinearOutput { kOverwrite, kAccumulate };

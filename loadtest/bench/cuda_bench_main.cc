@@ -41,6 +41,7 @@ constexpr char kUsage[] = R"(usage: abcd-bench-cuda COMMAND [options]
              [--features 32] [--contexts 512,4096,32768] [--iterations 50]
   decode     --models DIR[,DIR..] [--batches 1,2,4,...,1024] [--contexts 512,4096,32768]
              [--steps 50] [--weights bf16|fp16|fp32] [--no_graphs] [--memory_gb 60]
+             [--gemv_max_rows N] (16-bit projections of <= N rows: GEMV kernel; 0: cuBLASLt)
   reference  --models DIR[,DIR..] [--reference_batches 1,256] [--reference_steps 64]
              [--repeats 3] [--weights bf16|fp32] [--python python3]
              [--script loadtest/bench_reference.py]
@@ -247,6 +248,9 @@ absl::StatusOr<nlohmann::json> RunCudaDecode(CudaContext& context, const Argumen
                         ParseInts("contexts", args.String("contexts", "512,4096,32768")));
   ABCD_ASSIGN_OR_RETURN(const int64_t steps, args.Int("steps", 50));
   ABCD_ASSIGN_OR_RETURN(const double memory_gb, args.Double("memory_gb", 60));
+  ABCD_ASSIGN_OR_RETURN(const int64_t gemv_max_rows,
+                        args.Int("gemv_max_rows", context.gemv_max_rows()));
+  context.set_gemv_max_rows(static_cast<int>(gemv_max_rows));
   cuda::CudaModelOptions options;
   ABCD_ASSIGN_OR_RETURN(options.weights, WeightTypeFlag(args));
   options.cuda_graphs = !args.Has("no_graphs");
@@ -455,10 +459,10 @@ int main(int argc, char** argv) {
     std::cout << abcd::bench::kUsage;
     return argc < 2 ? 2 : 0;
   }
-  const std::set<std::string> valued = {"models",     "batches",        "contexts",    "steps",
-                                        "weights",    "memory_gb",      "device",      "json",
-                                        "heads",      "head_dim",       "slots",       "features",
-                                        "iterations", "kernel_batches", "bandwidth_mb"};
+  const std::set<std::string> valued = {
+      "models",    "batches",    "contexts",       "steps",       "gemv_max_rows", "weights",
+      "memory_gb", "device",     "json",           "heads",       "head_dim",      "slots",
+      "features",  "iterations", "kernel_batches", "bandwidth_mb"};
   absl::StatusOr<abcd::Arguments> args = abcd::Arguments::Parse(
       std::vector<std::string>(argv + 2, argv + argc), valued, {"no_graphs"});
   if (!args.ok()) {
