@@ -1,9 +1,11 @@
-// SoftmaxReadCausalRun (softmax_read.h): a prompt chunk's causal read of the cache, straight from
-// the cached rows. A chunk deep in a long prompt reads every cached row before it; the kernels
-// here read those rows in place (bf16 and f16 widened in registers), with nothing copied,
-// transposed or packed per row, so the chunk costs its queries' products with the cached rows
-// and no more. (The kernels before these staged, transposed and packed every cached row once per
-// chunk for cpu::Linear: O(P) per chunk at position P, O(P^2 / chunk) over a prompt.)
+// SoftmaxReadCausalRun (softmax_read.h): a prompt chunk's causal read of the cache. A chunk deep
+// in a long prompt reads every cached row before it. The kernels here read each block of cached
+// rows where it is (fp32 rows) or widened once into a contiguous fp32 block (bf16, f16: a
+// vector copy, nothing transposed or packed), and multiply it by the chunk's queries in register
+// tiles, so the chunk costs its queries' products with the cached rows plus one widening pass
+// over them. (The kernels before these widened, transposed and packed every cached row once per
+// chunk for cpu::Linear, an O(P) copy per chunk at position P that small chunks could not
+// amortise: loadtest/results/README.md, "Long contexts through the server".)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -20,15 +22,15 @@ namespace {
 
 using namespace softmax_internal;  // NOLINT(build/namespaces): the kernels' own helpers
 
-// Cached rows per block: a block's keys and values (bf16, head_dim 64: 16 KiB each) stay in L1/L2
-// while every query of the run reads them.
+// Cached rows per block: a block's keys and values (fp32, head_dim 64: 32 KiB each) stay in
+// L1/L2 while every query of the run reads them.
 constexpr int64_t kKeyBlock = 128;
 // Queries per pass over a block: their scores (kQueryTile x kKeyBlock floats, 24 KiB) are written
 // by the keys' pass and read by the values' pass. A multiple of kDotQueries and kPvQueries.
 constexpr int64_t kQueryTile = 48;
 // Register tiles: kDotQueries x kDotKeys dot products (12 vector accumulators, each query's
-// four summed across lanes together at the end); kPvQueries queries x kPvVectors vectors of output
-// columns (12 accumulators).
+// four summed across lanes together at the end); kPvQueries queries x kPvVectors vectors of
+// output columns (12 accumulators).
 constexpr int kDotQueries = 3;
 constexpr int kDotKeys = 4;
 constexpr int kPvQueries = 3;
@@ -58,41 +60,21 @@ ABCD_INLINE void Sum4x8To(const Float8& a0, const Float8& a1, const Float8& a2, 
 }
 
 // s[i * ld + j] = q_i . k_j for QN queries (q, head_dim apart) and KN keys (`stride` apart).
-// kPairs (bf16, head_dim % 16 == 0): q in pair order; the rows read sixteen columns a load.
-template <int QN, int KN, bool kPairs, typename T>
-ABCD_INLINE void DotTile(const float* q, const T* k, int64_t stride, int head_dim, float* s,
+template <int QN, int KN>
+ABCD_INLINE void DotTile(const float* q, const float* k, int64_t stride, int head_dim, float* s,
                          int64_t ld) {
   Float8 acc[QN][KN] = {};
   int c = 0;
-  if constexpr (kPairs) {
-    for (; c + 16 <= head_dim; c += 16) {
-      Float8 even[KN], odd[KN];
+  for (; c + 8 <= head_dim; c += 8) {
+    Float8 x[KN];
 #pragma GCC unroll 4
-      for (int j = 0; j < KN; ++j) LoadPairs(k + j * stride + c, even[j], odd[j]);
+    for (int j = 0; j < KN; ++j) Load8(k + j * stride + c, x[j]);
 #pragma GCC unroll 4
-      for (int i = 0; i < QN; ++i) {
-        Float8 q0, q1;
-        Load8(q + i * head_dim + c, q0);
-        Load8(q + i * head_dim + c + 8, q1);
+    for (int i = 0; i < QN; ++i) {
+      Float8 qv;
+      Load8(q + i * head_dim + c, qv);
 #pragma GCC unroll 4
-        for (int j = 0; j < KN; ++j) {
-          acc[i][j] += q0 * even[j];
-          acc[i][j] += q1 * odd[j];
-        }
-      }
-    }
-  } else {
-    for (; c + 8 <= head_dim; c += 8) {
-      Float8 x[KN];
-#pragma GCC unroll 4
-      for (int j = 0; j < KN; ++j) Load8(k + j * stride + c, x[j]);
-#pragma GCC unroll 4
-      for (int i = 0; i < QN; ++i) {
-        Float8 qv;
-        Load8(q + i * head_dim + c, qv);
-#pragma GCC unroll 4
-        for (int j = 0; j < KN; ++j) acc[i][j] += qv * x[j];
-      }
+      for (int j = 0; j < KN; ++j) acc[i][j] += qv * x[j];
     }
   }
   // Horizontal sums, each query's four keys at a time (one 16-byte store).
@@ -107,58 +89,44 @@ ABCD_INLINE void DotTile(const float* q, const T* k, int64_t stride, int head_di
   for (; c < head_dim; ++c) {
     for (int i = 0; i < QN; ++i) {
       for (int j = 0; j < KN; ++j) {
-        s[i * ld + j] = std::fma(q[i * head_dim + c], Load(k + j * stride, c), s[i * ld + j]);
+        s[i * ld + j] = std::fma(q[i * head_dim + c], k[j * stride + c], s[i * ld + j]);
       }
     }
   }
 }
 
 // Keys [0, limit) of QN queries: DotTile over kDotKeys keys at a time, then the rest.
-template <int QN, bool kPairs, typename T>
-ABCD_INLINE void DotRows(const float* q, const T* k, int64_t stride, int head_dim, int64_t limit,
-                         float* s, int64_t ld) {
+template <int QN>
+ABCD_INLINE void DotRows(const float* q, const float* k, int64_t stride, int head_dim,
+                         int64_t limit, float* s, int64_t ld) {
   int64_t j = 0;
   for (; j + kDotKeys <= limit; j += kDotKeys) {
-    DotTile<QN, kDotKeys, kPairs>(q, k + j * stride, stride, head_dim, s + j, ld);
+    DotTile<QN, kDotKeys>(q, k + j * stride, stride, head_dim, s + j, ld);
   }
-  for (; j < limit; ++j) DotTile<QN, 1, kPairs>(q, k + j * stride, stride, head_dim, s + j, ld);
+  for (; j < limit; ++j) DotTile<QN, 1>(q, k + j * stride, stride, head_dim, s + j, ld);
 }
 
 // scores[t * ld + j] = q_t . k_j for the `count` queries of a tile (q, head_dim apart) and the
-// block's keys j < limit[t] (rows `stride` apart); entries past a query's limit but within its
-// register tile's are computed too, the rest left as they were.
-template <typename T, bool kPairs>
-ABCD_INLINE void ScoreTileIn(const float* q, int64_t count, const T* keys, int64_t stride,
-                             int head_dim, const int64_t* limit, float* scores, int64_t ld) {
+// block's keys j < limit[t] (rows `stride` apart; limit non-decreasing in t); entries past a
+// query's limit but within its register tile's are computed too, the rest left as they were.
+ABCD_VECTOR_CLONES void ScoreTile(const float* q, int64_t count, const float* keys, int64_t stride,
+                                  int head_dim, const int64_t* limit, float* scores, int64_t ld) {
   int64_t t = 0;
   for (; t + kDotQueries <= count; t += kDotQueries) {
-    DotRows<kDotQueries, kPairs>(q + t * head_dim, keys, stride, head_dim,
-                                 limit[t + kDotQueries - 1], scores + t * ld, ld);
+    DotRows<kDotQueries>(q + t * head_dim, keys, stride, head_dim, limit[t + kDotQueries - 1],
+                         scores + t * ld, ld);
   }
   for (; t < count; ++t) {
-    DotRows<1, kPairs>(q + t * head_dim, keys, stride, head_dim, limit[t], scores + t * ld, ld);
+    DotRows<1>(q + t * head_dim, keys, stride, head_dim, limit[t], scores + t * ld, ld);
   }
 }
-template <typename T, bool kPairs>
-ABCD_VECTOR_CLONES void ScoreTile(const float* q, int64_t count, const T* keys, int64_t stride,
-                                  int head_dim, const int64_t* limit, float* scores, int64_t ld) {
-  ScoreTileIn<T, kPairs>(q, count, keys, stride, head_dim, limit, scores, ld);
-}
-#if ABCD_HAS_VECTOR_CLONES
-template <>
-ABCD_F16C_TARGET void ScoreTile<F16c, false>(const float* q, int64_t count, const F16c* keys,
-                                             int64_t stride, int head_dim, const int64_t* limit,
-                                             float* scores, int64_t ld) {
-  ScoreTileIn<F16c, false>(q, count, keys, stride, head_dim, limit, scores, ld);
-}
-#endif
 
 // out_i[c0 .. c0 + 8V) = out_i * rescale_i + sum_{j < limit} p_i[j] values[j][c0 ..] for QN
 // queries (p_i = p + i * ld, out_i = out + i * head_dim), the QN x V output vectors held in
-// registers over all rows. kPairs: the rows and out in pair order, V even.
-template <int QN, int V, bool kPairs, typename T>
-ABCD_INLINE void PvTile(const float* p, int64_t ld, const T* values, int64_t stride, int64_t limit,
-                        int c0, int head_dim, const float* rescale, float* out) {
+// registers over all rows.
+template <int QN, int V>
+ABCD_INLINE void PvTile(const float* p, int64_t ld, const float* values, int64_t stride,
+                        int64_t limit, int c0, int head_dim, const float* rescale, float* out) {
   Float8 acc[QN][V];
 #pragma GCC unroll 4
   for (int i = 0; i < QN; ++i) {
@@ -169,15 +137,10 @@ ABCD_INLINE void PvTile(const float* p, int64_t ld, const T* values, int64_t str
     }
   }
   for (int64_t j = 0; j < limit; ++j) {
-    const T* row = values + j * stride + c0;
+    const float* row = values + j * stride + c0;
     Float8 x[V];
-    if constexpr (kPairs) {
 #pragma GCC unroll 8
-      for (int v = 0; v < V; v += 2) LoadPairs(row + 8 * v, x[v], x[v + 1]);
-    } else {
-#pragma GCC unroll 8
-      for (int v = 0; v < V; ++v) Load8(row + 8 * v, x[v]);
-    }
+    for (int v = 0; v < V; ++v) Load8(row + 8 * v, x[v]);
 #pragma GCC unroll 4
     for (int i = 0; i < QN; ++i) {
       const float w = p[i * ld + j];
@@ -192,30 +155,24 @@ ABCD_INLINE void PvTile(const float* p, int64_t ld, const T* values, int64_t str
   }
 }
 
-// PvTile over every column of QN queries: kPvVectors vectors at a time, then two, then one
-// (kPairs: head_dim % 16 == 0), then the columns past the last multiple of 8.
-template <int QN, bool kPairs, typename T>
-ABCD_INLINE void PvRows(const float* p, int64_t ld, const T* values, int64_t stride, int64_t limit,
-                        int head_dim, const float* rescale, float* out) {
+// PvTile over every column of QN queries: kPvVectors vectors at a time, then one, then the
+// columns past the last multiple of 8.
+template <int QN>
+ABCD_INLINE void PvRows(const float* p, int64_t ld, const float* values, int64_t stride,
+                        int64_t limit, int head_dim, const float* rescale, float* out) {
   int c = 0;
   for (; c + 8 * kPvVectors <= head_dim; c += 8 * kPvVectors) {
-    PvTile<QN, kPvVectors, kPairs>(p, ld, values, stride, limit, c, head_dim, rescale, out);
+    PvTile<QN, kPvVectors>(p, ld, values, stride, limit, c, head_dim, rescale, out);
   }
-  for (; c + 16 <= head_dim; c += 16) {
-    PvTile<QN, 2, kPairs>(p, ld, values, stride, limit, c, head_dim, rescale, out);
+  for (; c + 8 <= head_dim; c += 8) {
+    PvTile<QN, 1>(p, ld, values, stride, limit, c, head_dim, rescale, out);
   }
-  if constexpr (!kPairs) {
-    for (; c + 8 <= head_dim; c += 8) {
-      PvTile<QN, 1, false>(p, ld, values, stride, limit, c, head_dim, rescale, out);
-    }
-    for (; c < head_dim; ++c) {
-      for (int i = 0; i < QN; ++i) {
-        float sum = out[i * head_dim + c] * rescale[i];
-        for (int64_t j = 0; j < limit; ++j) {
-          sum = std::fma(p[i * ld + j], Load(values + j * stride, c), sum);
-        }
-        out[i * head_dim + c] = sum;
-      }
+  for (; c < head_dim; ++c) {
+    for (int i = 0; i < QN; ++i) {
+      float sum = out[i * head_dim + c] * rescale[i];
+      for (int64_t j = 0; j < limit; ++j)
+        sum = std::fma(p[i * ld + j], values[j * stride + c], sum);
+      out[i * head_dim + c] = sum;
     }
   }
 }
@@ -223,33 +180,44 @@ ABCD_INLINE void PvRows(const float* p, int64_t ld, const T* values, int64_t str
 // out_t = out_t * rescale[t] + sum_{j < limit[t]} p_t[j] values[j] for the `count` queries of
 // a tile (p_t = p + t * ld; out_t = out + t * head_dim); p_t[j] must be 0 from the query's own
 // limit up to its register tile's.
-template <typename T, bool kPairs>
-ABCD_INLINE void AccumulateTileIn(const float* p, int64_t ld, int64_t count, const T* values,
-                                  int64_t stride, int head_dim, const int64_t* limit,
-                                  const float* rescale, float* out) {
+ABCD_VECTOR_CLONES void AccumulateTile(const float* p, int64_t ld, int64_t count,
+                                       const float* values, int64_t stride, int head_dim,
+                                       const int64_t* limit, const float* rescale, float* out) {
   int64_t t = 0;
   for (; t + kPvQueries <= count; t += kPvQueries) {
-    PvRows<kPvQueries, kPairs>(p + t * ld, ld, values, stride, limit[t + kPvQueries - 1], head_dim,
-                               rescale + t, out + t * head_dim);
+    PvRows<kPvQueries>(p + t * ld, ld, values, stride, limit[t + kPvQueries - 1], head_dim,
+                       rescale + t, out + t * head_dim);
   }
   for (; t < count; ++t) {
-    PvRows<1, kPairs>(p + t * ld, ld, values, stride, limit[t], head_dim, rescale + t,
-                      out + t * head_dim);
+    PvRows<1>(p + t * ld, ld, values, stride, limit[t], head_dim, rescale + t, out + t * head_dim);
   }
 }
-template <typename T, bool kPairs>
-ABCD_VECTOR_CLONES void AccumulateTile(const float* p, int64_t ld, int64_t count, const T* values,
-                                       int64_t stride, int head_dim, const int64_t* limit,
-                                       const float* rescale, float* out) {
-  AccumulateTileIn<T, kPairs>(p, ld, count, values, stride, head_dim, limit, rescale, out);
+
+// Copies `count` rows `stride` apart to contiguous fp32 rows of head_dim (bf16, f16 widened).
+template <typename T>
+ABCD_INLINE void StageIn(const T* rows, int64_t count, int64_t stride, int head_dim, float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const T* row = rows + i * stride;
+    float* to = out + i * head_dim;
+    int c = 0;
+    for (; c + 8 <= head_dim; c += 8) {
+      Float8 x;
+      Load8(row + c, x);
+      Store8(x, to + c);
+    }
+    for (; c < head_dim; ++c) to[c] = Load(row, c);
+  }
+}
+template <typename T>
+ABCD_VECTOR_CLONES void Stage(const T* rows, int64_t count, int64_t stride, int head_dim,
+                              float* out) {
+  StageIn(rows, count, stride, head_dim, out);
 }
 #if ABCD_HAS_VECTOR_CLONES
 template <>
-ABCD_F16C_TARGET void AccumulateTile<F16c, false>(const float* p, int64_t ld, int64_t count,
-                                                  const F16c* values, int64_t stride, int head_dim,
-                                                  const int64_t* limit, const float* rescale,
-                                                  float* out) {
-  AccumulateTileIn<F16c, false>(p, ld, count, values, stride, head_dim, limit, rescale, out);
+ABCD_F16C_TARGET void Stage<F16c>(const F16c* rows, int64_t count, int64_t stride, int head_dim,
+                                  float* out) {
+  StageIn(rows, count, stride, head_dim, out);
 }
 #endif
 
@@ -258,33 +226,33 @@ ABCD_F16C_TARGET void AccumulateTile<F16c, false>(const float* p, int64_t ld, in
 // rows past each query's position masked, each query's running softmax advanced, and the
 // block's values added to its output (AccumulateTile). The group's query heads are rows of the
 // same tiles: query t = i * group + g is head g of run row i, so the queries that reach a block
-// are one contiguous range and each block is read once from memory for all of them.
-template <bool kPairs, typename T>
-void CausalRunIn(const float* q, int64_t q_stride, int group, const T* keys, const T* values,
-                 int64_t first_position, int64_t rows, int64_t stride, int head_dim, float* out,
-                 int64_t out_stride) {
+// are one contiguous range and each block is read once from memory for all of them. fp32 rows
+// are read in place; bf16 and f16 blocks are widened once into fp32 first (Stage). Widening in
+// the tiles instead, once per tile of queries, measured 1.0-1.5x slower (f16 worst), and the
+// cache rows' stride (every head of a row) maps a block's rows onto few L1 sets.
+template <typename T>
+void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const T* values,
+               int64_t first_position, int64_t rows, int64_t stride, int head_dim, float* out,
+               int64_t out_stride) {
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  constexpr bool kStaged = !std::is_same_v<T, float>;
   const int64_t total = first_position + rows;  // rows the last query reads
   const int64_t d = head_dim;
   const int64_t queries_count = rows * group;
-  // One buffer: the queries (copied, bf16 pair order permuted), their outputs, a tile's scores.
-  std::vector<float> buffer(static_cast<size_t>(2 * queries_count * d + kQueryTile * kKeyBlock));
+  // One buffer: the queries (copied), their outputs, a tile's scores, the widened block.
+  const int64_t staged = kStaged ? 2 * kKeyBlock * d : 0;
+  std::vector<float> buffer(
+      static_cast<size_t>(2 * queries_count * d + kQueryTile * kKeyBlock + staged));
   float* queries = buffer.data();
   float* acc = queries + queries_count * d;
   float* scores = acc + queries_count * d;
+  float* staged_keys = scores + kQueryTile * kKeyBlock;
+  float* staged_values = staged_keys + staged / 2;
   std::vector<SoftmaxPartial> runs(static_cast<size_t>(queries_count));
   float rescale[kQueryTile];
   int64_t limit[kQueryTile];
   for (int64_t i = 0; i < rows; ++i) {
-    for (int g = 0; g < group; ++g) {
-      const float* from = q + i * q_stride + g * d;
-      float* to = queries + (i * group + g) * d;
-      if constexpr (kPairs) {
-        ToPairOrder(from, head_dim, to);
-      } else {
-        std::copy_n(from, d, to);
-      }
-    }
+    std::copy_n(q + i * q_stride, group * d, queries + i * group * d);
   }
   for (int64_t first = 0; first < total; first += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, total - first);
@@ -292,11 +260,25 @@ void CausalRunIn(const float* q, int64_t q_stride, int group, const T* keys, con
     const T* k = keys + first * stride;
     const T* v = values + first * stride;
     // The next block's keys and values, asked of the memory system (into L2) while this one is
-    // read: a block is read in place, so without it the first query tile waits for every row.
+    // read.
     const int64_t next = std::min(kKeyBlock, total - first - n);
     for (int64_t j = 0; j < next; ++j) {
       PrefetchL2(k + (n + j) * stride, head_dim);
       PrefetchL2(v + (n + j) * stride, head_dim);
+    }
+    const float* block_keys;
+    const float* block_values;
+    int64_t block_stride;
+    if constexpr (kStaged) {
+      Stage(k, n, stride, head_dim, staged_keys);
+      Stage(v, n, stride, head_dim, staged_values);
+      block_keys = staged_keys;
+      block_values = staged_values;
+      block_stride = d;
+    } else {
+      block_keys = k;
+      block_values = v;
+      block_stride = stride;
     }
     for (int64_t t0 = active * group; t0 < queries_count; t0 += kQueryTile) {
       const int64_t count = std::min(kQueryTile, queries_count - t0);
@@ -304,46 +286,26 @@ void CausalRunIn(const float* q, int64_t q_stride, int group, const T* keys, con
         const int64_t i = (t0 + t) / group;  // the run row of this query
         limit[t] = std::min(n, first_position + i + 1 - first);
       }
-      ScoreTile<T, kPairs>(queries + t0 * d, count, k, stride, head_dim, limit, scores, kKeyBlock);
+      ScoreTile(queries + t0 * d, count, block_keys, block_stride, head_dim, limit, scores,
+                kKeyBlock);
       for (int64_t t = 0; t < count; ++t) {
         float* row = scores + t * kKeyBlock;
         std::fill(row + limit[t], row + n, kMasked);
         rescale[t] = AdvanceRun(row, n, limit[t], runs[static_cast<size_t>(t0 + t)]);
       }
-      AccumulateTile<T, kPairs>(scores, kKeyBlock, count, v, stride, head_dim, limit, rescale,
-                                acc + t0 * d);
+      AccumulateTile(scores, kKeyBlock, count, block_values, block_stride, head_dim, limit, rescale,
+                     acc + t0 * d);
     }
   }
   for (int64_t i = 0; i < rows; ++i) {
     for (int g = 0; g < group; ++g) {
       const int64_t query = i * group + g;
       const float inv = 1.0f / runs[static_cast<size_t>(query)].sum;
-      float* a = acc + query * d;
-      for (int64_t c = 0; c < d; ++c) a[c] *= inv;
+      const float* a = acc + query * d;
       float* o = out + i * out_stride + g * d;
-      if constexpr (kPairs) {
-        FromPairOrder(a, head_dim, o);
-      } else {
-        std::copy_n(a, d, o);
-      }
+      for (int64_t c = 0; c < d; ++c) o[c] = a[c] * inv;
     }
   }
-}
-
-// bf16 rows of a head_dim that is a multiple of 16 are read in pair order.
-template <typename T>
-void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const T* values,
-               int64_t first_position, int64_t rows, int64_t stride, int head_dim, float* out,
-               int64_t out_stride) {
-  if constexpr (std::is_same_v<T, uint16_t>) {
-    if (head_dim % 16 == 0) {
-      CausalRunIn<true>(q, q_stride, group, keys, values, first_position, rows, stride, head_dim,
-                        out, out_stride);
-      return;
-    }
-  }
-  CausalRunIn<false>(q, q_stride, group, keys, values, first_position, rows, stride, head_dim, out,
-                     out_stride);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Internal to the softmax read kernels (softmax_read.cc, softmax_causal_run.cc): the vector
-// helpers both compile into their kernels. Not an interface: include it from those files only.
+// helpers they compile into their kernels. Not an interface: include it from those files only.
 #pragma once
 
 #include <cstdint>
