@@ -3,164 +3,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
-#include <span>
 #include <type_traits>
-#include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "engine/ops/matmul.h"
-#include "engine/ops/matmul_kernels.h"
-#include "engine/ops/packed_matrix.h"
+#include "engine/attention/softmax_kernels.h"
 #include "engine/ops/vector_clones.h"
 #include "engine/ops/vector_math.h"
 
 namespace abcd {
 namespace {
 
+using namespace softmax_internal;  // NOLINT(build/namespaces): the kernels' own helpers
+
 // Rows per pass of a read: every head's scores of the block, and the block's values stay in
 // L1/L2 from the keys' pass to the values' pass (64 rows of four 64-wide bf16 heads: 32 KiB of
 // keys and of values).
 constexpr int64_t kRowChunk = 64;
-// Cached rows per block of a causal run's matrix products: 64 KiB of fp32 keys (and values),
-// widened once and multiplied by every query of the run.
-constexpr int64_t kBlockFloats = 16384;
-constexpr int64_t kMaxBlockRows = 256;
-// Rows ahead of the one being read whose keys the kernels ask the memory system for (and the
-// values of the row being read, for the values' pass). Without it every row waits for DRAM
-// where the cache is larger than L3; 16 and 32 measured alike, 8 slower.
-constexpr int64_t kPrefetchRows = 16;
-
-// Every helper below is inlined into the kernels that use it, always: a helper left out of line
-// is compiled for the baseline ISA, not the calling clone's (ABCD_VECTOR_CLONES), which made it
-// slower and changed its rounding (no FMA), so the same values read from two formats, or by two
-// paths, could give different bits.
-#define ABCD_INLINE [[gnu::always_inline]] inline
-
-ABCD_INLINE float Load(const float* p, int64_t i) { return p[i]; }
-ABCD_INLINE float Load(const uint16_t* p, int64_t i) {
-  const uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-  float value;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
-ABCD_INLINE float Load(const F16* p, int64_t i) {
-  uint16_t bits;
-  std::memcpy(&bits, p + i, sizeof(bits));
-  return HalfToFloatValue(bits);
-}
-
-// Eight floats as one value (GCC/Clang vector extension): compiled per clone of the functions
-// that use it (one AVX register on x86-64-v3/v4, two SSE registers on the baseline).
-using Float8 = float __attribute__((vector_size(32)));
-using U16x8 = uint16_t __attribute__((vector_size(16)));
-using U32x8 = uint32_t __attribute__((vector_size(32)));
-
-// By reference: a vector passed by value changes the ABI between the clones (-Wpsabi).
-ABCD_INLINE void Load8(const float* p, Float8& v) { std::memcpy(&v, p, sizeof(v)); }
-// Eight bf16 values widened to fp32 (zero-extend and shift: exact).
-ABCD_INLINE void Load8(const uint16_t* p, Float8& v) {
-  U16x8 h;
-  std::memcpy(&h, p, sizeof(h));
-  const U32x8 w = __builtin_convertvector(h, U32x8) << 16;
-  std::memcpy(&v, &w, sizeof(v));
-}
-// Eight f16 values widened to fp32, exactly, in plain vector arithmetic (the same code in every
-// clone): the exponent and mantissa moved to fp32's positions and scaled by 2^112, exact for
-// normal and subnormal halves alike; infinities and NaNs (exponent 31) get fp32's all-ones
-// exponent; then the sign. GCC 12's _Float16 vector conversion was 2x slower in the AVX2 clone
-// (it converted element by element), and clang 14 has no _Float16 on x86.
-ABCD_INLINE void Load8(const F16* p, Float8& v) {
-  U16x8 h;
-  std::memcpy(&h, p, sizeof(h));
-  const U32x8 w = __builtin_convertvector(h, U32x8);
-  const U32x8 magnitude = (w & 0x7FFFu) << 13;
-  Float8 scaled;
-  std::memcpy(&scaled, &magnitude, sizeof(scaled));
-  scaled *= 0x1p112f;
-  U32x8 bits;
-  std::memcpy(&bits, &scaled, sizeof(bits));
-  const U32x8 special = reinterpret_cast<U32x8>((w & 0x7C00u) == 0x7C00u);
-  bits |= (special & 0x7F800000u) | ((w & 0x8000u) << 16);
-  std::memcpy(&v, &bits, sizeof(v));
-}
-ABCD_INLINE void Store8(const Float8& v, float* p) { std::memcpy(p, &v, sizeof(v)); }
-
-#if ABCD_HAS_VECTOR_CLONES
-// f16 rows on a CPU with F16C: the same bits as F16, widened eight at a time by one vcvtph2ps
-// (exact, as the portable widening is), 2.3x faster where the rows are in cache. The kernels over
-// F16c rows are compiled for AVX2 + FMA + F16C alone (their specialisations below) and run only
-// where the CPU has them (UseF16c). The instruction is written as assembly because GCC will not
-// inline its intrinsic into the shared helpers (Dot, AccumulateColumns), which have no target of
-// their own.
-struct F16c {
-  uint16_t bits;
-};
-ABCD_INLINE float Load(const F16c* p, int64_t i) {
-  uint16_t bits;
-  std::memcpy(&bits, p + i, sizeof(bits));
-  return HalfToFloatValue(bits);
-}
-ABCD_INLINE void Load8(const F16c* p, Float8& v) {
-  asm("vcvtph2ps %1, %0" : "=x"(v) : "m"(*reinterpret_cast<const uint16_t(*)[8]>(p)));
-}
-
-// The CPU runs the F16c kernels: AVX2, FMA and F16C (what ABCD_F16C_TARGET compiles for).
-bool UseF16c() {
-  static const bool use = cpu::kernels::CpuRunsAvx2Kernels();
-  return use;
-}
-#endif
-
-// The lanes added in Sum4x8's order, so a sum of one vector and of four agree bitwise.
-ABCD_INLINE float Sum8(const Float8& v) {
-  return ((v[0] + v[2]) + (v[1] + v[3])) + ((v[4] + v[6]) + (v[5] + v[7]));
-}
-
-// sums[j] = the eight lanes of a_j added, for four vectors at once (two rounds of shuffles
-// and adds, then the two 128-bit halves).
-ABCD_INLINE void Sum4x8(const Float8& a0, const Float8& a1, const Float8& a2, const Float8& a3,
-                        float* sums) {
-  const Float8 t01 = __builtin_shufflevector(a0, a1, 0, 8, 1, 9, 4, 12, 5, 13) +
-                     __builtin_shufflevector(a0, a1, 2, 10, 3, 11, 6, 14, 7, 15);
-  const Float8 t23 = __builtin_shufflevector(a2, a3, 0, 8, 1, 9, 4, 12, 5, 13) +
-                     __builtin_shufflevector(a2, a3, 2, 10, 3, 11, 6, 14, 7, 15);
-  const Float8 u = __builtin_shufflevector(t01, t23, 0, 1, 8, 9, 4, 5, 12, 13) +
-                   __builtin_shufflevector(t01, t23, 2, 3, 10, 11, 6, 7, 14, 15);
-  // u: the low-half sums of a0..a3, then their high-half sums.
-  for (int j = 0; j < 4; ++j) sums[j] = u[j] + u[j + 4];
-}
-
-// bf16 rows in "pair order": sixteen bf16 values as one 32-byte load, split into the even
-// columns (the low halves of its 32-bit words, shifted up) and the odd ones (the high halves,
-// masked): two single-uop ops, where widening eight at a time takes a shuffle per half. The
-// query and the output of such a read are kept permuted the same way (PairOrder).
-ABCD_INLINE void LoadPairs(const uint16_t* p, Float8& even, Float8& odd) {
-  U32x8 w;
-  std::memcpy(&w, p, sizeof(w));
-  const U32x8 lo = w << 16;
-  const U32x8 hi = w & 0xFFFF0000u;
-  std::memcpy(&even, &lo, sizeof(even));
-  std::memcpy(&odd, &hi, sizeof(odd));
-}
-
-// Columns 16b + 2j -> 16b + j and 16b + 2j + 1 -> 16b + 8 + j (head_dim % 16 == 0), and back.
-void ToPairOrder(const float* x, int head_dim, float* out) {
-  for (int b = 0; b < head_dim; b += 16) {
-    for (int j = 0; j < 8; ++j) {
-      out[b + j] = x[b + 2 * j];
-      out[b + 8 + j] = x[b + 2 * j + 1];
-    }
-  }
-}
-void FromPairOrder(const float* x, int head_dim, float* out) {
-  for (int b = 0; b < head_dim; b += 16) {
-    for (int j = 0; j < 8; ++j) {
-      out[b + 2 * j] = x[b + j];
-      out[b + 2 * j + 1] = x[b + 8 + j];
-    }
-  }
-}
 
 // max(start, x[0], ..., x[n - 1]) and x[0] + ... + x[n - 1], eight lanes at a time (the
 // compiler vectorises neither reduction by itself without fast-math).
@@ -189,12 +47,6 @@ ABCD_VECTOR_CLONES float SumOf(const float* x, int64_t n) {
   float sum = Sum8(a);
   for (; i < n; ++i) sum += x[i];
   return sum;
-}
-
-template <typename T>
-ABCD_INLINE void Prefetch(const T* row, int head_dim) {
-  constexpr int kPerLine = 64 / sizeof(T);
-  for (int c = 0; c < head_dim; c += kPerLine) __builtin_prefetch(row + c);
 }
 
 // q . key for one row: two vectors of partial sums (kPairs: the even and the odd columns; else
@@ -400,11 +252,9 @@ ABCD_F16C_TARGET void Accumulate<F16c, false>(const float* weights, const F16c* 
 }
 #endif
 
-// Advances a running softmax by one block of scores: row[0, seen) are scores, row[seen, n) are
-// masked (-infinity, or ignored). Afterwards row[0, n) holds exp(score - the new maximum) (0 where
-// masked) and `run` the new maximum and sum; returns the factor by which the block's earlier
-// output must be rescaled (0 on the first block).
-float AdvanceRun(float* row, int64_t n, int64_t seen, SoftmaxPartial& run) {
+}  // namespace
+
+float softmax_internal::AdvanceRun(float* row, int64_t n, int64_t seen, SoftmaxPartial& run) {
   const float block_max = MaxOf(row, seen, run.max);
   const float rescale = std::exp(run.max - block_max);
   for (int64_t j = 0; j < n; ++j) row[j] -= block_max;
@@ -413,6 +263,8 @@ float AdvanceRun(float* row, int64_t n, int64_t seen, SoftmaxPartial& run) {
   run.max = block_max;
   return rescale;
 }
+
+namespace {
 
 // Rows [begin, end) of `kv_heads` key/value heads (head h's columns at h * head_dim of each
 // row; its `group` query heads at q + (h * group + j) * head_dim, outputs alike), read straight
@@ -492,111 +344,6 @@ void ReadGroup(const float* q, int group, const T* keys, const T* values, const 
   }
 }
 
-// Copies `count` rows `stride` apart to contiguous fp32 rows of head_dim (bf16 widened).
-template <typename T>
-ABCD_INLINE void StageIn(const T* rows, int64_t count, int64_t stride, int head_dim, float* out) {
-  for (int64_t i = 0; i < count; ++i) {
-    const T* row = rows + i * stride;
-    if (i + kPrefetchRows < count) Prefetch(row + kPrefetchRows * stride, head_dim);
-    float* to = out + i * head_dim;
-    int c = 0;
-    for (; c + 8 <= head_dim; c += 8) {
-      Float8 x;
-      Load8(row + c, x);
-      Store8(x, to + c);
-    }
-    for (; c < head_dim; ++c) to[c] = Load(row, c);
-  }
-}
-template <typename T>
-ABCD_VECTOR_CLONES void Stage(const T* rows, int64_t count, int64_t stride, int head_dim,
-                              float* out) {
-  StageIn(rows, count, stride, head_dim, out);
-}
-#if ABCD_HAS_VECTOR_CLONES
-template <>
-ABCD_F16C_TARGET void Stage<F16c>(const F16c* rows, int64_t count, int64_t stride, int head_dim,
-                                  float* out) {
-  StageIn(rows, count, stride, head_dim, out);
-}
-#endif
-
-// The causal run as matrix products, per query head: for each block of `block` cached rows,
-// S = Q K_block^T over the queries that reach the block (Linear on the block packed as a
-// weight matrix), the rows beyond each query's position masked, the running softmax of each
-// query advanced, and out += P V_block (V_block^T packed). The products run at the matrix
-// kernels' speed, where a query at a time is bound by loads.
-template <typename T>
-void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const T* values,
-               int64_t first_position, int64_t rows, int64_t stride, int head_dim, float* out,
-               int64_t out_stride) {
-  constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  const int64_t block = std::clamp<int64_t>(kBlockFloats / head_dim, 16, kMaxBlockRows);
-  const int64_t total = first_position + rows;  // rows the last query reads
-  const size_t d = static_cast<size_t>(head_dim);
-  // The group's query heads are rows of the same products: query row i * group + g is head g
-  // of run row i, so each block is widened and packed once for the whole group, and the
-  // queries that reach a block are one contiguous range.
-  const int64_t queries_count = rows * group;
-  std::vector<float> staged(static_cast<size_t>(block) * d), transposed(staged.size());
-  std::vector<float> queries(static_cast<size_t>(queries_count) * d), acc(queries.size());
-  std::vector<float> scores(static_cast<size_t>(queries_count * block)), product(queries.size());
-  std::vector<SoftmaxPartial> runs(static_cast<size_t>(queries_count));
-  for (int64_t i = 0; i < rows; ++i) {
-    std::copy_n(q + i * q_stride, group * d, queries.data() + i * group * head_dim);
-  }
-  for (int64_t first = 0; first < total; first += block) {
-    const int64_t n = std::min(block, total - first);
-    const int64_t active = std::max<int64_t>(0, first - first_position);  // first row here
-    const int64_t m = (rows - active) * group;
-    Stage(keys + first * stride, n, stride, head_dim, staged.data());
-    const PackedMatrix k =
-        PackedMatrix::Pack(std::span<const float>(staged.data(), static_cast<size_t>(n) * d), n,
-                           head_dim, WeightFormat::kF32);
-    cpu::Linear(queries.data() + active * group * head_dim, m, k, nullptr, scores.data(), nullptr);
-    Stage(values + first * stride, n, stride, head_dim, staged.data());
-    for (int64_t j = 0; j < n; ++j) {
-      for (int c = 0; c < head_dim; ++c) transposed[c * n + j] = staged[j * d + c];
-    }
-    const PackedMatrix v =
-        PackedMatrix::Pack(std::span<const float>(transposed.data(), static_cast<size_t>(n) * d),
-                           head_dim, n, WeightFormat::kF32);
-    for (int64_t t = 0; t < m; ++t) {
-      float* row = scores.data() + t * n;
-      const int64_t i = active + t / group;  // the run row of this query
-      const int64_t seen = std::min(n, first_position + i + 1 - first);
-      std::fill(row + seen, row + n, kMasked);
-      const float rescale = AdvanceRun(row, n, seen, runs[static_cast<size_t>(active * group + t)]);
-      float* o = acc.data() + (active * group + t) * head_dim;
-      for (int c = 0; c < head_dim; ++c) o[c] *= rescale;
-    }
-    cpu::Linear(scores.data(), m, v, nullptr, product.data(), nullptr);
-    float* a = acc.data() + active * group * head_dim;
-    for (int64_t x = 0; x < m * head_dim; ++x) a[x] += product[x];
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int g = 0; g < group; ++g) {
-      const int64_t query = i * group + g;
-      const float inv = 1.0f / runs[static_cast<size_t>(query)].sum;
-      float* o = out + i * out_stride + int64_t{g} * head_dim;
-      for (int c = 0; c < head_dim; ++c) o[c] = acc[query * head_dim + c] * inv;
-    }
-  }
-}
-
-// f16 rows go to the F16c kernels where the CPU runs them (unless `portable`): read(keys,
-// values) is called with the rows as F16c or as F16, the same bits.
-template <typename Read>
-void ReadF16(const F16* keys, const F16* values, bool portable, const Read& read) {
-#if ABCD_HAS_VECTOR_CLONES
-  if (!portable && UseF16c()) {
-    read(reinterpret_cast<const F16c*>(keys), reinterpret_cast<const F16c*>(values));
-    return;
-  }
-#endif
-  read(keys, values);
-}
-
 }  // namespace
 
 void SoftmaxReadHead(const float* q, const float* keys, const float* values, int64_t count,
@@ -658,20 +405,6 @@ void SoftmaxMerge(const SoftmaxPartial* partials, int64_t partial_stride, const 
   for (int c = 0; c < head_dim; ++c) out[c] *= inv;
 }
 
-void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const float* keys,
-                          const float* values, int64_t first_position, int64_t rows, int64_t stride,
-                          int head_dim, float* out, int64_t out_stride) {
-  CausalRun(q, q_stride, group, keys, values, first_position, rows, stride, head_dim, out,
-            out_stride);
-}
-
-void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const uint16_t* keys,
-                          const uint16_t* values, int64_t first_position, int64_t rows,
-                          int64_t stride, int head_dim, float* out, int64_t out_stride) {
-  CausalRun(q, q_stride, group, keys, values, first_position, rows, stride, head_dim, out,
-            out_stride);
-}
-
 void SoftmaxReadHead(const float* q, const F16* keys, const F16* values, int64_t count,
                      int64_t stride, int head_dim, float* out) {
   ReadF16(keys, values, false, [&](const auto* k, const auto* v) {
@@ -698,14 +431,6 @@ void SoftmaxReadPartial(const float* q, int kv_heads, int group, const F16* keys
                         SoftmaxPartial* partial, float* out) {
   ReadF16(keys, values, false, [&](const auto* k, const auto* v) {
     ReadRange(q, kv_heads, group, k, v, nullptr, begin, end, stride, head_dim, partial, out);
-  });
-}
-
-void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const F16* keys,
-                          const F16* values, int64_t first_position, int64_t rows, int64_t stride,
-                          int head_dim, float* out, int64_t out_stride) {
-  ReadF16(keys, values, false, [&](const auto* k, const auto* v) {
-    CausalRun(q, q_stride, group, k, v, first_position, rows, stride, head_dim, out, out_stride);
   });
 }
 

@@ -31,6 +31,8 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
              [--prefix 1000] [--suffixes 32] [--suffix_tokens 16] [--in_flight 8] [--choices 8]
              [--choice_prompt 512] [--choice_tokens 32] [--session_store memory|redis://H:P]
              (sessions, prefix cache, n; not in `all`)
+  prefill_chunk  --models DIR[,DIR..] [--contexts 2048,8192,32768] [--chunk 256] [--rounds 5]
+             [--kv_cache_format bf16|f16|f32]   (a prompt chunk at position P; not in `all`)
   all        everything above with --models_dir DIR (holding abc/ rfa/ t2r/ softmax/ ...):
              --memory_types, --decode_types, --reference_types (or --reference_models DIR,..),
              --overhead_type pick the subdirectories
@@ -38,28 +40,51 @@ Common: --threads N (the engine's CPU threads, BLAS threads, and torch threads f
         default 1)  --json FILE
 )";
 
-const std::set<std::string> kValued = {"models",          "model",
-                                       "models_dir",      "lengths",
-                                       "confirm_length",  "batches",
-                                       "contexts",        "steps",
-                                       "repeats",         "python",
-                                       "script",          "server",
-                                       "requests",        "concurrency",
-                                       "max_tokens",      "prompts",
-                                       "threads",         "json",
-                                       "bandwidth_mb",    "memory_types",
-                                       "decode_types",    "reference_types",
-                                       "overhead_type",   "reference_batches",
-                                       "reference_steps", "reference_models",
-                                       "rounds",          "weight_formats",
-                                       "prefill_tokens",  "kv_cache_format",
-                                       "turns",           "turn_prompt",
-                                       "turn_tokens",     "prefix",
-                                       "suffixes",        "suffix_tokens",
-                                       "in_flight",       "choices",
-                                       "choice_prompt",   "choice_tokens",
-                                       "session_store",   "batch",
-                                       "shapes",          "rows"};
+const std::set<std::string> kValued = {"models",
+                                       "model",
+                                       "models_dir",
+                                       "lengths",
+                                       "confirm_length",
+                                       "batches",
+                                       "contexts",
+                                       "steps",
+                                       "repeats",
+                                       "python",
+                                       "script",
+                                       "server",
+                                       "requests",
+                                       "concurrency",
+                                       "max_tokens",
+                                       "prompts",
+                                       "threads",
+                                       "json",
+                                       "bandwidth_mb",
+                                       "memory_types",
+                                       "decode_types",
+                                       "reference_types",
+                                       "overhead_type",
+                                       "reference_batches",
+                                       "reference_steps",
+                                       "reference_models",
+                                       "rounds",
+                                       "weight_formats",
+                                       "prefill_tokens",
+                                       "kv_cache_format",
+                                       "turns",
+                                       "turn_prompt",
+                                       "turn_tokens",
+                                       "prefix",
+                                       "suffixes",
+                                       "suffix_tokens",
+                                       "in_flight",
+                                       "choices",
+                                       "choice_prompt",
+                                       "choice_tokens",
+                                       "session_store",
+                                       "batch",
+                                       "shapes",
+                                       "rows",
+                                       "chunk"};
 
 std::vector<std::string> ModelsIn(const std::string& dir, const std::string& types) {
   std::vector<std::string> out;
@@ -173,6 +198,30 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     o.threads = static_cast<int>(threads);
     ABCD_ASSIGN_OR_RETURN(out["linear"], RunLinear(o));
   }
+  if (command == "prefill_chunk") {
+    PrefillChunkOptions o;
+    o.models = SplitList(args.String("models", ""));
+    ABCD_ASSIGN_OR_RETURN(o.contexts,
+                          ParseInts("contexts", args.String("contexts", "2048,8192,32768")));
+    ABCD_ASSIGN_OR_RETURN(o.chunk, args.Int("chunk", 256));
+    ABCD_ASSIGN_OR_RETURN(const int64_t rounds, args.Int("rounds", 5));
+    if (o.chunk < 1 || o.chunk > 65536) {
+      return absl::InvalidArgumentError("--chunk must be in [1, 65536]");
+    }
+    if (rounds < 1 || rounds > 1000) {
+      return absl::InvalidArgumentError("--rounds must be in [1, 1000]");
+    }
+    for (int64_t context : o.contexts) {
+      if (context < 0 || context > 262144) {
+        return absl::InvalidArgumentError("--contexts must be in [0, 262144]");
+      }
+    }
+    o.rounds = static_cast<int>(rounds);
+    o.threads = static_cast<int>(args.Has("threads") ? threads : 2);
+    ABCD_ASSIGN_OR_RETURN(o.kv_cache_format, ParseKvFormat(args.String("kv_cache_format", "bf16"),
+                                                           "--kv_cache_format"));
+    ABCD_ASSIGN_OR_RETURN(out["prefill_chunk"], RunPrefillChunk(o));
+  }
   if (command == "seq2seq") {
     Seq2seqOptions o;
     o.models = SplitList(args.String("models", ""));
@@ -226,7 +275,7 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
   }
   if (!out.contains("bandwidth") && !out.contains("memory") && !out.contains("decode") &&
       !out.contains("reference") && !out.contains("overhead") && !out.contains("state") &&
-      !out.contains("seq2seq") && !out.contains("linear")) {
+      !out.contains("seq2seq") && !out.contains("linear") && !out.contains("prefill_chunk")) {
     return absl::InvalidArgumentError(absl::StrCat("unknown command \"", command, "\""));
   }
   if (args.Has("json")) {

@@ -13,6 +13,8 @@
 //   reference  the engine against the PyTorch reference (loadtest/bench_reference.py) on the
 //              same checkpoint and tokens, both recurrent decode, in one run.
 //   state      sessions, the prefix cache and n choices (state_bench.cc), in-process.
+//   prefill_chunk  one prompt chunk deep in a long prompt (prefill_chunk_bench.cc): the whole
+//              model's time for the chunk at position P, and the softmax causal-run kernel's.
 //   overhead   one greedy workload through the in-process Executor, then through abcd-server
 //              over gRPC and HTTP/SSE.
 #pragma once
@@ -104,6 +106,16 @@ struct ReferenceOptions {
   EnginePassFunction engine_pass;  // default: the CPU engine (Model::Decode)
 };
 absl::StatusOr<nlohmann::json> RunReference(const ReferenceOptions& options);
+
+struct PrefillChunkOptions {
+  std::vector<std::string> models;
+  std::vector<int64_t> contexts;  // P: cached prompt tokens before the timed chunk
+  int64_t chunk = 256;            // rows of the timed chunk
+  int rounds = 5;                 // timings per point (median and minimum)
+  int threads = 2;                // the engine's CpuContext threads (the server's default)
+  KvFormat kv_cache_format = KvFormat::kBf16;
+};
+absl::StatusOr<nlohmann::json> RunPrefillChunk(const PrefillChunkOptions& options);
 
 struct OverheadOptions {
   std::string model;

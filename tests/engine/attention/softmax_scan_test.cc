@@ -131,6 +131,45 @@ TEST(SoftmaxScanTest, CausalRunEqualsEachRowsRead) {
   }
 }
 
+// A prompt chunk deep in a long context, as continuous batching serves one (positions in the
+// thousands, chunks of at least kSoftmaxBlockedRunRows rows): every query reads thousands of
+// cached rows in place, in blocks and register tiles whose edges (a block cut by the chunk's
+// first row, tiles of queries cut by the run's end, tails of keys and of columns) all occur.
+TEST(SoftmaxScanTest, CausalRunDeepInALongContextEqualsEachRowsRead) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Case {
+    int group, head_dim;
+    int64_t first_position, rows;
+  };
+  for (const Case& c : {Case{1, 64, 3000, 64}, Case{4, 64, 5000, 37}, Case{1, 128, 4099, 33},
+                        Case{2, 24, 2100, 45}, Case{3, 20, 1000, 32}, Case{1, 32, 8190, 50}}) {
+    SCOPED_TRACE(testing::Message() << "group " << c.group << ", head_dim " << c.head_dim
+                                    << ", rows " << c.rows << " from " << c.first_position);
+    ASSERT_GE(c.rows, kSoftmaxBlockedRunRows);
+    const int64_t stride = 2 * int64_t{c.head_dim};  // head 1 of 2
+    const int64_t total = c.first_position + c.rows;
+    const Rows rows = RandomRows(total, stride, rng);
+    const int64_t width = int64_t{c.group} * c.head_dim;
+    std::vector<float> q(static_cast<size_t>(c.rows * width));
+    for (float& x : q) x = normal(rng);
+    const auto check = [&](const auto* keys, const auto* values, const char* what) {
+      std::vector<float> run(static_cast<size_t>(c.rows * width), 777.0f);
+      std::vector<float> expected = run;
+      SoftmaxReadCausalRun(q.data(), width, c.group, keys + c.head_dim, values + c.head_dim,
+                           c.first_position, c.rows, stride, c.head_dim, run.data(), width);
+      for (int64_t i = 0; i < c.rows; ++i) {
+        SoftmaxReadGroup(q.data() + i * width, c.group, keys + c.head_dim, values + c.head_dim,
+                         c.first_position + i + 1, stride, c.head_dim, expected.data() + i * width);
+      }
+      ExpectNear(run, expected, what);
+    };
+    check(rows.keys.data(), rows.values.data(), "f32 causal run");
+    check(rows.keys16.data(), rows.values16.data(), "bf16 causal run");
+    check(rows.keys_f16.data(), rows.values_f16.data(), "f16 causal run");
+  }
+}
+
 // A step of 8 query heads over 2 key/value heads (GQA): a decode row at 3000 cached rows (split
 // into pieces on two threads, whole on one), a 37-row prompt run from position 200 (blocked),
 // and a decode row at 9 rows (one piece), against the default row-by-row scan on copies of the
