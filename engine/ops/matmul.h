@@ -20,7 +20,8 @@ namespace abcd::cpu {
 void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bias, float* y,
             ThreadPool* pool);
 
-// Which kernel Linear uses on this CPU: "avx512", "avx2" or "generic".
+// Which kernel Linear uses on this CPU: "avx512-vnni" (AVX-512 with the VNNI int8 kernel),
+// "avx512", "avx2" or "generic".
 const char* LinearKernelName();
 
 }  // namespace abcd::cpu

@@ -162,6 +162,15 @@ bool CpuRunsAvx512Kernels() {
 #endif
 }
 
+bool CpuRunsAvx512VnniKernels() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
 }  // namespace kernels
 
 namespace {
@@ -178,7 +187,9 @@ struct NamedKernel {
 const NamedKernel& Chosen() {
   static const NamedKernel chosen = [] {
     if (kernels::CpuRunsAvx512Kernels()) {
-      return NamedKernel{&kernels::LinearPanelsAvx512, "avx512"};
+      // int8 runs the VNNI kernel where the CPU has it (LinearPanelsAvx512 picks).
+      return NamedKernel{&kernels::LinearPanelsAvx512,
+                         kernels::CpuRunsAvx512VnniKernels() ? "avx512-vnni" : "avx512"};
     }
     if (kernels::CpuRunsAvx2Kernels()) return NamedKernel{&kernels::LinearPanelsAvx2, "avx2"};
     return NamedKernel{&kernels::LinearPanelsGeneric, "generic"};

@@ -1,9 +1,9 @@
 // AVX-512 kernels of cpu::Linear (built with -mavx512f; run only where the CPU has it).
 //
 // A block of P panels (16 outputs each) times a group of R rows keeps P*R accumulators in
-// registers; each 16-wide weight vector is loaded (and widened from bf16/f16; int8 runs the AVX2
-// kernel) once per input column and multiplied by one broadcast activation per row. P*R <= 24
-// leaves registers for the weights and the broadcast.
+// registers; each 16-wide weight vector is loaded (and widened from bf16/f16; int8 has its own
+// kernels: VNNI or AVX2) once per input column and multiplied by one broadcast activation per row.
+// P*R <= 24 leaves registers for the weights and the broadcast.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -101,10 +101,13 @@ void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count) {
       return Panels<Format::kBF16>(args, first, count);
     case Format::kF16:
       return Panels<Format::kF16>(args, first, count);
-    case Format::kInt8:
-      // Integer products over int8 x int16 pairs (vpmaddwd); the 512-bit form needs AVX-512BW
-      // (or VNNI's vpdpwssd), which this kernel does not assume, so int8 runs the AVX2 one.
+    case Format::kInt8: {
+      // Integer products over int8 x int16 pairs: VNNI's vpdpwssd where the CPU has it (its own
+      // translation unit, compiled for AVX512BW + VNNI), else the AVX2 kernel's vpmaddwd.
+      static const bool vnni = CpuRunsAvx512VnniKernels();
+      if (vnni) return LinearPanelsAvx512VnniInt8(args, first, count);
       return LinearPanelsAvx2(args, first, count);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // The inner kernels behind cpu::Linear (engine/ops/matmul.h), one per instruction set: plain
-// data in, no engine types, so that the AVX-512 and AVX2 translation units (compiled with
-// -mavx512f, -mavx2 -mfma -mf16c) share no inline code with the rest of the program. Called only
+// data in, no engine types, so that the AVX-512, AVX-512 VNNI and AVX2 translation units
+// (compiled with -mavx512f; -mavx512f -mavx512bw -mavx512vnni; -mavx2 -mfma -mf16c) share no
+// inline code with the rest of the program. Called only
 // through matmul_cpu.cc.
 #pragma once
 
@@ -41,13 +42,17 @@ int64_t QuantizedStride(int64_t in);
 void QuantizeRows(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales);
 
 // What this CPU runs (CPU features by cpuid; the same answer every call).
-bool CpuRunsAvx2Kernels();    // AVX2, FMA and F16C
-bool CpuRunsAvx512Kernels();  // AVX-512F
+bool CpuRunsAvx2Kernels();        // AVX2, FMA and F16C
+bool CpuRunsAvx512Kernels();      // AVX-512F
+bool CpuRunsAvx512VnniKernels();  // AVX-512F, AVX512BW and AVX512-VNNI
 
 // y[:, 16*first .. 16*(first+count)) for every row (columns past `out` are not written).
 void LinearPanelsGeneric(const LinearArgs& args, int64_t first, int64_t count);
-// AVX-512F; int8 runs the AVX2 kernel (every AVX-512 CPU has AVX2, FMA and F16C).
+// AVX-512F; int8 runs LinearPanelsAvx512VnniInt8 where the CPU has VNNI, else the AVX2 kernel
+// (every AVX-512 CPU has AVX2, FMA and F16C).
 void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count);
+// int8 only (matmul_cpu_avx512_vnni.cc); the same bits as the other int8 kernels.
+void LinearPanelsAvx512VnniInt8(const LinearArgs& args, int64_t first, int64_t count);
 void LinearPanelsAvx2(const LinearArgs& args, int64_t first, int64_t count);  // AVX2+FMA+F16C
 
 }  // namespace abcd::cpu::kernels
