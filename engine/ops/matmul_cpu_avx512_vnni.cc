@@ -31,8 +31,8 @@ inline void StoreInt8Panel(const LinearArgs& a, int64_t row, int64_t column, __m
   _mm512_mask_storeu_ps(a.y + row * a.out + column, mask, v);
 }
 
-// P panels x R rows: P * R int32 sums, P widened weight vectors and one broadcast in the 32
-// registers; the fp32 totals in memory, touched once per block.
+// P panels x R rows: P * R int32 sums, P widened weight vectors and one broadcast in registers;
+// the fp32 totals in memory, touched once per block.
 template <int P, int R>
 void BlockInt8(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
   const char* base = static_cast<const char*>(a.panels) + first_panel * a.panel_bytes;
@@ -95,15 +95,17 @@ void Rows(const LinearArgs& a, int64_t first_panel, int64_t r) {
 }  // namespace
 
 void LinearPanelsAvx512VnniInt8(const LinearArgs& args, int64_t first, int64_t count) {
-  // One row: 8 weight streams in flight per column pair; more rows: 4 panels x 6 rows (24 sums,
-  // 4 weight vectors, a broadcast).
+  // One row: 8 weight streams in flight per column pair; more rows: 4 panels x 3 rows (12 sums,
+  // 4 weight vectors, a broadcast). GCC 12 keeps a 4 x 4 or 4 x 6 tile's sums in registers but
+  // copies each to the stack after every vpdpwssd (objdump of this object), so larger row
+  // tiles ran at the 4 x 3 tile's speed or below.
   int64_t p = first;
   const int64_t end = first + count;
   if (args.rows == 1) {
     for (; p + 8 <= end; p += 8) Rows<8, 1>(args, p, 0);
   }
-  for (; p + 4 <= end; p += 4) Rows<4, 6>(args, p, 0);
-  for (; p < end; ++p) Rows<1, 6>(args, p, 0);
+  for (; p + 4 <= end; p += 4) Rows<4, 3>(args, p, 0);
+  for (; p < end; ++p) Rows<1, 3>(args, p, 0);
 }
 
 }  // namespace abcd::cpu::kernels
