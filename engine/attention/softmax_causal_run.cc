@@ -42,23 +42,6 @@ ABCD_INLINE void PrefetchL2(const T* row, int head_dim) {
   for (int c = 0; c < head_dim; c += kPerLine) __builtin_prefetch(row + c, 0, 2);
 }
 
-using Float4 = float __attribute__((vector_size(16)));
-
-// out[j] = the eight lanes of a_j added, for four vectors (Sum4x8's shuffles, then its two
-// halves added as one 16-byte vector and stored at once).
-ABCD_INLINE void Sum4x8To(const Float8& a0, const Float8& a1, const Float8& a2, const Float8& a3,
-                          float* out) {
-  const Float8 t01 = __builtin_shufflevector(a0, a1, 0, 8, 1, 9, 4, 12, 5, 13) +
-                     __builtin_shufflevector(a0, a1, 2, 10, 3, 11, 6, 14, 7, 15);
-  const Float8 t23 = __builtin_shufflevector(a2, a3, 0, 8, 1, 9, 4, 12, 5, 13) +
-                     __builtin_shufflevector(a2, a3, 2, 10, 3, 11, 6, 14, 7, 15);
-  const Float8 u = __builtin_shufflevector(t01, t23, 0, 1, 8, 9, 4, 5, 12, 13) +
-                   __builtin_shufflevector(t01, t23, 2, 3, 10, 11, 6, 7, 14, 15);
-  const Float4 sum =
-      __builtin_shufflevector(u, u, 0, 1, 2, 3) + __builtin_shufflevector(u, u, 4, 5, 6, 7);
-  std::memcpy(out, &sum, sizeof(sum));
-}
-
 // s[i * ld + j] = q_i . k_j for QN queries (q, head_dim apart) and KN keys (`stride` apart).
 template <int QN, int KN>
 ABCD_INLINE void DotTile(const float* q, const float* k, int64_t stride, int head_dim, float* s,
@@ -82,7 +65,7 @@ ABCD_INLINE void DotTile(const float* q, const float* k, int64_t stride, int hea
     float* row = s + i * ld;
     int j = 0;
     for (; j + 4 <= KN; j += 4) {
-      Sum4x8To(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3], row + j);
+      Sum4x8(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3], row + j);
     }
     for (; j < KN; ++j) row[j] = Sum8(acc[i][j]);
   }

@@ -104,7 +104,7 @@ ABCD_INLINE float Sum8(const Float8& v) {
 }
 
 // sums[j] = the eight lanes of a_j added, for four vectors at once (two rounds of shuffles
-// and adds, then the two 128-bit halves).
+// and adds, then the two 128-bit halves added as one 16-byte vector and stored at once).
 ABCD_INLINE void Sum4x8(const Float8& a0, const Float8& a1, const Float8& a2, const Float8& a3,
                         float* sums) {
   const Float8 t01 = __builtin_shufflevector(a0, a1, 0, 8, 1, 9, 4, 12, 5, 13) +
@@ -114,7 +114,10 @@ ABCD_INLINE void Sum4x8(const Float8& a0, const Float8& a1, const Float8& a2, co
   const Float8 u = __builtin_shufflevector(t01, t23, 0, 1, 8, 9, 4, 5, 12, 13) +
                    __builtin_shufflevector(t01, t23, 2, 3, 10, 11, 6, 7, 14, 15);
   // u: the low-half sums of a0..a3, then their high-half sums.
-  for (int j = 0; j < 4; ++j) sums[j] = u[j] + u[j + 4];
+  using Float4 = float __attribute__((vector_size(16)));
+  const Float4 sum =
+      __builtin_shufflevector(u, u, 0, 1, 2, 3) + __builtin_shufflevector(u, u, 4, 5, 6, 7);
+  std::memcpy(sums, &sum, sizeof(sum));
 }
 
 // bf16 rows in "pair order": sixteen bf16 values as one 32-byte load, split into the even
