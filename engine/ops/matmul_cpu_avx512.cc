@@ -68,12 +68,25 @@ void Block(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
   }
 }
 
-// Rows in groups of R, the remainder in one smaller group.
+// Block<F, P, size>, size in [1, R].
+template <Format F, int P, int R>
+void BlockOfSize(const LinearArgs& a, int64_t first_panel, int64_t first_row, int64_t size) {
+  if constexpr (R > 1) {
+    if (size < R) return BlockOfSize<F, P, R - 1>(a, first_panel, first_row, size);
+  }
+  Block<F, P, R>(a, first_panel, first_row);
+}
+
+// Every row in the fewest groups of at most R, their sizes as even as can be (7 rows: 4 + 3, not
+// 6 + 1), as the AVX2 kernel does: a group of g rows keeps P g sums in flight, and a small
+// remainder group leaves the FMA pipes waiting on their latency.
 template <Format F, int P, int R>
 void Rows(const LinearArgs& a, int64_t first_panel, int64_t r) {
-  for (; r + R <= a.rows; r += R) Block<F, P, R>(a, first_panel, r);
-  if constexpr (R > 1) {
-    if (r < a.rows) Rows<F, P, R - 1>(a, first_panel, r);
+  const int64_t groups = (a.rows - r + R - 1) / R;
+  for (int64_t g = groups; g > 0; --g) {
+    const int64_t size = (a.rows - r + g - 1) / g;
+    BlockOfSize<F, P, R>(a, first_panel, r, size);
+    r += size;
   }
 }
 

@@ -83,12 +83,24 @@ void BlockInt8(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
   }
 }
 
-// Rows in groups of R, the remainder in one smaller group.
+// BlockInt8<P, size>, size in [1, R].
+template <int P, int R>
+void BlockOfSize(const LinearArgs& a, int64_t first_panel, int64_t first_row, int64_t size) {
+  if constexpr (R > 1) {
+    if (size < R) return BlockOfSize<P, R - 1>(a, first_panel, first_row, size);
+  }
+  BlockInt8<P, R>(a, first_panel, first_row);
+}
+
+// Every row in the fewest groups of at most R, their sizes as even as can be (7 rows: 3 + 2 + 2,
+// not 3 + 3 + 1), as the other kernels do.
 template <int P, int R>
 void Rows(const LinearArgs& a, int64_t first_panel, int64_t r) {
-  for (; r + R <= a.rows; r += R) BlockInt8<P, R>(a, first_panel, r);
-  if constexpr (R > 1) {
-    if (r < a.rows) Rows<P, R - 1>(a, first_panel, r);
+  const int64_t groups = (a.rows - r + R - 1) / R;
+  for (int64_t g = groups; g > 0; --g) {
+    const int64_t size = (a.rows - r + g - 1) / g;
+    BlockOfSize<P, R>(a, first_panel, r, size);
+    r += size;
   }
 }
 
