@@ -46,7 +46,9 @@ size_t WeightFormatBytes(WeightFormat format) {
   return 4;
 }
 
-uint16_t FloatToBf16(float value) {
+namespace {
+
+inline uint16_t FloatToBf16Inline(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, 4);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
@@ -54,7 +56,7 @@ uint16_t FloatToBf16(float value) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-float Bf16ToFloat(uint16_t bits) {
+inline float Bf16ToFloatInline(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;
   float value;
   std::memcpy(&value, &wide, 4);
@@ -65,7 +67,7 @@ float Bf16ToFloat(uint16_t bits) {
 // _Float16). Round to nearest even; overflow to infinity; NaN stays a quiet NaN with its sign and
 // the top of its payload. matmul_test checks both directions against the compiler's _Float16
 // where it has one.
-uint16_t FloatToHalf(float value) {
+inline uint16_t FloatToHalfInline(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, 4);
   const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
@@ -88,7 +90,7 @@ uint16_t FloatToHalf(float value) {
   return static_cast<uint16_t>(sign | ((rebiased + 0xfffu + ((rebiased >> 13) & 1u)) >> 13));
 }
 
-float HalfToFloatValue(uint16_t bits) {
+inline float HalfToFloatInline(uint16_t bits) {
   const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
   const uint32_t exponent = (bits >> 10) & 0x1fu;
   const uint32_t mantissa = bits & 0x3ffu;
@@ -101,6 +103,26 @@ float HalfToFloatValue(uint16_t bits) {
   float value;
   std::memcpy(&value, &wide, 4);
   return value;
+}
+
+}  // namespace
+
+uint16_t FloatToBf16(float value) { return FloatToBf16Inline(value); }
+float Bf16ToFloat(uint16_t bits) { return Bf16ToFloatInline(bits); }
+uint16_t FloatToHalf(float value) { return FloatToHalfInline(value); }
+float HalfToFloatValue(uint16_t bits) { return HalfToFloatInline(bits); }
+
+void Bf16sToFloats(const uint16_t* in, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFloatInline(in[i]);
+}
+void HalvesToFloats(const uint16_t* in, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = HalfToFloatInline(in[i]);
+}
+void FloatsToBf16s(const float* in, size_t n, uint16_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16Inline(in[i]);
+}
+void FloatsToHalves(const float* in, size_t n, uint16_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = FloatToHalfInline(in[i]);
 }
 
 void PackedMatrix::FreeDeleter::operator()(std::byte* p) const { std::free(p); }

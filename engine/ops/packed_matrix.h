@@ -47,6 +47,11 @@ uint16_t FloatToBf16(float value);
 float Bf16ToFloat(uint16_t bits);
 uint16_t FloatToHalf(float value);
 float HalfToFloatValue(uint16_t bits);
+// The same conversions over n values (the same bits as one at a time, without a call per value).
+void Bf16sToFloats(const uint16_t* in, size_t n, float* out);
+void HalvesToFloats(const uint16_t* in, size_t n, float* out);
+void FloatsToBf16s(const float* in, size_t n, uint16_t* out);
+void FloatsToHalves(const float* in, size_t n, uint16_t* out);
 
 class PackedMatrix {
  public:

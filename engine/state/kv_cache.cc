@@ -15,36 +15,43 @@ absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name, absl::string_view
       absl::StrCat(field, " must be f32, bf16 or f16, got \"", name.substr(0, 64), "\""));
 }
 
-void KvCache::Write(int64_t row, int64_t column, const float* k, const float* v, int64_t count) {
-  const size_t at = static_cast<size_t>(row * width + column);
+void KvCache::ReadFlat(bool value_side, int64_t first, int64_t count, float* out) const {
+  const size_t at = static_cast<size_t>(first), n = static_cast<size_t>(count);
   if (!half()) {
-    std::copy(k, k + count, keys.data() + at);
-    std::copy(v, v + count, values.data() + at);
-    return;
+    const std::vector<float>& side = value_side ? values : keys;
+    std::copy(side.data() + at, side.data() + at + n, out);
+  } else if (format == KvFormat::kBf16) {
+    Bf16sToFloats((value_side ? values16 : keys16).data() + at, n, out);
+  } else {
+    HalvesToFloats((value_side ? values16 : keys16).data() + at, n, out);
   }
-  uint16_t (*const to)(float) = format == KvFormat::kBf16 ? FloatToBf16 : FloatToHalf;
-  for (int64_t c = 0; c < count; ++c) {
-    keys16[at + static_cast<size_t>(c)] = to(k[c]);
-    values16[at + static_cast<size_t>(c)] = to(v[c]);
+}
+
+void KvCache::WriteFlat(bool value_side, int64_t first, int64_t count, const float* in) {
+  const size_t at = static_cast<size_t>(first), n = static_cast<size_t>(count);
+  if (!half()) {
+    std::copy(in, in + n, (value_side ? values : keys).data() + at);
+  } else if (format == KvFormat::kBf16) {
+    FloatsToBf16s(in, n, (value_side ? values16 : keys16).data() + at);
+  } else {
+    FloatsToHalves(in, n, (value_side ? values16 : keys16).data() + at);
   }
+}
+
+void KvCache::Write(int64_t row, int64_t column, const float* k, const float* v, int64_t count) {
+  const int64_t at = row * width + column;
+  WriteFlat(false, at, count, k);
+  WriteFlat(true, at, count, v);
 }
 
 void KvCache::ReadRows(int64_t rows, float* k, float* v) const {
-  const size_t n = static_cast<size_t>(rows * width);
-  if (!half()) {
-    std::copy(keys.data(), keys.data() + n, k);
-    std::copy(values.data(), values.data() + n, v);
-    return;
-  }
-  float (*const from)(uint16_t) = format == KvFormat::kBf16 ? Bf16ToFloat : HalfToFloatValue;
-  for (size_t i = 0; i < n; ++i) {
-    k[i] = from(keys16[i]);
-    v[i] = from(values16[i]);
-  }
+  ReadFlat(false, 0, rows * width, k);
+  ReadFlat(true, 0, rows * width, v);
 }
 
 void KvCache::WriteRows(int64_t rows, const float* k, const float* v) {
-  for (int64_t r = 0; r < rows; ++r) Write(r, 0, k + r * width, v + r * width, width);
+  WriteFlat(false, 0, rows * width, k);
+  WriteFlat(true, 0, rows * width, v);
 }
 
 }  // namespace abcd

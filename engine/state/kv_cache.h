@@ -62,9 +62,13 @@ struct KvCache {
   // Writes `count` values of row `row` from column `column` on (rounded to nearest even for
   // bf16 and f16; f16 overflows to infinity beyond +-65504).
   void Write(int64_t row, int64_t column, const float* k, const float* v, int64_t count);
-  // Copies rows [0, rows) out as fp32 (snapshots), or in from fp32.
+  // Copies rows [0, rows) out as fp32, or in from fp32.
   void ReadRows(int64_t rows, float* k, float* v) const;
   void WriteRows(int64_t rows, const float* k, const float* v);
+  // The same over a flat range of one side's storage, values [first, first + count) of the
+  // keys (or of the values) row after row: snapshots copy a cache a block at a time.
+  void ReadFlat(bool value_side, int64_t first, int64_t count, float* out) const;
+  void WriteFlat(bool value_side, int64_t first, int64_t count, const float* in);
 };
 
 }  // namespace abcd

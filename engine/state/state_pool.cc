@@ -11,6 +11,8 @@ namespace abcd {
 namespace {
 
 constexpr char kSnapshotMagic[8] = {'A', 'B', 'C', 'D', 'S', 'E', 'Q', '1'};
+// KV rows go in and out of a snapshot through a buffer of this many floats (64 KiB).
+constexpr int64_t kSnapshotBlockFloats = 16384;
 
 absl::Status NotFound(SequenceId id) {
   return absl::NotFoundError(absl::StrCat("no sequence with id ", id));
@@ -25,6 +27,7 @@ class Writer {
   void PutFloats(const float* data, int64_t count) {
     out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(count) * 4);
   }
+  void Reserve(size_t bytes) { out_.reserve(bytes); }
   std::string Take() { return std::move(out_); }
 
  private:
@@ -192,6 +195,10 @@ absl::StatusOr<std::string> StatePool::Snapshot(SequenceId id) const {
   const SequenceState* state = Get(id);
   if (state == nullptr) return NotFound(id);
   Writer out;
+  size_t bytes = 64 + state->fixed.size() * 4;  // the header and the fixed state, with room
+  for (const KvCache& kv : state->kv)
+    bytes += 8 + static_cast<size_t>(2 * kv.length * kv.width) * 4;
+  out.Reserve(bytes);
   for (char c : kSnapshotMagic) out.Put(c);
   out.Put(layout_.fingerprint);
   out.Put(state->position);
@@ -200,14 +207,19 @@ absl::StatusOr<std::string> StatePool::Snapshot(SequenceId id) const {
   out.Put(static_cast<int64_t>(state->fixed.size()));
   out.PutFloats(state->fixed.data(), static_cast<int64_t>(state->fixed.size()));
   out.Put(static_cast<int64_t>(state->kv.size()));
+  // Rows as fp32 whatever the cache's format, so a blob restores into either, widened a block at
+  // a time into the blob (reserved at its size up front: one allocation, no copy of the blob).
+  std::vector<float> block(static_cast<size_t>(kSnapshotBlockFloats));
   for (const KvCache& kv : state->kv) {
-    // Rows as fp32 whatever the cache's format, so a blob restores into either.
-    std::vector<float> keys(static_cast<size_t>(kv.length * kv.width));
-    std::vector<float> values(keys.size());
-    kv.ReadRows(kv.length, keys.data(), values.data());
     out.Put(kv.length);
-    out.PutFloats(keys.data(), kv.length * kv.width);
-    out.PutFloats(values.data(), kv.length * kv.width);
+    const int64_t floats = kv.length * kv.width;
+    for (const bool value_side : {false, true}) {
+      for (int64_t first = 0; first < floats; first += kSnapshotBlockFloats) {
+        const int64_t count = std::min(kSnapshotBlockFloats, floats - first);
+        kv.ReadFlat(value_side, first, count, block.data());
+        out.PutFloats(block.data(), count);
+      }
+    }
   }
   return out.Take();
 }
@@ -275,6 +287,7 @@ absl::Status StatePool::ParseSnapshot(absl::string_view snapshot, SequenceState*
   }
   if (state != nullptr) state->kv.resize(kv_count);
   const int64_t width = layout_.kv_width;
+  std::vector<float> block(state != nullptr && kv_count > 0 ? kSnapshotBlockFloats : 0);
   for (int64_t i = 0; i < kv_count; ++i) {
     int64_t length;
     if (!in.Get(&length)) return InvalidSnapshot("truncated KV cache");
@@ -293,13 +306,14 @@ absl::Status StatePool::ParseSnapshot(absl::string_view snapshot, SequenceState*
     kv.width = width;
     kv.format = layout_.kv_format;
     kv.length = length;
-    std::vector<float> keys(static_cast<size_t>(floats));
-    std::vector<float> values(keys.size());
-    if (!in.GetFloats(keys.data(), floats) || !in.GetFloats(values.data(), floats)) {
-      return InvalidSnapshot("truncated KV cache");
-    }
     kv.Resize(RoundUpToPage(length));
-    kv.WriteRows(length, keys.data(), values.data());
+    for (const bool value_side : {false, true}) {
+      for (int64_t first = 0; first < floats; first += kSnapshotBlockFloats) {
+        const int64_t count = std::min(kSnapshotBlockFloats, floats - first);
+        if (!in.GetFloats(block.data(), count)) return InvalidSnapshot("truncated KV cache");
+        kv.WriteFlat(value_side, first, count, block.data());
+      }
+    }
   }
   if (!in.done()) return InvalidSnapshot("trailing bytes");
   return absl::OkStatus();

@@ -337,6 +337,36 @@ TEST(PackedMatrixTest, HalfConversionsEqualTheCompilersFloat16) {
 }
 #endif
 
+// The bulk conversions (KV-cache writes, snapshots) give the scalar ones' bits: every 16-bit
+// pattern widened, and a sweep of float bit patterns narrowed (NaNs included).
+TEST(PackedMatrixTest, BulkConversionsEqualTheScalarOnes) {
+  std::vector<uint16_t> halves(0x10000);
+  for (uint32_t h = 0; h <= 0xffffu; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<float> wide(halves.size());
+  Bf16sToFloats(halves.data(), halves.size(), wide.data());
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    const float expected = Bf16ToFloat(halves[h]);
+    ASSERT_EQ(std::memcmp(&wide[h], &expected, 4), 0) << "bf16 " << h;
+  }
+  HalvesToFloats(halves.data(), halves.size(), wide.data());
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    const float expected = HalfToFloatValue(halves[h]);
+    ASSERT_EQ(std::memcmp(&wide[h], &expected, 4), 0) << "f16 " << h;
+  }
+  std::vector<float> floats;
+  for (uint64_t pattern = 0; pattern <= 0xffffffffull; pattern += 65521) {
+    const auto bits = static_cast<uint32_t>(pattern);
+    float value;
+    std::memcpy(&value, &bits, 4);
+    floats.push_back(value);
+  }
+  std::vector<uint16_t> narrow(floats.size());
+  FloatsToBf16s(floats.data(), floats.size(), narrow.data());
+  for (size_t i = 0; i < floats.size(); ++i) ASSERT_EQ(narrow[i], FloatToBf16(floats[i])) << i;
+  FloatsToHalves(floats.data(), floats.size(), narrow.data());
+  for (size_t i = 0; i < floats.size(); ++i) ASSERT_EQ(narrow[i], FloatToHalf(floats[i])) << i;
+}
+
 TEST(PackedMatrixTest, BytesCountPanelsAsStored) {
   const std::vector<float> w(17 * 8, 1.0f);
   EXPECT_EQ(PackedMatrix::Pack(w, 17, 8, WeightFormat::kF32).bytes(), 2 * 16 * 8 * 4);

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "engine/model/model.h"
@@ -202,6 +204,56 @@ TEST(StatePool, SoftmaxSnapshotKeepsCache) {
   EXPECT_EQ(pool.Get(*restored)->position, 20);
   EXPECT_EQ(*pool.SequenceBytes(*restored), *pool.SequenceBytes(*id));
   EXPECT_EQ(pool.Get(*restored)->kv[1].length, 20);
+}
+
+// Snapshots copy KV rows through a fixed-size buffer: a cache of many buffers' worth restores
+// bit for bit, in each storage format (bf16 and f16 rows widen to fp32 exactly and back).
+TEST(StatePool, SnapshotKvRowsRoundTripAcrossBlocks) {
+  for (const KvFormat format : {KvFormat::kF32, KvFormat::kBf16, KvFormat::kF16}) {
+    SCOPED_TRACE(KvFormatName(format));
+    ModelLoadOptions options;
+    options.kv_cache_format = format;
+    auto model = Model::Load(testing::FixtureDir("dec_softmax"), options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    StatePool pool((*model)->state_layout(), int64_t{1} << 30);
+    auto id = pool.Acquire();
+    ASSERT_TRUE(id.ok());
+    SequenceState* state = pool.Get(*id);
+    const int64_t rows = 3000;  // x width 16+: several 16,384-float blocks per side
+    state->position = rows;
+    std::mt19937 generator(7);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (KvCache& kv : state->kv) {
+      kv.Resize(rows);
+      kv.length = rows;
+      std::vector<float> k(static_cast<size_t>(kv.width)), v(k.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (size_t c = 0; c < k.size(); ++c) {
+          k[c] = normal(generator);
+          v[c] = normal(generator);
+        }
+        kv.Write(r, 0, k.data(), v.data(), kv.width);
+      }
+    }
+    auto snapshot = pool.Snapshot(*id);
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    auto restored = pool.Restore(*snapshot);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    const SequenceState* copy = pool.Get(*restored);
+    ASSERT_EQ(copy->kv.size(), state->kv.size());
+    for (size_t i = 0; i < state->kv.size(); ++i) {
+      const KvCache& a = state->kv[i];
+      const KvCache& b = copy->kv[i];
+      ASSERT_EQ(b.length, rows);
+      ASSERT_GT(rows * a.width, 2 * 16384);
+      std::vector<float> ak(static_cast<size_t>(rows * a.width)), av(ak.size());
+      std::vector<float> bk(ak.size()), bv(ak.size());
+      a.ReadRows(rows, ak.data(), av.data());
+      b.ReadRows(rows, bk.data(), bv.data());
+      ASSERT_EQ(std::memcmp(ak.data(), bk.data(), ak.size() * 4), 0) << "keys of cache " << i;
+      ASSERT_EQ(std::memcmp(av.data(), bv.data(), av.size() * 4), 0) << "values of cache " << i;
+    }
+  }
 }
 
 // The --kv_cache_format values: the three names round-trip; anything else names them.
