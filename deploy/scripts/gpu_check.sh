@@ -14,6 +14,8 @@
 #                                        #   memcheck  compute-sanitizer memcheck on the kernel tests
 #                                        #   bench     GPU-size bench models + abcd-bench-cuda all
 #                                        #   server    abcd-server under abcd-loadtest (cuda, cpu)
+#                                        #   profile   ncu: each kernel of eager batch-1 abc steps,
+#                                        #             summed per kernel (not in the default set)
 #
 # The device tool allows 10 minutes a call and carries at most 64 MiB with the working tree
 # (about 52 of it the tracked files): the bench phase's OpenBLAS alone is 36 MB, so a bundle of
@@ -37,10 +39,10 @@ gpu_dir="${GPU_DIR:-.gpu}"
 binaries_of() {
   case "$1" in
     tests | memcheck) echo cuda_ops_test ;;
-    bench) echo abcd-bench-cuda ;;
+    bench | profile) echo abcd-bench-cuda ;;
     server) echo abcd-server abcd-loadtest ;;
     *)
-      echo "unknown phase $1 (tests, memcheck, bench, server)" >&2
+      echo "unknown phase $1 (tests, memcheck, bench, server, profile)" >&2
       return 2
       ;;
   esac
@@ -152,6 +154,26 @@ case "$mode" in
             --models /tmp/abcd-gpu/models/abc,/tmp/abcd-gpu/models/rfa,/tmp/abcd-gpu/models/t2r,/tmp/abcd-gpu/models/softmax \
             --json "$out/cuda_bench.json" 2>&1 | tee "$out/cuda_bench.txt" || status=1
           ;;
+        profile)
+          # Where a batch-1 step's time goes (engine/CUDA.md): ncu times every kernel of a few
+          # eager steps; the summary groups the last step's kernels by name.
+          if ! command -v ncu >/dev/null; then
+            echo "no ncu here" | tee "$out/ncu_summary.txt"
+            continue
+          fi
+          if ! timeout "$limit" python3 loadtest/make_bench_models.py --size gpu \
+            --dtype bfloat16 --types abc --out /tmp/abcd-gpu/models; then
+            status=1
+            continue
+          fi
+          remaining=$((deadline - SECONDS > 1 ? deadline - SECONDS : 1))
+          timeout "$remaining" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+            --launch-count 2500 /tmp/abcd-gpu/bin/abcd-bench-cuda decode \
+            --models /tmp/abcd-gpu/models/abc --batches 1 --steps 4 --no_graphs \
+            >"$out/ncu.csv" 2>"$out/ncu.err" || status=1
+          python3 loadtest/ncu_kernel_summary.py "$out/ncu.csv" | tee "$out/ncu_summary.txt" ||
+            status=1
+          ;;
         server)
           # The server end to end on the shipped LM, CUDA and then the CPU of the same machine,
           # with the same closed-loop workload (greedy, 64 new tokens, 1 and 64 streams).
@@ -171,7 +193,7 @@ case "$mode" in
     exit "$status"
     ;;
   *)
-    echo "usage: $0 bundle|run [tests] [memcheck] [bench] [server]" >&2
+    echo "usage: $0 bundle|run [tests] [memcheck] [bench] [server] [profile]" >&2
     exit 2
     ;;
 esac
