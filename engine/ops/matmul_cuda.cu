@@ -213,51 +213,44 @@ absl::Status LaunchGemv(CudaContext& context, const Half* w, const X* x, int64_t
   while (vector && split < kGemvWarps && in % (16 * split) == 0 && in / (2 * split) >= kGemvSpan) {
     split *= 2;
   }
-  const int n_in = static_cast<int>(in), n_out = static_cast<int>(out);
-  switch (rows) {
-    case 1:
-      LaunchGemvRows<Half, X, 1>(context, vector, w, x, n_in, n_out, split, bias, accumulate, y);
-      break;
-    case 2:
-      LaunchGemvRows<Half, X, 2>(context, vector, w, x, n_in, n_out, split, bias, accumulate, y);
-      break;
-    case 3:
-      LaunchGemvRows<Half, X, 3>(context, vector, w, x, n_in, n_out, split, bias, accumulate, y);
-      break;
-    case 4:
-      LaunchGemvRows<Half, X, 4>(context, vector, w, x, n_in, n_out, split, bias, accumulate, y);
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("GEMV rows ", rows, " (1 to ", kGemvMaxRows, ")"));
+  if (rows < 1 || rows > kGemvMaxRows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GEMV rows ", rows, " (1 to ", kGemvMaxRows, ")"));
   }
+  // One instantiation per row count (the kernel keeps a sum per row in registers).
+  using Launch = void (*)(CudaContext&, bool, const Half*, const X*, int, int, int, const float*,
+                          bool, float*);
+  static_assert(kGemvMaxRows == 4, "one entry per row count below");
+  static constexpr Launch kLaunches[] = {&LaunchGemvRows<Half, X, 1>, &LaunchGemvRows<Half, X, 2>,
+                                         &LaunchGemvRows<Half, X, 3>, &LaunchGemvRows<Half, X, 4>};
+  kLaunches[rows - 1](context, vector, w, x, static_cast<int>(in), static_cast<int>(out), split,
+                      bias, accumulate, y);
   return CheckLaunch("GemvKernel");
 }
 
-// The GEMV path with 16-bit weights; x is fp32 (rounded as it is read) or already of the
+// The GEMV path with weights of type Half; x is fp32 (rounded as it is read) or already of the
 // weights' type (X = void).
+template <typename Half, typename X>
+absl::Status GemvAs(CudaContext& context, const X* x, int64_t rows, const DeviceMatrix& w,
+                    const float* bias, float* y, bool accumulate) {
+  const auto* weights = static_cast<const Half*>(w.data());
+  if constexpr (std::is_same_v<X, float>) {
+    return LaunchGemv(context, weights, x, rows, w.in(), w.out(), bias, accumulate, y);
+  } else {
+    return LaunchGemv(context, weights, static_cast<const Half*>(x), rows, w.in(), w.out(), bias,
+                      accumulate, y);
+  }
+}
+
 template <typename X>
 absl::Status Gemv(CudaContext& context, const X* x, int64_t rows, const DeviceMatrix& w,
                   const float* bias, float* y, bool accumulate) {
   if (w.in() > INT32_MAX || w.out() > INT32_MAX) {
     return absl::InvalidArgumentError("GEMV: weight matrix too large");
   }
-  if (w.type() == WeightType::kBF16) {
-    const auto* weights = static_cast<const __nv_bfloat16*>(w.data());
-    if constexpr (std::is_same_v<X, float>) {
-      return LaunchGemv(context, weights, x, rows, w.in(), w.out(), bias, accumulate, y);
-    } else {
-      return LaunchGemv(context, weights, static_cast<const __nv_bfloat16*>(x), rows, w.in(),
-                        w.out(), bias, accumulate, y);
-    }
-  }
-  const auto* weights = static_cast<const __half*>(w.data());
-  if constexpr (std::is_same_v<X, float>) {
-    return LaunchGemv(context, weights, x, rows, w.in(), w.out(), bias, accumulate, y);
-  } else {
-    return LaunchGemv(context, weights, static_cast<const __half*>(x), rows, w.in(), w.out(), bias,
-                      accumulate, y);
-  }
+  return w.type() == WeightType::kBF16
+             ? GemvAs<__nv_bfloat16>(context, x, rows, w, bias, y, accumulate)
+             : GemvAs<__half>(context, x, rows, w, bias, y, accumulate);
 }
 
 // Whether a projection of `rows` rows takes the GEMV path (the context's setting).
