@@ -14,6 +14,9 @@
 #                                        #   memcheck  compute-sanitizer memcheck on the kernel tests
 #                                        #   bench     GPU-size bench models + abcd-bench-cuda all
 #                                        #   server    abcd-server under abcd-loadtest (cuda, cpu)
+#                                        #   speculative  --speculative off and ngram:4 through
+#                                        #             abcd-server on the device, one stream
+#                                        #             (not in the default set)
 #                                        #   profile   ncu: each kernel of eager batch-1 abc steps,
 #                                        #             summed per kernel (not in the default set)
 #
@@ -40,9 +43,9 @@ binaries_of() {
   case "$1" in
     tests | memcheck) echo cuda_ops_test ;;
     bench | profile) echo abcd-bench-cuda ;;
-    server) echo abcd-server abcd-loadtest ;;
+    server | speculative) echo abcd-server abcd-loadtest ;;
     *)
-      echo "unknown phase $1 (tests, memcheck, bench, server, profile)" >&2
+      echo "unknown phase $1 (tests, memcheck, bench, server, profile, speculative)" >&2
       return 2
       ;;
   esac
@@ -188,12 +191,48 @@ case "$mode" in
               status=1
           done
           ;;
+        speculative)
+          # loadtest/README.md, "Speculative decoding", with the server on the GPU: one stream,
+          # 32 requests x 128 tokens, the repeat workload greedy and the random one at T = 1,
+          # off and ngram:4 alternating, two rounds. On the shipped abc-lm and on the GPU-size
+          # abc bench model (random weights: its greedy text repeats itself, so it shows what a
+          # verify step costs there, not an acceptance rate to expect of a trained model).
+          python3 loadtest/make_speculative_prompts.py --out /tmp/abcd-gpu/spec || status=1
+          models=("$root/models/checkpoints/abc-lm")
+          if timeout $((limit / 4)) python3 loadtest/make_bench_models.py --size gpu \
+            --dtype bfloat16 --types abc --out /tmp/abcd-gpu/models >/dev/null; then
+            models+=(/tmp/abcd-gpu/models/abc)
+          else
+            status=1
+          fi
+          for model in "${models[@]}"; do
+            for round in 1 2; do
+              for spec in off ngram:4; do
+                for run in "repeat --temperature 0" "random --temperature 1 --seed 3"; do
+                  read -r workload sampling <<<"$run"
+                  label="$(basename "$model")-$workload-${spec/:/}-r$round"
+                  remaining=$((deadline - SECONDS > 1 ? deadline - SECONDS : 1))
+                  # shellcheck disable=SC2086  # $sampling is two flags
+                  timeout "$remaining" /tmp/abcd-gpu/bin/abcd-loadtest \
+                    --launch_server /tmp/abcd-gpu/bin/abcd-server \
+                    --server_args "--device cuda --models $model --prefix_cache_mb 0 --speculative $spec" \
+                    --endpoint http-completions --concurrency 1 --num_requests 32 --warmup 4 \
+                    --ignore_eos --prompts "/tmp/abcd-gpu/spec/$workload.jsonl" --output_tokens 128 \
+                    $sampling --result_json "$out/spec-$label.json" >"$out/spec-$label.txt" 2>&1 ||
+                    status=1
+                  echo "$label: $(grep -h -E 'Output token throughput|speculative draft' \
+                    "$out/spec-$label.txt" | tr -s ' ' | tr '\n' ';')"
+                done
+              done
+            done
+          done
+          ;;
       esac
     done
     exit "$status"
     ;;
   *)
-    echo "usage: $0 bundle|run [tests] [memcheck] [bench] [server] [profile]" >&2
+    echo "usage: $0 bundle|run [tests] [memcheck] [bench] [server] [profile] [speculative]" >&2
     exit 2
     ;;
 esac

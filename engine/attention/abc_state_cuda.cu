@@ -16,6 +16,7 @@ using internal::BlockSoftmax;
 using internal::GroupSum;
 using internal::kThreads;
 using internal::LoadVec;
+using internal::SaveCheckpoint;
 using internal::SequenceRows;
 using internal::StoreVec;
 using internal::WritePaddingRows;
@@ -155,6 +156,14 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // the next row reuses shared memory and reads this state
+    // This block's slots: their key and value rows and their log normalisers.
+    const int64_t head_offset = static_cast<int64_t>(h) * n * (2 * dh + 1);
+    SaveCheckpoint(rows, b, rows.states[sequence], head_offset + static_cast<int64_t>(j0) * dh,
+                   static_cast<int64_t>(local) * dh);
+    SaveCheckpoint(rows, b, rows.states[sequence], head_offset + static_cast<int64_t>(n + j0) * dh,
+                   static_cast<int64_t>(local) * dh);
+    SaveCheckpoint(rows, b, rows.states[sequence],
+                   head_offset + 2 * static_cast<int64_t>(n) * dh + j0, local);
   }
 }
 

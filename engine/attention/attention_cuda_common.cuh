@@ -61,6 +61,18 @@ __device__ __forceinline__ void SequenceRows(const StepRows& rows, int64_t seque
   *count = rows.first != nullptr ? rows.count[sequence] : 1;
 }
 
+// Speculative decoding: after row b, copies `floats` floats at `offset` of the state block
+// `state` to the same offset of rows.checkpoints[b] (when set), with the block's threads, and
+// waits for them, so the next row may change the state. Every thread of the block must call it
+// after the row's last __syncthreads(); each block copies only the part of the state it owns.
+__device__ __forceinline__ void SaveCheckpoint(const StepRows& rows, int64_t b, const float* state,
+                                               int64_t offset, int64_t floats) {
+  if (rows.checkpoints == nullptr || rows.checkpoints[b] == nullptr) return;
+  float* saved = rows.checkpoints[b] + offset;
+  for (int64_t i = threadIdx.x; i < floats; i += kThreads) saved[i] = state[offset + i];
+  __syncthreads();
+}
+
 // Rows [first, first + count) of a padding row of a CUDA-graph bucket (no state or cache):
 // head h's output is zero; split across blocks, this block's partial is one the combine turns
 // into zero: o = 0 and its kStats trailing floats m = 0, l = 1 (softmax-style partials,

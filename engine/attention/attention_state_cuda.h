@@ -39,6 +39,10 @@ struct StepRows {
   const int32_t* count = nullptr;  // prefill only: [sequences] rows of each sequence
   int64_t longest_run = 1;         // prefill only: the largest count (host copy): a long scan
                                    // is split across blocks like a lone sequence would be
+  // Speculative decoding (bounded types): [batch] or null. A non-null checkpoints[b] receives a
+  // copy of this layer's state block as it is after row b (the block's layout; 16-byte
+  // aligned), written before the next row changes it.
+  float* const* checkpoints = nullptr;
 };
 
 // Copies the `floats`-long `empty_state` (an Init()ed block) into each of `batch` states.

@@ -17,6 +17,7 @@ namespace {
 using internal::GroupSum;
 using internal::kThreads;
 using internal::LoadVec;
+using internal::SaveCheckpoint;
 using internal::SequenceRows;
 using internal::StoreVec;
 using internal::WritePaddingRows;
@@ -204,6 +205,12 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // the next row reuses shared memory and reads this state
+    // This block's features: their rows of S and their entries of z.
+    const int64_t head_offset = static_cast<int64_t>(h) * f_count * (dh + 1);
+    SaveCheckpoint(rows, b, rows.states[sequence], head_offset + static_cast<int64_t>(f0) * dh,
+                   static_cast<int64_t>(local) * dh);
+    SaveCheckpoint(rows, b, rows.states[sequence],
+                   head_offset + static_cast<int64_t>(f_count) * dh + f0, local);
   }
 }
 

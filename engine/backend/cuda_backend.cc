@@ -265,10 +265,6 @@ absl::Status CudaBackend::Decode(std::span<const DecodeRow> rows, std::vector<fl
     }
     run_slots.push_back(it->second);
     for (int64_t r = run.first_row; r < run.first_row + run.rows; ++r) {
-      if (rows[r].checkpoint) {
-        return absl::UnimplementedError(absl::StrCat(
-            "rows[", r, "].checkpoint: the CUDA backend does not keep state checkpoints"));
-      }
       if (rows[r].token < 0 || rows[r].token >= config.vocab_size) {
         return absl::InvalidArgumentError(absl::StrCat("rows[", r, "].token = ", rows[r].token,
                                                        " is outside the vocabulary [0, ",
@@ -284,18 +280,46 @@ absl::Status CudaBackend::Decode(std::span<const DecodeRow> rows, std::vector<fl
   }
 
   ABCD_RETURN_IF_ERROR(Checked(context_->MakeCurrent()));
+  // Speculative decoding: each sequence fed here forgets its earlier checkpoints; those with
+  // checkpoint rows get room for them (numbered in row order across the call's passes).
+  for (size_t i = 0; i < runs.size(); ++i) {
+    cuda_model_->ClearCheckpoints(run_slots[i]);
+    const int count = static_cast<int>(std::count_if(
+        rows.begin() + runs[i].first_row, rows.begin() + runs[i].first_row + runs[i].rows,
+        [](const DecodeRow& row) { return row.checkpoint; }));
+    if (count > 0) {
+      ABCD_RETURN_IF_ERROR(Checked(cuda_model_->ReserveCheckpoints(run_slots[i], count)));
+    }
+  }
+
+  // A verify pass of one sequence (speculation at batch 1): every row's logits, from a captured
+  // graph where the model has one.
+  if (runs.size() == 1 && runs[0].rows <= cuda_model_->max_rows() &&
+      std::all_of(rows.begin(), rows.end(), [](const DecodeRow& row) { return row.want_logits; }) &&
+      std::any_of(rows.begin(), rows.end(), [](const DecodeRow& row) { return row.checkpoint; })) {
+    std::vector<int32_t> tokens, checkpoint_rows;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      tokens.push_back(rows[r].token);
+      if (rows[r].checkpoint) checkpoint_rows.push_back(static_cast<int32_t>(r));
+    }
+    return Checked(cuda_model_->Verify({run_slots[0], tokens, checkpoint_rows}, logits));
+  }
+
   // As few forward passes as the rows allow: each carries up to max_rows() rows, prompt chunks
   // and decode tokens together. A run longer than that continues in the next pass (a slot
   // appears once per pass). Passes run in row order, so the logits come out in row order.
   std::vector<CudaModel::SequenceTokens> entries;
+  std::vector<std::vector<int32_t>> entry_checkpoints;  // rows within each entry's tokens
   std::vector<int64_t> logit_rows;
   std::vector<int32_t> tokens(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) tokens[r] = rows[r].token;
   int64_t pass_rows = 0;
   auto flush = [&]() -> absl::Status {
     if (entries.empty()) return absl::OkStatus();
+    for (size_t e = 0; e < entries.size(); ++e) entries[e].checkpoint_rows = entry_checkpoints[e];
     absl::Status status = Checked(cuda_model_->Forward(entries, logit_rows, logits));
     entries.clear();
+    entry_checkpoints.clear();
     logit_rows.clear();
     pass_rows = 0;
     return status;
@@ -306,10 +330,21 @@ absl::Status CudaBackend::Decode(std::span<const DecodeRow> rows, std::vector<fl
       if (pass_rows == max_rows) ABCD_RETURN_IF_ERROR(flush());
       const int64_t take = std::min(runs[i].rows - begin, max_rows - pass_rows);
       const int64_t first_row = runs[i].first_row + begin;
-      entries.push_back({run_slots[i], std::span<const int32_t>(tokens).subspan(first_row, take)});
+      CudaModel::SequenceTokens entry{run_slots[i],
+                                      std::span<const int32_t>(tokens).subspan(first_row, take)};
+      std::vector<int32_t> saved;
       for (int64_t r = 0; r < take; ++r) {
         if (rows[first_row + r].want_logits) logit_rows.push_back(pass_rows + r);
+        if (rows[first_row + r].checkpoint) saved.push_back(static_cast<int32_t>(r));
+        if (rows[first_row + r].checkpoint && saved.size() == 1) {
+          // Checkpoints before this pass's first one: this run's earlier checkpoint rows.
+          entry.first_checkpoint = static_cast<int>(
+              std::count_if(rows.begin() + runs[i].first_row, rows.begin() + first_row + r,
+                            [](const DecodeRow& row) { return row.checkpoint; }));
+        }
       }
+      entries.push_back(entry);
+      entry_checkpoints.push_back(std::move(saved));
       pass_rows += take;
       begin += take;
       // The rest of this run needs the state this pass leaves: it goes in the next one.
@@ -317,6 +352,13 @@ absl::Status CudaBackend::Decode(std::span<const DecodeRow> rows, std::vector<fl
     }
   }
   return flush();
+}
+
+absl::Status CudaBackend::Rollback(SequenceId id, int checkpoint) {
+  auto it = slots_.find(id);
+  if (it == slots_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  ABCD_RETURN_IF_ERROR(Checked(context_->MakeCurrent()));
+  return Checked(cuda_model_->Rollback(it->second, checkpoint));
 }
 
 absl::Status CudaBackend::DecodeAndSample(std::span<const SampledRow> rows,

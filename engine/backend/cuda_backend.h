@@ -63,6 +63,13 @@ class CudaBackend final : public DecodeBackend {
   absl::StatusOr<SequenceId> Fork(SequenceId id) override;
   absl::Status Encode(std::span<const int32_t> source, SequenceId id) override;
   absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) override;
+  // Checkpoints are fixed-block copies on the device that the state kernels write during the
+  // verify pass; a slot keeps their memory once allocated.
+  bool checkpoints_supported() const override { return true; }
+  int64_t CheckpointBytes(int slots) const override {
+    return slots * cuda_model_->state_bytes_per_sequence();
+  }
+  absl::Status Rollback(SequenceId id, int checkpoint) override;
   // One batched step, sampled on the device (a captured CUDA graph per batch bucket when the
   // model has them); the random stream differs from the CPU Sampler's (sampler_cuda.h).
   bool samples_tokens() const override { return true; }

@@ -147,6 +147,7 @@ absl::Status CudaModel::AllocateStepBuffers() {
   ABCD_ASSIGN_OR_RETURN(token_positions_, DeviceArray<int64_t>::Allocate(rows));
   ABCD_ASSIGN_OR_RETURN(lengths_, DeviceArray<int32_t>::Allocate(rows));
   ABCD_ASSIGN_OR_RETURN(state_pointers_, DeviceArray<float*>::Allocate(n_layers * rows));
+  ABCD_ASSIGN_OR_RETURN(checkpoint_pointers_, DeviceArray<float*>::Allocate(n_layers * rows));
   ABCD_ASSIGN_OR_RETURN(key_pointers_, DeviceArray<float*>::Allocate(n_softmax * rows));
   ABCD_ASSIGN_OR_RETURN(value_pointers_, DeviceArray<float*>::Allocate(n_softmax * rows));
   ABCD_ASSIGN_OR_RETURN(x_, DeviceArray<float>::Allocate(rows * d));
@@ -225,6 +226,7 @@ absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const 
   std::vector<int32_t> token_ids(rows, 0), lengths(rows, 0);
   std::vector<int64_t> positions(rows, 0);
   std::vector<float*> state_pointers(layers_.size() * stride, nullptr);
+  std::vector<float*> checkpoint_pointers;  // only when an entry has checkpoint rows
   std::vector<float*> key_pointers(static_cast<size_t>(slots_.kv_layers()) * stride, nullptr);
   std::vector<float*> value_pointers(static_cast<size_t>(slots_.kv_layers()) * stride, nullptr);
   for (int64_t b = 0; b < rows; ++b) {
@@ -254,7 +256,8 @@ absl::Status CudaModel::StageInputs(std::span<const int> slots, std::span<const 
   return CopyToDevice(context_, value_pointers, value_pointers_.data());
 }
 
-absl::Status CudaModel::StageSequences(std::span<const SequenceTokens> entries, int64_t rows) {
+absl::Status CudaModel::StageSequences(std::span<const SequenceTokens> entries, int64_t rows,
+                                       int64_t padded_rows, int64_t scan_sequences) {
   const int64_t stride = max_rows_;
   std::vector<int32_t> token_ids, lengths, first, count;
   std::vector<int64_t> positions;
@@ -264,6 +267,7 @@ absl::Status CudaModel::StageSequences(std::span<const SequenceTokens> entries, 
   // Bounded layers: each sequence's block once (the scan walks its rows); softmax: every row
   // appends to and reads its sequence's cache, attending over start + t + 1 tokens.
   std::vector<float*> state_pointers(layers_.size() * stride, nullptr);
+  std::vector<float*> checkpoint_pointers;  // only when an entry has checkpoint rows
   std::vector<float*> key_pointers(static_cast<size_t>(slots_.kv_layers()) * stride, nullptr);
   std::vector<float*> value_pointers(static_cast<size_t>(slots_.kv_layers()) * stride, nullptr);
   for (size_t s = 0; s < entries.size(); ++s) {
@@ -277,11 +281,19 @@ absl::Status CudaModel::StageSequences(std::span<const SequenceTokens> entries, 
       positions.push_back(start + static_cast<int64_t>(t));
       lengths.push_back(static_cast<int32_t>(start + static_cast<int64_t>(t)));
     }
+    if (!entries[s].checkpoint_rows.empty() && checkpoint_pointers.empty()) {
+      checkpoint_pointers.assign(layers_.size() * stride, nullptr);
+    }
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& layer = layers_[l];
       if (layer.softmax_index < 0) {
         state_pointers[l * stride + static_cast<int64_t>(s)] =
             slots_.State(slot, layer.state_offset);
+        for (size_t c = 0; c < entries[s].checkpoint_rows.size(); ++c) {
+          checkpoint_pointers[l * stride + row0 + entries[s].checkpoint_rows[c]] =
+              slots_.Checkpoint(slot, entries[s].first_checkpoint + static_cast<int>(c),
+                                layer.state_offset);
+        }
         continue;
       }
       for (int64_t r = row0; r < static_cast<int64_t>(token_ids.size()); ++r) {
@@ -290,23 +302,126 @@ absl::Status CudaModel::StageSequences(std::span<const SequenceTokens> entries, 
       }
     }
   }
+  // Padding: the rows up to padded_rows form the first sequence after the entries, any more
+  // sequences up to scan_sequences are empty; none has state or cache (zero output).
+  for (int64_t p = static_cast<int64_t>(entries.size()); p < scan_sequences; ++p) {
+    first.push_back(static_cast<int32_t>(token_ids.size()));
+    count.push_back(static_cast<int32_t>(
+        p == static_cast<int64_t>(entries.size()) ? std::max<int64_t>(padded_rows - rows, 0) : 0));
+  }
+  if (padded_rows > rows) {
+    token_ids.resize(static_cast<size_t>(padded_rows), 0);
+    positions.resize(static_cast<size_t>(padded_rows), 0);
+    lengths.resize(static_cast<size_t>(padded_rows), 0);
+  }
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, token_ids, tokens_.data()));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, positions, token_positions_.data()));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, lengths, lengths_.data()));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, first, scan_first_.data()));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, count, scan_count_.data()));
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, state_pointers, state_pointers_.data()));
+  if (!checkpoint_pointers.empty()) {
+    ABCD_RETURN_IF_ERROR(CopyToDevice(context_, checkpoint_pointers, checkpoint_pointers_.data()));
+  }
   ABCD_RETURN_IF_ERROR(CopyToDevice(context_, key_pointers, key_pointers_.data()));
   return CopyToDevice(context_, value_pointers, value_pointers_.data());
 }
 
 absl::Status CudaModel::Forward(std::span<const SequenceTokens> entries,
                                 std::span<const int64_t> logit_rows, std::vector<float>* logits) {
-  if (entries.empty()) return absl::InvalidArgumentError("a forward pass needs a sequence");
   // Everything is checked before anything is staged.
+  ABCD_ASSIGN_OR_RETURN(const EntryShape shape, CheckEntries(entries));
+  const int64_t rows = shape.rows;
+  for (size_t i = 0; i < logit_rows.size(); ++i) {
+    if (logit_rows[i] < 0 || logit_rows[i] >= rows ||
+        (i > 0 && logit_rows[i] <= logit_rows[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_rows[", i, "] = ", logit_rows[i],
+                                                     " is not an ascending row below ", rows));
+    }
+  }
+
+  ABCD_RETURN_IF_ERROR(StageSequences(entries, rows));
+  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, shape.max_length, static_cast<int64_t>(entries.size()),
+                                      shape.longest_run, /*lm_head=*/false, shape.checkpoints));
+  // The LM head only over the wanted rows, packed into x_ (free after the final LayerNorm),
+  // in pieces of the logits buffer's max_sequences rows, each copied out in stream order.
+  const int64_t vocab = config_.vocab_size, d = config_.d_model;
+  const int64_t wanted = static_cast<int64_t>(logit_rows.size());
+  size_t offset = logits->size();
+  logits->resize(offset + static_cast<size_t>(wanted * vocab));
+  if (wanted > 0) {
+    const std::vector<int32_t> indices(logit_rows.begin(), logit_rows.end());
+    ABCD_RETURN_IF_ERROR(CopyToDevice(context_, indices, logit_rows_.data()));
+    ABCD_RETURN_IF_ERROR(
+        GatherRows(context_, normed_.data(), logit_rows_.data(), wanted, d, x_.data()));
+  }
+  for (int64_t first = 0; first < wanted; first += options_.max_sequences) {
+    const int64_t count = std::min<int64_t>(options_.max_sequences, wanted - first);
+    ABCD_RETURN_IF_ERROR(
+        Linear(context_, x_.data() + first * d, count, lm_head_, nullptr, logits_.data()));
+    ABCD_RETURN_IF_ERROR(Check(cudaMemcpyAsync(logits->data() + offset, logits_.data(),
+                                               static_cast<size_t>(count * vocab) * sizeof(float),
+                                               cudaMemcpyDeviceToHost, context_.stream()),
+                               "copy logits"));
+    offset += static_cast<size_t>(count * vocab);
+  }
+  ABCD_RETURN_IF_ERROR(context_.Synchronize());
+  FinishEntries(entries);
+  return absl::OkStatus();
+}
+
+void CudaModel::FinishEntries(std::span<const SequenceTokens> entries) {
+  for (const SequenceTokens& entry : entries) {
+    const int64_t start = slots_.position(entry.slot);
+    for (size_t c = 0; c < entry.checkpoint_rows.size(); ++c) {
+      slots_.RecordCheckpoint(entry.slot, entry.first_checkpoint + static_cast<int>(c),
+                              start + entry.checkpoint_rows[c] + 1);
+    }
+    slots_.Advance(entry.slot, static_cast<int64_t>(entry.tokens.size()));
+  }
+}
+
+absl::Status CudaModel::Verify(const SequenceTokens& entry, std::vector<float>* logits) {
+  const int64_t rows = static_cast<int64_t>(entry.tokens.size());
+  const size_t bucket =
+      static_cast<size_t>(std::lower_bound(verify_buckets_.begin(), verify_buckets_.end(), rows) -
+                          verify_buckets_.begin());
+  // The graphs write checkpoints wherever the staged pointers say, so they need some.
+  if (!uses_graphs() || bucket == verify_buckets_.size() || entry.checkpoint_rows.empty()) {
+    std::vector<int64_t> every_row(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) every_row[static_cast<size_t>(r)] = r;
+    return Forward({&entry, 1}, every_row, logits);
+  }
+  ABCD_ASSIGN_OR_RETURN(const EntryShape shape, CheckEntries({&entry, 1}));
+  // The entry, then its bucket's padding rows as a second sequence without state.
+  ABCD_RETURN_IF_ERROR(StageSequences({&entry, 1}, rows, verify_buckets_[bucket], 2));
+  const size_t context_index = GraphContextIndex(graph_contexts_, int64_t{shape.max_length} + 1);
+  const size_t index = context_index * verify_buckets_.size() + bucket;
+  if (index >= verify_graphs_.size()) {
+    return absl::InternalError(absl::StrCat("no CUDA verify graph for ", rows, " rows"));
+  }
+  ABCD_RETURN_IF_ERROR(
+      Check(cudaGraphLaunch(verify_graphs_[index]->exec, context_.stream()), "cudaGraphLaunch"));
+  const int64_t vocab = config_.vocab_size;
+  const size_t offset = logits->size();
+  logits->resize(offset + static_cast<size_t>(rows * vocab));
+  ABCD_RETURN_IF_ERROR(Check(cudaMemcpyAsync(logits->data() + offset, logits_.data(),
+                                             static_cast<size_t>(rows * vocab) * sizeof(float),
+                                             cudaMemcpyDeviceToHost, context_.stream()),
+                             "copy logits"));
+  ABCD_RETURN_IF_ERROR(context_.Synchronize());
+  FinishEntries({&entry, 1});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CudaModel::EntryShape> CudaModel::CheckEntries(
+    std::span<const SequenceTokens> entries) const {
+  if (entries.empty()) return absl::InvalidArgumentError("a forward pass needs a sequence");
   absl::flat_hash_set<int> seen;
-  int64_t rows = 0;
-  int32_t max_length = 0;
+  EntryShape shape;
+  int64_t& rows = shape.rows;
+  int32_t& max_length = shape.max_length;
+  bool& any_checkpoints = shape.checkpoints;
   for (size_t s = 0; s < entries.size(); ++s) {
     const int slot = entries[s].slot;
     if (!slots_.in_use(slot)) {
@@ -332,55 +447,46 @@ absl::Status CudaModel::Forward(std::span<const SequenceTokens> entries,
       return absl::ResourceExhaustedError(absl::StrCat(
           "entries[", s, "]: the KV cache holds max_context = ", options_.max_context, " tokens"));
     }
+    const std::span<const int32_t> checkpoint_rows = entries[s].checkpoint_rows;
+    for (size_t c = 0; c < checkpoint_rows.size(); ++c) {
+      if (checkpoint_rows[c] < 0 || checkpoint_rows[c] >= static_cast<int32_t>(tokens.size()) ||
+          (c > 0 && checkpoint_rows[c] <= checkpoint_rows[c - 1])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("entries[", s, "].checkpoint_rows[", c, "] = ", checkpoint_rows[c],
+                         " is not an ascending row of its ", tokens.size(), " tokens"));
+      }
+    }
+    if (!checkpoint_rows.empty() &&
+        (entries[s].first_checkpoint < 0 ||
+         entries[s].first_checkpoint + static_cast<int64_t>(checkpoint_rows.size()) >
+             slots_.checkpoint_capacity(slot))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("entries[", s, "]: checkpoints ", entries[s].first_checkpoint, " + ",
+                       checkpoint_rows.size(), " exceed the ", slots_.checkpoint_capacity(slot),
+                       " reserved for slot ", slot));
+    }
+    any_checkpoints = any_checkpoints || !checkpoint_rows.empty();
     rows += static_cast<int64_t>(tokens.size());
     max_length = std::max(max_length, static_cast<int32_t>(end - 1));
+    shape.longest_run = std::max(shape.longest_run, static_cast<int64_t>(tokens.size()));
   }
   if (rows > max_rows_) {
     return absl::InvalidArgumentError(
         absl::StrCat("a forward pass of ", rows, " rows > max_rows ", max_rows_));
   }
-  for (size_t i = 0; i < logit_rows.size(); ++i) {
-    if (logit_rows[i] < 0 || logit_rows[i] >= rows ||
-        (i > 0 && logit_rows[i] <= logit_rows[i - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat("logit_rows[", i, "] = ", logit_rows[i],
-                                                     " is not an ascending row below ", rows));
-    }
-  }
+  return shape;
+}
 
-  ABCD_RETURN_IF_ERROR(StageSequences(entries, rows));
-  int64_t longest_run = 0;
-  for (const SequenceTokens& entry : entries) {
-    longest_run = std::max(longest_run, static_cast<int64_t>(entry.tokens.size()));
-  }
-  ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length, static_cast<int64_t>(entries.size()),
-                                      longest_run, /*lm_head=*/false));
-  // The LM head only over the wanted rows, packed into x_ (free after the final LayerNorm),
-  // in pieces of the logits buffer's max_sequences rows, each copied out in stream order.
-  const int64_t vocab = config_.vocab_size, d = config_.d_model;
-  const int64_t wanted = static_cast<int64_t>(logit_rows.size());
-  size_t offset = logits->size();
-  logits->resize(offset + static_cast<size_t>(wanted * vocab));
-  if (wanted > 0) {
-    const std::vector<int32_t> indices(logit_rows.begin(), logit_rows.end());
-    ABCD_RETURN_IF_ERROR(CopyToDevice(context_, indices, logit_rows_.data()));
-    ABCD_RETURN_IF_ERROR(
-        GatherRows(context_, normed_.data(), logit_rows_.data(), wanted, d, x_.data()));
-  }
-  for (int64_t first = 0; first < wanted; first += options_.max_sequences) {
-    const int64_t count = std::min<int64_t>(options_.max_sequences, wanted - first);
-    ABCD_RETURN_IF_ERROR(
-        Linear(context_, x_.data() + first * d, count, lm_head_, nullptr, logits_.data()));
-    ABCD_RETURN_IF_ERROR(Check(cudaMemcpyAsync(logits->data() + offset, logits_.data(),
-                                               static_cast<size_t>(count * vocab) * sizeof(float),
-                                               cudaMemcpyDeviceToHost, context_.stream()),
-                               "copy logits"));
-    offset += static_cast<size_t>(count * vocab);
-  }
-  ABCD_RETURN_IF_ERROR(context_.Synchronize());
-  for (const SequenceTokens& entry : entries) {
-    slots_.Advance(entry.slot, static_cast<int64_t>(entry.tokens.size()));
-  }
-  return absl::OkStatus();
+absl::Status CudaModel::ReserveCheckpoints(int slot, int count) {
+  return slots_.ReserveCheckpoints(slot, count);
+}
+
+void CudaModel::ClearCheckpoints(int slot) {
+  if (slots_.in_use(slot)) slots_.ClearCheckpoints(slot);
+}
+
+absl::Status CudaModel::Rollback(int slot, int checkpoint) {
+  return slots_.Rollback(context_, slot, checkpoint);
 }
 
 absl::Status CudaModel::Prefill(int slot, std::span<const int32_t> tokens, bool last_only,
@@ -419,7 +525,7 @@ absl::Status CudaModel::Prefill(int slot, std::span<const int32_t> tokens, bool 
 }
 
 absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences,
-                                       int64_t scan_longest_run, bool lm_head) {
+                                       int64_t scan_longest_run, bool lm_head, bool checkpoints) {
   CudaContext& ctx = context_;
   const int64_t d = config_.d_model, ff = config_.d_ff, stride = max_rows_;
   const float eps = config_.layer_norm_eps;
@@ -451,6 +557,7 @@ absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t
       step.longest_run = scan_longest_run;
       step.first = scan_first_.data();
       step.count = scan_count_.data();
+      if (checkpoints) step.checkpoints = checkpoint_pointers_.data() + l * stride;
     }
     KvCacheRows cache;  // softmax layers: their rows of the KV caches
     if (layer.softmax_index >= 0) {
@@ -513,6 +620,13 @@ absl::Status CudaModel::CaptureGraphs() {
     graph_batches_.push_back(std::min<int64_t>(b, options_.max_sequences));
     if (b >= options_.max_sequences) break;
   }
+  // Speculative decoding's verify passes (one sequence, the pending token and up to
+  // kMaxVerifyGraphRows - 1 drafts), their logits for every row in logits_ (max_sequences rows).
+  verify_buckets_.clear();
+  for (int64_t rows = 2; rows <= std::min<int64_t>(kMaxVerifyGraphRows, options_.max_sequences);
+       rows *= 2) {
+    verify_buckets_.push_back(rows);
+  }
   // Softmax layers: one graph per context bucket too, because the split-K grid is sized by the
   // tokens a step may attend over; a bucket's graph serves every step whose longest context
   // fits it (the chunks past a row's length are empty).
@@ -533,9 +647,15 @@ absl::Status CudaModel::CaptureGraphs() {
       ABCD_RETURN_IF_ERROR(SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
                                         sampling_params_.data(), sampled_.data()));
     }
+    for (int64_t rows : verify_buckets_) {
+      ABCD_RETURN_IF_ERROR(StageSequences({}, 0, rows, 2));
+      ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length(context), 2, rows, /*lm_head=*/true,
+                                          /*checkpoints=*/true));
+    }
   }
   ABCD_RETURN_IF_ERROR(context_.Synchronize());
   graphs_.clear();
+  verify_graphs_.clear();
   for (int64_t context : graph_contexts_) {
     for (int64_t rows : graph_batches_) {
       auto graph = std::make_unique<Graph>();
@@ -554,6 +674,23 @@ absl::Status CudaModel::CaptureGraphs() {
       ABCD_RETURN_IF_ERROR(
           Check(cudaGraphInstantiate(&graph->exec, graph->graph, 0), "cudaGraphInstantiate"));
       graphs_.push_back(std::move(graph));
+    }
+  }
+  for (int64_t context : graph_contexts_) {
+    for (int64_t rows : verify_buckets_) {
+      auto graph = std::make_unique<Graph>();
+      ABCD_RETURN_IF_ERROR(
+          Check(cudaStreamBeginCapture(context_.stream(), cudaStreamCaptureModeThreadLocal),
+                "cudaStreamBeginCapture"));
+      const absl::Status status = EnqueueForward(rows, max_length(context), 2, rows,
+                                                 /*lm_head=*/true, /*checkpoints=*/true);
+      const absl::Status end =
+          Check(cudaStreamEndCapture(context_.stream(), &graph->graph), "cudaStreamEndCapture");
+      ABCD_RETURN_IF_ERROR(status);
+      ABCD_RETURN_IF_ERROR(end);
+      ABCD_RETURN_IF_ERROR(
+          Check(cudaGraphInstantiate(&graph->exec, graph->graph, 0), "cudaGraphInstantiate"));
+      verify_graphs_.push_back(std::move(graph));
     }
   }
   return absl::OkStatus();

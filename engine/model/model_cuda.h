@@ -78,8 +78,19 @@ class CudaModel {
 
   // One sequence's rows of a Forward(): a prompt chunk, or the one token of a decode step.
   struct SequenceTokens {
+    SequenceTokens(int slot_in, std::span<const int32_t> tokens_in,
+                   std::span<const int32_t> checkpoint_rows_in = {}, int first_checkpoint_in = 0)
+        : slot(slot_in),
+          tokens(tokens_in),
+          checkpoint_rows(checkpoint_rows_in),
+          first_checkpoint(first_checkpoint_in) {}
     int slot = 0;
     std::span<const int32_t> tokens;
+    // Speculative decoding: rows of `tokens` (ascending) after which the slot's state is saved,
+    // into its checkpoints first_checkpoint, first_checkpoint + 1, ... (ReserveCheckpoints()
+    // first; Rollback() puts one back).
+    std::span<const int32_t> checkpoint_rows;
+    int first_checkpoint = 0;
   };
   // Rows one Forward() carries at most: max_sequences + max_prefill_tokens, a full iteration of
   // decode tokens beside a full prefill chunk.
@@ -106,6 +117,19 @@ class CudaModel {
   // The same step, then samples row b with params[b] on the device; next[b] = the token.
   absl::Status StepSample(std::span<const int> slots, std::span<const int32_t> tokens,
                           std::span<const DeviceSamplingParams> params, std::vector<int32_t>* next);
+
+  // Speculative decoding's verify pass: Forward() of one entry with the logits of every row,
+  // from a captured graph (one per bucket of 2, 4, ... kMaxVerifyGraphRows rows, padded) when
+  // graphs are on and the entry has checkpoint rows; else Forward() itself.
+  static constexpr int64_t kMaxVerifyGraphRows = 32;
+  absl::Status Verify(const SequenceTokens& entry, std::vector<float>* logits);
+
+  // Speculative decoding (DecodeBackend::Rollback): room for `count` checkpoints of `slot`;
+  // ClearCheckpoints() forgets the ones a Forward() wrote; Rollback() restores one (the state
+  // block and the position) in O(state bytes). OutOfRange for a checkpoint not written since.
+  absl::Status ReserveCheckpoints(int slot, int count);
+  void ClearCheckpoints(int slot);
+  absl::Status Rollback(int slot, int checkpoint);
 
   // Benchmarks only: declares that `slot` already holds `position` tokens, without computing
   // them (softmax caches then attend over whatever their memory holds). Lets decode at a 32k
@@ -138,15 +162,30 @@ class CudaModel {
   absl::Status StageInputs(std::span<const int> slots, std::span<const int32_t> tokens,
                            int64_t rows);
   // Stages the rows of a Forward(): each entry's tokens from its slot's current position.
-  absl::Status StageSequences(std::span<const SequenceTokens> entries, int64_t rows);
+  // Verify graphs: pads to `padded_rows` rows in `scan_sequences` sequences (see the .cc).
+  absl::Status StageSequences(std::span<const SequenceTokens> entries, int64_t rows,
+                              int64_t padded_rows = 0, int64_t scan_sequences = 0);
+  // What Forward() checks of its entries, and the pass they make.
+  struct EntryShape {
+    int64_t rows = 0;
+    int32_t max_length = 0;    // the longest context a row attends over, minus one
+    int64_t longest_run = 0;   // the most rows of one entry
+    bool checkpoints = false;  // some entry saves checkpoints
+  };
+  absl::StatusOr<EntryShape> CheckEntries(std::span<const SequenceTokens> entries) const;
+  // After a pass: records the entries' checkpoints' positions and advances their slots.
+  void FinishEntries(std::span<const SequenceTokens> entries);
   // Enqueues the forward pass over the staged rows, leaving logits in logits_. With
   // `scan_sequences` > 0 the rows are that many sequences' runs of consecutive tokens (the scan
   // form of the state kernels, StageSequences), the longest `scan_longest_run` rows; 0: one row
   // per sequence (StageInputs).
   // Without `lm_head` it stops after the final LayerNorm (normed_), for Forward() to run the
   // LM head over the rows it wants only.
+  // With `checkpoints`, the bounded layers' kernels also write the checkpoints StageSequences
+  // staged.
   absl::Status EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences,
-                              int64_t scan_longest_run, bool lm_head = true);
+                              int64_t scan_longest_run, bool lm_head = true,
+                              bool checkpoints = false);
   absl::Status CaptureGraphs();
   int64_t BucketFor(int64_t batch) const;
   void Advance(std::span<const int> slots);
@@ -173,7 +212,8 @@ class CudaModel {
   DeviceArray<int32_t> tokens_;
   DeviceArray<int64_t> token_positions_;
   DeviceArray<int32_t> lengths_;
-  DeviceArray<float*> state_pointers_;  // [layers, rows]: each layer's block of each row
+  DeviceArray<float*> state_pointers_;       // [layers, rows]: each layer's block of each row
+  DeviceArray<float*> checkpoint_pointers_;  // [layers, rows]: where a row's checkpoint goes
   DeviceArray<float*> key_pointers_, value_pointers_;  // [softmax layers, rows]
   DeviceArray<float> x_, normed_, fused_, attended_, hidden_;
   // 16-bit weights: a projection's input rounded to their type ([max_rows_, max(d, d_ff)]).
@@ -187,6 +227,9 @@ class CudaModel {
   std::vector<int64_t> graph_batches_;   // 1, 2, 4, ... max_sequences
   std::vector<int64_t> graph_contexts_;  // softmax: 256, 512, ... max_context tokens; else {0}
   std::vector<std::unique_ptr<Graph>> graphs_;
+  // Captured verify passes: verify_graphs_[context index * buckets + bucket index].
+  std::vector<int64_t> verify_buckets_;  // rows: 2, 4, ... kMaxVerifyGraphRows
+  std::vector<std::unique_ptr<Graph>> verify_graphs_;
   bool graphs_enabled_ = true;
 };
 

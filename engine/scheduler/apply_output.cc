@@ -27,6 +27,7 @@ void ContinuousBatchingExecutor::ApplyOutput(const IterationPlan& plan,
   }
   for (size_t i = 0; i < plan.sampled_owners.size(); ++i) {
     ActiveRequest& r = *running_[plan.sampled_owners[i]];
+    r.pacer.Observe(0, 0);  // a step without a draft (speculation's back-off counts it)
     if (output.sampled_status.ok()) {
       Accept(r, output.sampled_tokens[i]);
     } else {

@@ -15,16 +15,20 @@ int64_t PrefillUntil(const ActiveRequest& r) {
   return static_cast<int64_t>(r.prompt_ids.size());
 }
 
-// r's decode row, and after it the draft's rows when r speculates and a draft is found: every
-// row but the last saves a checkpoint (DecodeBackend::Rollback). Drafts stop one token short of
-// max_tokens, so a verify step never feeds a token that plain decoding would not.
-void PlanDraft(const ActiveRequest& r, size_t owner, IterationPlan& plan) {
-  std::vector<int32_t> draft;
-  if (r.speculative.enabled()) {
-    const int remaining = r.request.max_tokens - r.generated_tokens();
-    const int k = std::min(r.pacer.Budget(), remaining - 1);
-    if (k > 0) draft = ProposeNgramDraft(r.context, k);
-  }
+// The draft r verifies this step: empty unless r speculates and a draft is found. Drafts stop
+// one token short of max_tokens, so a verify step never feeds a token that plain decoding
+// would not.
+std::vector<int32_t> DraftFor(const ActiveRequest& r) {
+  if (!r.speculative.enabled()) return {};
+  const int remaining = r.request.max_tokens - r.generated_tokens();
+  const int k = std::min(r.pacer.Budget(), remaining - 1);
+  return k > 0 ? ProposeNgramDraft(r.context, k) : std::vector<int32_t>();
+}
+
+// r's decode row, and after it the draft's rows: every row but the last saves a checkpoint
+// (DecodeBackend::Rollback).
+void PlanDraft(const ActiveRequest& r, size_t owner, std::vector<int32_t> draft,
+               IterationPlan& plan) {
   const bool speculate = !draft.empty();
   plan.rows.push_back({r.sequence, r.pending_token, true, speculate});
   plan.row_owners.push_back(owner);
@@ -42,7 +46,10 @@ void PlanDecodeRows(std::span<const std::unique_ptr<ActiveRequest>> running, boo
   for (size_t i = 0; i < running.size(); ++i) {
     const ActiveRequest& r = *running[i];
     if (!r.prefill_done()) continue;
-    if (SampledByBackend(r, backend_samples)) {
+    // A verify step needs the logits of every row on the host; a speculating request without a
+    // draft this step is sampled by the backend like any other.
+    std::vector<int32_t> draft = r.beam_search() ? std::vector<int32_t>() : DraftFor(r);
+    if (draft.empty() && SampledByBackend(r, backend_samples)) {
       const auto generated = static_cast<uint64_t>(r.context.size() - r.prompt_ids.size());
       plan.sampled_rows.push_back({r.sequence, r.pending_token, r.request.sampling, generated});
       plan.sampled_owners.push_back(i);
@@ -52,7 +59,7 @@ void PlanDecodeRows(std::span<const std::unique_ptr<ActiveRequest>> running, boo
         plan.row_owners.push_back(i);
       }
     } else {
-      PlanDraft(r, i, plan);
+      PlanDraft(r, i, std::move(draft), plan);
     }
   }
   plan.decode_rows = static_cast<int64_t>(plan.rows.size() + plan.sampled_rows.size());

@@ -29,6 +29,9 @@ absl::StatusOr<DeviceStateSlots> DeviceStateSlots::Create(CudaContext& context, 
   }
   result.positions_.assign(slots, 0);
   result.in_use_.assign(slots, false);
+  result.checkpoints_.resize(slots);
+  result.checkpoint_capacity_.assign(slots, 0);
+  result.checkpoint_positions_.resize(slots);
   return result;
 }
 
@@ -50,6 +53,7 @@ absl::StatusOr<int> DeviceStateSlots::Acquire(CudaContext& context) {
   }
   in_use_[slot] = true;
   positions_[slot] = 0;
+  checkpoint_positions_[slot].clear();
   return slot;
 }
 
@@ -74,11 +78,60 @@ absl::StatusOr<int> DeviceStateSlots::Fork(CudaContext& context, int slot) {
   }
   in_use_[copy] = true;
   positions_[copy] = positions_[slot];
+  // The fork starts without checkpoints: they are the source's speculation, not its state.
+  checkpoint_positions_[copy].clear();
   return copy;
 }
 
 void DeviceStateSlots::Release(int slot) {
-  if (slot >= 0 && slot < slots()) in_use_[slot] = false;
+  if (slot < 0 || slot >= slots()) return;
+  in_use_[slot] = false;
+  checkpoint_positions_[slot].clear();
+}
+
+absl::Status DeviceStateSlots::ReserveCheckpoints(int slot, int count) {
+  if (!in_use(slot))
+    return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not in use"));
+  if (count <= checkpoint_capacity_[slot]) return absl::OkStatus();
+  if (state_floats_ > 0) {
+    absl::StatusOr<DeviceArray<float>> grown =
+        DeviceArray<float>::Allocate(int64_t{count} * state_floats_);
+    if (!grown.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(count, " state checkpoints of slot ", slot, ": ", grown.status().message()));
+    }
+    checkpoints_[slot] = std::move(*grown);
+  }
+  checkpoint_capacity_[slot] = count;
+  // A grown block holds none of the old checkpoints.
+  checkpoint_positions_[slot].clear();
+  return absl::OkStatus();
+}
+
+void DeviceStateSlots::RecordCheckpoint(int slot, int index, int64_t position) {
+  std::vector<int64_t>& saved = checkpoint_positions_[slot];
+  if (static_cast<int>(saved.size()) <= index) saved.resize(index + 1, -1);
+  saved[index] = position;
+}
+
+absl::Status DeviceStateSlots::Rollback(CudaContext& context, int slot, int index) {
+  if (!in_use(slot))
+    return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not in use"));
+  const std::vector<int64_t>& saved = checkpoint_positions_[slot];
+  if (index < 0 || index >= static_cast<int>(saved.size()) || saved[index] < 0) {
+    return absl::OutOfRangeError(absl::StrCat("slot ", slot, " has ", saved.size(),
+                                              " checkpoints from its last forward pass, not ",
+                                              index));
+  }
+  if (state_floats_ > 0) {
+    ABCD_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(State(slot, 0), Checkpoint(slot, index, 0), state_floats_ * 4,
+                              cudaMemcpyDeviceToDevice, context.stream()),
+              "roll a state slot back"));
+  }
+  // Softmax caches: the rows past the position are overwritten by the next tokens.
+  positions_[slot] = saved[index];
+  return absl::OkStatus();
 }
 
 }  // namespace abcd::cuda

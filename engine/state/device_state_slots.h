@@ -3,6 +3,11 @@
 // bounded layer's state, each layer's block 16-byte aligned; reset from the empty block on
 // Acquire) and, per softmax layer, a KV cache of `max_context` rows of `kv_width` keys and as
 // many values (fp32). A slot also keeps its position (tokens folded in so far).
+// Speculative decoding: a slot may hold checkpoints, copies of its fixed block that the state
+// kernels write after chosen rows of a forward pass, and the positions they were taken at;
+// Rollback() copies one back (softmax caches need only the position cut). Checkpoint memory
+// is allocated the first time a slot needs that many and stays with the slot (a later sequence
+// in it reuses it) until the slots are destroyed.
 // Acquire/Fork/Release enqueue device copies on the context's stream. Not thread-safe: one
 // owner (the engine thread) drives it.
 #pragma once
@@ -42,6 +47,23 @@ class DeviceStateSlots {
   void set_position(int slot, int64_t position) { positions_[slot] = position; }
   void Advance(int slot, int64_t tokens) { positions_[slot] += tokens; }
 
+  // Grows `slot`'s checkpoint memory to at least `count` blocks (ResourceExhausted when the
+  // device has no room; the slot keeps what it had).
+  absl::Status ReserveCheckpoints(int slot, int count);
+  int checkpoint_capacity(int slot) const { return checkpoint_capacity_[slot]; }
+  // Forgets `slot`'s checkpoints (a new forward pass is about to write its own).
+  void ClearCheckpoints(int slot) { checkpoint_positions_[slot].clear(); }
+  // Checkpoint `index` (< checkpoint_capacity) of `slot` at `offset` floats: where a kernel
+  // writes it. Then RecordCheckpoint() names the position its row left.
+  float* Checkpoint(int slot, int index, int64_t offset) const {
+    return checkpoints_[slot].data() + index * state_floats_ + offset;
+  }
+  void RecordCheckpoint(int slot, int index, int64_t position);
+  // Puts checkpoint `index` back: the fixed block (an enqueued device copy) and the position.
+  // OutOfRange when the slot's last forward pass wrote no such checkpoint; the checkpoints stay
+  // valid, so a later Rollback may go to an earlier one.
+  absl::Status Rollback(CudaContext& context, int slot, int index);
+
   // Device addresses: `slot`'s fixed block at `offset` floats, and its rows of the KV cache of
   // softmax layer `kv_layer`.
   float* State(int slot, int64_t offset) const {
@@ -66,6 +88,9 @@ class DeviceStateSlots {
   std::vector<DeviceArray<float>> keys_, values_;  // per softmax layer [slots, max_context, width]
   std::vector<int64_t> positions_;
   std::vector<bool> in_use_;
+  std::vector<DeviceArray<float>> checkpoints_;  // per slot [checkpoint_capacity, state_floats]
+  std::vector<int> checkpoint_capacity_;
+  std::vector<std::vector<int64_t>> checkpoint_positions_;  // per slot; -1: not written
 };
 
 }  // namespace abcd::cuda

@@ -27,6 +27,8 @@ nlohmann::json ServerMetricsReport::ToJson() const {
   j["requests"] = requests;
   j["prompt_tokens"] = prompt_tokens;
   j["generated_tokens"] = generated_tokens;
+  j["draft_tokens"] = draft_tokens;
+  j["accepted_draft_tokens"] = accepted_draft_tokens;
   j["mean_ttft_ms"] = mean_ttft_ms;
   j["mean_itl_ms"] = mean_itl_ms;
   j["mean_request_duration_ms"] = mean_request_duration_ms;
@@ -140,6 +142,10 @@ ServerMetricsReport MetricsWatcher::Stop() {
       after.Sum("abcd_prompt_tokens_total") - before_.Sum("abcd_prompt_tokens_total");
   report.generated_tokens =
       after.Sum("abcd_generated_tokens_total") - before_.Sum("abcd_generated_tokens_total");
+  report.draft_tokens = after.Sum("abcd_speculative_draft_tokens_total") -
+                        before_.Sum("abcd_speculative_draft_tokens_total");
+  report.accepted_draft_tokens = after.Sum("abcd_speculative_accepted_tokens_total") -
+                                 before_.Sum("abcd_speculative_accepted_tokens_total");
   report.mean_ttft_ms = MeanDelta(before_, after, "abcd_time_to_first_token_seconds", 1000);
   report.mean_itl_ms = MeanDelta(before_, after, "abcd_inter_token_latency_seconds", 1000);
   report.mean_request_duration_ms =

@@ -24,6 +24,9 @@ struct ServerMetricsReport {
   std::map<std::string, double> requests;  // "kind/status" -> requests counted during the phase
   double prompt_tokens = 0;
   double generated_tokens = 0;
+  // Speculative decoding: draft tokens verified and accepted during the phase.
+  double draft_tokens = 0;
+  double accepted_draft_tokens = 0;
   // Means over the phase from histogram _sum/_count deltas (0 when nothing was observed).
   double mean_ttft_ms = 0;
   double mean_itl_ms = 0;

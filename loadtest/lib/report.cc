@@ -192,6 +192,12 @@ std::string HumanTable(const RunInfo& info, const BenchmarkMetrics& m,
       }
       out += Row("  prompt / generated tokens",
                  absl::StrFormat("%.0f / %.0f", server->prompt_tokens, server->generated_tokens));
+      if (server->draft_tokens > 0) {
+        out += Row("  speculative draft / accepted tokens",
+                   absl::StrFormat("%.0f / %.0f (%.0f %%)", server->draft_tokens,
+                                   server->accepted_draft_tokens,
+                                   100.0 * server->accepted_draft_tokens / server->draft_tokens));
+      }
       out += Row("  server mean TTFT / ITL / duration (ms)",
                  absl::StrFormat("%.2f / %.2f / %.2f", server->mean_ttft_ms, server->mean_itl_ms,
                                  server->mean_request_duration_ms));

@@ -6,12 +6,14 @@
 #include "engine/backend/cuda_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <vector>
 
 #include "engine/backend/cpu_backend.h"
 #include "engine/model/model.h"
 #include "engine/scheduler/executor.h"
+#include "engine/scheduler/speculation.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/engine/fixtures.h"
 #include "tests/engine/scheduler/event_collector.h"
@@ -54,6 +56,10 @@ class CudaBackendTest : public CudaTest {
     }
     return std::move(*backend);
   }
+  // Speculative decoding on CUDA (n-gram drafts verified with the device's checkpoints, the
+  // steps without a draft sampled on the device) generates the plain CPU Executor's greedy
+  // tokens for concurrent requests and for one alone (batch-1 verify passes).
+  void ExpectSpeculativeExecutorGivesThePlainCpuGreedyTokens(std::unique_ptr<CudaBackend> cuda);
   std::vector<std::unique_ptr<Model>> models_;
 };
 
@@ -162,6 +168,101 @@ TEST_F(CudaBackendTest, RowsBeyondOnePassAreSplitInRowOrder) {
     }
     ASSERT_EQ(logits[0].size(), logits[1].size()) << name;
     ExpectClose(logits[1], logits[0], kLogitsTolerance, name + " split passes");
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// Speculative decoding's checkpoints: a verify run of 5 rows with a checkpoint after each of
+// the first 4, next to another sequence's rows, then Rollback to checkpoint 2 and on to 1:
+// the next logits equal the CPU backend doing the same (whose rollback is exact,
+// rollback_test.cc). Once with every row in one pass, once cut into passes of 5 rows, so the
+// run's checkpoints are numbered across passes. A checkpoint the last call did not write is
+// OUT_OF_RANGE and changes nothing; the next Decode forgets the checkpoints.
+TEST_F(CudaBackendTest, RollbackToACheckpointEqualsTheCpuBackend) {
+  CudaBackendOptions split = Fp32Options();
+  split.max_sequences = 3;
+  split.max_prefill_tokens = 2;
+  int checked = 0;
+  for (const CudaBackendOptions& options : {Fp32Options(), split}) {
+    for (const std::string& name : FixtureNames()) {
+      const std::string where = name + (options.max_sequences == 3 ? " (5-row passes)" : "");
+      std::unique_ptr<CudaBackend> cuda = Make(FixtureDir(name), options);
+      if (cuda == nullptr) continue;
+      ++checked;
+      ASSERT_TRUE(cuda->checkpoints_supported());
+      EXPECT_EQ(cuda->CheckpointBytes(4), 4 * cuda->state_bytes_per_sequence());
+      CpuBackend cpu(*models_.back(), int64_t{1} << 30);
+      const int32_t vocab = cuda->config().vocab_size;
+      auto token = [vocab](int i) { return static_cast<int32_t>((i * 29 + 7) % vocab); };
+      DecodeBackend* backends[] = {&cpu, cuda.get()};
+      std::vector<float> logits[2];
+      for (int b = 0; b < 2; ++b) {
+        DecodeBackend& backend = *backends[b];
+        const SequenceId a = backend.Acquire().value();
+        const SequenceId s = backend.Acquire().value();
+        std::vector<DecodeRow> rows = Rows(a, {token(1), token(2), token(3)}, {false, false, true});
+        for (const DecodeRow& r : Rows(s, {token(4), token(5)}, {false, true})) rows.push_back(r);
+        ASSERT_TRUE(backend.Decode(rows, &logits[b]).ok()) << where;
+        // The verify pass: s's two rows, then a's five (checkpoints 0-3 after its first four).
+        rows = Rows(s, {token(6), token(7)}, {true, true});
+        for (int i = 0; i < 5; ++i) rows.push_back({a, token(8 + i), true, /*checkpoint=*/i < 4});
+        ASSERT_TRUE(backend.Decode(rows, &logits[b]).ok()) << where;
+        EXPECT_EQ(backend.Rollback(a, 4).code(), absl::StatusCode::kOutOfRange) << where;
+        EXPECT_EQ(backend.Rollback(s, 0).code(), absl::StatusCode::kOutOfRange) << where;
+        ASSERT_TRUE(backend.Rollback(a, 2).ok()) << where;
+        ASSERT_TRUE(backend.Rollback(a, 1).ok()) << where;  // an earlier one stays valid
+        // a now holds its prompt and token(8), token(9): two more rows continue from there.
+        rows = Rows(a, {token(20), token(21)}, {true, true});
+        rows.push_back({s, token(22), true});
+        ASSERT_TRUE(backend.Decode(rows, &logits[b]).ok()) << where;
+        EXPECT_EQ(backend.Rollback(a, 0).code(), absl::StatusCode::kOutOfRange)
+            << where << ": a later Decode forgets the checkpoints";
+        for (SequenceId id : {a, s}) backend.Release(id);
+        EXPECT_EQ(backend.memory().sequences, 0);
+      }
+      ASSERT_EQ(logits[0].size(), logits[1].size()) << where;
+      ExpectClose(logits[1], logits[0], kLogitsTolerance, where + " rollback");
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// A verify pass of one sequence runs from a captured graph (buckets of 2, 4, ... 32 rows, the
+// rest padding): 2, 3, 4, 5 and 17 rows, each followed by a rollback to a middle checkpoint,
+// give the CPU backend's logits.
+TEST_F(CudaBackendTest, VerifyPassesFromGraphsEqualTheCpuBackend) {
+  CudaBackendOptions graphs = Fp32Options();
+  graphs.cuda_graphs = true;
+  graphs.max_sequences = 32;
+  int checked = 0;
+  for (const std::string& name : FixtureNames()) {
+    std::unique_ptr<CudaBackend> cuda = Make(FixtureDir(name), graphs);
+    if (cuda == nullptr) continue;
+    ++checked;
+    CpuBackend cpu(*models_.back(), int64_t{1} << 30);
+    const int32_t vocab = cuda->config().vocab_size;
+    auto token = [vocab](int i) { return static_cast<int32_t>((i * 41 + 3) % vocab); };
+    DecodeBackend* backends[] = {&cpu, cuda.get()};
+    std::vector<float> logits[2];
+    for (int b = 0; b < 2; ++b) {
+      DecodeBackend& backend = *backends[b];
+      const SequenceId a = backend.Acquire().value();
+      ASSERT_TRUE(
+          backend.Decode(Rows(a, {token(1), token(2), token(3)}, {false, false, true}), &logits[b])
+              .ok())
+          << name;
+      int next = 4;
+      for (int length : {2, 3, 4, 5, 17}) {
+        std::vector<DecodeRow> rows;
+        for (int i = 0; i < length; ++i) rows.push_back({a, token(next++), true, i + 1 < length});
+        ASSERT_TRUE(backend.Decode(rows, &logits[b]).ok()) << name << " " << length << " rows";
+        ASSERT_TRUE(backend.Rollback(a, (length - 1) / 2).ok()) << name << " " << length;
+      }
+      ASSERT_TRUE(backend.Decode(Rows(a, {token(next)}, {true}), &logits[b]).ok()) << name;
+      backend.Release(a);
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size()) << name;
+    ExpectClose(logits[1], logits[0], kLogitsTolerance, name + " verify graphs");
   }
   EXPECT_GT(checked, 0);
 }
@@ -297,6 +398,76 @@ TEST_F(CudaBackendTest, ExecutorOnCudaGeneratesTheCpuExecutorsGreedyTokens) {
     EXPECT_EQ(tokens[1][i], tokens[0][i]) << prompts[i];
     EXPECT_EQ(tokens[1][i].size(), 16u) << prompts[i];
   }
+}
+
+class DraftCounter : public ExecutorObserver {
+ public:
+  void OnSpeculation(int drafted, int accepted) override {
+    drafted_ += drafted;
+    accepted_ += accepted;
+  }
+  std::atomic<int64_t> drafted_{0}, accepted_{0};
+};
+
+// Eager passes, and with CUDA graphs (batch-1 verify passes replayed).
+TEST_F(CudaBackendTest, SpeculativeExecutorOnCudaGeneratesThePlainCpuGreedyTokens) {
+  for (bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "graphs" : "eager");
+    CudaBackendOptions options = Fp32Options();
+    options.cuda_graphs = graphs;
+    ExpectSpeculativeExecutorGivesThePlainCpuGreedyTokens(Make(kLmDir, options));
+  }
+}
+
+void CudaBackendTest::ExpectSpeculativeExecutorGivesThePlainCpuGreedyTokens(
+    std::unique_ptr<CudaBackend> cuda) {
+  ASSERT_NE(cuda, nullptr);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::Load(kLmDir + "/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ExecutorOptions options;
+  options.max_running_sequences = 8;
+  auto on_cpu = Executor::Create(*models_.back(), **tokenizer, options);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  DraftCounter drafts;
+  options.speculative = {SpeculativeMode::kNgram, 4};
+  options.observer = &drafts;
+  auto on_cuda = Executor::Create(std::move(cuda), **tokenizer, options);
+  ASSERT_TRUE(on_cuda.ok()) << on_cuda.status();
+
+  const std::vector<std::string> prompts = {
+      "Open file. Save file. Open file. Save file. Open file.", "a",
+      "This program is free software. This program is free software. This program is"};
+  std::vector<std::vector<int32_t>> tokens[2];
+  Executor* executors[] = {on_cpu->get(), on_cuda->get()};
+  for (int e = 0; e < 2; ++e) {
+    for (bool together : {true, false}) {
+      std::vector<std::unique_ptr<Collector>> collectors;
+      for (const std::string& prompt : prompts) {
+        GenerationRequest request;
+        request.prompt = prompt;
+        request.max_tokens = 32;
+        request.sampling.temperature = 0.0f;
+        request.ignore_eos = true;
+        collectors.push_back(std::make_unique<Collector>());
+        ASSERT_TRUE(executors[e]->Enqueue(request, collectors.back()->Callback()).ok());
+        if (!together) collectors.back()->Wait();
+      }
+      for (auto& collector : collectors) {
+        const std::vector<GenerationEvent> events = collector->Wait();
+        tokens[e].push_back(Tokens(events));
+        EXPECT_TRUE(events.back().status.ok()) << events.back().status;
+      }
+    }
+  }
+  ASSERT_EQ(tokens[1].size(), tokens[0].size());
+  for (size_t i = 0; i < tokens[0].size(); ++i) {
+    EXPECT_EQ(tokens[1][i], tokens[0][i])
+        << prompts[i % prompts.size()] << (i < prompts.size() ? " (together)" : " (alone)");
+  }
+  EXPECT_GT(drafts.drafted_.load(), 0);
+  EXPECT_GT(drafts.accepted_.load(), 0);
+  (*on_cuda)->Shutdown();
 }
 
 }  // namespace

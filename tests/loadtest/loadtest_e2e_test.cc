@@ -130,6 +130,7 @@ class LoadtestE2E : public ::testing::Test {
     EXPECT_GE(r["peak_running_sequences"].get<double>(), 1);
     EXPECT_GT(r["peak_state_bytes"].get<double>(), 0);
     EXPECT_EQ(s["generated_tokens"].get<double>(), r["total_output_tokens"].get<double>());
+    EXPECT_EQ(s["draft_tokens"].get<double>(), 0.0) << "this server does not speculate";
   }
 
   static testing::ServerProcess* server_;

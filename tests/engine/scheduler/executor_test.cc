@@ -533,6 +533,11 @@ class SelfSamplingBackend final : public DecodeBackend {
   absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) override {
     return cpu_.Decode(rows, logits);
   }
+  bool checkpoints_supported() const override { return true; }
+  int64_t CheckpointBytes(int slots) const override { return cpu_.CheckpointBytes(slots); }
+  absl::Status Rollback(SequenceId id, int checkpoint) override {
+    return cpu_.Rollback(id, checkpoint);
+  }
   bool samples_tokens() const override { return true; }
   absl::Status DecodeAndSample(std::span<const SampledRow> rows,
                                std::vector<int32_t>* tokens) override {
@@ -613,6 +618,55 @@ TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
   }
   EXPECT_EQ(sampled_rows.load(), expected_sampled);
   (*fast)->Shutdown();
+}
+
+class DraftCounter : public ExecutorObserver {
+ public:
+  void OnSpeculation(int drafted, int accepted) override {
+    drafted_ += drafted;
+    accepted_ += accepted;
+  }
+  std::atomic<int64_t> drafted_{0}, accepted_{0};
+};
+
+// Speculative decoding on a backend that samples (CUDA): a step with a draft verifies it with
+// its logits on the host and rolls back; a step without one is sampled by the backend. Greedy
+// tokens are those of plain decoding on the CPU.
+TEST_F(ExecutorTest, SpeculationOnASamplingBackendVerifiesDraftsAndSamplesTheOtherSteps) {
+  Load(kLmDir);
+  Start();
+  std::atomic<int> sampled_rows{0};
+  DraftCounter drafts;
+  ExecutorOptions options;
+  options.speculative = {SpeculativeMode::kNgram, 4};
+  options.observer = &drafts;
+  auto speculating = Executor::Create(std::make_unique<SelfSamplingBackend>(
+                                          *model_, &sampled_rows, SelfSamplingBackend::Mode::kWork),
+                                      *tokenizer_, options);
+  ASSERT_TRUE(speculating.ok()) << speculating.status();
+  std::vector<GenerationRequest> requests;
+  for (const std::string prompt :
+       {"Open file. Save file. Open file. Save file. Open file.", "a", "Quit without saving?"}) {
+    GenerationRequest request;
+    request.prompt = prompt;
+    request.max_tokens = 24;
+    request.sampling.temperature = 0.0f;
+    request.ignore_eos = true;
+    requests.push_back(request);
+  }
+  for (const GenerationRequest& request : requests) {
+    Collector plain, spec;
+    ASSERT_TRUE(executor_->Enqueue(request, plain.Callback()).ok());
+    ASSERT_TRUE((*speculating)->Enqueue(request, spec.Callback()).ok());
+    const std::vector<GenerationEvent> expected = plain.Wait(), actual = spec.Wait();
+    ASSERT_TRUE(actual.back().status.ok()) << actual.back().status;
+    EXPECT_EQ(Tokens(actual), Tokens(expected)) << request.prompt;
+    EXPECT_EQ(Tokens(actual).size(), 24u) << request.prompt;
+  }
+  EXPECT_GT(drafts.drafted_.load(), 0);
+  EXPECT_GT(drafts.accepted_.load(), 0);
+  EXPECT_GT(sampled_rows.load(), 0);  // the steps without a draft
+  (*speculating)->Shutdown();
 }
 
 TEST_F(ExecutorTest, BackendSamplingFailureEndsItsRequestsAndFreesTheirState) {
