@@ -75,6 +75,14 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   backend_options.cuda_device = device.cuda_device;
   backend_options.state_budget_bytes = config.state_budget_mb << 20;
   backend_options.cpu_threads = config.threads;
+  if (config.cpu_compute == "bf16") {
+    if (served->model->weight_format() != WeightFormat::kBF16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cpu_compute bf16 multiplies bf16 weights, and model ", served->name, " keeps ",
+          WeightFormatName(served->model->weight_format()), " (add --weight_format bf16)"));
+    }
+    backend_options.cpu_products = cpu::LinearProducts::kBf16;
+  }
   backend_options.max_sequences = config.max_running_sequences;
   backend_options.max_prefill_tokens = config.prefill_token_budget;
   backend_options.max_context =

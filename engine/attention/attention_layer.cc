@@ -161,7 +161,7 @@ void AttentionLayer::ForwardCausal(CpuContext& ctx, const float* x, int64_t rows
   const int64_t attended_width = attended_width_;
   float* projection = ctx.Buffer(Scratch::kProjection, rows * fused_.out());
   float* attended = ctx.Buffer(Scratch::kAttended, rows * attended_width);
-  cpu::Linear(x, rows, fused_, fused_bias_or_null(), projection, &ctx.pool());
+  cpu::Linear(x, rows, fused_, fused_bias_or_null(), projection, ctx);
   int64_t width = 0;
   const float* kernel_rows = KernelRows(ctx, projection, rows, states, &width);
   const absl::InlinedVector<Run, 64> runs = SplitRuns(states);
@@ -203,7 +203,7 @@ void AttentionLayer::ForwardCausal(CpuContext& ctx, const float* x, int64_t rows
     ScanWithCheckpoints(runs, states, state_->FixedFloats(), scan);
   }
   state_->FinishRows(ctx, kernel_rows, rows, attended);
-  cpu::Linear(attended, rows, out_, out_bias_or_null(), out, &ctx.pool());
+  cpu::Linear(attended, rows, out_, out_bias_or_null(), out, ctx);
 }
 
 void AttentionLayer::ForwardBidirectional(CpuContext& ctx, const float* x, int64_t rows,
@@ -212,7 +212,7 @@ void AttentionLayer::ForwardBidirectional(CpuContext& ctx, const float* x, int64
   const int64_t width = static_cast<int64_t>(fused_bias_.size());
   float* projection = ctx.Buffer(Scratch::kProjection, rows * width);
   float* attended = ctx.Buffer(Scratch::kAttended, rows * d);
-  cpu::Linear(x, rows, fused_, fused_bias_.data(), projection, &ctx.pool());
+  cpu::Linear(x, rows, fused_, fused_bias_.data(), projection, ctx);
   // A temporary state for this source only: every key is folded in before any query reads.
   std::vector<float> fixed(state_->FixedFloats());
   state_->Init(fixed.data());
@@ -236,14 +236,14 @@ void AttentionLayer::ForwardBidirectional(CpuContext& ctx, const float* x, int64
       state_->ReadHead(h, projection + r * width, all, attended + r * d);
     }
   });
-  cpu::Linear(attended, rows, out_, out_bias_.data(), out, &ctx.pool());
+  cpu::Linear(attended, rows, out_, out_bias_.data(), out, ctx);
 }
 
 void AttentionLayer::BuildMemory(CpuContext& ctx, const float* source, int64_t rows,
                                  const StateRef& state) const {
   const int64_t width = static_cast<int64_t>(fused_bias_.size());
   float* projection = ctx.Buffer(Scratch::kProjection, rows * width);
-  cpu::Linear(source, rows, fused_, fused_bias_.data(), projection, &ctx.pool());
+  cpu::Linear(source, rows, fused_, fused_bias_.data(), projection, ctx);
   if (state.kv != nullptr) state.kv->length = std::max(state.kv->length, rows);
   const int heads = state_->heads();
   ctx.pool().ParallelFor(heads, [&](int64_t task) {
@@ -260,7 +260,7 @@ void AttentionLayer::ForwardCross(CpuContext& ctx, const float* x, int64_t rows,
   const int64_t d = d_model_;
   float* queries = ctx.Buffer(Scratch::kProjection, rows * d);
   float* attended = ctx.Buffer(Scratch::kAttended, rows * d);
-  cpu::Linear(x, rows, query_, query_bias_.data(), queries, &ctx.pool());
+  cpu::Linear(x, rows, query_, query_bias_.data(), queries, ctx);
   const int heads = state_->heads();
   ctx.pool().ParallelFor(rows * heads, [&](int64_t task) {
     const int64_t r = task / heads;
@@ -268,7 +268,7 @@ void AttentionLayer::ForwardCross(CpuContext& ctx, const float* x, int64_t rows,
     all.position = StateRef::kSeesAll;
     state_->ReadHead(static_cast<int>(task % heads), queries + r * d, all, attended + r * d);
   });
-  cpu::Linear(attended, rows, out_, out_bias_.data(), out, &ctx.pool());
+  cpu::Linear(attended, rows, out_, out_bias_.data(), out, ctx);
 }
 
 }  // namespace abcd

@@ -87,8 +87,8 @@ absl::StatusOr<CreatedBackend> CreateDecodeBackend(const Model& model,
     if (options.device == DeviceChoice::kCuda) return cuda.status();
     created.fallback_reason = std::string(cuda.status().message());
   }
-  created.backend =
-      std::make_unique<CpuBackend>(model, options.state_budget_bytes, options.cpu_threads);
+  created.backend = std::make_unique<CpuBackend>(model, options.state_budget_bytes,
+                                                 options.cpu_threads, options.cpu_products);
   return created;
 }
 

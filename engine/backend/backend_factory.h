@@ -32,10 +32,11 @@ struct BackendOptions {
   int cuda_device = 0;
   int64_t state_budget_bytes = int64_t{1} << 30;  // CPU pool; CUDA slots are sized to it too
   int cpu_threads = 1;                            // the CPU backend's thread pool
-  int max_sequences = 256;                        // CUDA state slots
-  int max_prefill_tokens = 512;                   // CUDA prefill chunk rows
-  int64_t max_context = 8192;                     // CUDA softmax KV tokens per sequence
-  std::string device_weights = "bf16";            // CUDA projections: bf16, fp16 or fp32
+  cpu::LinearProducts cpu_products = cpu::LinearProducts::kFloat32;  // its bf16 products
+  int max_sequences = 256;                                           // CUDA state slots
+  int max_prefill_tokens = 512;                                      // CUDA prefill chunk rows
+  int64_t max_context = 8192;           // CUDA softmax KV tokens per sequence
+  std::string device_weights = "bf16";  // CUDA projections: bf16, fp16 or fp32
   bool cuda_graphs = true;
 };
 

@@ -6,12 +6,16 @@
 
 namespace abcd {
 
-CpuBackend::CpuBackend(const Model& model, int64_t budget_bytes, int threads)
-    : model_(model), pool_(model.state_layout(), budget_bytes), context_(threads) {}
+CpuBackend::CpuBackend(const Model& model, int64_t budget_bytes, int threads,
+                       cpu::LinearProducts products)
+    : model_(model), pool_(model.state_layout(), budget_bytes), context_(threads, products) {}
 
 std::string CpuBackend::device_description() const {
+  const bool bf16_products = context_.linear_products() == cpu::LinearProducts::kBf16 &&
+                             model_.weight_format() == WeightFormat::kBF16;
   return absl::StrCat("cpu (", context_.threads(), " threads, ", cpu::LinearKernelName(), " ",
-                      WeightFormatName(model_.weight_format()), " kernels)");
+                      WeightFormatName(model_.weight_format()), " kernels",
+                      bf16_products ? ", bf16 products" : "", ")");
 }
 
 absl::StatusOr<int64_t> CpuBackend::RequestBytes(int64_t prompt_tokens, int64_t source_tokens,

@@ -17,7 +17,8 @@ namespace abcd {
 class CpuBackend final : public DecodeBackend {
  public:
   // `model` must outlive the backend.
-  CpuBackend(const Model& model, int64_t budget_bytes, int threads = 1);
+  CpuBackend(const Model& model, int64_t budget_bytes, int threads = 1,
+             cpu::LinearProducts products = cpu::LinearProducts::kFloat32);
 
   std::string name() const override { return "cpu"; }
   std::string device_description() const override;

@@ -60,7 +60,7 @@ void Model::GmatAttention(CpuContext& ctx, const AttentionLayer& layer, const fl
   const int64_t width = static_cast<int64_t>(layer.fused_bias().size());  // [q; k; v]
   float* projection = ctx.Buffer(Scratch::kProjection, total * width);
   float* attended = ctx.Buffer(Scratch::kAttended, total * d);
-  cpu::Linear(x, total, layer.fused_matrix(), layer.fused_bias().data(), projection, &ctx.pool());
+  cpu::Linear(x, total, layer.fused_matrix(), layer.fused_bias().data(), projection, ctx);
   const std::vector<QueryBlock> blocks =
       PlanQueries(main, total, layer.spec().gmat_chunk, query_first);
   const int64_t tasks = heads * static_cast<int64_t>(blocks.size());
@@ -92,7 +92,7 @@ void Model::GmatAttention(CpuContext& ctx, const AttentionLayer& layer, const fl
     }
   });
   cpu::Linear(attended + query_first * d, total - query_first, layer.out_matrix(),
-              layer.out_bias().data(), out + query_first * d, &ctx.pool());
+              layer.out_bias().data(), out + query_first * d, ctx);
 }
 
 const float* Model::RunGmatEncoder(CpuContext& ctx, std::span<const int32_t> source) const {

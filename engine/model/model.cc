@@ -216,15 +216,15 @@ void Model::FeedForward(CpuContext& ctx, const Block& block, const float* x_norm
   if (config_.activation == Activation::kSwiGlu) {
     float* gate_up = ctx.Buffer(Scratch::kHidden, rows * 2 * ff);
     float* hidden = ctx.Buffer(Scratch::kGated, rows * ff);
-    cpu::Linear(x_norm, rows, block.fc1, fc1_bias, gate_up, &ctx.pool());
+    cpu::Linear(x_norm, rows, block.fc1, fc1_bias, gate_up, ctx);
     cpu::SwiGlu(gate_up, rows, ff, hidden, &ctx.pool());
-    cpu::Linear(hidden, rows, block.fc2, fc2_bias, out, &ctx.pool());
+    cpu::Linear(hidden, rows, block.fc2, fc2_bias, out, ctx);
     return;
   }
   float* hidden = ctx.Buffer(Scratch::kHidden, rows * ff);
-  cpu::Linear(x_norm, rows, block.fc1, fc1_bias, hidden, &ctx.pool());
+  cpu::Linear(x_norm, rows, block.fc1, fc1_bias, hidden, ctx);
   cpu::Activate(config_.activation, hidden, rows * ff, &ctx.pool());
-  cpu::Linear(hidden, rows, block.fc2, fc2_bias, out, &ctx.pool());
+  cpu::Linear(hidden, rows, block.fc2, fc2_bias, out, ctx);
 }
 
 void Model::Normalize(const float* x, int64_t rows, const std::vector<float>& weight,
@@ -413,7 +413,7 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
   }
   const size_t offset = logits->size();
   logits->resize(offset + static_cast<size_t>(wanted) * config_.vocab_size);
-  cpu::Linear(final_rows, wanted, head(), nullptr, logits->data() + offset, &ctx.pool());
+  cpu::Linear(final_rows, wanted, head(), nullptr, logits->data() + offset, ctx);
   return absl::OkStatus();
 }
 

@@ -1,6 +1,6 @@
-// What a CPU forward pass runs on: the backend's thread pool and scratch buffers that are
-// reused from step to step (grown to the largest step seen, never shrunk), so a decode step
-// allocates nothing and touches no fresh pages.
+// What a CPU forward pass runs on: the backend's thread pool, how bf16 weights are multiplied,
+// and scratch buffers that are reused from step to step (grown to the largest step seen, never
+// shrunk), so a decode step allocates nothing and touches no fresh pages.
 //
 // Thread-safety: one owner thread (the engine thread of a CpuBackend). The buffers may be
 // written by the pool's tasks of one op, each task its own rows.
@@ -13,6 +13,11 @@
 #include "engine/core/thread_pool.h"
 
 namespace abcd {
+
+namespace cpu {
+// How bf16 weights are multiplied (cpu::Linear, engine/ops/matmul.h).
+enum class LinearProducts { kFloat32, kBf16 };
+}  // namespace cpu
 
 enum class Scratch {
   kResidual,    // x: the residual stream [rows, d]
@@ -29,10 +34,13 @@ enum class Scratch {
 
 class CpuContext {
  public:
-  explicit CpuContext(int threads) : pool_(threads) {}
+  explicit CpuContext(int threads, cpu::LinearProducts products = cpu::LinearProducts::kFloat32)
+      : pool_(threads), linear_products_(products) {}
 
   ThreadPool& pool() { return pool_; }
   int threads() const { return pool_.size(); }
+  // How this pass multiplies bf16 weights (cpu::Linear).
+  cpu::LinearProducts linear_products() const { return linear_products_; }
 
   // At least `floats` floats; contents are whatever the last user left.
   float* Buffer(Scratch which, int64_t floats) {
@@ -43,6 +51,7 @@ class CpuContext {
 
  private:
   ThreadPool pool_;
+  cpu::LinearProducts linear_products_;
   std::array<std::vector<float>, static_cast<size_t>(Scratch::kCount)> buffers_;
 };
 

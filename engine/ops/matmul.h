@@ -12,13 +12,29 @@
 #include <cstdint>
 
 #include "engine/core/thread_pool.h"
+#include "engine/ops/cpu_context.h"
 #include "engine/ops/packed_matrix.h"
 
 namespace abcd::cpu {
 
+// How bf16 weights are multiplied. kFloat32 (the default): widened to fp32 and multiplied by
+// the fp32 activations (exact products, fp32 sums). kBf16: the activations are rounded to bf16
+// and the products run as AVX512_BF16 dot products (fp32 sums): about twice the multiply-adds
+// per second where a product is compute-bound (prompts, large batches), with the rounding of
+// bf16 activations (llama.cpp and CTranslate2's bfloat16 compute work the same way). Other
+// weight formats ignore it. Only where Bf16ProductsSupported().
+// (LinearProducts is declared in cpu_context.h.)
+bool Bf16ProductsSupported();
+
 // x: [rows, w.in()], bias: [w.out()] or nullptr, y: [rows, w.out()] (overwritten).
 void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bias, float* y,
-            ThreadPool* pool);
+            ThreadPool* pool, LinearProducts products = LinearProducts::kFloat32);
+
+// The same on a forward pass's context: its pool and its products setting.
+inline void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bias, float* y,
+                   CpuContext& ctx) {
+  Linear(x, rows, w, bias, y, &ctx.pool(), ctx.linear_products());
+}
 
 // Which kernel Linear uses on this CPU: "avx512-vnni" (AVX-512 with the VNNI int8 kernel),
 // "avx512", "avx2" or "generic".

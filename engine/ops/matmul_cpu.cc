@@ -171,6 +171,18 @@ bool CpuRunsAvx512VnniKernels() {
 #endif
 }
 
+bool CpuRunsAvx512Bf16Kernels() {
+#if defined(__x86_64__)
+  // AVX512_BF16 by cpuid (leaf 7, subleaf 1, eax bit 5): GCC 12 and clang 14's
+  // __builtin_cpu_supports do not know it.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool bf16 = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5));
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && bf16;
+#else
+  return false;
+#endif
+}
+
 }  // namespace kernels
 
 namespace {
@@ -217,8 +229,13 @@ kernels::Format ToKernelFormat(WeightFormat format) {
 
 const char* LinearKernelName() { return Chosen().name; }
 
+bool Bf16ProductsSupported() {
+  static const bool supported = kernels::CpuRunsAvx512Bf16Kernels();
+  return supported;
+}
+
 void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bias, float* y,
-            ThreadPool* pool) {
+            ThreadPool* pool, LinearProducts products) {
   if (rows == 0 || w.out() == 0) return;
   kernels::LinearArgs args;
   args.x = x;
@@ -239,11 +256,22 @@ void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bi
     args.x_int16 = x_int16.get();
     args.x_scales = x_scales.get();
   }
+  // bf16 products: the activations rounded to bf16 once here for every thread's panels.
+  std::unique_ptr<uint16_t[]> x_bf16;
+  PanelKernel kernel = ChosenKernel();
+  if (products == LinearProducts::kBf16 && w.format() == WeightFormat::kBF16 &&
+      Bf16ProductsSupported()) {
+    args.x_bf16_stride = kernels::Bf16Stride(w.in());
+    x_bf16 =
+        std::make_unique_for_overwrite<uint16_t[]>(static_cast<size_t>(rows * args.x_bf16_stride));
+    kernels::RoundRowsToBf16(x, rows, w.in(), x_bf16.get());
+    args.x_bf16 = x_bf16.get();
+    kernel = &kernels::LinearPanelsAvx512Bf16;
+  }
   args.bias = bias;
   args.out = w.out();
   args.format = ToKernelFormat(w.format());
   args.y = y;
-  const PanelKernel kernel = ChosenKernel();
   const int64_t panels = w.panels();
   const int threads = pool != nullptr ? pool->size() : 1;
   if (threads <= 1 || panels < 2) {

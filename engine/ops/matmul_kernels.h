@@ -22,6 +22,10 @@ struct LinearArgs {
   const int16_t* x_int16 = nullptr;
   int64_t x_int16_stride = 0;  // QuantizedStride(in)
   const float* x_scales = nullptr;
+  // bf16 products (bf16 weights, LinearPanelsAvx512Bf16 only): x rounded by RoundRowsToBf16,
+  // [rows, x_bf16_stride].
+  const uint16_t* x_bf16 = nullptr;
+  int64_t x_bf16_stride = 0;    // Bf16Stride(in)
   const float* bias = nullptr;  // [out] or null
   int64_t out = 0;
   Format format = Format::kF32;
@@ -41,10 +45,18 @@ int64_t QuantizedStride(int64_t in);
 // scale NaN and zeros, so its outputs are NaN as fp32 products would be.
 void QuantizeRows(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales);
 
+// Columns of a bf16 activation row: `in` rounded up to a whole pair (the pad is 0).
+inline int64_t Bf16Stride(int64_t in) { return (in + 1) / 2 * 2; }
+
+// bf16 products: x [rows, in] rounded to bf16 (nearest even, as vcvtneps2bf16 does) into out
+// [rows, Bf16Stride(in)]. AVX512_BF16 only (matmul_cpu_avx512_bf16.cc).
+void RoundRowsToBf16(const float* x, int64_t rows, int64_t in, uint16_t* out);
+
 // What this CPU runs (CPU features by cpuid; the same answer every call).
 bool CpuRunsAvx2Kernels();        // AVX2, FMA and F16C
 bool CpuRunsAvx512Kernels();      // AVX-512F
 bool CpuRunsAvx512VnniKernels();  // AVX-512F, AVX512BW and AVX512-VNNI
+bool CpuRunsAvx512Bf16Kernels();  // AVX-512F, AVX512BW and AVX512_BF16
 
 // y[:, 16*first .. 16*(first+count)) for every row (columns past `out` are not written).
 void LinearPanelsGeneric(const LinearArgs& args, int64_t first, int64_t count);
@@ -54,5 +66,7 @@ void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count);
 // int8 only (matmul_cpu_avx512_vnni.cc); the same bits as the other int8 kernels.
 void LinearPanelsAvx512VnniInt8(const LinearArgs& args, int64_t first, int64_t count);
 void LinearPanelsAvx2(const LinearArgs& args, int64_t first, int64_t count);  // AVX2+FMA+F16C
+// bf16 weights times the bf16 activations in args.x_bf16 (matmul_cpu_avx512_bf16.cc).
+void LinearPanelsAvx512Bf16(const LinearArgs& args, int64_t first, int64_t count);
 
 }  // namespace abcd::cpu::kernels

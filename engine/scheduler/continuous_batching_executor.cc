@@ -423,9 +423,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Model& model,
   if (options.state_budget_bytes <= 0) {
     return absl::InvalidArgumentError("state budget must be positive");
   }
-  return Create(
-      std::make_unique<CpuBackend>(model, options.state_budget_bytes, options.cpu_threads),
-      tokenizer, options);
+  return Create(std::make_unique<CpuBackend>(model, options.state_budget_bytes, options.cpu_threads,
+                                             options.cpu_products),
+                tokenizer, options);
 }
 
 }  // namespace abcd

@@ -152,9 +152,10 @@ class ExecutorObserver {
 struct ExecutorOptions {
   int64_t state_budget_bytes = int64_t{1} << 30;  // Create(Model&): the CPU backend's pool
   int cpu_threads = 1;                            // Create(Model&): the CPU backend's threads
-  int max_waiting_requests = 256;                 // beyond this Enqueue answers RESOURCE_EXHAUSTED
-  int max_running_sequences = 256;                // batch size cap
-  int prefill_token_budget = 512;  // most prompt tokens prefilled per iteration (hard cap)
+  cpu::LinearProducts cpu_products = cpu::LinearProducts::kFloat32;  // and its bf16 products
+  int max_waiting_requests = 256;   // beyond this Enqueue answers RESOURCE_EXHAUSTED
+  int max_running_sequences = 256;  // batch size cap
+  int prefill_token_budget = 512;   // most prompt tokens prefilled per iteration (hard cap)
   // kTime: while sequences decode, an iteration's prompt tokens are sized from the measured
   // costs so that prefill adds at most about max(prefill_step_share x one decode step of all
   // running sequences, iteration_budget_ms); with nothing decoding, prefill goes at

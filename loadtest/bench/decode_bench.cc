@@ -98,12 +98,15 @@ struct Entry {
   nlohmann::json json;
   std::unique_ptr<StatePool> pool;
   SequenceId base = 0;
+  CpuContext* ctx = nullptr;  // the run's context, or its bf16-products twin ("bf16-dot")
 };
 
 }  // namespace
 
 absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   CpuContext ctx(options.threads);
+  // "bf16-dot": bf16 weights multiplied with bf16 products (cpu::LinearProducts::kBf16).
+  CpuContext bf16_ctx(options.threads, cpu::LinearProducts::kBf16);
   nlohmann::json out;
   out["batches"] = options.batches;
   out["contexts"] = options.contexts;
@@ -125,19 +128,26 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
       Entry e;
       ModelLoadOptions load;
       load.kv_cache_format = options.kv_cache_format;
+      const bool bf16_dot = format_name == "bf16-dot";
+      if (bf16_dot && !cpu::Bf16ProductsSupported()) {
+        return absl::FailedPreconditionError(
+            "--weight_formats bf16-dot: this CPU has no AVX512_BF16 dot products");
+      }
       if (!format_name.empty()) {
-        ABCD_ASSIGN_OR_RETURN(load.weight_format, ParseWeightFormat(format_name));
+        ABCD_ASSIGN_OR_RETURN(load.weight_format,
+                              ParseWeightFormat(bf16_dot ? "bf16" : format_name));
       }
       ABCD_ASSIGN_OR_RETURN(e.model, Model::Load(dir, load));
+      e.ctx = bf16_dot ? &bf16_ctx : &ctx;
       e.base_label = ModelLabel(dir);
-      e.label = formats.size() > 1
-                    ? absl::StrCat(e.base_label, "/", WeightFormatName(e.model->weight_format()))
-                    : e.base_label;
+      const std::string format_label =
+          bf16_dot ? format_name : std::string(WeightFormatName(e.model->weight_format()));
+      e.label = formats.size() > 1 ? absl::StrCat(e.base_label, "/", format_label) : e.base_label;
       order.push_back(e.label);
       if (AttentionName(*e.model) == "softmax" && softmax.empty()) softmax = e.label;
       e.json["model"] = dir;
       e.json["label"] = e.label;
-      e.json["weight_format"] = WeightFormatName(e.model->weight_format());
+      e.json["weight_format"] = format_label;
       e.json["attention"] = AttentionName(*e.model);
       e.json["description"] = DescribeAttention(e.model->config().decoder_layers.front().attention);
       e.json["weight_bytes"] = e.model->weight_bytes();
@@ -160,7 +170,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
     for (Entry& e : entries) {
       e.pool = std::make_unique<StatePool>(e.model->state_layout(), kUnlimited);
       ABCD_ASSIGN_OR_RETURN(e.base, e.pool->Acquire());
-      ABCD_RETURN_IF_ERROR(Prefill(*e.model, ctx, *e.pool, e.base, context));
+      ABCD_RETURN_IF_ERROR(Prefill(*e.model, *e.ctx, *e.pool, e.base, context));
     }
     for (int64_t batch : options.batches) {
       // Round-robin over the models, so load from elsewhere on the machine hits all of them.
@@ -170,7 +180,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
         for (size_t i = 0; i < entries.size(); ++i) {
           Entry& e = entries[i];
           ABCD_ASSIGN_OR_RETURN(points[i],
-                                Measure(*e.model, ctx, *e.pool, e.base, batch, options.steps));
+                                Measure(*e.model, *e.ctx, *e.pool, e.base, batch, options.steps));
           rounds[i].push_back(points[i].step_ms);
         }
       }
@@ -274,7 +284,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
         std::vector<double> times;
         for (int r = 0; r < 21; ++r) {
           const auto start = BenchClock::now();
-          cpu::Linear(x.data(), gemm_batch, *w, nullptr, y.data(), &ctx.pool());
+          cpu::Linear(x.data(), gemm_batch, *w, nullptr, y.data(), *e.ctx);
           if (r > 0) times.push_back(Seconds(BenchClock::now() - start));
         }
         const double seconds = Median(times);
@@ -304,8 +314,9 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
               << absl::StrFormat("%-13s %12s %16s %16s %8s\n", "model", "prefill ms",
                                  "prompt tokens/s", "decode tokens/s", "ratio");
     for (const Entry& e : entries) {
-      ABCD_ASSIGN_OR_RETURN(const double seconds,
-                            PrefillSeconds(*e.model, ctx, options.prefill_tokens, options.rounds));
+      ABCD_ASSIGN_OR_RETURN(
+          const double seconds,
+          PrefillSeconds(*e.model, *e.ctx, options.prefill_tokens, options.rounds));
       const double prompt_rate = static_cast<double>(options.prefill_tokens) / seconds;
       const auto& by_batch = speed[decode_context];
       const double decode_rate = by_batch.contains(1) ? by_batch.at(1).at(e.label) : 0.0;

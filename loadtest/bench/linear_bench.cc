@@ -39,14 +39,29 @@ absl::StatusOr<std::vector<LinearShape>> ParseLinearShapes(const std::string& li
 }
 
 absl::StatusOr<nlohmann::json> RunLinear(const LinearOptions& options) {
-  std::vector<WeightFormat> formats;
+  // "bf16-dot": bf16 weights with bf16 products (cpu::LinearProducts::kBf16).
+  struct Variant {
+    WeightFormat format;
+    cpu::LinearProducts products;
+    std::string name;
+  };
+  std::vector<Variant> formats;
   for (const std::string& name : options.weight_formats) {
+    if (name == "bf16-dot") {
+      if (!cpu::Bf16ProductsSupported()) {
+        return absl::FailedPreconditionError(
+            "--weight_formats bf16-dot: this CPU has no AVX512_BF16 dot products");
+      }
+      formats.push_back({WeightFormat::kBF16, cpu::LinearProducts::kBf16, name});
+      continue;
+    }
     absl::StatusOr<WeightFormat> format = ParseWeightFormat(name);
     if (!format.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--weight_formats: ", format.status().message()));
     }
-    formats.push_back(*format);
+    formats.push_back(
+        {*format, cpu::LinearProducts::kFloat32, std::string(WeightFormatName(*format))});
   }
   int64_t max_rows = 0;
   for (const int64_t rows : options.rows) {
@@ -64,7 +79,7 @@ absl::StatusOr<nlohmann::json> RunLinear(const LinearOptions& options) {
 
   // The weights of every (format, shape), packed once; the activations and outputs shared.
   struct Case {
-    WeightFormat format;
+    Variant format;
     LinearShape shape;
     std::unique_ptr<PackedMatrix> weights;
     std::vector<std::vector<double>> seconds;  // per row count, one per round
@@ -72,17 +87,17 @@ absl::StatusOr<nlohmann::json> RunLinear(const LinearOptions& options) {
   std::vector<Case> cases;
   int64_t max_in = 0, max_out = 0;
   uint32_t seed = 1;
-  for (const WeightFormat format : formats) {
+  for (const Variant& format : formats) {
     for (const LinearShape& shape : options.shapes) {
       std::vector<float> w(static_cast<size_t>(shape.in * shape.out));
       for (float& v : w) {
         seed = seed * 1664525u + 1013904223u;
         v = static_cast<float>((seed >> 8) & 0xFFFF) / 65536.0f - 0.5f;
       }
-      cases.push_back(
-          {format, shape,
-           std::make_unique<PackedMatrix>(PackedMatrix::Pack(w, shape.out, shape.in, format)),
-           std::vector<std::vector<double>>(options.rows.size())});
+      cases.push_back({format, shape,
+                       std::make_unique<PackedMatrix>(
+                           PackedMatrix::Pack(w, shape.out, shape.in, format.format)),
+                       std::vector<std::vector<double>>(options.rows.size())});
       max_in = std::max(max_in, shape.in);
       max_out = std::max(max_out, shape.out);
     }
@@ -95,7 +110,7 @@ absl::StatusOr<nlohmann::json> RunLinear(const LinearOptions& options) {
   // interleave every case, so a slow spell of the machine touches all of them alike.
   const auto measure = [&](const Case& c, int64_t rows) {
     const auto call = [&] {
-      cpu::Linear(x.data(), rows, *c.weights, nullptr, y.data(), pool_or_null);
+      cpu::Linear(x.data(), rows, *c.weights, nullptr, y.data(), pool_or_null, c.format.products);
     };
     call();  // warm: weights and code in cache
     int64_t calls = 0;
@@ -120,7 +135,7 @@ absl::StatusOr<nlohmann::json> RunLinear(const LinearOptions& options) {
       "== cpu::Linear alone (%d thread(s), %s kernels): y = x W^T, W [out, in]; median of %d "
       "rounds (each call repeated for %.2f s, rounds interleaved) ==\n",
       options.threads, cpu::LinearKernelName(), options.rounds, options.min_seconds);
-  std::cout << "format  in x out        rows      us/call    us/row   GFLOP/s   x us/row at "
+  std::cout << "format    in x out        rows      us/call    us/row   GFLOP/s   x us/row at "
                "the most rows\n";
   const size_t most = static_cast<size_t>(
       std::max_element(options.rows.begin(), options.rows.end()) - options.rows.begin());
@@ -133,10 +148,10 @@ absl::StatusOr<nlohmann::json> RunLinear(const LinearOptions& options) {
       const double gflops =
           2.0 * static_cast<double>(rows * c.shape.in * c.shape.out) / seconds / 1e9;
       const double per_row = seconds / static_cast<double>(rows);
-      std::cout << absl::StrFormat("%-6s  %5d x %-6d  %5d  %11.2f  %8.2f  %8.1f  %8.2f\n",
-                                   WeightFormatName(c.format), c.shape.in, c.shape.out, rows,
-                                   seconds * 1e6, per_row * 1e6, gflops, per_row / best_per_row);
-      out.push_back({{"format", WeightFormatName(c.format)},
+      std::cout << absl::StrFormat("%-8s  %5d x %-6d  %5d  %11.2f  %8.2f  %8.1f  %8.2f\n",
+                                   c.format.name, c.shape.in, c.shape.out, rows, seconds * 1e6,
+                                   per_row * 1e6, gflops, per_row / best_per_row);
+      out.push_back({{"format", c.format.name},
                      {"in", c.shape.in},
                      {"out", c.shape.out},
                      {"rows", rows},

@@ -34,6 +34,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/model.h"
+#include "engine/ops/matmul.h"
 #include "engine/runtime/generator.h"
 #include "engine/scheduler/executor.h"
 #include "engine/state/state_pool.h"
@@ -57,8 +58,9 @@ constexpr char kUsage[] =
     "Without --model, $ABCD_MODEL or the bundled default model (translate: the bundled\n"
     "translation model) is used. generate, eval and translate also take --threads N (default: the\n"
     "cores this process may use), --weight-format f32|bf16|f16|int8 (default: the\n"
-    "checkpoint's own) and --kv-cache-format bf16|f16|f32 (softmax caches, txl rings; default "
-    "bf16).\n";
+    "checkpoint's own), --cpu-compute fp32|bf16 (bf16 weights' products; bf16: AVX512_BF16 dot\n"
+    "products on bf16-rounded activations) and --kv-cache-format bf16|f16|f32 (softmax caches,\n"
+    "txl rings; default bf16).\n";
 
 constexpr int64_t kCliStateBudget = int64_t{1} << 32;
 
@@ -100,6 +102,26 @@ absl::StatusOr<int> Threads(const Arguments& args) {
         absl::StrCat("--threads must be in [1, 1024], got ", threads));
   }
   return static_cast<int>(threads);
+}
+
+// --cpu-compute fp32|bf16 (default fp32): bf16 needs AVX512_BF16 and a model with bf16 weights.
+absl::StatusOr<cpu::LinearProducts> CpuCompute(const Arguments& args, const Model& model) {
+  const std::string value = args.String("cpu-compute", "fp32");
+  if (value == "fp32") return cpu::LinearProducts::kFloat32;
+  if (value != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu-compute must be fp32 or bf16, got \"", value.substr(0, 64), "\""));
+  }
+  if (!cpu::Bf16ProductsSupported()) {
+    return absl::InvalidArgumentError(
+        "--cpu-compute bf16 needs a CPU with AVX-512 BF16 dot products (AVX512_BF16)");
+  }
+  if (model.weight_format() != WeightFormat::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu-compute bf16 multiplies bf16 weights; this model keeps ",
+                     WeightFormatName(model.weight_format()), " (add --weight-format bf16)"));
+  }
+  return cpu::LinearProducts::kBf16;
 }
 
 // --model, else $ABCD_MODEL, else the bundled default (the LM; translate: the EN->DE model).
@@ -237,7 +259,8 @@ absl::Status RunGenerate(const Arguments& args) {
   const std::unique_ptr<Model>& model = loaded.model;
   const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   ABCD_ASSIGN_OR_RETURN(const int threads, Threads(args));
-  CpuContext context(threads);
+  ABCD_ASSIGN_OR_RETURN(const cpu::LinearProducts products, CpuCompute(args, *model));
+  CpuContext context(threads, products);
   options.context = &context;
   StatePool pool(model->state_layout(), kCliStateBudget);
   auto on_token = [json](int32_t id, absl::string_view text) {
@@ -280,7 +303,8 @@ absl::Status RunEval(const Arguments& args) {
   const std::unique_ptr<Model>& model = loaded.model;
   const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   ABCD_ASSIGN_OR_RETURN(const int threads, Threads(args));
-  CpuContext context(threads);
+  ABCD_ASSIGN_OR_RETURN(const cpu::LinearProducts products, CpuCompute(args, *model));
+  CpuContext context(threads, products);
   const ModelConfig& config = model->config();
   if (config.is_encoder_decoder()) {
     return absl::FailedPreconditionError("eval needs a decoder-only model");
@@ -415,6 +439,7 @@ absl::Status RunTranslate(const Arguments& args) {
   const std::unique_ptr<Model>& model = loaded.model;
   const std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   ABCD_ASSIGN_OR_RETURN(options.cpu_threads, Threads(args));
+  ABCD_ASSIGN_OR_RETURN(options.cpu_products, CpuCompute(args, *model));
   if (!model->config().is_encoder_decoder()) {
     return absl::FailedPreconditionError("translate needs an encoder-decoder model");
   }
@@ -474,18 +499,20 @@ int Main(int argc, char** argv) {
     absl::StatusOr<Arguments> args = Arguments::Parse(
         rest,
         {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "repetition-penalty",
-         "seed", "stop", "threads", "weight-format", "kv-cache-format"},
+         "seed", "stop", "threads", "weight-format", "cpu-compute", "kv-cache-format"},
         {"ignore-eos", "json"});
     status = args.ok() ? RunGenerate(*args) : args.status();
   } else if (command == "eval") {
     absl::StatusOr<Arguments> args = Arguments::Parse(
-        rest, {"model", "text", "chunk", "threads", "weight-format", "kv-cache-format"}, {"json"});
+        rest,
+        {"model", "text", "chunk", "threads", "weight-format", "cpu-compute", "kv-cache-format"},
+        {"json"});
     status = args.ok() ? RunEval(*args) : args.status();
   } else if (command == "translate") {
     absl::StatusOr<Arguments> args =
         Arguments::Parse(rest,
                          {"model", "text", "text-file", "beam-size", "max-tokens", "threads",
-                          "weight-format", "kv-cache-format"},
+                          "weight-format", "cpu-compute", "kv-cache-format"},
                          {"json"});
     status = args.ok() ? RunTranslate(*args) : args.status();
   } else if (command == "--help" || command == "help") {

@@ -1,5 +1,5 @@
-// abcd-server start-up flags that must be refused before any model loads (the real binary,
-// exit code 2 and a message naming the flag).
+// abcd-server start-up flags that must be refused (the real binary, a message naming the flag;
+// exit code 2 before any model loads).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -50,6 +50,34 @@ TEST(ServerFlags, SameModelDirectoryTwiceIsRefusedNamingTheFlag) {
   std::filesystem::remove(link);
   EXPECT_NE(log.find("--models names the directory " + canonical + " twice"), std::string::npos)
       << log;
+}
+
+// --cpu_compute: a bad value names the flag. bf16 needs a CPU with AVX512_BF16 (refused
+// naming it elsewhere) and bf16 weights: the bundled models are bf16 checkpoints and then report
+// bf16 products; kept as f32 (--weight_format f32) they are refused naming the fix.
+TEST(ServerFlags, CpuComputeIsCheckedNamingTheFlag) {
+  ServerProcess bad(testing::ServerBinary(), {"--cpu_compute", "fp64"});
+  EXPECT_FALSE(bad.started());
+  EXPECT_EQ(bad.WaitForExit(10), 2);
+  EXPECT_NE(bad.Log().find("--cpu_compute must be fp32 or bf16"), std::string::npos) << bad.Log();
+  ServerProcess bf16(testing::ServerBinary(), {"--cpu_compute", "bf16", "--device", "cpu"});
+  if (!bf16.started()) {
+    EXPECT_EQ(bf16.WaitForExit(10), 2);
+    EXPECT_NE(bf16.Log().find("--cpu_compute bf16 needs a CPU with AVX-512 BF16"),
+              std::string::npos)
+        << bf16.Log();
+    return;
+  }
+  EXPECT_NE(bf16.Log().find("bf16 kernels, bf16 products"), std::string::npos) << bf16.Log();
+  ServerProcess fp32_weights(testing::ServerBinary(), {"--cpu_compute", "bf16", "--weight_format",
+                                                       "f32", "--device", "cpu"});
+  EXPECT_FALSE(fp32_weights.started());
+  EXPECT_NE(fp32_weights.WaitForExit(10), 0);
+  EXPECT_NE(fp32_weights.Log().find("--cpu_compute bf16 multiplies bf16 weights, and model "),
+            std::string::npos)
+      << fp32_weights.Log();
+  EXPECT_NE(fp32_weights.Log().find("keeps f32 (add --weight_format bf16)"), std::string::npos)
+      << fp32_weights.Log();
 }
 
 }  // namespace
