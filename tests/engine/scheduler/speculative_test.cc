@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "absl/strings/match.h"
+#include "engine/ops/matmul.h"
 #include "engine/scheduler/executor.h"
 #include "engine/scheduler/speculation.h"
 #include "nlohmann/json.hpp"
@@ -219,6 +220,45 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeExecutorTest, ::testing::ValuesIn(
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
+
+// With bf16 products (--cpu_compute bf16) a row's outputs are still the same bits whatever
+// the batch, so speculation leaves greedy and seeded tokens unchanged there too.
+TEST(SpeculativeBf16Products, GreedyAndSeededTokensAreIdenticalOnAndOff) {
+  if (!cpu::Bf16ProductsSupported()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  ModelLoadOptions load;
+  load.weight_format = WeightFormat::kBF16;
+  auto model = Model::Load(kLmDir, load);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto tokenizer = Tokenizer::Load(kLmDir + "/tokenizer.model");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ExecutorOptions options;
+  options.cpu_products = cpu::LinearProducts::kBf16;
+  auto plain = Executor::Create(**model, **tokenizer, options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  SpeculationCounter counter;
+  options.speculative = {SpeculativeMode::kNgram, 4};
+  options.observer = &counter;
+  auto spec = Executor::Create(**model, **tokenizer, options);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  for (float temperature : {0.0f, 0.8f}) {
+    GenerationRequest request;
+    request.prompt = "Open file. Save file. Open file. Save file. Open file.";
+    request.max_tokens = 40;
+    request.sampling.temperature = temperature;
+    request.sampling.seed = 5;
+    request.ignore_eos = true;
+    std::vector<std::vector<int32_t>> tokens;
+    for (Executor* executor : {plain->get(), spec->get()}) {
+      Collector collector;
+      ASSERT_TRUE(executor->Enqueue(request, collector.Callback()).ok());
+      const std::vector<ChoiceOutput> out = ChoiceOutputs(collector.Wait(), 1);
+      ASSERT_EQ(out.size(), 1u);
+      tokens.push_back(out[0].tokens);
+    }
+    EXPECT_EQ(tokens[1], tokens[0]) << "temperature " << temperature;
+  }
+  EXPECT_GT(counter.accepted_.load(), 0);
+}
 
 TEST(NgramDraft, LatestEarlierOccurrenceOfTheLongestSuffix) {
   // Suffix [1 2 3] occurred at 0 and 5; the latest (5) is followed by 9 8.
