@@ -658,42 +658,41 @@ absl::Status CudaModel::CaptureGraphs() {
   verify_graphs_.clear();
   for (int64_t context : graph_contexts_) {
     for (int64_t rows : graph_batches_) {
-      auto graph = std::make_unique<Graph>();
-      ABCD_RETURN_IF_ERROR(
-          Check(cudaStreamBeginCapture(context_.stream(), cudaStreamCaptureModeThreadLocal),
-                "cudaStreamBeginCapture"));
-      absl::Status status = EnqueueForward(rows, max_length(context), 0, 0);
-      if (status.ok()) {
-        status = SampleTokens(context_, logits_.data(), rows, config_.vocab_size,
-                              sampling_params_.data(), sampled_.data());
-      }
-      const absl::Status end =
-          Check(cudaStreamEndCapture(context_.stream(), &graph->graph), "cudaStreamEndCapture");
-      ABCD_RETURN_IF_ERROR(status);
-      ABCD_RETURN_IF_ERROR(end);
-      ABCD_RETURN_IF_ERROR(
-          Check(cudaGraphInstantiate(&graph->exec, graph->graph, 0), "cudaGraphInstantiate"));
+      ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, Capture([&]() -> absl::Status {
+                              ABCD_RETURN_IF_ERROR(EnqueueForward(rows, max_length(context), 0, 0));
+                              return SampleTokens(context_, logits_.data(), rows,
+                                                  config_.vocab_size, sampling_params_.data(),
+                                                  sampled_.data());
+                            }));
       graphs_.push_back(std::move(graph));
     }
   }
   for (int64_t context : graph_contexts_) {
     for (int64_t rows : verify_buckets_) {
-      auto graph = std::make_unique<Graph>();
-      ABCD_RETURN_IF_ERROR(
-          Check(cudaStreamBeginCapture(context_.stream(), cudaStreamCaptureModeThreadLocal),
-                "cudaStreamBeginCapture"));
-      const absl::Status status = EnqueueForward(rows, max_length(context), 2, rows,
-                                                 /*lm_head=*/true, /*checkpoints=*/true);
-      const absl::Status end =
-          Check(cudaStreamEndCapture(context_.stream(), &graph->graph), "cudaStreamEndCapture");
-      ABCD_RETURN_IF_ERROR(status);
-      ABCD_RETURN_IF_ERROR(end);
-      ABCD_RETURN_IF_ERROR(
-          Check(cudaGraphInstantiate(&graph->exec, graph->graph, 0), "cudaGraphInstantiate"));
+      ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, Capture([&] {
+                              return EnqueueForward(rows, max_length(context), 2, rows,
+                                                    /*lm_head=*/true, /*checkpoints=*/true);
+                            }));
       verify_graphs_.push_back(std::move(graph));
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudaModel::Graph>> CudaModel::Capture(
+    const std::function<absl::Status()>& enqueue) {
+  auto graph = std::make_unique<Graph>();
+  ABCD_RETURN_IF_ERROR(
+      Check(cudaStreamBeginCapture(context_.stream(), cudaStreamCaptureModeThreadLocal),
+            "cudaStreamBeginCapture"));
+  const absl::Status status = enqueue();
+  const absl::Status end =
+      Check(cudaStreamEndCapture(context_.stream(), &graph->graph), "cudaStreamEndCapture");
+  ABCD_RETURN_IF_ERROR(status);
+  ABCD_RETURN_IF_ERROR(end);
+  ABCD_RETURN_IF_ERROR(
+      Check(cudaGraphInstantiate(&graph->exec, graph->graph, 0), "cudaGraphInstantiate"));
+  return graph;
 }
 
 absl::Status CudaModel::StepSample(std::span<const int> slots, std::span<const int32_t> tokens,

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -187,6 +188,8 @@ class CudaModel {
                               int64_t scan_longest_run, bool lm_head = true,
                               bool checkpoints = false);
   absl::Status CaptureGraphs();
+  // One graph of what `enqueue` puts on the stream (captured, then instantiated).
+  absl::StatusOr<std::unique_ptr<Graph>> Capture(const std::function<absl::Status()>& enqueue);
   int64_t BucketFor(int64_t batch) const;
   void Advance(std::span<const int> slots);
 

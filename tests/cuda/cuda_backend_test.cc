@@ -26,6 +26,7 @@ using abcd::testing::Collector;
 using abcd::testing::FixtureDir;
 using abcd::testing::FixtureNames;
 using abcd::testing::kLmDir;
+using abcd::testing::SpeculationCounter;
 using abcd::testing::Tokens;
 
 CudaBackendOptions Fp32Options() {
@@ -400,15 +401,6 @@ TEST_F(CudaBackendTest, ExecutorOnCudaGeneratesTheCpuExecutorsGreedyTokens) {
   }
 }
 
-class DraftCounter : public ExecutorObserver {
- public:
-  void OnSpeculation(int drafted, int accepted) override {
-    drafted_ += drafted;
-    accepted_ += accepted;
-  }
-  std::atomic<int64_t> drafted_{0}, accepted_{0};
-};
-
 // Eager passes, and with CUDA graphs (batch-1 verify passes replayed).
 TEST_F(CudaBackendTest, SpeculativeExecutorOnCudaGeneratesThePlainCpuGreedyTokens) {
   for (bool graphs : {false, true}) {
@@ -429,7 +421,7 @@ void CudaBackendTest::ExpectSpeculativeExecutorGivesThePlainCpuGreedyTokens(
   options.max_running_sequences = 8;
   auto on_cpu = Executor::Create(*models_.back(), **tokenizer, options);
   ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
-  DraftCounter drafts;
+  SpeculationCounter drafts;
   options.speculative = {SpeculativeMode::kNgram, 4};
   options.observer = &drafts;
   auto on_cuda = Executor::Create(std::move(cuda), **tokenizer, options);

@@ -1,10 +1,12 @@
 // A request's GenerationEvents as the scheduler tests read them: Collector gathers them from the
 // Executor's callback (any thread; thread-safe) and waits for the last one; Tokens and
-// ChoiceOutputs join them per choice (plain functions of the events).
+// ChoiceOutputs join them per choice (plain functions of the events); SpeculationCounter sums
+// what speculative decoding drafted and kept.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +18,16 @@
 #include "engine/scheduler/executor.h"
 
 namespace abcd::testing {
+
+// Counts what speculative decoding drafted and kept (ExecutorOptions::observer).
+class SpeculationCounter : public ExecutorObserver {
+ public:
+  void OnSpeculation(int drafted, int accepted) override {
+    drafted_ += drafted;
+    accepted_ += accepted;
+  }
+  std::atomic<int64_t> drafted_{0}, accepted_{0};
+};
 
 class Collector {
  public:

@@ -26,6 +26,7 @@ using testing::Collector;
 using testing::kGmatDir;
 using testing::kLmDir;
 using testing::kMtDir;
+using testing::SpeculationCounter;
 using testing::Tokens;
 
 std::string Text(const std::vector<GenerationEvent>& events) {
@@ -620,15 +621,6 @@ TEST_F(ExecutorTest, BackendSampledDecodeRowsGiveTheHostSamplersGreedyTokens) {
   (*fast)->Shutdown();
 }
 
-class DraftCounter : public ExecutorObserver {
- public:
-  void OnSpeculation(int drafted, int accepted) override {
-    drafted_ += drafted;
-    accepted_ += accepted;
-  }
-  std::atomic<int64_t> drafted_{0}, accepted_{0};
-};
-
 // Speculative decoding on a backend that samples (CUDA): a step with a draft verifies it with
 // its logits on the host and rolls back; a step without one is sampled by the backend. Greedy
 // tokens are those of plain decoding on the CPU.
@@ -636,7 +628,7 @@ TEST_F(ExecutorTest, SpeculationOnASamplingBackendVerifiesDraftsAndSamplesTheOth
   Load(kLmDir);
   Start();
   std::atomic<int> sampled_rows{0};
-  DraftCounter drafts;
+  SpeculationCounter drafts;
   ExecutorOptions options;
   options.speculative = {SpeculativeMode::kNgram, 4};
   options.observer = &drafts;

@@ -26,15 +26,7 @@ using testing::ChoiceOutput;
 using testing::ChoiceOutputs;
 using testing::Collector;
 using testing::kLmDir;
-
-class SpeculationCounter : public ExecutorObserver {
- public:
-  void OnSpeculation(int drafted, int accepted) override {
-    drafted_ += drafted;
-    accepted_ += accepted;
-  }
-  std::atomic<int64_t> drafted_{0}, accepted_{0};
-};
+using testing::SpeculationCounter;
 
 std::vector<std::string> DecoderFixtures() {
   const nlohmann::json index = nlohmann::json::parse(
