@@ -34,7 +34,10 @@ class CpuBackend final : public DecodeBackend {
   void Release(SequenceId id) override { pool_.Release(id); }
   absl::StatusOr<SequenceId> Fork(SequenceId id) override { return pool_.Fork(id); }
   bool snapshots_supported() const override { return true; }
-  absl::StatusOr<std::string> Snapshot(SequenceId id) const override { return pool_.Snapshot(id); }
+  using DecodeBackend::Snapshot;
+  absl::StatusOr<std::string> Snapshot(SequenceId id, std::string buffer) const override {
+    return pool_.Snapshot(id, std::move(buffer));
+  }
   absl::StatusOr<SequenceId> Restore(absl::string_view snapshot) override {
     return pool_.Restore(snapshot);
   }

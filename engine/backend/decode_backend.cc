@@ -12,7 +12,9 @@ absl::Status NoSnapshots(const DecodeBackend& backend) {
 }
 }  // namespace
 
-absl::StatusOr<std::string> DecodeBackend::Snapshot(SequenceId) const { return NoSnapshots(*this); }
+absl::StatusOr<std::string> DecodeBackend::Snapshot(SequenceId, std::string) const {
+  return NoSnapshots(*this);
+}
 absl::StatusOr<SequenceId> DecodeBackend::Restore(absl::string_view) { return NoSnapshots(*this); }
 absl::Status DecodeBackend::CheckSnapshot(absl::string_view) const { return NoSnapshots(*this); }
 absl::Status DecodeBackend::Rollback(SequenceId, int) {

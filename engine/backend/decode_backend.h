@@ -77,7 +77,9 @@ class DecodeBackend {
   // Sequence states as bytes (sessions, the prefix cache): the StatePool snapshot format
   // (state_pool.h), whatever the backend. A backend without it answers FAILED_PRECONDITION.
   virtual bool snapshots_supported() const { return false; }
-  virtual absl::StatusOr<std::string> Snapshot(SequenceId id) const;
+  // `buffer`: storage the snapshot may be written into (its capacity reused: a recycled blob).
+  virtual absl::StatusOr<std::string> Snapshot(SequenceId id, std::string buffer) const;
+  absl::StatusOr<std::string> Snapshot(SequenceId id) const { return Snapshot(id, std::string()); }
   // A new sequence holding the snapshot's state; RESOURCE_EXHAUSTED when there is no room.
   virtual absl::StatusOr<SequenceId> Restore(absl::string_view snapshot);
   // Whether Restore() would take `snapshot`: INVALID_ARGUMENT when it is corrupt,

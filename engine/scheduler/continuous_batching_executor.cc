@@ -320,7 +320,8 @@ void ContinuousBatchingExecutor::CacheFinalState(const ActiveRequest& r) {
   absl::StatusOr<int64_t> bytes =
       backend_->RequestBytes(static_cast<int64_t>(r.context.size()), 0, 1, 1);
   if (!bytes.ok() || *bytes > prefix_cache_.budget_bytes() / 8) return;
-  absl::StatusOr<std::string> snapshot = backend_->Snapshot(r.sequence);
+  absl::StatusOr<std::string> snapshot =
+      backend_->Snapshot(r.sequence, prefix_cache_.TakeRecycled());
   if (!snapshot.ok()) return;
   absl::StatusOr<StatePool::SnapshotHeader> header = StatePool::ReadSnapshotHeader(*snapshot);
   if (!header.ok() || header->position < kMinCachedPrefix ||
@@ -335,7 +336,8 @@ void ContinuousBatchingExecutor::CacheFinalState(const ActiveRequest& r) {
 void ContinuousBatchingExecutor::StoreDueSnapshots() {
   const auto store = [this](ActiveRequest& r, int64_t length) {
     const std::span<const int32_t> prefix = std::span(r.prompt_ids).first(length);
-    absl::StatusOr<std::string> snapshot = backend_->Snapshot(r.sequence);
+    absl::StatusOr<std::string> snapshot =
+        backend_->Snapshot(r.sequence, prefix_cache_.TakeRecycled());
     if (snapshot.ok()) prefix_cache_.Insert(prefix, *std::move(snapshot));
     prefix_cache_.ClearPending(prefix);
   };

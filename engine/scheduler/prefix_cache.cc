@@ -168,11 +168,18 @@ PrefixCache::Node* PrefixCache::FindOrCreate(std::span<const int32_t> prefix) {
   return node;
 }
 
+void PrefixCache::Recycle(std::shared_ptr<const std::string> snapshot) {
+  if (snapshot.use_count() != 1 || snapshot->capacity() <= recycled_.capacity()) return;
+  // Every snapshot here was made as a mutable string (Insert), and this is its last owner.
+  recycled_ = std::move(*std::const_pointer_cast<std::string>(snapshot));
+}
+
 void PrefixCache::SetSnapshot(Node* node, std::shared_ptr<const std::string> snapshot) {
   Unlist(node);
   if (node->snapshot != nullptr) {
     bytes_ -= static_cast<int64_t>(node->snapshot->size());
     if (node->speculative) speculative_bytes_ -= static_cast<int64_t>(node->snapshot->size());
+    Recycle(std::move(node->snapshot));
   } else {
     ++entries_;
     for (Node* up = node->parent; up != nullptr; up = up->parent) {
@@ -191,6 +198,7 @@ void PrefixCache::DropSnapshot(Node* node) {
   bytes_ -= static_cast<int64_t>(node->snapshot->size());
   if (node->speculative) speculative_bytes_ -= static_cast<int64_t>(node->snapshot->size());
   node->speculative = false;
+  Recycle(std::move(node->snapshot));
   node->snapshot.reset();
   --entries_;
   for (Node* up = node->parent; up != nullptr; up = up->parent) {
@@ -264,7 +272,7 @@ void PrefixCache::Insert(std::span<const int32_t> prefix, std::string snapshot, 
     Touch(node);
     return;
   }
-  SetSnapshot(node, std::make_shared<const std::string>(std::move(snapshot)));
+  SetSnapshot(node, std::make_shared<std::string>(std::move(snapshot)));
   if (speculative) {
     Unlist(node);
     node->speculative = true;

@@ -76,6 +76,11 @@ class PrefixCache {
   // (snapshot size + 4 * prefix.size() > budget) is dropped, leaving any older one in place. An
   // empty prefix stores nothing (a snapshot of nothing saves no work). A speculative snapshot
   // never replaces a prompt snapshot of the same prefix (that one is only marked used).
+  // An evicted or replaced snapshot that nothing else held, kept for the next snapshot to be
+  // written into (StatePool::Snapshot's buffer): blobs of megabytes then reuse memory that is
+  // already mapped instead of faulting in fresh pages on the engine thread. At most one is
+  // kept, the largest; not counted in bytes(). Empty when there is none.
+  std::string TakeRecycled() { return std::exchange(recycled_, std::string()); }
   void Insert(std::span<const int32_t> prefix, std::string snapshot,
               SnapshotKind kind = SnapshotKind::kPrompt);
 
@@ -126,6 +131,9 @@ class PrefixCache {
   int64_t evictions_ = 0;
   uint64_t tick_ = 0;
   std::unique_ptr<Node> root_;
+  // Keeps `snapshot`'s storage as recycled_ when nothing else holds it (and it is larger).
+  void Recycle(std::shared_ptr<const std::string> snapshot);
+  std::string recycled_;
   std::set<std::pair<uint64_t, Node*>> leaves_;       // evictable prompt snapshots by last use
   std::set<std::pair<uint64_t, Node*>> speculative_;  // speculative snapshots by last use
   int64_t speculative_bytes_ = 0;

@@ -20,6 +20,9 @@ absl::Status NotFound(SequenceId id) {
 
 class Writer {
  public:
+  Writer() = default;
+  // Writes into `buffer` from its start, keeping its capacity.
+  explicit Writer(std::string buffer) : out_(std::move(buffer)) { out_.clear(); }
   template <typename T>
   void Put(const T& value) {
     out_.append(reinterpret_cast<const char*>(&value), sizeof(T));
@@ -191,10 +194,10 @@ absl::StatusOr<int64_t> StatePool::SequenceBytes(SequenceId id) const {
   return ChargedBytes(*state);
 }
 
-absl::StatusOr<std::string> StatePool::Snapshot(SequenceId id) const {
+absl::StatusOr<std::string> StatePool::Snapshot(SequenceId id, std::string buffer) const {
   const SequenceState* state = Get(id);
   if (state == nullptr) return NotFound(id);
-  Writer out;
+  Writer out(std::move(buffer));
   size_t bytes = 64 + state->fixed.size() * 4;  // the header and the fixed state, with room
   for (const KvCache& kv : state->kv)
     bytes += 8 + static_cast<size_t>(2 * kv.length * kv.width) * 4;

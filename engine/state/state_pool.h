@@ -77,7 +77,9 @@ class StatePool {
   // Restore: INVALID_ARGUMENT for a corrupt or truncated snapshot, FAILED_PRECONDITION for one
   // taken from another model (fingerprint), RESOURCE_EXHAUSTED when the budget cannot hold it;
   // the pool is unchanged on any error.
-  absl::StatusOr<std::string> Snapshot(SequenceId id) const;
+  // `buffer`: storage to write into (cleared first; its capacity is reused, so a recycled blob
+  // of the same size costs no fresh pages).
+  absl::StatusOr<std::string> Snapshot(SequenceId id, std::string buffer = {}) const;
   absl::StatusOr<SequenceId> Restore(absl::string_view snapshot);
   // What Restore() would restore, without restoring it: the same INVALID_ARGUMENT and
   // FAILED_PRECONDITION errors (not the budget check). Allocates nothing in proportion to the

@@ -152,6 +152,35 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedLeavesUnderTheBudget) {
   EXPECT_EQ(cache.evictions(), 2);
 }
 
+// An evicted or replaced snapshot nothing else holds is kept (the largest one) for the next
+// snapshot to be written into; one a Lookup's match still holds is not.
+TEST(PrefixCache, RecyclesTheStorageOfSnapshotsNothingElseHolds) {
+  PrefixCache cache(2 * 120);
+  const Tokens a = Range(100, 5), b = Range(200, 5), c = Range(300, 5), d = Range(400, 5);
+  EXPECT_TRUE(cache.TakeRecycled().empty());
+  std::string state(100, 'a');
+  const char* storage = state.data();
+  cache.Insert(a, std::move(state));
+  cache.Insert(b, std::string(100, 'b'));
+  cache.Insert(c, std::string(100, 'c'));  // evicts a
+  std::string recycled = cache.TakeRecycled();
+  EXPECT_EQ(recycled.data(), storage);
+  EXPECT_GE(recycled.capacity(), 100u);
+  EXPECT_TRUE(cache.TakeRecycled().empty()) << "taken once";
+  // Replacing b's snapshot recycles the old one.
+  cache.Insert(b, std::string(100, 'B'));
+  EXPECT_GE(cache.TakeRecycled().capacity(), 100u);
+  // A snapshot a match still holds is freed by its last holder, not recycled.
+  const PrefixCache::Match held = cache.Lookup(Concat(c, {1}));
+  ASSERT_NE(held.snapshot, nullptr);
+  cache.Insert(d, std::string(100, 'd'));  // evicts the least recently used: b
+  cache.Insert(a, std::string(100, 'a'));  // evicts c, which `held` still holds
+  EXPECT_EQ(cache.evictions(), 3);
+  EXPECT_GE(cache.TakeRecycled().capacity(), 100u) << "b was recycled";
+  EXPECT_EQ(*held.snapshot, std::string(100, 'c'));
+  EXPECT_TRUE(cache.TakeRecycled().empty()) << "c was not";
+}
+
 TEST(PrefixCache, KeepsAnInnerSnapshotWhileALongerOneBelowIsCached) {
   const std::string state(100, 's');
   const Tokens inner = Range(0, 4);  // 16 bytes of tokens

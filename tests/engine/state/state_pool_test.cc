@@ -253,6 +253,13 @@ TEST(StatePool, SnapshotKvRowsRoundTripAcrossBlocks) {
       ASSERT_EQ(std::memcmp(ak.data(), bk.data(), ak.size() * 4), 0) << "keys of cache " << i;
       ASSERT_EQ(std::memcmp(av.data(), bv.data(), av.size() * 4), 0) << "values of cache " << i;
     }
+    // Written into a recycled blob (the prefix cache's): the same bytes, in its storage.
+    std::string recycled(snapshot->size() + 100, '#');
+    const char* storage = recycled.data();
+    auto again = pool.Snapshot(*id, std::move(recycled));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(*again, *snapshot);
+    EXPECT_EQ(again->data(), storage) << "the buffer's capacity was not reused";
   }
 }
 
