@@ -196,7 +196,8 @@ void AttentionLayer::ForwardCausal(CpuContext& ctx, const float* x, int64_t rows
     });
   };
   if (!checkpoints) {
-    state_->Scan(ctx, {kernel_rows, width, layout_, states, runs, attended, attended_width});
+    state_->Scan(ctx, {kernel_rows, width, layout_, states, runs, attended, attended_width,
+                       ctx.linear_products()});
   } else if (copy_heads) {
     scan(runs);
   } else {

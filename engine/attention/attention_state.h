@@ -76,6 +76,9 @@ struct ScanArgs {
   std::span<const RowRun> runs;      // the step's rows split by sequence
   float* out = nullptr;              // ReadHead outputs, `out_width` floats per row
   int64_t out_width = 0;
+  // The pass's products (CpuContext::linear_products()): with kBf16, softmax prompt runs over a
+  // bf16 cache multiply in bf16 too (SoftmaxReadCausalRunBf16Products).
+  cpu::LinearProducts products = cpu::LinearProducts::kFloat32;
 
   KeyValueRow KeyValueOf(int64_t row) const {
     const float* r = rows + row * width;

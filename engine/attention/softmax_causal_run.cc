@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "engine/attention/softmax_bf16_kernels.h"
 #include "engine/attention/softmax_kernels.h"
 #include "engine/attention/softmax_read.h"
 #include "engine/ops/vector_clones.h"
@@ -213,12 +214,17 @@ ABCD_F16C_TARGET void Stage<F16c>(const F16c* rows, int64_t count, int64_t strid
 // are read in place; bf16 and f16 blocks are widened once into fp32 first (Stage). Widening in
 // the tiles instead, once per tile of queries, measured 1.0-1.5x slower (f16 worst), and the
 // cache rows' stride (every head of a row) maps a block's rows onto few L1 sets.
-template <typename T>
+//
+// kBf16Products (bf16 rows only): the queries are rounded to bf16 once, each block is packed
+// for vdpbf16ps instead of widened (softmax_bf16_kernels.h), and each tile's softmax weights are
+// rounded to bf16 before they multiply the values; the running softmax stays fp32.
+template <typename T, bool kBf16Products = false>
 void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const T* values,
                int64_t first_position, int64_t rows, int64_t stride, int head_dim, float* out,
                int64_t out_stride) {
+  static_assert(!kBf16Products || std::is_same_v<T, uint16_t>);
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  constexpr bool kStaged = !std::is_same_v<T, float>;
+  constexpr bool kStaged = !std::is_same_v<T, float> && !kBf16Products;
   const int64_t total = first_position + rows;  // rows the last query reads
   const int64_t d = head_dim;
   const int64_t queries_count = rows * group;
@@ -231,11 +237,29 @@ void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const
   float* scores = acc + queries_count * d;
   float* staged_keys = scores + kQueryTile * kKeyBlock;
   float* staged_values = staged_keys + staged / 2;
+  // bf16 products: the rounded queries, the packed block and a tile's rounded weights.
+  std::vector<uint16_t> queries_bf16;
+  std::vector<uint32_t> packed;
+  uint32_t* packed_keys = nullptr;
+  uint32_t* packed_values = nullptr;
+  uint32_t* weights = nullptr;
+  if constexpr (kBf16Products) {
+    queries_bf16.resize(static_cast<size_t>(queries_count * d));
+    const int64_t key_dwords = softmax_bf16::PackedKeyDwords(kKeyBlock, head_dim);
+    const int64_t value_dwords = softmax_bf16::PackedValueDwords(kKeyBlock, head_dim);
+    packed.resize(static_cast<size_t>(key_dwords + value_dwords + kQueryTile * kKeyBlock / 2));
+    packed_keys = packed.data();
+    packed_values = packed_keys + key_dwords;
+    weights = packed_values + value_dwords;
+  }
   std::vector<SoftmaxPartial> runs(static_cast<size_t>(queries_count));
   float rescale[kQueryTile];
   int64_t limit[kQueryTile];
   for (int64_t i = 0; i < rows; ++i) {
     std::copy_n(q + i * q_stride, group * d, queries + i * group * d);
+  }
+  if constexpr (kBf16Products) {
+    cpu::kernels::RoundRowsToBf16(queries, queries_count, d, queries_bf16.data());
   }
   for (int64_t first = 0; first < total; first += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, total - first);
@@ -249,10 +273,13 @@ void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const
       PrefetchL2(k + (n + j) * stride, head_dim);
       PrefetchL2(v + (n + j) * stride, head_dim);
     }
-    const float* block_keys;
-    const float* block_values;
-    int64_t block_stride;
-    if constexpr (kStaged) {
+    const float* block_keys = nullptr;
+    const float* block_values = nullptr;
+    int64_t block_stride = 0;
+    if constexpr (kBf16Products) {
+      softmax_bf16::PackKeys(k, n, stride, head_dim, packed_keys);
+      softmax_bf16::PackValues(v, n, stride, head_dim, packed_values);
+    } else if constexpr (kStaged) {
       Stage(k, n, stride, head_dim, staged_keys);
       Stage(v, n, stride, head_dim, staged_values);
       block_keys = staged_keys;
@@ -269,15 +296,26 @@ void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const
         const int64_t i = (t0 + t) / group;  // the run row of this query
         limit[t] = std::min(n, first_position + i + 1 - first);
       }
-      ScoreTile(queries + t0 * d, count, block_keys, block_stride, head_dim, limit, scores,
-                kKeyBlock);
+      if constexpr (kBf16Products) {
+        softmax_bf16::ScoreTile(queries_bf16.data() + t0 * d, count, packed_keys, head_dim, limit,
+                                scores, kKeyBlock);
+      } else {
+        ScoreTile(queries + t0 * d, count, block_keys, block_stride, head_dim, limit, scores,
+                  kKeyBlock);
+      }
       for (int64_t t = 0; t < count; ++t) {
         float* row = scores + t * kKeyBlock;
         std::fill(row + limit[t], row + n, kMasked);
         rescale[t] = AdvanceRun(row, n, limit[t], runs[static_cast<size_t>(t0 + t)]);
       }
-      AccumulateTile(scores, kKeyBlock, count, block_values, block_stride, head_dim, limit, rescale,
-                     acc + t0 * d);
+      if constexpr (kBf16Products) {
+        softmax_bf16::RoundWeights(scores, kKeyBlock, count, n, weights, kKeyBlock / 2);
+        softmax_bf16::AccumulateTile(weights, kKeyBlock / 2, count, packed_values, head_dim, limit,
+                                     rescale, acc + t0 * d);
+      } else {
+        AccumulateTile(scores, kKeyBlock, count, block_values, block_stride, head_dim, limit,
+                       rescale, acc + t0 * d);
+      }
     }
   }
   for (int64_t i = 0; i < rows; ++i) {
@@ -305,6 +343,14 @@ void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const uin
                           int64_t stride, int head_dim, float* out, int64_t out_stride) {
   CausalRun(q, q_stride, group, keys, values, first_position, rows, stride, head_dim, out,
             out_stride);
+}
+
+void SoftmaxReadCausalRunBf16Products(const float* q, int64_t q_stride, int group,
+                                      const uint16_t* keys, const uint16_t* values,
+                                      int64_t first_position, int64_t rows, int64_t stride,
+                                      int head_dim, float* out, int64_t out_stride) {
+  CausalRun<uint16_t, true>(q, q_stride, group, keys, values, first_position, rows, stride,
+                            head_dim, out, out_stride);
 }
 
 void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const F16* keys,

@@ -87,6 +87,16 @@ void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const F16
                           const F16* values, int64_t first_position, int64_t rows, int64_t stride,
                           int head_dim, float* out, int64_t out_stride);
 
+// SoftmaxReadCausalRun over bf16 rows with bf16 products (opt-in, cpu::LinearProducts::kBf16;
+// only where cpu::Bf16ProductsSupported(), head_dim % 16 == 0): the queries and each block's
+// softmax weights are rounded to bf16 (nearest even) and multiplied by the rows with
+// vdpbf16ps, summed in fp32; the softmax itself stays fp32. Equal to SoftmaxReadCausalRun
+// within that rounding (a weight's relative error 2^-9), about twice as fast.
+void SoftmaxReadCausalRunBf16Products(const float* q, int64_t q_stride, int group,
+                                      const uint16_t* keys, const uint16_t* values,
+                                      int64_t first_position, int64_t rows, int64_t stride,
+                                      int head_dim, float* out, int64_t out_stride);
+
 // f16 rows are widened by F16C's vcvtph2ps where the CPU has AVX2, FMA and F16C (x86-64 GCC
 // builds), and by portable vector arithmetic elsewhere: both exact, so the reads give the same
 // bits either way. Whether this CPU and build take the F16C kernels:

@@ -7,6 +7,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "engine/ops/elementwise.h"
+#include "engine/ops/matmul.h"
 
 namespace abcd {
 namespace {
@@ -180,6 +181,13 @@ void SoftmaxState::ScanHead(int g, const ScanArgs& args, const RowRun& run) cons
   const int64_t offset = kv_offset * group;
   const float* q = args.rows + run.first * args.width + offset;
   float* out = args.out + run.first * args.out_width + offset;
+  if (args.products == cpu::LinearProducts::kBf16 && kv.format == KvFormat::kBf16 &&
+      head_dim_ % 16 == 0 && cpu::Bf16ProductsSupported()) {
+    SoftmaxReadCausalRunBf16Products(q, args.width, group, kv.keys16.data() + kv_offset,
+                                     kv.values16.data() + kv_offset, first.position, run.count,
+                                     kv.width, head_dim_, out, args.out_width);
+    return;
+  }
   WithRows(kv, kv_offset, [&](const auto* keys, const auto* values) {
     SoftmaxReadCausalRun(q, args.width, group, keys, values, first.position, run.count, kv.width,
                          head_dim_, out, args.out_width);

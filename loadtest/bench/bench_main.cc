@@ -32,7 +32,8 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
              [--choice_prompt 512] [--choice_tokens 32] [--session_store memory|redis://H:P]
              (sessions, prefix cache, n; not in `all`)
   prefill_chunk  --models DIR[,DIR..] [--contexts 2048,8192,32768] [--chunk 256] [--rounds 5]
-             [--kv_cache_format bf16|f16|f32]   (a prompt chunk at position P; not in `all`)
+             [--kv_cache_format bf16|f16|f32] [--weight_formats f32,bf16,bf16-dot,int8]
+             (a prompt chunk at position P; not in `all`)
   all        everything above with --models_dir DIR (holding abc/ rfa/ t2r/ softmax/ ...):
              --memory_types, --decode_types, --reference_types (or --reference_models DIR,..),
              --overhead_type pick the subdirectories
@@ -220,6 +221,7 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     o.threads = static_cast<int>(args.Has("threads") ? threads : 2);
     ABCD_ASSIGN_OR_RETURN(o.kv_cache_format, ParseKvFormat(args.String("kv_cache_format", "bf16"),
                                                            "--kv_cache_format"));
+    o.weight_formats = SplitList(args.String("weight_formats", ""));
     ABCD_ASSIGN_OR_RETURN(out["prefill_chunk"], RunPrefillChunk(o));
   }
   if (command == "seq2seq") {

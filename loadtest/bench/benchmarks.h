@@ -114,6 +114,8 @@ struct PrefillChunkOptions {
   int rounds = 5;                 // timings per point (median and minimum)
   int threads = 2;                // the engine's CpuContext threads (the server's default)
   KvFormat kv_cache_format = KvFormat::kBf16;
+  // As DecodeOptions::weight_formats (f32, bf16, bf16-dot, f16, int8); empty: the checkpoint's.
+  std::vector<std::string> weight_formats;
 };
 absl::StatusOr<nlohmann::json> RunPrefillChunk(const PrefillChunkOptions& options);
 
