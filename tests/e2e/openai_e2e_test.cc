@@ -404,6 +404,21 @@ TEST_F(OpenAiE2eTest, HealthDeadlinesAndStreamingCounts) {
     }
   }
 
+  // A short request first, so the timed stream below does not also pay for the server's first
+  // request (allocation, first pages) on a loaded machine: its deadline must leave room for the
+  // five tokens it checks.
+  {
+    abcd::v1::GenerateRequest warm;
+    warm.set_prompt("The old house stood");
+    warm.set_max_tokens(8);
+    grpc::ClientContext warm_context;
+    auto warm_reader = stub_->Generate(&warm_context, warm);
+    abcd::v1::GenerateResponse ignored;
+    while (warm_reader->Read(&ignored)) {
+    }
+    ASSERT_TRUE(warm_reader->Finish().ok());
+  }
+
   // A long stream (eos banned by logit_bias) whose deadline expires after some tokens: 4000
   // tokens take longer than 1 s even on a fast idle machine (about 0.3 ms a token).
   abcd::v1::GenerateRequest request;
