@@ -82,6 +82,13 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
           WeightFormatName(served->model->weight_format()), " (add --weight_format bf16)"));
     }
     backend_options.cpu_products = cpu::LinearProducts::kBf16;
+  } else if (config.cpu_compute == "int8") {
+    if (served->model->weight_format() != WeightFormat::kInt8) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cpu_compute int8 multiplies int8 weights, and model ", served->name, " keeps ",
+          WeightFormatName(served->model->weight_format()), " (add --weight_format int8)"));
+    }
+    backend_options.cpu_products = cpu::LinearProducts::kInt8;
   }
   backend_options.max_sequences = config.max_running_sequences;
   backend_options.max_prefill_tokens = config.prefill_token_budget;

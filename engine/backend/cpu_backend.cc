@@ -13,9 +13,12 @@ CpuBackend::CpuBackend(const Model& model, int64_t budget_bytes, int threads,
 std::string CpuBackend::device_description() const {
   const bool bf16_products = context_.linear_products() == cpu::LinearProducts::kBf16 &&
                              model_.weight_format() == WeightFormat::kBF16;
+  const bool w8a8 = context_.linear_products() == cpu::LinearProducts::kInt8 &&
+                    model_.weight_format() == WeightFormat::kInt8;
   return absl::StrCat("cpu (", context_.threads(), " threads, ", cpu::LinearKernelName(), " ",
                       WeightFormatName(model_.weight_format()), " kernels",
-                      bf16_products ? ", bf16 products" : "", ")");
+                      bf16_products ? ", bf16 products" : "", w8a8 ? ", 8-bit activations" : "",
+                      ")");
 }
 
 absl::StatusOr<int64_t> CpuBackend::RequestBytes(int64_t prompt_tokens, int64_t source_tokens,

@@ -15,8 +15,10 @@
 namespace abcd {
 
 namespace cpu {
-// How bf16 weights are multiplied (cpu::Linear, engine/ops/matmul.h).
-enum class LinearProducts { kFloat32, kBf16 };
+// How bf16 and int8 weights are multiplied (cpu::Linear, engine/ops/matmul.h): kFloat32, the
+// default (exact fp32 products; int8 weights by int16 activations), kBf16 (bf16 weights by
+// bf16 activations) or kInt8 (int8 weights by 8-bit activations, W8A8).
+enum class LinearProducts { kFloat32, kBf16, kInt8 };
 }  // namespace cpu
 
 enum class Scratch {

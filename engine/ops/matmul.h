@@ -25,6 +25,12 @@ namespace abcd::cpu {
 // weight formats ignore it. Only where Bf16ProductsSupported().
 // (LinearProducts is declared in cpu_context.h.)
 bool Bf16ProductsSupported();
+// kInt8 (W8A8): int8 weights times activations quantised to 8 bits per row (scale max|x| / 127,
+// where the default quantises them to 16 bits), as AVX-512 VNNI vpdpbusd products summed
+// exactly in int32 blocks: 64 multiply-adds an instruction against the default's 32, with the
+// rounding of 8-bit activations (llama.cpp's q8_0 dot products quantise activations the same
+// way, per block of 32). Other weight formats ignore it. Only where W8A8Supported().
+bool W8A8Supported();
 
 // x: [rows, w.in()], bias: [w.out()] or nullptr, y: [rows, w.out()] (overwritten).
 void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bias, float* y,

@@ -234,6 +234,11 @@ bool Bf16ProductsSupported() {
   return supported;
 }
 
+bool W8A8Supported() {
+  static const bool supported = kernels::CpuRunsAvx512VnniKernels();
+  return supported;
+}
+
 void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bias, float* y,
             ThreadPool* pool, LinearProducts products) {
   if (rows == 0 || w.out() == 0) return;
@@ -246,7 +251,19 @@ void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bi
   // int8: the activations as int16 rows, quantised once here for every thread's panels.
   std::unique_ptr<int16_t[]> x_int16;
   std::unique_ptr<float[]> x_scales;
-  if (w.format() == WeightFormat::kInt8) {
+  // W8A8: 8-bit activation rows instead.
+  std::unique_ptr<uint8_t[]> x_u8;
+  const bool w8a8 =
+      products == LinearProducts::kInt8 && w.format() == WeightFormat::kInt8 && W8A8Supported();
+  if (w8a8) {
+    args.scales = w.scales();
+    args.x_u8_stride = kernels::QuadStride(w.in());
+    x_u8 = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(rows * args.x_u8_stride));
+    x_scales = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(rows));
+    kernels::QuantizeRowsU8(x, rows, w.in(), x_u8.get(), x_scales.get());
+    args.x_u8 = x_u8.get();
+    args.x_scales = x_scales.get();
+  } else if (w.format() == WeightFormat::kInt8) {
     args.scales = w.scales();
     args.x_int16_stride = kernels::QuantizedStride(w.in());
     x_int16 =
@@ -258,7 +275,7 @@ void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bi
   }
   // bf16 products: the activations rounded to bf16 once here for every thread's panels.
   std::unique_ptr<uint16_t[]> x_bf16;
-  PanelKernel kernel = ChosenKernel();
+  PanelKernel kernel = w8a8 ? &kernels::LinearPanelsAvx512VnniW8A8 : ChosenKernel();
   if (products == LinearProducts::kBf16 && w.format() == WeightFormat::kBF16 &&
       Bf16ProductsSupported()) {
     args.x_bf16_stride = kernels::Bf16Stride(w.in());

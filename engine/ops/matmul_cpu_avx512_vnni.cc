@@ -104,7 +104,254 @@ void Rows(const LinearArgs& a, int64_t first_panel, int64_t r) {
   }
 }
 
+// W8A8's index for vpermw: output j's weights at columns 4q .. 4q + 3 (its 16-bit unit in pair
+// 2q, lanes 0-15 of a load, then in pair 2q + 1, lanes 16-31) into dword j.
+inline __m512i QuadIndex() {
+  alignas(64) static constexpr uint16_t kQuadIndex[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_load_si512(kQuadIndex);
+}
+
+// Quad q of a panel in quad order (past the panel's `pairs` stored pairs, zeros).
+inline __m512i LoadQuad(const char* panel, int64_t q, int64_t pairs, __m512i index) {
+  const char* quad = panel + q * 64;
+  const __m512i both =
+      2 * q + 1 < pairs
+          ? _mm512_loadu_si512(quad)
+          : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(quad)));
+  return _mm512_permutexvar_epi16(index, both);
+}
+
+// W8A8 (LinearProducts::kInt8), one row (R = 1; several rows take StagedPanels below): P panels
+// x R rows of 8-bit activations. Per quad of input
+// columns (pairs 2q and 2q + 1 of a panel: 64 contiguous bytes), vpermw puts output j's four
+// weights in dword j, and vpdpbusd multiplies them by the row's broadcast activation quad (64
+// multiply-adds). Activations are stored as q + 128 (unsigned); the 128 x sum(w) this adds is
+// summed by one more vpdpbusd per panel (by a quad of 128s), shared by the R rows, and taken
+// off each block's int32 sums, which then hold sum(w x q) exactly.
+template <int P, int R>
+void BlockW8A8(const LinearArgs& a, int64_t first_panel, int64_t first_row) {
+  const char* base = static_cast<const char*>(a.panels) + first_panel * a.panel_bytes;
+  const uint8_t* x = a.x_u8 + first_row * a.x_u8_stride;
+  const int64_t quads = a.x_u8_stride / 4;
+  const int64_t pairs = (a.in + 1) / 2;  // the pairs a panel stores
+  const __m512i index = QuadIndex();
+  const __m512i offsets = _mm512_set1_epi8(static_cast<char>(0x80));
+  alignas(64) float totals[R][P][kPanel] = {};
+  for (int64_t q0 = 0; q0 < quads; q0 += kInt8BlockColumns / 4) {
+    const int64_t q1 = std::min(quads, q0 + kInt8BlockColumns / 4);
+    __m512i sums[R][P];
+    __m512i offset_sums[P];
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      offset_sums[p] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) sums[r][p] = _mm512_setzero_si512();
+    }
+    for (int64_t q = q0; q < q1; ++q) {
+      __m512i w[P];
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        w[p] = LoadQuad(base + p * a.panel_bytes, q, pairs, index);
+        offset_sums[p] = _mm512_dpbusd_epi32(offset_sums[p], offsets, w[p]);
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        int32_t xquad;
+        std::memcpy(&xquad, x + r * a.x_u8_stride + 4 * q, 4);
+        const __m512i xr = _mm512_set1_epi32(xquad);
+#pragma GCC unroll 8
+        for (int p = 0; p < P; ++p) sums[r][p] = _mm512_dpbusd_epi32(sums[r][p], xr, w[p]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        float* t = totals[r][p];
+        const __m512i exact = _mm512_sub_epi32(sums[r][p], offset_sums[p]);
+        _mm512_store_ps(t, _mm512_add_ps(_mm512_load_ps(t), _mm512_cvtepi32_ps(exact)));
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    const int64_t column = (first_panel + p) * kPanel;
+    if (column >= a.out) break;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      StoreInt8Panel(a, first_row + r, column, _mm512_load_ps(totals[r][p]));
+    }
+  }
+}
+
+// Several rows: each 256-column block of P panels is put in quad order once (vpermw) with its
+// offset sums, on the stack, and then every row tile multiplies it with loads and vpdpbusd
+// alone; the block totals are added in y (the same fp32 additions in the same order as
+// BlockW8A8, so a row's outputs are the same bits alone or in a batch), and scaled at the end.
+constexpr int kStagedPanels = 4;
+constexpr int64_t kBlockQuads = kInt8BlockColumns / 4;
+
+struct StagedBlock {
+  alignas(64) int8_t weights[kStagedPanels][kBlockQuads][64];
+  alignas(64) int32_t offsets[kStagedPanels][kPanel];
+};
+
+void StageBlock(const LinearArgs& a, int64_t first_panel, int panels, int64_t q0, int64_t q1,
+                StagedBlock& staged) {
+  const char* base = static_cast<const char*>(a.panels) + first_panel * a.panel_bytes;
+  const int64_t pairs = (a.in + 1) / 2;
+  const __m512i index = QuadIndex();
+  const __m512i offsets = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int p = 0; p < panels; ++p) {
+    __m512i offset_sums = _mm512_setzero_si512();
+    for (int64_t q = q0; q < q1; ++q) {
+      const __m512i w = LoadQuad(base + p * a.panel_bytes, q, pairs, index);
+      _mm512_store_si512(staged.weights[p][q - q0], w);
+      offset_sums = _mm512_dpbusd_epi32(offset_sums, offsets, w);
+    }
+    _mm512_store_si512(staged.offsets[p], offset_sums);
+  }
+}
+
+// y[rows, panels' columns] (+)= the block's exact sums for R rows and P staged panels.
+template <int P, int R>
+void SumStaged(const LinearArgs& a, const StagedBlock& staged, int64_t first_panel, int64_t q0,
+               int64_t q1, int64_t first_row, bool first_block) {
+  const uint8_t* x = a.x_u8 + first_row * a.x_u8_stride;
+  __m512i sums[R][P];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) sums[r][p] = _mm512_setzero_si512();
+  }
+  for (int64_t q = q0; q < q1; ++q) {
+    __m512i w[P];
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) w[p] = _mm512_load_si512(staged.weights[p][q - q0]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      int32_t xquad;
+      std::memcpy(&xquad, x + r * a.x_u8_stride + 4 * q, 4);
+      const __m512i xr = _mm512_set1_epi32(xquad);
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) sums[r][p] = _mm512_dpbusd_epi32(sums[r][p], xr, w[p]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    const int64_t column = (first_panel + p) * kPanel;
+    if (column >= a.out) break;
+    const int64_t valid = std::min<int64_t>(kPanel, a.out - column);
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+    const __m512i offset_sums = _mm512_load_si512(staged.offsets[p]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      float* y = a.y + (first_row + r) * a.out + column;
+      __m512 total = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums[r][p], offset_sums));
+      if (!first_block) total = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), total);
+      _mm512_mask_storeu_ps(y, mask, total);
+    }
+  }
+}
+
+template <int P, int R>
+void SumStagedOfSize(const LinearArgs& a, const StagedBlock& staged, int64_t first_panel,
+                     int64_t q0, int64_t q1, int64_t first_row, int64_t size, bool first_block) {
+  if constexpr (R > 1) {
+    if (size < R) {
+      return SumStagedOfSize<P, R - 1>(a, staged, first_panel, q0, q1, first_row, size,
+                                       first_block);
+    }
+  }
+  SumStaged<P, R>(a, staged, first_panel, q0, q1, first_row, first_block);
+}
+
+// Panels [first_panel, first_panel + P) for every row: block by block, staged once, every row
+// in the fewest tiles of at most R rows of even size; then the totals scaled in y.
+template <int P, int R>
+void StagedPanels(const LinearArgs& a, int64_t first_panel) {
+  const int64_t quads = a.x_u8_stride / 4;
+  StagedBlock staged;
+  for (int64_t q0 = 0; q0 < quads; q0 += kBlockQuads) {
+    const int64_t q1 = std::min(quads, q0 + kBlockQuads);
+    StageBlock(a, first_panel, P, q0, q1, staged);
+    const int64_t groups = (a.rows + R - 1) / R;
+    int64_t r = 0;
+    for (int64_t g = groups; g > 0; --g) {
+      const int64_t size = (a.rows - r + g - 1) / g;
+      SumStagedOfSize<P, R>(a, staged, first_panel, q0, q1, r, size, q0 == 0);
+      r += size;
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    const int64_t column = (first_panel + p) * kPanel;
+    if (column >= a.out) break;
+    for (int64_t row = 0; row < a.rows; ++row) {
+      const float* y = a.y + row * a.out + column;
+      const int64_t valid = std::min<int64_t>(kPanel, a.out - column);
+      const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+      StoreInt8Panel(a, row, column, _mm512_maskz_loadu_ps(mask, y));
+    }
+  }
+}
+
 }  // namespace
+
+void QuantizeRowsU8(const float* x, int64_t rows, int64_t in, uint8_t* xq, float* scales) {
+  const int64_t stride = QuadStride(in);
+  const __m512i magnitude_bits = _mm512_set1_epi32(0x7FFFFFFF);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * in;
+    uint8_t* out = xq + r * stride;
+    // max|x| over the row; an infinity or a NaN (whose magnitude bits exceed the largest
+    // finite float's as integers) makes the row non-finite.
+    __m512i largest = _mm512_setzero_si512();
+    for (int64_t k = 0; k < in; k += 16) {
+      const __mmask16 mask = in - k >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                          : static_cast<__mmask16>((1u << (in - k)) - 1u);
+      const __m512i v = _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(mask, row + k)),
+                                         magnitude_bits);
+      largest = _mm512_max_epu32(largest, v);
+    }
+    const uint32_t largest_bits = _mm512_reduce_max_epu32(largest);
+    float max_abs;
+    std::memcpy(&max_abs, &largest_bits, 4);
+    if (largest_bits > 0x7F7FFFFFu || max_abs == 0.0f) {
+      std::memset(out, 128, static_cast<size_t>(stride));
+      scales[r] = largest_bits > 0x7F7FFFFFu ? __builtin_nanf("") : 0.0f;
+      continue;
+    }
+    scales[r] = max_abs / 127.0f;
+    const __m512 inverse = _mm512_set1_ps(127.0f / max_abs);
+    // x * inverse rounded to nearest even (vcvtps2dq under the default rounding mode, as the
+    // other kernels' 1.5 x 2^23 trick), clamped to +-127, plus 128.
+    for (int64_t k = 0; k < in; k += 16) {
+      const __mmask16 mask = in - k >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                          : static_cast<__mmask16>((1u << (in - k)) - 1u);
+      __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + k), inverse));
+      q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+      q = _mm512_add_epi32(q, _mm512_set1_epi32(128));
+      _mm512_mask_cvtepi32_storeu_epi8(out + k, mask, q);
+    }
+    std::memset(out + in, 128, static_cast<size_t>(stride - in));
+  }
+}
+
+void LinearPanelsAvx512VnniW8A8(const LinearArgs& args, int64_t first, int64_t count) {
+  int64_t p = first;
+  const int64_t end = first + count;
+  if (args.rows == 1) {
+    // One row streams the weights once: 8 panels in flight, put in quad order as they come.
+    for (; p + 8 <= end; p += 8) BlockW8A8<8, 1>(args, p, 0);
+    for (; p < end; ++p) BlockW8A8<1, 1>(args, p, 0);
+    return;
+  }
+  // 4 panels x 6 rows: 24 sums, 4 weight vectors and a broadcast.
+  for (; p + kStagedPanels <= end; p += kStagedPanels) StagedPanels<kStagedPanels, 6>(args, p);
+  for (; p < end; ++p) StagedPanels<1, 6>(args, p);
+}
 
 void LinearPanelsAvx512VnniInt8(const LinearArgs& args, int64_t first, int64_t count) {
   // One row: 8 weight streams in flight per column pair; more rows: 4 panels x 3 rows (12 sums,

@@ -25,7 +25,11 @@ struct LinearArgs {
   // bf16 products (bf16 weights, LinearPanelsAvx512Bf16 only): x rounded by RoundRowsToBf16,
   // [rows, x_bf16_stride].
   const uint16_t* x_bf16 = nullptr;
-  int64_t x_bf16_stride = 0;    // Bf16Stride(in)
+  int64_t x_bf16_stride = 0;  // Bf16Stride(in)
+  // W8A8 (int8 weights, LinearPanelsAvx512VnniW8A8 only): x quantised by QuantizeRowsU8,
+  // [rows, x_u8_stride], and each row's scale in x_scales.
+  const uint8_t* x_u8 = nullptr;
+  int64_t x_u8_stride = 0;      // QuadStride(in)
   const float* bias = nullptr;  // [out] or null
   int64_t out = 0;
   Format format = Format::kF32;
@@ -44,6 +48,16 @@ int64_t QuantizedStride(int64_t in);
 // QuantizedStride(in)]. A row of zeros gets scale 0; a row holding a NaN or an infinity gets
 // scale NaN and zeros, so its outputs are NaN as fp32 products would be.
 void QuantizeRows(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales);
+
+// Columns of an 8-bit activation row (W8A8): `in` rounded up to a whole quad (the pad is 128,
+// a zero).
+inline int64_t QuadStride(int64_t in) { return (in + 3) / 4 * 4; }
+
+// W8A8: x [rows, in] quantised to 8 bits per row, scales[r] = max|x_r| / 127, stored as
+// q + 128 (q = x / scale rounded to nearest even, in [-127, 127]) into xq [rows, QuadStride(in)].
+// A row of zeros gets scale 0 and a row holding a NaN or an infinity scale NaN, as QuantizeRows.
+// AVX-512 (matmul_cpu_avx512_vnni.cc): only where CpuRunsAvx512VnniKernels().
+void QuantizeRowsU8(const float* x, int64_t rows, int64_t in, uint8_t* xq, float* scales);
 
 // Columns of a bf16 activation row: `in` rounded up to a whole pair (the pad is 0).
 inline int64_t Bf16Stride(int64_t in) { return (in + 1) / 2 * 2; }
@@ -65,6 +79,8 @@ void LinearPanelsGeneric(const LinearArgs& args, int64_t first, int64_t count);
 void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count);
 // int8 only (matmul_cpu_avx512_vnni.cc); the same bits as the other int8 kernels.
 void LinearPanelsAvx512VnniInt8(const LinearArgs& args, int64_t first, int64_t count);
+// int8 weights times the 8-bit activations in args.x_u8 (W8A8; matmul_cpu_avx512_vnni.cc).
+void LinearPanelsAvx512VnniW8A8(const LinearArgs& args, int64_t first, int64_t count);
 void LinearPanelsAvx2(const LinearArgs& args, int64_t first, int64_t count);  // AVX2+FMA+F16C
 // bf16 weights times the bf16 activations in args.x_bf16 (matmul_cpu_avx512_bf16.cc).
 void LinearPanelsAvx512Bf16(const LinearArgs& args, int64_t first, int64_t count);

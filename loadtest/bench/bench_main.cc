@@ -17,9 +17,9 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
   bandwidth  [--bandwidth_mb 256]
   memory     --models DIR[,DIR..] [--lengths 128,256,...,32768] [--confirm_length 2048]
   decode     --models DIR[,DIR..] [--batches 1,4,16,64] [--contexts 128,512,2048] [--steps 8]
-             [--rounds 3] [--weight_formats f32,bf16,bf16-dot,int8] [--prefill_tokens 512]
+             [--rounds 3] [--weight_formats f32,bf16,bf16-dot,int8,int8-dot] [--prefill_tokens 512]
              [--kv_cache_format bf16|f16|f32]
-  linear     [--weight_formats f32,bf16,bf16-dot,f16,int8] [--shapes 1024x256,256x1024,256x8000]
+  linear     [--weight_formats f32,bf16,bf16-dot,f16,int8,int8-dot] [--shapes 1024x256,256x1024,256x8000]
              [--rows 1,2,3,4,5,6,7,8,16,64] [--rounds 5]   (cpu::Linear alone; not in `all`)
   seq2seq    --models DIR[,DIR..] [--lengths 512,1024,2048] [--batch 16] [--steps 4] [--rounds 3]
              [--kv_cache_format bf16|f16|f32]   (encoder-decoder models; not in `all`)

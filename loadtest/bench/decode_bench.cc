@@ -107,6 +107,8 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   CpuContext ctx(options.threads);
   // "bf16-dot": bf16 weights multiplied with bf16 products (cpu::LinearProducts::kBf16).
   CpuContext bf16_ctx(options.threads, cpu::LinearProducts::kBf16);
+  // "int8-dot": int8 weights times 8-bit activations (W8A8, cpu::LinearProducts::kInt8).
+  CpuContext int8_ctx(options.threads, cpu::LinearProducts::kInt8);
   nlohmann::json out;
   out["batches"] = options.batches;
   out["contexts"] = options.contexts;
@@ -129,19 +131,26 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
       ModelLoadOptions load;
       load.kv_cache_format = options.kv_cache_format;
       const bool bf16_dot = format_name == "bf16-dot";
+      const bool int8_dot = format_name == "int8-dot";
       if (bf16_dot && !cpu::Bf16ProductsSupported()) {
         return absl::FailedPreconditionError(
             "--weight_formats bf16-dot: this CPU has no AVX512_BF16 dot products");
       }
+      if (int8_dot && !cpu::W8A8Supported()) {
+        return absl::FailedPreconditionError(
+            "--weight_formats int8-dot: this CPU has no AVX-512 VNNI");
+      }
       if (!format_name.empty()) {
-        ABCD_ASSIGN_OR_RETURN(load.weight_format,
-                              ParseWeightFormat(bf16_dot ? "bf16" : format_name));
+        ABCD_ASSIGN_OR_RETURN(load.weight_format, ParseWeightFormat(bf16_dot   ? "bf16"
+                                                                    : int8_dot ? "int8"
+                                                                               : format_name));
       }
       ABCD_ASSIGN_OR_RETURN(e.model, Model::Load(dir, load));
-      e.ctx = bf16_dot ? &bf16_ctx : &ctx;
+      e.ctx = bf16_dot ? &bf16_ctx : int8_dot ? &int8_ctx : &ctx;
       e.base_label = ModelLabel(dir);
       const std::string format_label =
-          bf16_dot ? format_name : std::string(WeightFormatName(e.model->weight_format()));
+          bf16_dot || int8_dot ? format_name
+                               : std::string(WeightFormatName(e.model->weight_format()));
       e.label = formats.size() > 1 ? absl::StrCat(e.base_label, "/", format_label) : e.base_label;
       order.push_back(e.label);
       if (AttentionName(*e.model) == "softmax" && softmax.empty()) softmax = e.label;

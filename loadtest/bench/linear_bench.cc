@@ -55,6 +55,14 @@ absl::StatusOr<nlohmann::json> RunLinear(const LinearOptions& options) {
       formats.push_back({WeightFormat::kBF16, cpu::LinearProducts::kBf16, name});
       continue;
     }
+    if (name == "int8-dot") {  // int8 weights times 8-bit activations (W8A8)
+      if (!cpu::W8A8Supported()) {
+        return absl::FailedPreconditionError(
+            "--weight_formats int8-dot: this CPU has no AVX-512 VNNI");
+      }
+      formats.push_back({WeightFormat::kInt8, cpu::LinearProducts::kInt8, name});
+      continue;
+    }
     absl::StatusOr<WeightFormat> format = ParseWeightFormat(name);
     if (!format.ok()) {
       return absl::InvalidArgumentError(

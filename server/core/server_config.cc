@@ -155,7 +155,7 @@ std::string ServerUsage() {
          "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
          "  [--device_weights bf16|fp16|fp32] [--threads N] [--weight_format f32|bf16|f16|int8]\n"
-         "  [--cpu_compute fp32|bf16]\n"
+         "  [--cpu_compute fp32|bf16|int8]\n"
          "  [--kv_cache_format bf16|f16|f32] [--session_store memory|redis://HOST:PORT[/DB]]\n"
          "  [--session_ttl_s S] [--session_store_mb MB] [--max_session_bytes N]\n"
          "  [--prefix_cache_mb MB] [--max_choices N] [--chat_template FILE|MODEL=FILE[,...]]\n"
@@ -281,13 +281,18 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
     c.chat_templates[model] = file;
   }
   c.cpu_compute = args.String("cpu_compute", c.cpu_compute);
-  if (c.cpu_compute != "fp32" && c.cpu_compute != "bf16") {
-    return absl::InvalidArgumentError(absl::StrCat("--cpu_compute must be fp32 or bf16, got \"",
-                                                   c.cpu_compute.substr(0, 64), "\""));
+  if (c.cpu_compute != "fp32" && c.cpu_compute != "bf16" && c.cpu_compute != "int8") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cpu_compute must be fp32, bf16 or int8, got \"", c.cpu_compute.substr(0, 64), "\""));
   }
   if (c.cpu_compute == "bf16" && !cpu::Bf16ProductsSupported()) {
     return absl::InvalidArgumentError(
         "--cpu_compute bf16 needs a CPU with AVX-512 BF16 dot products (AVX512_BF16); this one "
+        "has none");
+  }
+  if (c.cpu_compute == "int8" && !cpu::W8A8Supported()) {
+    return absl::InvalidArgumentError(
+        "--cpu_compute int8 needs a CPU with AVX-512 VNNI (AVX512BW and AVX512_VNNI); this one "
         "has none");
   }
   c.weight_format = args.String("weight_format", "");

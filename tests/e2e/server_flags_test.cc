@@ -59,7 +59,8 @@ TEST(ServerFlags, CpuComputeIsCheckedNamingTheFlag) {
   ServerProcess bad(testing::ServerBinary(), {"--cpu_compute", "fp64"});
   EXPECT_FALSE(bad.started());
   EXPECT_EQ(bad.WaitForExit(10), 2);
-  EXPECT_NE(bad.Log().find("--cpu_compute must be fp32 or bf16"), std::string::npos) << bad.Log();
+  EXPECT_NE(bad.Log().find("--cpu_compute must be fp32, bf16 or int8"), std::string::npos)
+      << bad.Log();
   ServerProcess bf16(testing::ServerBinary(), {"--cpu_compute", "bf16", "--device", "cpu"});
   if (!bf16.started()) {
     EXPECT_EQ(bf16.WaitForExit(10), 2);
@@ -78,6 +79,28 @@ TEST(ServerFlags, CpuComputeIsCheckedNamingTheFlag) {
       << fp32_weights.Log();
   EXPECT_NE(fp32_weights.Log().find("keeps f32 (add --weight_format bf16)"), std::string::npos)
       << fp32_weights.Log();
+}
+
+// W8A8: int8 weights times 8-bit activations, on AVX-512 VNNI CPUs only.
+TEST(ServerFlags, CpuComputeInt8NeedsInt8WeightsAndVnni) {
+  ServerProcess int8(testing::ServerBinary(),
+                     {"--cpu_compute", "int8", "--weight_format", "int8", "--device", "cpu"});
+  if (!int8.started()) {
+    EXPECT_EQ(int8.WaitForExit(10), 2);
+    EXPECT_NE(int8.Log().find("--cpu_compute int8 needs a CPU with AVX-512 VNNI"),
+              std::string::npos)
+        << int8.Log();
+    return;
+  }
+  EXPECT_NE(int8.Log().find("int8 kernels, 8-bit activations"), std::string::npos) << int8.Log();
+  ServerProcess bf16_weights(testing::ServerBinary(), {"--cpu_compute", "int8", "--device", "cpu"});
+  EXPECT_FALSE(bf16_weights.started());
+  EXPECT_NE(bf16_weights.WaitForExit(10), 0);
+  EXPECT_NE(bf16_weights.Log().find("--cpu_compute int8 multiplies int8 weights, and model "),
+            std::string::npos)
+      << bf16_weights.Log();
+  EXPECT_NE(bf16_weights.Log().find("(add --weight_format int8)"), std::string::npos)
+      << bf16_weights.Log();
 }
 
 }  // namespace
