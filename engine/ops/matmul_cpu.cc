@@ -269,7 +269,11 @@ void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bi
     x_int16 =
         std::make_unique_for_overwrite<int16_t[]>(static_cast<size_t>(rows * args.x_int16_stride));
     x_scales = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(rows));
-    kernels::QuantizeRows(x, rows, w.in(), x_int16.get(), x_scales.get());
+    if (kernels::CpuRunsAvx512Kernels()) {
+      kernels::QuantizeRowsAvx512(x, rows, w.in(), x_int16.get(), x_scales.get());
+    } else {
+      kernels::QuantizeRows(x, rows, w.in(), x_int16.get(), x_scales.get());
+    }
     args.x_int16 = x_int16.get();
     args.x_scales = x_scales.get();
   }

@@ -7,11 +7,16 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "engine/ops/matmul_kernels.h"
 
 namespace abcd::cpu::kernels {
 namespace {
+
+inline __mmask16 FirstLanes(int64_t count) {
+  return count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
+}
 
 constexpr int kPanel = 16;
 
@@ -104,6 +109,26 @@ void Panels(const LinearArgs& a, int64_t first, int64_t count) {
   for (; p < end; ++p) Rows<F, 1, 6>(a, p, 0);
 }
 
+// The largest magnitude of x[0, in) as its float bits (sign cleared); above 0x7F7FFFFF when the
+// row holds an infinity or a NaN (their magnitude bits are larger than any finite float's).
+uint32_t MagnitudeBits(const float* x, int64_t in) {
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  __m512i largest = _mm512_setzero_si512();
+  for (int64_t k = 0; k < in; k += 16) {
+    const __m512i v = _mm512_and_si512(
+        _mm512_castps_si512(_mm512_maskz_loadu_ps(FirstLanes(in - k), x + k)), magnitude);
+    largest = _mm512_max_epu32(largest, v);
+  }
+  return _mm512_reduce_max_epu32(largest);
+}
+
+// x[k] * inverse rounded to nearest even (vcvtps2dq in the default rounding mode, as the
+// portable 1.5 x 2^23 trick rounds) and clamped to +-limit, for the 16 lanes of `mask`.
+inline __m512i Quantize16(const float* x, __mmask16 mask, __m512 inverse, int32_t limit) {
+  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x), inverse));
+  return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-limit)), _mm512_set1_epi32(limit));
+}
+
 }  // namespace
 
 void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count) {
@@ -121,6 +146,54 @@ void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count) {
       if (vnni) return LinearPanelsAvx512VnniInt8(args, first, count);
       return LinearPanelsAvx2(args, first, count);
     }
+  }
+}
+
+void QuantizeRowsAvx512(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales) {
+  const int64_t stride = QuantizedStride(in);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * in;
+    int16_t* out = xq + r * stride;
+    const uint32_t largest = MagnitudeBits(row, in);
+    float max_abs;
+    std::memcpy(&max_abs, &largest, 4);
+    if (largest > 0x7F7FFFFFu || max_abs == 0.0f) {
+      std::memset(out, 0, static_cast<size_t>(stride) * sizeof(int16_t));
+      scales[r] = largest > 0x7F7FFFFFu ? __builtin_nanf("") : 0.0f;
+      continue;
+    }
+    scales[r] = max_abs / 32767.0f;
+    const __m512 inverse = _mm512_set1_ps(32767.0f / max_abs);
+    for (int64_t k = 0; k < in; k += 16) {
+      const __mmask16 mask = FirstLanes(in - k);
+      _mm512_mask_cvtepi32_storeu_epi16(out + k, mask, Quantize16(row + k, mask, inverse, 32767));
+    }
+    if (stride > in) out[in] = 0;
+  }
+}
+
+void QuantizeRowsU8(const float* x, int64_t rows, int64_t in, uint8_t* xq, float* scales) {
+  const int64_t stride = QuadStride(in);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * in;
+    uint8_t* out = xq + r * stride;
+    const uint32_t largest = MagnitudeBits(row, in);
+    float max_abs;
+    std::memcpy(&max_abs, &largest, 4);
+    if (largest > 0x7F7FFFFFu || max_abs == 0.0f) {
+      std::memset(out, 128, static_cast<size_t>(stride));
+      scales[r] = largest > 0x7F7FFFFFu ? __builtin_nanf("") : 0.0f;
+      continue;
+    }
+    scales[r] = max_abs / 127.0f;
+    const __m512 inverse = _mm512_set1_ps(127.0f / max_abs);
+    const __m512i zero_code = _mm512_set1_epi32(128);
+    for (int64_t k = 0; k < in; k += 16) {
+      const __mmask16 mask = FirstLanes(in - k);
+      _mm512_mask_cvtepi32_storeu_epi8(
+          out + k, mask, _mm512_add_epi32(Quantize16(row + k, mask, inverse, 127), zero_code));
+    }
+    std::memset(out + in, 128, static_cast<size_t>(stride - in));
   }
 }
 

@@ -299,46 +299,6 @@ void StagedPanels(const LinearArgs& a, int64_t first_panel) {
 
 }  // namespace
 
-void QuantizeRowsU8(const float* x, int64_t rows, int64_t in, uint8_t* xq, float* scales) {
-  const int64_t stride = QuadStride(in);
-  const __m512i magnitude_bits = _mm512_set1_epi32(0x7FFFFFFF);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * in;
-    uint8_t* out = xq + r * stride;
-    // max|x| over the row; an infinity or a NaN (whose magnitude bits exceed the largest
-    // finite float's as integers) makes the row non-finite.
-    __m512i largest = _mm512_setzero_si512();
-    for (int64_t k = 0; k < in; k += 16) {
-      const __mmask16 mask = in - k >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                          : static_cast<__mmask16>((1u << (in - k)) - 1u);
-      const __m512i v = _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(mask, row + k)),
-                                         magnitude_bits);
-      largest = _mm512_max_epu32(largest, v);
-    }
-    const uint32_t largest_bits = _mm512_reduce_max_epu32(largest);
-    float max_abs;
-    std::memcpy(&max_abs, &largest_bits, 4);
-    if (largest_bits > 0x7F7FFFFFu || max_abs == 0.0f) {
-      std::memset(out, 128, static_cast<size_t>(stride));
-      scales[r] = largest_bits > 0x7F7FFFFFu ? __builtin_nanf("") : 0.0f;
-      continue;
-    }
-    scales[r] = max_abs / 127.0f;
-    const __m512 inverse = _mm512_set1_ps(127.0f / max_abs);
-    // x * inverse rounded to nearest even (vcvtps2dq under the default rounding mode, as the
-    // other kernels' 1.5 x 2^23 trick), clamped to +-127, plus 128.
-    for (int64_t k = 0; k < in; k += 16) {
-      const __mmask16 mask = in - k >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                          : static_cast<__mmask16>((1u << (in - k)) - 1u);
-      __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + k), inverse));
-      q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
-      q = _mm512_add_epi32(q, _mm512_set1_epi32(128));
-      _mm512_mask_cvtepi32_storeu_epi8(out + k, mask, q);
-    }
-    std::memset(out + in, 128, static_cast<size_t>(stride - in));
-  }
-}
-
 void LinearPanelsAvx512VnniW8A8(const LinearArgs& args, int64_t first, int64_t count) {
   int64_t p = first;
   const int64_t end = first + count;

@@ -48,6 +48,9 @@ int64_t QuantizedStride(int64_t in);
 // QuantizedStride(in)]. A row of zeros gets scale 0; a row holding a NaN or an infinity gets
 // scale NaN and zeros, so its outputs are NaN as fp32 products would be.
 void QuantizeRows(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales);
+// The same values, 16 columns an instruction (AVX-512F, matmul_cpu_avx512.cc; only where
+// CpuRunsAvx512Kernels()).
+void QuantizeRowsAvx512(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales);
 
 // Columns of an 8-bit activation row (W8A8): `in` rounded up to a whole quad (the pad is 128,
 // a zero).
@@ -56,7 +59,7 @@ inline int64_t QuadStride(int64_t in) { return (in + 3) / 4 * 4; }
 // W8A8: x [rows, in] quantised to 8 bits per row, scales[r] = max|x_r| / 127, stored as
 // q + 128 (q = x / scale rounded to nearest even, in [-127, 127]) into xq [rows, QuadStride(in)].
 // A row of zeros gets scale 0 and a row holding a NaN or an infinity scale NaN, as QuantizeRows.
-// AVX-512 (matmul_cpu_avx512_vnni.cc): only where CpuRunsAvx512VnniKernels().
+// AVX-512F (matmul_cpu_avx512.cc): only where CpuRunsAvx512Kernels().
 void QuantizeRowsU8(const float* x, int64_t rows, int64_t in, uint8_t* xq, float* scales);
 
 // Columns of a bf16 activation row: `in` rounded up to a whole pair (the pad is 0).

@@ -289,6 +289,32 @@ TEST(Int8LinearTest, QuantisedRowsAreWithinHalfAStepAndPadded) {
   }
 }
 
+// The AVX-512 quantisation Linear takes on AVX-512 CPUs gives QuantizeRows' values exactly: odd
+// widths (masked tails), halfway cases, zero and non-finite rows, large and tiny magnitudes.
+TEST(Int8LinearTest, Avx512QuantisationEqualsThePortableOne) {
+  if (!cpu::kernels::CpuRunsAvx512Kernels()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  for (int64_t in : {1, 15, 16, 17, 37, 256, 1001}) {
+    const int64_t rows = 6, stride = cpu::kernels::QuantizedStride(in);
+    std::vector<float> x = Random(static_cast<size_t>(rows * in), static_cast<uint32_t>(in), 50.0f);
+    for (int64_t k = 0; k < in; ++k) {
+      x[static_cast<size_t>(in + k)] = 0.0f;                                  // row 1: zeros
+      x[static_cast<size_t>(4 * in + k)] *= 1e-30f;                           // row 4: tiny
+      x[static_cast<size_t>(5 * in + k)] = static_cast<float>(k % 7) - 2.5f;  // row 5: ties
+    }
+    x[static_cast<size_t>(5 * in)] = 32767.0f;  // scale 1: row 5 rounds its halves to even
+    x[static_cast<size_t>(2 * in + in / 2)] = std::nanf("");  // row 2: a NaN
+    x[static_cast<size_t>(3 * in)] = INFINITY;                // row 3: an infinity
+    std::vector<int16_t> portable(static_cast<size_t>(rows * stride), 99), avx512 = portable;
+    std::vector<float> portable_scales(static_cast<size_t>(rows)), avx512_scales(portable_scales);
+    cpu::kernels::QuantizeRows(x.data(), rows, in, portable.data(), portable_scales.data());
+    cpu::kernels::QuantizeRowsAvx512(x.data(), rows, in, avx512.data(), avx512_scales.data());
+    EXPECT_EQ(avx512, portable) << "in=" << in;
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_EQ(std::memcmp(&avx512_scales[r], &portable_scales[r], 4), 0) << in << " row " << r;
+    }
+  }
+}
+
 #if defined(__FLT16_MAX__)
 // The bit-level f16 conversions against the compiler's own _Float16 (GCC on x86-64 has it):
 // every half value widened, and a sweep of float bit patterns narrowed (all exponents, the
