@@ -271,6 +271,8 @@ void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bi
     x_scales = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(rows));
     if (kernels::CpuRunsAvx512Kernels()) {
       kernels::QuantizeRowsAvx512(x, rows, w.in(), x_int16.get(), x_scales.get());
+    } else if (kernels::CpuRunsAvx2Kernels()) {
+      kernels::QuantizeRowsAvx2(x, rows, w.in(), x_int16.get(), x_scales.get());
     } else {
       kernels::QuantizeRows(x, rows, w.in(), x_int16.get(), x_scales.get());
     }

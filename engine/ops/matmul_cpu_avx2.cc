@@ -264,4 +264,64 @@ void LinearPanelsAvx2(const LinearArgs& args, int64_t first, int64_t count) {
   }
 }
 
+void QuantizeRowsAvx2(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales) {
+  const int64_t stride = QuantizedStride(in);
+  const __m256i magnitude = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i limit = _mm256_set1_epi32(32767);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * in;
+    int16_t* out = xq + r * stride;
+    // The largest magnitude as float bits: above 0x7F7FFFFF for an infinity or a NaN.
+    __m256i largest = _mm256_setzero_si256();
+    int64_t k = 0;
+    for (; k + 8 <= in; k += 8) {
+      const __m256i v = _mm256_and_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k)), magnitude);
+      largest = _mm256_max_epu32(largest, v);
+    }
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), largest);
+    uint32_t largest_bits = 0;
+    for (uint32_t lane : lanes) largest_bits = std::max(largest_bits, lane);
+    for (; k < in; ++k) {
+      uint32_t bits;
+      std::memcpy(&bits, row + k, 4);
+      largest_bits = std::max(largest_bits, bits & 0x7FFFFFFFu);
+    }
+    float max_abs;
+    std::memcpy(&max_abs, &largest_bits, 4);
+    if (largest_bits > 0x7F7FFFFFu || max_abs == 0.0f) {
+      std::memset(out, 0, static_cast<size_t>(stride) * sizeof(int16_t));
+      scales[r] = largest_bits > 0x7F7FFFFFu ? __builtin_nanf("") : 0.0f;
+      continue;
+    }
+    scales[r] = max_abs / 32767.0f;
+    const float inverse = 32767.0f / max_abs;
+    const __m256 inverse8 = _mm256_set1_ps(inverse);
+    // x * inverse rounded to nearest even (vcvtps2dq in the default rounding mode) and clamped,
+    // 16 at a time: two vectors packed to int16 (vpackssdw works within 128-bit lanes; vpermq
+    // puts the four quarters back in order).
+    k = 0;
+    for (; k + 16 <= in; k += 16) {
+      __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k), inverse8));
+      __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k + 8), inverse8));
+      a = _mm256_min_epi32(_mm256_max_epi32(a, _mm256_sub_epi32(_mm256_setzero_si256(), limit)),
+                           limit);
+      b = _mm256_min_epi32(_mm256_max_epi32(b, _mm256_sub_epi32(_mm256_setzero_si256(), limit)),
+                           limit);
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), packed);
+    }
+    // The tail as QuantizeRows computes it: round to nearest even by adding 1.5 x 2^23.
+    constexpr float kMagic = 12582912.0f;
+    for (; k < in; ++k) {
+      const float shifted = row[k] * inverse + kMagic;
+      int32_t bits;
+      std::memcpy(&bits, &shifted, 4);
+      out[k] = static_cast<int16_t>(std::clamp(bits - 0x4B400000, -32767, 32767));
+    }
+    if (stride > in) out[in] = 0;
+  }
+}
+
 }  // namespace abcd::cpu::kernels

@@ -51,6 +51,8 @@ void QuantizeRows(const float* x, int64_t rows, int64_t in, int16_t* xq, float* 
 // The same values, 16 columns an instruction (AVX-512F, matmul_cpu_avx512.cc; only where
 // CpuRunsAvx512Kernels()).
 void QuantizeRowsAvx512(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales);
+// The same with AVX2 (matmul_cpu_avx2.cc; only where CpuRunsAvx2Kernels()).
+void QuantizeRowsAvx2(const float* x, int64_t rows, int64_t in, int16_t* xq, float* scales);
 
 // Columns of an 8-bit activation row (W8A8): `in` rounded up to a whole quad (the pad is 128,
 // a zero).

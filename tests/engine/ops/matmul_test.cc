@@ -3,10 +3,12 @@
 // are not multiples of 16), with and without bias and threads; and the ThreadPool under it.
 #include "engine/ops/matmul.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/core/thread_pool.h"
@@ -289,10 +291,11 @@ TEST(Int8LinearTest, QuantisedRowsAreWithinHalfAStepAndPadded) {
   }
 }
 
-// The AVX-512 quantisation Linear takes on AVX-512 CPUs gives QuantizeRows' values exactly: odd
-// widths (masked tails), halfway cases, zero and non-finite rows, large and tiny magnitudes.
-TEST(Int8LinearTest, Avx512QuantisationEqualsThePortableOne) {
-  if (!cpu::kernels::CpuRunsAvx512Kernels()) GTEST_SKIP() << "this CPU has no AVX-512F";
+// The AVX-512 and AVX2 quantisations Linear takes where the CPU has them give QuantizeRows'
+// values exactly: odd widths (masked and scalar tails), halfway cases, zero and non-finite rows,
+// large and tiny magnitudes.
+TEST(Int8LinearTest, VectorQuantisationsEqualThePortableOne) {
+  if (!cpu::kernels::CpuRunsAvx2Kernels()) GTEST_SKIP() << "this CPU has no AVX2";
   for (int64_t in : {1, 15, 16, 17, 37, 256, 1001}) {
     const int64_t rows = 6, stride = cpu::kernels::QuantizedStride(in);
     std::vector<float> x = Random(static_cast<size_t>(rows * in), static_cast<uint32_t>(in), 50.0f);
@@ -304,13 +307,24 @@ TEST(Int8LinearTest, Avx512QuantisationEqualsThePortableOne) {
     x[static_cast<size_t>(5 * in)] = 32767.0f;  // scale 1: row 5 rounds its halves to even
     x[static_cast<size_t>(2 * in + in / 2)] = std::nanf("");  // row 2: a NaN
     x[static_cast<size_t>(3 * in)] = INFINITY;                // row 3: an infinity
-    std::vector<int16_t> portable(static_cast<size_t>(rows * stride), 99), avx512 = portable;
-    std::vector<float> portable_scales(static_cast<size_t>(rows)), avx512_scales(portable_scales);
+    std::vector<int16_t> portable(static_cast<size_t>(rows * stride), 99),
+        vectorised_out = portable;
+    std::vector<float> portable_scales(static_cast<size_t>(rows)), vector_scales(portable_scales);
     cpu::kernels::QuantizeRows(x.data(), rows, in, portable.data(), portable_scales.data());
-    cpu::kernels::QuantizeRowsAvx512(x.data(), rows, in, avx512.data(), avx512_scales.data());
-    EXPECT_EQ(avx512, portable) << "in=" << in;
-    for (int64_t r = 0; r < rows; ++r) {
-      ASSERT_EQ(std::memcmp(&avx512_scales[r], &portable_scales[r], 4), 0) << in << " row " << r;
+    using Quantize = void (*)(const float*, int64_t, int64_t, int16_t*, float*);
+    std::vector<std::pair<const char*, Quantize>> vectorised = {
+        {"avx2", &cpu::kernels::QuantizeRowsAvx2}};
+    if (cpu::kernels::CpuRunsAvx512Kernels()) {
+      vectorised.push_back({"avx512", &cpu::kernels::QuantizeRowsAvx512});
+    }
+    for (const auto& [name, quantize] : vectorised) {
+      std::fill(vectorised_out.begin(), vectorised_out.end(), int16_t{99});
+      quantize(x.data(), rows, in, vectorised_out.data(), vector_scales.data());
+      EXPECT_EQ(vectorised_out, portable) << name << " in=" << in;
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(std::memcmp(&vector_scales[r], &portable_scales[r], 4), 0)
+            << name << " in=" << in << " row " << r;
+      }
     }
   }
 }
