@@ -41,6 +41,10 @@ struct StateRef {
   // Speculative decoding (AttentionLayer::ForwardCausal only): where to copy the FixedFloats()
   // floats of `fixed` once this row is folded in by every head; null: no copy.
   float* checkpoint = nullptr;
+  // Speculative decoding: a row of a verify run (its sequence saves checkpoints in this call).
+  // Softmax reads such rows one by one, as it reads a decode row, so that speculation changes
+  // no output bit; other prompt runs it may read in blocks.
+  bool verify = false;
 };
 
 // One token's projected key, value and type-specific extra columns (abc control logits,

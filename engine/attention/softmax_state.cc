@@ -168,7 +168,7 @@ void SoftmaxState::ScanHead(int g, const ScanArgs& args, const RowRun& run) cons
     const StateRef& s = args.states[static_cast<size_t>(run.first + i)];
     consecutive = s.kv == first.kv && s.position == first.position + i;
   }
-  if (run.count < kSoftmaxBlockedRunRows || !consecutive) {
+  if (run.count < kSoftmaxBlockedRunRows || first.verify || !consecutive) {
     AttentionState::ScanHead(g, args, run);
     return;
   }

@@ -12,10 +12,11 @@
 namespace abcd {
 
 // Runs of a causal step with at least this many rows (prompt chunks) are read in blocks as
-// matrix products; shorter runs -- decode rows, and speculative decoding's verify runs of up to
-// kMaxSpeculativeTokens + 1 rows (engine/scheduler/speculation.h checks the bound) -- row by
-// row, so speculation computes every row exactly as plain decoding does.
-inline constexpr int64_t kSoftmaxBlockedRunRows = 32;
+// matrix products; shorter runs and speculative decoding's verify runs (StateRef::verify) row by
+// row, so speculation computes every row exactly as plain decoding does. From 8 rows on a block
+// read is the faster at 2k-32k cached rows (`abcd-bench prefill_chunk --chunk N`: 1.2-1.5x at 6
+// rows, 2-3x at 8-24 in fp32; bf16 products faster from 2 rows).
+inline constexpr int64_t kSoftmaxBlockedRunRows = 8;
 
 //
 // Grouped-query attention (Llama's num_key_value_heads): the cache holds kv_heads heads; query

@@ -365,7 +365,8 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
               ? s.checkpoints.data() + checkpoint_slot[r] * fixed_floats + slot.fixed_offset
               : nullptr;
       refs[r] = {s.fixed.data() + slot.fixed_offset,
-                 slot.kv_index >= 0 ? &s.kv[slot.kv_index] : nullptr, positions[r], checkpoint};
+                 slot.kv_index >= 0 ? &s.kv[slot.kv_index] : nullptr, positions[r], checkpoint,
+                 checkpoints.contains(rows[r].sequence)};
     }
     return std::span<const StateRef>(refs);
   };

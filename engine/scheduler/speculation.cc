@@ -4,13 +4,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "engine/attention/softmax_state.h"
 
 namespace abcd {
-
-// A verify run (the pending token and k drafts) must be read row by row by softmax, as a
-// decode row is, for speculation to change no output bit.
-static_assert(kMaxSpeculativeTokens + 1 < kSoftmaxBlockedRunRows);
 
 absl::Status ValidateSpeculativeParams(const SpeculativeParams& params, absl::string_view field) {
   if (params.mode == SpeculativeMode::kOff) return absl::OkStatus();

@@ -5,8 +5,9 @@
 // `chunk` more prompt tokens (positions P .. P + chunk - 1) is timed in one Decode call on a
 // fork of that sequence (a fresh fork each round: the chunk always starts at P).
 // Kernel: SoftmaxReadCausalRun alone for one key/value head of the same chunk, over random
-// rows of the model's shape (head_dim 64 of a 4-head row, one thread); with --weight_formats
-// bf16-dot also SoftmaxReadCausalRunBf16Products.
+// rows of the model's shape (head_dim 64 of a 4-head row, one thread), next to the same queries
+// read row by row (SoftmaxReadHead each); with --weight_formats bf16-dot also
+// SoftmaxReadCausalRunBf16Products.
 // --weight_formats: one model run per format as in `decode` ("bf16-dot": bf16 weights and
 // bf16 products, cpu::LinearProducts::kBf16); default, the checkpoint's own.
 #include <algorithm>
@@ -52,10 +53,23 @@ absl::StatusOr<std::pair<double, double>> Time(int rounds, const Run& run) {
   return std::pair{Median(times), *std::min_element(times.begin(), times.end())};
 }
 
+// How a chunk's queries are read: "rows" one at a time over every row they may see (what the
+// engine does for runs shorter than kSoftmaxBlockedRunRows), "fp32" as a causal run, "bf16" as a
+// causal run with bf16 products.
+enum class KernelPath { kRows, kFp32, kBf16 };
+
 template <typename T>
 void KernelRun(const std::vector<float>& q, const std::vector<T>& keys,
                const std::vector<T>& values, int64_t position, int64_t rows, int64_t stride,
-               int head_dim, bool bf16_products, std::vector<float>& out) {
+               int head_dim, KernelPath path, std::vector<float>& out) {
+  if (path == KernelPath::kRows) {
+    for (int64_t i = 0; i < rows; ++i) {
+      SoftmaxReadHead(q.data() + i * head_dim, keys.data(), values.data(), position + i + 1, stride,
+                      head_dim, out.data() + i * head_dim);
+    }
+    return;
+  }
+  const bool bf16_products = path == KernelPath::kBf16;
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (bf16_products) {
       SoftmaxReadCausalRunBf16Products(q.data(), head_dim, 1, keys.data(), values.data(), position,
@@ -113,11 +127,11 @@ absl::StatusOr<nlohmann::json> RunPrefillChunk(const PrefillChunkOptions& option
     for (float& x : v32) x = normal(rng);
     const double attended = static_cast<double>(chunk) * static_cast<double>(p) +
                             static_cast<double>(chunk) * static_cast<double>(chunk + 1) / 2;
-    for (const bool bf16_products : {false, true}) {
-      if (bf16_products && !bf16_dot) break;
+    for (const KernelPath path : {KernelPath::kRows, KernelPath::kFp32, KernelPath::kBf16}) {
+      if (path == KernelPath::kBf16 && !bf16_dot) break;
       auto timed = [&](const auto& keys, const auto& values) {
         return Time(options.rounds, [&]() {
-          KernelRun(q, keys, values, p, chunk, kStride, kHeadDim, bf16_products, o);
+          KernelRun(q, keys, values, p, chunk, kStride, kHeadDim, path, o);
           return absl::OkStatus();
         });
       };
@@ -135,7 +149,9 @@ absl::StatusOr<nlohmann::json> RunPrefillChunk(const PrefillChunkOptions& option
           k[i] = {FloatToHalf(k32[i])}, v[i] = {FloatToHalf(v32[i])};
         ABCD_ASSIGN_OR_RETURN(t, timed(k, v));
       }
-      const char* products = bf16_products ? "bf16" : "fp32";
+      const char* products = path == KernelPath::kRows   ? "rows"
+                             : path == KernelPath::kFp32 ? "fp32"
+                                                         : "bf16";
       std::cout << absl::StrFormat("%8d %9s %12.3f %12.3f %14.3f\n", p, products, t.first * 1e3,
                                    t.second * 1e3, t.first / attended * 1e9)
                 << std::flush;

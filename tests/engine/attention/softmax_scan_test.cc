@@ -172,15 +172,17 @@ TEST(SoftmaxScanTest, CausalRunDeepInALongContextEqualsEachRowsRead) {
 
 // A step of 8 query heads over 2 key/value heads (GQA): a decode row at 3000 cached rows (split
 // into pieces on two threads, whole on one), a 37-row prompt run from position 200 (blocked),
-// and a decode row at 9 rows (one piece), against the default row-by-row scan on copies of the
-// same caches.
+// a decode row at 9 rows (one piece) and a speculative verify run of 17 rows from position 1500,
+// against the default row-by-row scan on copies of the same caches.
 TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   struct Sequence {
     int64_t cached, rows;
+    bool verify;
   };
-  const Sequence sequences[] = {{2999, 1}, {200, 37}, {8, 1}};
+  const Sequence sequences[] = {
+      {2999, 1, false}, {200, 37, false}, {8, 1, false}, {1500, 17, true}};
   // GQA (a read per group of four query heads) and MHA (ReadHead reads one head at a time, four
   // rows per step; the step reads every head of a row), and a head_dim with a scalar tail.
   constexpr KvFormat kF32 = KvFormat::kF32, kBf16 = KvFormat::kBf16, kF16 = KvFormat::kF16;
@@ -199,7 +201,7 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
                  << ", " << KvFormatName(format) << ", " << threads << " threads");
     const SoftmaxState state(q_heads, kv_heads, head_dim, {});
     const KernelRowLayout layout = state.PreparedLayout();
-    std::vector<KvCache> caches(3), expected_caches;
+    std::vector<KvCache> caches(std::size(sequences)), expected_caches;
     std::vector<StateRef> states;
     std::vector<RowRun> runs;
     for (size_t s = 0; s < caches.size(); ++s) {
@@ -214,7 +216,7 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
       kv.length = sequences[s].cached + sequences[s].rows;  // as the layer sets it
       runs.push_back({static_cast<int64_t>(states.size()), sequences[s].rows});
       for (int64_t r = 0; r < sequences[s].rows; ++r) {
-        states.push_back({nullptr, &kv, sequences[s].cached + r});
+        states.push_back({nullptr, &kv, sequences[s].cached + r, nullptr, sequences[s].verify});
       }
     }
     expected_caches = caches;
@@ -236,13 +238,16 @@ TEST(SoftmaxScanTest, StepWithSplitDecodeRowsEqualsTheRowByRowScan) {
       for (int h = 0; h < kv_heads; ++h) state.AttentionState::ScanHead(h, plain, run);
     }
     ExpectNear(out, expected, "step");
-    // A decode row's read is the same bits as ReadHead's, split or not (speculative decoding's
-    // verify rows take that path).
+    // A decode row's read is the same bits as ReadHead's, split or not, and so is each row of a
+    // verify run (long enough to be read in blocks were it a prompt chunk).
     for (const RowRun& run : runs) {
-      if (run.count != 1) continue;
-      for (int64_t c = 0; c < out_width; ++c) {
+      const bool verify = states[static_cast<size_t>(run.first)].verify;
+      if (run.count != 1 && !verify) continue;
+      ASSERT_GE(run.count, verify ? kSoftmaxBlockedRunRows : 1);
+      for (int64_t c = 0; c < run.count * out_width; ++c) {
         const size_t at = static_cast<size_t>(run.first * out_width + c);
-        ASSERT_EQ(out[at], expected[at]) << "decode row " << run.first << " column " << c;
+        ASSERT_EQ(out[at], expected[at])
+            << "row " << run.first + c / out_width << " column " << c % out_width;
       }
     }
     for (size_t s = 0; s < caches.size(); ++s) {

@@ -56,7 +56,9 @@ class SpeculativeExecutorTest : public ::testing::TestWithParam<std::string> {
     auto plain = Executor::Create(*model_, *tokenizer_, options);
     ASSERT_TRUE(plain.ok()) << plain.status();
     plain_ = std::move(*plain);
-    options.speculative = {SpeculativeMode::kNgram, 4};
+    // Verify runs of up to 17 rows: softmax reads prompt runs that long in blocks, verify runs
+    // row by row (StateRef::verify).
+    options.speculative = {SpeculativeMode::kNgram, kMaxSpeculativeTokens};
     options.observer = &counter_;
     auto spec = Executor::Create(*model_, *tokenizer_, options);
     ASSERT_TRUE(spec.ok()) << spec.status();
