@@ -3,7 +3,8 @@
 //
 // Model: each model is prefilled to P tokens (untimed, 512-token chunks), then a chunk of
 // `chunk` more prompt tokens (positions P .. P + chunk - 1) is timed in one Decode call on a
-// fork of that sequence (a fresh fork each round: the chunk always starts at P).
+// fork of that sequence (a fresh fork each round, its cache grown beforehand: the chunk always
+// starts at P).
 // Kernel: SoftmaxReadCausalRun alone for one key/value head of the same chunk, over random
 // rows of the model's shape (head_dim 64 of a 4-head row, one thread), next to the same queries
 // read row by row (SoftmaxReadHead each); with --weight_formats bf16-dot also
@@ -198,6 +199,9 @@ absl::StatusOr<nlohmann::json> RunPrefillChunk(const PrefillChunkOptions& option
         std::vector<double> times;
         for (int r = 0; r <= options.rounds; ++r) {
           ABCD_ASSIGN_OR_RETURN(const SequenceId id, pool.Fork(base));
+          // A fork's cache holds exactly its rows; growing it would copy them all inside the
+          // timed call, which a sequence growing chunk by chunk does only at each doubling.
+          ABCD_RETURN_IF_ERROR(pool.ReserveTokens(id, p + chunk));
           const auto start = BenchClock::now();
           ABCD_RETURN_IF_ERROR(Feed(*model, model_ctx, pool, id, tokens, p, p + chunk));
           if (r > 0) times.push_back(Seconds(BenchClock::now() - start));
