@@ -2,16 +2,21 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/ops/packed_matrix.h"
 #include "engine/state/byte_reader.h"
 
 namespace abcd {
 namespace {
 
-constexpr char kSnapshotMagic[8] = {'A', 'B', 'C', 'D', 'S', 'E', 'Q', '1'};
-// KV rows go in and out of a snapshot through a buffer of this many floats (64 KiB).
+// Version 2 keeps each KV cache's rows in its own format (a byte after the row count: 0 fp32,
+// 1 bf16, 2 f16); version 1 (still read) widened every row to fp32.
+constexpr char kSnapshotMagic[8] = {'A', 'B', 'C', 'D', 'S', 'E', 'Q', '2'};
+constexpr char kSnapshotMagicV1[8] = {'A', 'B', 'C', 'D', 'S', 'E', 'Q', '1'};
+// KV rows restored into another format go through a buffer of this many values (64 KiB of fp32).
 constexpr int64_t kSnapshotBlockFloats = 16384;
 
 absl::Status NotFound(SequenceId id) {
@@ -29,6 +34,9 @@ class Writer {
   }
   void PutFloats(const float* data, int64_t count) {
     out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(count) * 4);
+  }
+  void PutHalves(const uint16_t* data, int64_t count) {
+    out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(count) * 2);
   }
   void Reserve(size_t bytes) { out_.reserve(bytes); }
   std::string Take() { return std::move(out_); }
@@ -199,9 +207,10 @@ absl::StatusOr<std::string> StatePool::Snapshot(SequenceId id, std::string buffe
   if (state == nullptr) return NotFound(id);
   Writer out(std::move(buffer));
   size_t bytes = 64 + state->fixed.size() * 4;  // the header and the fixed state, with room
-  for (const KvCache& kv : state->kv)
-    bytes += 8 + static_cast<size_t>(2 * kv.length * kv.width) * 4;
-  out.Reserve(bytes);
+  for (const KvCache& kv : state->kv) {
+    bytes += 9 + static_cast<size_t>(2 * kv.length * kv.width * KvValueBytes(kv.format));
+  }
+  out.Reserve(bytes);  // one allocation, no copy of the blob
   for (char c : kSnapshotMagic) out.Put(c);
   out.Put(layout_.fingerprint);
   out.Put(state->position);
@@ -210,18 +219,18 @@ absl::StatusOr<std::string> StatePool::Snapshot(SequenceId id, std::string buffe
   out.Put(static_cast<int64_t>(state->fixed.size()));
   out.PutFloats(state->fixed.data(), static_cast<int64_t>(state->fixed.size()));
   out.Put(static_cast<int64_t>(state->kv.size()));
-  // Rows as fp32 whatever the cache's format, so a blob restores into either, widened a block at
-  // a time into the blob (reserved at its size up front: one allocation, no copy of the blob).
-  std::vector<float> block(static_cast<size_t>(kSnapshotBlockFloats));
+  // Rows in the cache's own format, copied as they are (a pool of another format converts them
+  // when it restores the snapshot).
   for (const KvCache& kv : state->kv) {
     out.Put(kv.length);
-    const int64_t floats = kv.length * kv.width;
-    for (const bool value_side : {false, true}) {
-      for (int64_t first = 0; first < floats; first += kSnapshotBlockFloats) {
-        const int64_t count = std::min(kSnapshotBlockFloats, floats - first);
-        kv.ReadFlat(value_side, first, count, block.data());
-        out.PutFloats(block.data(), count);
-      }
+    out.Put(static_cast<uint8_t>(kv.format));
+    const int64_t values = kv.length * kv.width;
+    if (kv.half()) {
+      out.PutHalves(kv.keys16.data(), values);
+      out.PutHalves(kv.values16.data(), values);
+    } else {
+      out.PutFloats(kv.keys.data(), values);
+      out.PutFloats(kv.values.data(), values);
     }
   }
   return out.Take();
@@ -233,15 +242,18 @@ absl::Status InvalidSnapshot(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("snapshot: ", what));
 }
 
-// Magic, fingerprint, position and source length: the fixed start of every snapshot.
-absl::Status ReadHeader(ByteReader& in, StatePool::SnapshotHeader* header) {
+// Magic, fingerprint, position and source length: the fixed start of every snapshot. `version`
+// (optional): 1 or 2, from the magic.
+absl::Status ReadHeader(ByteReader& in, StatePool::SnapshotHeader* header, int* version = nullptr) {
   char magic[8];
   for (char& c : magic) {
     if (!in.Get(&c)) return InvalidSnapshot("truncated header");
   }
-  if (std::memcmp(magic, kSnapshotMagic, 8) != 0) {
+  const bool v1 = std::memcmp(magic, kSnapshotMagicV1, 8) == 0;
+  if (!v1 && std::memcmp(magic, kSnapshotMagic, 8) != 0) {
     return InvalidSnapshot("not an abcd sequence snapshot");
   }
+  if (version != nullptr) *version = v1 ? 1 : 2;
   if (!in.Get(&header->fingerprint) || !in.Get(&header->position) ||
       !in.Get(&header->source_length)) {
     return InvalidSnapshot("truncated header");
@@ -264,7 +276,8 @@ absl::StatusOr<StatePool::SnapshotHeader> StatePool::ReadSnapshotHeader(
 absl::Status StatePool::ParseSnapshot(absl::string_view snapshot, SequenceState* state) const {
   ByteReader in(snapshot);
   SnapshotHeader header;
-  if (absl::Status status = ReadHeader(in, &header); !status.ok()) return status;
+  int version = 0;
+  if (absl::Status status = ReadHeader(in, &header, &version); !status.ok()) return status;
   if (header.fingerprint != layout_.fingerprint) {
     return absl::FailedPreconditionError(
         absl::StrCat("snapshot: taken from a different model (state fingerprint ",
@@ -290,19 +303,28 @@ absl::Status StatePool::ParseSnapshot(absl::string_view snapshot, SequenceState*
   }
   if (state != nullptr) state->kv.resize(kv_count);
   const int64_t width = layout_.kv_width;
-  std::vector<float> block(state != nullptr && kv_count > 0 ? kSnapshotBlockFloats : 0);
   for (int64_t i = 0; i < kv_count; ++i) {
     int64_t length;
     if (!in.Get(&length)) return InvalidSnapshot("truncated KV cache");
     const int64_t expected = layout_.kv_is_cross[i] ? header.source_length : header.position;
     if (length != expected) return InvalidSnapshot("KV cache length does not match the position");
+    KvFormat format = KvFormat::kF32;
+    if (version >= 2) {
+      uint8_t code;
+      if (!in.Get(&code)) return InvalidSnapshot("truncated KV cache");
+      if (code > static_cast<uint8_t>(KvFormat::kF16)) {
+        return InvalidSnapshot(absl::StrCat("KV cache format ", int{code}, " is not 0, 1 or 2"));
+      }
+      format = static_cast<KvFormat>(code);
+    }
+    const int64_t value_bytes = KvValueBytes(format);
     // Bounded by what is left before any multiplication or allocation.
-    if (width > 0 && length > static_cast<int64_t>(in.remaining()) / (2 * 4 * width)) {
+    if (width > 0 && length > static_cast<int64_t>(in.remaining()) / (2 * value_bytes * width)) {
       return InvalidSnapshot("truncated KV cache");
     }
-    const int64_t floats = length * width;
+    const int64_t values = length * width;
     if (state == nullptr) {
-      if (!in.Skip(2 * floats * 4)) return InvalidSnapshot("truncated KV cache");
+      if (!in.Skip(2 * values * value_bytes)) return InvalidSnapshot("truncated KV cache");
       continue;
     }
     KvCache& kv = state->kv[i];
@@ -311,15 +333,48 @@ absl::Status StatePool::ParseSnapshot(absl::string_view snapshot, SequenceState*
     kv.length = length;
     kv.Resize(RoundUpToPage(length));
     for (const bool value_side : {false, true}) {
-      for (int64_t first = 0; first < floats; first += kSnapshotBlockFloats) {
-        const int64_t count = std::min(kSnapshotBlockFloats, floats - first);
-        if (!in.GetFloats(block.data(), count)) return InvalidSnapshot("truncated KV cache");
-        kv.WriteFlat(value_side, first, count, block.data());
+      absl::string_view bytes;
+      if (!in.Take(static_cast<uint64_t>(values * value_bytes), &bytes)) {
+        return InvalidSnapshot("truncated KV cache");
       }
+      ReadKvRows(bytes, format, value_side, kv);
     }
   }
   if (!in.done()) return InvalidSnapshot("trailing bytes");
   return absl::OkStatus();
+}
+
+void StatePool::ReadKvRows(absl::string_view bytes, KvFormat format, bool value_side, KvCache& kv) {
+  if (bytes.empty()) return;  // an empty cache's vectors may have no storage
+  if (format == kv.format) {
+    char* storage = kv.half()
+                        ? reinterpret_cast<char*>((value_side ? kv.values16 : kv.keys16).data())
+                        : reinterpret_cast<char*>((value_side ? kv.values : kv.keys).data());
+    std::memcpy(storage, bytes.data(), bytes.size());
+    return;
+  }
+  // Another format: through fp32 (exact from bf16 and f16; rounded, as a written row is, into
+  // a 16-bit cache).
+  const int64_t value_bytes = KvValueBytes(format);
+  const int64_t values = static_cast<int64_t>(bytes.size()) / value_bytes;
+  std::vector<float> block(static_cast<size_t>(std::min(values, kSnapshotBlockFloats)));
+  std::vector<uint16_t> halves(format == KvFormat::kF32 ? 0 : block.size());
+  for (int64_t first = 0; first < values; first += kSnapshotBlockFloats) {
+    const int64_t count = std::min(kSnapshotBlockFloats, values - first);
+    const char* in = bytes.data() + first * value_bytes;
+    const size_t n = static_cast<size_t>(count);
+    if (format == KvFormat::kF32) {
+      std::memcpy(block.data(), in, n * 4);
+    } else {
+      std::memcpy(halves.data(), in, n * 2);
+      if (format == KvFormat::kBf16) {
+        Bf16sToFloats(halves.data(), n, block.data());
+      } else {
+        HalvesToFloats(halves.data(), n, block.data());
+      }
+    }
+    kv.WriteFlat(value_side, first, count, block.data());
+  }
 }
 
 absl::Status StatePool::CheckSnapshot(absl::string_view snapshot) const {

@@ -211,14 +211,24 @@ def chat_seeds():
 FUZZ_FINGERPRINT = 0xabcd5e55  # session_blob_fuzzer.cc's tiny layout: 4 fixed floats, 1 KV cache
 
 
-def snapshot(position, fingerprint=FUZZ_FINGERPRINT, fixed=4, width=2, encoded=0):
-    """A StatePool snapshot of the fuzzer's tiny layout, KV rows as fp32."""
-    out = b'ABCDSEQ1' + struct.pack('<QqqBq', fingerprint, position, 0, encoded, fixed)
+def snapshot(position, fingerprint=FUZZ_FINGERPRINT, fixed=4, width=2, encoded=0, kv='f32'):
+    """A StatePool snapshot of the fuzzer's tiny layout: version 2 with KV rows as fp32 (kv='f32')
+    or bf16 ('bf16'), or version 1 ('v1': no format byte, fp32 rows)."""
+    magic = b'ABCDSEQ1' if kv == 'v1' else b'ABCDSEQ2'
+    out = magic + struct.pack('<QqqBq', fingerprint, position, 0, encoded, fixed)
     out += struct.pack('<%df' % fixed, *[0.25 * i for i in range(fixed)])
     out += struct.pack('<qq', 1, position)
-    floats = position * width
-    out += struct.pack('<%df' % floats, *[0.5 * i for i in range(floats)])  # keys
-    out += struct.pack('<%df' % floats, *[-0.5 * i for i in range(floats)])  # values
+    if kv != 'v1':
+        out += struct.pack('<B', 1 if kv == 'bf16' else 0)
+    values = position * width
+    if kv == 'bf16':  # the upper halves of the fp32 values below
+        out += struct.pack('<%dH' % values, *[struct.unpack('<I', struct.pack('<f', 0.5 * i))[0] >> 16
+                                              for i in range(values)])
+        out += struct.pack('<%dH' % values, *[struct.unpack('<I', struct.pack('<f', -0.5 * i))[0] >> 16
+                                              for i in range(values)])
+    else:
+        out += struct.pack('<%df' % values, *[0.5 * i for i in range(values)])  # keys
+        out += struct.pack('<%df' % values, *[-0.5 * i for i in range(values)])  # values
     return out
 
 
@@ -257,6 +267,8 @@ def session_blob_seeds():
         'valid_empty': session_blob('', [], 0, snapshot(0)),
         'valid_all_folded': session_blob('abc-lm', tokens, 7, snapshot(7)),
         'valid_long': session_blob('m' * 256, list(range(100)), 40, snapshot(40)),
+        'valid_state_v1': session_blob('abc-lm', tokens, 5, snapshot(5, kv='v1')),
+        'valid_bf16_rows': session_blob('abc-lm', tokens, 5, snapshot(5, kv='bf16')),
         'other_model_state': session_blob('other', tokens, 5, snapshot(5, fingerprint=99),
                                           fingerprint=99),
         'bad_encoded_flag': session_blob('abc-lm', tokens, 5, snapshot(5, encoded=7)),

@@ -206,8 +206,9 @@ TEST(StatePool, SoftmaxSnapshotKeepsCache) {
   EXPECT_EQ(pool.Get(*restored)->kv[1].length, 20);
 }
 
-// Snapshots copy KV rows through a fixed-size buffer: a cache of many buffers' worth restores
-// bit for bit, in each storage format (bf16 and f16 rows widen to fp32 exactly and back).
+// A cache larger than the 16,384-value buffer that restores into another format goes through
+// restores bit for bit in each storage format, and a snapshot written into a recycled blob
+// reuses its storage.
 TEST(StatePool, SnapshotKvRowsRoundTripAcrossBlocks) {
   for (const KvFormat format : {KvFormat::kF32, KvFormat::kBf16, KvFormat::kF16}) {
     SCOPED_TRACE(KvFormatName(format));
@@ -263,6 +264,88 @@ TEST(StatePool, SnapshotKvRowsRoundTripAcrossBlocks) {
   }
 }
 
+// A snapshot keeps each cache's rows in the cache's format: a 16-bit cache's snapshot is about
+// half an fp32 one's bytes, restores bit for bit into a pool of its format, and into a pool of
+// another format as the rows written there would be (exact into fp32, rounded into 16 bits).
+// Version 1 snapshots (every row widened to fp32) still restore.
+TEST(StatePool, SnapshotsKeepTheCacheFormatAndRestoreIntoAnyOther) {
+  constexpr KvFormat kFormats[] = {KvFormat::kF32, KvFormat::kBf16, KvFormat::kF16};
+  constexpr int64_t kRows = 700;
+  std::mt19937 generator(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> k(static_cast<size_t>(kRows * 8)), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) k[i] = normal(generator), v[i] = normal(generator);
+  // One pool per format, each with a sequence of the same rows (rounded to its format).
+  std::vector<std::unique_ptr<StatePool>> pools;
+  std::vector<SequenceId> ids;
+  std::vector<std::string> snapshots;
+  for (const KvFormat format : kFormats) {
+    StateLayout layout = SoftmaxLayout();
+    layout.kv_format = format;
+    pools.push_back(std::make_unique<StatePool>(layout, int64_t{1} << 26));
+    const SequenceId id = *pools.back()->Acquire();
+    ASSERT_TRUE(pools.back()->ReserveTokens(id, kRows).ok());
+    SequenceState* state = pools.back()->Get(id);
+    state->position = kRows;
+    for (KvCache& kv : state->kv) {
+      kv.length = kRows;
+      kv.WriteRows(kRows, k.data(), v.data());
+    }
+    ids.push_back(id);
+    snapshots.push_back(*pools.back()->Snapshot(id));
+  }
+  EXPECT_LT(snapshots[1].size(), snapshots[0].size() / 2 + 200);
+  EXPECT_EQ(snapshots[1].size(), snapshots[2].size());
+  // A version 1 snapshot of the fp32 sequence: the same bytes with magic ...1 and no format
+  // bytes (each cache's format byte follows its row count).
+  std::string v1 = snapshots[0];
+  v1[7] = '1';
+  const size_t first_cache = 8 + 8 + 8 + 8 + 1 + 8 + 8;  // header, no fixed floats, cache count
+  const size_t cache_bytes = 8 + 1 + 2 * kRows * 8 * 4;
+  v1.erase(first_cache + cache_bytes + 8, 1);
+  v1.erase(first_cache + 8, 1);
+  for (size_t from = 0; from < std::size(kFormats); ++from) {
+    for (size_t to = 0; to < std::size(kFormats); ++to) {
+      SCOPED_TRACE(::testing::Message() << KvFormatName(kFormats[from]) << " snapshot into a "
+                                        << KvFormatName(kFormats[to]) << " pool");
+      auto restored = pools[to]->Restore(snapshots[from]);
+      ASSERT_TRUE(restored.ok()) << restored.status();
+      // Expected: the source rows (as fp32) written into a cache of the target's format.
+      const KvCache& source = pools[from]->Get(ids[from])->kv[1];
+      std::vector<float> sk(k.size()), sv(k.size());
+      source.ReadRows(kRows, sk.data(), sv.data());
+      KvCache expected;
+      expected.width = 8;
+      expected.format = kFormats[to];
+      expected.Resize(kRows);
+      expected.WriteRows(kRows, sk.data(), sv.data());
+      for (const KvCache& kv : pools[to]->Get(*restored)->kv) {
+        ASSERT_EQ(kv.length, kRows);
+        ASSERT_EQ(kv.format, kFormats[to]);
+        EXPECT_TRUE(std::equal(expected.keys.begin(), expected.keys.end(), kv.keys.begin()));
+        EXPECT_TRUE(std::equal(expected.values.begin(), expected.values.end(), kv.values.begin()));
+        EXPECT_TRUE(std::equal(expected.keys16.begin(), expected.keys16.end(), kv.keys16.begin()));
+        EXPECT_TRUE(
+            std::equal(expected.values16.begin(), expected.values16.end(), kv.values16.begin()));
+      }
+      pools[to]->Release(*restored);
+      if (from != 0) continue;
+      auto old = pools[to]->Restore(v1);
+      ASSERT_TRUE(old.ok()) << old.status();
+      const KvCache& kv = pools[to]->Get(*old)->kv[1];
+      EXPECT_TRUE(std::equal(expected.keys.begin(), expected.keys.end(), kv.keys.begin()));
+      EXPECT_TRUE(
+          std::equal(expected.values16.begin(), expected.values16.end(), kv.values16.begin()));
+      pools[to]->Release(*old);
+    }
+  }
+  // A format byte beyond the three is refused, naming it.
+  std::string bad = snapshots[1];
+  bad[first_cache + 8] = 3;
+  EXPECT_TRUE(absl::StrContains(pools[1]->CheckSnapshot(bad).message(), "KV cache format 3"))
+      << pools[1]->CheckSnapshot(bad);
+}
+
 // The --kv_cache_format values: the three names round-trip; anything else names them.
 TEST(KvFormat, ParsesItsNamesAndRefusesOthersNamingTheChoices) {
   for (const KvFormat format : {KvFormat::kF32, KvFormat::kBf16, KvFormat::kF16}) {
@@ -283,7 +366,7 @@ TEST(KvFormat, ParsesItsNamesAndRefusesOthersNamingTheChoices) {
 
 // A bf16 or f16 KV cache costs half the bytes per token, decodes within rounding of the fp32
 // cache (prompt, then single steps, with a snapshot restored halfway; f16 closer than bf16), and
-// its snapshots are fp32 rows that restore into either format.
+// its snapshots restore into either format.
 TEST(StatePool, HalfKvCachesHalveTheBytesAndStayCloseToFp32) {
   auto exact = Model::Load(testing::FixtureDir("dec_softmax"));
   ASSERT_TRUE(exact.ok());
