@@ -14,8 +14,8 @@ namespace abcd {
 // Runs of a causal step with at least this many rows (prompt chunks) are read in blocks as
 // matrix products; shorter runs and speculative decoding's verify runs (StateRef::verify) row by
 // row, so speculation computes every row exactly as plain decoding does. From 8 rows on a block
-// read is the faster at 2k-32k cached rows (`abcd-bench prefill_chunk --chunk N`: 1.2-1.5x at 6
-// rows, 2-3x at 8-24 in fp32; bf16 products faster from 2 rows).
+// read is as fast or faster at 2k-32k cached rows (`abcd-bench prefill_chunk --chunk N`, fp32
+// products: 8 rows 1.1-3.6x, 0.9-2.2x at 8k; 24 rows 1.9-10x; bf16 products 2-7x from 4 rows).
 inline constexpr int64_t kSoftmaxBlockedRunRows = 8;
 
 //
