@@ -129,6 +129,21 @@ inline __m512i Quantize16(const float* x, __mmask16 mask, __m512 inverse, int32_
   return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-limit)), _mm512_set1_epi32(limit));
 }
 
+// A row's scale (max |x| / limit) and the multiplier that quantises it. False when the row
+// quantises to zeros: scale NaN for a row with a non-finite value, 0 for an all-zero row.
+inline bool RowScale(const float* row, int64_t in, float limit, float* scale, __m512* inverse) {
+  const uint32_t largest = MagnitudeBits(row, in);
+  float max_abs;
+  std::memcpy(&max_abs, &largest, 4);
+  if (largest > 0x7F7FFFFFu || max_abs == 0.0f) {
+    *scale = largest > 0x7F7FFFFFu ? __builtin_nanf("") : 0.0f;
+    return false;
+  }
+  *scale = max_abs / limit;
+  *inverse = _mm512_set1_ps(limit / max_abs);
+  return true;
+}
+
 }  // namespace
 
 void LinearPanelsAvx512(const LinearArgs& args, int64_t first, int64_t count) {
@@ -154,16 +169,11 @@ void QuantizeRowsAvx512(const float* x, int64_t rows, int64_t in, int16_t* xq, f
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * in;
     int16_t* out = xq + r * stride;
-    const uint32_t largest = MagnitudeBits(row, in);
-    float max_abs;
-    std::memcpy(&max_abs, &largest, 4);
-    if (largest > 0x7F7FFFFFu || max_abs == 0.0f) {
+    __m512 inverse;
+    if (!RowScale(row, in, 32767.0f, &scales[r], &inverse)) {
       std::memset(out, 0, static_cast<size_t>(stride) * sizeof(int16_t));
-      scales[r] = largest > 0x7F7FFFFFu ? __builtin_nanf("") : 0.0f;
       continue;
     }
-    scales[r] = max_abs / 32767.0f;
-    const __m512 inverse = _mm512_set1_ps(32767.0f / max_abs);
     for (int64_t k = 0; k < in; k += 16) {
       const __mmask16 mask = FirstLanes(in - k);
       _mm512_mask_cvtepi32_storeu_epi16(out + k, mask, Quantize16(row + k, mask, inverse, 32767));
@@ -177,16 +187,11 @@ void QuantizeRowsU8(const float* x, int64_t rows, int64_t in, uint8_t* xq, float
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * in;
     uint8_t* out = xq + r * stride;
-    const uint32_t largest = MagnitudeBits(row, in);
-    float max_abs;
-    std::memcpy(&max_abs, &largest, 4);
-    if (largest > 0x7F7FFFFFu || max_abs == 0.0f) {
+    __m512 inverse;
+    if (!RowScale(row, in, 127.0f, &scales[r], &inverse)) {
       std::memset(out, 128, static_cast<size_t>(stride));
-      scales[r] = largest > 0x7F7FFFFFu ? __builtin_nanf("") : 0.0f;
       continue;
     }
-    scales[r] = max_abs / 127.0f;
-    const __m512 inverse = _mm512_set1_ps(127.0f / max_abs);
     const __m512i zero_code = _mm512_set1_epi32(128);
     for (int64_t k = 0; k < in; k += 16) {
       const __mmask16 mask = FirstLanes(in - k);
