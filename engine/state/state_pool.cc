@@ -263,6 +263,41 @@ absl::Status ReadHeader(ByteReader& in, StatePool::SnapshotHeader* header, int* 
   return absl::OkStatus();
 }
 
+// One side of a snapshot's KV rows, stored in `format`, into `kv` (sized), converted to its
+// format where the two differ.
+void ReadKvRows(absl::string_view bytes, KvFormat format, bool value_side, KvCache& kv) {
+  if (bytes.empty()) return;  // an empty cache's vectors may have no storage
+  if (format == kv.format) {
+    char* storage = kv.half()
+                        ? reinterpret_cast<char*>((value_side ? kv.values16 : kv.keys16).data())
+                        : reinterpret_cast<char*>((value_side ? kv.values : kv.keys).data());
+    std::memcpy(storage, bytes.data(), bytes.size());
+    return;
+  }
+  // Another format: through fp32 (exact from bf16 and f16; rounded, as a written row is, into
+  // a 16-bit cache).
+  const int64_t value_bytes = KvValueBytes(format);
+  const int64_t values = static_cast<int64_t>(bytes.size()) / value_bytes;
+  std::vector<float> block(static_cast<size_t>(std::min(values, kSnapshotBlockFloats)));
+  std::vector<uint16_t> halves(format == KvFormat::kF32 ? 0 : block.size());
+  for (int64_t first = 0; first < values; first += kSnapshotBlockFloats) {
+    const int64_t count = std::min(kSnapshotBlockFloats, values - first);
+    const char* in = bytes.data() + first * value_bytes;
+    const size_t n = static_cast<size_t>(count);
+    if (format == KvFormat::kF32) {
+      std::memcpy(block.data(), in, n * 4);
+    } else {
+      std::memcpy(halves.data(), in, n * 2);
+      if (format == KvFormat::kBf16) {
+        Bf16sToFloats(halves.data(), n, block.data());
+      } else {
+        HalvesToFloats(halves.data(), n, block.data());
+      }
+    }
+    kv.WriteFlat(value_side, first, count, block.data());
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<StatePool::SnapshotHeader> StatePool::ReadSnapshotHeader(
@@ -342,39 +377,6 @@ absl::Status StatePool::ParseSnapshot(absl::string_view snapshot, SequenceState*
   }
   if (!in.done()) return InvalidSnapshot("trailing bytes");
   return absl::OkStatus();
-}
-
-void StatePool::ReadKvRows(absl::string_view bytes, KvFormat format, bool value_side, KvCache& kv) {
-  if (bytes.empty()) return;  // an empty cache's vectors may have no storage
-  if (format == kv.format) {
-    char* storage = kv.half()
-                        ? reinterpret_cast<char*>((value_side ? kv.values16 : kv.keys16).data())
-                        : reinterpret_cast<char*>((value_side ? kv.values : kv.keys).data());
-    std::memcpy(storage, bytes.data(), bytes.size());
-    return;
-  }
-  // Another format: through fp32 (exact from bf16 and f16; rounded, as a written row is, into
-  // a 16-bit cache).
-  const int64_t value_bytes = KvValueBytes(format);
-  const int64_t values = static_cast<int64_t>(bytes.size()) / value_bytes;
-  std::vector<float> block(static_cast<size_t>(std::min(values, kSnapshotBlockFloats)));
-  std::vector<uint16_t> halves(format == KvFormat::kF32 ? 0 : block.size());
-  for (int64_t first = 0; first < values; first += kSnapshotBlockFloats) {
-    const int64_t count = std::min(kSnapshotBlockFloats, values - first);
-    const char* in = bytes.data() + first * value_bytes;
-    const size_t n = static_cast<size_t>(count);
-    if (format == KvFormat::kF32) {
-      std::memcpy(block.data(), in, n * 4);
-    } else {
-      std::memcpy(halves.data(), in, n * 2);
-      if (format == KvFormat::kBf16) {
-        Bf16sToFloats(halves.data(), n, block.data());
-      } else {
-        HalvesToFloats(halves.data(), n, block.data());
-      }
-    }
-    kv.WriteFlat(value_side, first, count, block.data());
-  }
 }
 
 absl::Status StatePool::CheckSnapshot(absl::string_view snapshot) const {

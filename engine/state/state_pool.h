@@ -131,9 +131,6 @@ class StatePool {
   // Validates `snapshot` against the layout; fills `state` when not null (Restore), else only
   // checks (CheckSnapshot). Never touches the pool.
   absl::Status ParseSnapshot(absl::string_view snapshot, SequenceState* state) const;
-  // One side of a snapshot's KV rows, stored in `format`, into `kv` (sized), converted to its
-  // format where the two differ.
-  static void ReadKvRows(absl::string_view bytes, KvFormat format, bool value_side, KvCache& kv);
 
   StateLayout layout_;
   int64_t budget_bytes_;
