@@ -23,7 +23,7 @@ using internal::WritePaddingRows;
 
 // Dynamic shared memory: q, k, v [dh] | weight, score [chunk] | value partials [groups, dh] |
 // stats [2].
-template <int kVec>
+template <int kVec, bool kCheckpoints>
 __global__ void __launch_bounds__(kThreads)
     AbcStepKernel(AbcShape shape, StepRows rows, bool update, int chunk, int lanes,
                   float* partials) {
@@ -156,14 +156,17 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // the next row reuses shared memory and reads this state
-    // This block's slots: their key and value rows and their log normalisers.
-    const int64_t head_offset = static_cast<int64_t>(h) * n * (2 * dh + 1);
-    SaveCheckpoint(rows, b, rows.states[sequence], head_offset + static_cast<int64_t>(j0) * dh,
-                   static_cast<int64_t>(local) * dh);
-    SaveCheckpoint(rows, b, rows.states[sequence], head_offset + static_cast<int64_t>(n + j0) * dh,
-                   static_cast<int64_t>(local) * dh);
-    SaveCheckpoint(rows, b, rows.states[sequence],
-                   head_offset + 2 * static_cast<int64_t>(n) * dh + j0, local);
+    if constexpr (kCheckpoints) {
+      // This block's slots: their key and value rows and their log normalisers.
+      const int64_t head_offset = static_cast<int64_t>(h) * n * (2 * dh + 1);
+      SaveCheckpoint(rows, b, rows.states[sequence], head_offset + static_cast<int64_t>(j0) * dh,
+                     static_cast<int64_t>(local) * dh);
+      SaveCheckpoint(rows, b, rows.states[sequence],
+                     head_offset + static_cast<int64_t>(n + j0) * dh,
+                     static_cast<int64_t>(local) * dh);
+      SaveCheckpoint(rows, b, rows.states[sequence],
+                     head_offset + 2 * static_cast<int64_t>(n) * dh + j0, local);
+    }
   }
 }
 
@@ -204,13 +207,13 @@ absl::Status AbcStep(CudaContext& context, const AbcShape& shape, const StepRows
   }
   const size_t shared_bytes = sizeof(float) * (3 * dh + 2 * chunk + value_groups * dh + 2);
   const dim3 grid(shape.n_heads, static_cast<unsigned>(sequences), splits);
-  if (vec == 4) {
-    AbcStepKernel<4><<<grid, internal::kThreads, shared_bytes, context.stream()>>>(
-        shape, rows, update, chunk, lanes, partials);
-  } else {
-    AbcStepKernel<1><<<grid, internal::kThreads, shared_bytes, context.stream()>>>(
-        shape, rows, update, chunk, lanes, partials);
-  }
+  // Checkpoints are a variant of their own: their code would cost the plain step registers
+  // (and so blocks per SM) even when it is skipped.
+  const bool checkpoints = rows.checkpoints != nullptr;
+  const auto kernel = vec == 4 ? (checkpoints ? AbcStepKernel<4, true> : AbcStepKernel<4, false>)
+                               : (checkpoints ? AbcStepKernel<1, true> : AbcStepKernel<1, false>);
+  kernel<<<grid, internal::kThreads, shared_bytes, context.stream()>>>(shape, rows, update, chunk,
+                                                                       lanes, partials);
   absl::Status status = CheckLaunch("AbcStepKernel");
   if (!status.ok() || splits == 1) return status;
   return internal::CombineSoftmaxPartials(context, partials, rows.batch, shape.n_heads, dh, splits,

@@ -30,7 +30,7 @@ __device__ __forceinline__ float GuardDenominator(float denominator, float eps) 
 
 // Dynamic shared memory: k, q, v [dh] | phi(k), phi(q) [chunk] | numerator partials
 // [groups, dh] | scalars [4] (|k|, |q|, gate, denominator).
-template <int kVec>
+template <int kVec, bool kCheckpoints>
 __global__ void __launch_bounds__(kThreads)
     LinearStepKernel(LinearAttentionParams params, int f_count, StepRows rows, int chunk, int lanes,
                      float* partials) {
@@ -205,12 +205,14 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // the next row reuses shared memory and reads this state
-    // This block's features: their rows of S and their entries of z.
-    const int64_t head_offset = static_cast<int64_t>(h) * f_count * (dh + 1);
-    SaveCheckpoint(rows, b, rows.states[sequence], head_offset + static_cast<int64_t>(f0) * dh,
-                   static_cast<int64_t>(local) * dh);
-    SaveCheckpoint(rows, b, rows.states[sequence],
-                   head_offset + static_cast<int64_t>(f_count) * dh + f0, local);
+    if constexpr (kCheckpoints) {
+      // This block's features: their rows of S and their entries of z.
+      const int64_t head_offset = static_cast<int64_t>(h) * f_count * (dh + 1);
+      SaveCheckpoint(rows, b, rows.states[sequence], head_offset + static_cast<int64_t>(f0) * dh,
+                     static_cast<int64_t>(local) * dh);
+      SaveCheckpoint(rows, b, rows.states[sequence],
+                     head_offset + static_cast<int64_t>(f_count) * dh + f0, local);
+    }
   }
 }
 
@@ -288,13 +290,14 @@ absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionPara
   }
   const size_t shared_bytes = sizeof(float) * (3 * dh + 2 * chunk + value_groups * dh + 4);
   const dim3 grid(params.n_heads, static_cast<unsigned>(sequences), splits);
-  if (vec == 4) {
-    LinearStepKernel<4><<<grid, kThreads, shared_bytes, context.stream()>>>(params, f_count, rows,
-                                                                            chunk, lanes, partials);
-  } else {
-    LinearStepKernel<1><<<grid, kThreads, shared_bytes, context.stream()>>>(params, f_count, rows,
-                                                                            chunk, lanes, partials);
-  }
+  // Checkpoints are a variant of their own: their code would cost the plain step registers
+  // (and so blocks per SM) even when it is skipped.
+  const bool checkpoints = rows.checkpoints != nullptr;
+  const auto kernel = vec == 4
+                          ? (checkpoints ? LinearStepKernel<4, true> : LinearStepKernel<4, false>)
+                          : (checkpoints ? LinearStepKernel<1, true> : LinearStepKernel<1, false>);
+  kernel<<<grid, kThreads, shared_bytes, context.stream()>>>(params, f_count, rows, chunk, lanes,
+                                                             partials);
   absl::Status status = CheckLaunch("LinearStepKernel");
   if (!status.ok() || splits == 1) return status;
   const int threads = dh < kThreads ? ((dh + 31) / 32) * 32 : kThreads;
