@@ -4,10 +4,10 @@
 // ParallelFor(tasks, fn) runs fn(task) for every task in [0, tasks) on the caller and the
 // workers, and returns when all are done; tasks are handed out one at a time from a shared
 // counter, so uneven tasks balance, and a worker the OS has descheduled (another process on the
-// core) is simply not waited for: the caller takes the tasks it did not claim. Workers spin
-// briefly after a job (decode steps come back to back), yielding the core after every job and,
-// past the first 20 us, between polls (so network threads sharing the cores are not held off),
-// and then sleep on a futex, so an idle server burns no CPU.
+// core) is simply not waited for: the caller takes the tasks it did not claim. Workers yield
+// the core once after each job (network threads may be waiting for it), spin briefly for the
+// next (decode steps come back to back) and then sleep on a futex, so an idle server burns no
+// CPU.
 //
 // Thread-safety: ParallelFor must be called from one thread at a time (the engine thread that
 // owns the backend); fn must be safe to run concurrently for different tasks. A pool of size 1
