@@ -20,7 +20,7 @@
 #                                        #   profile   ncu: each kernel of eager batch-1 abc steps,
 #                                        #             summed per kernel (not in the default set)
 #
-# The device tool allows 10 minutes a call and carries at most 64 MB with the working tree
+# The device tool allows 10 minutes a call and carries about 64 MB with the working tree
 # (56.5 MB of it the tracked files), so pack one bundle a call, each in its own folder:
 # `GPU_DIR=.gpu-tests ... bundle tests memcheck` (2.3 MB), `GPU_DIR=.gpu-server ... bundle server`
 # (6.7 MB), `GPU_DIR=.gpu-bench ... bundle bench` (7.6 MB, OpenBLAS most of it), and carry that
@@ -89,8 +89,8 @@ case "$mode" in
       ldd "$binary" | awk '$3 ~ /^\// {print $3}'
     done | sort -u | grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/libcu(da|dart|blas|blasLt)\.so|/lib(ssl|crypto)\.so' |
       while read -r library; do cp -L "$library" "$staging/lib/"; done
-    # The device tool refuses a working tree over 64 MB (decimal, it seems: 66.5 MB was refused,
-    # 63.2 MB carried), and the tracked files take 56.5 MB: no symbols, the strongest xz.
+    # The device tool refused a working tree of 66.5 MB (as `du -b` counts it here) and carried
+    # 64.1 MB, and the tracked files take 56.5 MB: no symbols, the strongest xz.
     strip --strip-unneeded "$staging"/bin/* "$staging"/lib/*
     echo "$root" >"$staging/source_root"  # compiled-in paths (fixtures) point here
     mkdir -p "$gpu_dir"
