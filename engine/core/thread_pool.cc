@@ -107,7 +107,7 @@ void ThreadPool::WorkerLoop() {
     // A pool with a thread on every core holds the server's network threads (and a client on
     // the same machine) off the cores while it spins: offer the core once after every job, so
     // streamed tokens do not wait for the scheduler to preempt a spinning worker (with 2 threads
-    // on 2 cores they reached the client in bursts: ITL p99 2.6-3.0 ms against 0.45-0.56).
+    // on 2 cores they reached the client in bursts: ITL p99 2.5-3.4 ms against 0.45-0.68).
     sched_yield();
   }
 }
