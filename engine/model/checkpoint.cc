@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -71,6 +72,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   std::ifstream in(index_path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
+  ABCD_RETURN_IF_ERROR(CheckJsonNesting(text.str(), index_path));
   const nlohmann::json index =
       nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object()) {

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 
 namespace abcd {
@@ -468,6 +469,7 @@ absl::Status ParseHgrn2(const HfFields& f, ModelConfig& c) {
 // generation_config.json: eos_token_id (int or list) adds stop ids; bos_token_id overrides.
 absl::Status ApplyGenerationConfig(absl::string_view text, ModelConfig& c) {
   if (text.empty()) return absl::OkStatus();
+  ABCD_RETURN_IF_ERROR(CheckJsonNesting(text, "generation_config.json"));
   const json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError("generation_config.json is not a JSON object");
@@ -495,6 +497,7 @@ absl::Status ApplyGenerationConfig(absl::string_view text, ModelConfig& c) {
 
 absl::Status ApplyTokenizerConfig(absl::string_view text, ModelConfig& c) {
   if (text.empty()) return absl::OkStatus();
+  ABCD_RETURN_IF_ERROR(CheckJsonNesting(text, "tokenizer_config.json"));
   const json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError("tokenizer_config.json is not a JSON object");

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/hf_config.h"
 #include "nlohmann/json.hpp"
@@ -413,6 +414,7 @@ int64_t ModelConfig::EncoderOutputRows(int64_t source_length) const {
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
+  ABCD_RETURN_IF_ERROR(CheckJsonNesting(json_text, "config.json"));
   const json root =
       json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("config.json is not valid JSON");
@@ -508,6 +510,7 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
 absl::StatusOr<ModelConfig> LoadModelDirectoryConfig(const std::string& dir) {
   const std::string path = dir + "/config.json";
   ABCD_ASSIGN_OR_RETURN(const std::string text, ReadText(path));
+  ABCD_RETURN_IF_ERROR(CheckJsonNesting(text, path));
   const json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded() || !IsHfConfig(root)) return LoadModelConfig(path);
   std::string generation, tokenizer;  // both optional

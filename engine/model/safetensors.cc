@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/core/json_nesting.h"
 #include "engine/ops/packed_matrix.h"
 #include "nlohmann/json.hpp"
 
@@ -127,6 +128,10 @@ absl::Status SafetensorsFile::Parse() {
         absl::StrCat("header length ", header_len, " exceeds the file size ", mapping_size_));
   }
   const char* header_begin = reinterpret_cast<const char*>(base + 8);
+  if (absl::Status depth = CheckJsonNesting(absl::string_view(header_begin, header_len), "header");
+      !depth.ok()) {
+    return depth;
+  }
   const nlohmann::json header =
       nlohmann::json::parse(header_begin, header_begin + header_len, nullptr,
                             /*allow_exceptions=*/false);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend_factory.h"
+#include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/ops/matmul.h"
@@ -73,6 +74,9 @@ absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string text = buffer.str();
+  if (absl::Status depth = CheckJsonNesting(text, absl::StrCat("--config: ", path)); !depth.ok()) {
+    return depth;
+  }
   const nlohmann::json root = nlohmann::json::parse(text, nullptr, false);
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat("--config: ", path, " is not a JSON object"));

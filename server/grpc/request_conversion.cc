@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_nesting.h"
 
 namespace abcd {
 namespace {
@@ -90,6 +91,9 @@ absl::StatusOr<GenerationRequest> ToGenerationRequest(const abcd::v1::GenerateRe
       break;
     case abcd::v1::ResponseFormat::TYPE_JSON_SCHEMA: {
       const std::string& text = in.response_format().json_schema();
+      if (absl::Status depth = CheckJsonNesting(text, "response_format.json_schema"); !depth.ok()) {
+        return depth;
+      }
       nlohmann::ordered_json schema = nlohmann::ordered_json::parse(
           text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
       if (schema.is_discarded()) {

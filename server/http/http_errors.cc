@@ -36,7 +36,17 @@ constexpr absl::string_view kRequestFields[] = {"model",
                                                 "frequency_penalty",
                                                 "logit_bias",
                                                 "tokens",
-                                                "add_special_tokens"};
+                                                "add_special_tokens",
+                                                "messages",
+                                                "response_format",
+                                                "speculative",
+                                                "top_logprobs",
+                                                "max_completion_tokens",
+                                                "add_generation_prompt",
+                                                "prompt_token_ids",
+                                                "tools",
+                                                "tool_choice",
+                                                "parallel_tool_calls"};
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "engine/core/json_nesting.h"
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "nlohmann/json.hpp"
@@ -59,6 +60,7 @@ const json* Field(const json& object, absl::string_view name) {
 }
 
 absl::StatusOr<json> ParseObject(absl::string_view body) {
+  if (absl::Status depth = CheckJsonNesting(body, ""); !depth.ok()) return depth;
   json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return InvalidJsonError(body);
   if (!parsed.is_object()) {
@@ -342,6 +344,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(const jso
     return absl::InvalidArgumentError("response_format.json_schema.schema is required");
   }
   // Again in the body's key order: properties are generated in the order the schema lists them.
+  if (absl::Status depth = CheckJsonNesting(body, ""); !depth.ok()) return depth;
   const nlohmann::ordered_json ordered =
       nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   const nlohmann::ordered_json* schema = &ordered;

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "server/http/chat_route.h"
 
@@ -25,6 +26,7 @@ absl::StatusOr<const ServedModel*> ResolveAny(const ServedModels& models, const 
 
 absl::StatusOr<nlohmann::json> AnswerTokenize(const ServedModels& models, absl::string_view body,
                                               int max_model_len) {
+  ABCD_RETURN_IF_ERROR(CheckJsonNesting(body, ""));
   const nlohmann::json parsed =
       nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_object() && parsed.contains("messages")) {  // chat: the rendered conversation

@@ -57,6 +57,8 @@ def safetensors_seeds():
                       bytes(12)))
     write('safetensors_fuzzer', 'truncated', safetensors({'a': tensor('F32', [4], 0, 16)})[:-3])
     write('safetensors_fuzzer', 'empty_header', safetensors({}))
+    deep = ('{"__metadata__":{"a":' + '[' * 20000 + ']' * 20000 + '}}').encode()
+    write('safetensors_fuzzer', 'nesting_20000', struct.pack('<Q', len(deep)) + deep)
 
 
 # --- config.json -----------------------------------------------------------------------------
@@ -101,6 +103,8 @@ def config_seeds():
                           encoder_layers=[{'attention': {'type': 'gmat', 'chunk': 4}},
                                           {'attention': {'type': 'gmat'}}],
                           gmat={'memory': 4, 'output': 'all', 'memory_only_layers': 0})))
+    write('model_config_fuzzer', 'nesting_20000',
+          '{"architecture":"decoder","decoder_layers":' + '[' * 20000 + ']' * 20000 + '}')
     write('model_config_fuzzer', 'bad_heads', json.dumps(dict(base, n_heads=3, decoder_layers=[])))
 
 
@@ -134,6 +138,16 @@ def http_seeds():
     for name, body in translations.items():
         write('http_translate_fuzzer', name, json.dumps(body))
     write('http_translate_fuzzer', 'deep', '{"texts":' + '[' * 64 + ']' * 64 + '}')
+    # Issue 44: nesting past the limit (engine/core/json_nesting.h) is refused before parsing;
+    # 50,000 levels crashed the server (SIGSEGV) when a value this deep was copied or walked.
+    write('http_completion_fuzzer', 'nesting_50000',
+          '{"prompt":"x","logit_bias":' + '[' * 50000 + ']' * 50000 + '}')
+    write('http_completion_fuzzer', 'nesting_at_limit',
+          '{"prompt":"x","stop":' + '[' * 255 + ']' * 255 + '}')
+    write('http_completion_fuzzer', 'nesting_schema',
+          json.dumps({'prompt': 'x', 'response_format': {'type': 'json_schema', 'json_schema': {
+              'name': 'n', 'schema': {'type': 'object', 'properties': {'a': {'const': 1}}}}}})
+          .replace('{"const": 1}', '{"const": ' + '[' * 60000 + ']' * 60000 + '}'))
 
 
 # --- gRPC messages (protobuf wire format, abcd/v1/generator.proto) -----------------------------
@@ -177,6 +191,9 @@ def grpc_seeds():
                      field_bytes(9, field_bytes(1, 'user') + field_bytes(2, 'Hi')) +
                      field_varint(10, 0)),
     }
+    deep_schema = '{"enum": [' + '[' * 100000 + ']' * 100000 + ']}'
+    generate['nesting_schema'] = field_bytes(2, 'x') + field_bytes(
+        12, field_varint(1, 2) + field_bytes(2, deep_schema))
     for name, data in generate.items():
         write('grpc_generate_fuzzer', name, data)
     translate = {
