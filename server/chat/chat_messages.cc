@@ -5,8 +5,97 @@
 #include "absl/strings/str_cat.h"
 
 namespace abcd::chat {
+namespace {
 
-absl::StatusOr<Value> ParseChatMessages(const nlohmann::json& messages, absl::string_view field) {
+// A client's JSON value as the template's value, refusing nesting past `depth_left` levels.
+absl::StatusOr<Value> BoundedValue(const nlohmann::json& json, const std::string& name,
+                                   int depth_left) {
+  switch (json.type()) {
+    case nlohmann::json::value_t::null:
+      return Value::None();
+    case nlohmann::json::value_t::boolean:
+      return Value::Bool(json.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned:
+      return Value::Int(json.get<int64_t>());
+    case nlohmann::json::value_t::number_float:
+      return Value::Float(json.get<double>());
+    case nlohmann::json::value_t::string:
+      return Value::String(json.get<std::string>());
+    case nlohmann::json::value_t::array:
+    case nlohmann::json::value_t::object:
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be JSON text"));
+  }
+  if (depth_left <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is nested deeper than ", kMaxToolCallNesting, " levels"));
+  }
+  if (json.is_array()) {
+    ValueList items;
+    for (size_t i = 0; i < json.size(); ++i) {
+      absl::StatusOr<Value> item =
+          BoundedValue(json[i], absl::StrCat(name, "[", i, "]"), depth_left - 1);
+      if (!item.ok()) return item.status();
+      items.push_back(*std::move(item));
+    }
+    return Value::List(std::move(items));
+  }
+  ValueDict items;
+  for (const auto& [key, value] : json.items()) {
+    absl::StatusOr<Value> item =
+        BoundedValue(value, absl::StrCat(name, ".", key.substr(0, 64)), depth_left - 1);
+    if (!item.ok()) return item.status();
+    items.emplace_back(key, *std::move(item));
+  }
+  return Value::Dict(std::move(items));
+}
+
+absl::StatusOr<std::string> ContentText(const nlohmann::json& content, const std::string& name) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".content must be a string or an array of text parts"));
+  }
+  std::string text;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const nlohmann::json& part = content[j];
+    const std::string part_name = absl::StrCat(name, ".content[", j, "]");
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(part_name, " must be an object with a \"type\""));
+    }
+    if (part["type"] != "text") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(part_name, ".type must be \"text\" (this server takes text only), got \"",
+                       part["type"].get<std::string>().substr(0, 64), "\""));
+    }
+    if (!part.contains("text") || !part["text"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(part_name, ".text must be a string"));
+    }
+    if (j > 0) text += "\n";
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// An optional string field of message `m` into `out` (absent or null: left out).
+absl::Status CopyString(const nlohmann::json& m, const char* key, const std::string& name,
+                        ValueDict& out) {
+  const auto it = m.find(key);
+  if (it == m.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".", key, " must be a string"));
+  }
+  out.emplace_back(key, Value::String(it->get<std::string>()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Value> ParseChatMessages(const nlohmann::json& messages, absl::string_view field,
+                                        const ChatMessageOptions& options) {
   if (!messages.is_array() || messages.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " must be a non-empty array of {\"role\", \"content\"} objects"));
@@ -20,41 +109,45 @@ absl::StatusOr<Value> ParseChatMessages(const nlohmann::json& messages, absl::st
     if (role == m.end() || !role->is_string()) {
       return absl::InvalidArgumentError(absl::StrCat(name, ".role must be a string"));
     }
-    const std::string r = role->get<std::string>();
-    if (r != "system" && r != "user" && r != "assistant") {
+    std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer") {
       return absl::InvalidArgumentError(absl::StrCat(
-          name, ".role must be one of system, user, assistant, got \"", r.substr(0, 64), "\""));
+          name, ".role must be one of system, user, assistant, tool, developer, got \"",
+          r.substr(0, 64), "\""));
     }
-    const auto content = m.find("content");
-    std::string text;
-    if (content == m.end() || content->is_null()) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ".content is required"));
-    } else if (content->is_string()) {
-      text = content->get<std::string>();
-    } else if (content->is_array()) {
-      for (size_t j = 0; j < content->size(); ++j) {
-        const nlohmann::json& part = (*content)[j];
-        const std::string part_name = absl::StrCat(name, ".content[", j, "]");
-        if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(part_name, " must be an object with a \"type\""));
-        }
-        if (part["type"] != "text") {
-          return absl::InvalidArgumentError(absl::StrCat(
-              part_name, ".type must be \"text\" (this server takes text only), got \"",
-              part["type"].get<std::string>().substr(0, 64), "\""));
-        }
-        if (!part.contains("text") || !part["text"].is_string()) {
-          return absl::InvalidArgumentError(absl::StrCat(part_name, ".text must be a string"));
-        }
-        if (j > 0) text += "\n";
-        text += part["text"].get<std::string>();
-      }
-    } else {
+    if (r == "developer" && !options.keep_developer_role) r = "system";
+    const auto tool_calls = m.find("tool_calls");
+    const bool has_tool_calls = tool_calls != m.end() && !tool_calls->is_null();
+    if (has_tool_calls && r != "assistant") {
       return absl::InvalidArgumentError(
-          absl::StrCat(name, ".content must be a string or an array of text parts"));
+          absl::StrCat(name, ".tool_calls is allowed on assistant messages only"));
     }
-    out.push_back(Value::Dict({{"role", Value::String(r)}, {"content", Value::String(text)}}));
+    ValueDict message = {{"role", Value::String(r)}};
+    const auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (!has_tool_calls) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ".content is required"));
+      }
+      message.emplace_back("content", Value::None());
+    } else {
+      absl::StatusOr<std::string> text = ContentText(*content, name);
+      if (!text.ok()) return text.status();
+      message.emplace_back("content", Value::String(*std::move(text)));
+    }
+    if (has_tool_calls) {
+      if (!tool_calls->is_array()) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ".tool_calls must be an array"));
+      }
+      absl::StatusOr<Value> calls =
+          BoundedValue(*tool_calls, absl::StrCat(name, ".tool_calls"), kMaxToolCallNesting);
+      if (!calls.ok()) return calls.status();
+      message.emplace_back("tool_calls", *std::move(calls));
+    }
+    if (absl::Status s = CopyString(m, "name", name, message); !s.ok()) return s;
+    if (r == "tool") {
+      if (absl::Status s = CopyString(m, "tool_call_id", name, message); !s.ok()) return s;
+    }
+    out.push_back(Value::Dict(std::move(message)));
   }
   return Value::List(std::move(out));
 }

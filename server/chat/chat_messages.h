@@ -1,9 +1,16 @@
 // A request's chat "messages" (HTTP and gRPC alike) validated into the value a chat template
-// renders: an array of at least one {"role": "system"|"user"|"assistant", "content": string |
-// [{"type": "text", "text": string}, ...]}; text parts are joined with "\n" (as vLLM does for
-// templates that expect a string). Each message becomes {"role", "content"} (strings), nothing
-// else. Errors are INVALID_ARGUMENT naming the field under `field`:
-// "messages[2].role must be one of system, user, assistant, got \"tool\"".
+// renders, as transformers' apply_chat_template passes them:
+// - role: "system", "user", "assistant", "tool" or "developer" (the OpenAI SDK's current name
+//   for system: passed as "system" unless the template itself handles "developer").
+// - content: a string or [{"type": "text", "text": string}, ...] (text parts are joined with
+//   "\n", as vLLM does for templates that expect a string). An assistant message may give null
+//   (or no content) when it carries `tool_calls`: the template sees None.
+// - assistant `tool_calls` ([{"id", "type": "function", "function": {"name", "arguments"}}]),
+//   tool `tool_call_id` and any message's `name` are passed through (strings, or for
+//   tool_calls the JSON value, nested at most kMaxToolCallNesting levels).
+// Nothing else of a message reaches the template. Errors are INVALID_ARGUMENT naming the field
+// under `field`: "messages[2].role must be one of system, user, assistant, tool, developer, got
+// \"robot\"".
 //
 // Thread-safety: a pure function.
 #pragma once
@@ -15,7 +22,15 @@
 
 namespace abcd::chat {
 
+inline constexpr int kMaxToolCallNesting = 32;
+
+struct ChatMessageOptions {
+  // Keep role "developer" as given (for a template that names it) instead of "system".
+  bool keep_developer_role = false;
+};
+
 absl::StatusOr<Value> ParseChatMessages(const nlohmann::json& messages,
-                                        absl::string_view field = "messages");
+                                        absl::string_view field = "messages",
+                                        const ChatMessageOptions& options = {});
 
 }  // namespace abcd::chat

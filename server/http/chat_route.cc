@@ -5,8 +5,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "engine/sampling/logprobs.h"
+#include "engine/scheduler/executor.h"
 #include "server/chat/chat_prompt.h"
 #include "server/http/json_error.h"
 
@@ -16,6 +18,7 @@ namespace {
 using nlohmann::json;
 
 absl::StatusOr<json> ParseBody(absl::string_view body) {
+  if (absl::Status depth = CheckJsonNesting(body, ""); !depth.ok()) return depth;
   json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return InvalidJsonError(body);
   if (!parsed.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
@@ -93,6 +96,37 @@ void ChatShaper::operator()(json& body) {
   }
 }
 
+namespace {
+
+// Refusal before the template runs (issue 44): every message renders at least one token in any
+// published template, so each counts kMaxInputBytesPerToken bytes plus its content's, against
+// the model's prompt limit. A 14,000-message conversation is refused here, unrendered.
+absl::Status CheckMessagesSize(const ServedModel& model, const json& messages) {
+  if (!messages.is_array()) return absl::OkStatus();  // ParseChatMessages names the error
+  size_t bytes = 0;
+  for (const json& m : messages) {
+    bytes += kMaxInputBytesPerToken;
+    const json* content = m.is_object() && m.contains("content") ? &m["content"] : nullptr;
+    if (content == nullptr) continue;
+    if (content->is_string()) {
+      bytes += content->get_ref<const std::string&>().size();
+    } else if (content->is_array()) {
+      for (const json& part : *content) {
+        if (part.is_object() && part.contains("text") && part["text"].is_string()) {
+          bytes += part["text"].get_ref<const std::string&>().size();
+        }
+      }
+    }
+  }
+  absl::Status status = model.executor->CheckInput("messages", bytes);
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(absl::StrCat(
+      status.message(), " (", messages.size(), " messages, each counted as at least one token",
+      " plus its content, before the chat template runs)"));
+}
+
+}  // namespace
+
 absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::string_view body,
                                          const ParseLimits& limits) {
   ABCD_ASSIGN_OR_RETURN(json o, ParseBody(body));
@@ -144,6 +178,7 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
     if (messages == o.end()) return absl::InvalidArgumentError("messages is required");
     ABCD_ASSIGN_OR_RETURN(const bool add_generation_prompt,
                           OptionalBool(o, "add_generation_prompt", true));
+    ABCD_RETURN_IF_ERROR(CheckMessagesSize(*model, *messages));
     ABCD_ASSIGN_OR_RETURN(ids, chat::ChatContinuationIds(*model, *messages, add_generation_prompt));
   } else {
     ABCD_ASSIGN_OR_RETURN(ids, PrepareChatPrompt(*model, o));
@@ -167,6 +202,7 @@ absl::StatusOr<std::vector<int32_t>> PrepareChatPrompt(const ServedModel& model,
   if (messages == request.end()) return absl::InvalidArgumentError("messages is required");
   ABCD_ASSIGN_OR_RETURN(const bool add_generation_prompt,
                         OptionalBool(request, "add_generation_prompt", true));
+  ABCD_RETURN_IF_ERROR(CheckMessagesSize(model, *messages));
   return chat::ChatPromptIds(model, *messages, add_generation_prompt);
 }
 
