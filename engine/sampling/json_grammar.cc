@@ -55,7 +55,8 @@ bool JsonMatcher::Advance(uint8_t byte) {
         --size_;
         return true;
       case Step::kPush:
-        if (size_ == kMaxJsonDepth) return false;
+        // Only a value that can be completed in the frames left (min_depth >= 1).
+        if (size_ + grammar_->node(child).min_depth > kMaxJsonDepth) return false;
         stack_[size_++] = Frame{child, kStart, 0, 0, 0, 0, 0};
         break;
       case Step::kPopRetry:
@@ -139,6 +140,20 @@ JsonMatcher::Step JsonMatcher::StepObject(Frame& f, const JsonNode& n, uint8_t b
   const uint32_t count = static_cast<uint32_t>(n.keys.size());
   // '}' may come when no required property is left (f.a: the next property to consider).
   const bool may_close = free || n.next_required[f.a] == static_cast<int>(count);
+  // Candidates: the next property up to and including the first required one, those whose
+  // value can be completed in the frames left above this one (a required one always can: its
+  // object was only started where it could be completed).
+  auto candidates = [&]() -> uint64_t {
+    if (f.a >= count) return 0;
+    const uint32_t last = std::min<uint32_t>(n.next_required[f.a], count - 1);
+    uint64_t mask = 0;
+    for (uint32_t i = f.a; i <= last; ++i) {
+      if (size_ + grammar_->node(n.values[i]).min_depth <= kMaxJsonDepth) {
+        mask |= uint64_t{1} << i;
+      }
+    }
+    return mask;
+  };
   auto begin_key = [&]() -> Step {
     if (byte != '"') return Step::kReject;
     f.ws = 0;
@@ -147,11 +162,8 @@ JsonMatcher::Step JsonMatcher::StepObject(Frame& f, const JsonNode& n, uint8_t b
       *child = n.alternatives[0];
       return Step::kPush;
     }
-    if (f.a >= count) return Step::kReject;
-    // Candidates: the next property up to and including the first required one.
-    const uint32_t last = std::min<uint32_t>(n.next_required[f.a], count - 1);
-    f.mask = 0;
-    for (uint32_t i = f.a; i <= last; ++i) f.mask |= uint64_t{1} << i;
+    f.mask = candidates();
+    if (f.mask == 0) return Step::kReject;
     f.pos = 1;  // every key starts with '"'
     f.phase = kKey;
     return Step::kTaken;
@@ -204,7 +216,7 @@ JsonMatcher::Step JsonMatcher::StepObject(Frame& f, const JsonNode& n, uint8_t b
     case kAfter:
       if (TakeWhitespace(f, byte)) return Step::kTaken;
       if (byte == '}') return may_close ? Step::kTakenPop : Step::kReject;
-      if (byte != ',' || (!free && f.a >= count)) return Step::kReject;
+      if (byte != ',' || (!free && candidates() == 0)) return Step::kReject;
       f.phase = kComma;
       f.ws = 0;
       return Step::kTaken;

@@ -9,6 +9,11 @@
 // "#/$defs/.." or "#/definitions/.." (recursion allowed), and the annotations title,
 // description, $schema, $id, $comment, default, examples. Any other keyword is refused:
 // InvalidArgument "<path>.<keyword> is not supported". `true` (or {}) is any JSON value.
+// Refused at compile time too (InvalidArgument naming the path): a schema document nested
+// deeper than kMaxSchemaDocumentDepth levels (checked before anything else, so compiling never
+// recurses deeper than that), a part of the schema no finite value can satisfy (a recursive
+// $ref without a base case: every value would need another one inside it through required
+// properties or minItems), and a schema whose shortest value nests deeper than kMaxJsonDepth.
 //
 // Generated text: no whitespace except at most kMaxWhitespace space or newline characters
 // where JSON allows whitespace (before the value and around structural characters), nothing
@@ -39,6 +44,7 @@ inline constexpr int kMaxWhitespace = 1;
 inline constexpr int kMaxJsonDepth = 32;  // frames on the matcher's stack, the root included
 inline constexpr int kMaxSchemaProperties = 64;
 inline constexpr int kMaxSchemaNodes = 4096;
+inline constexpr int kMaxSchemaDocumentDepth = 256;  // nested arrays/objects of the schema text
 
 struct JsonNode {
   enum class Kind : uint8_t { kObject, kFreeObject, kArray, kString, kNumber, kLiterals, kUnion };
@@ -53,6 +59,10 @@ struct JsonNode {
   int max_items = 1 << 30;
   std::vector<std::string> literals;  // kLiterals: JSON texts, sorted, distinct
   std::vector<int> alternatives;      // kUnion: nodes whose first characters do not overlap
+  // Matcher frames the shortest complete value of this node needs, its own included (a union:
+  // its shallowest alternative). The matcher starts a value, or offers an optional property,
+  // only where that many frames are left, so every text it accepts can be completed.
+  int min_depth = 1;
 };
 
 class JsonGrammar {

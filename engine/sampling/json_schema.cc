@@ -68,16 +68,26 @@ class SchemaCompiler {
  public:
   SchemaCompiler(const OrderedJson& root, JsonGrammar* grammar) : root_(root), g_(*grammar) {}
 
-  absl::StatusOr<int> Compile(const OrderedJson& schema, const std::string& path, int depth);
+  // Compiles `schema` (named `path` in errors); `depth`: schemas enclosing it.
+  absl::StatusOr<int> Compile(const OrderedJson& schema, const std::string& path, int depth) {
+    ABCD_ASSIGN_OR_RETURN(const int node, CompileSchema(schema, path, depth));
+    paths_.try_emplace(node, path);
+    return node;
+  }
   int AnyValue();
   int FreeObject(int value);
   absl::Status CheckUnionCycles(const std::string& path) const;
+  // Sets every node's min_depth; INVALID_ARGUMENT naming the schema's path when a part of it
+  // reachable from `root` has no finite value, or the shortest value of `root` nests deeper than
+  // the matcher's stack. After CheckUnionCycles (an alias cycle has no depth at all).
+  absl::Status SetMinDepths(int root, const std::string& path);
 
  private:
   int Add(JsonNode node) {
     g_.nodes_.push_back(std::move(node));
     return static_cast<int>(g_.nodes_.size()) - 1;
   }
+  absl::StatusOr<int> CompileSchema(const OrderedJson& schema, const std::string& path, int depth);
   int StringNode();
   int Literals(std::vector<std::string> texts);
   absl::StatusOr<int> CompileRef(const OrderedJson& schema, const std::string& path, int depth);
@@ -90,6 +100,7 @@ class SchemaCompiler {
   const OrderedJson& root_;
   JsonGrammar& g_;
   absl::flat_hash_map<std::string, int> refs_;
+  absl::flat_hash_map<int, std::string> paths_;  // node -> the path it was first compiled at
   int any_ = -1;
   int string_ = -1;
 };
@@ -124,8 +135,8 @@ int SchemaCompiler::AnyValue() {
   return any_;
 }
 
-absl::StatusOr<int> SchemaCompiler::Compile(const OrderedJson& schema, const std::string& path,
-                                            int depth) {
+absl::StatusOr<int> SchemaCompiler::CompileSchema(const OrderedJson& schema,
+                                                  const std::string& path, int depth) {
   if (depth > kMaxSchemaDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " nests deeper than ", kMaxSchemaDepth, " schemas"));
@@ -384,12 +395,149 @@ absl::Status SchemaCompiler::CheckUnionCycles(const std::string& path) const {
   return absl::OkStatus();
 }
 
+absl::Status SchemaCompiler::SetMinDepths(int root, const std::string& path) {
+  std::vector<JsonNode>& nodes = g_.nodes_;
+  const int n = static_cast<int>(nodes.size());
+  // What a node's shortest value needs: all of an object's required properties' values or a
+  // non-empty array's items (and), or one of a union's alternatives (or).
+  auto needs = [&nodes](int v) {
+    const JsonNode& node = nodes[v];
+    std::vector<int> out;
+    if (node.kind == JsonNode::Kind::kObject) {
+      for (size_t i = 0; i < node.values.size(); ++i) {
+        if (node.next_required[i] == static_cast<int>(i)) out.push_back(node.values[i]);
+      }
+    } else if (node.kind == JsonNode::Kind::kArray && node.min_items > 0) {
+      out.push_back(node.value);
+    } else if (node.kind == JsonNode::Kind::kUnion) {
+      out = node.alternatives;
+    }
+    return out;
+  };
+  // Which nodes have a finite value at all: a worklist over the reversed needs, O(edges).
+  std::vector<std::vector<int>> needed_by(n);
+  std::vector<int> missing(n, 0);  // and-nodes: needs not yet finite
+  std::vector<bool> finite(n, false);
+  std::vector<int> queue;
+  for (int v = 0; v < n; ++v) {
+    const std::vector<int> deps = needs(v);
+    for (int d : deps) needed_by[d].push_back(v);
+    missing[v] = static_cast<int>(deps.size());
+    const bool is_union = nodes[v].kind == JsonNode::Kind::kUnion;
+    if (!is_union && deps.empty()) {
+      finite[v] = true;
+      queue.push_back(v);
+    }
+  }
+  while (!queue.empty()) {
+    const int u = queue.back();
+    queue.pop_back();
+    for (int p : needed_by[u]) {
+      if (finite[p]) continue;
+      if (nodes[p].kind != JsonNode::Kind::kUnion && --missing[p] > 0) continue;
+      finite[p] = true;
+      queue.push_back(p);
+    }
+  }
+  // Every node reachable from the root must have a finite value (an optional property that can
+  // never end would leave the matcher stuck inside it): the first concrete one that does not is
+  // named.
+  std::vector<bool> seen(n, false);
+  std::vector<int> stack = {root};
+  seen[root] = true;
+  int stuck = -1;
+  while (!stack.empty()) {
+    const int v = stack.back();
+    stack.pop_back();
+    const JsonNode& node = nodes[v];
+    if (!finite[v] && (stuck < 0 || (nodes[stuck].kind == JsonNode::Kind::kUnion &&
+                                     node.kind != JsonNode::Kind::kUnion))) {
+      stuck = v;
+    }
+    std::vector<int> next = node.values;
+    if (node.value >= 0) next.push_back(node.value);
+    next.insert(next.end(), node.alternatives.begin(), node.alternatives.end());
+    for (auto it = next.rbegin(); it != next.rend(); ++it) {
+      if (!seen[*it]) {
+        seen[*it] = true;
+        stack.push_back(*it);
+      }
+    }
+  }
+  if (stuck >= 0) {
+    const auto named = paths_.find(stuck);
+    return absl::InvalidArgumentError(absl::StrCat(
+        named != paths_.end() ? named->second : path,
+        ": no finite value satisfies this schema (a recursive $ref without a base case: every "
+        "value needs another one inside it through required properties or minItems)"));
+  }
+  // Frames of the shortest value, capped at kMaxJsonDepth + 1 (too deep to generate): after
+  // round k every node whose shortest value needs k frames or fewer has its depth.
+  constexpr int kTooDeep = kMaxJsonDepth + 1;
+  std::vector<int> depth(n, kTooDeep);
+  for (int round = 0; round <= kTooDeep; ++round) {
+    bool changed = false;
+    for (int v = 0; v < n; ++v) {
+      const JsonNode& node = nodes[v];
+      int d = 1;
+      if (node.kind == JsonNode::Kind::kUnion) {
+        d = kTooDeep;
+        for (int alt : node.alternatives) d = std::min(d, depth[alt]);
+      } else {
+        for (int need : needs(v)) d = std::max(d, std::min(kTooDeep, depth[need] + 1));
+      }
+      if (d < depth[v]) {
+        depth[v] = d;
+        changed = true;
+      }
+    }
+    if (!changed) break;
+  }
+  for (int v = 0; v < n; ++v) nodes[v].min_depth = depth[v];
+  if (1 + depth[root] > kMaxJsonDepth) {  // the root's own frame comes first
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": its shortest value nests more than ", kMaxJsonDepth - 1,
+                     " values deep (one inside another), the most that can be generated"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// False when `value` (inside `depth` arrays or objects) nests deeper than
+// kMaxSchemaDocumentDepth; `trail` then gets the steps from `value` down to the deepest one,
+// innermost first. Recurses at most kMaxSchemaDocumentDepth deep.
+bool WithinDocumentDepth(const OrderedJson& value, int depth, std::vector<std::string>* trail) {
+  if (!value.is_structured()) return true;
+  if (depth >= kMaxSchemaDocumentDepth) return false;
+  if (value.is_object()) {
+    for (const auto& [key, child] : value.items()) {
+      if (!WithinDocumentDepth(child, depth + 1, trail)) {
+        trail->push_back(absl::StrCat(".", key));
+        return false;
+      }
+    }
+    return true;
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (!WithinDocumentDepth(value[i], depth + 1, trail)) {
+      trail->push_back(absl::StrCat("[", i, "]"));
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 std::shared_ptr<const JsonGrammar> JsonGrammar::AnyObject() {
   static const std::shared_ptr<const JsonGrammar> any = [] {
     auto grammar = std::make_shared<JsonGrammar>();
     const OrderedJson empty;
     SchemaCompiler compiler(empty, grammar.get());
     grammar->root_ = compiler.FreeObject(compiler.AnyValue());
+    // Cannot fail: every node of any value has a one-frame value.
+    (void)compiler.SetMinDepths(grammar->root_, "");
     return std::shared_ptr<const JsonGrammar>(std::move(grammar));
   }();
   return any;
@@ -400,8 +548,15 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::FromSchema(
   auto grammar = std::make_shared<JsonGrammar>();
   SchemaCompiler compiler(schema, grammar.get());
   const std::string where(path);
+  if (std::vector<std::string> trail; !WithinDocumentDepth(schema, 0, &trail)) {
+    std::string at = where;
+    for (auto it = trail.rbegin(); it != trail.rend(); ++it) at += *it;
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, " nests deeper than ", kMaxSchemaDocumentDepth, " levels"));
+  }
   ABCD_ASSIGN_OR_RETURN(grammar->root_, compiler.Compile(schema, where, 0));
   ABCD_RETURN_IF_ERROR(compiler.CheckUnionCycles(where));
+  ABCD_RETURN_IF_ERROR(compiler.SetMinDepths(grammar->root_, where));
   return std::shared_ptr<const JsonGrammar>(std::move(grammar));
 }
 

@@ -101,6 +101,98 @@ TEST(JsonGrammar, RecursiveRefs) {
   EXPECT_FALSE(Accepts(*g, R"({"v":"k","next":{}})"));
 }
 
+// Issue 44: a recursive $ref whose every value needs another one inside it (no base case) is
+// refused when the schema is compiled, naming where, instead of failing after the matcher's
+// stack runs out mid-generation (a 500 after 192 tokens).
+TEST(JsonGrammar, RecursiveRefWithoutBaseCaseIsRefusedAtCompileTime) {
+  const std::string root = "response_format.json_schema.schema";
+  const std::string no_value =
+      ": no finite value satisfies this schema (a recursive $ref without a base case: every "
+      "value needs another one inside it through required properties or minItems)";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}},
+          "required": ["next"]}}, "$ref": "#/$defs/node"})",
+       root + ".$ref" + no_value},
+      {R"({"type": "array", "minItems": 1, "items": {"$ref": "#"}})", root + no_value},
+      // Optional, but the matcher would be stuck inside it once it began.
+      {R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/bad"}}, "$defs": {"bad":
+          {"type": "array", "minItems": 2, "items": {"$ref": "#/$defs/bad"}}}})",
+       root + ".properties.a.$ref" + no_value},
+  };
+  for (const auto& [schema, message] : cases) {
+    auto grammar = JsonGrammar::FromSchema(ordered_json::parse(schema), root);
+    ASSERT_FALSE(grammar.ok()) << schema;
+    EXPECT_EQ(grammar.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(grammar.status().message(), message) << schema;
+  }
+  // With a base case (null, an optional property, minItems 0) recursion compiles.
+  for (const char* ok : {
+           R"({"type": ["object", "null"], "properties": {"next": {"$ref": "#"}},
+               "required": ["next"]})",
+           R"({"type": "object", "properties": {"next": {"$ref": "#"}}})",
+           R"({"type": "array", "items": {"$ref": "#"}})",
+       }) {
+    EXPECT_TRUE(JsonGrammar::FromSchema(ordered_json::parse(ok), root).ok()) << ok;
+  }
+  const auto list = Schema(R"({"type": ["object", "null"], "properties": {"next": {"$ref": "#"}},
+                              "required": ["next"]})");
+  EXPECT_TRUE(Accepts(*list, R"({"next":{"next":null}})"));
+}
+
+// A schema whose shortest value needs more nested values than the matcher's stack holds is
+// refused at compile time.
+TEST(JsonGrammar, ShortestValueDeeperThanTheStackIsRefused) {
+  auto nested = [](int levels) {
+    ordered_json schema = {{"type", "integer"}};
+    for (int i = 0; i < levels; ++i) {
+      schema = {{"type", "object"},
+                {"properties", {{"a", schema}}},
+                {"required", ordered_json::array({"a"})}};
+    }
+    return schema;
+  };
+  EXPECT_TRUE(JsonGrammar::FromSchema(nested(kMaxJsonDepth - 2), "schema").ok());
+  auto deep = JsonGrammar::FromSchema(nested(kMaxJsonDepth - 1), "schema");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().message(),
+            absl::StrCat("schema: its shortest value nests more than ", kMaxJsonDepth - 1,
+                         " values deep (one inside another), the most that can be generated"));
+}
+
+// Optional recursion never leaves the matcher stuck: past the depth where the required rest
+// could still be completed, the recursive property is not offered any more.
+TEST(JsonGrammar, OptionalRecursionAlwaysCompletes) {
+  const auto g = Schema(R"({"$defs": {"n": {"type": "object", "properties": {
+      "next": {"$ref": "#/$defs/n"}, "v": {"type": "integer"}}, "required": ["v"]}},
+      "$ref": "#/$defs/n"})");
+  JsonMatcher matcher(g.get());
+  int levels = 0;
+  for (;; ++levels) {
+    JsonMatcher next = matcher;
+    if (!next.Advance(R"({"next":)")) break;
+    matcher = next;
+  }
+  EXPECT_GT(levels, 10);
+  ASSERT_TRUE(matcher.Advance(R"({"v":1})")) << levels << " levels";
+  for (int i = 0; i < levels; ++i) ASSERT_TRUE(matcher.Advance(R"(,"v":1})"));
+  EXPECT_TRUE(matcher.accepting());
+  EXPECT_TRUE(matcher.complete());
+}
+
+// The schema document itself is checked for depth before anything recurses over it.
+TEST(JsonGrammar, SchemaDocumentsNestedTooDeeplyAreRefusedByPath) {
+  ordered_json value = 1;
+  for (int i = 0; i < 5000; ++i) value = ordered_json::array({std::move(value)});
+  const ordered_json schema = {{"const", std::move(value)}};
+  auto grammar = JsonGrammar::FromSchema(schema, "schema");
+  ASSERT_FALSE(grammar.ok());
+  EXPECT_EQ(grammar.status().code(), absl::StatusCode::kInvalidArgument);
+  std::string path = "schema.const";
+  for (int i = 1; i < kMaxSchemaDocumentDepth; ++i) path += "[0]";
+  EXPECT_EQ(grammar.status().message(),
+            absl::StrCat(path, " nests deeper than ", kMaxSchemaDocumentDepth, " levels"));
+}
+
 TEST(JsonGrammar, UnsupportedKeywordsAreRefusedByPath) {
   const std::string root = "response_format.json_schema.schema";
   const std::vector<std::pair<std::string, std::string>> cases = {
