@@ -25,6 +25,7 @@ build_packages=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libsentencepiece-dev libopenblas-dev
   libcpp-httplib-dev prometheus-cpp-dev libboost-dev
   libhiredis-dev  # the Redis session store (server/sessions)
+  libpcre2-dev libutf8proc-dev  # tokenizer.json: Split/Replace regexes, NFC (engine/tokenizer)
 )
 # The tests also run the PyTorch reference's tests and a clang-format check.
 test_packages=(clang-format python3 python3-jinja2 python3-torch python3-numpy python3-sentencepiece python3-prometheus-client

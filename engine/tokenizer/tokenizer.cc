@@ -1,6 +1,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -8,18 +9,28 @@
 namespace abcd {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
+  if (absl::EndsWith(path, ".json")) {
+    absl::StatusOr<std::unique_ptr<hf::HfTokenizer>> hf = hf::HfTokenizer::Load(path);
+    if (!hf.ok()) return hf.status();
+    return std::unique_ptr<Tokenizer>(new Tokenizer(*std::move(hf)));
+  }
   absl::StatusOr<SentencePieceHandle> sentencepiece = SentencePieceHandle::Open();
   if (!sentencepiece.ok()) return sentencepiece.status();
   std::unique_ptr<Tokenizer> tokenizer(new Tokenizer(*std::move(sentencepiece)));
-  if (std::string error = tokenizer->sentencepiece_.backend().Load(path); !error.empty()) {
+  if (std::string error = tokenizer->sentencepiece_->backend().Load(path); !error.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": cannot load SentencePiece model: ", error));
   }
   return tokenizer;
 }
 
+int Tokenizer::vocab_size() const {
+  return hf_ != nullptr ? hf_->vocab_size() : sentencepiece_->backend().PieceCount();
+}
+
 std::vector<std::string> Tokenizer::TokenBytes() const {
-  const SentencePieceBackend& backend = sentencepiece_.backend();
+  if (hf_ != nullptr) return hf_->TokenBytes();
+  const SentencePieceBackend& backend = sentencepiece_->backend();
   std::vector<std::string> bytes(backend.PieceCount());
   for (int id = 0; id < backend.PieceCount(); ++id) {
     int kind = SentencePieceBackend::kNormal;
@@ -39,8 +50,9 @@ std::vector<std::string> Tokenizer::TokenBytes() const {
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text) const {
+  if (hf_ != nullptr) return hf_->Encode(text);
   std::vector<int> ids;
-  if (std::string error = sentencepiece_.backend().Encode(std::string(text), &ids);
+  if (std::string error = sentencepiece_->backend().Encode(std::string(text), &ids);
       !error.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("tokenize: ", error));
   }
@@ -50,7 +62,8 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text) c
 absl::StatusOr<std::string> Tokenizer::Decode(std::span<const int32_t> ids) const {
   // Ids past the tokenizer's pieces (a model whose embedding is padded past the vocabulary, as
   // Hugging Face checkpoints often are) have no text: they decode to nothing.
-  const int piece_count = sentencepiece_.backend().PieceCount();
+  if (hf_ != nullptr) return hf_->Decode(ids);
+  const int piece_count = sentencepiece_->backend().PieceCount();
   std::vector<int> pieces;
   pieces.reserve(ids.size());
   for (int32_t id : ids) {
@@ -60,7 +73,7 @@ absl::StatusOr<std::string> Tokenizer::Decode(std::span<const int32_t> ids) cons
     if (id < piece_count) pieces.push_back(id);
   }
   std::string text;
-  if (std::string error = sentencepiece_.backend().Decode(pieces, &text); !error.empty()) {
+  if (std::string error = sentencepiece_->backend().Decode(pieces, &text); !error.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("detokenize: ", error));
   }
   return text;

@@ -1,37 +1,48 @@
-// Text <-> token ids through a SentencePiece model (the model directory's tokenizer.model).
-// Thread-safe for concurrent Encode/Decode after Load.
+// Text <-> token ids for a model: a SentencePiece model (tokenizer.model, through the plugin in
+// sentencepiece_backend.h) or a Hugging Face tokenizer.json (hf_tokenizer.h), chosen by the
+// file Load is given. Neither adds a bos/eos token to what Encode returns: the engine prepends
+// ModelConfig::bos_id where ModelConfig::add_bos says so. Thread-safe for concurrent
+// Encode/Decode after Load.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/tokenizer/hf_tokenizer.h"
 #include "engine/tokenizer/sentencepiece_handle.h"
 
 namespace abcd {
 
 class Tokenizer {
  public:
+  // `path` ending in ".json": a tokenizer.json; anything else: a SentencePiece model.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
 
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const;
-  // Ids >= vocab_size() (padding rows of a larger model vocabulary) decode to no text; a
-  // negative id is an error.
+  // Ids >= vocab_size() (padding rows of a larger model vocabulary) decode to no text, and so
+  // do control / special tokens; a negative id is an error.
   absl::StatusOr<std::string> Decode(std::span<const int32_t> ids) const;
-  int vocab_size() const { return sentencepiece_.backend().PieceCount(); }
+  int vocab_size() const;
   // Each id's bytes as it appears inside a decoded text (after other text): a piece with
-  // U+2581 as a space, a byte-fallback piece <0xNN> as that byte, "" for control, unknown and
-  // unused ids. Constrained output (engine/sampling/token_mask.h) walks these.
+  // U+2581 as a space, a byte-fallback piece <0xNN> (or a GPT-2 byte-level character) as that
+  // byte, "" for control, special, unknown and unused ids. Constrained output
+  // (engine/sampling/token_mask.h) walks these.
   std::vector<std::string> TokenBytes() const;
+  // The tokenizer.json, or nullptr for a SentencePiece model.
+  const hf::HfTokenizer* hf() const { return hf_.get(); }
 
  private:
   explicit Tokenizer(SentencePieceHandle sentencepiece)
       : sentencepiece_(std::move(sentencepiece)) {}
-  SentencePieceHandle sentencepiece_;
+  explicit Tokenizer(std::unique_ptr<hf::HfTokenizer> hf) : hf_(std::move(hf)) {}
+  std::optional<SentencePieceHandle> sentencepiece_;
+  std::unique_ptr<hf::HfTokenizer> hf_;
 };
 
 }  // namespace abcd

@@ -18,17 +18,20 @@ bool FileExists(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(const std::string& dir,
                                                               const ModelConfig& config) {
-  const std::string path = dir + "/tokenizer.model";
-  if (!FileExists(path)) {
-    if (FileExists(dir + "/tokenizer.json")) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir, "/tokenizer.json: only a SentencePiece tokenizer.model is supported, and ", dir,
-          " has none (tokenizer.json is not read)"));
-    }
-    return absl::NotFoundError(
-        absl::StrCat(path, ": not found (abcd needs the SentencePiece tokenizer.model)"));
+  const std::string json_path = dir + "/tokenizer.json";
+  const std::string model_path = dir + "/tokenizer.model";
+  const bool has_json = FileExists(json_path), has_model = FileExists(model_path);
+  if (!has_json && !has_model) {
+    return absl::NotFoundError(absl::StrCat(
+        dir, ": no tokenizer.json (Hugging Face tokenizers) or tokenizer.model (SentencePiece)"));
   }
-  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(path));
+  std::string path = has_json ? json_path : model_path;
+  absl::StatusOr<std::unique_ptr<Tokenizer>> loaded = Tokenizer::Load(path);
+  if (!loaded.ok() && has_json && has_model) {
+    path = model_path;
+    loaded = Tokenizer::Load(path);
+  }
+  ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, std::move(loaded));
   if (tokenizer->vocab_size() > config.vocab_size) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": the tokenizer has ", tokenizer->vocab_size(),

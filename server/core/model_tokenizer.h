@@ -1,10 +1,15 @@
-// The tokenizer of a model directory, for abcd-server and abcd-cli: `dir`/tokenizer.model
-// (SentencePiece), checked against the model's config. Stateless; thread-safe.
+// The tokenizer of a model directory, for abcd-server and abcd-cli, checked against the model's
+// config. Stateless; thread-safe.
+//
+// Which file: `dir`/tokenizer.json (Hugging Face `tokenizers` format, engine/tokenizer/
+// hf_tokenizer.h) when present, as transformers' AutoTokenizer picks the fast tokenizer;
+// else `dir`/tokenizer.model (SentencePiece). A tokenizer.json this engine cannot read (a
+// Unigram model, an unsupported normalizer, ...) falls back to a tokenizer.model beside it, and
+// without one is refused with the field it names.
 //
 // Refused, each with one line naming the file:
-//   - no tokenizer.model but a tokenizer.json (Hugging Face `tokenizers` format): only the
-//     SentencePiece tokenizer.model is supported;
 //   - neither file;
+//   - a tokenizer.json or tokenizer.model that does not load;
 //   - a tokenizer with more pieces than the model's vocab_size (ids the embedding lacks).
 // A tokenizer with fewer pieces than vocab_size is accepted: Hugging Face models often pad the
 // embedding to a multiple of 64 or 128.

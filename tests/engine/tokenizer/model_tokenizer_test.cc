@@ -1,0 +1,96 @@
+// LoadModelTokenizer (server/core/model_tokenizer.h): which file of a model directory becomes
+// the tokenizer. tokenizer.json is preferred; a tokenizer.json that does not load falls back
+// to a tokenizer.model beside it; alone it is refused naming the field; neither file, or more
+// pieces than vocab_size, is refused.
+#include "server/core/model_tokenizer.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace abcd {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kJson = std::string(ABCD_FIXTURE_DIR) + "/tokenizer_json/llama3.tokenizer.json";
+const std::string kModel = std::string(ABCD_SOURCE_DIR) + "/models/tokenizers/lm.model";
+
+class ModelDir {
+ public:
+  ModelDir() {
+    char pattern[] = "/tmp/abcd-model-tokenizer-XXXXXX";
+    dir_ = mkdtemp(pattern);
+  }
+  ~ModelDir() {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+  const std::string& dir() const { return dir_; }
+  void Copy(const std::string& from, const std::string& name) const {
+    fs::copy_file(from, fs::path(dir_) / name, fs::copy_options::overwrite_existing);
+  }
+
+ private:
+  std::string dir_;
+};
+
+ModelConfig Config(int vocab_size) {
+  ModelConfig config;
+  config.vocab_size = vocab_size;
+  return config;
+}
+
+TEST(ModelTokenizer, TokenizerJsonAloneLoads) {
+  ModelDir d;
+  d.Copy(kJson, "tokenizer.json");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadModelTokenizer(d.dir(), Config(1024));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE((*t)->hf(), nullptr);
+  EXPECT_EQ((*t)->vocab_size(), 964);
+}
+
+TEST(ModelTokenizer, TokenizerJsonIsPreferredOverTokenizerModel) {
+  ModelDir d;
+  d.Copy(kJson, "tokenizer.json");
+  d.Copy(kModel, "tokenizer.model");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadModelTokenizer(d.dir(), Config(8000));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE((*t)->hf(), nullptr);
+}
+
+TEST(ModelTokenizer, UnreadableTokenizerJsonFallsBackToTokenizerModel) {
+  ModelDir d;
+  std::ofstream(fs::path(d.dir()) / "tokenizer.json")
+      << R"({"model": {"type": "Unigram", "vocab": []}})";
+  d.Copy(kModel, "tokenizer.model");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadModelTokenizer(d.dir(), Config(8000));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->hf(), nullptr);
+  EXPECT_EQ((*t)->vocab_size(), 8000);
+}
+
+TEST(ModelTokenizer, RefusalsNameTheFile) {
+  ModelDir d;
+  absl::StatusOr<std::unique_ptr<Tokenizer>> none = LoadModelTokenizer(d.dir(), Config(8000));
+  EXPECT_TRUE(absl::IsNotFound(none.status())) << none.status();
+  std::ofstream(fs::path(d.dir()) / "tokenizer.json")
+      << R"({"model": {"type": "Unigram", "vocab": []}})";
+  absl::StatusOr<std::unique_ptr<Tokenizer>> unigram = LoadModelTokenizer(d.dir(), Config(8000));
+  ASSERT_FALSE(unigram.ok());
+  EXPECT_NE(unigram.status().message().find(d.dir() + "/tokenizer.json: model.type: \"Unigram\""),
+            std::string::npos)
+      << unigram.status();
+  d.Copy(kJson, "tokenizer.json");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> big = LoadModelTokenizer(d.dir(), Config(900));
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("964 pieces, more than the model's vocab_size 900"),
+            std::string::npos)
+      << big.status();
+}
+
+}  // namespace
+}  // namespace abcd
