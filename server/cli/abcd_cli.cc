@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const Arguments& args, const st
   return Model::Load(dir, load);
 }
 
-// The model and its tokenizer.model (checked against the config before the weights are read).
+// The model and its tokenizer (checked against the config before the weights are read).
 struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -154,11 +154,12 @@ std::string LayerStateDescription(const StateLayout::Slot& slot, int64_t kv_byte
 absl::StatusOr<std::string> DescribeTokenizer(const std::string& dir, const ModelConfig& c) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadModelTokenizer(dir, c);
   if (absl::IsNotFound(tokenizer.status())) {
-    return std::string("none (generate and abcd-server need tokenizer.model)");
+    return std::string("none (generate and abcd-server need tokenizer.json or tokenizer.model)");
   }
   if (!tokenizer.ok()) return tokenizer.status();
   const int pieces = (*tokenizer)->vocab_size();
-  std::string line = absl::StrCat("tokenizer.model, ", pieces, " pieces");
+  std::string line = absl::StrCat(
+      (*tokenizer)->hf() != nullptr ? "tokenizer.json, " : "tokenizer.model, ", pieces, " pieces");
   if (pieces < c.vocab_size) {
     absl::StrAppend(&line, " (vocab_size ", c.vocab_size, ": ", c.vocab_size - pieces,
                     " padding ids)");

@@ -214,16 +214,19 @@ TEST(HfCli, PytorchBinOnlyIsRefused) {
   ExpectOneLineError(RunCli("info --model " + f.dir()), {f.dir(), "pytorch_model.bin"});
 }
 
-// The tokenizer: tokenizer.json alone is refused (naming the file and what is supported) by
-// every command that loads one; a tokenizer with more pieces than vocab_size is refused naming
-// both numbers.
-TEST(HfCli, TokenizerJsonOnlyAndOversizedTokenizerAreRefused) {
+// The tokenizer: a tokenizer.json alone whose model is not BPE is refused (naming the file and
+// the field) by every command that loads one; a tokenizer with more pieces than vocab_size is
+// refused naming both numbers.
+TEST(HfCli, UnsupportedTokenizerJsonAndOversizedTokenizerAreRefused) {
   const DamagedFixture f("hf_llama");
-  WriteFile(f.file("tokenizer.json"), R"({"version": "1.0", "model": {"type": "BPE"}})");
+  fs::remove(f.file("tokenizer.model"));
+  WriteFile(f.file("tokenizer.json"),
+            R"({"version": "1.0", "model": {"type": "Unigram", "vocab": []}})");
   for (const std::string command : {"info", "generate --prompt hi --max-tokens 2"}) {
     ExpectOneLineError(RunCli(command + " --model " + f.dir()),
-                       {f.dir() + "/tokenizer.json", "only a SentencePiece tokenizer.model"});
+                       {f.dir() + "/tokenizer.json", "model.type", "Unigram"});
   }
+  fs::remove(f.file("tokenizer.json"));
   // The bundled LM tokenizer has 8000 pieces; the fixture's vocab_size is 96.
   fs::copy_file(std::string(ABCD_SOURCE_DIR) + "/models/tokenizers/lm.model",
                 f.file("tokenizer.model"));

@@ -7,9 +7,9 @@
 // on the whole history (over both protocols), n = 3 with a seed gives three deterministic choices,
 // each equal to a single request with seed + i, and the greedy logprobs pick the top-1 and are
 // reproduced by scoring the generated ids as a prompt. The Llama's vocab_size pads the tokenizer:
-// sampled padding ids decode to no text. A tokenizer.json-only directory stops the server at load.
-// Random weights produce gibberish text: token ids are compared over gRPC, texts and scores over
-// HTTP.
+// sampled padding ids decode to no text. A broken tokenizer.json-only directory stops the server at
+// load. Random weights produce gibberish text: token ids are compared over gRPC, texts and scores
+// over HTTP.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -294,21 +294,20 @@ TEST_F(HfServing, LlamaPaddingIdsDecodeToNothing) {
   EXPECT_TRUE(seen) << "no padding id sampled in 16 seeds";
 }
 
-// abcd-server refuses a directory whose tokenizer is only tokenizer.json: exit 1, one fatal
-// line naming the file.
+// abcd-server refuses a directory whose only tokenizer is a tokenizer.json it cannot read: exit
+// 1, one fatal line naming the file and the field.
 TEST_F(HfServing, ServerRefusesTokenizerJsonOnly) {
   char pattern[] = "/tmp/abcd-hf-e2e-XXXXXX";
   const std::filesystem::path dir = std::string(mkdtemp(pattern)) + "/gsa";
   std::filesystem::copy(models_->dir() + "/gsa", dir);
   std::filesystem::remove(dir / "tokenizer.model");
-  std::ofstream(dir / "tokenizer.json") << R"({"version": "1.0"})";
+  std::ofstream(dir / "tokenizer.json") << R"({"version": "1.0"})";  // no "model"
   testing::ServerProcess server(testing::ServerBinary(),
                                 {"--device", "cpu", "--models", dir.string()});
   EXPECT_FALSE(server.started());
   EXPECT_EQ(server.WaitForExit(testing::TimeLimit(10)), 1);
   const std::string log = server.Log();
-  EXPECT_NE(log.find(dir.string() + "/tokenizer.json: only a SentencePiece tokenizer.model"),
-            std::string::npos)
+  EXPECT_NE(log.find(dir.string() + "/tokenizer.json: model: is missing"), std::string::npos)
       << log;
   std::filesystem::remove_all(dir.parent_path());
 }
