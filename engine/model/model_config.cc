@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -11,6 +12,7 @@
 #include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/hf_config.h"
+#include "engine/tokenizer/hf_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace abcd {
@@ -523,6 +525,10 @@ absl::StatusOr<ModelConfig> LoadModelDirectoryConfig(const std::string& dir) {
   absl::StatusOr<ModelConfig> config = ParseHfConfig(root, generation, tokenizer);
   if (!config.ok()) {
     return absl::Status(config.status().code(), absl::StrCat(dir, "/", config.status().message()));
+  }
+  // No add_bos_token: a tokenizer.json's post-processor says (engine/tokenizer/hf_tokenizer.h).
+  if (std::optional<bool> adds = hf::TemplateAddsBos(dir); adds.has_value()) {
+    config->add_bos = *adds;
   }
   return config;
 }

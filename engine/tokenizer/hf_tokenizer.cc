@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "engine/tokenizer/hf_added_tokens.h"
 #include "engine/tokenizer/hf_bpe.h"
@@ -103,7 +104,35 @@ absl::Status ParsePostProcessor(const json& spec, const std::string& field,
   return absl::OkStatus();
 }
 
+absl::StatusOr<json> ReadJson(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  ABCD_RETURN_IF_ERROR(CheckJsonNesting(text, path));
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  }
+  return root;
+}
+
 }  // namespace
+
+std::optional<bool> TemplateAddsBos(const std::string& dir) {
+  if (absl::StatusOr<json> config = ReadJson(dir + "/tokenizer_config.json");
+      config.ok() && config->contains("add_bos_token")) {
+    return std::nullopt;
+  }
+  absl::StatusOr<json> root = ReadJson(dir + "/tokenizer.json");
+  if (!root.ok()) return std::nullopt;
+  std::vector<int32_t> prefix, suffix;
+  auto it = root->find("post_processor");
+  if (it == root->end()) return false;
+  if (!ParsePostProcessor(*it, "post_processor", prefix, suffix).ok()) return std::nullopt;
+  return !prefix.empty();
+}
 
 HfTokenizer::HfTokenizer() = default;
 HfTokenizer::~HfTokenizer() = default;
@@ -123,6 +152,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string
 }
 
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(absl::string_view text) {
+  ABCD_RETURN_IF_ERROR(CheckJsonNesting(text, "tokenizer.json"));
   const json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError("tokenizer.json: not a JSON object");

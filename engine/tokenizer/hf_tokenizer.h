@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,5 +63,12 @@ class HfTokenizer {
   std::vector<int32_t> prefix_, suffix_;
   int vocab_size_ = 0;
 };
+
+// Whether prompts of the model in `dir` start with a bos token, where tokenizer_config.json does
+// not say (no add_bos_token) and a tokenizer.json is there: its post-processor decides, as it
+// does for transformers' fast tokenizers (Llama 3's TemplateProcessing puts <|begin_of_text|>
+// first; Qwen2's ByteLevel puts nothing). nullopt where tokenizer_config.json has
+// add_bos_token, or there is no tokenizer.json, or its post-processor does not parse.
+std::optional<bool> TemplateAddsBos(const std::string& dir);
 
 }  // namespace abcd::hf

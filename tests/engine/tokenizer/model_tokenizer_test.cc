@@ -1,7 +1,8 @@
 // LoadModelTokenizer (server/core/model_tokenizer.h): which file of a model directory becomes
 // the tokenizer. tokenizer.json is preferred; a tokenizer.json that does not load falls back
 // to a tokenizer.model beside it; alone it is refused naming the field; neither file, or more
-// pieces than vocab_size, is refused.
+// pieces than vocab_size, is refused. And whether prompts start with bos where
+// tokenizer_config.json does not say: the tokenizer.json's post-processor decides.
 #include "server/core/model_tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -11,12 +12,15 @@
 #include <fstream>
 #include <string>
 
+#include "engine/model/model_config.h"
+
 namespace abcd {
 namespace {
 
 namespace fs = std::filesystem;
 
 const std::string kJson = std::string(ABCD_FIXTURE_DIR) + "/tokenizer_json/llama3.tokenizer.json";
+const std::string kFixtures = std::string(ABCD_FIXTURE_DIR) + "/tokenizer_json/";
 const std::string kModel = std::string(ABCD_SOURCE_DIR) + "/models/tokenizers/lm.model";
 
 class ModelDir {
@@ -90,6 +94,23 @@ TEST(ModelTokenizer, RefusalsNameTheFile) {
   EXPECT_NE(big.status().message().find("964 pieces, more than the model's vocab_size 900"),
             std::string::npos)
       << big.status();
+}
+
+TEST(ModelTokenizer, TokenizerJsonPostProcessorDecidesAddBos) {
+  ModelDir d;
+  d.Copy(std::string(ABCD_FIXTURE_DIR) + "/golden/hf_llama/config.json", "config.json");
+  const auto add_bos = [&] {
+    absl::StatusOr<ModelConfig> config = LoadModelDirectoryConfig(d.dir());
+    EXPECT_TRUE(config.ok()) << config.status();
+    return config.ok() && config->add_bos;
+  };
+  EXPECT_TRUE(add_bos());                                         // neither file: the default
+  d.Copy(kFixtures + "llama3.tokenizer.json", "tokenizer.json");  // TemplateProcessing bos
+  EXPECT_TRUE(add_bos());
+  d.Copy(kFixtures + "qwen2.tokenizer.json", "tokenizer.json");  // ByteLevel: nothing
+  EXPECT_FALSE(add_bos());
+  std::ofstream(fs::path(d.dir()) / "tokenizer_config.json") << R"({"add_bos_token": true})";
+  EXPECT_TRUE(add_bos());  // tokenizer_config.json says
 }
 
 }  // namespace
