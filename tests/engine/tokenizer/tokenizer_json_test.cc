@@ -4,8 +4,8 @@
 // text (Unicode, emoji, CJK, code, digits, long whitespace runs, every added token) encodes to
 // the recorded ids, with the post-processor's tokens around them as recorded, and the ids decode
 // to the recorded text. The expected files come from make_fixtures.js there; node is not needed
-// here. Also: TokenBytes agrees with Decode, concurrent Encode, and what is refused at load
-// names the field.
+// here. Also: TokenBytes and the server's TextStream agree with Decode, concurrent Encode, and
+// what is refused at load names the field.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/scheduler/text_stream.h"
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "engine/tokenizer/hf_unicode.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -104,6 +105,22 @@ TEST_P(ReferenceTest, ConcurrentEncodesAgree) {
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+// The server's incremental detokenisation (engine/scheduler/text_stream.h) on these
+// tokenizers: the text released token by token, then flushed, is the whole decode.
+TEST_P(ReferenceTest, TextStreamReleasesTheDecodedText) {
+  for (const json& c : expected_["cases"]) {
+    TextStream stream(*tokenizer_, {});
+    std::string text;
+    for (int32_t id : c["ids"].get<std::vector<int32_t>>()) {
+      absl::StatusOr<std::string> piece = stream.Append(id);
+      ASSERT_TRUE(piece.ok()) << piece.status();
+      text += *piece;
+    }
+    text += stream.Flush();
+    EXPECT_EQ(text, c["decoded"].get<std::string>()) << json(c["text"]).dump();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
