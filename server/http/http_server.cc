@@ -100,9 +100,17 @@ class Session : public std::enable_shared_from_this<Session> {
   int64_t idle_since() const { return idle_since_.load(std::memory_order_relaxed); }
   // Claims the connection for eviction (false when it is no longer idle or already claimed).
   bool Claim(int64_t seen) { return idle_since_.compare_exchange_strong(seen, -1); }
+  // Steady-clock nanoseconds since when the connection's request header has been incomplete
+  // (its first byte), 0 while it is not reading a header. Read by the acceptor when no
+  // connection is idle.
+  int64_t header_since() const { return header_since_.load(std::memory_order_relaxed); }
+  bool ClaimHeader(int64_t seen) { return header_since_.compare_exchange_strong(seen, -1); }
   void Begin();
   // Runs on the strand after Claim: closes the connection unless a request has begun since.
   void Evict();
+  // Runs on the strand after ClaimHeader: closes the connection if its header is still
+  // incomplete.
+  void EvictPartialHeader();
   void OnStop();
   void ForceClose();
 
@@ -165,6 +173,7 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t discarded_ = 0;            // bytes read and dropped while draining or lingering
   BodyBudget::Charge body_charge_;  // the current request's body, charged at its header
   std::atomic<int64_t> idle_since_{0};
+  std::atomic<int64_t> header_since_{0};
 };
 
 int64_t SteadyNanos() {
@@ -250,6 +259,13 @@ void Session::Evict() {
     idle_since_.store(0);  // a request began meanwhile: it stays
     return;
   }
+  shared_.evicted.fetch_add(1);
+  Close();
+}
+
+void Session::EvictPartialHeader() {
+  // Its header completed meanwhile (and maybe another began): it stays.
+  if (phase_ != Phase::kHeader || header_since_.load() != -1) return;
   shared_.evicted.fetch_add(1);
   Close();
 }
@@ -372,6 +388,7 @@ void Session::Parse() {
       if (buffer_.size() == 0) return;
       SetIdle(false);
       phase_ = Phase::kHeader;
+      header_since_.store(SteadyNanos());
       parser_.emplace();
       parser_->header_limit(static_cast<uint32_t>(limits.max_header_bytes));
       // The largest limit of any path; the request's own is checked once its target is known.
@@ -430,6 +447,7 @@ void Session::Parse() {
         Queue("HTTP/1.1 100 Continue\r\n\r\n");
       }
       parser_->eager(true);
+      header_since_.store(0);
       phase_ = Phase::kBody;
       if (!parser_->is_done()) ArmRead(limits.body_timeout);
     }
@@ -489,6 +507,7 @@ void Session::Fail(int status, std::string message) {
   }
   parser_.reset();
   body_charge_.Release();
+  header_since_.store(0);
   phase_ = Phase::kDraining;
   ServerResponse response;
   response.status = status;
@@ -565,6 +584,7 @@ void Session::Close() {
   if (phase_ == Phase::kClosed) return;
   phase_ = Phase::kClosed;
   idle_since_.store(0);
+  header_since_.store(0);
   body_charge_.Release();
   ++read_generation_;
   ++write_generation_;
@@ -628,8 +648,9 @@ class HttpServer::Impl {
   int64_t evicted() const { return shared_.evicted.load(); }
 
  private:
-  // At the cap: claims the connection idle longest for eviction (posted to its strand);
-  // false when none is idle.
+  // At the cap: claims the connection idle longest for eviction (posted to its strand), else
+  // the one whose incomplete header began first; false when every connection has a complete
+  // request header (or none could be claimed).
   bool EvictIdlest();
   void Accept();
   void OnAccept(beast::error_code ec, tcp::socket socket);
@@ -712,23 +733,37 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
 
 bool HttpServer::Impl::EvictIdlest() {
   for (int attempt = 0; attempt < 4; ++attempt) {
-    std::shared_ptr<Session> victim;
-    int64_t since = 0;
+    std::shared_ptr<Session> idlest;
+    std::shared_ptr<Session> slowest;  // the oldest incomplete header
+    int64_t idle_since = 0;
+    int64_t header_since = 0;
     {
       std::lock_guard<std::mutex> lock(shared_.mu);
       for (auto& [raw, weak] : shared_.sessions) {
         const int64_t idle = raw->idle_since();
-        if (idle > 0 && (since == 0 || idle < since)) {
+        if (idle > 0 && (idle_since == 0 || idle < idle_since)) {
           if (auto session = weak.lock()) {
-            victim = std::move(session);
-            since = idle;
+            idlest = std::move(session);
+            idle_since = idle;
+          }
+        }
+        const int64_t header = idlest == nullptr ? raw->header_since() : 0;
+        if (header > 0 && (header_since == 0 || header < header_since)) {
+          if (auto session = weak.lock()) {
+            slowest = std::move(session);
+            header_since = header;
           }
         }
       }
     }
-    if (victim == nullptr) return false;
-    if (!victim->Claim(since)) continue;  // it became busy (or was claimed) meanwhile
-    net::post(victim->executor(), [victim] { victim->Evict(); });
+    if (idlest != nullptr) {
+      if (!idlest->Claim(idle_since)) continue;  // it became busy (or was claimed) meanwhile
+      net::post(idlest->executor(), [idlest] { idlest->Evict(); });
+      return true;
+    }
+    if (slowest == nullptr) return false;
+    if (!slowest->ClaimHeader(header_since)) continue;  // its header completed meanwhile
+    net::post(slowest->executor(), [slowest] { slowest->EvictPartialHeader(); });
     return true;
   }
   return false;

@@ -15,9 +15,11 @@
 //     `write_timeout` ends the connection. Slow clients are closed at their deadline;
 //   - at `max_connections` open connections, a new one makes room by closing the connection
 //     idle longest (no request in flight, no byte of the next one received: a keep-alive
-//     connection between requests or a fresh one that has sent nothing); only when none is
-//     idle does the new one get 503 and close. Above 3/4 of the cap a keep-alive connection
-//     waits at most `pressure_idle_timeout` for its next request;
+//     connection between requests or a fresh one that has sent nothing), else the one whose
+//     incomplete request header began first (so clients that drip partial headers cannot keep
+//     new ones out); only when every connection has a complete header (a body being received
+//     or a request in flight) does the new one get 503 and close. Above 3/4 of the cap a
+//     keep-alive connection waits at most `pressure_idle_timeout` for its next request;
 //   - with a `body_budget`, a body is charged its Content-Length as soon as its header is read
 //     (before any byte of it is buffered) and released when its exchange ends; a body that
 //     does not fit gets 503 + Retry-After and the connection closes (body_budget.h).
@@ -137,7 +139,8 @@ class HttpServer {
   void Stop();
   // Open connections (refused ones not included).
   int connections() const;
-  // Idle connections closed to make room for new ones at max_connections (cumulative).
+  // Idle and partial-header connections closed to make room for new ones at max_connections
+  // (cumulative).
   int64_t evicted() const;
 
  private:

@@ -371,6 +371,52 @@ TEST_F(HttpServerTest, AtTheCapTheIdlestConnectionMakesRoomElse503) {
   EXPECT_TRUE(z.ReadUntilClosed(absl::Seconds(3)));
 }
 
+// Issue 44: at the cap with no idle connection, a new one closes the connection whose request
+// header has been incomplete longest, so clients dripping partial headers cannot keep new ones
+// out; a connection whose header is complete (its body on the way) is never taken.
+TEST_F(HttpServerTest, AtTheCapTheOldestPartialHeaderMakesRoom) {
+  server_.reset();
+  ServerLimits limits;
+  limits.max_connections = 4;
+  StartServer(limits);
+  auto wait_for_connections = [&](int n) {
+    for (int i = 0; i < 300 && server_->connections() != n; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return server_->connections() == n;
+  };
+  RawClient uploading(server_->port());  // header complete, body pending: not evictable
+  ASSERT_TRUE(uploading.Send("POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\n12345"));
+  std::vector<std::unique_ptr<RawClient>> drippers;
+  for (int i = 0; i < 3; ++i) {
+    drippers.push_back(std::make_unique<RawClient>(server_->port()));
+    ASSERT_TRUE(drippers.back()->Send("GET /echo HTTP/1.1\r\nX-Drip: a"));
+    absl::SleepFor(absl::Milliseconds(30));  // each header begins later than the one before
+  }
+  for (int round = 0; round < 2; ++round) {
+    if (round > 0) {  // back at the cap with a newer dripper
+      ASSERT_TRUE(wait_for_connections(3));
+      drippers.push_back(std::make_unique<RawClient>(server_->port()));
+      ASSERT_TRUE(drippers.back()->Send("GET /echo HTTP/1.1\r\nX-Drip: b"));
+    }
+    ASSERT_TRUE(wait_for_connections(4));
+    absl::SleepFor(absl::Milliseconds(50));  // their bytes read: headers begun
+    RawClient fresh(server_->port());
+    ASSERT_TRUE(fresh.Send("GET /healthz HTTP/1.1\r\n\r\n"));
+    EXPECT_TRUE(fresh.ReadUntil("HTTP/1.1 200 OK", absl::Seconds(2))) << fresh.received();
+    // The dripper whose header began first made room.
+    EXPECT_TRUE(drippers[round]->ReadUntilClosed(absl::Seconds(2))) << round;
+    EXPECT_EQ(server_->evicted(), round + 1);
+  }
+  // The upload was never taken: its body completes and is answered.
+  ASSERT_TRUE(uploading.Send("67890"));
+  EXPECT_TRUE(uploading.ReadUntil("POST /echo 1234567890", absl::Seconds(2)))
+      << uploading.received();
+  // The last dripper is still open: its header completes and is answered.
+  ASSERT_TRUE(drippers[2]->Send("\r\n\r\n"));
+  EXPECT_TRUE(drippers[2]->ReadUntil("GET /echo", absl::Seconds(2))) << drippers[2]->received();
+}
+
 // The body budget: a body is charged its Content-Length before any of it is buffered; one that
 // does not fit gets 503 at once; the charge is released when the exchange ends.
 TEST_F(HttpServerTest, BodiesBeyondTheBudgetAre503AtTheirHeader) {
