@@ -231,6 +231,7 @@ int Run(int argc, char** argv) {
 
   GrpcOptions grpc_options;
   grpc_options.max_prompt_tokens = config->max_prompt_tokens;
+  grpc_options.max_choices = config->max_choices;
   grpc_options.sessions = &sessions;
   grpc_options.body_budget = &body_budget;
   GeneratorService service(models, {[&metrics](absl::string_view kind, const absl::Status& s) {

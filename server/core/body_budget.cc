@@ -1,5 +1,6 @@
 #include "server/core/body_budget.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,20 +28,41 @@ void BodyBudget::Charge::Release() {
   bytes_ = 0;
 }
 
-bool BodyBudget::TryCharge(int64_t bytes, absl::string_view protocol, Charge* charge) {
-  charge->Release();
-  if (bytes <= 0) return true;
-  const int64_t limit = capacity_ <= 0               ? INT64_MAX
-                        : bytes <= small_body_bytes_ ? capacity_
-                                                     : capacity_ / 4 * 3;
+int64_t BodyBudget::LimitFor(int64_t body_bytes) const {
+  return capacity_ <= 0                    ? INT64_MAX
+         : body_bytes <= small_body_bytes_ ? capacity_
+                                           : capacity_ / 4 * 3;
+}
+
+// Adds `bytes` to what is used when it fits under the limit for a body of `body_bytes`.
+bool BodyBudget::TryAdd(int64_t bytes, int64_t body_bytes, absl::string_view protocol) {
+  const int64_t limit = LimitFor(body_bytes);
   int64_t used = used_.load();
   do {
-    if (bytes > limit || used > limit - bytes) {
+    if (body_bytes > limit || used > limit - bytes) {
       (protocol == "grpc" ? refused_grpc_ : refused_http_).fetch_add(1);
       return false;
     }
   } while (!used_.compare_exchange_weak(used, used + bytes));
+  return true;
+}
+
+bool BodyBudget::TryCharge(int64_t bytes, absl::string_view protocol, Charge* charge) {
+  charge->Release();
+  if (bytes <= 0) return true;
+  if (!TryAdd(bytes, bytes, protocol)) return false;
   charge->budget_ = this;
+  charge->bytes_ = bytes;
+  return true;
+}
+
+bool BodyBudget::TryResize(int64_t bytes, absl::string_view protocol, Charge* charge) {
+  if (charge->budget_ != this) charge->Release();  // held on another budget (or nothing)
+  bytes = std::max<int64_t>(bytes, 0);
+  const int64_t delta = bytes - charge->bytes_;
+  if (delta > 0 && !TryAdd(delta, bytes, protocol)) return false;
+  if (delta < 0) used_.fetch_sub(-delta);
+  charge->budget_ = bytes > 0 ? this : nullptr;
   charge->bytes_ = bytes;
   return true;
 }

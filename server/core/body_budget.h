@@ -3,8 +3,9 @@
 // `capacity` bytes of request bodies at once, however many connections they open.
 //
 // A body is charged before it is buffered: HTTP charges a request's Content-Length when its
-// header has been read, gRPC charges a message's size when the call starts (and a streamed
-// session import its declared total before the first chunk is kept). A charge that does not
+// header has been read, gRPC charges a message's size when the call starts, and a streamed
+// session import grows its charge (TryResize) with the buffer it holds, before each growth, so
+// an upload that stalls holds only what it has sent. A charge that does not
 // fit is refused at once (HTTP 503 + Retry-After, gRPC RESOURCE_EXHAUSTED) and counted. Bodies
 // larger than `small_body_bytes` may use at most 3/4 of the capacity, so completions (small
 // bodies) are still admitted while large uploads hold the rest. Charges are released when the
@@ -47,8 +48,14 @@ class BodyBudget {
   // Charges `bytes` (the charge replaces what `charge` held): false, and a refusal counted for
   // `protocol` ("http" or "grpc"), when it does not fit; `charge` then holds nothing.
   bool TryCharge(int64_t bytes, absl::string_view protocol, Charge* charge);
+  // Makes `charge` hold `bytes` in all, charging or releasing only the difference: shrinking
+  // always succeeds; growing is refused (false, counted for `protocol`) when the difference does
+  // not fit under the limit for a body of `bytes`, and `charge` then keeps what it held.
+  bool TryResize(int64_t bytes, absl::string_view protocol, Charge* charge);
 
   int64_t capacity() const { return capacity_; }
+  // The most a body of `body_bytes` may hold with nothing else charged (INT64_MAX: unlimited).
+  int64_t LimitFor(int64_t body_bytes) const;
   int64_t used() const { return used_.load(std::memory_order_relaxed); }
   int64_t refused_http() const { return refused_http_.load(std::memory_order_relaxed); }
   int64_t refused_grpc() const { return refused_grpc_.load(std::memory_order_relaxed); }
@@ -56,6 +63,8 @@ class BodyBudget {
   std::string RefusalMessage(int64_t bytes) const;
 
  private:
+  bool TryAdd(int64_t bytes, int64_t body_bytes, absl::string_view protocol);
+
   const int64_t capacity_;
   const int64_t small_body_bytes_;
   std::atomic<int64_t> used_{0};

@@ -139,13 +139,29 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     }
     abcd::v1::GenerateRequest request;
     const int max_prompt_tokens = options.max_prompt_tokens;
+    // Counted while the raw bytes are scanned, before any element is copied or built: token
+    // ids, and chat messages (each renders to at least one token of the prompt).
     const FieldCountCheck count_check = [max_prompt_tokens](absl::string_view name, int64_t count) {
-      if (name != "prompt_token_ids" || count <= max_prompt_tokens) return absl::OkStatus();
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prompt_token_ids has more than ", max_prompt_tokens, " tokens (--max_prompt_tokens)"));
+      if (count <= max_prompt_tokens) return absl::OkStatus();
+      if (name == "prompt_token_ids") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "prompt_token_ids has more than ", max_prompt_tokens, " tokens (--max_prompt_tokens)"));
+      }
+      if (name == "messages") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("messages has more than ", max_prompt_tokens,
+                         " entries, more than a prompt of --max_prompt_tokens (", max_prompt_tokens,
+                         ") tokens could hold"));
+      }
+      return absl::OkStatus();
     };
     absl::Status status = Read(raw, InputSizeCheck(models, ModelKind::kLanguageModel, "prompt"),
                                "Generate", &request, count_check);
+    // n before any work (n is allocated for per choice below, and checked again on enqueue).
+    if (status.ok() && request.n() > options.max_choices) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("n must be in [1, ", options.max_choices, "], got ", request.n()));
+    }
     if (status.ok() && !request.session_id().empty()) {
       const ServedModel* named = models.FindByName(request.model());
       if (named != nullptr && named->kind != ModelKind::kLanguageModel) {
@@ -496,7 +512,7 @@ grpc::ServerUnaryReactor* GeneratorService::ImportSession(grpc::CallbackServerCo
 grpc::ServerReadReactor<abcd::v1::SessionChunk>* GeneratorService::ImportSessionChunks(
     grpc::CallbackServerContext* context, abcd::v1::SessionInfo* response) {
   return StartChunkedImport(context, response, options_.sessions, options_.body_budget,
-                            [this](const absl::Status& status) {
+                            options_.chunked_import_timeout, [this](const absl::Status& status) {
                               if (hooks_.count_request) hooks_.count_request("sessions", status);
                             });
 }

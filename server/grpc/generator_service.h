@@ -31,6 +31,7 @@
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "server/core/body_budget.h"
 #include "server/core/served_models.h"
 #include "server/core/session_ops.h"
@@ -43,12 +44,17 @@ struct GrpcHooks {
 };
 
 struct GrpcOptions {
-  int max_prompt_tokens = 4096;          // prompt_token_ids longer than this are refused unread
+  // prompt_token_ids longer than this are refused unread, and so are more messages than this.
+  int max_prompt_tokens = 4096;
+  int max_choices = 16;  // n above this is refused before any work; keep equal to the executor's
   const SessionOps* sessions = nullptr;  // null: session requests are UNAVAILABLE
   // Request bodies in flight, shared with HTTP (not owned; null: none): a Generate or
   // Translate message is charged its size until the call ends (RESOURCE_EXHAUSTED when it does
-  // not fit), ImportSessionChunks its declared total (chunked_import.h).
+  // not fit), ImportSessionChunks the buffer it holds as it grows (chunked_import.h).
   BodyBudget* body_budget = nullptr;
+  // ImportSessionChunks: the whole blob within this of the call's start, else
+  // DEADLINE_EXCEEDED and its budget released (HTTP's body timeout).
+  absl::Duration chunked_import_timeout = absl::Seconds(30);
 };
 
 class GeneratorService final : public abcd::v1::Generator::WithRawCallbackMethod_Generate<

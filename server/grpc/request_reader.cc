@@ -73,6 +73,12 @@ absl::Status Scan(CodedInputStream& in, const Descriptor& descriptor, const std:
       if (!WireFormatLite::SkipField(&in, tag)) return NotAMessage(out);
       continue;
     }
+    if (is_message && field->is_repeated() && count_check) {
+      // Counted before the element is read, so a request with too many is refused before any
+      // per-element structure is built.
+      const int64_t count = ++counts[field->number()];
+      if (absl::Status s = count_check(prefix + field->name(), count); !s.ok()) return s;
+    }
     std::string name = absl::StrCat(prefix, field->name());
     if (field->is_repeated()) absl::StrAppend(&name, "[", seen[field->number()]++, "]");
     uint32_t length = 0;

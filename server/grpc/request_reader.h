@@ -9,8 +9,9 @@
 // INVALID_ARGUMENT naming it ("prompt", "stop[1]", "sampling.x"), and a string over its size
 // limit is refused by its length prefix before its bytes are read (refusal before work). A
 // repeated numeric field (prompt_token_ids) is counted while scanning, packed or not, and
-// refused by `count_check` once it has too many elements, before any of them is copied. Only
-// then is the message parsed.
+// refused by `count_check` once it has too many elements, before any of them is copied; so is
+// a repeated message field (messages), each element counted before it is scanned. Only then
+// is the message parsed.
 //
 // Thread-safe: pure functions.
 #pragma once
@@ -30,8 +31,9 @@ namespace abcd {
 // INVALID_ARGUMENT for a string field (named as errors name it) the limit refuses, from its
 // byte length alone.
 using FieldSizeCheck = std::function<absl::Status(absl::string_view name, size_t bytes)>;
-// INVALID_ARGUMENT for a repeated numeric field (named without an index) that has `count`
-// elements so far; called as the count grows.
+// INVALID_ARGUMENT for a repeated numeric or message field (named without an index, nested
+// ones with their prefix: "sampling.x") that has `count` elements so far; called as the count
+// grows (for packed numbers at least every 256 elements and at the end).
 using FieldCountCheck = std::function<absl::Status(absl::string_view name, int64_t count)>;
 
 // Checks every string field of the message in `raw`, nested messages included (UTF-8, and

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -329,6 +330,36 @@ TEST_F(ReliabilityTest, ChunkedSessionImport) {
   const grpc::Status huge = import(int64_t{1} << 40, "x", &info);
   EXPECT_EQ(huge.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(huge.error_message(), "--max_session_bytes"));
+}
+
+// Issue 44: chunked imports that declare 60 MiB and then send nothing hold none of the body
+// budget, so an HTTP upload is still admitted (before, three of them took the 192 MiB a large
+// body may use of 256 MiB and a 16 MiB upload got 503).
+TEST_F(ReliabilityTest, StalledChunkedImportsHoldNoneOfTheBodyBudget) {
+  Start({"--max_inflight_body_mb", "256"});
+  auto stub = Stub();
+  constexpr int kImports = 7;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientWriter<abcd::v1::SessionChunk>>> writers;
+  std::vector<abcd::v1::SessionInfo> infos(kImports);
+  for (int i = 0; i < kImports; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    writers.push_back(stub->ImportSessionChunks(contexts.back().get(), &infos[i]));
+    abcd::v1::SessionChunk chunk;
+    chunk.set_total_bytes(int64_t{60} << 20);
+    ASSERT_TRUE(writers.back()->Write(chunk));
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // every first chunk taken
+  EXPECT_EQ(Metric("abcd_inflight_body_bytes"), 0);
+  httplib::Client client("127.0.0.1", server_->http_port());
+  client.set_read_timeout(10, 0);
+  auto result =
+      client.Post("/v1/sessions", std::string(size_t{16} << 20, 'x'), "application/octet-stream");
+  ASSERT_TRUE(result);
+  EXPECT_NE(result->status, 503) << result->body;  // admitted; then refused as a bad blob
+  EXPECT_EQ(Metric("abcd_body_budget_refusals_total{protocol=\"http\"}"), 0);
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& writer : writers) EXPECT_FALSE(writer->Finish().ok());
 }
 
 // 1,024 idle connections at the cap, closed connections reopened at once: probes, metrics and a
