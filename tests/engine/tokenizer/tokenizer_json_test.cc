@@ -124,8 +124,8 @@ TEST_P(ReferenceTest, TextStreamReleasesTheDecodedText) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
-                         testing::Values("llama3", "qwen2", "gpt2", "llama2", "metaspace",
-                                         "metaspace_split"));
+                         testing::Values("llama3", "qwen2", "gpt2", "split_behaviors", "whitespace",
+                                         "llama2", "metaspace", "metaspace_split"));
 
 // Byte-level tokenizers lose nothing: long runs of whitespace (past the PCRE2 JIT's stack for
 // `\s+(?!\S)`), mixed scripts and lone surrogate-free emoji decode back to the text.
