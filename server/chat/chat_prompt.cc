@@ -10,14 +10,15 @@ namespace abcd::chat {
 
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                                    const nlohmann::json& messages,
-                                                   bool add_generation_prompt) {
+                                                   bool add_generation_prompt,
+                                                   const std::function<bool()>& cancelled) {
   if (model.chat_template == nullptr || model.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("model '", model.name, "' has no chat template"));
   }
   ABCD_ASSIGN_OR_RETURN(Value conversation, ParseChatMessages(messages));
-  ABCD_ASSIGN_OR_RETURN(std::string text,
-                        model.chat_template->Render(conversation, add_generation_prompt));
+  ABCD_ASSIGN_OR_RETURN(std::string text, model.chat_template->Render(
+                                              conversation, add_generation_prompt, cancelled));
   ABCD_RETURN_IF_ERROR(model.executor->CheckInput("messages", text.size()));
   const ModelConfig& config = model.executor->backend().config();
   ABCD_ASSIGN_OR_RETURN(
@@ -29,7 +30,8 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
 
 absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(const ServedModel& model,
                                                          const nlohmann::json& messages,
-                                                         bool add_generation_prompt) {
+                                                         bool add_generation_prompt,
+                                                         const std::function<bool()>& cancelled) {
   if (model.chat_template == nullptr || model.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("model '", model.name, "' has no chat template"));
@@ -41,7 +43,7 @@ absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(const ServedModel& mode
   for (const nlohmann::json& message : messages) probe.push_back(message);
   ABCD_ASSIGN_OR_RETURN(Value conversation, ParseChatMessages(probe));
   absl::StatusOr<std::string> text =
-      model.chat_template->Render(conversation, add_generation_prompt);
+      model.chat_template->Render(conversation, add_generation_prompt, cancelled);
   if (!text.ok()) {
     return absl::Status(text.status().code(), absl::StrCat(text.status().message(),
                                                            " (with a session, messages are "

@@ -8,11 +8,15 @@
 // as the model's "messages" input, and tokenized by ChatTemplate::EncodePrompt. The ids start
 // with the model's bos (the engine prepends bos itself: drop it before enqueueing).
 // FAILED_PRECONDITION for a model without a chat template or tokenizer (a translation model).
+// The render is bounded (ChatTemplate::Render) and runs on the caller's thread: a caller on an
+// I/O thread should move it to a worker and pass `cancelled` (polled during the render; true
+// ends it with CANCELLED) so a client gone, a deadline or a drain stops it.
 //
 // Thread-safety: a pure function over the read-only ServedModel.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,9 +25,9 @@
 
 namespace abcd::chat {
 
-absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
-                                                   const nlohmann::json& messages,
-                                                   bool add_generation_prompt);
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(
+    const ServedModel& model, const nlohmann::json& messages, bool add_generation_prompt,
+    const std::function<bool()>& cancelled = nullptr);
 
 // A chat session's next turn: the ids to append to a session whose last turn is the model's
 // answer (its generated tokens), for `messages`, the NEW messages only. The template renders
@@ -32,8 +36,8 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
 // puts between turns (Llama-2's " </s><s>[INST] ... [/INST]", the built-in transcript's
 // "\nuser: ...\nassistant:"), no bos. INVALID_ARGUMENT naming "messages" when the template
 // refuses the sequence or does not render an assistant's content as given.
-absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(const ServedModel& model,
-                                                         const nlohmann::json& messages,
-                                                         bool add_generation_prompt);
+absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(
+    const ServedModel& model, const nlohmann::json& messages, bool add_generation_prompt,
+    const std::function<bool()>& cancelled = nullptr);
 
 }  // namespace abcd::chat

@@ -20,25 +20,30 @@ const char kBuiltinChatTemplate[] =
 namespace {
 
 constexpr size_t kMaxTemplateBytes = size_t{1} << 20;
+// tokenizer_config.json holds more than the template (added tokens); its template is capped at
+// kMaxTemplateBytes like a --chat_template file.
+constexpr size_t kMaxTokenizerConfigBytes = size_t{64} << 20;
 
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path, bool* exists) {
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path, bool* exists,
+                                          size_t max_bytes = kMaxTemplateBytes) {
   std::ifstream in(path, std::ios::binary);
   *exists = in.good();
   if (!in.good()) return std::string();
   std::stringstream buffer;
   buffer << in.rdbuf();
   std::string text = buffer.str();
-  if (text.size() > kMaxTemplateBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": larger than ", kMaxTemplateBytes, " bytes"));
+  if (text.size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": larger than ", max_bytes, " bytes"));
   }
   return text;
 }
 
-// tokenizer_config.json's bos_token / eos_token: a string or {"content": string}.
+// tokenizer_config.json's bos_token / eos_token: a string or {"content": string}; null: none
+// ("", which the template sees as undefined); absent: `fallback`.
 std::string SpecialToken(const nlohmann::json& config, const char* key, const char* fallback) {
   if (!config.is_object() || !config.contains(key)) return fallback;
   const nlohmann::json& value = config[key];
+  if (value.is_null()) return "";
   if (value.is_string()) return value.get<std::string>();
   if (value.is_object() && value.contains("content") && value["content"].is_string()) {
     return value["content"].get<std::string>();
@@ -64,9 +69,11 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(
     const std::string& model_dir, const std::string& override_file) {
   const std::string config_path = model_dir + "/tokenizer_config.json";
   bool exists = false;
-  absl::StatusOr<std::string> config_text = ReadSmallFile(config_path, &exists);
+  absl::StatusOr<std::string> config_text =
+      ReadSmallFile(config_path, &exists, kMaxTokenizerConfigBytes);
+  if (!config_text.ok()) return config_text.status();
   nlohmann::json config = nlohmann::json::object();
-  if (exists && config_text.ok()) {
+  if (exists) {
     config = nlohmann::json::parse(*config_text, nullptr, /*allow_exceptions=*/false);
     if (config.is_discarded() || !config.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(config_path, ": not a JSON object"));
@@ -97,14 +104,31 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(
   }
   if (config.contains("chat_template")) {
     const nlohmann::json& entry = config["chat_template"];
-    if (entry.is_string()) return FromText(entry.get<std::string>(), config_path, bos, eos);
+    const nlohmann::json* text = entry.is_string() ? &entry : nullptr;
     if (entry.is_array()) {
       for (const nlohmann::json& named : entry) {
         if (named.is_object() && named.value("name", "") == "default" &&
             named.contains("template") && named["template"].is_string()) {
-          return FromText(named["template"].get<std::string>(), config_path, bos, eos);
+          text = &named["template"];
+          break;
         }
       }
+    }
+    if (text != nullptr) {
+      const std::string& source = text->get_ref<const std::string&>();
+      if (source.size() > kMaxTemplateBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            config_path, ": chat_template is larger than ", kMaxTemplateBytes, " bytes"));
+      }
+      absl::StatusOr<std::shared_ptr<const ChatTemplate>> loaded =
+          FromText(source, config_path, bos, eos);
+      if (loaded.ok()) return loaded;
+      // The model still serves completions (transformers, too, only fails apply_chat_template);
+      // each chat request gets the parse error.
+      auto broken = std::shared_ptr<ChatTemplate>(
+          new ChatTemplate(*JinjaTemplate::Parse(""), config_path, bos, eos));
+      broken->unusable_ = loaded.status();
+      return std::shared_ptr<const ChatTemplate>(std::move(broken));
     }
     return absl::InvalidArgumentError(absl::StrCat(
         config_path, ": chat_template must be a string or a list with a \"default\" entry"));
@@ -112,17 +136,27 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(
   return FromText(kBuiltinChatTemplate, "built-in chat template", bos, eos);
 }
 
-absl::StatusOr<std::string> ChatTemplate::Render(const Value& messages,
-                                                 bool add_generation_prompt) const {
-  const ValueDict variables = {{"messages", messages},
-                               {"tools", Value::None()},
-                               {"documents", Value::None()},
-                               {"add_generation_prompt", Value::Bool(add_generation_prompt)},
-                               {"bos_token", Value::String(bos_token_)},
-                               {"eos_token", Value::String(eos_token_)}};
-  absl::StatusOr<std::string> text = jinja_.Render(variables);
+absl::StatusOr<std::string> ChatTemplate::Render(const Value& messages, bool add_generation_prompt,
+                                                 const std::function<bool()>& cancelled) const {
+  ValueDict variables = {{"messages", messages},
+                         {"tools", Value::None()},
+                         {"documents", Value::None()},
+                         {"add_generation_prompt", Value::Bool(add_generation_prompt)}};
+  // transformers passes only the special tokens a tokenizer has: a null one stays undefined.
+  if (!bos_token_.empty()) variables.emplace_back("bos_token", Value::String(bos_token_));
+  if (!eos_token_.empty()) variables.emplace_back("eos_token", Value::String(eos_token_));
+  if (!unusable_.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("messages: the model's chat template cannot be used: ", unusable_.message()));
+  }
+  RenderLimits limits;
+  limits.cancelled = cancelled;
+  absl::StatusOr<std::string> text = jinja_.Render(variables, limits);
   if (text.ok()) return text;
   const absl::Status& status = text.status();
+  if (status.code() == absl::StatusCode::kCancelled) {
+    return absl::CancelledError(absl::StrCat("messages: ", status.message()));
+  }
   if (status.GetPayload(kTemplateExceptionPayload).has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "messages: the model's chat template refused the conversation: ", status.message()));

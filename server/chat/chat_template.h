@@ -7,8 +7,13 @@
 // HF's list of {"name", "template"}: the one named "default"), else kBuiltinChatTemplate, a plain
 // "role: content" transcript ending in "assistant:" for models that ship none (the bundled
 // abc-lm was trained on plain English text, not on conversations). bos_token/eos_token come
-// from tokenizer_config.json (a string or {"content": ...}), else "<s>"/"</s>". A template the
-// renderer cannot parse fails the load with the file and the construct named.
+// from tokenizer_config.json (a string or {"content": ...}; null: none, the template sees them
+// undefined as transformers' does), else "<s>"/"</s>". A template is at most 1 MiB from either
+// source. A --chat_template file that does not parse fails the load naming the flag, the file
+// and the line; a tokenizer_config.json template that does not parse still loads (the model
+// serves completions) and every chat render is INVALID_ARGUMENT "messages: the model's chat
+// template cannot be used: <file>: chat template line N: ...". Constructs outside the
+// renderer's subset parse and fail only the renders that reach them (jinja_template.h).
 //
 // Messages: ParseChatMessages (chat_messages.h).
 //
@@ -20,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,8 +54,13 @@ class ChatTemplate {
                                                                       std::string eos_token);
 
   // messages: ParseChatMessages's result. A template's raise_exception is INVALID_ARGUMENT
-  // "messages: the model's chat template refused the conversation: <its message>".
-  absl::StatusOr<std::string> Render(const Value& messages, bool add_generation_prompt) const;
+  // "messages: the model's chat template refused the conversation: <its message>"; a render over
+  // its budget (RenderLimits' defaults) INVALID_ARGUMENT "messages: the chat template's render
+  // exceeded its work budget ..." (or memory budget, or output size). `cancelled` (may be null)
+  // is polled during the render, on this thread; when it returns true the render stops with
+  // CANCELLED "messages: the chat template's render was cancelled".
+  absl::StatusOr<std::string> Render(const Value& messages, bool add_generation_prompt,
+                                     const std::function<bool()>& cancelled = nullptr) const;
 
   absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
                                                     absl::string_view text, int32_t bos_id,
@@ -67,6 +78,7 @@ class ChatTemplate {
         eos_token_(std::move(eos)) {}
 
   JinjaTemplate jinja_;
+  absl::Status unusable_;  // a tokenizer_config.json template that does not parse
   std::string origin_;
   std::string bos_token_;
   std::string eos_token_;

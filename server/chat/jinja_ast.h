@@ -3,9 +3,11 @@
 // ParseTemplate splits the source into text, {{ }} and {% %} (comments dropped) with Jinja's
 // whitespace rules as Hugging Face configures them (trim_blocks, lstrip_blocks, `-`/`+`
 // markers, one trailing newline dropped, \r\n read as \n), then parses the subset listed in
-// jinja_template.h. Anything else is INVALID_ARGUMENT "chat template line N: ..." naming the
-// construct (e.g. "{% macro %} is not supported"), as are unknown filters, tests, functions and
-// methods. Nesting deeper than kMaxTemplateDepth (blocks or expressions) is refused too.
+// jinja_template.h. A syntax error is INVALID_ARGUMENT "chat template line N: ..."; a
+// well-formed construct outside the subset (include, a filter block, an unknown filter, test,
+// function or method) parses into a node or expression that fails only when a render reaches
+// it, naming the construct. Nesting deeper than kMaxTemplateDepth (blocks or expressions) is
+// refused.
 //
 // Thread-safety: the tree is immutable once parsed.
 #pragma once
@@ -27,7 +29,7 @@ struct Expr {
   enum class Type {
     kConst,    // constant
     kName,     // name
-    kList,     // [args...] (also tuples)
+    kList,     // [args...]; name "tuple": (args...)
     kDict,     // {args[0]: args[1], ...}
     kGetAttr,  // args[0].name
     kGetItem,  // args[0][args[1]]
@@ -58,7 +60,20 @@ struct Node;
 using NodeList = std::vector<std::unique_ptr<Node>>;
 
 struct Node {
-  enum class Type { kText, kOutput, kIf, kFor, kSet, kBreak, kContinue, kBlock };
+  enum class Type {
+    kText,
+    kOutput,
+    kIf,
+    kFor,
+    kSet,  // expr null: a block set, {% set x %}body{% endset %}
+    kBreak,
+    kContinue,
+    kBlock,        // {% generation %}: renders its body
+    kMacro,        // {% macro targets[0](params) %}body{% endmacro %}
+    kCallBlock,    // {% call(params) expr %}body{% endcall %}: expr called with caller = body
+    kFilterBlock,  // {% filter f(args) %}body{% endfilter %}: expr is f, args[0] null
+    kError,        // a construct outside the subset: rendering it fails with `text`
+  };
   Type type = Type::kText;
   int line = 0;
   std::string text;                  // kText
@@ -66,8 +81,12 @@ struct Node {
   std::vector<std::string> targets;  // kFor / kSet names (several: unpacking)
   std::string attribute;             // kSet: `set targets[0].attribute = ...`
   std::unique_ptr<Expr> filter;      // kFor: `for x in y if filter`
-  NodeList body;                     // kFor, kBlock ({% generation %})
-  NodeList else_body;                // kFor: `{% else %}`
+  NodeList body;                     // kFor, kBlock, kMacro, kCallBlock, block kSet, kError
+  std::vector<std::string> params;   // kMacro, kCallBlock (the caller's)
+  std::vector<std::unique_ptr<Expr>> defaults;  // per param; null: none
+  bool uses_varargs = false;  // kMacro/kCallBlock: the body reads varargs / kwargs
+  bool uses_kwargs = false;
+  NodeList else_body;                                                // kFor: `{% else %}`
   std::vector<std::pair<std::unique_ptr<Expr>, NodeList>> branches;  // kIf; null: else
 };
 

@@ -130,10 +130,14 @@ class Lexer {
     size_t pos = 0;
     bool line_starting = true;
     while (pos < src_.size()) {
-      size_t start = std::string::npos;
-      for (const char* open : {"{{", "{%", "{#"}) {
-        start = std::min(start, src_.find(open, pos));
+      // The next "{{", "{%" or "{#" (one scan: finding each separately from every position
+      // would be quadratic in a template without one of them).
+      size_t start = src_.find('{', pos);
+      while (start != std::string::npos && start + 1 < src_.size() && src_[start + 1] != '{' &&
+             src_[start + 1] != '%' && src_[start + 1] != '#') {
+        start = src_.find('{', start + 1);
       }
+      if (start != std::string::npos && start + 1 >= src_.size()) start = std::string::npos;
       if (start == std::string::npos) {
         AddText(&segments, src_.substr(pos), pos);
         break;

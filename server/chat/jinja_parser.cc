@@ -20,6 +20,35 @@ absl::Status Error(int line, absl::string_view message) { return TemplateError(l
 
 using ExprPtr = std::unique_ptr<Expr>;
 
+// Whether the expression or nodes read the variable `name` (a macro's varargs / kwargs).
+bool Mentions(const Expr* e, const std::string& name) {
+  if (e == nullptr) return false;
+  if (e->type == Expr::Type::kName && e->name == name) return true;
+  for (const ExprPtr& arg : e->args) {
+    if (Mentions(arg.get(), name)) return true;
+  }
+  for (const auto& kwarg : e->kwargs) {
+    if (Mentions(kwarg.second.get(), name)) return true;
+  }
+  return false;
+}
+
+bool Mentions(const NodeList& nodes, const std::string& name) {
+  for (const auto& node : nodes) {
+    if (Mentions(node->expr.get(), name) || Mentions(node->filter.get(), name) ||
+        Mentions(node->body, name) || Mentions(node->else_body, name)) {
+      return true;
+    }
+    for (const auto& fallback : node->defaults) {
+      if (Mentions(fallback.get(), name)) return true;
+    }
+    for (const auto& [cond, body] : node->branches) {
+      if (Mentions(cond.get(), name) || Mentions(body, name)) return true;
+    }
+  }
+  return false;
+}
+
 class Parser {
  public:
   explicit Parser(std::vector<Segment> segments) : segments_(std::move(segments)) {}
@@ -34,8 +63,10 @@ class Parser {
  private:
   // Parses nodes until a block tag whose keyword is in `ends` (stored in *end, its tokens
   // left current) or the end of the template (only allowed when ends is empty).
-  absl::Status Body(const std::vector<absl::string_view>& ends, NodeList* out, std::string* end,
+  absl::Status Body(const std::vector<std::string>& ends, NodeList* out, std::string* end,
                     int depth);
+  // A macro's or caller's parameters: (name[=default], ...).
+  absl::Status Params(Node* node);
   absl::Status Statement(const std::string& keyword, NodeList* out, int depth);
   absl::Status ExpectEnd() {
     if (Peek().type != Token::Type::kEnd) {
@@ -309,6 +340,7 @@ absl::StatusOr<ExprPtr> Parser::Primary() {
         }
         Next();
         if (!tuple && list->args.size() == 1) return std::move(list->args[0]);  // (expr)
+        if (close == ")") list->name = "tuple";
         return list;
       }
       if (token.text == "{") {
@@ -344,17 +376,7 @@ absl::StatusOr<ExprPtr> Parser::Postfix(ExprPtr node) {
       ExprPtr call = Make(Expr::Type::kCall, Peek().line);
       call->args.push_back(std::move(node));
       if (absl::Status s = CallArgs(call.get()); !s.ok()) return s;
-      const Expr& callee = *call->args[0];
-      if (callee.type == Expr::Type::kName && !IsGlobalFunction(callee.name)) {
-        return Error(call->line, absl::StrCat("function '", callee.name, "' is not supported"));
-      }
-      if (callee.type == Expr::Type::kGetAttr && !IsMethod(callee.name)) {
-        return Error(call->line, absl::StrCat("method '.", callee.name, "()' is not supported"));
-      }
-      if (callee.type != Expr::Type::kName && callee.type != Expr::Type::kGetAttr) {
-        return Error(call->line, "only named functions and methods can be called");
-      }
-      node = std::move(call);
+      node = std::move(call);  // what is called is checked when it is
     } else {
       return node;
     }
@@ -433,11 +455,13 @@ absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
       Next();
       const Token name = Next();
       if (name.type != Token::Type::kName) return Error(name.line, "expected a filter name");
-      if (!IsFilter(name.text)) {
-        return Error(name.line, absl::StrCat("filter '", name.text, "' is not supported"));
+      std::string filter_name = name.text;
+      while (IsOp(".") && Peek(1).type == Token::Type::kName) {  // dotted names: jinja2 allows
+        Next();
+        filter_name += "." + Next().text;
       }
       ExprPtr e = Make(Expr::Type::kFilter, name.line);
-      e->name = name.text;
+      e->name = filter_name;
       e->args.push_back(std::move(node));
       if (IsOp("(")) {
         if (absl::Status s = CallArgs(e.get()); !s.ok()) return s;
@@ -454,9 +478,6 @@ absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
       if (name.type != Token::Type::kName &&
           !(name.type == Token::Type::kOp && (name.text == "==" || name.text == "!="))) {
         return Error(line, "expected a test name after 'is'");
-      }
-      if (!IsTest(name.text)) {
-        return Error(line, absl::StrCat("test 'is ", name.text, "' is not supported"));
       }
       e->name = name.text;
       e->args.push_back(std::move(node));
@@ -494,8 +515,29 @@ absl::StatusOr<std::vector<std::string>> Parser::Targets() {
   return names;
 }
 
-absl::Status Parser::Body(const std::vector<absl::string_view>& ends, NodeList* out,
-                          std::string* end, int depth) {
+absl::Status Parser::Params(Node* node) {
+  if (absl::Status s = ExpectOp("("); !s.ok()) return s;
+  while (!IsOp(")")) {
+    if (!node->params.empty()) {
+      if (absl::Status s = ExpectOp(","); !s.ok()) return s;
+      if (IsOp(")")) break;
+    }
+    const Token name = Next();
+    if (name.type != Token::Type::kName) return Error(name.line, "expected a parameter name");
+    node->params.push_back(name.text);
+    ExprPtr fallback;
+    if (SkipOp("=")) {
+      PARSE_ASSIGN(value, Expression());
+      fallback = std::move(value);
+    }
+    node->defaults.push_back(std::move(fallback));
+  }
+  Next();
+  return absl::OkStatus();
+}
+
+absl::Status Parser::Body(const std::vector<std::string>& ends, NodeList* out, std::string* end,
+                          int depth) {
   if (depth > kMaxTemplateDepth) {
     return Error(segments_[std::min(seg_, segments_.size() - 1)].line, "blocks nested too deeply");
   }
@@ -523,7 +565,7 @@ absl::Status Parser::Body(const std::vector<absl::string_view>& ends, NodeList* 
     }
     const Token keyword = Next();
     if (keyword.type != Token::Type::kName) return Error(keyword.line, "expected a tag name");
-    for (const absl::string_view e : ends) {
+    for (const std::string& e : ends) {
       if (keyword.text == e) {
         *end = keyword.text;
         return absl::OkStatus();
@@ -574,7 +616,10 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
       PARSE_ASSIGN(filter, Expression());
       node->filter = std::move(filter);
     }
-    if (IsName("recursive")) return Error(node->line, "{% for ... recursive %} is not supported");
+    if (IsName("recursive")) {  // parsed, refused when rendered
+      Next();
+      node->text = "{% for ... recursive %} is not supported";
+    }
     if (absl::Status s = ExpectEnd(); !s.ok()) return s;
     ++seg_;
     std::string end;
@@ -584,6 +629,7 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
       ++seg_;
       if (absl::Status s = Body({"endfor"}, &node->else_body, &end, depth + 1); !s.ok()) return s;
     }
+    if (!node->text.empty()) node->type = Node::Type::kError;
   } else if (keyword == "set") {
     node->type = Node::Type::kSet;
     if (Peek().type == Token::Type::kName && IsOp(".", 1)) {
@@ -595,10 +641,19 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
       PARSE_ASSIGN(targets, Targets());
       node->targets = std::move(targets);
     }
-    if (!IsOp("=")) return Error(node->line, "{% set %} blocks ({% endset %}) are not supported");
-    Next();
-    PARSE_ASSIGN(value, Expression());
-    node->expr = std::move(value);
+    if (!IsOp("=")) {  // {% set x %}body{% endset %}
+      if (!node->attribute.empty() || node->targets.size() != 1) {
+        return Error(node->line, "a {% set %} block assigns one name");
+      }
+      if (absl::Status s = ExpectEnd(); !s.ok()) return s;
+      ++seg_;
+      std::string end;
+      if (absl::Status s = Body({"endset"}, &node->body, &end, depth + 1); !s.ok()) return s;
+    } else {
+      Next();
+      PARSE_ASSIGN(value, Expression());
+      node->expr = std::move(value);
+    }
   } else if (keyword == "break" || keyword == "continue") {
     node->type = keyword == "break" ? Node::Type::kBreak : Node::Type::kContinue;
   } else if (keyword == "generation") {  // HF's AssistantTracker: renders its body
@@ -607,10 +662,60 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
     ++seg_;
     std::string end;
     if (absl::Status s = Body({"endgeneration"}, &node->body, &end, depth + 1); !s.ok()) return s;
+  } else if (keyword == "macro" || keyword == "call") {
+    node->type = keyword == "macro" ? Node::Type::kMacro : Node::Type::kCallBlock;
+    if (keyword == "macro") {
+      const Token name = Next();
+      if (name.type != Token::Type::kName) return Error(node->line, "expected a macro name");
+      node->targets.push_back(name.text);
+    }
+    if (keyword == "macro" || IsOp("(")) {
+      if (absl::Status s = Params(node.get()); !s.ok()) return s;
+    }
+    if (keyword == "call") {
+      PARSE_ASSIGN(call, Expression());
+      if (call->type != Expr::Type::kCall) return Error(node->line, "{% call %} needs a call");
+      node->expr = std::move(call);
+    }
+    if (absl::Status s = ExpectEnd(); !s.ok()) return s;
+    ++seg_;
+    std::string end;
+    if (absl::Status s = Body({absl::StrCat("end", keyword)}, &node->body, &end, depth + 1);
+        !s.ok()) {
+      return s;
+    }
+    node->uses_varargs = Mentions(node->body, "varargs");
+    node->uses_kwargs = Mentions(node->body, "kwargs");
+  } else if (keyword == "filter") {  // {% filter name(args) %}body{% endfilter %}
+    node->type = Node::Type::kFilterBlock;
+    const Token name = Next();
+    if (name.type != Token::Type::kName) return Error(node->line, "expected a filter name");
+    ExprPtr e = Make(Expr::Type::kFilter, node->line);
+    e->name = name.text;
+    e->args.push_back(nullptr);  // the body's text
+    if (IsOp("(")) {
+      if (absl::Status s = CallArgs(e.get()); !s.ok()) return s;
+    }
+    node->expr = std::move(e);
+    if (absl::Status s = ExpectEnd(); !s.ok()) return s;
+    ++seg_;
+    std::string end;
+    if (absl::Status s = Body({"endfilter"}, &node->body, &end, depth + 1); !s.ok()) return s;
+  } else if (keyword == "with" || keyword == "autoescape" || keyword == "block") {
+    // Block constructs outside the subset: parsed past, refused when a render reaches them.
+    node->type = Node::Type::kError;
+    node->text = absl::StrCat("{% ", keyword, " %} is not supported");
+    const std::string end_tag = absl::StrCat("end", keyword);
+    while (Peek().type != Token::Type::kEnd) Next();
+    ++seg_;
+    std::string end;
+    if (absl::Status s = Body({end_tag}, &node->body, &end, depth + 1); !s.ok()) return s;
   } else if (keyword.rfind("end", 0) == 0 || keyword == "else" || keyword == "elif") {
     return Error(node->line, absl::StrCat("unexpected {% ", keyword, " %}"));
   } else {
-    return Error(node->line, absl::StrCat("{% ", keyword, " %} is not supported"));
+    node->type = Node::Type::kError;
+    node->text = absl::StrCat("{% ", keyword, " %} is not supported");
+    while (Peek().type != Token::Type::kEnd) Next();
   }
   if (absl::Status s = ExpectEnd(); !s.ok()) return s;
   out->push_back(std::move(node));

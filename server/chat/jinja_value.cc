@@ -4,11 +4,23 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
 namespace abcd::chat {
 namespace {
+
+// Bytes of the UTF-8 code point at text[k] (an invalid byte: 1).
+size_t CodePointLength(absl::string_view text, size_t k) {
+  const auto c = static_cast<unsigned char>(text[k]);
+  size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+  if (k + len > text.size()) return 1;
+  for (size_t j = 1; j < len; ++j) {
+    if ((static_cast<unsigned char>(text[k + j]) & 0xC0) != 0x80) return 1;
+  }
+  return len;
+}
 
 // Python's repr of a float: the shortest digits that round-trip, positional for exponents in
 // [-4, 16), else d.ddde+XX.
@@ -48,34 +60,68 @@ std::string FloatRepr(double f) {
   return sign + out;
 }
 
-std::string StringRepr(const std::string& s) {
-  const bool double_quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
-  const char quote = double_quote ? '"' : '\'';
-  std::string out(1, quote);
+char ReprQuote(const std::string& s) {
+  return s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+}
+
+// Bytes of one escaped byte in repr() (quote: the enclosing quote).
+size_t ReprByteSize(char c, char quote) {
+  const auto u = static_cast<unsigned char>(c);
+  if (c == quote || c == '\\' || c == '\n' || c == '\r' || c == '\t') return 2;
+  return (u < 0x20 || u == 0x7f) ? 4 : 1;
+}
+
+absl::Status AppendStringRepr(const std::string& s, RenderBudget& budget, std::string* out) {
+  const char quote = ReprQuote(s);
+  size_t size = 2;
+  for (const char c : s) size += ReprByteSize(c, quote);
+  if (absl::Status st = budget.Bytes(size); !st.ok()) return st;
+  out->reserve(out->size() + size);
+  *out += quote;
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
     if (c == quote || c == '\\') {
-      out += '\\';
-      out += c;
+      *out += '\\';
+      *out += c;
     } else if (c == '\n') {
-      out += "\\n";
+      *out += "\\n";
     } else if (c == '\r') {
-      out += "\\r";
+      *out += "\\r";
     } else if (c == '\t') {
-      out += "\\t";
+      *out += "\\t";
     } else if (u < 0x20 || u == 0x7f) {
       char hex[8];
       std::snprintf(hex, sizeof(hex), "\\x%02x", u);
-      out += hex;
+      *out += hex;
     } else {
-      out += c;
+      *out += c;
     }
   }
-  out += quote;
-  return out;
+  *out += quote;
+  return absl::OkStatus();
 }
 
-void JsonString(const std::string& s, std::string* out) {
+size_t JsonByteSize(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  switch (c) {
+    case '"':
+    case '\\':
+    case '\n':
+    case '\r':
+    case '\t':
+    case '\b':
+    case '\f':
+      return 2;
+    default:
+      return u < 0x20 ? 6 : 1;
+  }
+}
+
+absl::Status JsonString(const std::string& s, RenderBudget& budget, std::string* out) {
+  size_t size = 2;
+  for (const char c : s) size += JsonByteSize(c);
+  if (absl::Status st = budget.Bytes(size); !st.ok()) return st;
+  out->reserve(out->size() + size);
   *out += '"';
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
@@ -112,72 +158,118 @@ void JsonString(const std::string& s, std::string* out) {
     }
   }
   *out += '"';
+  return absl::OkStatus();
 }
 
-absl::Status JsonTo(const Value& v, int indent, int depth, std::string* out) {
+// Appends a short piece (a number, a separator, indentation) within the budget.
+absl::Status Put(absl::string_view piece, RenderBudget& budget, std::string* out) {
+  if (absl::Status st = budget.Bytes(piece.size()); !st.ok()) return st;
+  out->append(piece.data(), piece.size());
+  return absl::OkStatus();
+}
+
+absl::Status JsonTo(const Value& v, int indent, int depth, RenderBudget& budget, std::string* out) {
   if (depth > 64) return absl::InvalidArgumentError("tojson: value nested too deeply");
-  const auto newline = [&](int level) {
-    if (indent < 0) return;
+  if (absl::Status st = budget.Work(1); !st.ok()) return st;
+  const auto newline = [&](int level) -> absl::Status {
+    if (indent < 0) return absl::OkStatus();
+    const size_t width = static_cast<size_t>(indent) * static_cast<size_t>(level);
+    if (absl::Status st = budget.Bytes(width + 1); !st.ok()) return st;
     *out += '\n';
-    out->append(static_cast<size_t>(indent * level), ' ');
+    out->append(width, ' ');
+    return absl::OkStatus();
   };
   const char* item_separator = indent < 0 ? ", " : ",";
   switch (v.kind) {
     case Value::Kind::kNone:
-      *out += "null";
-      return absl::OkStatus();
+      return Put("null", budget, out);
     case Value::Kind::kBool:
-      *out += v.b ? "true" : "false";
-      return absl::OkStatus();
+      return Put(v.b ? "true" : "false", budget, out);
     case Value::Kind::kInt:
-      absl::StrAppend(out, v.i);
-      return absl::OkStatus();
+      return Put(absl::StrCat(v.i), budget, out);
     case Value::Kind::kFloat:
-      *out += std::isnan(v.f)   ? "NaN"
-              : std::isinf(v.f) ? (v.f < 0 ? "-Infinity" : "Infinity")
-                                : FloatRepr(v.f);
-      return absl::OkStatus();
+      return Put(std::isnan(v.f)   ? "NaN"
+                 : std::isinf(v.f) ? (v.f < 0 ? "-Infinity" : "Infinity")
+                                   : FloatRepr(v.f),
+                 budget, out);
     case Value::Kind::kString:
-      JsonString(v.s, out);
-      return absl::OkStatus();
-    case Value::Kind::kList: {
-      if (v.list->empty()) {
-        *out += "[]";
-        return absl::OkStatus();
-      }
-      *out += '[';
-      for (size_t k = 0; k < v.list->size(); ++k) {
-        if (k > 0) *out += item_separator;
-        newline(depth + 1);
-        if (absl::Status s = JsonTo((*v.list)[k], indent, depth + 1, out); !s.ok()) return s;
-      }
-      newline(depth);
-      *out += ']';
-      return absl::OkStatus();
-    }
+      return JsonString(v.s.str(), budget, out);
+    case Value::Kind::kList:
     case Value::Kind::kDict: {
-      if (v.dict->empty()) {
-        *out += "{}";
-        return absl::OkStatus();
-      }
-      *out += '{';
-      for (size_t k = 0; k < v.dict->size(); ++k) {
-        if (k > 0) *out += item_separator;
-        newline(depth + 1);
-        JsonString((*v.dict)[k].first, out);
-        *out += ": ";
-        if (absl::Status s = JsonTo((*v.dict)[k].second, indent, depth + 1, out); !s.ok()) {
-          return s;
+      const bool list = v.kind == Value::Kind::kList;
+      const size_t n = list ? v.list->size() : v.dict->size();
+      if (n == 0) return Put(list ? "[]" : "{}", budget, out);
+      if (absl::Status st = Put(list ? "[" : "{", budget, out); !st.ok()) return st;
+      for (size_t k = 0; k < n; ++k) {
+        if (k > 0) {
+          if (absl::Status st = Put(item_separator, budget, out); !st.ok()) return st;
         }
+        if (absl::Status st = newline(depth + 1); !st.ok()) return st;
+        if (!list) {
+          if (absl::Status st = JsonString((*v.dict)[k].first, budget, out); !st.ok()) return st;
+          if (absl::Status st = Put(": ", budget, out); !st.ok()) return st;
+        }
+        const Value& item = list ? (*v.list)[k] : (*v.dict)[k].second;
+        if (absl::Status st = JsonTo(item, indent, depth + 1, budget, out); !st.ok()) return st;
       }
-      newline(depth);
-      *out += '}';
-      return absl::OkStatus();
+      if (absl::Status st = newline(depth); !st.ok()) return st;
+      return Put(list ? "]" : "}", budget, out);
     }
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("tojson: Object of type ", TypeName(v), " is not JSON serializable"));
   }
+}
+
+absl::Status ReprTo(const Value& v, int depth, RenderBudget& budget, std::string* out) {
+  if (depth > 64) return absl::InvalidArgumentError("repr: value nested too deeply");
+  if (absl::Status st = budget.Work(1); !st.ok()) return st;
+  switch (v.kind) {
+    case Value::Kind::kUndefined:
+      return Put("Undefined", budget, out);
+    case Value::Kind::kNone:
+      return Put("None", budget, out);
+    case Value::Kind::kBool:
+      return Put(v.b ? "True" : "False", budget, out);
+    case Value::Kind::kInt:
+      return Put(absl::StrCat(v.i), budget, out);
+    case Value::Kind::kFloat:
+      return Put(FloatRepr(v.f), budget, out);
+    case Value::Kind::kString:
+      return AppendStringRepr(v.s.str(), budget, out);
+    case Value::Kind::kList: {
+      if (absl::Status st = Put(v.tuple ? "(" : "[", budget, out); !st.ok()) return st;
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        if (k > 0) {
+          if (absl::Status st = Put(", ", budget, out); !st.ok()) return st;
+        }
+        if (absl::Status st = ReprTo((*v.list)[k], depth + 1, budget, out); !st.ok()) return st;
+      }
+      if (!v.tuple) return Put("]", budget, out);
+      return Put(v.list->size() == 1 ? ",)" : ")", budget, out);
+    }
+    case Value::Kind::kDict:
+    case Value::Kind::kNamespace: {
+      const bool dict = v.kind == Value::Kind::kDict;
+      if (absl::Status st = Put(dict ? "{" : "<Namespace {", budget, out); !st.ok()) return st;
+      for (size_t k = 0; k < v.dict->size(); ++k) {
+        if (k > 0) {
+          if (absl::Status st = Put(", ", budget, out); !st.ok()) return st;
+        }
+        if (absl::Status st = AppendStringRepr((*v.dict)[k].first, budget, out); !st.ok()) {
+          return st;
+        }
+        if (absl::Status st = Put(": ", budget, out); !st.ok()) return st;
+        if (absl::Status st = ReprTo((*v.dict)[k].second, depth + 1, budget, out); !st.ok()) {
+          return st;
+        }
+      }
+      return Put(dict ? "}" : "}>", budget, out);
+    }
+    case Value::Kind::kFunction:
+      return Put(absl::StrCat("<function ", v.s.str(), ">"), budget, out);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -261,7 +353,7 @@ bool Truthy(const Value& v) {
     case Value::Kind::kFloat:
       return v.f != 0.0;
     case Value::Kind::kString:
-      return !v.s.empty();
+      return !v.s.str().empty();
     case Value::Kind::kList:
       return !v.list->empty();
     case Value::Kind::kDict:
@@ -272,54 +364,38 @@ bool Truthy(const Value& v) {
 }
 
 std::string Str(const Value& v) {
-  switch (v.kind) {
-    case Value::Kind::kUndefined:
-      return "";
-    case Value::Kind::kString:
-      return v.s;
-    default:
-      return Repr(v);
-  }
+  if (v.undefined()) return "";
+  if (v.is_string()) return v.s.str();
+  return Repr(v);
 }
 
 std::string Repr(const Value& v) {
-  switch (v.kind) {
-    case Value::Kind::kUndefined:
-      return "Undefined";
-    case Value::Kind::kNone:
-      return "None";
-    case Value::Kind::kBool:
-      return v.b ? "True" : "False";
-    case Value::Kind::kInt:
-      return absl::StrCat(v.i);
-    case Value::Kind::kFloat:
-      return FloatRepr(v.f);
-    case Value::Kind::kString:
-      return StringRepr(v.s);
-    case Value::Kind::kList: {
-      std::string out = "[";
-      for (size_t k = 0; k < v.list->size(); ++k) {
-        if (k > 0) out += ", ";
-        out += Repr((*v.list)[k]);
-      }
-      return out + "]";
-    }
-    case Value::Kind::kDict:
-    case Value::Kind::kNamespace: {
-      std::string out = v.kind == Value::Kind::kDict ? "{" : "<Namespace {";
-      for (size_t k = 0; k < v.dict->size(); ++k) {
-        if (k > 0) out += ", ";
-        absl::StrAppend(&out, StringRepr((*v.dict)[k].first), ": ", Repr((*v.dict)[k].second));
-      }
-      return out + (v.kind == Value::Kind::kDict ? "}" : "}>");
-    }
-    case Value::Kind::kFunction:
-      return absl::StrCat("<function ", v.s, ">");
-  }
-  return "";
+  RenderBudget unlimited;
+  std::string out;
+  if (!ReprTo(v, 0, unlimited, &out).ok()) return "<too deep>";
+  return out;
 }
 
-bool Equal(const Value& a, const Value& b) {
+absl::Status AppendRepr(const Value& value, RenderBudget& budget, std::string* out) {
+  return ReprTo(value, 0, budget, out);
+}
+
+absl::Status AppendStr(const Value& value, RenderBudget& budget, std::string* out) {
+  if (value.undefined()) return absl::OkStatus();
+  if (!value.is_string()) return ReprTo(value, 0, budget, out);
+  if (absl::Status st = budget.Bytes(value.s.str().size()); !st.ok()) return st;
+  *out += value.s.str();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> StrOf(const Value& value, RenderBudget& budget) {
+  std::string out;
+  if (absl::Status st = AppendStr(value, budget, &out); !st.ok()) return st;
+  return out;
+}
+
+bool Equal(const Value& a, const Value& b, RenderBudget* budget) {
+  if (budget != nullptr && !budget->Work(1).ok()) return false;
   if (a.is_number() && b.is_number()) {
     const auto as_double = [](const Value& v) {
       return v.kind == Value::Kind::kFloat
@@ -339,22 +415,30 @@ bool Equal(const Value& a, const Value& b) {
     case Value::Kind::kNone:
       return true;
     case Value::Kind::kString:
-      return a.s == b.s;
+      if (a.s.SameAs(b.s)) return true;
+      if (a.s.str().size() != b.s.str().size()) return false;
+      if (budget != nullptr && !budget->Scan(a.s.str().size()).ok()) return false;
+      return a.s.str() == b.s.str();
     case Value::Kind::kList:
+      if (a.list == b.list) return true;
       if (a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k) {
-        if (!Equal((*a.list)[k], (*b.list)[k])) return false;
+        if (!Equal((*a.list)[k], (*b.list)[k], budget)) return false;
       }
       return true;
     case Value::Kind::kDict:
+      if (a.dict == b.dict) return true;
       if (a.dict->size() != b.dict->size()) return false;
       for (const auto& [key, value] : *a.dict) {
+        if (budget != nullptr && !budget->Work(static_cast<int64_t>(b.dict->size())).ok()) {
+          return false;
+        }
         const Value* other = b.Find(key);
-        if (other == nullptr || !Equal(value, *other)) return false;
+        if (other == nullptr || !Equal(value, *other, budget)) return false;
       }
       return true;
     default:
-      return a.dict == b.dict && a.s == b.s && a.self == b.self;
+      return a.dict == b.dict && a.s.str() == b.s.str() && a.self == b.self && a.macro == b.macro;
   }
 }
 
@@ -368,37 +452,79 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
     if (a.kind == Value::Kind::kInt && b.kind == Value::Kind::kInt) return a.i < b.i;
     return number(a) < number(b);
   }
-  if (a.is_string() && b.is_string()) return a.s < b.s;  // UTF-8 keeps code point order
+  if (a.is_string() && b.is_string()) return a.s.str() < b.s.str();  // UTF-8 keeps code point order
   return absl::InvalidArgumentError(absl::StrCat("'<' not supported between instances of '",
                                                  TypeName(a), "' and '", TypeName(b), "'"));
 }
 
 absl::StatusOr<std::string> ToJson(const Value& value, int indent) {
+  RenderBudget unlimited;
+  return ToJson(value, indent, unlimited);
+}
+
+absl::StatusOr<std::string> ToJson(const Value& value, int indent, RenderBudget& budget) {
   std::string out;
-  if (absl::Status status = JsonTo(value, indent, 0, &out); !status.ok()) return status;
+  if (absl::Status status = JsonTo(value, indent, 0, budget, &out); !status.ok()) return status;
   return out;
+}
+
+absl::Status RenderBudget::Work(int64_t units) {
+  if (!status_.ok()) return status_;
+  if (units > limits_.max_work - work_) {
+    work_ = limits_.max_work;
+    return Fail(absl::ResourceExhaustedError(
+        absl::StrCat("the chat template's render exceeded its work budget (", limits_.max_work,
+                     " units: steps, loop iterations, items and bytes/",
+                     RenderLimits::kBytesPerWorkUnit, " touched)")));
+  }
+  work_ += units;
+  if (work_ >= next_poll_) {
+    next_poll_ = work_ + RenderLimits::kPollEveryWork;
+    if (limits_.cancelled && limits_.cancelled()) {
+      return Fail(absl::CancelledError("the chat template's render was cancelled"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RenderBudget::Bytes(uint64_t bytes) {
+  if (!status_.ok()) return status_;
+  if (bytes > limits_.max_bytes - bytes_) {
+    bytes_ = limits_.max_bytes;
+    return Fail(absl::ResourceExhaustedError(
+        absl::StrCat("the chat template's render exceeded its memory budget (", limits_.max_bytes,
+                     " bytes of strings and lists created)")));
+  }
+  bytes_ += bytes;
+  return Work(static_cast<int64_t>(bytes / RenderLimits::kBytesPerWorkUnit) + 1);
+}
+
+absl::Status RenderBudget::Items(uint64_t n) {
+  if (n > (UINT64_MAX / 4) / RenderLimits::kItemBytes)
+    n = (UINT64_MAX / 4) / RenderLimits::kItemBytes;
+  if (!status_.ok()) return status_;
+  if (absl::Status st = Bytes(n * RenderLimits::kItemBytes); !st.ok()) return st;
+  return Work(static_cast<int64_t>(4 * n));
+}
+
+size_t CodePointCount(absl::string_view text) {
+  size_t n = 0;
+  for (size_t k = 0; k < text.size(); k += CodePointLength(text, k)) ++n;
+  return n;
+}
+
+size_t FindText(absl::string_view text, absl::string_view needle, size_t from) {
+  if (from > text.size()) return absl::string_view::npos;
+  if (needle.empty()) return from;
+  const void* at = memmem(text.data() + from, text.size() - from, needle.data(), needle.size());
+  if (at == nullptr) return absl::string_view::npos;
+  return static_cast<size_t>(static_cast<const char*>(at) - text.data());
 }
 
 std::vector<size_t> CodePointOffsets(absl::string_view text) {
   std::vector<size_t> offsets;
   offsets.reserve(text.size());
-  for (size_t k = 0; k < text.size();) {
-    offsets.push_back(k);
-    const auto c = static_cast<unsigned char>(text[k]);
-    size_t len = c < 0x80           ? 1
-                 : (c >> 5) == 0x6  ? 2
-                 : (c >> 4) == 0xE  ? 3
-                 : (c >> 3) == 0x1E ? 4
-                                    : 1;
-    if (k + len > text.size()) len = 1;
-    for (size_t j = 1; j < len; ++j) {
-      if ((static_cast<unsigned char>(text[k + j]) & 0xC0) != 0x80) {
-        len = 1;
-        break;
-      }
-    }
-    k += len;
-  }
+  for (size_t k = 0; k < text.size(); k += CodePointLength(text, k)) offsets.push_back(k);
   return offsets;
 }
 

@@ -9,11 +9,19 @@
 // nothing, None "None", True "True", floats in repr's shortest form, lists and dicts in repr),
 // Truthy() is bool(), Equal() is ==, ToJson() is HF's tojson (json.dumps, ensure_ascii=False).
 //
+// RenderBudget bounds what one render may create and do (RenderLimits): every operation that
+// allocates charges the bytes it is about to create BEFORE allocating them, and every step,
+// loop iteration and byte or item touched charges work, so a template cannot exhaust memory
+// or time; the caller's `cancelled` hook is polled as work is charged.
+//
 // Thread-compatible: values are built and read by one render at a time.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +31,36 @@
 #include "nlohmann/json.hpp"
 
 namespace abcd::chat {
+
+// A string shared by the values that copy it: copying a value never copies its text. Immutable
+// once made, except through Unique() by the one holder (a namespace attribute appending).
+class SharedString {
+ public:
+  SharedString() = default;
+  explicit SharedString(std::string text) : text_(std::make_shared<std::string>(std::move(text))) {}
+
+  const std::string& str() const {
+    static const std::string* const kEmpty = new std::string();
+    return text_ != nullptr ? *text_ : *kEmpty;
+  }
+  operator const std::string&() const { return str(); }  // NOLINT: reads as the string
+  size_t size() const { return str().size(); }
+  bool empty() const { return str().empty(); }
+  // Same buffer (equal without comparing).
+  bool SameAs(const SharedString& other) const { return text_ == other.text_; }
+  // The text to modify in place when nothing else shares it, else null.
+  std::string* Unique() {
+    return text_ != nullptr && text_.use_count() == 1 ? text_.get() : nullptr;
+  }
+
+  friend bool operator==(const SharedString& a, absl::string_view b) { return a.str() == b; }
+  friend std::ostream& operator<<(std::ostream& out, const SharedString& s) {
+    return out << s.str();
+  }
+
+ private:
+  std::shared_ptr<std::string> text_;
+};
 
 struct Value;
 using ValueList = std::vector<Value>;
@@ -43,16 +81,19 @@ struct Value {
   };
   Kind kind = Kind::kUndefined;
   bool b = false;
+  bool tuple = false;  // kList: a tuple (repr in parentheses); otherwise a list
   int64_t i = 0;
   double f = 0.0;
-  std::string s;  // kString; kFunction: the function's or method's name; kUndefined: its name
+  // kString: the text; kFunction: the function's or method's name; kUndefined: its name.
+  SharedString s;
   std::shared_ptr<ValueList> list;
-  std::shared_ptr<ValueDict> dict;  // kDict and kNamespace
-  std::shared_ptr<Value> self;      // kFunction: the receiver of a bound method (else null)
+  std::shared_ptr<ValueDict> dict;    // kDict and kNamespace
+  std::shared_ptr<Value> self;        // kFunction: the receiver of a bound method (else null)
+  std::shared_ptr<const void> macro;  // kFunction: a template's {% macro %} (jinja_template.cc)
 
   static Value Undefined(std::string name = "") {
     Value v;
-    v.s = std::move(name);
+    if (!name.empty()) v.s = SharedString(std::move(name));
     return v;
   }
   static Value None() { return Of(Kind::kNone); }
@@ -73,12 +114,17 @@ struct Value {
   }
   static Value String(std::string s) {
     Value v = Of(Kind::kString);
-    v.s = std::move(s);
+    v.s = SharedString(std::move(s));
     return v;
   }
   static Value List(ValueList items) {
     Value v = Of(Kind::kList);
     v.list = std::make_shared<ValueList>(std::move(items));
+    return v;
+  }
+  static Value Tuple(ValueList items) {
+    Value v = List(std::move(items));
+    v.tuple = true;
     return v;
   }
   static Value Dict(ValueDict items) {
@@ -93,7 +139,7 @@ struct Value {
   }
   static Value Function(std::string name, std::shared_ptr<Value> self = nullptr) {
     Value v = Of(Kind::kFunction);
-    v.s = std::move(name);
+    v.s = SharedString(std::move(name));
     v.self = std::move(self);
     return v;
   }
@@ -114,6 +160,71 @@ struct Value {
   }
 };
 
+// What one render may create and do (jinja_template.h's Render). The defaults are generous
+// for real templates (1,000 messages of 4 KB render in a few ms and use ~2% of each budget).
+struct RenderLimits {
+  // The rendered text.
+  size_t max_output_bytes = size_t{4} << 20;
+  // Bytes of the strings, lists and dicts the render creates, summed over the render (never
+  // given back, so it also bounds the peak); a list or dict item counts kItemBytes.
+  uint64_t max_bytes = uint64_t{128} << 20;
+  // Work units: one per node, expression, loop iteration, call and item touched, plus one per
+  // kBytesPerWorkUnit bytes copied, scanned or compared.
+  int64_t max_work = 20'000'000;
+  // Polled every kPollEveryWork units; true ends the render with CANCELLED (a client gone, a
+  // deadline passed, the server draining). Called on the rendering thread.
+  std::function<bool()> cancelled;
+
+  static constexpr uint64_t kBytesPerWorkUnit = 64;
+  // A value in a list or dict, with the shared block of a string it may hold.
+  static constexpr uint64_t kItemBytes = sizeof(void*) * 8 + 96;
+  static constexpr int64_t kPollEveryWork = 4096;
+};
+
+// The budget of one render. A failure is sticky: once over a limit (or cancelled) every later
+// charge fails with the same status, so code that cannot return a status (Equal) stops early
+// and its caller reports status(). RESOURCE_EXHAUSTED past a limit ("the chat template's
+// render exceeded its ... budget"), CANCELLED when the hook said so.
+class RenderBudget {
+ public:
+  RenderBudget() : RenderBudget(Unlimited()) {}
+  explicit RenderBudget(RenderLimits limits) : limits_(std::move(limits)) {}
+
+  // `units` of work.
+  absl::Status Work(int64_t units);
+  // Bytes about to be allocated (checked before the allocation; also charges their copy).
+  absl::Status Bytes(uint64_t bytes);
+  // `n` list or dict items about to be created: kItemBytes and 4 work units each.
+  absl::Status Items(uint64_t n);
+  // Bytes read (scanned, compared) without allocating.
+  absl::Status Scan(uint64_t bytes) {
+    return Work(static_cast<int64_t>(bytes / RenderLimits::kBytesPerWorkUnit) + 1);
+  }
+  uint64_t bytes_left() const { return limits_.max_bytes - bytes_; }
+  bool ok() const { return status_.ok(); }
+  const absl::Status& status() const { return status_; }
+  const RenderLimits& limits() const { return limits_; }
+  int64_t work_done() const { return work_; }
+  uint64_t bytes_used() const { return bytes_; }
+
+ private:
+  static RenderLimits Unlimited() {
+    RenderLimits limits;
+    limits.max_bytes = UINT64_MAX / 2;
+    limits.max_work = INT64_MAX / 2;
+    return limits;
+  }
+  absl::Status Fail(absl::Status status) {
+    if (status_.ok()) status_ = std::move(status);
+    return status_;
+  }
+  RenderLimits limits_;
+  int64_t work_ = 0;
+  int64_t next_poll_ = RenderLimits::kPollEveryWork;
+  uint64_t bytes_ = 0;
+  absl::Status status_;
+};
+
 // JSON (a request's messages, extra template variables) -> Value; objects keep their order.
 Value FromJson(const nlohmann::ordered_json& json);
 
@@ -124,15 +235,27 @@ absl::string_view TypeName(const Value& value);
 bool Truthy(const Value& value);
 std::string Str(const Value& value);   // str(value); undefined -> ""
 std::string Repr(const Value& value);  // repr(value)
-bool Equal(const Value& a, const Value& b);
+// str(value) / repr(value) appended to *out, each byte charged to `budget` before it is added.
+absl::Status AppendStr(const Value& value, RenderBudget& budget, std::string* out);
+absl::Status AppendRepr(const Value& value, RenderBudget& budget, std::string* out);
+// str(value) within the budget.
+absl::StatusOr<std::string> StrOf(const Value& value, RenderBudget& budget);
+// ==; the comparison's work is charged to `budget` when given (false once it is spent: the
+// caller reports budget->status()).
+bool Equal(const Value& a, const Value& b, RenderBudget* budget = nullptr);
 // a < b for numbers and strings (code point order); INVALID_ARGUMENT for other types.
 absl::StatusOr<bool> Less(const Value& a, const Value& b);
 
 // json.dumps(value, ensure_ascii=False, indent=indent) (indent < 0: none, separators ", " ": ").
 // INVALID_ARGUMENT for undefined, functions and namespaces.
 absl::StatusOr<std::string> ToJson(const Value& value, int indent);
+absl::StatusOr<std::string> ToJson(const Value& value, int indent, RenderBudget& budget);
 
 // Code points of a UTF-8 string (invalid bytes count one each) and their byte offsets.
 std::vector<size_t> CodePointOffsets(absl::string_view text);
+// How many code points CodePointOffsets would list (no allocation).
+size_t CodePointCount(absl::string_view text);
+// text.find(needle, from) in linear time (memmem's two-way search).
+size_t FindText(absl::string_view text, absl::string_view needle, size_t from = 0);
 
 }  // namespace abcd::chat

@@ -3,16 +3,20 @@
 // templates are the published ones the renderer is checked on against jinja2 (Llama-2/3,
 // Mistral v0.1-v0.3, ChatML, Qwen2, Zephyr, the built-in transcript, a feature tour:
 // tests/fixtures/chat/templates/), read once at start-up. Input: byte 0 picks the template, byte
-// 1's low bit add_generation_prompt, the rest is the request's "messages" JSON value.
+// 1's low bit add_generation_prompt, the rest is the request's "messages" JSON value. Byte 0 =
+// 0xFF fuzzes the template too: the rest is "<template source>\0<messages JSON>", rendered
+// with tighter budgets (kTemplateLimits) so that, run with -timeout and -rss_limit_mb
+// (run_fuzzers.sh), any operation whose time or memory escapes the budgets is a finding.
 // Checks: a refusal of the messages is INVALID_ARGUMENT naming "messages"; a render either
 // succeeds within RenderLimits' output cap or fails with INVALID_ARGUMENT (the template's own
-// raise_exception, a runtime error) or RESOURCE_EXHAUSTED (output or work bounds), and the same
-// input renders the same way twice.
+// raise_exception, a runtime error) or RESOURCE_EXHAUSTED (output, memory or work budgets), and
+// the same input renders the same way twice.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,10 +54,31 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2 || size > (1u << 16)) return 0;
-  const abcd::chat::JinjaTemplate& chosen = (*templates)[data[0] % templates->size()];
   const bool add_generation_prompt = (data[1] & 1) != 0;
-  const nlohmann::json json = nlohmann::json::parse(data + 2, data + size, nullptr,
-                                                    /*allow_exceptions=*/false);
+  const char* body = reinterpret_cast<const char*>(data + 2);
+  const absl::string_view rest(body, size - 2);
+  std::optional<abcd::chat::JinjaTemplate> fuzzed;
+  abcd::chat::RenderLimits limits;
+  absl::string_view messages_text = rest;
+  if (data[0] == 0xFF) {
+    const size_t split = rest.find('\0');
+    if (split == absl::string_view::npos) return 0;
+    absl::StatusOr<abcd::chat::JinjaTemplate> parsed =
+        abcd::chat::JinjaTemplate::Parse(rest.substr(0, split));
+    if (!parsed.ok()) {
+      ABCD_FUZZ_CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+      return 0;
+    }
+    fuzzed = *std::move(parsed);
+    messages_text = rest.substr(split + 1);
+    // Under ASan a work unit costs a few times more: these keep a render well inside -timeout.
+    limits.max_bytes = uint64_t{32} << 20;
+    limits.max_work = 2'000'000;
+  }
+  const abcd::chat::JinjaTemplate& chosen =
+      fuzzed.has_value() ? *fuzzed : (*templates)[data[0] % templates->size()];
+  const nlohmann::json json = nlohmann::json::parse(messages_text.begin(), messages_text.end(),
+                                                    nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return 0;
   absl::StatusOr<abcd::chat::Value> messages = abcd::chat::ParseChatMessages(json);
   if (!messages.ok()) {
@@ -70,7 +95,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       {"add_generation_prompt", Value::Bool(add_generation_prompt)},
       {"bos_token", Value::String("<s>")},
       {"eos_token", Value::String("</s>")}};
-  const abcd::chat::RenderLimits limits;
   absl::StatusOr<std::string> text = chosen.Render(variables, limits);
   if (text.ok()) {
     ABCD_FUZZ_CHECK(text->size() <= limits.max_output_bytes);

@@ -222,6 +222,36 @@ def chat_seeds():
     }
     for i, (name, messages) in enumerate(conversations.items()):
         write('chat_render_fuzzer', name, bytes([i, i & 1]) + json.dumps(messages).encode())
+    # Byte 0 = 0xFF: the template itself is fuzzed ("<template>\0<messages>"): templates that
+    # once ran for minutes or allocated gigabytes (issue 44), which must now end within the
+    # render's budgets, and the constructs published templates use (macros, set blocks, ...).
+    ns_append = ('{% set ns = namespace(roles=[], text="") %}{% for m in messages %}'
+                 '{% set ns.roles = ns.roles + [m.role] %}{% set ns.text = ns.text + m.content %}'
+                 '{% endfor %}{{ ns.roles | join(",") }}{{ ns.text | length }}')
+    templates = {
+        'tpl_pow': '{{ 1 ** 10**15 }}{{ 2 ** 62 }}',
+        'tpl_replace_blowup': "{% set s = 'a' * 4000000 %}{{ s.replace('a', s) }}",
+        'tpl_list_doubling': ("{% set ns = namespace(l=['x' * 1000]) %}{% for i in range(40) %}"
+                              "{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l | length }}"),
+        'tpl_repeat_list': "{% set s = 'a' * 4000000 %}{{ [s] * 100000 }}",
+        'tpl_tojson_join': ("{% set s = 'a' * 4000000 %}{{ ([s] * 1000) | tojson }}"
+                            "{{ ([s] * 1000) | join(',') }}"),
+        'tpl_split_loop': ("{% set s = 'a b ' * 1000000 %}{% for i in range(100000) %}"
+                           "{% set t = s.split(' ') %}{% endfor %}"),
+        'tpl_concat_loop': ("{% set s = 'a' * 4000000 %}{% for i in range(100000) %}"
+                            "{% set t = s ~ i %}{% endfor %}"),
+        'tpl_namespace_append': ns_append,
+        'tpl_macro_caller': ('{% macro m(x, y=2) %}<{{ x }}{{ y }}{{ caller() if caller }}>'
+                             '{% endmacro %}{% call m(1) %}body{% endcall %}{{ m(3, y=4) }}'
+                             '{% set b %}{{ messages | length }}{% endset %}{{ b }}'),
+        'tpl_filters': ('{{ messages | map(attribute="role") | reject("equalto", "user") | list }}'
+                        '{{ {"b": 1, "a": 2} | dictsort }}{{ strftime_now("%Y") | length }}'
+                        '{{ messages | selectattr("role", "in", ["user"]) | list | length }}'),
+    }
+    conversation = json.dumps([{'role': 'user', 'content': 'Hi'},
+                               {'role': 'assistant', 'content': 'Hello'}]).encode()
+    for name, source in templates.items():
+        write('chat_render_fuzzer', name, b'\xff\x01' + source.encode() + b'\0' + conversation)
 
 
 # --- session blobs (engine/state/sequence_blob.h, models/FORMAT.md "Session blob") ------------

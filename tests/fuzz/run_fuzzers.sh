@@ -33,8 +33,8 @@ run_one() {
   fi
   local options=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536
                  -print_final_stats=1 -artifact_prefix="$artifacts/$fuzzer-")
-  [[ "$fuzzer" == http_* || "$fuzzer" == model_config_* || "$fuzzer" == chat_* ]] &&
-    options+=(-dict="$here/json.dict")
+  [[ "$fuzzer" == http_* || "$fuzzer" == model_config_* ]] && options+=(-dict="$here/json.dict")
+  [[ "$fuzzer" == chat_* ]] && options+=(-dict="$here/chat.dict")
   mkdir -p "$scratch/$fuzzer"
   if "$binary" "${options[@]}" "$scratch/$fuzzer" "$here/corpus/$fuzzer" \
       >"$scratch/$fuzzer.log" 2>&1; then

@@ -106,21 +106,89 @@ TEST(ChatTemplateFlag, ParsesFileAndModelFilePairs) {
   }
 }
 
-TEST_F(ChatTemplateLoad, AnUnsupportedTemplateFailsTheLoadNamingFileConstructAndLine) {
-  Write("tokenizer_config.json", R"({"chat_template": "ok\n{% macro m() %}{% endmacro %}"})");
+// A model's own template that does not parse: the model loads (it serves completions) and each
+// chat request is a 400 naming the file and the line; an unsupported construct fails only the
+// requests that reach it.
+TEST_F(ChatTemplateLoad, ABrokenTokenizerConfigTemplateLoadsAndRefusesEachChatRequest) {
+  Write("tokenizer_config.json", R"({"chat_template": "ok\n{% for m in messages %}"})");
+  auto chat = ChatTemplate::Load(dir_.string(), "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  absl::StatusOr<std::string> out = (*chat)->Render(Conversation(), true);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(out.status().message(),
+                               "messages: the model's chat template cannot be used: "))
+      << out.status();
+  EXPECT_TRUE(absl::StrContains(
+      out.status().message(), "tokenizer_config.json: chat template line 2: missing {% endfor %}"))
+      << out.status();
+  Write("tokenizer_config.json",
+        R"({"chat_template": "{% if messages | length > 1 %}{% include 'x' %}{% endif %}ok"})");
+  chat = ChatTemplate::Load(dir_.string(), "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(*(*chat)->Render(Conversation(), true), "ok");
+}
+
+TEST_F(ChatTemplateLoad, ATokenizerConfigTemplateIsCappedAtOneMiBLikeTheFlag) {
+  const std::string big = std::string((size_t{1} << 20) + 1, 'x');
+  Write("tokenizer_config.json", nlohmann::json({{"chat_template", big}}).dump());
   auto chat = ChatTemplate::Load(dir_.string(), "");
   ASSERT_FALSE(chat.ok());
-  EXPECT_TRUE(absl::StrContains(chat.status().message(),
-                                "tokenizer_config.json: chat template "
-                                "line 2: {% macro %} is not supported"))
+  EXPECT_TRUE(absl::StrContains(
+      chat.status().message(), "tokenizer_config.json: chat_template is larger than 1048576 bytes"))
       << chat.status();
+  Write("override.jinja", big);
+  chat = ChatTemplate::Load(dir_.string(), (dir_ / "override.jinja").string());
+  ASSERT_FALSE(chat.ok());
+  EXPECT_TRUE(absl::StrContains(chat.status().message(), "larger than 1048576 bytes"));
+  // A config with a 1 MiB template and more (added tokens) still loads.
+  Write("tokenizer_config.json",
+        nlohmann::json({{"chat_template", std::string(size_t{1} << 20, 'y')},
+                        {"added_tokens", std::string(size_t{2} << 20, 'z')}})
+            .dump());
+  EXPECT_TRUE(ChatTemplate::Load(dir_.string(), "").ok());
+}
+
+// transformers passes only the special tokens a tokenizer has: a null bos_token is undefined in
+// the template (renders nothing), never "<s>".
+TEST_F(ChatTemplateLoad, ANullBosTokenIsUndefinedNotInvented) {
+  Write("tokenizer_config.json",
+        R"({"bos_token": null, "eos_token": "<|im_end|>",
+            "chat_template": "[{{ bos_token }}]{{ bos_token is defined }}{{ eos_token }}"})");
+  auto chat = ChatTemplate::Load(dir_.string(), "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ((*chat)->bos_token(), "");
+  EXPECT_EQ(*(*chat)->Render(Conversation(), true), "[]False<|im_end|>");
+}
+
+TEST_F(ChatTemplateLoad, ARenderOverBudgetIsAnInvalidArgumentNamingMessages) {
+  Write("tokenizer_config.json",
+        R"({"chat_template": "{% set s = 'a' * 4000000 %}{{ s.replace('a', s) }}"})");
+  auto chat = ChatTemplate::Load(dir_.string(), "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  absl::StatusOr<std::string> out = (*chat)->Render(Conversation(), true);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(out.status().message(),
+                               "messages: the chat template's render exceeded its memory budget"))
+      << out.status();
+  // The caller's hook ends a long render.
+  Write(
+      "tokenizer_config.json",
+      R"({"chat_template": "{% for a in range(100000) %}{% for m in messages %}{% endfor %}{% endfor %}"})");
+  chat = ChatTemplate::Load(dir_.string(), "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  out = (*chat)->Render(Conversation(), true, [] { return true; });
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(out.status().message(), "messages: the chat template's render was cancelled");
 }
 
 TEST(ChatMessages, NormalisesTextPartsAndNamesBadFields) {
   auto messages = ParseChatMessages(nlohmann::json::parse(
       R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])"));
   ASSERT_TRUE(messages.ok());
-  EXPECT_EQ((*messages->list)[0].Find("content")->s, "a\nb");
+  EXPECT_EQ((*messages->list)[0].Find("content")->s.str(), "a\nb");
   auto bad = ParseChatMessages(nlohmann::json::parse(R"([{"role": "user"}])"));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "messages[0].content is required");

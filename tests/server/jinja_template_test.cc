@@ -4,9 +4,12 @@
 // raise_exception message). Plus load-time refusals, runtime errors and the render limits.
 #include "server/chat/jinja_template.h"
 
+#include <atomic>
+#include <chrono>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/chat/jinja_builtins.h"
@@ -68,32 +71,52 @@ TEST(JinjaTemplate, MatchesJinja2OnEveryFixture) {
   EXPECT_GT(errors, 10);  // the alternation checks fired
 }
 
-TEST(JinjaTemplate, RefusesUnsupportedConstructsAtLoadNamingThemAndTheirLine) {
+// A syntax error fails the parse; a well-formed construct outside the subset parses and fails
+// only the render that reaches it (a 400 for that request, never a model that cannot start).
+TEST(JinjaTemplate, RefusesSyntaxErrorsAtLoadAndUnsupportedConstructsWhenRendered) {
   const struct {
     const char* source;
     const char* message;
-  } kCases[] = {
-      {"a\n{% macro m() %}x{% endmacro %}", "chat template line 2: {% macro %} is not supported"},
-      {"{% include 'x' %}", "line 1: {% include %} is not supported"},
-      {"x\n\n{{ messages | sort }}", "line 3: filter 'sort' is not supported"},
-      {"{{ x is prime }}", "line 1: test 'is prime' is not supported"},
-      {"{{ lipsum() }}", "line 1: function 'lipsum' is not supported"},
-      {"{{ 'a'.format(1) }}", "line 1: method '.format()' is not supported"},
-      {"{% set x %}body{% endset %}", "line 1: {% set %} blocks ({% endset %}) are not supported"},
-      {"{% for x in y recursive %}{% endfor %}",
-       "line 1: {% for ... recursive %} is not supported"},
+  } kSyntax[] = {
       {"{% if x %}never closed", "missing {% endif %}"},
       {"{{ 'unterminated }}", "line 1: unterminated string literal"},
       {"{{ a + }}", "line 1: expected an expression"},
       {"{% endfor %}", "line 1: unexpected {% endfor %}"},
       {"{{ x", "unclosed tag"},
+      {"{% macro %}{% endmacro %}", "line 1: expected a macro name"},
+      {"{% set x %}never closed", "missing {% endset %}"},
   };
-  for (const auto& c : kCases) {
+  for (const auto& c : kSyntax) {
     absl::StatusOr<JinjaTemplate> parsed = JinjaTemplate::Parse(c.source);
     ASSERT_FALSE(parsed.ok()) << c.source;
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(absl::StrContains(parsed.status().message(), c.message))
         << c.source << " -> " << parsed.status().message();
+  }
+  const struct {
+    const char* source;
+    const char* message;
+  } kUnsupported[] = {
+      {"a\n{% include 'x' %}", "chat template line 2: {% include %} is not supported"},
+      {"x\n\n{{ messages | wordwrap }}", "line 3: filter 'wordwrap' is not supported"},
+      {"{{ x is prime }}", "line 1: test 'is prime' is not supported"},
+      {"{{ lipsum() }}", "line 1: function 'lipsum' is not supported"},
+      {"{{ 'a'.format(1) }}", "line 1: method '.format()' is not supported"},
+      {"{% with a = 1 %}x{% endwith %}", "line 1: {% with %} is not supported"},
+      {"{% for x in [1] recursive %}{% endfor %}",
+       "line 1: {% for ... recursive %} is not supported"},
+  };
+  for (const auto& c : kUnsupported) {
+    absl::StatusOr<JinjaTemplate> parsed = JinjaTemplate::Parse(
+        absl::StrCat("{% if add_generation_prompt %}", c.source, "{% endif %}ok"));
+    ASSERT_TRUE(parsed.ok()) << c.source << " -> " << parsed.status();
+    EXPECT_EQ(*parsed->Render({{"add_generation_prompt", Value::Bool(false)}}), "ok");
+    absl::StatusOr<std::string> out =
+        parsed->Render({{"add_generation_prompt", Value::Bool(true)}});
+    ASSERT_FALSE(out.ok()) << c.source;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(out.status().message(), c.message))
+        << c.source << " -> " << out.status().message();
   }
 }
 
@@ -137,9 +160,9 @@ TEST(JinjaTemplate, RenderIsBounded) {
                                                {{"messages", Value::List(many)}}, limits);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
-  // Work without output: nested loops capped by steps.
+  // Work without output: nested loops capped by work.
   limits = RenderLimits();
-  limits.max_steps = 100000;
+  limits.max_work = 100000;
   out = RenderText("{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}",
                    {}, limits);
   ASSERT_FALSE(out.ok());
@@ -150,6 +173,127 @@ TEST(JinjaTemplate, RenderIsBounded) {
   out = RenderText("{{ range(1000000000) | length }}");
   ASSERT_FALSE(out.ok());
   EXPECT_TRUE(absl::StrContains(out.status().message(), "range()"));
+}
+
+// What a render over its budget looks like: RESOURCE_EXHAUSTED naming the budget, quickly, and
+// never an allocation of the size asked for.
+void ExpectOverBudget(absl::string_view source, ValueDict variables = {},
+                      absl::string_view budget = "budget") {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> out = RenderText(source, std::move(variables));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(out.ok()) << source << " rendered " << out->size() << " bytes";
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted) << out.status();
+  EXPECT_TRUE(absl::StrContains(out.status().message(), budget)) << out.status();
+  EXPECT_LT(seconds, 10.0) << source;
+}
+
+TEST(JinjaTemplate, PowerWithAHugeExponentIsComputedBySquaring) {
+  EXPECT_EQ(*RenderText("{{ 1 ** 10**15 }}"), "1");
+  EXPECT_EQ(*RenderText("{{ (-1) ** (10**15 + 1) }}"), "-1");
+  EXPECT_EQ(*RenderText("{{ 0 ** 10**15 }},{{ 0 ** 0 }},{{ 3 ** 4 }},{{ 2 ** 62 }}"),
+            "0,1,81,4611686018427387904");
+  absl::StatusOr<std::string> out = RenderText("{{ 2 ** 10**15 }}");
+  ASSERT_FALSE(out.ok());
+  EXPECT_TRUE(absl::StrContains(out.status().message(), "integer overflow")) << out.status();
+}
+
+TEST(JinjaTemplate, AllocationsAreChargedBeforeTheyAreMade) {
+  // Each of these asked for gigabytes (std::bad_alloc) or ran for minutes before budgets.
+  ExpectOverBudget("{% set s = 'a' * 4000000 %}{{ s.replace('a', s) }}", {}, "memory budget");
+  ExpectOverBudget("{% set s = 'a' * 4000000 %}{{ s | replace('a', s) }}", {}, "memory budget");
+  ExpectOverBudget(
+      "{% set ns = namespace(l=['x' * 1000]) %}{% for i in range(40) %}"
+      "{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l | length }}",
+      {}, "budget");
+  ExpectOverBudget("{% set s = 'a' * 4000000 %}{% set l = [s] * 100000 %}{{ l }}");
+  ExpectOverBudget("{% set s = 'a' * 4000000 %}{{ ([s] * 100000) | tojson }}");
+  ExpectOverBudget("{% set s = 'a' * 4000000 %}{{ ([s] * 100000) | join(',') }}");
+  ExpectOverBudget("{% set s = 'a' * 1000 %}{{ [s] * 10**12 }}", {}, "memory budget");
+  ExpectOverBudget(
+      "{% set s = 'a' * 4000000 %}{% for i in range(100000) %}{% set t = s ~ i %}"
+      "{% endfor %}");
+  ExpectOverBudget(
+      "{% set s = 'a b ' * 1000000 %}{% for i in range(100000) %}"
+      "{% set t = s.split(' ') %}{% endfor %}");
+  ExpectOverBudget(
+      "{% set s = 'a' * 4000000 %}{% for i in range(100000) %}"
+      "{% set t = s + 'b' %}{% endfor %}");
+  ExpectOverBudget("{% set s = 'a' * 4000000 %}{% for c in s %}{% endfor %}");
+  ExpectOverBudget(
+      "{% set s = 'a' * 3000000 %}{% for i in range(100000) %}"
+      "{% if s[1:] == s[:-1] %}{% endif %}{% endfor %}");
+  // Searching is linear: a needle of 2M 'a's then 'b' in 4M 'a's would be 8e12 steps naively.
+  ExpectOverBudget(
+      "{% set h = 'a' * 4000000 %}{% set n = 'a' * 2000000 ~ 'b' %}"
+      "{% for i in range(100000) %}{% if n in h %}{% endif %}{% endfor %}");
+}
+
+TEST(JinjaTemplate, NamespaceAppendOverALongConversationIsLinear) {
+  ValueList many;
+  for (int k = 0; k < 14000; ++k) {
+    many.push_back(Value::Dict({{"role", Value::String(k % 2 == 0 ? "user" : "assistant")},
+                                {"content", Value::String("hello")}}));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> out = RenderText(
+      "{% set ns = namespace(roles=[], text='') %}{% for m in messages %}"
+      "{% set ns.roles = ns.roles + [m.role] %}{% set ns.text = ns.text + m.content %}"
+      "{% endfor %}{{ ns.roles | length }} {{ ns.text | length }} {{ ns.roles[-1] }}",
+      {{"messages", Value::List(many)}});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "14000 70000 assistant");
+  EXPECT_LT(seconds, 1.0);
+  // The append leaves other references to the list as they were.
+  EXPECT_EQ(*RenderText("{% set ns = namespace(l=[1]) %}{% set keep = ns.l %}"
+                        "{% set ns.l = ns.l + [2] %}{{ keep }} {{ ns.l }}"),
+            "[1] [1, 2]");
+  EXPECT_EQ(*RenderText("{% set ns = namespace(l=[1]) %}{% set ns.l = ns.l + ns.l %}"
+                        "{% set ns.l = ns.l + ns.l %}{{ ns.l }}"),
+            "[1, 1, 1, 1]");
+  EXPECT_EQ(*RenderText("{% set ns = namespace(s='ab') %}{% set ns.s = ns.s + 'c' %}"
+                        "{% set t = ns.s %}{% set ns.s = ns.s + 'd' %}{{ t }} {{ ns.s }}"),
+            "abc abcd");
+}
+
+TEST(JinjaTemplate, ARealTemplateOverAThousandLongMessagesRendersWithinBudget) {
+  ValueList many;
+  for (int k = 0; k < 1000; ++k) {
+    many.push_back(Value::Dict({{"role", Value::String(k % 2 == 0 ? "user" : "assistant")},
+                                {"content", Value::String(std::string(4000, 'a' + k % 26))}}));
+  }
+  absl::StatusOr<JinjaTemplate> parsed =
+      JinjaTemplate::Parse(ReadFile(kDir + "/templates/llama3.jinja"));
+  ASSERT_TRUE(parsed.ok());
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> out = parsed->Render({{"messages", Value::List(many)},
+                                                    {"add_generation_prompt", Value::Bool(true)},
+                                                    {"bos_token", Value::String("<s>")}});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_GT(out->size(), 4000000u);
+  EXPECT_LT(seconds, 0.5);
+}
+
+TEST(JinjaTemplate, TheCancellationHookStopsALongRender) {
+  std::atomic<int> polls = 0;
+  RenderLimits limits;
+  limits.max_work = INT64_MAX / 4;
+  limits.cancelled = [&] { return ++polls > 10; };
+  absl::StatusOr<std::string> out =
+      RenderText("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+                 {}, limits);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kCancelled) << out.status();
+  EXPECT_EQ(out.status().message(), "the chat template's render was cancelled");
+  EXPECT_EQ(polls.load(), 11);
+  // A render that finishes never sees the hook fire.
+  limits.cancelled = [] { return false; };
+  EXPECT_EQ(*RenderText("{% for a in range(10000) %}{% endfor %}ok", {}, limits), "ok");
 }
 
 TEST(JinjaTemplate, ScopingFollowsJinja2) {
