@@ -70,9 +70,13 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const json& spec,
   }
   model->vocab_.reserve(vocab->size());
   for (const auto& [token, id] : vocab->items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 30)) {
+    // Ids are dense in published files; a bound on the holes keeps a hostile file from sizing
+    // the id table (and TokenBytes) at billions of entries.
+    const int64_t limit = 2 * static_cast<int64_t>(vocab->size()) + 65536;
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= limit) {
       return FieldError(Sub(field, "vocab"),
-                        absl::StrCat("the id of \"", token, "\" must be an integer in [0, 2^30)"));
+                        absl::StrCat("the id of \"", token, "\" must be an integer in [0, ", limit,
+                                     ") (twice the vocab's size + 65536)"));
     }
     const int32_t i = static_cast<int32_t>(id.get<int64_t>());
     model->vocab_[token] = i;

@@ -173,13 +173,20 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(absl::string_vie
   ABCD_RETURN_IF_ERROR(
       ParsePostProcessor(part("post_processor"), "post_processor", t->prefix_, t->suffix_));
   t->vocab_size_ = t->model_->id_limit();
+  const int64_t id_bound =
+      2 * static_cast<int64_t>(t->model_->id_limit() + t->added_->tokens().size()) + 65536;
   for (const AddedToken& token : t->added_->tokens()) {
+    if (token.id >= id_bound) {
+      return FieldError("added_tokens",
+                        absl::StrCat("id ", token.id, " of \"", token.content,
+                                     "\" is far past the vocab (at most ", id_bound - 1, ")"));
+    }
     t->vocab_size_ = std::max(t->vocab_size_, token.id + 1);
     t->has_normalized_added_ |= token.normalized;
   }
   for (const auto* ids : {&t->prefix_, &t->suffix_}) {
     for (int32_t id : *ids) {
-      if (id >= t->vocab_size_) {
+      if (id < 0 || id >= t->vocab_size_) {
         return FieldError("post_processor", absl::StrCat("token id ", id, " is past the vocab"));
       }
     }

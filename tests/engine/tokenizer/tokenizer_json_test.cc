@@ -192,6 +192,8 @@ TEST(TokenizerJson, UnsupportedFeaturesAreRefusedNamingTheField) {
   expect_refused("/decoder", {{"type", "WordPiece"}}, "decoder.type: \"WordPiece\"");
   expect_refused("/post_processor", {{"type", "Weird"}}, "post_processor.type: \"Weird\"");
   expect_refused("/added_tokens/0/id", "x", "added_tokens[0].id");
+  expect_refused("/added_tokens/0/id", 1 << 29, "added_tokens: id 536870912");
+  expect_refused("/model/vocab/!", 1 << 29, "model.vocab: the id of \"!\"");
   json no_model = base;
   no_model.erase("model");
   absl::StatusOr<std::unique_ptr<hf::HfTokenizer>> t = hf::HfTokenizer::Parse(no_model.dump());
