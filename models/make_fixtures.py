@@ -167,6 +167,16 @@ HF_FIXTURES = {
     "hf_abcd_llama_t2r": {"type": "abcd_llama", "set": {"abcd_layers": [{"type": "t2r", "features": 8, "eps": 1e-6}] * 2}},
     "hf_abcd_llama_abc": {"type": "abcd_llama", "set": {"attention_bias": True, "abcd_layers": [{"type": "abc", "slots": 8}] * 2}},
     "hf_abcd_llama_hybrid": {"type": "abcd_llama", "set": {"abcd_layers": [{"type": "t2r", "features": 8, "eps": 1e-6}, {"type": "softmax"}]}},
+    # Issue 46: Qwen2 (q/k/v biases, none on o_proj; GQA 4/2, tied, theta 1e6, the published configs'
+    # use_sliding_window false beside a sliding_window) and bf16 (MQA, untied); Qwen3 (per-head q/k
+    # norms before RoPE; head_dim 32 != d/H, GQA, tied) and with attention_bias (biases on all four).
+    "hf_qwen2": {"type": "qwen2", "set": {"tie_word_embeddings": True, "rope_theta": 1000000.0, "sliding_window": 4096, "max_window_layers": 28}, "drop": ["head_dim"]},
+    "hf_qwen2_bf16": {"type": "qwen2", "set": {"num_key_value_heads": 1, "rope_theta": 1000000.0}, "dtype": "bf16"},
+    "hf_qwen3": {"type": "qwen3", "set": {"head_dim": 32, "tie_word_embeddings": True, "rope_theta": 1000000.0}},
+    "hf_qwen3_bias": {"type": "qwen3", "set": {"head_dim": 16, "num_key_value_heads": 4, "attention_bias": True}},
+    # Mistral's sliding_window (GQA 4/2): 5 keys, so the 12-token prompt and the 44 tokens in all
+    # run round the ring many times.
+    "hf_mistral_window": {"type": "mistral", "set": {"sliding_window": 5}},
 }
 
 

@@ -1,5 +1,6 @@
 """Write a random checkpoint in the exact Hugging Face layout (config.json, safetensors, optional
-tokenizer files) for the fla types gsa / gla / retnet / hgrn2, HF llama and abcd_llama (models/README.md).
+tokenizer files) for the fla types gsa / gla / retnet / hgrn2, HF llama / mistral / qwen2 / qwen3 and
+abcd_llama (models/README.md).
 
 Usage (from the repository root):
   /usr/bin/python3 models/write_hf_checkpoint.py --type gsa --preset tiny --out /tmp/gsa
@@ -18,7 +19,7 @@ import sys
 import time
 
 from abcd_ref.hf import DEFAULT_LEGACY, MODEL_TYPES, preset_config, state_bytes, write_checkpoint
-from abcd_ref.hf.config import PRESET_DTYPE, PRESETS, kv_bytes_per_token
+from abcd_ref.hf.config import LLAMA_TYPES, PRESET_DTYPE, PRESETS, kv_bytes_per_token
 
 
 def parse_value(text):
@@ -55,7 +56,7 @@ def config_from_args(args):
     if args.tied:
         overrides["tie_word_embeddings"] = True
     if args.num_kv_heads is not None:
-        overrides["num_key_value_heads" if args.type in ("llama", "abcd_llama") else "num_kv_heads"] = args.num_kv_heads
+        overrides["num_key_value_heads" if args.type in LLAMA_TYPES + ("abcd_llama",) else "num_kv_heads"] = args.num_kv_heads
     config = preset_config(args.type, args.preset, **overrides)
     for key in args.drop:
         config.pop(key, None)
@@ -81,7 +82,7 @@ def main(argv=None):
         legacy=legacy,
         tokenizer=args.tokenizer,
     )
-    fixed = 0 if args.type == "llama" else state_bytes(config)
+    fixed = 0 if args.type in LLAMA_TYPES else state_bytes(config)
     print(f"wrote {args.out} ({args.type}, {args.preset}, legacy {list(legacy)}) in {time.time() - start:.1f} s; "
           f"fp32 state bytes per sequence: {fixed} fixed + {kv_bytes_per_token(config)} per token")  # fmt: skip
 

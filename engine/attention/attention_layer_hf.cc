@@ -1,10 +1,11 @@
 // AttentionLayer::LoadHf: the attention sublayers of Hugging Face checkpoints, with the tensor
 // names as published (models/FORMAT.md, "Hugging Face checkpoints"): Llama's self_attn
-// q/k/v/o_proj (GQA, RoPE, optional biases) and the fla mixers gsa, gla, retnet and hgrn2 with
-// their gates and output norms, including the older fla names (g_norm for
-// g_norm_swish_gate). The projections are fused into one matrix per layer as for abcd's own
-// layers; everything the state kernels need besides (norm weights, the gla decay's second
-// factor, t2r feature maps, hgrn2 lower bounds) goes to the state.
+// q/k/v/o_proj (GQA, RoPE, optional biases; Mistral and Qwen2/Qwen3 alike, Qwen3 with its
+// per-head q_norm / k_norm, Mistral's sliding_window as a window ring of its key/value heads) and
+// the fla mixers gsa, gla, retnet and hgrn2 with their gates and output norms, including the older
+// fla names (g_norm for g_norm_swish_gate). The projections are fused into one matrix per layer as
+// for abcd's own layers; everything the state kernels need besides (norm weights, the gla decay's
+// second factor, t2r feature maps, hgrn2 lower bounds) goes to the state.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -82,7 +83,7 @@ absl::StatusOr<std::unique_ptr<AttentionState>> LoadLlama(const ModelConfig& c,
     if (a.qkv_bias) {
       ABCD_ASSIGN_OR_RETURN(bias, weights.Load(absl::StrCat(prefix, ".", name, ".bias"), {rows}));
     }
-    if (name == std::string("q_proj")) {  // 1/sqrt(hd) folded into q (RoPE is linear)
+    if (name == std::string("q_proj") && !a.qk_norm) {  // 1/sqrt(hd) folded into q (RoPE is linear)
       for (size_t i = first; i < p.fused.size(); ++i) p.fused[i] *= scale;
       for (float& b : bias) b *= scale;
     }
@@ -94,9 +95,22 @@ absl::StatusOr<std::unique_ptr<AttentionState>> LoadLlama(const ModelConfig& c,
     ABCD_ASSIGN_OR_RETURN(p.out_bias, weights.Load(prefix + ".o_proj.bias", {d}));
   }
   p.out_in = q;
-  return std::make_unique<SoftmaxState>(
-      a.heads, a.kv_heads, a.key_dim,
-      a.rope.enabled ? a.rope.InverseFrequencies(a.key_dim) : std::vector<float>{});
+  std::vector<float> inv_freq =
+      a.rope.enabled ? a.rope.InverseFrequencies(a.key_dim) : std::vector<float>{};
+  if (a.type == AttentionType::kWindow) {  // Mistral's sliding_window
+    return std::make_unique<WindowState>(a.heads, a.kv_heads, a.key_dim, a.window,
+                                         std::move(inv_freq));
+  }
+  if (!a.qk_norm) {
+    return std::make_unique<SoftmaxState>(a.heads, a.kv_heads, a.key_dim, std::move(inv_freq));
+  }
+  // Qwen3: q_norm / k_norm over each head before RoPE; the norm would undo a scale folded into
+  // q_proj, so 1/sqrt(hd) goes into q_norm's weight instead.
+  ABCD_ASSIGN_OR_RETURN(std::vector<float> q_norm, weights.Load(prefix + ".q_norm.weight", {hd}));
+  ABCD_ASSIGN_OR_RETURN(std::vector<float> k_norm, weights.Load(prefix + ".k_norm.weight", {hd}));
+  for (float& w : q_norm) w *= scale;
+  return std::make_unique<SoftmaxState>(a.heads, a.kv_heads, a.key_dim, std::move(inv_freq),
+                                        std::move(q_norm), std::move(k_norm), a.norm_eps);
 }
 
 // abcd_llama's t2r and abc layers: Llama's q/k/v/o (MHA, head_dim * heads == d) around abcd's
@@ -231,6 +245,7 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::LoadHf(const Mod
   absl::StatusOr<std::unique_ptr<AttentionState>> state;
   switch (spec.type) {
     case AttentionType::kSoftmax:
+    case AttentionType::kWindow:
       state = LoadLlama(config, spec, prefix, weights, p);
       break;
     case AttentionType::kT2r:

@@ -105,6 +105,7 @@ std::string DescribeShape(const AttentionSpec& spec) {
   if (spec.kv_heads != spec.heads) absl::StrAppend(&shape, ", kv_heads=", spec.kv_heads);
   absl::StrAppend(&shape, ", key_dim=", spec.key_dim);
   if (spec.value_dim != spec.key_dim) absl::StrAppend(&shape, ", value_dim=", spec.value_dim);
+  if (spec.qk_norm) absl::StrAppend(&shape, ", qk_norm");
   if (spec.rope.enabled) absl::StrAppend(&shape, ", rope theta=", spec.rope.theta);
   if (spec.rope.scaling == RopeSpec::Scaling::kLinear) {
     absl::StrAppend(&shape, " linear x", spec.rope.factor);
@@ -154,6 +155,9 @@ std::string DescribeAttention(const AttentionSpec& spec) {
     case AttentionType::kHgrn2:
       return absl::StrCat(name, "(", DescribeShape(spec), ")");
     case AttentionType::kWindow:
+      if (spec.heads > 0) {  // Hugging Face (Mistral's sliding_window)
+        return absl::StrCat(name, "(window=", spec.window, ", ", DescribeShape(spec), ")");
+      }
       if (spec.dilation != 1) {
         return absl::StrCat(name, "(window=", spec.window, ", dilation=", spec.dilation, ")");
       }

@@ -115,6 +115,7 @@ struct AttentionSpec {
   float norm_eps = 1e-6f;    // the mixer's output RMSNorm
   bool qkv_bias = false;     // Hugging Face softmax: q/k/v projections have biases
   bool o_bias = false;       // ... and the output projection
+  bool qk_norm = false;      // Hugging Face softmax (Qwen3): per-head RMSNorm of q and k (norm_eps)
   int layer_index = 0;       // hgrn2: which row of the model's lower bounds this layer uses
 
   // True when the per-sequence state has a fixed size (everything but softmax).

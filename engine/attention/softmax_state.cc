@@ -208,21 +208,41 @@ int64_t SoftmaxState::AttendedWidth(int64_t d_model) const {
   return prepared() ? static_cast<int64_t>(q_heads_) * head_dim_ : d_model;
 }
 
-void SoftmaxState::PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width,
-                               int64_t rows, std::span<const StateRef> states,
-                               float* prepared) const {
-  const int64_t width = PreparedWidth();
-  const int half = head_dim_ / 2;
+namespace {
+
+// Prepared rows q [q_heads * dh] | k [kv_heads * dh] | v [kv_heads * dh] from the projection
+// rows: optional per-head RMSNorms of q and k (q_norm empty: none), then RoPE at each row's
+// position (inv_freq empty: none).
+void PrepareGqaRows(CpuContext& ctx, const float* projection, int64_t projection_width,
+                    int64_t rows, std::span<const StateRef> states, float* prepared, int q_heads,
+                    int kv_heads, int head_dim, const std::vector<float>& inv_freq,
+                    const std::vector<float>& q_norm, const std::vector<float>& k_norm,
+                    float norm_eps) {
+  const int64_t width = static_cast<int64_t>(q_heads + 2 * kv_heads) * head_dim;
+  const int half = head_dim / 2;
   ctx.pool().ParallelFor(rows, [&](int64_t r) {
     float* out = prepared + r * width;
     std::copy(projection + r * projection_width, projection + r * projection_width + width, out);
-    if (rope_inv_freq_.empty()) return;
+    float* k = out + int64_t{q_heads} * head_dim;
+    if (!q_norm.empty()) {  // every head of q, then of k, as rows of head_dim
+      cpu::RmsNorm(out, q_heads, head_dim, q_norm.data(), norm_eps, out);
+      cpu::RmsNorm(k, kv_heads, head_dim, k_norm.data(), norm_eps, k);
+    }
+    if (inv_freq.empty()) return;
     absl::InlinedVector<float, 256> cos_sin(static_cast<size_t>(2 * half));
-    cpu::RopeAngles(states[static_cast<size_t>(r)].position, rope_inv_freq_.data(), half,
-                    cos_sin.data());
-    cpu::RotateHalf(out, q_heads_, half, cos_sin.data());                                   // q
-    cpu::RotateHalf(out + int64_t{q_heads_} * head_dim_, kv_heads_, half, cos_sin.data());  // k
+    cpu::RopeAngles(states[static_cast<size_t>(r)].position, inv_freq.data(), half, cos_sin.data());
+    cpu::RotateHalf(out, q_heads, half, cos_sin.data());  // q
+    cpu::RotateHalf(k, kv_heads, half, cos_sin.data());   // k
   });
+}
+
+}  // namespace
+
+void SoftmaxState::PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width,
+                               int64_t rows, std::span<const StateRef> states,
+                               float* prepared) const {
+  PrepareGqaRows(ctx, projection, projection_width, rows, states, prepared, q_heads_, kv_heads_,
+                 head_dim_, rope_inv_freq_, q_norm_, k_norm_, norm_eps_);
 }
 
 // Window layout: keys [span, d_model] then values [span, d_model], span = (window - 1) *
@@ -244,6 +264,15 @@ void WindowState::ReadHead(int h, const float* q, const StateRef& state, float* 
   const int64_t width = static_cast<int64_t>(n_heads_) * head_dim_;
   // Softmax is order-independent, so the ring can be read in storage order.
   const int64_t offset = static_cast<int64_t>(h) * head_dim_;
+  if (q_heads_ != n_heads_) {  // GQA: the group's query heads read key/value head h
+    const int group = q_heads_ / n_heads_;
+    const int64_t q_offset = offset * group;
+    const int64_t count = std::min<int64_t>(state.position + 1, window_);
+    SoftmaxReadGroup(q + q_offset, group, state.fixed + offset,
+                     state.fixed + window_ * width + offset, count, width, head_dim_,
+                     out + q_offset);
+    return;
+  }
   if (dilation_ == 1) {
     const int64_t count = std::min<int64_t>(state.position + 1, window_);
     SoftmaxReadHead(q + offset, state.fixed + offset, state.fixed + window_ * width + offset, count,
@@ -263,6 +292,28 @@ void WindowState::ReadHead(int h, const float* q, const StateRef& state, float* 
   }
   SoftmaxReadHead(q + offset, keys.data(), values.data(), count, head_dim_, head_dim_,
                   out + offset);
+}
+
+int64_t WindowState::PreparedWidth() const {
+  if (!prepared()) return 0;
+  return static_cast<int64_t>(q_heads_ + 2 * n_heads_) * head_dim_;
+}
+
+KernelRowLayout WindowState::PreparedLayout() const {
+  const int64_t q = static_cast<int64_t>(q_heads_) * head_dim_,
+                kv = static_cast<int64_t>(n_heads_) * head_dim_;
+  return {q, q + kv, q + 2 * kv, q + 2 * kv};
+}
+
+void WindowState::PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width,
+                              int64_t rows, std::span<const StateRef> states,
+                              float* prepared) const {
+  PrepareGqaRows(ctx, projection, projection_width, rows, states, prepared, q_heads_, n_heads_,
+                 head_dim_, rope_inv_freq_, {}, {}, 0.0f);
+}
+
+int64_t WindowState::AttendedWidth(int64_t d_model) const {
+  return prepared() ? static_cast<int64_t>(q_heads_) * head_dim_ : d_model;
 }
 
 }  // namespace abcd

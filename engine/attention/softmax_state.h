@@ -23,7 +23,8 @@ inline constexpr int64_t kSoftmaxBlockedRunRows = 8;
 // head j reads key/value head j / (q_heads / kv_heads), and one task (a "head" of the
 // interface) serves a whole group, reading its keys and values once for all of its queries.
 // With RoPE (Llama) the kernel rows are prepared: q and k turned by the row's position
-// (half-split) in a copy of the projection row.
+// (half-split) in a copy of the projection row. With per-head q/k norms (Qwen3's q_norm / k_norm)
+// each q and k head is RMS-normalised (times its weight) before it is turned.
 class SoftmaxState final : public AttentionState {
  public:
   SoftmaxState(int n_heads, int head_dim)
@@ -34,6 +35,17 @@ class SoftmaxState final : public AttentionState {
         kv_heads_(kv_heads),
         head_dim_(head_dim),
         rope_inv_freq_(std::move(rope_inv_freq)) {}
+  // ... and per-head RMSNorms of q and k before RoPE: weights [head_dim] each (q's may carry a
+  // folded scale), statistics over the head's head_dim values.
+  SoftmaxState(int q_heads, int kv_heads, int head_dim, std::vector<float> rope_inv_freq,
+               std::vector<float> q_norm, std::vector<float> k_norm, float norm_eps)
+      : q_heads_(q_heads),
+        kv_heads_(kv_heads),
+        head_dim_(head_dim),
+        rope_inv_freq_(std::move(rope_inv_freq)),
+        q_norm_(std::move(q_norm)),
+        k_norm_(std::move(k_norm)),
+        norm_eps_(norm_eps) {}
   int64_t FixedFloats() const override { return 0; }
   bool UsesKvCache() const override { return true; }
   void Init(float*) const override {}
@@ -57,7 +69,9 @@ class SoftmaxState final : public AttentionState {
   int64_t KvWidth() const { return static_cast<int64_t>(kv_heads_) * head_dim_; }
 
  private:
-  bool prepared() const { return !rope_inv_freq_.empty() || kv_heads_ != q_heads_; }
+  bool prepared() const {
+    return !rope_inv_freq_.empty() || kv_heads_ != q_heads_ || !q_norm_.empty();
+  }
   // Rows [begin, end) of the cache read by every query head (q: a kernel row), not yet
   // normalised: partial[q_heads], out[q_heads * head_dim].
   void ReadPartial(const float* q, const KvCache& kv, int64_t begin, int64_t end,
@@ -67,6 +81,8 @@ class SoftmaxState final : public AttentionState {
   int kv_heads_;
   int head_dim_;
   std::vector<float> rope_inv_freq_;
+  std::vector<float> q_norm_, k_norm_;  // empty: no q/k norms
+  float norm_eps_ = 0.0f;
 };
 
 // Softmax over `window` tokens t, t - dilation, ..., t - (window - 1) * dilation (dilation 1: the
@@ -75,23 +91,45 @@ class SoftmaxState final : public AttentionState {
 class WindowState final : public AttentionState {
  public:
   WindowState(int n_heads, int head_dim, int window, int dilation = 1)
-      : n_heads_(n_heads),
+      : q_heads_(n_heads),
+        n_heads_(n_heads),
         head_dim_(head_dim),
         window_(window),
         dilation_(dilation),
         span_(int64_t{window - 1} * dilation + 1) {}
+  // Mistral's sliding_window: the last `window` tokens of `kv_heads` key/value heads (GQA as in
+  // SoftmaxState: heads() counts the key/value heads, ReadHead(g) reads for every query head of
+  // group g), rows prepared as SoftmaxState's (q and k turned by RoPE before the key is kept).
+  WindowState(int q_heads, int kv_heads, int head_dim, int window, std::vector<float> rope_inv_freq)
+      : q_heads_(q_heads),
+        n_heads_(kv_heads),
+        head_dim_(head_dim),
+        window_(window),
+        dilation_(1),
+        span_(window),
+        rope_inv_freq_(std::move(rope_inv_freq)) {}
   int64_t FixedFloats() const override;
   void Init(float* fixed) const override;
   int heads() const override { return n_heads_; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
 
+  int64_t PreparedWidth() const override;
+  KernelRowLayout PreparedLayout() const override;
+  void PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width, int64_t rows,
+                   std::span<const StateRef> states, float* prepared) const override;
+  int64_t AttendedWidth(int64_t d_model) const override;
+
  private:
-  int n_heads_;
+  bool prepared() const { return !rope_inv_freq_.empty() || n_heads_ != q_heads_; }
+
+  int q_heads_;
+  int n_heads_;  // key/value heads (the ring's)
   int head_dim_;
   int window_;
   int dilation_;
   int64_t span_;  // ring rows
+  std::vector<float> rope_inv_freq_;
 };
 
 }  // namespace abcd

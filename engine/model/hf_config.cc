@@ -20,6 +20,7 @@ constexpr int64_t kMaxHidden = 1 << 16;
 constexpr int64_t kMaxVocab = 1 << 22;
 constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxIntermediate = 1 << 20;
+constexpr int64_t kMaxWindow = 1 << 20;
 
 absl::Status KeyError(absl::string_view file, absl::string_view key, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(file, " key \"", key, "\": ", message));
@@ -148,8 +149,9 @@ absl::StatusOr<RopeSpec> ParseRope(const HfFields& f, double default_theta) {
 }
 
 // Keys shared by every model type: vocabulary, width, depth, tied head, special ids.
-absl::Status ParseCommon(const HfFields& f, ModelConfig& c, absl::string_view layers_key) {
-  ABCD_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size", 32000, 1, kMaxVocab));
+absl::Status ParseCommon(const HfFields& f, ModelConfig& c, absl::string_view layers_key,
+                         int64_t default_vocab = 32000) {
+  ABCD_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size", default_vocab, 1, kMaxVocab));
   ABCD_ASSIGN_OR_RETURN(c.d_model, f.Int("hidden_size", std::nullopt, 2, kMaxHidden));
   ABCD_ASSIGN_OR_RETURN(const int layers, f.Int(layers_key, std::nullopt, 1, kMaxLayers));
   c.decoder_layers.resize(static_cast<size_t>(layers));
@@ -184,17 +186,50 @@ absl::Status ParseCommon(const HfFields& f, ModelConfig& c, absl::string_view la
   return absl::OkStatus();
 }
 
+bool IsQwen(const ModelConfig& c) {
+  return c.hf_model_type == "qwen2" || c.hf_model_type == "qwen3";
+}
+
+// Qwen2/Qwen3 sliding windows: use_sliding_window (false in every published Qwen2/2.5/3
+// checkpoint) would window the layers from max_window_layers on; transformers >= 4.53 also
+// writes the per-layer result as layer_types. Only full attention is served.
+absl::Status RefuseQwenWindows(const HfFields& f, const ModelConfig& c) {
+  ABCD_ASSIGN_OR_RETURN(const bool windowed, f.Bool("use_sliding_window", false));
+  if (windowed) {
+    return f.Error("use_sliding_window",
+                   "true is not supported (sliding-window layers from max_window_layers on; "
+                   "set it to false to serve the model with full attention)");
+  }
+  const json* types = f.Find("layer_types");
+  if (types == nullptr) return absl::OkStatus();
+  if (!types->is_array() || types->size() != c.decoder_layers.size()) {
+    return f.Error("layer_types", "must be a list with one entry per layer");
+  }
+  for (size_t i = 0; i < types->size(); ++i) {
+    if ((*types)[i] != "full_attention") {
+      return f.Error(absl::StrCat("layer_types[", i, "]"),
+                     "must be \"full_attention\" (sliding-window layers are not supported)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Llama and the models built like it: Mistral (sliding_window: null or a window), Qwen2 (q/k/v
+// biases, none on o_proj) and Qwen3 (per-head q_norm / k_norm before RoPE, head_dim 128 by default,
+// attention_bias on all four projections).
 absl::Status ParseLlama(const HfFields& f, ModelConfig& c) {
-  ABCD_RETURN_IF_ERROR(ParseCommon(f, c, "num_hidden_layers"));
+  const bool qwen3 = c.hf_model_type == "qwen3";
+  ABCD_RETURN_IF_ERROR(ParseCommon(f, c, "num_hidden_layers", IsQwen(c) ? 151936 : 32000));
   ABCD_ASSIGN_OR_RETURN(c.n_heads, f.Int("num_attention_heads", std::nullopt, 1, c.d_model));
   ABCD_ASSIGN_OR_RETURN(const int kv_heads, f.Int("num_key_value_heads", c.n_heads, 1, c.n_heads));
   if (c.n_heads % kv_heads != 0) {
     return f.Error("num_key_value_heads",
                    absl::StrCat("must divide num_attention_heads (", c.n_heads, ")"));
   }
-  ABCD_ASSIGN_OR_RETURN(const int head_dim, f.Int("head_dim", c.d_model / c.n_heads, 2, 4096));
+  ABCD_ASSIGN_OR_RETURN(const int head_dim,
+                        f.Int("head_dim", qwen3 ? 128 : c.d_model / c.n_heads, 2, 4096));
   if (head_dim % 2 != 0) return f.Error("head_dim", "must be even (rotary pairs)");
-  if (!f.Present("head_dim") && c.d_model % c.n_heads != 0) {
+  if (!qwen3 && !f.Present("head_dim") && c.d_model % c.n_heads != 0) {
     return f.Error("num_attention_heads", "must divide hidden_size when head_dim is absent");
   }
   ABCD_ASSIGN_OR_RETURN(c.d_ff, f.Int("intermediate_size", std::nullopt, 1, kMaxIntermediate));
@@ -206,25 +241,37 @@ absl::Status ParseLlama(const HfFields& f, ModelConfig& c) {
   ABCD_ASSIGN_OR_RETURN(const double eps, f.Number("rms_norm_eps", 1e-6, 0.0, 1.0));
   c.layer_norm_eps = static_cast<float>(eps);
   ABCD_ASSIGN_OR_RETURN(const RopeSpec rope, ParseRope(f, 10000.0));
-  ABCD_ASSIGN_OR_RETURN(const bool attention_bias, f.Bool("attention_bias", false));
-  ABCD_ASSIGN_OR_RETURN(const bool mlp_bias, f.Bool("mlp_bias", false));
-  c.hf_mlp_bias = mlp_bias;
-  if (f.Present("sliding_window") && c.hf_model_type == "mistral") {
-    ABCD_RETURN_IF_ERROR(
-        f.RefuseIfSet("sliding_window",
-                      "a windowed GQA layer is not implemented yet (set it to null to serve "
-                      "the model with full attention)"));
+  // Qwen2's q/k/v projections always have biases and o_proj none (no attention_bias key).
+  bool qkv_bias = true, o_bias = false;
+  if (c.hf_model_type != "qwen2") {
+    ABCD_ASSIGN_OR_RETURN(qkv_bias, f.Bool("attention_bias", false));
+    o_bias = qkv_bias;
+  }
+  // Qwen2/Qwen3 have no MLP biases (no mlp_bias key).
+  c.hf_mlp_bias = false;
+  if (!IsQwen(c)) {
+    ABCD_ASSIGN_OR_RETURN(c.hf_mlp_bias, f.Bool("mlp_bias", false));
+  }
+  if (IsQwen(c)) ABCD_RETURN_IF_ERROR(RefuseQwenWindows(f, c));
+  // Mistral's sliding_window: query t attends to keys s with t - s < window (transformers'
+  // sliding-window mask), served by a ring of the last `window` keys and values per layer.
+  int window = 0;
+  if (c.hf_model_type == "mistral" && f.Present("sliding_window")) {
+    ABCD_ASSIGN_OR_RETURN(window, f.Int("sliding_window", std::nullopt, 1, kMaxWindow));
   }
   for (LayerSpec& layer : c.decoder_layers) {
     AttentionSpec& a = layer.attention;
-    a.type = AttentionType::kSoftmax;
+    a.type = window > 0 ? AttentionType::kWindow : AttentionType::kSoftmax;
+    a.window = window;
     a.heads = c.n_heads;
     a.kv_heads = kv_heads;
     a.key_dim = head_dim;
     a.value_dim = head_dim;
     a.rope = rope;
-    a.qkv_bias = attention_bias;
-    a.o_bias = attention_bias;
+    a.qkv_bias = qkv_bias;
+    a.o_bias = o_bias;
+    a.qk_norm = qwen3;
+    a.norm_eps = c.layer_norm_eps;
   }
   return absl::OkStatus();
 }
@@ -524,7 +571,9 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const json& root, absl::string_view ge
   ModelConfig c;
   ABCD_ASSIGN_OR_RETURN(c.hf_model_type, f.String("model_type", ""));
   const std::string& type = c.hf_model_type;
-  if (type == "llama" || type == "mistral") {
+  const bool llama_like =
+      type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3";
+  if (llama_like) {
     ABCD_RETURN_IF_ERROR(ParseLlama(f, c));
   } else if (type == "abcd_llama") {
     ABCD_RETURN_IF_ERROR(ParseLlama(f, c));
@@ -540,10 +589,10 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const json& root, absl::string_view ge
   } else {
     return f.Error("model_type",
                    absl::StrCat("\"", type.substr(0, 64),
-                                "\" is not supported (llama, mistral, gsa, gla, retnet, hgrn2, "
-                                "abcd_llama)"));
+                                "\" is not supported (llama, mistral, qwen2, qwen3, gsa, gla, "
+                                "retnet, hgrn2, abcd_llama)"));
   }
-  if (type != "llama" && type != "mistral" && type != "abcd_llama") {
+  if (!llama_like && type != "abcd_llama") {
     ABCD_RETURN_IF_ERROR(ParseFlaHybrid(f, c));
   }
   ABCD_RETURN_IF_ERROR(ApplyGenerationConfig(generation_config, c));

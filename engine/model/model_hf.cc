@@ -1,5 +1,5 @@
 // Model::LoadHf: Hugging Face checkpoints under their published tensor names
-// (models/FORMAT.md, "Hugging Face checkpoints"). Llama/Mistral:
+// (models/FORMAT.md, "Hugging Face checkpoints"). Llama/Mistral/Qwen2/Qwen3:
 //   model.embed_tokens, model.layers.i.{input_layernorm, self_attn.*, post_attention_layernorm,
 //   mlp.{gate,up,down}_proj}, model.norm, lm_head
 // fla (gsa, gla, retnet, hgrn2):
@@ -17,8 +17,8 @@ namespace abcd {
 namespace {
 
 bool IsLlamaNaming(const ModelConfig& c) {
-  return c.hf_model_type == "llama" || c.hf_model_type == "mistral" ||
-         c.hf_model_type == "abcd_llama";
+  return c.hf_model_type == "llama" || c.hf_model_type == "mistral" || c.hf_model_type == "qwen2" ||
+         c.hf_model_type == "qwen3" || c.hf_model_type == "abcd_llama";
 }
 
 // The first of `names` present (the current name first); the first when none is.

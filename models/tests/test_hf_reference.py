@@ -185,7 +185,7 @@ class ConfigTest(TempDirTest):
                 self.assertEqual(read["model_type"], model_type)
                 self.assertEqual(read["architectures"], [hf.config.ARCHITECTURES[model_type]])
                 self.assertEqual(vars(hf.resolve(read)), vars(hf.resolve(config)))
-                if model_type not in ("llama", "abcd_llama"):
+                if model_type not in hf.config.LLAMA_TYPES + ("abcd_llama",):
                     self.assertIsNone(read["intermediate_size"])  # exercised: the rounding rule
                     self.assertIn("hidden_ratio", read)
                 else:
@@ -254,6 +254,9 @@ class ConfigTest(TempDirTest):
             ("llama", {"rope_parameters": {"rope_type": "yarn", "factor": 2.0}}, "rope_parameters.rope_type"),
             ("llama", {"rope_scaling": {"type": "llama3", "factor": 8.0}}, "low_freq_factor"),
             ("llama", {"num_key_value_heads": 3}, "num_attention_heads"),
+            ("qwen2", {"use_sliding_window": True}, "use_sliding_window"),
+            ("qwen3", {"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
+            ("mistral", {"sliding_window": 0}, "sliding_window"),
         ]
         for model_type, overrides, field in cases:
             with self.subTest(field=field), self.assertRaisesRegex(ConfigError, field):
@@ -340,6 +343,9 @@ class MathTest(unittest.TestCase):
             "retnet_gqa": {"num_kv_heads": 2},
             "hgrn2": {},
             "llama": {"num_key_value_heads": 2, "attention_bias": True, "mlp_bias": True},
+            "mistral": {"sliding_window": 5},
+            "qwen2": {"tie_word_embeddings": True},
+            "qwen3": {"head_dim": 32, "attention_bias": True},
         }
         for case, overrides in cases.items():
             with self.subTest(case):
@@ -356,13 +362,51 @@ class MathTest(unittest.TestCase):
                 torch.testing.assert_close(hf.run_recurrent(model, ids[:, 10:], state)[0], recurrent[:, 10:])
 
 
+class LlamaLikeTest(unittest.TestCase):
+    """Mistral's window, Qwen2's biases and Qwen3's q/k norms, each checked by a property of the math."""
+
+    def model(self, model_type, **overrides):
+        model = hf.build_model(hf.preset_config(model_type, **overrides))
+        model.load_state_dict({n: random_tensor(n, list(t.shape), 7) for n, t in model.state_dict().items()})
+        return model.double()
+
+    @torch.no_grad()
+    def test_mistral_window_forgets_tokens_beyond_its_reach(self):
+        model, w = self.model("mistral", sliding_window=4), 4
+        ids = tokens(20, seed=2)
+        changed = ids.clone()
+        changed[0, 0] = 4 if ids[0, 0] != 4 else 5
+        a, b = model(ids), model(changed)
+        reach = 2 * (w - 1)  # two layers: token 0 reaches positions <= 2 (w - 1)
+        self.assertGreater((a[0, reach] - b[0, reach]).abs().max().item(), 1e-6)
+        torch.testing.assert_close(a[0, reach + 1 :], b[0, reach + 1 :], rtol=0, atol=1e-12)
+        full = self.model("mistral", sliding_window=None)
+        torch.testing.assert_close(full(ids)[0, :w], a[0, :w], rtol=0, atol=1e-12)  # same weights
+
+    @torch.no_grad()
+    def test_qwen2_biases_are_on_qkv_only(self):
+        attn = self.model("qwen2").model.layers[0].self_attn
+        self.assertEqual([p.bias is not None for p in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)], [True] * 3 + [False])
+
+    @torch.no_grad()
+    def test_qwen3_norms_make_q_and_k_scale_free(self):
+        model = self.model("qwen3", head_dim=32, rms_norm_eps=1e-30)
+        ids = tokens(12, seed=3)
+        before = model(ids)
+        for layer in model.model.layers:  # q and k heads are RMS-normalised before RoPE: any scale cancels
+            layer.self_attn.q_proj.weight.mul_(3.0)
+            layer.self_attn.k_proj.weight.mul_(0.25)
+        torch.testing.assert_close(model(ids), before, rtol=1e-9, atol=1e-9)
+        self.assertEqual(model.model.layers[0].self_attn.q_proj.weight.shape[0], 4 * 32)  # explicit head_dim
+
+
 class FixtureTest(unittest.TestCase):
     @torch.no_grad()
     def test_committed_hf_fixtures_reproduce(self):
         """The hf_* golden fixtures are listed in index.json and the reference still computes their logits."""
         golden_dir = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "golden"
         names = [n for n in json.loads((golden_dir / "index.json").read_text()) if n.startswith("hf_")]
-        self.assertEqual(len(names), 17)
+        self.assertEqual(len(names), 22)
         for name in names:
             with self.subTest(name):
                 golden = load_file(golden_dir / name / "golden.safetensors")

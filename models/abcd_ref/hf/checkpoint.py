@@ -16,7 +16,7 @@ import torch
 
 from ..config import ConfigError
 from ..safetensors_io import load_file, save_file_streamed
-from .config import FLA_TYPES, GLA_GATE_LOW_RANK_DIM, resolve
+from .config import FLA_TYPES, GLA_GATE_LOW_RANK_DIM, LLAMA_TYPES, resolve
 from .gated_linear import GatedLinearAttention, HGRN2Attention, MultiScaleRetention
 from .gsa import GatedSlotAttention
 from .hybrid import AbcdLlamaForCausalLM, FlaAttention
@@ -39,7 +39,7 @@ INDEX_NAME = "model.safetensors.index.json"
 def build_model(config):
     """A reference model (fp32, weights uninitialised) for an HF config dict."""
     c = resolve(config)
-    if c.model_type == "llama":
+    if c.model_type in LLAMA_TYPES:
         return LlamaForCausalLM(c)
     if c.model_type == "abcd_llama":
         return AbcdLlamaForCausalLM(c)
@@ -99,9 +99,10 @@ def tensor_shapes(config):
     mlp = [("gate_proj", [inter, d]), ("up_proj", [inter, d]), ("down_proj", [d, inter])]
     mlp = [(f"mlp.{n}.{p}", shape if p == "weight" else shape[:1]) for n, shape in mlp for p in ("weight", "bias")[: 1 + bias]]
     shapes = []
-    if c.model_type in ("llama", "abcd_llama"):
-        bias = c.attention_bias
-        attn = _llama_attn_shapes(c, "self_attn.", c.num_heads, c.num_kv_heads, c.head_dim, bias, bias)
+    if c.model_type in LLAMA_TYPES + ("abcd_llama",):
+        attn = _llama_attn_shapes(c, "self_attn.", c.num_heads, c.num_kv_heads, c.head_dim, c.attention_bias, c.o_bias)
+        if c.qk_norm:  # Qwen3: per-head RMSNorm weights of q and k
+            attn += [("self_attn.q_norm.weight", [c.head_dim]), ("self_attn.k_norm.weight", [c.head_dim])]
         specs = c.abcd_layers if c.model_type == "abcd_llama" else [None] * c.num_layers
         blocks = [attn + [("self_attn." + n, s) for n, s in (_abcd_extra_shapes(c, spec) if spec else [])] for spec in specs]
         blocks = [[("input_layernorm.weight", [d])] + b + [("post_attention_layernorm.weight", [d])] + mlp for b in blocks]
@@ -294,7 +295,7 @@ def to_current_layout(tensors, config):
     """Rename / split the legacy fla layouts into the current tensor names (detected from the names)."""
     c = resolve(config)
     tensors = dict(tensors)
-    if c.model_type in ("llama", "abcd_llama"):
+    if c.model_type in LLAMA_TYPES + ("abcd_llama",):
         return tensors
 
     def rename(old, new):
@@ -337,7 +338,7 @@ def load_checkpoint(model_dir):
             raise ValueError(f"{model_dir}: tensor {name} has shape {list(tensor.shape)}, expected {expected[name]}")
     state = {name: t.to(torch.float32) for name, t in tensors.items()}
     if model.config.tie_word_embeddings:
-        embedding = "model.embed_tokens.weight" if model.config.model_type in ("llama", "abcd_llama") else "model.embeddings.weight"
+        embedding = "model.embed_tokens.weight" if model.config.model_type in LLAMA_TYPES + ("abcd_llama",) else "model.embeddings.weight"
         state["lm_head.weight"] = state[embedding]
     model.load_state_dict(state)
     return model, config

@@ -1,4 +1,6 @@
-"""Hugging Face config.json of the fla models (gsa, gla, retnet, hgrn2), of HF Llama and of abcd_llama.
+"""Hugging Face config.json of the fla models (gsa, gla, retnet, hgrn2), of HF Llama and the models built
+like it (mistral: sliding_window; qwen2: q/k/v biases; qwen3: per-head q_norm / k_norm, explicit
+head_dim), and of abcd_llama.
 
 fla models may be hybrids: `attn` {"layers": [i, ...], "num_heads", "num_kv_heads", "qkv_bias",
 "rope_theta", "window_size": null, "qk_norm": false} makes the listed layers fla softmax attention
@@ -18,7 +20,9 @@ from types import SimpleNamespace
 from ..config import ConfigError
 
 FLA_TYPES = ("gsa", "gla", "retnet", "hgrn2")
-MODEL_TYPES = ("llama",) + FLA_TYPES + ("abcd_llama",)
+# Llama and the model types built like it (same tensor names; models/FORMAT.md).
+LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+MODEL_TYPES = ("llama",) + FLA_TYPES + ("abcd_llama", "mistral", "qwen2", "qwen3")
 ABCD_LAYER_TYPES = ("softmax", "t2r", "abc")
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -27,6 +31,9 @@ ARCHITECTURES = {
     "retnet": "RetNetForCausalLM",
     "hgrn2": "HGRN2ForCausalLM",
     "abcd_llama": "AbcdLlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
 }
 GSA_FEATURE_MAPS = ("swish", "relu", "t2r")
 # HF ACT2FN names the GLA/RetNet `feature_map` may name (applied to q and k).
@@ -122,10 +129,46 @@ _LLAMA_DEFAULTS = {
     "mlp_bias": False,
 }
 
+# The transformers config class defaults of the Llama-built types (MistralConfig, Qwen2Config, Qwen3Config).
+_LLAMA_LIKE_DEFAULTS = {
+    "mistral": {
+        **{k: v for k, v in _LLAMA_DEFAULTS.items() if k not in ("pretraining_tp", "rope_scaling", "attention_bias", "mlp_bias")},
+        "intermediate_size": 14336,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 4096 * 32,
+        "sliding_window": 4096,
+    },
+    "qwen2": {
+        **{k: v for k, v in _LLAMA_DEFAULTS.items() if k not in ("pretraining_tp", "rope_scaling", "attention_bias", "mlp_bias", "head_dim")},
+        "vocab_size": 151936,
+        "intermediate_size": 22016,
+        "num_key_value_heads": 32,
+        "max_position_embeddings": 32768,
+        "rope_scaling": None,
+        "use_sliding_window": False,
+        "sliding_window": 4096,
+        "max_window_layers": 28,
+    },
+    "qwen3": {
+        **{k: v for k, v in _LLAMA_DEFAULTS.items() if k not in ("pretraining_tp", "mlp_bias")},
+        "vocab_size": 151936,
+        "intermediate_size": 22016,
+        "num_key_value_heads": 32,
+        "head_dim": 128,
+        "max_position_embeddings": 32768,
+        "use_sliding_window": False,
+        "sliding_window": 4096,
+        "max_window_layers": 28,
+    },
+}
+
 # Writer presets: `tiny` (fixtures and tests) and `1.3b` (the fla-hub 1.3B shapes; Llama of the same width).
 PRESETS = {
     "tiny": {
         "llama": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128},
+        **{t: {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128}
+           for t in ("mistral", "qwen2")},  # fmt: skip
+        "qwen3": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "head_dim": 16},
         "gsa": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4, "num_slots": 8},
         "gla": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4},
         "retnet": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4},
@@ -169,7 +212,9 @@ def default_config(model_type):
     """The full config dict of `model_type` with the config class defaults (every key explicit)."""
     if model_type not in MODEL_TYPES:
         raise ConfigError(f"model_type must be one of {list(MODEL_TYPES)}, got {model_type!r}")
-    if model_type in ("llama", "abcd_llama"):
+    if model_type in _LLAMA_LIKE_DEFAULTS:
+        base = dict(_LLAMA_LIKE_DEFAULTS[model_type])
+    elif model_type in ("llama", "abcd_llama"):
         base = dict(_LLAMA_DEFAULTS)
     else:
         base = dict(_FLA_COMMON)
@@ -182,10 +227,10 @@ def preset_config(model_type, preset="tiny", **overrides):
     if preset not in PRESETS:
         raise ConfigError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
     config = default_config(model_type)
-    config.update(PRESETS[preset][model_type])
+    config.update(PRESETS[preset].get(model_type, PRESETS[preset]["llama"]))
     config["vocab_size"] = PRESET_VOCAB[preset]
     config.update(overrides)
-    if model_type in ("llama", "abcd_llama"):
+    if model_type in LLAMA_TYPES + ("abcd_llama",):
         if config.get("num_key_value_heads") is None:
             config["num_key_value_heads"] = config["num_attention_heads"]
         if config.get("head_dim") is None:
@@ -227,7 +272,7 @@ def resolve(config):
         raise ConfigError(f"config.json: 'model_type' must be one of {list(MODEL_TYPES)}, got {model_type!r}")
     if model_type == "abcd_llama":
         return _resolve_abcd_llama(config)
-    return _resolve_llama(config) if model_type == "llama" else _resolve_fla(config, model_type)
+    return _resolve_llama(config) if model_type in LLAMA_TYPES else _resolve_fla(config, model_type)
 
 
 def _resolve_fla(config, model_type):
@@ -363,8 +408,12 @@ def rope_settings(config):
     return float(theta), {"rope_type": kind, **{name: float(scaling[name]) for name in required}}
 
 
-def _resolve_llama(config, where="config.json (llama)"):
-    merged = dict(_LLAMA_DEFAULTS)
+def _resolve_llama(config, where=None):
+    model_type = config.get("model_type", "llama")
+    if model_type not in LLAMA_TYPES:
+        model_type = "llama"  # abcd_llama: Llama's keys
+    where = where or f"config.json ({model_type})"
+    merged = dict(_LLAMA_LIKE_DEFAULTS.get(model_type, _LLAMA_DEFAULTS))
     merged.update(config)
     if merged["hidden_act"] != "silu":
         raise ConfigError(f"{where}: 'hidden_act' {merged['hidden_act']!r} is not supported (only 'silu')")
@@ -372,13 +421,25 @@ def _resolve_llama(config, where="config.json (llama)"):
     heads = _positive_int(where, "num_attention_heads", merged["num_attention_heads"])
     kv = merged["num_key_value_heads"]
     kv = heads if kv is None else _positive_int(where, "num_key_value_heads", kv)
-    head_dim = merged["head_dim"]
+    head_dim = merged.get("head_dim")
+    if head_dim is None and model_type == "qwen3":
+        head_dim = 128  # Qwen3Config's default
     head_dim = _divides(where, "hidden_size", d, heads) if head_dim is None else _positive_int(where, "head_dim", head_dim)
     if head_dim % 2:
         raise ConfigError(f"{where}: 'head_dim' {head_dim} must be even (RoPE)")
     theta, scaling = rope_settings(config)
+    if model_type in ("qwen2", "qwen3"):
+        if merged.get("use_sliding_window"):
+            raise ConfigError(f"{where}: 'use_sliding_window' true is not supported (only full attention)")
+        if any(t != "full_attention" for t in merged.get("layer_types") or ()):
+            raise ConfigError(f"{where}: 'layer_types' must all be \"full_attention\", got {merged['layer_types']!r}")
+    window = merged.get("sliding_window") if model_type == "mistral" else None
+    if window is not None:
+        window = _positive_int(where, "sliding_window", window)
+    # Qwen2: q/k/v biases always, o_proj none; Qwen3 / Llama / Mistral: attention_bias on all four.
+    qkv_bias = True if model_type == "qwen2" else bool(merged.get("attention_bias", False))
     return SimpleNamespace(
-        model_type="llama",
+        model_type=model_type,
         vocab_size=_positive_int(where, "vocab_size", merged["vocab_size"]),
         hidden_size=d,
         num_layers=_positive_int(where, "num_hidden_layers", merged["num_hidden_layers"]),
@@ -391,8 +452,11 @@ def _resolve_llama(config, where="config.json (llama)"):
         head_dim=head_dim,
         rope_theta=theta,
         rope_scaling=scaling,
-        attention_bias=bool(merged["attention_bias"]),
-        mlp_bias=bool(merged["mlp_bias"]),
+        attention_bias=qkv_bias,
+        o_bias=False if model_type == "qwen2" else qkv_bias,
+        mlp_bias=bool(merged.get("mlp_bias", False)),
+        qk_norm=model_type == "qwen3",
+        sliding_window=window,
     )
 
 
@@ -440,7 +504,7 @@ def kv_bytes_per_token(config):
     """fp32 KV cache bytes per token of the softmax layers (llama: all; fla hybrids: `attn.layers`;
     abcd_llama: its softmax layers); 0 for a model without softmax layers."""
     c = resolve(config)
-    if c.model_type == "llama":
+    if c.model_type in LLAMA_TYPES:
         return 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
     if c.model_type == "abcd_llama":
         return sum(2 * c.num_heads * c.head_dim * 4 for spec in c.abcd_layers if spec.type == "softmax")
@@ -455,7 +519,7 @@ def state_bytes(config):
     head_dim * 4). abcd_llama: t2r layers H r (hd + 1) (S and z), abc layers H n (2 hd + 1) (K~, V~
     and the log normaliser); its softmax layers are in kv_bytes_per_token."""
     c = resolve(config)
-    if c.model_type == "llama":
+    if c.model_type in LLAMA_TYPES:
         return kv_bytes_per_token(config)
     if c.model_type == "abcd_llama":
         per = {"softmax": lambda s: 0, "t2r": lambda s: s.features * (c.head_dim + 1), "abc": lambda s: s.slots * (2 * c.head_dim + 1)}

@@ -1,6 +1,10 @@
 """HF Llama (`LlamaForCausalLM`, model_type llama): pre-norm blocks of softmax attention with
 half-split RoPE (linear / llama3 scaling, theta from `rope_parameters` or `rope_theta`), GQA, optional
 attention and MLP biases, SwiGLU MLP, final RMSNorm, untied or tied head; no embedding scale.
+The same class serves the model types built like it (written from transformers' modeling files):
+Mistral (`sliding_window`: query t sees keys s with t - s < window), Qwen2 (q/k/v biases, none on
+o_proj) and Qwen3 (`q_norm` / `k_norm`: RMSNorm over each head's head_dim values, rms_norm_eps, on q
+and k before RoPE).
 
 `step` appends to a KV cache (state: per layer k, v [B, t, Hkv, head_dim] and the position); `forward`
 is the parallel causal form. Tensor names are the HF ones (`model.embed_tokens`, `model.layers.{i}.
@@ -22,7 +26,10 @@ class LlamaAttention(nn.Module):
         self.q_proj = nn.Linear(d, c.num_heads * hd, bias=c.attention_bias)
         self.k_proj = nn.Linear(d, c.num_kv_heads * hd, bias=c.attention_bias)
         self.v_proj = nn.Linear(d, c.num_kv_heads * hd, bias=c.attention_bias)
-        self.o_proj = nn.Linear(c.num_heads * hd, d, bias=c.attention_bias)
+        self.o_proj = nn.Linear(c.num_heads * hd, d, bias=getattr(c, "o_bias", c.attention_bias))
+        if getattr(c, "qk_norm", False):
+            self.q_norm = RMSNorm(hd, c.norm_eps)
+            self.k_norm = RMSNorm(hd, c.norm_eps)
 
     def project(self, h, positions, inv_freq):
         """h [B, T, d] -> q [B, T, H, hd], k, v [B, T, Hkv, hd] with RoPE at `positions` [T]."""
@@ -31,6 +38,8 @@ class LlamaAttention(nn.Module):
         q = self.q_proj(h).view(b, t, c.num_heads, c.head_dim)
         k = self.k_proj(h).view(b, t, c.num_kv_heads, c.head_dim)
         v = self.v_proj(h).view(b, t, c.num_kv_heads, c.head_dim)
+        if getattr(c, "qk_norm", False):
+            q, k = self.q_norm(q), self.k_norm(k)
         return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v
 
     def attend(self, q, k, v, causal_offset):
@@ -40,6 +49,9 @@ class LlamaAttention(nn.Module):
         scores = torch.einsum("bthd,bshd->bhts", q, k).to(compute_dtype(q.dtype)) / c.head_dim**0.5
         t, s = q.shape[1], k.shape[1]
         visible = torch.arange(s)[None, :] <= torch.arange(t)[:, None] + causal_offset
+        window = getattr(c, "sliding_window", None)
+        if window is not None:  # Mistral: the last `window` keys, the query's own included
+            visible &= torch.arange(s)[None, :] > torch.arange(t)[:, None] + causal_offset - window
         scores = scores.masked_fill(~visible, -float("inf"))
         weights = scores.softmax(-1).to(q.dtype)
         out = torch.einsum("bhts,bshd->bthd", weights, v)

@@ -171,6 +171,116 @@ TEST(HfConfig, RefusalsNameTheKey) {
   }
 }
 
+// Qwen2.5-0.5B's config.json (model_type qwen2): tied, theta 1e6, a sliding_window that
+// use_sliding_window false leaves unused.
+json Qwen2() {
+  return json::parse(R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151643,
+    "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+    "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
+    "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+// Qwen3-0.6B's config.json: head_dim 128 with hidden_size 1024 and 16 heads.
+json Qwen3() {
+  return json::parse(R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+    "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+    "intermediate_size": 3072, "max_position_embeddings": 40960, "max_window_layers": 28,
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000,
+    "sliding_window": null, "tie_word_embeddings": true, "use_sliding_window": false,
+    "vocab_size": 151936})");
+}
+
+TEST(HfConfig, Qwen2HasQkvBiasesAndNoOutputBias) {
+  absl::StatusOr<ModelConfig> c = Parse(Qwen2());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->tie_embeddings);
+  EXPECT_EQ(c->eos_id, 151643);
+  const AttentionSpec& a = c->decoder_layers[23].attention;
+  EXPECT_EQ(a.type, AttentionType::kSoftmax);
+  EXPECT_EQ(a.heads, 14);
+  EXPECT_EQ(a.kv_heads, 2);
+  EXPECT_EQ(a.key_dim, 64);
+  EXPECT_TRUE(a.qkv_bias);
+  EXPECT_FALSE(a.o_bias);
+  EXPECT_FALSE(a.qk_norm);
+  EXPECT_DOUBLE_EQ(a.rope.theta, 1e6);
+  EXPECT_FALSE(c->hf_mlp_bias);
+  // attention_bias is not a Qwen2 key: the biases are there whatever it says.
+  json config = Qwen2();
+  config["attention_bias"] = false;
+  c = Parse(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->decoder_layers[0].attention.qkv_bias);
+}
+
+TEST(HfConfig, Qwen3HasPerHeadQkNormsAndAnExplicitHeadDim) {
+  absl::StatusOr<ModelConfig> c = Parse(Qwen3());
+  ASSERT_TRUE(c.ok()) << c.status();
+  const AttentionSpec& a = c->decoder_layers[0].attention;
+  EXPECT_EQ(a.heads, 16);
+  EXPECT_EQ(a.kv_heads, 8);
+  EXPECT_EQ(a.key_dim, 128);  // not 1024 / 16
+  EXPECT_TRUE(a.qk_norm);
+  EXPECT_FLOAT_EQ(a.norm_eps, 1e-6f);
+  EXPECT_FALSE(a.qkv_bias);
+  EXPECT_FALSE(a.o_bias);
+  EXPECT_EQ(DescribeAttention(a),
+            "softmax(heads=16, kv_heads=8, key_dim=128, qk_norm, rope theta=1e+06)");
+  json config = Qwen3();
+  config["attention_bias"] = true;
+  config.erase("head_dim");  // Qwen3Config's default: 128
+  c = Parse(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->decoder_layers[0].attention.qkv_bias);
+  EXPECT_TRUE(c->decoder_layers[0].attention.o_bias);
+  EXPECT_EQ(c->decoder_layers[0].attention.key_dim, 128);
+}
+
+TEST(HfConfig, QwenSlidingWindowsAreRefusedNamingTheKey) {
+  for (const json& base : {Qwen2(), Qwen3()}) {
+    json config = base;
+    config["use_sliding_window"] = true;
+    EXPECT_NE(HfErrorFor(config).find("\"use_sliding_window\": true is not supported"),
+              std::string::npos);
+    config = base;
+    config["layer_types"] = json::array();
+    for (int i = 0; i < config["num_hidden_layers"].get<int>(); ++i) {
+      config["layer_types"].push_back(i == 3 ? "sliding_attention" : "full_attention");
+    }
+    EXPECT_NE(HfErrorFor(config).find("\"layer_types[3]\""), std::string::npos);
+    config["layer_types"][3] = "full_attention";
+    EXPECT_TRUE(Parse(config).ok());
+  }
+}
+
+TEST(HfConfig, MistralSlidingWindowIsAWindowOfItsKeyValueHeads) {
+  json config = Llama();
+  config["model_type"] = "mistral";
+  config["sliding_window"] = 4096;
+  absl::StatusOr<ModelConfig> c = Parse(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const AttentionSpec& a = c->decoder_layers[1].attention;
+  EXPECT_EQ(a.type, AttentionType::kWindow);
+  EXPECT_EQ(a.window, 4096);
+  EXPECT_TRUE(a.bounded());
+  EXPECT_EQ(DescribeAttention(a),
+            "window(window=4096, heads=4, kv_heads=2, key_dim=16, rope theta=10000)");
+  config["sliding_window"] = nullptr;  // Mistral 7B v0.2 on: full attention
+  c = Parse(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->decoder_layers[0].attention.type, AttentionType::kSoftmax);
+  config["sliding_window"] = 0;
+  EXPECT_NE(HfErrorFor(config).find("\"sliding_window\""), std::string::npos);
+  config["model_type"] = "llama";  // not a Llama key: ignored
+  EXPECT_TRUE(Parse(config).ok());
+}
+
 TEST(HfConfig, HugeWidthIsRefusedAtOnce) {
   json config = Llama();
   config["hidden_size"] = 1000000000;
