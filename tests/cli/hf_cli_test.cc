@@ -214,6 +214,41 @@ TEST(HfCli, PytorchBinOnlyIsRefused) {
   ExpectOneLineError(RunCli("info --model " + f.dir()), {f.dir(), "pytorch_model.bin"});
 }
 
+// A tokenizer.json alone (a small SentencePiece-style BPE, fewer pieces than vocab_size)
+// serves: info names it, generate tokenizes the prompt and decodes with it.
+TEST(HfCli, TokenizerJsonAloneServes) {
+  const DamagedFixture f("hf_llama");
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}, {"\u2581", 3}, {"\u2581h", 4}};
+  for (char c = 'a'; c <= 'z'; ++c) vocab[std::string(1, c)] = static_cast<int>(vocab.size());
+  json added = json::array();
+  for (int id = 0; id < 3; ++id) {
+    added.push_back({{"id", id},
+                     {"content", id == 0   ? "<unk>"
+                                 : id == 1 ? "<s>"
+                                           : "</s>"},
+                     {"special", true},
+                     {"normalized", false}});
+  }
+  const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  const json tokenizer = {
+      {"version", "1.0"},
+      {"added_tokens", added},
+      {"normalizer", replace},
+      {"model",
+       {{"type", "BPE"}, {"unk_token", "<unk>"}, {"vocab", vocab}, {"merges", {"\u2581 h"}}}},
+      {"decoder", {{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}}}};
+  WriteFile(f.file("tokenizer.json"), tokenizer.dump());
+  const CliResult info = RunCli("info --model " + f.dir());
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_NE(
+      info.output.find("tokenizer: tokenizer.json, 31 pieces (vocab_size 96: 65 padding ids)"),
+      std::string::npos)
+      << info.output;
+  const CliResult generated =
+      RunCli("generate --prompt \"hi there\" --max-tokens 3 --model " + f.dir());
+  EXPECT_EQ(generated.exit_code, 0) << generated.output;
+}
+
 // The tokenizer: a tokenizer.json alone whose model is not BPE is refused (naming the file and
 // the field) by every command that loads one; a tokenizer with more pieces than vocab_size is
 // refused naming both numbers.
