@@ -33,19 +33,34 @@ void WriteFile(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
+// Llama and the types built like it (their layers are softmax, or Mistral's window).
+bool IsLlamaLike(const std::string& type) {
+  return type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3";
+}
+
+// Mistral's sliding_window when set (its layers are a window ring), else 0.
+int64_t SlidingWindow(const json& c) {
+  return c["model_type"] == "mistral" && c.contains("sliding_window") &&
+                 !c["sliding_window"].is_null()
+             ? c["sliding_window"].get<int64_t>()
+             : 0;
+}
+
 // The state bytes per sequence (llama: KV bytes per token) of a config.json, fp32, from the
-// formulas: gsa L H M (K + V) 4; gla, retnet, hgrn2 L H K V 4; llama 2 L Hkv hd 4 per token. K and
-// V are per-head widths (the state holds every query head, also under GQA).
+// formulas: gsa L H M (K + V) 4; gla, retnet, hgrn2 L H K V 4; llama 2 L Hkv hd 4 per token
+// (Mistral with sliding_window w: 2 L Hkv hd w 4 fixed). K and V are per-head widths (the state
+// holds every query head, also under GQA).
 int64_t FormulaBytes(const json& c) {
   const std::string type = c["model_type"];
   const int64_t d = c["hidden_size"], layers = c["num_hidden_layers"];
-  if (type == "llama") {
+  if (IsLlamaLike(type)) {
     const int64_t heads = c["num_attention_heads"];
     const int64_t kv_heads = c.value("num_key_value_heads", heads);
     const int64_t head_dim = c.contains("head_dim") && !c["head_dim"].is_null()
                                  ? c["head_dim"].get<int64_t>()
                                  : d / heads;
-    return 2 * layers * kv_heads * head_dim * 4;
+    const int64_t window = SlidingWindow(c);
+    return 2 * layers * kv_heads * head_dim * 4 * (window > 0 ? window : 1);
   }
   if (type == "hgrn2") {
     const int64_t heads = d / c["expand_ratio"].get<int64_t>();
@@ -77,18 +92,19 @@ TEST(HfCli, InfoStateBytesEqualTheFormulas) {
         << r.output;
     EXPECT_NE(r.output.find("tokenizer: none"), std::string::npos) << name << "\n" << r.output;
     const int64_t bytes = FormulaBytes(config);
+    const bool kv_cache = IsLlamaLike(type) && SlidingWindow(config) == 0;
     const std::string expected =
-        type == "llama" ? absl::StrCat("state per sequence: 0 bytes fixed + ", bytes,
-                                       " bytes per decoded token")
-                        : absl::StrCat("state per sequence: ", bytes, " bytes fixed\n");
+        kv_cache ? absl::StrCat("state per sequence: 0 bytes fixed + ", bytes,
+                                " bytes per decoded token")
+                 : absl::StrCat("state per sequence: ", bytes, " bytes fixed\n");
     EXPECT_NE(r.output.find(expected), std::string::npos)
         << name << ": expected \"" << expected << "\"\n"
         << r.output;
     // One line per layer, each naming its mixer.
     const int layers = config["num_hidden_layers"];
     for (int i = 0; i < layers; ++i) {
-      EXPECT_NE(r.output.find(absl::StrCat("decoder.layers.", i, "  self  ",
-                                           type == "llama" ? "softmax" : type)),
+      const std::string mixer = !IsLlamaLike(type) ? type : kv_cache ? "softmax" : "window";
+      EXPECT_NE(r.output.find(absl::StrCat("decoder.layers.", i, "  self  ", mixer)),
                 std::string::npos)
           << name << " layer " << i << "\n"
           << r.output;
