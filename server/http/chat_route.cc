@@ -128,7 +128,8 @@ absl::Status CheckMessagesSize(const ServedModel& model, const json& messages) {
 }  // namespace
 
 absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::string_view body,
-                                         const ParseLimits& limits) {
+                                         const ParseLimits& limits,
+                                         const std::function<bool()>& cancelled) {
   ABCD_ASSIGN_OR_RETURN(json o, ParseBody(body));
   for (const char* refused : {"echo", "prompt"}) {
     if (o.contains(refused) && !o[refused].is_null()) {
@@ -179,9 +180,10 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
     ABCD_ASSIGN_OR_RETURN(const bool add_generation_prompt,
                           OptionalBool(o, "add_generation_prompt", true));
     ABCD_RETURN_IF_ERROR(CheckMessagesSize(*model, *messages));
-    ABCD_ASSIGN_OR_RETURN(ids, chat::ChatContinuationIds(*model, *messages, add_generation_prompt));
+    ABCD_ASSIGN_OR_RETURN(
+        ids, chat::ChatContinuationIds(*model, *messages, add_generation_prompt, cancelled));
   } else {
-    ABCD_ASSIGN_OR_RETURN(ids, PrepareChatPrompt(*model, o));
+    ABCD_ASSIGN_OR_RETURN(ids, PrepareChatPrompt(*model, o, cancelled));
     ids.erase(ids.begin());  // bos: the engine prepends it
   }
   o["prompt"] = std::move(ids);
@@ -197,13 +199,14 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
 }
 
 absl::StatusOr<std::vector<int32_t>> PrepareChatPrompt(const ServedModel& model,
-                                                       const json& request) {
+                                                       const json& request,
+                                                       const std::function<bool()>& cancelled) {
   const auto messages = request.find("messages");
   if (messages == request.end()) return absl::InvalidArgumentError("messages is required");
   ABCD_ASSIGN_OR_RETURN(const bool add_generation_prompt,
                         OptionalBool(request, "add_generation_prompt", true));
   ABCD_RETURN_IF_ERROR(CheckMessagesSize(model, *messages));
-  return chat::ChatPromptIds(model, *messages, add_generation_prompt);
+  return chat::ChatPromptIds(model, *messages, add_generation_prompt, cancelled);
 }
 
 }  // namespace abcd::http

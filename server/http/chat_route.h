@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,12 +61,17 @@ struct PreparedChat {
   int top_logprobs = 0;
 };
 
+// `cancelled` (may be null) is polled while the chat template renders: true ends it with
+// CANCELLED (the client gone, the server draining). HttpService runs this on its RenderQueue
+// (render_queue.h), never on an I/O thread.
 absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::string_view body,
-                                         const ParseLimits& limits);
+                                         const ParseLimits& limits,
+                                         const std::function<bool()>& cancelled = nullptr);
 
 // A model's rendered conversation as the engine prefills it (bos first): for POST /tokenize
 // with messages. `request` is the parsed body ("messages", optional "add_generation_prompt").
-absl::StatusOr<std::vector<int32_t>> PrepareChatPrompt(const ServedModel& model,
-                                                       const nlohmann::json& request);
+absl::StatusOr<std::vector<int32_t>> PrepareChatPrompt(
+    const ServedModel& model, const nlohmann::json& request,
+    const std::function<bool()>& cancelled = nullptr);
 
 }  // namespace abcd::http

@@ -24,6 +24,7 @@
 #include "server/http/event_channel.h"
 #include "server/http/http_errors.h"
 #include "server/http/http_server.h"
+#include "server/http/render_queue.h"
 #include "server/http/request_parser.h"
 #include "server/http/route_answer.h"
 #include "server/http/sessions_route.h"
@@ -33,6 +34,9 @@ namespace abcd::http {
 namespace {
 
 using nlohmann::json;
+
+// Chat renders (and /tokenize bodies) waiting for a RenderQueue worker; beyond it: 429.
+constexpr size_t kRenderQueueCapacity = 64;
 
 absl::string_view KindOfPath(absl::string_view path) {
   if (path == "/v1/completions") return "completions";
@@ -77,7 +81,14 @@ class HttpService::Impl {
           Handle(std::move(request), std::move(exchange));
         },
         [this](absl::string_view target, int status) { Refused(target, status); });
+    // Half as many render workers as I/O threads (at least one): a render near its work budget
+    // takes seconds of CPU, and the I/O threads must keep a core to answer everything else.
+    renders_ =
+        std::make_unique<RenderQueue>(std::max(1, options_.thread_count / 2), kRenderQueueCapacity);
   }
+
+  // After the server stopped (every exchange aborted, so running renders see cancelled).
+  void StopRenders() { renders_->Stop(); }
 
   HttpServer& server() { return *server_; }
 
@@ -86,6 +97,10 @@ class HttpService::Impl {
   friend class Call;
 
   void Handle(ServerRequest request, std::shared_ptr<Exchange> exchange);
+  // Chat completions and /tokenize (which may render a chat template) are prepared on
+  // renders_, off the I/O thread, then continue on the exchange's strand.
+  void PrepareOffThread(ServerRequest request, std::shared_ptr<Exchange> exchange,
+                        absl::string_view kind);
   void Refused(absl::string_view target, int status);
 
   void Count(absl::string_view kind, absl::string_view label) {
@@ -128,7 +143,9 @@ class HttpService::Impl {
   std::atomic<uint64_t> next_id_{0};
   uint64_t id_seed_ = 0;
   int64_t created_ = 0;
-  std::unique_ptr<HttpServer> server_;  // last: stopped and destroyed before the rest
+  std::unique_ptr<HttpServer> server_;  // stopped and destroyed before the rest but renders_
+  // Workers that render chat templates: destroyed (joined) first.
+  std::unique_ptr<RenderQueue> renders_;
 };
 
 // One completion or translation being answered: its executor requests, their channels and the
@@ -487,16 +504,11 @@ void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> 
   }
   if (path == "/v1/completions") return Completions(request, std::move(exchange));
   if (path == "/v1/translate") return Translate(request, std::move(exchange));
-  if (kind == "chat") {
-    absl::StatusOr<PreparedChat> chat = PrepareChat(models_, request.body, limits_);
-    if (!chat.ok()) return Fail(*exchange, kind, chat.status());
-    ChatShaper shaper(chat->request.stream, chat->logprobs, chat->top_logprobs);
-    return StartCompletion(std::move(chat->request), std::move(exchange), kind, shaper);
+  if (kind == "chat" || path == "/tokenize") {
+    return PrepareOffThread(std::move(request), std::move(exchange), kind);
   }
   if (kind == "tokenize") {
-    absl::StatusOr<json> answer =
-        path == "/tokenize" ? AnswerTokenize(models_, request.body, options_.max_prompt_tokens)
-                            : AnswerDetokenize(models_, request.body, limits_);
+    absl::StatusOr<json> answer = AnswerDetokenize(models_, request.body, limits_);
     if (!answer.ok()) return Fail(*exchange, kind, answer.status());
     return Reply(*exchange, kind, *answer);
   }
@@ -514,6 +526,55 @@ void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> 
     return Fail(*exchange, kind, status);
   }
   Reply(*exchange, kind, ModelObject(*model));
+}
+
+void HttpService::Impl::PrepareOffThread(ServerRequest request, std::shared_ptr<Exchange> exchange,
+                                         absl::string_view kind) {
+  // `settled` is read and written on the exchange's strand only; `cancelled` by the worker too.
+  struct Pending {
+    std::atomic<bool> cancelled{false};
+    bool settled = false;
+  };
+  auto pending = std::make_shared<Pending>();
+  exchange->OnAbort([this, pending, raw = exchange.get(), kind](Abort abort) {
+    pending->cancelled.store(true);
+    if (pending->settled) return;
+    pending->settled = true;
+    if (abort == Abort::kClientGone) return Count(kind, "cancelled");
+    Fail(*raw, kind, absl::UnavailableError("the server is shutting down"));
+  });
+  auto job = [this, pending, exchange, kind, body = std::move(request.body)] {
+    const std::function<bool()> cancelled = [pending] { return pending->cancelled.load(); };
+    if (cancelled()) return;  // the client left while the job waited
+    if (kind == "chat") {
+      auto chat = std::make_shared<absl::StatusOr<PreparedChat>>(
+          PrepareChat(models_, body, limits_, cancelled));
+      exchange->Dispatch([this, pending, exchange, kind, chat] {
+        if (pending->settled) return;
+        pending->settled = true;
+        if (!chat->ok()) return Fail(*exchange, kind, chat->status());
+        PreparedChat& prepared = **chat;
+        ChatShaper shaper(prepared.request.stream, prepared.logprobs, prepared.top_logprobs);
+        StartCompletion(std::move(prepared.request), exchange, kind, shaper);
+      });
+      return;
+    }
+    auto answer = std::make_shared<absl::StatusOr<json>>(
+        AnswerTokenize(models_, body, options_.max_prompt_tokens, cancelled));
+    exchange->Dispatch([this, pending, exchange, kind, answer] {
+      if (pending->settled) return;
+      pending->settled = true;
+      if (!answer->ok()) return Fail(*exchange, kind, answer->status());
+      Reply(*exchange, kind, **answer);
+    });
+  };
+  if (!renders_->Submit(std::move(job))) {
+    pending->settled = true;
+    Fail(*exchange, kind,
+         absl::ResourceExhaustedError(
+             absl::StrCat("overloaded: ", kRenderQueueCapacity,
+                          " chat renders are already waiting on this server; retry later")));
+  }
 }
 
 void HttpService::Impl::Refused(absl::string_view target, int status) {
@@ -674,6 +735,7 @@ void HttpService::Stop() {
   if (!started_ || stopped_) return;
   stopped_ = true;
   impl_->server().Stop();
+  impl_->StopRenders();
 }
 
 }  // namespace abcd::http

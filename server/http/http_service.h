@@ -26,7 +26,10 @@
 // load. At most `max_inflight` completions and translations are answered at once; beyond that
 // a request gets 429 (counted as "resource_exhausted") before any work is done. A client that
 // disconnects while its request runs (streaming or not) has its executor request cancelled at
-// once. Session store calls (opening a completion's session, saving it at the end, the
+// once. Chat completions and /tokenize are prepared (parsed, chat template rendered, tokenized)
+// on a RenderQueue (render_queue.h) of max(1, thread_count / 2) workers owned by the service,
+// never on an I/O thread; the render stops when the client disconnects or Stop() runs. Session
+// store calls (opening a completion's session, saving it at the end, the
 // /v1/sessions routes) run on the I/O threads: the store fails fast in an outage (its breaker),
 // and a commit that fails is the answer's error (SSE: an error event before [DONE]). On Stop, an
 // unfinished SSE stream ends with an error event and `data: [DONE]`; a

@@ -25,7 +25,8 @@ absl::StatusOr<const ServedModel*> ResolveAny(const ServedModels& models, const 
 }  // namespace
 
 absl::StatusOr<nlohmann::json> AnswerTokenize(const ServedModels& models, absl::string_view body,
-                                              int max_model_len) {
+                                              int max_model_len,
+                                              const std::function<bool()>& cancelled) {
   ABCD_RETURN_IF_ERROR(CheckJsonNesting(body, ""));
   const nlohmann::json parsed =
       nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
@@ -37,7 +38,7 @@ absl::StatusOr<nlohmann::json> AnswerTokenize(const ServedModels& models, absl::
     if (!model_name.is_string()) return absl::InvalidArgumentError("model must be a string");
     ABCD_ASSIGN_OR_RETURN(const ServedModel* model,
                           models.Resolve(model_name.get<std::string>(), ModelKind::kLanguageModel));
-    ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PrepareChatPrompt(*model, parsed));
+    ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PrepareChatPrompt(*model, parsed, cancelled));
     const size_t count = ids.size();
     return nlohmann::json{
         {"tokens", std::move(ids)}, {"count", count}, {"max_model_len", max_model_len}};

@@ -19,6 +19,8 @@
 // Thread-safety: pure functions over the read-only ServedModels.
 #pragma once
 
+#include <functional>
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
@@ -27,8 +29,10 @@
 
 namespace abcd::http {
 
+// `cancelled` (may be null): as PrepareChat's (chat_route.h), for a body with messages.
 absl::StatusOr<nlohmann::json> AnswerTokenize(const ServedModels& models, absl::string_view body,
-                                              int max_model_len);
+                                              int max_model_len,
+                                              const std::function<bool()>& cancelled = nullptr);
 absl::StatusOr<nlohmann::json> AnswerDetokenize(const ServedModels& models, absl::string_view body,
                                                 const ParseLimits& limits);
 
