@@ -10,9 +10,11 @@
 //
 // Generate and Translate are taken as raw bytes (request_reader.h): a string field that is not
 // UTF-8 is INVALID_ARGUMENT naming it, logged once (event=bad_request) and counted, and an
-// oversized prompt/text is refused from its length prefix before it is read, and
-// prompt_token_ids by their count before they are copied. GenerateRequest.messages are rendered
-// on the thread that starts the call by chat::ChatPromptIds, HTTP chat's own path.
+// oversized prompt/text is refused from its length prefix before it is read, prompt_token_ids
+// by their count before they are copied, and more messages than max_prompt_tokens before any
+// is parsed; n above max_choices is refused right after reading, before any work.
+// GenerateRequest.messages are rendered on the thread that starts the call by chat::ChatPromptIds,
+// HTTP chat's own path.
 //
 // Sessions (issue 14): GenerateRequest.session_id "new" or an id opens the session through
 // SessionOps on the gRPC thread that starts the call; the first and the last response carry
