@@ -82,7 +82,8 @@ def main(argv=None):
         legacy=legacy,
         tokenizer=args.tokenizer,
     )
-    fixed = 0 if args.type in LLAMA_TYPES else state_bytes(config)
+    # llama types: state_bytes is the KV cache per token (Mistral with sliding_window: its fixed ring)
+    fixed = 0 if args.type in LLAMA_TYPES and kv_bytes_per_token(config) > 0 else state_bytes(config)
     print(f"wrote {args.out} ({args.type}, {args.preset}, legacy {list(legacy)}) in {time.time() - start:.1f} s; "
           f"fp32 state bytes per sequence: {fixed} fixed + {kv_bytes_per_token(config)} per token")  # fmt: skip
 

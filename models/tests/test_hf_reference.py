@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from abcd_ref import hf  # noqa: E402
 from abcd_ref.config import ConfigError  # noqa: E402
 from abcd_ref.hf.checkpoint import random_tensor, read_tensors  # noqa: E402
-from abcd_ref.hf.config import intermediate_size, rope_settings  # noqa: E402
+from abcd_ref.hf.config import intermediate_size, kv_bytes_per_token, rope_settings  # noqa: E402
 from abcd_ref.hf.gated_linear import retnet_decays  # noqa: E402
 from abcd_ref.hf.skeleton import rope_inv_freq  # noqa: E402
 from abcd_ref.safetensors_io import load_file, save_file_streamed  # noqa: E402
@@ -382,6 +382,12 @@ class LlamaLikeTest(unittest.TestCase):
         torch.testing.assert_close(a[0, reach + 1 :], b[0, reach + 1 :], rtol=0, atol=1e-12)
         full = self.model("mistral", sliding_window=None)
         torch.testing.assert_close(full(ids)[0, :w], a[0, :w], rtol=0, atol=1e-12)  # same weights
+
+    def test_mistral_window_state_is_a_fixed_ring(self):
+        config = hf.preset_config("mistral", sliding_window=5)  # L 2, Hkv 2, hd 16
+        self.assertEqual((hf.state_bytes(config), kv_bytes_per_token(config)), (2 * 2 * 2 * 16 * 5 * 4, 0))
+        config = hf.preset_config("mistral", sliding_window=None)
+        self.assertEqual((hf.state_bytes(config), kv_bytes_per_token(config)), (2 * 2 * 2 * 16 * 4,) * 2)
 
     @torch.no_grad()
     def test_qwen2_biases_are_on_qkv_only(self):

@@ -505,6 +505,8 @@ def kv_bytes_per_token(config):
     abcd_llama: its softmax layers); 0 for a model without softmax layers."""
     c = resolve(config)
     if c.model_type in LLAMA_TYPES:
+        if c.sliding_window is not None:  # Mistral's window: a fixed ring (state_bytes)
+            return 0
         return 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
     if c.model_type == "abcd_llama":
         return sum(2 * c.num_heads * c.head_dim * 4 for spec in c.abcd_layers if spec.type == "softmax")
@@ -515,11 +517,14 @@ def kv_bytes_per_token(config):
 
 def state_bytes(config):
     """fp32 bytes of one sequence's recurrent state (fla types; RetNet's position counter not counted;
-    hybrids: the recurrent layers only), or, for llama, KV cache bytes per token (2 * L * Hkv *
-    head_dim * 4). abcd_llama: t2r layers H r (hd + 1) (S and z), abc layers H n (2 hd + 1) (K~, V~
+    hybrids: the recurrent layers only), or, for llama (mistral, qwen2, qwen3), KV cache bytes per
+    token (2 * L * Hkv * head_dim * 4); Mistral with sliding_window w: its fixed ring, 2 * L * Hkv *
+    head_dim * w * 4. abcd_llama: t2r layers H r (hd + 1) (S and z), abc layers H n (2 hd + 1) (K~, V~
     and the log normaliser); its softmax layers are in kv_bytes_per_token."""
     c = resolve(config)
     if c.model_type in LLAMA_TYPES:
+        if c.sliding_window is not None:  # Mistral: a ring of the last w keys and values per layer
+            return 2 * c.num_layers * c.num_kv_heads * c.head_dim * c.sliding_window * 4
         return kv_bytes_per_token(config)
     if c.model_type == "abcd_llama":
         per = {"softmax": lambda s: 0, "t2r": lambda s: s.features * (c.head_dim + 1), "abc": lambda s: s.slots * (2 * c.head_dim + 1)}
