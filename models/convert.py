@@ -21,9 +21,14 @@ Hugging Face checkpoints (issue 29; models/convert_hf.py, models/README.md "Uptr
 reads an HF Llama (or fla transformer) directory, replaces the softmax attention of the listed layers
 (default all; the others stay softmax) with t2r / abc (-> model_type abcd_llama, models/FORMAT.md) or
 gsa (-> fla gsa, a hybrid with `attn` when layers stay softmax), and writes an HF-layout directory
-the engine loads. --max-tokens N > 0 then finetunes on N Brown tokens (models/hf_train.py: train.py's
-data and token schedule, --attention-only trains the attention parameters only, --distill ALPHA mixes
-in KL to the source model's logits), resumable by running the same command again. Errors (an
+the engine loads. --max-tokens N > 0 then finetunes on N tokens (models/hf_train.py: train.py's
+windows and token schedule, --attention-only trains the attention parameters only, --distill ALPHA mixes
+in KL to the source model's logits), resumable by running the same command again. The text is
+tokenised with the source's own tokenizer.model (SentencePiece; a tokenizer.json-only source is
+refused for finetuning) and is the bundled Brown corpus (models/data/build_corpora.sh builds it) or
+the user's: --train-text FILE... (plain text, a document per line, or JSONL with a "text" field) and
+optionally --valid-text FILE... (default: every 20th train window). The output keeps the source's
+tokenizer files and vocab_size. Errors (an
 unsupported source, --layers out of range, head sizes the target cannot hold) are one line naming
 the field, exit status 2.
 """
@@ -63,6 +68,9 @@ def main(argv=None):
     p.add_argument("--max-tokens", type=int, default=0, help="--from-hf: finetune token budget (0 = convert only)")
     p.add_argument("--attention-only", action="store_true", help="--from-hf: finetune the attention parameters only")
     p.add_argument("--distill", type=float, default=0.0, help="--from-hf: weight alpha of KL(source || model) in the loss")
+    p.add_argument("--train-text", nargs="+", metavar="FILE", help="--from-hf: finetune on these files (plain text: a document per line; "
+                   "JSONL: each record's \"text\") instead of the bundled Brown corpus")  # fmt: skip
+    p.add_argument("--valid-text", nargs="+", metavar="FILE", help="--from-hf: validation text (default: every 20th train window)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--features", type=int, default=32, help="t2r feature size r")
     p.add_argument("--slots", type=int, default=32, help="abc slots n")
@@ -89,6 +97,8 @@ def main(argv=None):
             sys.exit(2)
     if args.to == "gsa":
         p.error("--to gsa needs --from-hf")
+    if args.train_text or args.valid_text:
+        p.error("--train-text and --valid-text need --from-hf (--from finetunes on the bundled corpus)")
     args.dtype = args.dtype or "bfloat16"
 
     source = ModelConfig.load(Path(args.source) / "config.json")
@@ -125,6 +135,8 @@ def convert_hf_main(args):
     import hf_train
     from abcd_ref.hf import build_model, write_checkpoint
 
+    if (args.train_text or args.valid_text) and args.max_tokens <= 0:
+        raise convert_hf.ConversionError("--train-text needs --max-tokens (the finetune's token budget)")
     cfg, tensors = convert_hf.read_source(args.source_hf)
     layers = convert_hf.parse_layers(args.layers, cfg["num_hidden_layers"])
     if not 0.0 <= args.distill <= 1.0:
@@ -144,8 +156,24 @@ def convert_hf_main(args):
         print(f"wrote {out} (not finetuned)")
         return
     tokenizer = source_dir / "tokenizer.model"
-    if not tokenizer.exists() or not filecmp.cmp(tokenizer, hf_train.TOKENIZER, shallow=False):
-        raise convert_hf.ConversionError(f"--max-tokens: finetuning reads Brown with {hf_train.TOKENIZER.name}; {tokenizer} is missing or differs")
+    if not tokenizer.exists():
+        if (source_dir / "tokenizer.json").exists():
+            raise convert_hf.ConversionError(f"--max-tokens: {source_dir} has tokenizer.json but no tokenizer.model; the finetune tokenises "
+                                             "in Python with SentencePiece, which cannot read tokenizer.json (convert without --max-tokens)")  # fmt: skip
+        raise convert_hf.ConversionError(f"--max-tokens: {tokenizer} is missing (the finetune tokenises its text with the source's tokenizer)")
+    pieces = hf_train_vocab(tokenizer)
+    if pieces > cfg["vocab_size"]:
+        raise convert_hf.ConversionError(f"--max-tokens: {tokenizer} has {pieces} pieces, more than the source's vocab_size {cfg['vocab_size']}")
+    own = filecmp.cmp(tokenizer, hf_train.TOKENIZER, shallow=False)
+    tc = trainer.TrainConfig(task="lm", steps=10**9, max_tokens=args.max_tokens, batch_size=16, lr=args.lr, warmup=args.warmup,
+                             seed=args.seed, threads=1, eval_every=0, final_eval_batches=0)  # fmt: skip
+    for item in args.set:
+        name, value = item.split("=", 1)
+        setattr(tc, name, type(getattr(tc, name))(value))
+    try:  # the text and its windows, before any model is built
+        hf_train.lm_data(tc.seq_len, cfg.get("bos_token_id") or 1, tokenizer, args.train_text, args.valid_text)
+    except hf_train.DataError as e:
+        raise convert_hf.ConversionError(str(e)) from None
     model = build_model(out_cfg)
     model.load_state_dict(convert_hf.model_state(model, out_tensors))
     convert_hf.set_training_chunks(model)
@@ -153,16 +181,20 @@ def convert_hf_main(args):
     if args.distill > 0:
         teacher = build_model(cfg)
         teacher.load_state_dict(convert_hf.model_state(teacher, tensors))
-    tc = trainer.TrainConfig(task="lm", steps=10**9, max_tokens=args.max_tokens, batch_size=16, lr=args.lr, warmup=args.warmup,
-                             seed=args.seed, threads=1, eval_every=0, final_eval_batches=0)  # fmt: skip
-    for item in args.set:
-        name, value = item.split("=", 1)
-        setattr(tc, name, type(getattr(tc, name))(value))
     torch.manual_seed(args.seed)
-    extra = {"source": str(source_dir), "to": args.to, "layers": layers, "options": options}
+    extra = {"source": str(source_dir), "to": args.to, "layers": layers, "options": options,
+             "train_text": args.train_text, "valid_text": args.valid_text}  # fmt: skip
     trainable = convert_hf.attention_parameter if args.attention_only else None
     hf_train.train_hf(model, out_cfg, tc, out, teacher=teacher, distill=args.distill, trainable=trainable, dtype=dtype, extra=extra,
-                      tokenizer=tokenizer)  # fmt: skip
+                      tokenizer=tokenizer, train_files=args.train_text, valid_files=args.valid_text,
+                      tokenizer_dir=None if own else source_dir)  # fmt: skip
+
+
+def hf_train_vocab(tokenizer):
+    """Pieces of a SentencePiece model."""
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_file=str(tokenizer)).get_piece_size()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ files; models/FORMAT.md) and train_log.json. Single-threaded by default (TrainCo
 import argparse
 import json
 import math
+import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -74,11 +75,67 @@ def init_weights(model, std=0.02, residual_scale=True):
                 p.mul_(1 / math.sqrt(2 * n))
 
 
-def lm_data(seq_len, bos_id=1):
-    """(train windows, valid windows) [N, seq_len + 1] as models/train.py cuts them."""
-    sp = trainer.tokenizer("lm")
-    train_w = trainer.lm_windows(trainer.lm_stream(sp, trainer.DATA / "lm.train.txt", bos_id), seq_len)
-    valid_w = trainer.lm_windows(trainer.lm_stream(sp, trainer.DATA / "lm.valid.txt", bos_id), seq_len)
+class DataError(ValueError):
+    """The finetuning text is missing or too short (a one-line message naming the file or flag)."""
+
+
+def read_documents(paths):
+    """The documents of --train-text / --valid-text files, in order: each record's "text" of a JSONL
+    file (a name ending in .jsonl, or every non-empty line a JSON object), else each non-empty line."""
+    documents = []
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"{path}: not found")
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        jsonl = path.suffix == ".jsonl" or (lines and all(line.lstrip().startswith("{") for line in lines))
+        if not jsonl:
+            documents.extend(lines)
+            continue
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{number}: not a JSON object ({e.msg})") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise DataError(f'{path}:{number}: a JSONL record needs a string "text" field')
+            documents.append(record["text"])
+    return documents
+
+
+def text_windows(sp, documents, seq_len, bos_id):
+    """Windows [N, seq_len + 1] of bos + pieces of each document, concatenated (train.py's cut)."""
+    stream = []
+    for pieces in sp.encode(documents):
+        stream.append(bos_id)
+        stream.extend(pieces)
+    return trainer.lm_windows(stream, seq_len)
+
+
+def lm_data(seq_len, bos_id=1, tokenizer=TOKENIZER, train_files=None, valid_files=None):
+    """(train windows, valid windows) [N, seq_len + 1] as models/train.py cuts them, tokenised with
+    the SentencePiece model `tokenizer`: from the bundled Brown corpus, or from `train_files`
+    (read_documents) with `valid_files` or, without them, every 20th train window held out."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
+    if not train_files:
+        if valid_files:
+            raise DataError("--valid-text needs --train-text")
+        for split in ("lm.train.txt", "lm.valid.txt"):
+            if not (trainer.DATA / split).exists():
+                raise DataError(f"{trainer.DATA / split} is missing: build the bundled corpus with models/data/build_corpora.sh, "
+                                "or give the finetuning text with --train-text FILE")  # fmt: skip
+        train_files, valid_files = [trainer.DATA / "lm.train.txt"], [trainer.DATA / "lm.valid.txt"]
+    train_w = text_windows(sp, read_documents(train_files), seq_len, bos_id)
+    if valid_files:
+        valid_w = text_windows(sp, read_documents(valid_files), seq_len, bos_id)
+    else:
+        held_out = torch.arange(len(train_w)) % 20 == 19
+        train_w, valid_w = train_w[~held_out], train_w[held_out]
+    if len(train_w) < 1 or len(valid_w) < 1:
+        raise DataError(f"--train-text: too little text for one train and one validation window of {seq_len + 1} tokens "
+                        f"({len(train_w)} and {len(valid_w)}); give more text or a smaller seq_len")  # fmt: skip
     return train_w, valid_w
 
 
@@ -138,9 +195,13 @@ def log_line(text):
 
 
 def train_hf(model, config, tc, out_dir, teacher=None, distill=0.0, trainable=None, dtype="bf16", checkpoint_every=100, extra=None,
-             tokenizer=TOKENIZER, log=log_line):  # fmt: skip
+             tokenizer=TOKENIZER, log=log_line, train_files=None, valid_files=None, tokenizer_dir=None):  # fmt: skip
     """Train `model` (an HF reference model of HF config dict `config`) with TrainConfig `tc`; write
-    the HF directory to out_dir. Resumes from out_dir/resume.pt (same settings). Returns the summary."""
+    the HF directory to out_dir. Resumes from out_dir/resume.pt (same settings). Returns the summary.
+    The text (lm_data) is tokenised with the SentencePiece model `tokenizer`; without `tokenizer_dir`
+    it is copied to out_dir with the special ids it defines, with it the tokenizer files of that
+    directory (convert_hf.TOKENIZER_FILES, tokenizer.json) are copied as they are and the config's
+    vocab_size and special ids are kept."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if tc.threads:
@@ -171,7 +232,7 @@ def train_hf(model, config, tc, out_dir, teacher=None, distill=0.0, trainable=No
         opt.load_state_dict(saved["optimizer"])
         step, tokens, history, train_s = saved["step"], saved["tokens"], saved["history"], saved["train_s"]
         log(f"resumed from {resume_path}: step {step}, {tokens} tokens")
-    train_w, valid_w = lm_data(tc.seq_len, config.get("bos_token_id") or 1)
+    train_w, valid_w = lm_data(tc.seq_len, config.get("bos_token_id") or 1, tokenizer, train_files, valid_files)
     batches = Batches(train_w, tc.batch_size, tc.seed)
     log(f"{sum(p.numel() for p in model.parameters()):,} parameters ({sum(p.numel() for p in params.values() if p.requires_grad):,} trained); "
         f"{len(train_w)} train windows of {tc.seq_len + 1}; threads {torch.get_num_threads()}")  # fmt: skip
@@ -211,7 +272,11 @@ def train_hf(model, config, tc, out_dir, teacher=None, distill=0.0, trainable=No
     v = valid_loss(model, valid_w, tc.batch_size, tc.final_eval_batches)
     log(f"final valid loss {v:.4f} ppl {math.exp(v):.2f}; {step} steps, {tokens} tokens, {train_s:.0f}s")
     history["valid"].append({"step": step, "loss": v, "batches": tc.final_eval_batches})
-    write_checkpoint(out_dir, config, dtype=dtype, tokenizer=tokenizer, tensors=model.state_dict())
+    write_checkpoint(out_dir, config, dtype=dtype, tokenizer=None if tokenizer_dir else tokenizer, tensors=model.state_dict())
+    if tokenizer_dir:
+        for name in ("tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if (Path(tokenizer_dir) / name).exists():
+                shutil.copyfile(Path(tokenizer_dir) / name, out_dir / name)
     summary = {**settings, "steps_done": step, "tokens": tokens, "train_seconds": round(train_s, 1), "final_valid_loss": v,
                "final_valid_ppl": math.exp(v), "dtype": dtype, "torch": torch.__version__, "history": history}  # fmt: skip
     (out_dir / "train_log.json").write_text(json.dumps(summary, indent=2) + "\n")

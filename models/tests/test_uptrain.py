@@ -249,5 +249,97 @@ class FinetuneTest(unittest.TestCase):
             self.assertTrue(torch.isfinite(loaded).all())
 
 
+WORDS = ("the cat dog bird sat ran flew on under over a big small red blue house tree river "
+         "and then quickly slowly morning night").split()  # fmt: skip
+
+
+def sentences(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    picks = torch.randint(0, len(WORDS), (n, 8), generator=g)
+    return [" ".join(WORDS[i] for i in row) + "." for row in picks.tolist()]
+
+
+class OwnTokenizerFinetuneTest(unittest.TestCase):
+    """Issue 46: --from-hf finetunes a source whose tokenizer is not the repository's, on the user's
+    own text (--train-text), tokenised with the source's tokenizer."""
+
+    @classmethod
+    def setUpClass(cls):
+        import sentencepiece as spm
+
+        cls.tmp_dir = tempfile.TemporaryDirectory()
+        cls.tmp = Path(cls.tmp_dir.name)
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences(400, 1)), model_writer=model, vocab_size=90, model_type="bpe",
+                                       unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)  # fmt: skip
+        cls.tokenizer = cls.tmp / "own.model"
+        cls.tokenizer.write_bytes(model.getvalue())
+        cls.text = cls.tmp / "train.txt"
+        cls.text.write_text("\n".join(sentences(600, 2)) + "\n")
+        cls.source = cls.tmp / "source"
+        config = hf.preset_config("llama", num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                  num_key_value_heads=1, head_dim=16)  # fmt: skip
+        hf.write_checkpoint(cls.source, config, seed=3, tokenizer=cls.tokenizer)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp_dir.cleanup()
+
+    def test_windows_are_the_source_tokenizers_ids(self):
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(model_file=str(self.tokenizer))
+        train_w, valid_w = hf_train.lm_data(16, 1, self.tokenizer, [self.text])
+        first = sentences(600, 2)[0]
+        expected = [1] + sp.encode(first)
+        self.assertEqual(train_w[0, : len(expected)].tolist(), expected)
+        self.assertEqual(len(valid_w), (len(train_w) + len(valid_w)) // 20)  # every 20th held out
+        jsonl = self.tmp / "train.jsonl"
+        jsonl.write_text("\n".join(json.dumps({"text": t, "id": i}) for i, t in enumerate(sentences(600, 2))) + "\n")
+        from_jsonl, _ = hf_train.lm_data(16, 1, self.tokenizer, [jsonl])
+        self.assertTrue(torch.equal(from_jsonl, train_w))
+
+    def test_convert_finetunes_on_train_text_and_keeps_the_tokenizer(self):
+        out = self.tmp / "gsa"
+        code, err = run_convert("--from-hf", str(self.source), "--to", "gsa", "--out", str(out), "--train-text", str(self.text),
+                                "--max-tokens", "12800", "--set", "seq_len=16", "--dtype", "float32")  # fmt: skip
+        self.assertIsNone(code, err)
+        self.assertEqual((out / "tokenizer.model").read_bytes(), self.tokenizer.read_bytes())
+        self.assertEqual(json.loads((out / "config.json").read_text())["vocab_size"], 90)
+        log = json.loads((out / "train_log.json").read_text())
+        self.assertEqual(log["train_text"], [str(self.text)])
+        first, last = log["history"]["train"][0], log["history"]["train"][-1]
+        self.assertEqual(last["step"], 50)
+        self.assertLess(last["ce"], first["ce"] - 0.5)  # it learned the text
+        self.assertTrue(torch.isfinite(logits(out, ids(8, vocab=90))).all())  # the directory loads
+
+    def test_bad_text_is_one_line_naming_the_file_or_flag(self):
+        bad = self.tmp / "bad.jsonl"
+        bad.write_text('{"text": "a"}\n{"txt": "b"}\n')
+        tiny = self.tmp / "tiny.txt"
+        tiny.write_text("the cat.\n")
+        json_only = self.tmp / "json-only"
+        hf.write_checkpoint(json_only, hf.preset_config("llama"))
+        (json_only / "tokenizer.json").write_text("{}")
+        cases = [
+            ((str(self.source), "--train-text", str(self.tmp / "missing.txt")), "missing.txt: not found"),
+            ((str(self.source), "--train-text", str(bad)), 'bad.jsonl:2: a JSONL record needs a string "text" field'),
+            ((str(self.source), "--train-text", str(tiny)), "--train-text: too little text"),
+            ((str(self.source), "--valid-text", str(self.text)), "--valid-text needs --train-text"),
+            ((str(json_only), "--train-text", str(self.text)), "has tokenizer.json but no tokenizer.model"),
+        ]
+        if not HAVE_DATA:
+            cases.append(((str(self.source),), "build the bundled corpus with models/data/build_corpora.sh"))
+        for (source, *rest), message in cases:
+            with self.subTest(message=message):
+                code, err = run_convert("--from-hf", source, "--to", "gsa", "--out", str(self.tmp / "x"), "--max-tokens", "64", *rest)
+                self.assertEqual(code, 2)
+                self.assertIn(message, err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+        code, err = run_convert("--from-hf", str(self.source), "--to", "gsa", "--out", str(self.tmp / "x"), "--train-text", str(self.text))
+        self.assertEqual(code, 2)
+        self.assertIn("--train-text needs --max-tokens", err)
+
+
 if __name__ == "__main__":
     unittest.main()
