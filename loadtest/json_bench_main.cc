@@ -256,7 +256,7 @@ int Main(int argc, char** argv) {
     }
   }
   auto model = Model::Load(model_dir);
-  auto tokenizer = Tokenizer::Load(model_dir + "/tokenizer.model");
+  auto tokenizer = Tokenizer::LoadDirectory(model_dir);
   if (!model.ok() || !tokenizer.ok()) {
     std::fprintf(stderr, "cannot load %s\n", model_dir.c_str());
     return 1;

@@ -68,7 +68,8 @@ Workload
   --prompt_tokens N|A:B   cut prompts to N tokens (or uniform in [A, B]) from the prompts' text
                           (longer than the whole file: its text repeated, from a random start)
   --output_tokens N|A:B   max_tokens per request (default 32)
-  --tokenizer FILE        SentencePiece model for token counts (default: the bundled model's)
+  --tokenizer FILE        tokenizer.json or tokenizer.model for token counts (default: the
+                          model directory's own)
   --temperature T         default 0 (greedy)   --seed S   workload and sampling seed (default 0)
   --ignore_eos            always generate max_tokens (HTTP and in-process; gRPC has no such field)
   --beam_size N           translate endpoints (default: the server's)
@@ -206,9 +207,13 @@ absl::StatusOr<int> Run(const Arguments& args) {
       absl::StrCat(ABCD_SOURCE_DIR, "/models/checkpoints/",
                    translation ? "abc-mt-untrained" : "abc-lm-untrained");
   const std::string model_dir = args.String("model_dir", default_model_dir);
-  std::string tokenizer_path = args.String("tokenizer", model_dir + "/tokenizer.model");
+  // --tokenizer: a tokenizer.json or tokenizer.model, "none", or (default) the model
+  // directory's own (Tokenizer::LoadDirectory).
+  std::string tokenizer_path = args.String("tokenizer", "");
   std::unique_ptr<Tokenizer> tokenizer;
-  if (tokenizer_path != "none") {
+  if (tokenizer_path.empty()) {
+    ABCD_ASSIGN_OR_RETURN(tokenizer, Tokenizer::LoadDirectory(model_dir));
+  } else if (tokenizer_path != "none") {
     ABCD_ASSIGN_OR_RETURN(tokenizer, Tokenizer::Load(tokenizer_path));
   }
   ABCD_ASSIGN_OR_RETURN(Workload workload, Workload::Create(wo, tokenizer.get()));
@@ -234,7 +239,7 @@ absl::StatusOr<int> Run(const Arguments& args) {
     case Endpoint::kInProcess: {
       target = "in-process";
       ABCD_ASSIGN_OR_RETURN(engine.model, Model::Load(model_dir));
-      ABCD_ASSIGN_OR_RETURN(engine.tokenizer, Tokenizer::Load(model_dir + "/tokenizer.model"));
+      ABCD_ASSIGN_OR_RETURN(engine.tokenizer, Tokenizer::LoadDirectory(model_dir));
       ABCD_ASSIGN_OR_RETURN(engine.executor,
                             Executor::Create(*engine.model, *engine.tokenizer, ExecutorOptions()));
       driver = MakeExecutorDriver(*engine.executor);

@@ -1,5 +1,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
+#include <sys/stat.h>
+
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -12,7 +14,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
   if (absl::EndsWith(path, ".json")) {
     absl::StatusOr<std::unique_ptr<hf::HfTokenizer>> hf = hf::HfTokenizer::Load(path);
     if (!hf.ok()) return hf.status();
-    return std::unique_ptr<Tokenizer>(new Tokenizer(*std::move(hf)));
+    std::unique_ptr<Tokenizer> tokenizer(new Tokenizer(*std::move(hf)));
+    tokenizer->path_ = path;
+    return tokenizer;
   }
   absl::StatusOr<SentencePieceHandle> sentencepiece = SentencePieceHandle::Open();
   if (!sentencepiece.ok()) return sentencepiece.status();
@@ -21,7 +25,25 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": cannot load SentencePiece model: ", error));
   }
+  tokenizer->path_ = path;
   return tokenizer;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadDirectory(const std::string& dir) {
+  const auto exists = [](const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  };
+  const std::string json_path = dir + "/tokenizer.json";
+  const std::string model_path = dir + "/tokenizer.model";
+  const bool has_json = exists(json_path), has_model = exists(model_path);
+  if (!has_json && !has_model) {
+    return absl::NotFoundError(absl::StrCat(
+        dir, ": no tokenizer.json (Hugging Face tokenizers) or tokenizer.model (SentencePiece)"));
+  }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> loaded = Load(has_json ? json_path : model_path);
+  if (!loaded.ok() && has_json && has_model) return Load(model_path);
+  return loaded;
 }
 
 int Tokenizer::vocab_size() const {

@@ -23,6 +23,13 @@ class Tokenizer {
  public:
   // `path` ending in ".json": a tokenizer.json; anything else: a SentencePiece model.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
+  // A model directory's tokenizer: `dir`/tokenizer.json when present (as transformers'
+  // AutoTokenizer picks the fast tokenizer), else `dir`/tokenizer.model; a tokenizer.json that
+  // does not load falls back to a tokenizer.model beside it, and alone is refused with its error.
+  // NotFound when the directory has neither file.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> LoadDirectory(const std::string& dir);
+  // The file it was loaded from.
+  const std::string& path() const { return path_; }
 
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const;
   // Ids >= vocab_size() (padding rows of a larger model vocabulary) decode to no text, and so
@@ -43,6 +50,7 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<hf::HfTokenizer> hf) : hf_(std::move(hf)) {}
   std::optional<SentencePieceHandle> sentencepiece_;
   std::unique_ptr<hf::HfTokenizer> hf_;
+  std::string path_;
 };
 
 }  // namespace abcd

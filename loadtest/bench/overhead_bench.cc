@@ -60,7 +60,7 @@ PathResult Drive(const std::string& path, Driver& driver, const loadtest::Worklo
 
 absl::StatusOr<nlohmann::json> RunOverhead(const OverheadOptions& options) {
   ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                        Tokenizer::Load(options.model + "/tokenizer.model"));
+                        Tokenizer::LoadDirectory(options.model));
   loadtest::WorkloadOptions wo;
   wo.prompts_file = options.prompts;
   wo.output_tokens = {options.max_tokens, options.max_tokens};

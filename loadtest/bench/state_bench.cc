@@ -74,7 +74,7 @@ struct Loaded {
 absl::StatusOr<Loaded> Load(const std::string& dir) {
   Loaded out;
   ABCD_ASSIGN_OR_RETURN(out.model, Model::Load(dir));
-  ABCD_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::Load(dir + "/tokenizer.model"));
+  ABCD_ASSIGN_OR_RETURN(out.tokenizer, Tokenizer::LoadDirectory(dir));
   return out;
 }
 

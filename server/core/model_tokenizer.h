@@ -1,11 +1,11 @@
 // The tokenizer of a model directory, for abcd-server and abcd-cli, checked against the model's
 // config. Stateless; thread-safe.
 //
-// Which file: `dir`/tokenizer.json (Hugging Face `tokenizers` format, engine/tokenizer/
-// hf_tokenizer.h) when present, as transformers' AutoTokenizer picks the fast tokenizer;
-// else `dir`/tokenizer.model (SentencePiece). A tokenizer.json this engine cannot read (a
-// Unigram model, an unsupported normalizer, ...) falls back to a tokenizer.model beside it, and
-// without one is refused with the field it names.
+// Which file: Tokenizer::LoadDirectory's choice (engine/tokenizer/tokenizer.h): `dir`/
+// tokenizer.json (Hugging Face `tokenizers` format) when present, as transformers'
+// AutoTokenizer picks the fast tokenizer; else `dir`/tokenizer.model (SentencePiece). A
+// tokenizer.json this engine cannot read (a Unigram model, an unsupported normalizer, ...)
+// falls back to a tokenizer.model beside it, and without one is refused with the field it names.
 //
 // Refused, each with one line naming the file:
 //   - neither file;
