@@ -98,19 +98,18 @@ class Session : public std::enable_shared_from_this<Session> {
   // Steady-clock nanoseconds since when the connection has been idle (no request in flight, no
   // byte of the next one), 0 while it is not. Read by the acceptor to pick whom to evict.
   int64_t idle_since() const { return idle_since_.load(std::memory_order_relaxed); }
-  // Claims the connection for eviction (false when it is no longer idle or already claimed).
-  bool Claim(int64_t seen) { return idle_since_.compare_exchange_strong(seen, -1); }
-  // Steady-clock nanoseconds since when the connection's request header has been incomplete
-  // (its first byte), 0 while it is not reading a header. Read by the acceptor when no
-  // connection is idle.
+  // Likewise since when its request header has been incomplete (its first byte), 0 while it is
+  // not reading a header: the acceptor evicts the oldest of these when none is idle.
   int64_t header_since() const { return header_since_.load(std::memory_order_relaxed); }
-  bool ClaimHeader(int64_t seen) { return header_since_.compare_exchange_strong(seen, -1); }
+  // Claims the connection for eviction (false when it is no longer idle, or its header no longer
+  // the incomplete one seen, or it was already claimed).
+  bool Claim(bool header, int64_t seen) {
+    return (header ? header_since_ : idle_since_).compare_exchange_strong(seen, -1);
+  }
   void Begin();
-  // Runs on the strand after Claim: closes the connection unless a request has begun since.
-  void Evict();
-  // Runs on the strand after ClaimHeader: closes the connection if its header is still
-  // incomplete.
-  void EvictPartialHeader();
+  // Runs on the strand after Claim: closes the connection unless a request has begun since
+  // (idle) or the claimed header has completed (header).
+  void Evict(bool header);
   void OnStop();
   void ForceClose();
 
@@ -254,18 +253,12 @@ void Session::SetIdle(bool idle) {
   if (current == 0) idle_since_.compare_exchange_strong(current, SteadyNanos());
 }
 
-void Session::Evict() {
-  if (phase_ != Phase::kIdle || buffer_.size() > 0) {
+void Session::Evict(bool header) {
+  if (header && (phase_ != Phase::kHeader || header_since_.load() != -1)) return;  // completed
+  if (!header && (phase_ != Phase::kIdle || buffer_.size() > 0)) {
     idle_since_.store(0);  // a request began meanwhile: it stays
     return;
   }
-  shared_.evicted.fetch_add(1);
-  Close();
-}
-
-void Session::EvictPartialHeader() {
-  // Its header completed meanwhile (and maybe another began): it stays.
-  if (phase_ != Phase::kHeader || header_since_.load() != -1) return;
   shared_.evicted.fetch_add(1);
   Close();
 }
@@ -733,37 +726,28 @@ void HttpServer::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
 
 bool HttpServer::Impl::EvictIdlest() {
   for (int attempt = 0; attempt < 4; ++attempt) {
-    std::shared_ptr<Session> idlest;
-    std::shared_ptr<Session> slowest;  // the oldest incomplete header
-    int64_t idle_since = 0;
-    int64_t header_since = 0;
+    std::shared_ptr<Session> victim;
+    int64_t since = 0;
+    bool header = false;  // the victim is the oldest incomplete header (none is idle)
     {
       std::lock_guard<std::mutex> lock(shared_.mu);
       for (auto& [raw, weak] : shared_.sessions) {
         const int64_t idle = raw->idle_since();
-        if (idle > 0 && (idle_since == 0 || idle < idle_since)) {
-          if (auto session = weak.lock()) {
-            idlest = std::move(session);
-            idle_since = idle;
-          }
-        }
-        const int64_t header = idlest == nullptr ? raw->header_since() : 0;
-        if (header > 0 && (header_since == 0 || header < header_since)) {
-          if (auto session = weak.lock()) {
-            slowest = std::move(session);
-            header_since = header;
-          }
+        const int64_t partial = raw->header_since();
+        const bool as_header = idle <= 0;
+        const int64_t t = as_header ? partial : idle;
+        if (t <= 0 || (as_header && !header && victim != nullptr)) continue;
+        if (victim != nullptr && header == as_header && t >= since) continue;
+        if (auto session = weak.lock()) {
+          victim = std::move(session);
+          since = t;
+          header = as_header;
         }
       }
     }
-    if (idlest != nullptr) {
-      if (!idlest->Claim(idle_since)) continue;  // it became busy (or was claimed) meanwhile
-      net::post(idlest->executor(), [idlest] { idlest->Evict(); });
-      return true;
-    }
-    if (slowest == nullptr) return false;
-    if (!slowest->ClaimHeader(header_since)) continue;  // its header completed meanwhile
-    net::post(slowest->executor(), [slowest] { slowest->EvictPartialHeader(); });
+    if (victim == nullptr) return false;
+    if (!victim->Claim(header, since)) continue;  // it changed (or was claimed) meanwhile
+    net::post(victim->executor(), [victim, header] { victim->Evict(header); });
     return true;
   }
   return false;
