@@ -125,6 +125,63 @@ absl::Status CheckMessagesSize(const ServedModel& model, const json& messages) {
       " plus its content, before the chat template runs)"));
 }
 
+// Fields of OpenAI's chat API this server does not act on, checked and then dropped. Tool calling
+// is not implemented, so a request that lets the model call a tool (tools with tool_choice
+// other than "none", or the deprecated functions) is refused naming the field instead of being
+// answered without tool_calls; modalities other than text and audio output are refused too.
+// The rest (user, store, metadata, service_tier, reasoning_effort, prediction,
+// web_search_options) cannot change the answer of this server and are ignored, as vLLM does.
+absl::Status CheckUnservedFields(const json& o) {
+  const auto tools = o.find("tools");
+  const bool has_tools = tools != o.end() && !tools->is_null();
+  if (has_tools && !tools->is_array()) return absl::InvalidArgumentError("tools must be an array");
+  std::string choice = "auto";
+  if (const auto it = o.find("tool_choice"); it != o.end() && !it->is_null()) {
+    if (it->is_string() && (*it == "none" || *it == "auto" || *it == "required")) {
+      choice = it->get<std::string>();
+    } else if (it->is_object() && it->value("type", json()) == "function" &&
+               it->contains("function") && (*it)["function"].is_object() &&
+               (*it)["function"].value("name", json()).is_string()) {
+      choice = "a named function";
+    } else {
+      return absl::InvalidArgumentError(
+          "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+          "\"function\": {\"name\": ...}}");
+    }
+    if (choice != "none" && !(has_tools && !tools->empty())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tool_choice ", choice, " needs a non-empty tools array"));
+    }
+  }
+  if (const auto it = o.find("parallel_tool_calls");
+      it != o.end() && !it->is_null() && !it->is_boolean()) {
+    return absl::InvalidArgumentError("parallel_tool_calls must be a boolean");
+  }
+  if (has_tools && !tools->empty() && choice != "none") {
+    return absl::InvalidArgumentError(
+        "tools: this server does not return tool calls yet (no tool_calls are parsed from the "
+        "model's output); send \"tool_choice\": \"none\" to have the tools ignored");
+  }
+  for (const char* legacy : {"functions", "function_call"}) {
+    const auto it = o.find(legacy);
+    if (it == o.end() || it->is_null() || (it->is_array() && it->empty()) || *it == "none") {
+      continue;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(legacy, ": this server does not return function calls"));
+  }
+  if (const auto it = o.find("modalities"); it != o.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() != 1 || (*it)[0] != "text") {
+      return absl::InvalidArgumentError(
+          "modalities must be [\"text\"] (this server writes text only)");
+    }
+  }
+  if (const auto it = o.find("audio"); it != o.end() && !it->is_null()) {
+    return absl::InvalidArgumentError("audio: this server writes text only");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::string_view body,
@@ -140,6 +197,7 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
   if (o.contains("model") && !o["model"].is_null() && !o["model"].is_string()) {
     return absl::InvalidArgumentError("model must be a string");
   }
+  ABCD_RETURN_IF_ERROR(CheckUnservedFields(o));
   const std::string name = o.value("model", json("")).is_string() ? o.value("model", "") : "";
   ABCD_ASSIGN_OR_RETURN(const ServedModel* model, models.Resolve(name, ModelKind::kLanguageModel));
   PreparedChat prepared;
@@ -188,7 +246,9 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
   }
   o["prompt"] = std::move(ids);
   for (const char* chat_only :
-       {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "add_generation_prompt"}) {
+       {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "add_generation_prompt",
+        "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "modalities",
+        "audio"}) {
     o.erase(chat_only);
   }
   if (prepared.logprobs) o["logprobs"] = prepared.top_logprobs;

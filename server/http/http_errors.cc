@@ -46,7 +46,11 @@ constexpr absl::string_view kRequestFields[] = {"model",
                                                 "prompt_token_ids",
                                                 "tools",
                                                 "tool_choice",
-                                                "parallel_tool_calls"};
+                                                "parallel_tool_calls",
+                                                "functions",
+                                                "function_call",
+                                                "modalities",
+                                                "audio"};
 
 }  // namespace
 

@@ -649,6 +649,46 @@ TEST_F(HttpChatTest, RefusesBadMessagesNamingTheField) {
   EXPECT_TRUE(lm_->requests().empty());
 }
 
+// Tool calling is not implemented: a request that lets the model call a tool is a 400 naming the
+// field (it used to be answered without tool_calls); tool_choice "none" is served without them.
+TEST_F(HttpChatTest, ToolCallsAreRefusedNamingTheFieldUnlessToolChoiceIsNone) {
+  const json tools = json::parse(
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])");
+  const auto expect_400 = [&](const json& extra, const std::string& param,
+                              const std::string& starts) {
+    json body = {{"messages", User("a")}};
+    body.update(extra);
+    httplib::Result result = Chat(body);
+    ASSERT_TRUE(result);
+    EXPECT_EQ(result->status, 400) << result->body;
+    const json error = json::parse(result->body)["error"];
+    EXPECT_EQ(error["param"], param) << error;
+    EXPECT_TRUE(absl::StartsWith(error["message"].get<std::string>(), starts)) << error;
+  };
+  expect_400({{"tools", tools}}, "tools", "tools: this server does not return tool calls yet");
+  expect_400({{"tools", tools}, {"tool_choice", "required"}}, "tools", "tools: this server");
+  expect_400(
+      {{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}},
+      "tools", "tools: this server");
+  expect_400({{"tools", 5}}, "tools", "tools must be an array");
+  expect_400({{"tool_choice", "sometimes"}}, "tool_choice", "tool_choice must be");
+  expect_400({{"tool_choice", "auto"}}, "tool_choice", "tool_choice auto needs a non-empty tools");
+  expect_400({{"parallel_tool_calls", "yes"}}, "parallel_tool_calls",
+             "parallel_tool_calls must be a boolean");
+  expect_400({{"functions", tools}}, "functions", "functions: this server does not return");
+  expect_400({{"modalities", {"text", "audio"}}}, "modalities", "modalities must be");
+  expect_400({{"audio", {{"voice", "alloy"}}}}, "audio", "audio: this server writes text only");
+  EXPECT_TRUE(lm_->requests().empty());
+  httplib::Result none = Chat({{"messages", User("a")},
+                               {"tools", tools},
+                               {"tool_choice", "none"},
+                               {"parallel_tool_calls", false},
+                               {"modalities", {"text"}},
+                               {"user", "u-1"}});
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 200) << none->body;
+}
+
 TEST_F(HttpChatTest, TokenizeRendersMessagesAsChatPrefillsThem) {
   httplib::Result result =
       client_->Post("/tokenize", json({{"messages", User("Hi")}}).dump(), "application/json");
