@@ -67,15 +67,27 @@ FieldSizeCheck InputSizeCheck(const ServedModels& models, ModelKind kind,
   };
 }
 
-// GenerateRequest.messages -> the prompt ids, on the same path as HTTP's chat completions.
+// GenerateRequest.messages -> the prompt ids, on the same path as HTTP's chat completions. The
+// render stops (CANCELLED / DEADLINE_EXCEEDED) when the call is cancelled or its deadline passes.
 absl::Status RenderMessages(const abcd::v1::GenerateRequest& request, const ServedModel& model,
+                            grpc::CallbackServerContext& context, absl::Time deadline,
                             GenerationRequest* out) {
   nlohmann::json messages = nlohmann::json::array();
   for (const abcd::v1::ChatMessage& message : request.messages()) {
     messages.push_back({{"role", message.role()}, {"content", message.content()}});
   }
+  bool late = false;
+  const std::function<bool()> cancelled = [&context, deadline, &late] {
+    late = absl::Now() > deadline;
+    return late || context.IsCancelled();
+  };
   absl::StatusOr<std::vector<int32_t>> ids = chat::ChatPromptIds(
-      model, messages, !request.has_add_generation_prompt() || request.add_generation_prompt());
+      model, messages, !request.has_add_generation_prompt() || request.add_generation_prompt(),
+      cancelled);
+  if (late && ids.status().code() == absl::StatusCode::kCancelled) {
+    return absl::DeadlineExceededError(
+        "messages: the call's deadline passed while the chat template rendered");
+  }
   if (!ids.ok()) return ids.status();
   out->prompt_token_ids.assign(ids->begin() + 1, ids->end());  // the engine prepends bos
   return absl::OkStatus();
@@ -177,7 +189,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
         status.ok() ? ToGenerationRequest(request, Deadline(*context)) : status;
     status = generation.status();
     if (status.ok() && !request.messages().empty()) {
-      status = RenderMessages(request, **model, &*generation);
+      status = RenderMessages(request, **model, *context, generation->deadline, &*generation);
     }
     if (status.ok() && !request.session_id().empty()) {
       if (sessions_ == nullptr) {
