@@ -46,7 +46,8 @@ absl::StatusOr<Value> Repeat(const Value& seq, int64_t times, RenderBudget& budg
     if (absl::Status s = budget.Bytes(total); !s.ok()) return s;
     std::string out;
     out.reserve(total);
-    for (int64_t k = 0; k < times; ++k) out += seq.s.str();
+    if (total > 0) out = seq.s.str();
+    while (out.size() < total) out.append(out, 0, std::min<size_t>(out.size(), total - out.size()));
     return Value::String(std::move(out));
   }
   if (absl::Status s = budget.Items(total); !s.ok()) return s;

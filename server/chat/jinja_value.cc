@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -78,6 +77,11 @@ absl::Status AppendStringRepr(const std::string& s, RenderBudget& budget, std::s
   if (absl::Status st = budget.Bytes(size); !st.ok()) return st;
   out->reserve(out->size() + size);
   *out += quote;
+  if (size == s.size() + 2) {  // nothing to escape
+    *out += s;
+    *out += quote;
+    return absl::OkStatus();
+  }
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
     if (c == quote || c == '\\') {
@@ -123,6 +127,11 @@ absl::Status JsonString(const std::string& s, RenderBudget& budget, std::string*
   if (absl::Status st = budget.Bytes(size); !st.ok()) return st;
   out->reserve(out->size() + size);
   *out += '"';
+  if (size == s.size() + 2) {  // nothing to escape
+    *out += s;
+    *out += '"';
+    return absl::OkStatus();
+  }
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
@@ -513,12 +522,31 @@ size_t CodePointCount(absl::string_view text) {
   return n;
 }
 
-size_t FindText(absl::string_view text, absl::string_view needle, size_t from) {
+TextSearch::TextSearch(absl::string_view needle) : needle_(needle) {
+  if (needle.size() < 2) return;
+  fallback_.assign(needle.size(), 0);
+  uint32_t k = 0;
+  for (size_t i = 1; i < needle.size(); ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = fallback_[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    fallback_[i] = k;
+  }
+}
+
+size_t TextSearch::Find(absl::string_view text, size_t from) const {
   if (from > text.size()) return absl::string_view::npos;
-  if (needle.empty()) return from;
-  const void* at = memmem(text.data() + from, text.size() - from, needle.data(), needle.size());
-  if (at == nullptr) return absl::string_view::npos;
-  return static_cast<size_t>(static_cast<const char*>(at) - text.data());
+  if (needle_.empty()) return from;
+  if (needle_.size() == 1) return text.find(needle_[0], from);
+  size_t k = 0;
+  for (size_t i = from; i < text.size(); ++i) {
+    while (k > 0 && text[i] != needle_[k]) k = fallback_[k - 1];
+    if (text[i] == needle_[k] && ++k == needle_.size()) return i + 1 - needle_.size();
+  }
+  return absl::string_view::npos;
+}
+
+size_t FindText(absl::string_view text, absl::string_view needle, size_t from) {
+  return TextSearch(needle).Find(text, from);
 }
 
 std::vector<size_t> CodePointOffsets(absl::string_view text) {

@@ -72,8 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzzed = *std::move(parsed);
     messages_text = rest.substr(split + 1);
     // Under ASan a work unit costs a few times more: these keep a render well inside -timeout.
-    limits.max_bytes = uint64_t{32} << 20;
-    limits.max_work = 2'000'000;
+    limits.max_bytes = uint64_t{16} << 20;
+    limits.max_work = 500'000;
   }
   const abcd::chat::JinjaTemplate& chosen =
       fuzzed.has_value() ? *fuzzed : (*templates)[data[0] % templates->size()];
