@@ -177,6 +177,13 @@ HF_FIXTURES = {
     # Mistral's sliding_window (GQA 4/2): 5 keys, so the 12-token prompt and the 44 tokens in all
     # run round the ring many times.
     "hf_mistral_window": {"type": "mistral", "set": {"sliding_window": 5}},
+    # Qwen sliding windows as transformers derives them: layers from max_window_layers (1) on slide
+    # (qwen2, window 6); qwen3 by layer_types (layer 0 slides, window 4, layer 1 full attention).
+    "hf_qwen2_window": {"type": "qwen2", "set": {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1}},
+    "hf_qwen3_window": {
+        "type": "qwen3",
+        "set": {"use_sliding_window": True, "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]},
+    },
 }
 
 

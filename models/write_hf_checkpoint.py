@@ -18,7 +18,7 @@ import json
 import sys
 import time
 
-from abcd_ref.hf import DEFAULT_LEGACY, MODEL_TYPES, preset_config, state_bytes, write_checkpoint
+from abcd_ref.hf import DEFAULT_LEGACY, MODEL_TYPES, preset_config, resolve, state_bytes, write_checkpoint
 from abcd_ref.hf.config import LLAMA_TYPES, PRESET_DTYPE, PRESETS, kv_bytes_per_token
 
 
@@ -82,8 +82,9 @@ def main(argv=None):
         legacy=legacy,
         tokenizer=args.tokenizer,
     )
-    # llama types: state_bytes is the KV cache per token (Mistral with sliding_window: its fixed ring)
-    fixed = 0 if args.type in LLAMA_TYPES and kv_bytes_per_token(config) > 0 else state_bytes(config)
+    # llama types: state_bytes is the KV cache per token, or with sliding windows their fixed rings
+    windowed = any(w is not None for w in getattr(resolve(config), "layer_windows", ()))
+    fixed = 0 if args.type in LLAMA_TYPES and not windowed else state_bytes(config)
     print(f"wrote {args.out} ({args.type}, {args.preset}, legacy {list(legacy)}) in {time.time() - start:.1f} s; "
           f"fp32 state bytes per sequence: {fixed} fixed + {kv_bytes_per_token(config)} per token")  # fmt: skip
 

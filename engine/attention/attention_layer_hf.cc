@@ -1,7 +1,7 @@
 // AttentionLayer::LoadHf: the attention sublayers of Hugging Face checkpoints, with the tensor
 // names as published (models/FORMAT.md, "Hugging Face checkpoints"): Llama's self_attn
 // q/k/v/o_proj (GQA, RoPE, optional biases; Mistral and Qwen2/Qwen3 alike, Qwen3 with its
-// per-head q_norm / k_norm, Mistral's sliding_window as a window ring of its key/value heads) and
+// per-head q_norm / k_norm, sliding windows as window rings of the key/value heads) and
 // the fla mixers gsa, gla, retnet and hgrn2 with their gates and output norms, including the older
 // fla names (g_norm for g_norm_swish_gate). The projections are fused into one matrix per layer as
 // for abcd's own layers; everything the state kernels need besides (norm weights, the gla decay's
@@ -97,18 +97,22 @@ absl::StatusOr<std::unique_ptr<AttentionState>> LoadLlama(const ModelConfig& c,
   p.out_in = q;
   std::vector<float> inv_freq =
       a.rope.enabled ? a.rope.InverseFrequencies(a.key_dim) : std::vector<float>{};
-  if (a.type == AttentionType::kWindow) {  // Mistral's sliding_window
+  // Qwen3: q_norm / k_norm over each head before RoPE; the norm would undo a scale folded into
+  // q_proj, so 1/sqrt(hd) goes into q_norm's weight instead.
+  std::vector<float> q_norm, k_norm;
+  if (a.qk_norm) {
+    ABCD_ASSIGN_OR_RETURN(q_norm, weights.Load(prefix + ".q_norm.weight", {hd}));
+    ABCD_ASSIGN_OR_RETURN(k_norm, weights.Load(prefix + ".k_norm.weight", {hd}));
+    for (float& w : q_norm) w *= scale;
+  }
+  if (a.type == AttentionType::kWindow) {  // Mistral's and Qwen's sliding windows
     return std::make_unique<WindowState>(a.heads, a.kv_heads, a.key_dim, a.window,
-                                         std::move(inv_freq));
+                                         std::move(inv_freq), std::move(q_norm), std::move(k_norm),
+                                         a.norm_eps);
   }
   if (!a.qk_norm) {
     return std::make_unique<SoftmaxState>(a.heads, a.kv_heads, a.key_dim, std::move(inv_freq));
   }
-  // Qwen3: q_norm / k_norm over each head before RoPE; the norm would undo a scale folded into
-  // q_proj, so 1/sqrt(hd) goes into q_norm's weight instead.
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> q_norm, weights.Load(prefix + ".q_norm.weight", {hd}));
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> k_norm, weights.Load(prefix + ".k_norm.weight", {hd}));
-  for (float& w : q_norm) w *= scale;
   return std::make_unique<SoftmaxState>(a.heads, a.kv_heads, a.key_dim, std::move(inv_freq),
                                         std::move(q_norm), std::move(k_norm), a.norm_eps);
 }

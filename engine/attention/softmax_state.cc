@@ -309,7 +309,7 @@ void WindowState::PrepareRows(CpuContext& ctx, const float* projection, int64_t 
                               int64_t rows, std::span<const StateRef> states,
                               float* prepared) const {
   PrepareGqaRows(ctx, projection, projection_width, rows, states, prepared, q_heads_, n_heads_,
-                 head_dim_, rope_inv_freq_, {}, {}, 0.0f);
+                 head_dim_, rope_inv_freq_, q_norm_, k_norm_, norm_eps_);
 }
 
 int64_t WindowState::AttendedWidth(int64_t d_model) const {

@@ -97,17 +97,22 @@ class WindowState final : public AttentionState {
         window_(window),
         dilation_(dilation),
         span_(int64_t{window - 1} * dilation + 1) {}
-  // Mistral's sliding_window: the last `window` tokens of `kv_heads` key/value heads (GQA as in
-  // SoftmaxState: heads() counts the key/value heads, ReadHead(g) reads for every query head of
-  // group g), rows prepared as SoftmaxState's (q and k turned by RoPE before the key is kept).
-  WindowState(int q_heads, int kv_heads, int head_dim, int window, std::vector<float> rope_inv_freq)
+  // Hugging Face sliding windows (Mistral, Qwen): the last `window` tokens of `kv_heads`
+  // key/value heads (GQA as in SoftmaxState: heads() counts the key/value heads, ReadHead(g) reads
+  // for every query head of group g), rows prepared as SoftmaxState's (optional per-head q/k
+  // RMSNorms, then RoPE, before the key is kept).
+  WindowState(int q_heads, int kv_heads, int head_dim, int window, std::vector<float> rope_inv_freq,
+              std::vector<float> q_norm = {}, std::vector<float> k_norm = {}, float norm_eps = 0.0f)
       : q_heads_(q_heads),
         n_heads_(kv_heads),
         head_dim_(head_dim),
         window_(window),
         dilation_(1),
         span_(window),
-        rope_inv_freq_(std::move(rope_inv_freq)) {}
+        rope_inv_freq_(std::move(rope_inv_freq)),
+        q_norm_(std::move(q_norm)),
+        k_norm_(std::move(k_norm)),
+        norm_eps_(norm_eps) {}
   int64_t FixedFloats() const override;
   void Init(float* fixed) const override;
   int heads() const override { return n_heads_; }
@@ -121,7 +126,9 @@ class WindowState final : public AttentionState {
   int64_t AttendedWidth(int64_t d_model) const override;
 
  private:
-  bool prepared() const { return !rope_inv_freq_.empty() || n_heads_ != q_heads_; }
+  bool prepared() const {
+    return !rope_inv_freq_.empty() || n_heads_ != q_heads_ || !q_norm_.empty();
+  }
 
   int q_heads_;
   int n_heads_;  // key/value heads (the ring's)
@@ -130,6 +137,8 @@ class WindowState final : public AttentionState {
   int dilation_;
   int64_t span_;  // ring rows
   std::vector<float> rope_inv_freq_;
+  std::vector<float> q_norm_, k_norm_;  // empty: no q/k norms
+  float norm_eps_ = 0.0f;
 };
 
 }  // namespace abcd

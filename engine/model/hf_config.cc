@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -190,33 +191,53 @@ bool IsQwen(const ModelConfig& c) {
   return c.hf_model_type == "qwen2" || c.hf_model_type == "qwen3";
 }
 
-// Qwen2/Qwen3 sliding windows: use_sliding_window (false in every published Qwen2/2.5/3
-// checkpoint) would window the layers from max_window_layers on; transformers >= 4.53 also
-// writes the per-layer result as layer_types. Only full attention is served.
-absl::Status RefuseQwenWindows(const HfFields& f, const ModelConfig& c) {
-  ABCD_ASSIGN_OR_RETURN(const bool windowed, f.Bool("use_sliding_window", false));
-  if (windowed) {
-    return f.Error("use_sliding_window",
-                   "true is not supported (sliding-window layers from max_window_layers on; "
-                   "set it to false to serve the model with full attention)");
+// The window of each layer (0: full attention), as transformers derives it. Mistral:
+// sliding_window (null or an integer) on every layer. Qwen2/Qwen3: sliding_window counts only with
+// use_sliding_window true; layer_types (written by transformers >= 4.53) names each layer
+// "full_attention" or "sliding_attention", and without it the layers from max_window_layers on
+// slide. A query at t sees keys s with t - s < window (transformers' sliding-window mask).
+absl::StatusOr<std::vector<int>> LayerWindows(const HfFields& f, const ModelConfig& c) {
+  const size_t layers = c.decoder_layers.size();
+  std::vector<int> windows(layers, 0);
+  if (c.hf_model_type == "mistral") {
+    if (!f.Present("sliding_window")) return windows;
+    ABCD_ASSIGN_OR_RETURN(const int window, f.Int("sliding_window", std::nullopt, 1, kMaxWindow));
+    windows.assign(layers, window);
+    return windows;
+  }
+  if (!IsQwen(c)) return windows;
+  ABCD_ASSIGN_OR_RETURN(const bool use_window, f.Bool("use_sliding_window", false));
+  int window = 0;
+  if (use_window && f.Present("sliding_window")) {
+    ABCD_ASSIGN_OR_RETURN(window, f.Int("sliding_window", std::nullopt, 1, kMaxWindow));
   }
   const json* types = f.Find("layer_types");
-  if (types == nullptr) return absl::OkStatus();
-  if (!types->is_array() || types->size() != c.decoder_layers.size()) {
+  if (types == nullptr) {
+    ABCD_ASSIGN_OR_RETURN(const int first, f.Int("max_window_layers", 28, 0, kMaxLayers));
+    for (size_t i = static_cast<size_t>(first); i < layers; ++i) windows[i] = window;
+    return windows;
+  }
+  if (!types->is_array() || types->size() != layers) {
     return f.Error("layer_types", "must be a list with one entry per layer");
   }
-  for (size_t i = 0; i < types->size(); ++i) {
-    if ((*types)[i] != "full_attention") {
-      return f.Error(absl::StrCat("layer_types[", i, "]"),
-                     "must be \"full_attention\" (sliding-window layers are not supported)");
+  for (size_t i = 0; i < layers; ++i) {
+    const std::string key = absl::StrCat("layer_types[", i, "]");
+    if ((*types)[i] == "full_attention") continue;
+    if ((*types)[i] != "sliding_attention") {
+      return f.Error(key, "must be \"full_attention\" or \"sliding_attention\"");
     }
+    if (window == 0) {
+      return f.Error(key,
+                     "\"sliding_attention\" needs use_sliding_window true and a sliding_window");
+    }
+    windows[i] = window;
   }
-  return absl::OkStatus();
+  return windows;
 }
 
-// Llama and the models built like it: Mistral (sliding_window: null or a window), Qwen2 (q/k/v
-// biases, none on o_proj) and Qwen3 (per-head q_norm / k_norm before RoPE, head_dim 128 by default,
-// attention_bias on all four projections).
+// Llama and the models built like it: Mistral and Qwen2/Qwen3 (sliding windows, LayerWindows),
+// Qwen2 (q/k/v biases, none on o_proj) and Qwen3 (per-head q_norm / k_norm before RoPE, head_dim
+// 128 by default, attention_bias on all four projections).
 absl::Status ParseLlama(const HfFields& f, ModelConfig& c) {
   const bool qwen3 = c.hf_model_type == "qwen3";
   ABCD_RETURN_IF_ERROR(ParseCommon(f, c, "num_hidden_layers", IsQwen(c) ? 151936 : 32000));
@@ -252,17 +273,12 @@ absl::Status ParseLlama(const HfFields& f, ModelConfig& c) {
   if (!IsQwen(c)) {
     ABCD_ASSIGN_OR_RETURN(c.hf_mlp_bias, f.Bool("mlp_bias", false));
   }
-  if (IsQwen(c)) ABCD_RETURN_IF_ERROR(RefuseQwenWindows(f, c));
-  // Mistral's sliding_window: query t attends to keys s with t - s < window (transformers'
-  // sliding-window mask), served by a ring of the last `window` keys and values per layer.
-  int window = 0;
-  if (c.hf_model_type == "mistral" && f.Present("sliding_window")) {
-    ABCD_ASSIGN_OR_RETURN(window, f.Int("sliding_window", std::nullopt, 1, kMaxWindow));
-  }
-  for (LayerSpec& layer : c.decoder_layers) {
-    AttentionSpec& a = layer.attention;
-    a.type = window > 0 ? AttentionType::kWindow : AttentionType::kSoftmax;
-    a.window = window;
+  // A windowed layer keeps a ring of the last `window` keys and values (WindowState).
+  ABCD_ASSIGN_OR_RETURN(const std::vector<int> windows, LayerWindows(f, c));
+  for (size_t i = 0; i < c.decoder_layers.size(); ++i) {
+    AttentionSpec& a = c.decoder_layers[i].attention;
+    a.type = windows[i] > 0 ? AttentionType::kWindow : AttentionType::kSoftmax;
+    a.window = windows[i];
     a.heads = c.n_heads;
     a.kv_heads = kv_heads;
     a.key_dim = head_dim;

@@ -254,8 +254,9 @@ class ConfigTest(TempDirTest):
             ("llama", {"rope_parameters": {"rope_type": "yarn", "factor": 2.0}}, "rope_parameters.rope_type"),
             ("llama", {"rope_scaling": {"type": "llama3", "factor": 8.0}}, "low_freq_factor"),
             ("llama", {"num_key_value_heads": 3}, "num_attention_heads"),
-            ("qwen2", {"use_sliding_window": True}, "use_sliding_window"),
-            ("qwen3", {"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
+            ("qwen2", {"use_sliding_window": True, "sliding_window": 0}, "sliding_window"),
+            ("qwen3", {"layer_types": ["full_attention", "sliding_attention"]}, r"layer_types\[1\]"),
+            ("qwen3", {"use_sliding_window": True, "layer_types": ["full_attention", "chunked"]}, r"layer_types\[1\]"),
             ("mistral", {"sliding_window": 0}, "sliding_window"),
         ]
         for model_type, overrides, field in cases:
@@ -381,6 +382,7 @@ class LlamaLikeTest(unittest.TestCase):
         self.assertGreater((a[0, reach] - b[0, reach]).abs().max().item(), 1e-6)
         torch.testing.assert_close(a[0, reach + 1 :], b[0, reach + 1 :], rtol=0, atol=1e-12)
         full = self.model("mistral", sliding_window=None)
+        self.assertEqual(hf.resolve(hf.preset_config("mistral", sliding_window=4)).layer_windows, [4, 4])
         torch.testing.assert_close(full(ids)[0, :w], a[0, :w], rtol=0, atol=1e-12)  # same weights
 
     def test_mistral_window_state_is_a_fixed_ring(self):
@@ -388,6 +390,15 @@ class LlamaLikeTest(unittest.TestCase):
         self.assertEqual((hf.state_bytes(config), kv_bytes_per_token(config)), (2 * 2 * 2 * 16 * 5 * 4, 0))
         config = hf.preset_config("mistral", sliding_window=None)
         self.assertEqual((hf.state_bytes(config), kv_bytes_per_token(config)), (2 * 2 * 2 * 16 * 4,) * 2)
+
+    def test_qwen_windows_as_transformers_derives_them(self):
+        windows = lambda **kw: hf.resolve(hf.preset_config("qwen2", num_hidden_layers=4, **kw)).layer_windows  # noqa: E731
+        self.assertEqual(windows(sliding_window=8), [None] * 4)  # use_sliding_window false
+        self.assertEqual(windows(use_sliding_window=True, sliding_window=8, max_window_layers=2), [None, None, 8, 8])
+        types = ["sliding_attention", "full_attention"] * 2
+        self.assertEqual(windows(use_sliding_window=True, sliding_window=8, layer_types=types), [8, None, 8, None])
+        config = hf.preset_config("qwen3", use_sliding_window=True, sliding_window=3, max_window_layers=1)
+        self.assertEqual((hf.state_bytes(config), kv_bytes_per_token(config)), (2 * 2 * 16 * 3 * 4, 2 * 2 * 16 * 4))
 
     @torch.no_grad()
     def test_qwen2_biases_are_on_qkv_only(self):
@@ -412,7 +423,7 @@ class FixtureTest(unittest.TestCase):
         """The hf_* golden fixtures are listed in index.json and the reference still computes their logits."""
         golden_dir = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "golden"
         names = [n for n in json.loads((golden_dir / "index.json").read_text()) if n.startswith("hf_")]
-        self.assertEqual(len(names), 22)
+        self.assertEqual(len(names), 24)
         for name in names:
             with self.subTest(name):
                 golden = load_file(golden_dir / name / "golden.safetensors")

@@ -428,21 +428,15 @@ def _resolve_llama(config, where=None):
     if head_dim % 2:
         raise ConfigError(f"{where}: 'head_dim' {head_dim} must be even (RoPE)")
     theta, scaling = rope_settings(config)
-    if model_type in ("qwen2", "qwen3"):
-        if merged.get("use_sliding_window"):
-            raise ConfigError(f"{where}: 'use_sliding_window' true is not supported (only full attention)")
-        if any(t != "full_attention" for t in merged.get("layer_types") or ()):
-            raise ConfigError(f"{where}: 'layer_types' must all be \"full_attention\", got {merged['layer_types']!r}")
-    window = merged.get("sliding_window") if model_type == "mistral" else None
-    if window is not None:
-        window = _positive_int(where, "sliding_window", window)
+    num_layers = _positive_int(where, "num_hidden_layers", merged["num_hidden_layers"])
+    windows = _layer_windows(where, merged, model_type, num_layers)
     # Qwen2: q/k/v biases always, o_proj none; Qwen3 / Llama / Mistral: attention_bias on all four.
     qkv_bias = True if model_type == "qwen2" else bool(merged.get("attention_bias", False))
     return SimpleNamespace(
         model_type=model_type,
         vocab_size=_positive_int(where, "vocab_size", merged["vocab_size"]),
         hidden_size=d,
-        num_layers=_positive_int(where, "num_hidden_layers", merged["num_hidden_layers"]),
+        num_layers=num_layers,
         norm_eps=float(merged["rms_norm_eps"]),
         intermediate_size=_positive_int(where, "intermediate_size", merged["intermediate_size"]),
         tie_word_embeddings=bool(merged["tie_word_embeddings"]),
@@ -456,8 +450,34 @@ def _resolve_llama(config, where=None):
         o_bias=False if model_type == "qwen2" else qkv_bias,
         mlp_bias=bool(merged.get("mlp_bias", False)),
         qk_norm=model_type == "qwen3",
-        sliding_window=window,
+        layer_windows=windows,
     )
+
+
+def _layer_windows(where, merged, model_type, num_layers):
+    """Each layer's sliding window (None: full attention), as transformers derives it: Mistral's
+    `sliding_window` on every layer; Qwen2/Qwen3 `sliding_window` only with `use_sliding_window`, on the
+    layers `layer_types` names "sliding_attention", or without it on layers >= `max_window_layers`."""
+    if model_type == "mistral":
+        window = merged.get("sliding_window")
+        return [None if window is None else _positive_int(where, "sliding_window", window)] * num_layers
+    if model_type not in ("qwen2", "qwen3"):
+        return [None] * num_layers
+    window = merged.get("sliding_window") if merged.get("use_sliding_window") else None
+    if window is not None:
+        window = _positive_int(where, "sliding_window", window)
+    types = merged.get("layer_types")
+    if types is None:
+        first = merged.get("max_window_layers", 28)
+        return [window if i >= first else None for i in range(num_layers)]
+    if not isinstance(types, list) or len(types) != num_layers:
+        raise ConfigError(f"{where}: 'layer_types' must be a list of num_hidden_layers ({num_layers}) entries, got {types!r}")
+    for i, kind in enumerate(types):
+        if kind not in ("full_attention", "sliding_attention"):
+            raise ConfigError(f"{where}: 'layer_types[{i}]' must be full_attention or sliding_attention, got {kind!r}")
+        if kind == "sliding_attention" and window is None:
+            raise ConfigError(f"{where}: 'layer_types[{i}]' sliding_attention needs use_sliding_window true and a sliding_window")
+    return [window if kind == "sliding_attention" else None for kind in types]
 
 
 def _abcd_layer(where, i, spec):
@@ -504,10 +524,8 @@ def kv_bytes_per_token(config):
     """fp32 KV cache bytes per token of the softmax layers (llama: all; fla hybrids: `attn.layers`;
     abcd_llama: its softmax layers); 0 for a model without softmax layers."""
     c = resolve(config)
-    if c.model_type in LLAMA_TYPES:
-        if c.sliding_window is not None:  # Mistral's window: a fixed ring (state_bytes)
-            return 0
-        return 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4
+    if c.model_type in LLAMA_TYPES:  # windowed layers keep a fixed ring instead (state_bytes)
+        return sum(w is None for w in c.layer_windows) * 2 * c.num_kv_heads * c.head_dim * 4
     if c.model_type == "abcd_llama":
         return sum(2 * c.num_heads * c.head_dim * 4 for spec in c.abcd_layers if spec.type == "softmax")
     if c.attn is None:
@@ -518,13 +536,13 @@ def kv_bytes_per_token(config):
 def state_bytes(config):
     """fp32 bytes of one sequence's recurrent state (fla types; RetNet's position counter not counted;
     hybrids: the recurrent layers only), or, for llama (mistral, qwen2, qwen3), KV cache bytes per
-    token (2 * L * Hkv * head_dim * 4); Mistral with sliding_window w: its fixed ring, 2 * L * Hkv *
-    head_dim * w * 4. abcd_llama: t2r layers H r (hd + 1) (S and z), abc layers H n (2 hd + 1) (K~, V~
+    token (2 * L * Hkv * head_dim * 4); with sliding windows (Mistral, Qwen) the windowed layers' fixed
+    rings instead, 2 * Hkv * head_dim * w * 4 each. abcd_llama: t2r layers H r (hd + 1) (S and z), abc layers H n (2 hd + 1) (K~, V~
     and the log normaliser); its softmax layers are in kv_bytes_per_token."""
     c = resolve(config)
     if c.model_type in LLAMA_TYPES:
-        if c.sliding_window is not None:  # Mistral: a ring of the last w keys and values per layer
-            return 2 * c.num_layers * c.num_kv_heads * c.head_dim * c.sliding_window * 4
+        if any(w is not None for w in c.layer_windows):  # rings of the last w keys and values
+            return sum(2 * c.num_kv_heads * c.head_dim * w * 4 for w in c.layer_windows if w is not None)
         return kv_bytes_per_token(config)
     if c.model_type == "abcd_llama":
         per = {"softmax": lambda s: 0, "t2r": lambda s: s.features * (c.head_dim + 1), "abc": lambda s: s.slots * (2 * c.head_dim + 1)}

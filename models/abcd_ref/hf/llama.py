@@ -2,8 +2,8 @@
 half-split RoPE (linear / llama3 scaling, theta from `rope_parameters` or `rope_theta`), GQA, optional
 attention and MLP biases, SwiGLU MLP, final RMSNorm, untied or tied head; no embedding scale.
 The same class serves the model types built like it (written from transformers' modeling files):
-Mistral (`sliding_window`: query t sees keys s with t - s < window), Qwen2 (q/k/v biases, none on
-o_proj) and Qwen3 (`q_norm` / `k_norm`: RMSNorm over each head's head_dim values, rms_norm_eps, on q
+Mistral and Qwen2/Qwen3 sliding windows (`layer_windows` of config.resolve: query t sees keys s with
+t - s < window), Qwen2 (q/k/v biases, none on o_proj) and Qwen3 (`q_norm` / `k_norm`: RMSNorm over each head's head_dim values, rms_norm_eps, on q
 and k before RoPE).
 
 `step` appends to a KV cache (state: per layer k, v [B, t, Hkv, head_dim] and the position); `forward`
@@ -19,9 +19,11 @@ from .skeleton import GatedMLP, RMSNorm, apply_rope, compute_dtype, repeat_heads
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer_idx=0):
         super().__init__()
         self.c = c
+        windows = getattr(c, "layer_windows", None)
+        self.window = windows[layer_idx] if windows else None
         d, hd = c.hidden_size, c.head_dim
         self.q_proj = nn.Linear(d, c.num_heads * hd, bias=c.attention_bias)
         self.k_proj = nn.Linear(d, c.num_kv_heads * hd, bias=c.attention_bias)
@@ -49,9 +51,8 @@ class LlamaAttention(nn.Module):
         scores = torch.einsum("bthd,bshd->bhts", q, k).to(compute_dtype(q.dtype)) / c.head_dim**0.5
         t, s = q.shape[1], k.shape[1]
         visible = torch.arange(s)[None, :] <= torch.arange(t)[:, None] + causal_offset
-        window = getattr(c, "sliding_window", None)
-        if window is not None:  # Mistral: the last `window` keys, the query's own included
-            visible &= torch.arange(s)[None, :] > torch.arange(t)[:, None] + causal_offset - window
+        if self.window is not None:  # the last `window` keys, the query's own included
+            visible &= torch.arange(s)[None, :] > torch.arange(t)[:, None] + causal_offset - self.window
         scores = scores.masked_fill(~visible, -float("inf"))
         weights = scores.softmax(-1).to(q.dtype)
         out = torch.einsum("bhts,bshd->bthd", weights, v)
@@ -59,10 +60,10 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer_idx=0):
         super().__init__()
         self.input_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
-        self.self_attn = LlamaAttention(c)
+        self.self_attn = LlamaAttention(c, layer_idx)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.norm_eps)
         self.mlp = GatedMLP(c.hidden_size, c.intermediate_size, bias=c.mlp_bias)
 
@@ -71,7 +72,7 @@ class LlamaModel(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(c) for _ in range(c.num_layers))
+        self.layers = nn.ModuleList(LlamaDecoderLayer(c, i) for i in range(c.num_layers))
         self.norm = RMSNorm(c.hidden_size, c.norm_eps)
 
 

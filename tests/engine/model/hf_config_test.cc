@@ -242,20 +242,47 @@ TEST(HfConfig, Qwen3HasPerHeadQkNormsAndAnExplicitHeadDim) {
   EXPECT_EQ(c->decoder_layers[0].attention.key_dim, 128);
 }
 
-TEST(HfConfig, QwenSlidingWindowsAreRefusedNamingTheKey) {
+TEST(HfConfig, QwenSlidingWindowsFollowTransformers) {
   for (const json& base : {Qwen2(), Qwen3()}) {
+    const int layers = base["num_hidden_layers"];
     json config = base;
     config["use_sliding_window"] = true;
-    EXPECT_NE(HfErrorFor(config).find("\"use_sliding_window\": true is not supported"),
-              std::string::npos);
-    config = base;
+    config["sliding_window"] = 4096;
+    config["max_window_layers"] = 20;  // layers 20.. slide
+    absl::StatusOr<ModelConfig> c = Parse(config);
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (int i = 0; i < layers; ++i) {
+      const AttentionSpec& a = c->decoder_layers[static_cast<size_t>(i)].attention;
+      EXPECT_EQ(a.type, i >= 20 ? AttentionType::kWindow : AttentionType::kSoftmax) << i;
+      EXPECT_EQ(a.window, i >= 20 ? 4096 : 0) << i;
+      EXPECT_EQ(a.qk_norm, base["model_type"] == "qwen3");
+    }
+    // layer_types (transformers >= 4.53) wins over max_window_layers.
     config["layer_types"] = json::array();
-    for (int i = 0; i < config["num_hidden_layers"].get<int>(); ++i) {
+    for (int i = 0; i < layers; ++i) {
       config["layer_types"].push_back(i == 3 ? "sliding_attention" : "full_attention");
     }
+    c = Parse(config);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->decoder_layers[3].attention.window, 4096);
+    EXPECT_EQ(c->decoder_layers[20].attention.type, AttentionType::kSoftmax);
+    // use_sliding_window false: sliding_window is unused, a sliding layer has no window.
+    config["use_sliding_window"] = false;
+    EXPECT_NE(HfErrorFor(config).find("\"layer_types[3]\": \"sliding_attention\" needs"),
+              std::string::npos);
+    config["layer_types"][3] = "chunked_attention";
+    config["use_sliding_window"] = true;
     EXPECT_NE(HfErrorFor(config).find("\"layer_types[3]\""), std::string::npos);
-    config["layer_types"][3] = "full_attention";
-    EXPECT_TRUE(Parse(config).ok());
+    config.erase("layer_types");
+    config["use_sliding_window"] = false;  // the published configs: full attention everywhere
+    c = Parse(config);
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (const LayerSpec& layer : c->decoder_layers) {
+      EXPECT_EQ(layer.attention.type, AttentionType::kSoftmax);
+    }
+    config["use_sliding_window"] = true;
+    config["sliding_window"] = 0;
+    EXPECT_NE(HfErrorFor(config).find("\"sliding_window\""), std::string::npos);
   }
 }
 
