@@ -55,8 +55,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   if (!config.weight_format.empty()) {
     ABCD_ASSIGN_OR_RETURN(load.weight_format, ParseWeightFormat(config.weight_format));
   }
-  // The tokenizer first: a directory without a usable tokenizer.model fails before the
-  // weights are read and packed.
+  // The tokenizer first: a directory without a usable tokenizer.json or tokenizer.model fails
+  // before the weights are read and packed.
   ABCD_ASSIGN_OR_RETURN(const ModelConfig model_config, LoadModelDirectoryConfig(dir));
   ABCD_ASSIGN_OR_RETURN(served->tokenizer, LoadModelTokenizer(dir, model_config));
   ABCD_ASSIGN_OR_RETURN(served->model, Model::Load(dir, load));
