@@ -73,6 +73,11 @@ absl::StatusOr<int64_t> Length(const Value& value, RenderBudget& budget);
 // str.strip(chars) (null chars: Python's whitespace) from the left and/or right.
 std::string Strip(absl::string_view text, const std::string* chars, bool left, bool right);
 
+// a op b for op in + - * / // % ** ~ (jinja_operators.cc), with Python's semantics on ints
+// (overflow past int64 is an error), floats, strings and lists.
+absl::StatusOr<Value> BinaryOperator(const std::string& op, const Value& a, const Value& b,
+                                     RenderBudget& budget);
+
 // Shared by the filters (jinja_filters.cc) and the rest of the builtins.
 absl::Status UndefinedError(const Value& value);
 absl::StatusOr<int64_t> NeedInt(const Value& v, absl::string_view what);

@@ -244,6 +244,11 @@ def chat_seeds():
         'tpl_macro_caller': ('{% macro m(x, y=2) %}<{{ x }}{{ y }}{{ caller() if caller }}>'
                              '{% endmacro %}{% call m(1) %}body{% endcall %}{{ m(3, y=4) }}'
                              '{% set b %}{{ messages | length }}{% endset %}{{ b }}'),
+        # Blocks and expressions nested inside a recursive macro: the renderer's recursion is
+        # bounded (this overflowed the stack before kMaxNesting).
+        'tpl_deep_nesting': ('{% macro m(n) %}' + '{% if true %}' * 60 + '{{ ' + '(' * 55 +
+                             'm(n - 1) if n > 0 else 1' + ')' * 55 + ' }}' +
+                             '{% endif %}' * 60 + '{% endmacro %}{{ m(100) }}'),
         'tpl_filters': ('{{ messages | map(attribute="role") | reject("equalto", "user") | list }}'
                         '{{ {"b": 1, "a": 2} | dictsort }}{{ strftime_now("%Y") | length }}'
                         '{{ messages | selectattr("role", "in", ["user"]) | list | length }}'),

@@ -354,6 +354,18 @@ TEST(JinjaTemplate, MacrosCallersAndBlocksRenderAsJinja2) {
   ASSERT_FALSE(out.ok());
   EXPECT_TRUE(absl::StrContains(out.status().message(), "macro calls nested deeper than 64"))
       << out.status();
+  // Deep blocks and expressions inside a recursive macro: the renderer's recursion is bounded
+  // (this overflowed an 8 MiB stack before).
+  std::string deep = "{% macro m(n) %}";
+  for (int k = 0; k < 60; ++k) deep += "{% if true %}";
+  deep += "{{ " + std::string(55, '(') + "m(n - 1) if n > 0 else 1" + std::string(55, ')') + " }}";
+  for (int k = 0; k < 60; ++k) deep += "{% endif %}";
+  out = RenderText(deep + "{% endmacro %}{{ m(100) }}");
+  ASSERT_FALSE(out.ok());
+  EXPECT_TRUE(absl::StrContains(out.status().message(),
+                                "nests blocks, expressions and macro "
+                                "calls deeper than 400"))
+      << out.status();
   out = RenderText("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}");
   ASSERT_FALSE(out.ok());
   EXPECT_TRUE(absl::StrContains(out.status().message(), "takes not more than 1 argument(s)"));
