@@ -458,7 +458,8 @@ absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
       std::string filter_name = name.text;
       while (IsOp(".") && Peek(1).type == Token::Type::kName) {  // dotted names: jinja2 allows
         Next();
-        filter_name += "." + Next().text;
+        const Token part = Next();
+        absl::StrAppend(&filter_name, ".", part.text);
       }
       ExprPtr e = Make(Expr::Type::kFilter, name.line);
       e->name = filter_name;
