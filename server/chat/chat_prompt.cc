@@ -11,14 +11,16 @@ namespace abcd::chat {
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                                    const nlohmann::json& messages,
                                                    bool add_generation_prompt,
-                                                   const std::function<bool()>& cancelled) {
+                                                   const std::function<bool()>& cancelled,
+                                                   const nlohmann::ordered_json& tools) {
   if (model.chat_template == nullptr || model.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("model '", model.name, "' has no chat template"));
   }
   ABCD_ASSIGN_OR_RETURN(Value conversation, ParseChatMessages(messages));
   ABCD_ASSIGN_OR_RETURN(std::string text, model.chat_template->Render(
-                                              conversation, add_generation_prompt, cancelled));
+                                              conversation, add_generation_prompt, cancelled,
+                                              tools.is_null() ? Value::None() : FromJson(tools)));
   ABCD_RETURN_IF_ERROR(model.executor->CheckInput("messages", text.size()));
   const ModelConfig& config = model.executor->backend().config();
   ABCD_ASSIGN_OR_RETURN(

@@ -25,9 +25,12 @@
 
 namespace abcd::chat {
 
-absl::StatusOr<std::vector<int32_t>> ChatPromptIds(
-    const ServedModel& model, const nlohmann::json& messages, bool add_generation_prompt,
-    const std::function<bool()>& cancelled = nullptr);
+// `tools` (null: none) is the template's `tools` variable: the request's tool list as given.
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
+                                                   const nlohmann::json& messages,
+                                                   bool add_generation_prompt,
+                                                   const std::function<bool()>& cancelled = nullptr,
+                                                   const nlohmann::ordered_json& tools = nullptr);
 
 // A chat session's next turn: the ids to append to a session whose last turn is the model's
 // answer (its generated tokens), for `messages`, the NEW messages only. The template renders

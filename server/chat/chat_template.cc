@@ -61,8 +61,10 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromText(absl:
   if (!jinja.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", jinja.status().message()));
   }
-  return std::shared_ptr<const ChatTemplate>(new ChatTemplate(
+  auto loaded = std::shared_ptr<ChatTemplate>(new ChatTemplate(
       *std::move(jinja), std::move(origin), std::move(bos_token), std::move(eos_token)));
+  loaded->tool_call_format_ = DetectToolCallFormat(text);
+  return std::shared_ptr<const ChatTemplate>(std::move(loaded));
 }
 
 absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(
@@ -137,9 +139,10 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const Value& messages, bool add_generation_prompt,
-                                                 const std::function<bool()>& cancelled) const {
+                                                 const std::function<bool()>& cancelled,
+                                                 const Value& tools) const {
   ValueDict variables = {{"messages", messages},
-                         {"tools", Value::None()},
+                         {"tools", tools},
                          {"documents", Value::None()},
                          {"add_generation_prompt", Value::Bool(add_generation_prompt)}};
   // transformers passes only the special tokens a tokenizer has: a null one stays undefined.

@@ -35,6 +35,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/chat/chat_messages.h"
+#include "server/chat/chat_tools.h"
 #include "server/chat/jinja_template.h"
 #include "server/chat/jinja_value.h"
 
@@ -59,8 +60,10 @@ class ChatTemplate {
   // exceeded its work budget ..." (or memory budget, or output size). `cancelled` (may be null)
   // is polled during the render, on this thread; when it returns true the render stops with
   // CANCELLED "messages: the chat template's render was cancelled".
+  // `tools`: the template's `tools` variable (the request's tool list; None without tools).
   absl::StatusOr<std::string> Render(const Value& messages, bool add_generation_prompt,
-                                     const std::function<bool()>& cancelled = nullptr) const;
+                                     const std::function<bool()>& cancelled = nullptr,
+                                     const Value& tools = Value::None()) const;
 
   absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tokenizer,
                                                     absl::string_view text, int32_t bos_id,
@@ -69,6 +72,8 @@ class ChatTemplate {
   const std::string& origin() const { return origin_; }
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
+  // The tool-call format the template's source teaches (chat_tools.h).
+  ToolCallFormat tool_call_format() const { return tool_call_format_; }
 
  private:
   ChatTemplate(JinjaTemplate jinja, std::string origin, std::string bos, std::string eos)
@@ -82,6 +87,7 @@ class ChatTemplate {
   std::string origin_;
   std::string bos_token_;
   std::string eos_token_;
+  ToolCallFormat tool_call_format_ = ToolCallFormat::kHermes;
 };
 
 }  // namespace abcd::chat

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/json_nesting.h"
@@ -10,6 +11,7 @@
 #include "engine/sampling/logprobs.h"
 #include "engine/scheduler/executor.h"
 #include "server/chat/chat_prompt.h"
+#include "server/chat/chat_template.h"
 #include "server/http/json_error.h"
 
 namespace abcd::http {
@@ -67,6 +69,19 @@ json ChatShaper::ChatLogprobs(const json& completion) const {
   return {{"content", std::move(content)}};
 }
 
+json ChatShaper::CallsJson(std::vector<chat::ToolCall> calls) const {
+  if (!tool_calls_->parallel && calls.size() > 1) calls.resize(1);
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json call = {{"id", chat::NewToolCallId()},
+                 {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (stream_) call["index"] = i;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 void ChatShaper::operator()(json& body) {
   body["object"] = stream_ ? "chat.completion.chunk" : "chat.completion";
   if (body.contains("id") && body["id"].is_string()) {
@@ -74,10 +89,35 @@ void ChatShaper::operator()(json& body) {
     body["id"] = absl::StrCat("chat", id);  // "cmpl-.." -> "chatcmpl-.."
   }
   if (!body.contains("choices")) return;
+  const auto blank = [](const std::string& text) {
+    return std::all_of(text.begin(), text.end(),
+                       [](char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); });
+  };
   for (json& choice : body["choices"]) {
     const size_t index = choice.value("index", 0);
     std::string text = choice.contains("text") ? choice["text"].get<std::string>() : "";
     choice.erase("text");
+    const bool last = choice.contains("finish_reason") && choice["finish_reason"].is_string();
+    json calls;  // null: none
+    if (tool_calls_ != nullptr && !stream_) {
+      chat::ParsedToolCalls parsed =
+          chat::ParseToolCalls(tool_calls_->format, text, *tool_calls_->names);
+      if (!parsed.calls.empty()) {
+        calls = CallsJson(std::move(parsed.calls));
+        text = std::move(parsed.content);
+      }
+    } else if (tool_calls_ != nullptr) {
+      while (streams_.size() <= index) {
+        streams_.emplace_back(tool_calls_->format, tool_calls_->names);
+      }
+      text = streams_[index].Add(text);
+      if (last) {
+        chat::ParsedToolCalls parsed = streams_[index].Finish();
+        if (!parsed.calls.empty()) calls = CallsJson(std::move(parsed.calls));
+        if (calls.is_null() || !blank(parsed.content)) text += parsed.content;
+      }
+    }
+    if (!calls.is_null()) choice["finish_reason"] = "tool_calls";
     if (stream_) {
       if (role_sent_.size() <= index) role_sent_.resize(index + 1, false);
       json delta = json::object();
@@ -88,7 +128,12 @@ void ChatShaper::operator()(json& body) {
       } else if (!text.empty()) {
         delta["content"] = text;
       }
+      if (!calls.is_null()) delta["tool_calls"] = std::move(calls);
       choice["delta"] = std::move(delta);
+    } else if (!calls.is_null()) {
+      choice["message"] = {{"role", "assistant"},
+                           {"content", blank(text) ? json(nullptr) : json(std::move(text))},
+                           {"tool_calls", std::move(calls)}};
     } else {
       choice["message"] = {{"role", "assistant"}, {"content", std::move(text)}};
     }
@@ -125,50 +170,20 @@ absl::Status CheckMessagesSize(const ServedModel& model, const json& messages) {
       " plus its content, before the chat template runs)"));
 }
 
-// Fields of OpenAI's chat API this server does not act on, checked and then dropped. Tool calling
-// is not implemented, so a request that lets the model call a tool (tools with tool_choice
-// other than "none", or the deprecated functions) is refused naming the field instead of being
-// answered without tool_calls; modalities other than text and audio output are refused too.
-// The rest (user, store, metadata, service_tier, reasoning_effort, prediction,
-// web_search_options) cannot change the answer of this server and are ignored, as vLLM does.
+// Fields of OpenAI's chat API this server does not act on, checked and then dropped (tools,
+// tool_choice and parallel_tool_calls are chat::ParseToolRequest's). The deprecated functions
+// / function_call are refused naming the field instead of being answered without a call;
+// modalities other than text and audio output are refused too. The rest (user, store,
+// metadata, service_tier, reasoning_effort, prediction, web_search_options) cannot change the
+// answer of this server and are ignored, as vLLM does.
 absl::Status CheckUnservedFields(const json& o) {
-  const auto tools = o.find("tools");
-  const bool has_tools = tools != o.end() && !tools->is_null();
-  if (has_tools && !tools->is_array()) return absl::InvalidArgumentError("tools must be an array");
-  std::string choice = "auto";
-  if (const auto it = o.find("tool_choice"); it != o.end() && !it->is_null()) {
-    if (it->is_string() && (*it == "none" || *it == "auto" || *it == "required")) {
-      choice = it->get<std::string>();
-    } else if (it->is_object() && it->value("type", json()) == "function" &&
-               it->contains("function") && (*it)["function"].is_object() &&
-               (*it)["function"].value("name", json()).is_string()) {
-      choice = "a named function";
-    } else {
-      return absl::InvalidArgumentError(
-          "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-          "\"function\": {\"name\": ...}}");
-    }
-    if (choice != "none" && !(has_tools && !tools->empty())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tool_choice ", choice, " needs a non-empty tools array"));
-    }
-  }
-  if (const auto it = o.find("parallel_tool_calls");
-      it != o.end() && !it->is_null() && !it->is_boolean()) {
-    return absl::InvalidArgumentError("parallel_tool_calls must be a boolean");
-  }
-  if (has_tools && !tools->empty() && choice != "none") {
-    return absl::InvalidArgumentError(
-        "tools: this server does not return tool calls yet (no tool_calls are parsed from the "
-        "model's output); send \"tool_choice\": \"none\" to have the tools ignored");
-  }
   for (const char* legacy : {"functions", "function_call"}) {
     const auto it = o.find(legacy);
     if (it == o.end() || it->is_null() || (it->is_array() && it->empty()) || *it == "none") {
       continue;
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat(legacy, ": this server does not return function calls"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        legacy, ": this server does not return function calls (use tools and tool_choice)"));
   }
   if (const auto it = o.find("modalities"); it != o.end() && !it->is_null()) {
     if (!it->is_array() || it->size() != 1 || (*it)[0] != "text") {
@@ -227,6 +242,35 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
   }
   // Compiled from the body as sent (its key order); the rest goes through o.dump().
   ABCD_ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> format, ParseResponseFormat(o, body));
+  // Tools keep the body's order too: the template lists them, and a forced call's parameters
+  // are generated, in the order the client wrote them.
+  nlohmann::ordered_json ordered = nullptr;
+  if (o.contains("tools") || o.contains("tool_choice")) {
+    ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
+  }
+  ABCD_ASSIGN_OR_RETURN(const chat::ToolRequest tools, chat::ParseToolRequest(o, ordered));
+  if (tools.parses_calls() && model->chat_template != nullptr) {
+    auto calls = std::make_shared<ChatToolCalls>();
+    calls->format = model->chat_template->tool_call_format();
+    calls->names = std::make_shared<const std::vector<std::string>>(tools.names);
+    calls->parallel = tools.parallel;
+    if (!tools.forced_schema.is_null()) {
+      if (format != nullptr) {
+        return absl::InvalidArgumentError(
+            "response_format cannot be combined with tool_choice \"required\" or a named "
+            "function (the call's arguments are already constrained to its parameters)");
+      }
+      const nlohmann::ordered_json& function = tools.tools[tools.forced_index]["function"];
+      if (const auto p = function.find("parameters"); p != function.end()) {
+        ABCD_RETURN_IF_ERROR(JsonGrammar::FromSchema(*p, absl::StrCat("tools[", tools.forced_index,
+                                                                      "].function.parameters"))
+                                 .status());
+      }
+      ABCD_ASSIGN_OR_RETURN(format, JsonGrammar::FromSchema(tools.forced_schema, "tool_choice"));
+      calls->format = chat::ToolCallFormat::kForced;
+    }
+    prepared.tool_calls = std::move(calls);
+  }
   o.erase("response_format");
   // A session's next turn: its messages are the new ones, appended after the last answer.
   const auto session = o.find("session_id");
@@ -241,7 +285,7 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
     ABCD_ASSIGN_OR_RETURN(
         ids, chat::ChatContinuationIds(*model, *messages, add_generation_prompt, cancelled));
   } else {
-    ABCD_ASSIGN_OR_RETURN(ids, PrepareChatPrompt(*model, o, cancelled));
+    ABCD_ASSIGN_OR_RETURN(ids, PrepareChatPrompt(*model, o, cancelled, tools.tools));
     ids.erase(ids.begin());  // bos: the engine prepends it
   }
   o["prompt"] = std::move(ids);
@@ -260,13 +304,14 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
 
 absl::StatusOr<std::vector<int32_t>> PrepareChatPrompt(const ServedModel& model,
                                                        const json& request,
-                                                       const std::function<bool()>& cancelled) {
+                                                       const std::function<bool()>& cancelled,
+                                                       const nlohmann::ordered_json& tools) {
   const auto messages = request.find("messages");
   if (messages == request.end()) return absl::InvalidArgumentError("messages is required");
   ABCD_ASSIGN_OR_RETURN(const bool add_generation_prompt,
                         OptionalBool(request, "add_generation_prompt", true));
   ABCD_RETURN_IF_ERROR(CheckMessagesSize(model, *messages));
-  return chat::ChatPromptIds(model, *messages, add_generation_prompt, cancelled);
+  return chat::ChatPromptIds(model, *messages, add_generation_prompt, cancelled, tools);
 }
 
 }  // namespace abcd::http

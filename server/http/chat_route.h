@@ -26,12 +26,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "server/chat/chat_tools.h"
 #include "server/core/served_models.h"
 #include "server/http/request_parser.h"
 
@@ -39,26 +41,49 @@ namespace abcd::http {
 
 inline constexpr int kChatDefaultMaxTokens = 256;
 
-// Rewrites completion-shaped JSON (a body or a stream chunk) into the chat shape.
+// How a chat answer's tool calls are parsed (chat_tools.h): only for a request with tools and
+// tool_choice other than "none".
+struct ChatToolCalls {
+  chat::ToolCallFormat format = chat::ToolCallFormat::kHermes;
+  std::shared_ptr<const std::vector<std::string>> names;  // the request's tools
+  bool parallel = true;                                   // false: the first call only
+};
+
+// Rewrites completion-shaped JSON (a body or a stream chunk) into the chat shape. With
+// `tool_calls`, each choice's text is parsed for calls: a body's message gets "tool_calls"
+// ([{"id": "call_..", "type": "function", "function": {"name", "arguments"}}]), "content" the
+// text outside them (null when only whitespace) and finish_reason "tool_calls"; a stream
+// holds back text that could start a call and sends the calls with the choice's last chunk as
+// delta.tool_calls ([{"index", "id", "type", "function": {"name", "arguments"}}]), or the held
+// text as content when it was not a call.
 class ChatShaper {
  public:
-  ChatShaper(bool stream, bool logprobs, int top_logprobs)
-      : stream_(stream), logprobs_(logprobs), top_logprobs_(top_logprobs) {}
+  ChatShaper(bool stream, bool logprobs, int top_logprobs,
+             std::shared_ptr<const ChatToolCalls> tool_calls = nullptr)
+      : stream_(stream),
+        logprobs_(logprobs),
+        top_logprobs_(top_logprobs),
+        tool_calls_(std::move(tool_calls)) {}
   void operator()(nlohmann::json& body);
 
  private:
   nlohmann::json ChatLogprobs(const nlohmann::json& completion) const;
+  // The calls in OpenAI's shape (streaming: with "index"), parallel_tool_calls applied.
+  nlohmann::json CallsJson(std::vector<chat::ToolCall> calls) const;
 
   bool stream_;
   bool logprobs_;
   int top_logprobs_;
-  std::vector<bool> role_sent_;  // per choice index (streaming)
+  std::shared_ptr<const ChatToolCalls> tool_calls_;
+  std::vector<bool> role_sent_;                // per choice index (streaming)
+  std::vector<chat::ToolCallStream> streams_;  // per choice index (streaming with tool_calls)
 };
 
 struct PreparedChat {
   CompletionRequest request;  // generation.prompt_token_ids: the rendered conversation
   bool logprobs = false;
   int top_logprobs = 0;
+  std::shared_ptr<const ChatToolCalls> tool_calls;  // null: the answer is content only
 };
 
 // `cancelled` (may be null) is polled while the chat template renders: true ends it with
@@ -70,8 +95,10 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
 
 // A model's rendered conversation as the engine prefills it (bos first): for POST /tokenize
 // with messages. `request` is the parsed body ("messages", optional "add_generation_prompt").
+// `tools` (null: none): the template's tools variable.
 absl::StatusOr<std::vector<int32_t>> PrepareChatPrompt(
     const ServedModel& model, const nlohmann::json& request,
-    const std::function<bool()>& cancelled = nullptr);
+    const std::function<bool()>& cancelled = nullptr,
+    const nlohmann::ordered_json& tools = nullptr);
 
 }  // namespace abcd::http

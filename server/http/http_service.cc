@@ -554,7 +554,8 @@ void HttpService::Impl::PrepareOffThread(ServerRequest request, std::shared_ptr<
         pending->settled = true;
         if (!chat->ok()) return Fail(*exchange, kind, chat->status());
         PreparedChat& prepared = **chat;
-        ChatShaper shaper(prepared.request.stream, prepared.logprobs, prepared.top_logprobs);
+        ChatShaper shaper(prepared.request.stream, prepared.logprobs, prepared.top_logprobs,
+                          prepared.tool_calls);
         StartCompletion(std::move(prepared.request), exchange, kind, shaper);
       });
       return;

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/model/model.h"
+#include "engine/sampling/json_grammar.h"
 #include "engine/scheduler/executor.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "httplib.h"
@@ -649,9 +650,9 @@ TEST_F(HttpChatTest, RefusesBadMessagesNamingTheField) {
   EXPECT_TRUE(lm_->requests().empty());
 }
 
-// Tool calling is not implemented: a request that lets the model call a tool is a 400 naming the
-// field (it used to be answered without tool_calls); tool_choice "none" is served without them.
-TEST_F(HttpChatTest, ToolCallsAreRefusedNamingTheFieldUnlessToolChoiceIsNone) {
+// Tool fields are validated naming the field (chat_tools.h); the deprecated functions are
+// refused; tool_choice "none" is served without parsing calls.
+TEST_F(HttpChatTest, ToolFieldsAreValidatedNamingTheField) {
   const json tools = json::parse(
       R"([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])");
   const auto expect_400 = [&](const json& extra, const std::string& param,
@@ -660,19 +661,28 @@ TEST_F(HttpChatTest, ToolCallsAreRefusedNamingTheFieldUnlessToolChoiceIsNone) {
     body.update(extra);
     httplib::Result result = Chat(body);
     ASSERT_TRUE(result);
-    EXPECT_EQ(result->status, 400) << result->body;
+    ASSERT_EQ(result->status, 400) << extra.dump() << " -> " << result->body;
     const json error = json::parse(result->body)["error"];
     EXPECT_EQ(error["param"], param) << error;
     EXPECT_TRUE(absl::StartsWith(error["message"].get<std::string>(), starts)) << error;
   };
-  expect_400({{"tools", tools}}, "tools", "tools: this server does not return tool calls yet");
-  expect_400({{"tools", tools}, {"tool_choice", "required"}}, "tools", "tools: this server");
-  expect_400(
-      {{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}},
-      "tools", "tools: this server");
   expect_400({{"tools", 5}}, "tools", "tools must be an array");
+  expect_400({{"tools", json::parse(R"([{"type": "function", "function": {"name": 3}}])")}},
+             "tools", "tools[0].function.name must be");
   expect_400({{"tool_choice", "sometimes"}}, "tool_choice", "tool_choice must be");
   expect_400({{"tool_choice", "auto"}}, "tool_choice", "tool_choice auto needs a non-empty tools");
+  expect_400(
+      {{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}},
+      "tool_choice", "tool_choice.function.name \"f\" is not one of the tools");
+  expect_400({{"tools", tools},
+              {"tool_choice", "required"},
+              {"response_format", {{"type", "json_object"}}}},
+             "response_format", "response_format cannot be combined with tool_choice");
+  expect_400({{"tools", json::parse(R"([{"type": "function", "function": {"name": "f",
+                "parameters": {"type": "object", "properties": {"s": {"type": "string",
+                "not": {"const": "a"}}}}}}])")},
+              {"tool_choice", "required"}},
+             "tools", "tools[0].function.parameters.properties.s.not is not supported");
   expect_400({{"parallel_tool_calls", "yes"}}, "parallel_tool_calls",
              "parallel_tool_calls must be a boolean");
   expect_400({{"functions", tools}}, "functions", "functions: this server does not return");
@@ -687,6 +697,158 @@ TEST_F(HttpChatTest, ToolCallsAreRefusedNamingTheFieldUnlessToolChoiceIsNone) {
                                {"user", "u-1"}});
   ASSERT_TRUE(none);
   EXPECT_EQ(none->status, 200) << none->body;
+  EXPECT_EQ(json::parse(none->body)["choices"][0]["message"]["content"], Text(ids_));
+}
+
+// The scripted model answers in the Hermes format (the Llama-2 template names no format, so
+// Hermes, the default, is parsed): text before the call is content, the call is a tool_call.
+class HttpChatToolTest : public HttpChatTest {
+ protected:
+  void SetUp() override {
+    HttpChatTest::SetUp();
+    GenerationEvent first;
+    first.token_ids = {ids_[0]};
+    first.text = "Checking.\n<tool";
+    GenerationEvent second;
+    second.token_ids = {ids_[1]};
+    second.text = "_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+    GenerationEvent last;
+    last.token_ids = {ids_[0]};
+    last.text = "\n</tool_call>";
+    last.finish_reason = FinishReason::kEos;
+    last.completion_tokens = 3;
+    lm_->set_events({first, second, last});
+  }
+  json Body(bool stream) const {
+    return {{"messages", User("Weather in Paris?")},
+            {"stream", stream},
+            {"tools", json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+                "description": "The weather in a city.", "parameters": {"type": "object",
+                "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])")}};
+  }
+};
+
+TEST_F(HttpChatToolTest, NonStreamingAnswerHasToolCalls) {
+  httplib::Result result = Chat(Body(false));
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  const json choice = json::parse(result->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_EQ(choice["message"]["content"], "Checking.\n");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << choice;
+  const json& call = choice["message"]["tool_calls"][0];
+  EXPECT_TRUE(absl::StartsWith(call["id"].get<std::string>(), "call_")) << call;
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}}));
+  EXPECT_FALSE(call.contains("index"));
+  // An unconstrained request: the model chose the call.
+  EXPECT_EQ(lm_->requests()[0].response_format, nullptr);
+}
+
+TEST_F(HttpChatToolTest, StreamHoldsTheCallBackAndSendsItAsToolCalls) {
+  httplib::Result result = Chat(Body(true));
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  bool done = false;
+  const std::vector<json> chunks = SseChunks(result->body, &done);
+  ASSERT_TRUE(done);
+  std::string content;
+  json calls = json::array();
+  std::string finish;
+  for (const json& chunk : chunks) {
+    const json& choice = chunk["choices"][0];
+    const json& delta = choice["delta"];
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    EXPECT_FALSE(absl::StrContains(delta.value("content", ""), "tool")) << chunk;
+    if (delta.contains("tool_calls")) {
+      EXPECT_TRUE(choice["finish_reason"].is_string()) << chunk;  // sent with the last chunk
+      for (const json& call : delta["tool_calls"]) calls.push_back(call);
+    }
+    if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+  }
+  EXPECT_EQ(content, "Checking.\n");
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_TRUE(absl::StartsWith(calls[0]["id"].get<std::string>(), "call_"));
+  EXPECT_EQ(calls[0]["type"], "function");
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(calls[0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Paris"}}));
+}
+
+TEST_F(HttpChatToolTest, CallsOfUnknownToolsAndToolChoiceNoneStayContent) {
+  const std::string all =
+      "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\": \"Paris\"}}\n</tool_call>";
+  json unknown = Body(false);
+  unknown["tools"][0]["function"]["name"] = "get_time";
+  json none = Body(false);
+  none["tool_choice"] = "none";
+  for (const json& body : {unknown, none}) {
+    httplib::Result result = Chat(body);
+    ASSERT_TRUE(result);
+    ASSERT_EQ(result->status, 200) << result->body;
+    const json choice = json::parse(result->body)["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "stop");
+    EXPECT_EQ(choice["message"]["content"], all);
+    EXPECT_FALSE(choice["message"].contains("tool_calls"));
+  }
+  // The template was given the tools in both (llama2.jinja ignores them: same prompt).
+  ASSERT_EQ(lm_->requests().size(), 2u);
+  EXPECT_EQ(lm_->requests()[0].prompt_token_ids,
+            *tokenizer_->Encode("[INST] Weather in Paris? [/INST]"));
+}
+
+// A named tool_choice constrains the output to {"name": <it>, "arguments": <its parameters>}
+// and returns it as the call whatever the template's format.
+TEST_F(HttpChatToolTest, NamedToolChoiceIsEnforcedAndReturnedAsTheCall) {
+  GenerationEvent only;
+  only.token_ids = {ids_[0]};
+  only.text = R"({"name": "get_weather", "arguments": {"city": "Oslo"}})";
+  only.finish_reason = FinishReason::kStop;
+  lm_->set_events({only});
+  for (const bool stream : {false, true}) {
+    json body = Body(stream);
+    body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+    httplib::Result result = Chat(body);
+    ASSERT_TRUE(result);
+    ASSERT_EQ(result->status, 200) << result->body;
+    json call;
+    std::string finish;
+    if (stream) {
+      bool done = false;
+      for (const json& chunk : SseChunks(result->body, &done)) {
+        const json& choice = chunk["choices"][0];
+        EXPECT_EQ(choice["delta"].value("content", ""), "") << chunk;
+        if (choice["delta"].contains("tool_calls")) call = choice["delta"]["tool_calls"][0];
+        if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+      }
+    } else {
+      const json choice = json::parse(result->body)["choices"][0];
+      EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
+      call = choice["message"]["tool_calls"][0];
+      finish = choice["finish_reason"];
+    }
+    EXPECT_EQ(finish, "tool_calls");
+    EXPECT_EQ(call["function"]["name"], "get_weather") << result->body;
+    EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
+              json({{"city", "Oslo"}}));
+  }
+  // The engine got the call's grammar: it accepts the call and refuses another name.
+  ASSERT_EQ(lm_->requests().size(), 2u);
+  const std::shared_ptr<const JsonGrammar> grammar = lm_->requests()[0].response_format;
+  ASSERT_NE(grammar, nullptr);
+  JsonMatcher good(grammar.get());
+  EXPECT_TRUE(good.Advance(R"({"name":"get_weather","arguments":{"city":"Oslo"}})"));
+  EXPECT_TRUE(good.accepting());
+  JsonMatcher other(grammar.get());
+  EXPECT_FALSE(other.Advance(R"({"name":"get_time")"));
+  JsonMatcher no_city(grammar.get());
+  EXPECT_FALSE(no_city.Advance(R"({"name":"get_weather","arguments":{})"));
 }
 
 TEST_F(HttpChatTest, TokenizeRendersMessagesAsChatPrefillsThem) {
