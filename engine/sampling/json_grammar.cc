@@ -28,6 +28,33 @@ constexpr int kMaxExponentDigits = 2;  // 15 digits e99 stays within a double
 bool IsDigit(uint8_t b) { return b >= '0' && b <= '9'; }
 bool IsHex(uint8_t b) { return IsDigit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
 
+// A string node with no length bound and no DFA.
+bool PlainString(const JsonNode& n) {
+  return n.dfa < 0 && n.min_length == 0 && n.max_length == kUnboundedLength;
+}
+
+// Whether a bounded number's integer part with magnitude `p` (`digits` digits) can still grow
+// into one in [lo, hi] (appending up to kMaxNumberDigits - digits digits; "0" cannot grow).
+bool CanReach(uint64_t p, int digits, int64_t lo, int64_t hi) {
+  if (lo > hi) return false;
+  uint64_t scale = 1;
+  for (int k = 0; digits + k <= kMaxNumberDigits; ++k, scale *= 10) {
+    const uint64_t first = p * scale;
+    const uint64_t last = first + scale - 1;
+    if (first <= static_cast<uint64_t>(hi) &&
+        last >= static_cast<uint64_t>(std::max<int64_t>(lo, 0))) {
+      return true;
+    }
+    if (p == 0 && digits > 0) break;
+  }
+  return false;
+}
+
+bool InRange(uint64_t p, int64_t lo, int64_t hi) {
+  return lo <= hi && p >= static_cast<uint64_t>(std::max<int64_t>(lo, 0)) &&
+         p <= static_cast<uint64_t>(hi);
+}
+
 }  // namespace
 
 JsonMatcher::JsonMatcher(const JsonGrammar* grammar) : grammar_(grammar) {
@@ -70,6 +97,9 @@ bool JsonMatcher::Advance(uint8_t byte) {
 bool JsonMatcher::MayEnd(const Frame& f) const {
   const JsonNode& n = grammar_->node(f.node);
   if (n.kind == JsonNode::Kind::kNumber) {
+    if (n.bounded && (f.phase == kZero || f.phase == kInt)) {
+      return InRange(f.mask, n.end_lo[f.b], n.end_hi[f.b]);
+    }
     return f.phase == kZero || f.phase == kInt || f.phase == kFrac || f.phase == kExpDigits;
   }
   return n.kind == JsonNode::Kind::kLiterals && f.phase == kBody && f.a < f.b &&
@@ -89,8 +119,9 @@ bool JsonMatcher::complete() const { return size_ == 1 && stack_[0].phase == kRo
 bool JsonMatcher::InStringBody() const {
   if (size_ == 0) return false;
   const Frame& top = stack_[size_ - 1];
-  return top.node >= 0 && top.phase == kBody &&
-         grammar_->node(top.node).kind == JsonNode::Kind::kString;
+  if (top.node < 0 || top.phase != kBody) return false;
+  const JsonNode& n = grammar_->node(top.node);
+  return n.kind == JsonNode::Kind::kString && PlainString(n);
 }
 
 std::string JsonMatcher::Key() const {
@@ -114,7 +145,7 @@ JsonMatcher::Step JsonMatcher::StepFrame(Frame& f, uint8_t byte, int* child) {
     case JsonNode::Kind::kArray:
       return StepArray(f, n, byte, child);
     case JsonNode::Kind::kString:
-      return StepString(f, byte);
+      return StepString(f, n, byte);
     case JsonNode::Kind::kNumber:
       return StepNumber(f, n, byte);
     case JsonNode::Kind::kLiterals:
@@ -258,14 +289,42 @@ JsonMatcher::Step JsonMatcher::StepArray(Frame& f, const JsonNode& n, uint8_t by
   }
 }
 
-JsonMatcher::Step JsonMatcher::StepString(Frame& f, uint8_t byte) {
+JsonMatcher::Step JsonMatcher::StepConstrainedChar(Frame& f, const JsonNode& n, uint8_t byte) {
+  const uint32_t count = f.b + 1;
+  if (count > static_cast<uint32_t>(n.max_length)) return Step::kReject;
+  if (n.dfa >= 0) {
+    if (!DfaAlphabet(byte)) return Step::kReject;
+    const JsonDfa& dfa = grammar_->dfa(n.dfa);
+    const int next = dfa.Next(static_cast<int>(f.mask), byte);
+    if (next < 0) return Step::kReject;
+    const size_t row = static_cast<size_t>(count) * static_cast<size_t>(dfa.states());
+    if (row < n.live.size() && !n.live[row + static_cast<size_t>(next)]) return Step::kReject;
+    f.mask = static_cast<uint64_t>(next);
+  }
+  f.b = count;
+  return Step::kTaken;
+}
+
+JsonMatcher::Step JsonMatcher::StepString(Frame& f, const JsonNode& n, uint8_t byte) {
   switch (f.phase) {
     case kStart:
       if (byte != '"') return Step::kReject;
       f.phase = kBody;
       return Step::kTaken;
     case kBody: {
-      if (byte == '"') return Step::kTakenPop;
+      const bool plain = PlainString(n);
+      if (byte == '"') {
+        if (plain) return Step::kTakenPop;
+        if (f.b < static_cast<uint32_t>(n.min_length)) return Step::kReject;
+        if (n.dfa >= 0 && !grammar_->dfa(n.dfa).accepting[f.mask]) return Step::kReject;
+        return Step::kTakenPop;
+      }
+      if (n.dfa >= 0) return StepConstrainedChar(f, n, byte);
+      // Every character starts with an ASCII byte, a UTF-8 lead byte or a backslash.
+      if (!plain && (byte < 0x80 || byte >= 0xc0) && byte >= 0x20 &&
+          StepConstrainedChar(f, n, byte) == Step::kReject) {
+        return Step::kReject;
+      }
       if (byte == '\\') {
         f.phase = kEscape;
         return Step::kTaken;
@@ -330,6 +389,7 @@ JsonMatcher::Step JsonMatcher::StepString(Frame& f, uint8_t byte) {
 }
 
 JsonMatcher::Step JsonMatcher::StepNumber(Frame& f, const JsonNode& n, uint8_t byte) {
+  if (n.bounded) return StepBoundedNumber(f, n, byte);
   const bool digit = IsDigit(byte);
   const bool fraction = !n.integer && byte == '.';
   const bool exponent = !n.integer && (byte == 'e' || byte == 'E');
@@ -363,6 +423,60 @@ JsonMatcher::Step JsonMatcher::StepNumber(Frame& f, const JsonNode& n, uint8_t b
       return digit ? to(kExpDigits, 1) : Step::kReject;
     case kExpDigits:
       if (digit && f.pos < kMaxExponentDigits) return to(kExpDigits, f.pos + 1);
+      return Step::kPopRetry;
+    default:
+      return Step::kReject;
+  }
+}
+
+JsonMatcher::Step JsonMatcher::StepBoundedNumber(Frame& f, const JsonNode& n, uint8_t byte) {
+  const int sign = static_cast<int>(f.b);
+  // A digit extends the integer part's magnitude (f.mask) while some completion stays in range.
+  auto digit = [&](uint8_t phase) {
+    const uint64_t p = f.mask * 10 + (byte - '0');
+    const int digits = f.pos + 1;
+    if (digits > kMaxNumberDigits || !CanReach(p, digits, n.end_lo[sign], n.end_hi[sign])) {
+      return Step::kReject;
+    }
+    f.mask = p;
+    f.pos = static_cast<uint16_t>(digits);
+    f.phase = byte == '0' && phase != kInt ? kZero : kInt;
+    return Step::kTaken;
+  };
+  auto after_integer = [&]() {
+    if (!n.integer && byte == '.') {
+      if (!InRange(f.mask, n.frac_lo[sign], n.frac_hi[sign])) return Step::kReject;
+      f.phase = kDot;
+      return Step::kTaken;
+    }
+    return InRange(f.mask, n.end_lo[sign], n.end_hi[sign]) ? Step::kPopRetry : Step::kReject;
+  };
+  switch (f.phase) {
+    case kStart:
+      if (byte == '-') {
+        if (!CanReach(0, 0, n.end_lo[1], n.end_hi[1])) return Step::kReject;
+        f.b = 1;
+        f.phase = kMinus;
+        return Step::kTaken;
+      }
+      [[fallthrough]];
+    case kMinus:
+      return IsDigit(byte) ? digit(f.phase) : Step::kReject;
+    case kZero:
+      return after_integer();
+    case kInt:
+      if (IsDigit(byte)) return digit(kInt);
+      return after_integer();
+    case kDot:
+      if (!IsDigit(byte)) return Step::kReject;
+      f.phase = kFrac;
+      f.pos = 1;
+      return Step::kTaken;
+    case kFrac:
+      if (IsDigit(byte) && f.pos < kMaxNumberDigits) {
+        ++f.pos;
+        return Step::kTaken;
+      }
       return Step::kPopRetry;
     default:
       return Step::kReject;

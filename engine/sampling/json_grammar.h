@@ -2,13 +2,24 @@
 // Schema subset) compiled to a JsonGrammar, and a JsonMatcher, the pushdown automaton that
 // takes the output one byte at a time and says whether each byte may come next.
 //
-// Supported schema keywords: type (a name, or an array of names whose values start with
-// different characters, e.g. ["string", "null"]), properties, required, additionalProperties
-// (false, true or absent: only the listed properties are generated, in their order; an object
-// without properties is any object), items, minItems, maxItems, enum, const, $ref to
-// "#/$defs/.." or "#/definitions/.." (recursion allowed), and the annotations title,
-// description, $schema, $id, $comment, default, examples. Any other keyword is refused:
-// InvalidArgument "<path>.<keyword> is not supported". `true` (or {}) is any JSON value.
+// Supported schema keywords: type (a name, or an array of names), anyOf and oneOf (alternatives
+// that start with different characters: of different JSON types, or enum/const values, which
+// are merged; so a value matches exactly one and oneOf is exact; anyOf drops integers next to a
+// plain number), properties, required, additionalProperties (false, true or a schema: with
+// properties only those are generated, in their order; without, any keys with values of the
+// schema), propertyNames (a string schema: the keys of an object without properties), items,
+// minItems, maxItems, enum, const, $ref to "#/$defs/.." or "#/definitions/.." (recursion
+// allowed), minLength/maxLength (code points), format (date-time, date, time, uuid, email,
+// ipv4) and pattern (json_regex.h: its subset of ECMAScript syntax), which generate printable
+// ASCII without escapes, each a subset of what the format allows, minimum, maximum,
+// exclusiveMinimum, exclusiveMaximum (integers: exact; numbers: a fraction only after an
+// integer part whose every fraction is in range, no exponent; bounds that admit no integer are
+// refused), and the annotations title, description, $schema, $id, $comment, default,
+// examples. Without a type, the keywords pick one (properties: object, minLength: string,
+// minimum: number, ...). Any other keyword is refused: InvalidArgument "<path>.<keyword> is not
+// supported"; so are anyOf/oneOf next to other keywords, alternatives that can start with the
+// same character, and enum/const next to string or number keywords. `true` (or {}) is any
+// JSON value.
 // Refused at compile time too (InvalidArgument naming the path): a schema document nested
 // deeper than kMaxSchemaDocumentDepth levels (checked before anything else, so compiling never
 // recurses deeper than that), a part of the schema no finite value can satisfy (a recursive
@@ -36,6 +47,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/sampling/json_regex.h"
 #include "nlohmann/json.hpp"
 
 namespace abcd {
@@ -45,6 +57,7 @@ inline constexpr int kMaxJsonDepth = 32;  // frames on the matcher's stack, the 
 inline constexpr int kMaxSchemaProperties = 64;
 inline constexpr int kMaxSchemaNodes = 4096;
 inline constexpr int kMaxSchemaDocumentDepth = 256;  // nested arrays/objects of the schema text
+inline constexpr int kUnboundedLength = 1 << 30;
 
 struct JsonNode {
   enum class Kind : uint8_t { kObject, kFreeObject, kArray, kString, kNumber, kLiterals, kUnion };
@@ -59,6 +72,23 @@ struct JsonNode {
   int max_items = 1 << 30;
   std::vector<std::string> literals;  // kLiterals: JSON texts, sorted, distinct
   std::vector<int> alternatives;      // kUnion: nodes whose first characters do not overlap
+  // kString: length bounds in characters (code points), and an automaton its characters must
+  // follow (an index into the grammar's DFAs, -1: none). A string with a DFA has only the DFA's
+  // characters (printable ASCII, no escapes). live[count * states + state]: whether a string in
+  // `state` after `count` characters can still end within the bounds (empty: always; a count
+  // past the table: always).
+  int min_length = 0;
+  int max_length = kUnboundedLength;
+  int dfa = -1;
+  std::vector<uint8_t> live;
+  // kNumber with bounds (minimum, maximum, exclusive ones): by sign (0 '+', 1 '-'), the
+  // magnitudes of the integer part a number may end with, and those after which a fraction may
+  // follow (every fraction then stays within the bounds). No exponent.
+  bool bounded = false;
+  int64_t end_lo[2] = {0, 0};
+  int64_t end_hi[2] = {-1, -1};
+  int64_t frac_lo[2] = {0, 0};
+  int64_t frac_hi[2] = {-1, -1};
   // Matcher frames the shortest complete value of this node needs, its own included (a union:
   // its shallowest alternative). The matcher starts a value, or offers an optional property,
   // only where that many frames are left, so every text it accepts can be completed.
@@ -76,6 +106,7 @@ class JsonGrammar {
       const nlohmann::ordered_json& schema, absl::string_view path);
 
   const JsonNode& node(int i) const { return nodes_[i]; }
+  const JsonDfa& dfa(int i) const { return dfas_[i]; }
   int root() const { return root_; }
   // The concrete node (not a union) a value of `node` starting with `byte` is, or -1.
   int Resolve(int node, uint8_t byte) const;
@@ -83,6 +114,7 @@ class JsonGrammar {
  private:
   friend class SchemaCompiler;
   std::vector<JsonNode> nodes_;
+  std::vector<JsonDfa> dfas_;
   int root_ = -1;
 };
 
@@ -121,8 +153,8 @@ class JsonMatcher {
     uint8_t ws;     // whitespace characters taken at this position
     uint16_t pos;   // literal or key byte; digits of a number part; string escape progress
     uint32_t a;     // literals: range begin; object: next property; array: items; string: UTF-8
-    uint32_t b;     // literals: range end
-    uint64_t mask;  // object: candidate keys
+    uint32_t b;     // literals: range end; string: characters; bounded number: 1 if negative
+    uint64_t mask;  // object: candidate keys; string: DFA state; bounded number: magnitude
   };
 
  private:
@@ -131,8 +163,11 @@ class JsonMatcher {
   Step StepRoot(Frame& f, uint8_t byte, int* child);
   Step StepObject(Frame& f, const JsonNode& n, uint8_t byte, int* child);
   Step StepArray(Frame& f, const JsonNode& n, uint8_t byte, int* child);
-  Step StepString(Frame& f, uint8_t byte);
+  Step StepString(Frame& f, const JsonNode& n, uint8_t byte);
+  // A constrained string's next character (length bounds, DFA); kTaken or kReject.
+  Step StepConstrainedChar(Frame& f, const JsonNode& n, uint8_t byte);
   Step StepNumber(Frame& f, const JsonNode& n, uint8_t byte);
+  Step StepBoundedNumber(Frame& f, const JsonNode& n, uint8_t byte);
   Step StepLiterals(Frame& f, const JsonNode& n, uint8_t byte);
   // Whitespace where JSON allows it (bounded by kMaxWhitespace).
   static bool TakeWhitespace(Frame& f, uint8_t byte);

@@ -1,6 +1,7 @@
 // The schema compiler of json_grammar.h: a JSON Schema (subset) -> JsonGrammar nodes, and
 // JsonGrammar::Resolve. The matcher is in json_grammar.cc.
 #include <algorithm>
+#include <bitset>
 #include <cmath>
 #include <functional>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/core/status_macros.h"
 #include "engine/sampling/json_grammar.h"
+#include "engine/sampling/json_schema_scalars.h"
 
 namespace abcd {
 
@@ -32,10 +34,29 @@ const absl::flat_hash_set<std::string>& Annotations() {
 }
 
 const absl::flat_hash_set<std::string>& Keywords() {
-  static const auto* names = new absl::flat_hash_set<std::string>{
-      "type",  "properties", "required", "additionalProperties",
-      "items", "minItems",   "maxItems", "enum",
-      "const", "$ref",       "$defs",    "definitions"};
+  static const auto* names = new absl::flat_hash_set<std::string>{"type",
+                                                                  "properties",
+                                                                  "required",
+                                                                  "additionalProperties",
+                                                                  "items",
+                                                                  "minItems",
+                                                                  "maxItems",
+                                                                  "enum",
+                                                                  "const",
+                                                                  "$ref",
+                                                                  "$defs",
+                                                                  "definitions",
+                                                                  "anyOf",
+                                                                  "oneOf",
+                                                                  "propertyNames",
+                                                                  "minLength",
+                                                                  "maxLength",
+                                                                  "pattern",
+                                                                  "format",
+                                                                  "minimum",
+                                                                  "maximum",
+                                                                  "exclusiveMinimum",
+                                                                  "exclusiveMaximum"};
   return *names;
 }
 
@@ -75,8 +96,11 @@ class SchemaCompiler {
     return node;
   }
   int AnyValue();
-  int FreeObject(int value);
+  int FreeObject(int value, int key = -1);
   absl::Status CheckUnionCycles(const std::string& path) const;
+  // INVALID_ARGUMENT naming a union's path when two of its alternatives can start with the same
+  // byte (the matcher picks an alternative by its first byte). After CheckUnionCycles.
+  absl::Status CheckUnionOverlaps(const std::string& path) const;
   // Sets every node's min_depth; INVALID_ARGUMENT naming the schema's path when a part of it
   // reachable from `root` has no finite value, or the shortest value of `root` nests deeper than
   // the matcher's stack. After CheckUnionCycles (an alias cycle has no depth at all).
@@ -96,6 +120,7 @@ class SchemaCompiler {
   absl::StatusOr<int> CompileObject(const OrderedJson& schema, const std::string& path, int depth);
   absl::StatusOr<int> CompileArray(const OrderedJson& schema, const std::string& path, int depth);
   absl::StatusOr<int> CompileLiterals(const OrderedJson& schema, const std::string& path);
+  absl::StatusOr<int> CompileUnion(const OrderedJson& schema, const std::string& path, int depth);
 
   const OrderedJson& root_;
   JsonGrammar& g_;
@@ -118,9 +143,9 @@ int SchemaCompiler::Literals(std::vector<std::string> texts) {
   return Add(std::move(node));
 }
 
-int SchemaCompiler::FreeObject(int value) {
+int SchemaCompiler::FreeObject(int value, int key) {
   JsonNode object = Node(JsonNode::Kind::kFreeObject, value);
-  object.alternatives = {StringNode()};  // the keys' node
+  object.alternatives = {key >= 0 ? key : StringNode()};  // the keys' node
   return Add(std::move(object));
 }
 
@@ -157,12 +182,21 @@ absl::StatusOr<int> SchemaCompiler::CompileSchema(const OrderedJson& schema,
       return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is not supported"));
     }
   }
+  if (schema.contains("anyOf") || schema.contains("oneOf")) {
+    return CompileUnion(schema, path, depth);
+  }
   if (schema.contains("$ref")) return CompileRef(schema, path, depth);
   if (schema.contains("enum") || schema.contains("const")) return CompileLiterals(schema, path);
   const auto type = schema.find("type");
   if (type == schema.end()) {
-    if (schema.contains("properties")) return CompileObject(schema, path, depth);
+    // Without a type, the keywords say which type is generated (a subset of what validates).
+    if (schema.contains("properties") || schema.contains("additionalProperties") ||
+        schema.contains("propertyNames")) {
+      return CompileObject(schema, path, depth);
+    }
     if (schema.contains("items")) return CompileArray(schema, path, depth);
+    if (HasStringKeywords(schema)) return CompileType(schema, "string", path, depth);
+    if (HasNumberKeywords(schema)) return CompileType(schema, "number", path, depth);
     return AnyValue();
   }
   if (type->is_string()) return CompileType(schema, type->get<std::string>(), path, depth);
@@ -196,10 +230,15 @@ absl::StatusOr<int> SchemaCompiler::CompileType(const OrderedJson& schema, absl:
                                                 const std::string& path, int depth) {
   if (type == "object") return CompileObject(schema, path, depth);
   if (type == "array") return CompileArray(schema, path, depth);
-  if (type == "string") return StringNode();
+  if (type == "string") {
+    if (!HasStringKeywords(schema)) return StringNode();
+    ABCD_ASSIGN_OR_RETURN(JsonNode string, CompileStringNode(schema, path, &g_.dfas_));
+    return Add(std::move(string));
+  }
   if (type == "number" || type == "integer") {
     JsonNode number = Node(JsonNode::Kind::kNumber);
     number.integer = type == "integer";
+    ABCD_RETURN_IF_ERROR(BoundNumber(schema, path, &number));
     return Add(std::move(number));
   }
   if (type == "boolean") return Literals({"false", "true"});
@@ -246,16 +285,39 @@ absl::StatusOr<int> SchemaCompiler::CompileObject(const OrderedJson& schema,
                                                   const std::string& path, int depth) {
   const auto properties = schema.find("properties");
   const auto additional = schema.find("additionalProperties");
+  // A schema for additional properties: checked, and the values of an object without
+  // properties (with properties, only those are generated, which any such schema allows).
+  int extra = -1;
   if (additional != schema.end() && !additional->is_boolean()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ".additionalProperties is not supported unless it is true or false"));
+    ABCD_ASSIGN_OR_RETURN(
+        extra, Compile(*additional, absl::StrCat(path, ".additionalProperties"), depth + 1));
   }
-  const bool closed = additional != schema.end() && !additional->get<bool>();
+  const bool closed =
+      additional != schema.end() && additional->is_boolean() && !additional->get<bool>();
+  int key_node = -1;
+  if (const auto names = schema.find("propertyNames"); names != schema.end()) {
+    if (properties != schema.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".propertyNames together with properties is not supported"));
+    }
+    ABCD_ASSIGN_OR_RETURN(key_node,
+                          Compile(*names, absl::StrCat(path, ".propertyNames"), depth + 1));
+    const JsonNode& k = g_.nodes_[key_node];
+    bool strings = k.kind == JsonNode::Kind::kString;
+    if (k.kind == JsonNode::Kind::kLiterals) {
+      strings = std::all_of(k.literals.begin(), k.literals.end(),
+                            [](const std::string& text) { return text[0] == '"'; });
+    }
+    if (!strings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ".propertyNames must be a string schema (type string, or string enum/const)"));
+    }
+  }
   if (properties == schema.end() && !closed) {
     if (schema.contains("required")) {
       return absl::InvalidArgumentError(absl::StrCat(path, ".required needs properties"));
     }
-    return FreeObject(AnyValue());
+    return FreeObject(extra >= 0 ? extra : AnyValue(), key_node);
   }
   JsonNode object = Node(JsonNode::Kind::kObject);
   if (properties != schema.end()) {
@@ -349,6 +411,13 @@ absl::StatusOr<int> SchemaCompiler::CompileLiterals(const OrderedJson& schema,
       values.emplace_back(absl::StrCat(path, ".enum[", i, "]"), &(*it)[i]);
     }
   }
+  for (const char* keyword : {"minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+                              "exclusiveMinimum", "exclusiveMaximum"}) {
+    if (schema.contains(keyword)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".", keyword, " together with enum or const is not supported"));
+    }
+  }
   const auto type = schema.find("type");
   for (const auto& [where, value] : values) {
     if (type != schema.end()) {
@@ -370,6 +439,106 @@ absl::StatusOr<int> SchemaCompiler::CompileLiterals(const OrderedJson& schema,
   }
   if (schema.contains("const")) texts.resize(1);
   return Literals(std::move(texts));
+}
+
+absl::StatusOr<int> SchemaCompiler::CompileUnion(const OrderedJson& schema, const std::string& path,
+                                                 int depth) {
+  if (schema.contains("anyOf") && schema.contains("oneOf")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": anyOf and oneOf together are not supported"));
+  }
+  const bool one = schema.contains("oneOf");
+  const std::string keyword = one ? "oneOf" : "anyOf";
+  for (const auto& [key, value] : schema.items()) {
+    if (key != keyword && key != "$defs" && key != "definitions" && !Annotations().contains(key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".", key, " next to ", keyword, " is not supported"));
+    }
+  }
+  const OrderedJson& list = schema[keyword];
+  if (!list.is_array() || list.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".", keyword, " must be a non-empty array of schemas"));
+  }
+  // enum/const alternatives become one set of literals; the others must start with different
+  // characters (checked once every $ref is compiled), so a value matches exactly one of them,
+  // which also makes oneOf exact.
+  std::vector<int> nodes;
+  std::vector<std::string> literals;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = absl::StrCat(path, ".", keyword, "[", i, "]");
+    ABCD_ASSIGN_OR_RETURN(const int node, Compile(list[i], at, depth + 1));
+    if (g_.nodes_[node].kind != JsonNode::Kind::kLiterals) {
+      nodes.push_back(node);
+      continue;
+    }
+    for (const std::string& text : g_.nodes_[node].literals) {
+      if (one && std::find(literals.begin(), literals.end(), text) != literals.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": ", text, " also matches an earlier alternative of oneOf"));
+      }
+      literals.push_back(text);
+    }
+  }
+  // anyOf with a plain number: the integers and bounded numbers add nothing (Union[int, float]).
+  const auto plain_number = [this](int v) {
+    const JsonNode& n = g_.nodes_[v];
+    return n.kind == JsonNode::Kind::kNumber && !n.integer && !n.bounded;
+  };
+  if (!one && std::any_of(nodes.begin(), nodes.end(), plain_number)) {
+    const int keep = *std::find_if(nodes.begin(), nodes.end(), plain_number);
+    std::erase_if(nodes,
+                  [&](int v) { return v != keep && g_.nodes_[v].kind == JsonNode::Kind::kNumber; });
+  }
+  if (!literals.empty()) nodes.push_back(Literals(std::move(literals)));
+  if (nodes.size() == 1) return nodes[0];
+  JsonNode either = Node(JsonNode::Kind::kUnion);
+  either.alternatives = std::move(nodes);
+  return Add(std::move(either));
+}
+
+absl::Status SchemaCompiler::CheckUnionOverlaps(const std::string& path) const {
+  const int n = static_cast<int>(g_.nodes_.size());
+  std::vector<std::bitset<256>> first(n);
+  std::vector<bool> done(n, false);
+  // The bytes a value of v can start with (unions have no cycles by now).
+  std::function<const std::bitset<256>&(int)> starts = [&](int v) -> const std::bitset<256>& {
+    if (done[v]) return first[v];
+    std::bitset<256> bytes;
+    const JsonNode& node = g_.nodes_[v];
+    if (node.kind == JsonNode::Kind::kUnion) {
+      for (int alt : node.alternatives) bytes |= starts(alt);
+    } else if (node.kind == JsonNode::Kind::kLiterals) {
+      for (const std::string& text : node.literals) bytes.set(static_cast<uint8_t>(text[0]));
+    } else {
+      for (int b = 0; b < 256; ++b) {
+        if (g_.Resolve(v, static_cast<uint8_t>(b)) >= 0) bytes.set(b);
+      }
+    }
+    first[v] = bytes;
+    done[v] = true;
+    return first[v];
+  };
+  for (int v = 0; v < n; ++v) {
+    const JsonNode& node = g_.nodes_[v];
+    if (node.kind != JsonNode::Kind::kUnion) continue;
+    std::bitset<256> seen;
+    for (int alt : node.alternatives) {
+      const std::bitset<256>& bytes = starts(alt);
+      if (const std::bitset<256> both = seen & bytes; both.any()) {
+        int b = 0;
+        while (!both.test(b)) ++b;
+        const auto named = paths_.find(v);
+        return absl::InvalidArgumentError(absl::StrCat(
+            named != paths_.end() ? named->second : path,
+            ": alternatives that can start with the same character ('", std::string(1, b),
+            "') are not supported (anyOf/oneOf/type alternatives must be of different JSON types, "
+            "or enum/const values)"));
+      }
+      seen |= bytes;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SchemaCompiler::CheckUnionCycles(const std::string& path) const {
@@ -556,6 +725,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::FromSchema(
   }
   ABCD_ASSIGN_OR_RETURN(grammar->root_, compiler.Compile(schema, where, 0));
   ABCD_RETURN_IF_ERROR(compiler.CheckUnionCycles(where));
+  ABCD_RETURN_IF_ERROR(compiler.CheckUnionOverlaps(where));
   ABCD_RETURN_IF_ERROR(compiler.SetMinDepths(grammar->root_, where));
   return std::shared_ptr<const JsonGrammar>(std::move(grammar));
 }

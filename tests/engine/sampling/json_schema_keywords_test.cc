@@ -1,0 +1,591 @@
+// JSON Schema keywords libraries emit (issue 45 item 4): anyOf/oneOf, type arrays, pydantic's
+// Optional, additionalProperties as a schema, propertyNames, minLength/maxLength (code points),
+// format, pattern, minimum/maximum/exclusive bounds. Per keyword: texts the matcher accepts and
+// refuses; schemas in the shapes zod's z.toJSONSchema and pydantic's model_json_schema emit;
+// and seeded random schemas over these keywords sampled with uniform random logits through the
+// token mask, every completed output checked by an independent validator (below: nlohmann,
+// std::regex for patterns, hand-written format checks) and, where node and the pinned ajv are
+// installed (tests/engine/sampling/ajv/npm-ci.sh), by ajv with ajv-formats too.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/sampling/json_grammar.h"
+#include "engine/sampling/sampler.h"
+#include "engine/sampling/token_mask.h"
+#include "nlohmann/json.hpp"
+
+namespace abcd {
+namespace json_schema_keywords_test {  // named: the tests build as one unity source
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+std::shared_ptr<const JsonGrammar> Compile(const std::string& text) {
+  auto grammar = JsonGrammar::FromSchema(ordered_json::parse(text), "schema");
+  EXPECT_TRUE(grammar.ok()) << grammar.status() << " " << text;
+  return grammar.ok() ? *grammar : nullptr;
+}
+
+bool Accepts(const JsonGrammar& grammar, const std::string& text) {
+  JsonMatcher matcher(&grammar);
+  return matcher.Advance(text) && matcher.accepting();
+}
+
+std::string Refusal(const std::string& text) {
+  auto grammar = JsonGrammar::FromSchema(ordered_json::parse(text), "schema");
+  return grammar.ok() ? "ok" : std::string(grammar.status().message());
+}
+
+void ExpectTexts(const std::string& schema, const std::vector<std::string>& ok,
+                 const std::vector<std::string>& bad) {
+  const auto g = Compile(schema);
+  ASSERT_NE(g, nullptr);
+  for (const std::string& text : ok) EXPECT_TRUE(Accepts(*g, text)) << schema << " " << text;
+  for (const std::string& text : bad) EXPECT_FALSE(Accepts(*g, text)) << schema << " " << text;
+}
+
+TEST(JsonSchemaKeywords, AnyOfOneOfAndTypeArrays) {
+  // pydantic's Optional[int] and zod's z.union([z.string(), z.number()]).
+  ExpectTexts(R"({"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null})",
+              {"3", "-12", "null"}, {"\"3\"", "1.5", "nul"});
+  ExpectTexts(R"({"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]})",
+              {"\"a\"", "1.5", "true"}, {"null", "[]"});
+  // enum/const alternatives are one set of values; oneOf of distinct consts is exact.
+  ExpectTexts(R"({"oneOf": [{"const": "a"}, {"const": "b"}, {"enum": [1, 2]}]})",
+              {"\"a\"", "\"b\"", "2"}, {"\"c\"", "3"});
+  // Union[int, float]: the plain number covers the integers.
+  ExpectTexts(R"({"anyOf": [{"type": "integer"}, {"type": "number"}]})", {"3", "2.5"}, {"\"\""});
+  ExpectTexts(R"({"type": ["integer", "string", "null"], "minimum": 1, "maxLength": 1})",
+              {"1", "\"x\"", "null"}, {"0", "\"xy\""});
+  EXPECT_EQ(Refusal(R"({"anyOf": [{"type": "object"}, {"type": "object", "properties": {}}]})"),
+            "schema: alternatives that can start with the same character ('{') are not "
+            "supported (anyOf/oneOf/type alternatives must be of different JSON types, or "
+            "enum/const values)");
+  EXPECT_EQ(Refusal(R"({"oneOf": [{"const": "a"}, {"enum": ["b", "a"]}]})"),
+            "schema.oneOf[1]: \"a\" also matches an earlier alternative of oneOf");
+  EXPECT_EQ(Refusal(R"({"anyOf": [{"type": "string"}], "type": "string"})"),
+            "schema.type next to anyOf is not supported");
+  EXPECT_EQ(Refusal(R"({"anyOf": []})"), "schema.anyOf must be a non-empty array of schemas");
+  EXPECT_EQ(Refusal(R"({"properties": {"a": {"anyOf": [{"type": "string"}, {"const": "x"}]}}})"),
+            "schema.properties.a: alternatives that can start with the same character ('\"') are "
+            "not supported (anyOf/oneOf/type alternatives must be of different JSON types, or "
+            "enum/const values)");
+}
+
+TEST(JsonSchemaKeywords, ObjectsWithAdditionalPropertiesSchemasAndPropertyNames) {
+  // zod's z.record(z.string(), z.number().int()).
+  ExpectTexts(R"({"type": "object", "propertyNames": {"type": "string"},
+                  "additionalProperties": {"type": "integer", "minimum": 0}})",
+              {"{}", R"({"a":1,"b":0})"}, {R"({"a":-1})", R"({"a":"x"})"});
+  ExpectTexts(R"({"type": "object", "propertyNames": {"enum": ["x", "y"]},
+                  "additionalProperties": {"type": "boolean"}})",
+              {R"({"x":true,"y":false})"}, {R"({"z":true})"});
+  ExpectTexts(R"({"type": "object", "propertyNames": {"maxLength": 2}})", {R"({"ab":[1]})"},
+              {R"({"abc":1})"});
+  // With properties, only those are generated (any additionalProperties schema allows that).
+  ExpectTexts(R"({"type": "object", "properties": {"a": {"type": "integer"}},
+                  "additionalProperties": {"type": "string"}})",
+              {R"({"a":1})", "{}"}, {R"({"b":"x"})"});
+  EXPECT_EQ(Refusal(R"({"type": "object", "propertyNames": {"type": "integer"}})"),
+            "schema.propertyNames must be a string schema (type string, or string enum/const)");
+}
+
+TEST(JsonSchemaKeywords, StringLengthsCountCodePoints) {
+  ExpectTexts(R"({"type": "string", "minLength": 2, "maxLength": 3})",
+              {"\"ab\"", "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"", "\"\\n\\u00e9a\""},
+              {"\"a\"", "\"abcd\"", "\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"", "\"\\n\\n\\n\\n\""});
+  ExpectTexts(R"({"type": "string", "maxLength": 0})", {"\"\""}, {"\"a\""});
+  EXPECT_EQ(Refusal(R"({"type": "string", "minLength": 3, "maxLength": 2})"),
+            "schema.minLength exceeds maxLength");
+  EXPECT_EQ(Refusal(R"({"type": "string", "maxLength": -1})"),
+            "schema.maxLength must be an integer in [0, 1048576]");
+  // A string that reached maxLength takes only the closing quote.
+  const auto g = Compile(R"({"type": "string", "maxLength": 2})");
+  JsonMatcher m(g.get());
+  ASSERT_TRUE(m.Advance("\"xy"));
+  EXPECT_FALSE(m.InStringBody());  // the count changes: the trie walk must copy the state
+  JsonMatcher more = m;
+  EXPECT_FALSE(more.Advance("z"));
+  EXPECT_TRUE(m.Advance("\""));
+}
+
+TEST(JsonSchemaKeywords, Formats) {
+  ExpectTexts(R"({"type": "string", "format": "date"})", {"\"2024-02-28\"", "\"1999-12-31\""},
+              {"\"2024-02-30\"", "\"2024-13-01\"", "\"2024-1-01\"", "\"2024-04-31\""});
+  ExpectTexts(R"({"type": "string", "format": "time"})",
+              {"\"23:59:59Z\"", "\"08:30:00.125+05:30\""}, {"\"24:00:00Z\"", "\"08:30:00\""});
+  ExpectTexts(R"({"format": "date-time"})", {"\"2024-06-11T08:30:00Z\""},
+              {"\"2024-06-11 08:30:00Z\"", "1"});
+  ExpectTexts(R"({"type": "string", "format": "uuid"})",
+              {"\"123e4567-e89b-12d3-a456-426614174000\""},
+              {"\"123e4567e89b12d3a456426614174000\"", "\"123e4567-e89b-12d3-a456-42661417400\""});
+  ExpectTexts(R"({"type": "string", "format": "ipv4"})", {"\"192.168.0.1\"", "\"255.0.0.0\""},
+              {"\"256.1.1.1\"", "\"01.2.3.4\"", "\"1.2.3\""});
+  ExpectTexts(R"({"type": "string", "format": "email"})", {"\"ann.lee@mail.example.org\""},
+              {"\"ann\"", "\"@example.org\"", "\"a@b\"", "\"a b@c.org\""});
+  // With a length: the automaton only goes where a string of the right length can end.
+  ExpectTexts(R"({"type": "string", "format": "email", "maxLength": 8})", {"\"a@bc.de\""},
+              {"\"ab@cd.efg\""});
+  EXPECT_EQ(Refusal(R"({"type": "string", "format": "uuid", "minLength": 37})"),
+            "schema: no string of its format/pattern has a length within minLength/maxLength");
+}
+
+TEST(JsonSchemaKeywords, Patterns) {
+  ExpectTexts(R"({"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"})", {"\"AB-123\""},
+              {"\"AB-12\"", "\"ab-123\"", "\"xAB-123\""});
+  // Unanchored: a search, as JSON Schema's pattern is.
+  ExpectTexts(R"({"type": "string", "pattern": "b+c"})", {"\"abbcd\"", "\"bc\""}, {"\"ac\""});
+  ExpectTexts(R"({"type": "string", "pattern": "^(?:ab|cd)*$", "maxLength": 4})",
+              {"\"\"", "\"abcd\""}, {"\"abc\"", "\"ababab\""});
+  ExpectTexts(R"({"type": "string", "pattern": "^[^a-y]?x$"})", {"\"x\"", "\"zx\""}, {"\"ax\""});
+  // Characters that would need an escape in JSON are never generated (a subset).
+  ExpectTexts(R"({"type": "string", "pattern": "^a.?$"})", {"\"a\"", "\"a.\""},
+              {"\"a\\\"\"", "\"a\\\\\""});
+  EXPECT_EQ(Refusal(R"({"type": "string", "pattern": "(a)\\1"})"),
+            "schema.pattern: the escape \\1 at offset 4 is not supported");
+  EXPECT_EQ(Refusal(R"({"type": "string", "pattern": "a$b"})"),
+            "schema.pattern: an anchor not at the pattern's start or end at offset 1 is not "
+            "supported");
+  EXPECT_EQ(Refusal(R"({"type": "string", "pattern": "^\"$"})"),
+            "schema.pattern: no string of printable ASCII characters other than '\"' and '\\' "
+            "matches it");
+  EXPECT_EQ(Refusal(R"({"type": "string", "format": "uuid", "pattern": "^x"})"),
+            "schema: no string satisfies both its format and its pattern");
+}
+
+TEST(JsonSchemaKeywords, IntegerBoundsAreExact) {
+  ExpectTexts(R"({"type": "integer", "minimum": -5, "maximum": 120})",
+              {"-5", "0", "-0", "7", "99", "120"}, {"-6", "121", "130", "1000", "-50"});
+  ExpectTexts(R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10.5})",
+              {"1", "10"}, {"0", "11", "-1"});
+  ExpectTexts(R"({"type": "integer", "minimum": 1000000000000})", {"1000000000000"},
+              {"999999999999", "-1"});
+  // A prefix that cannot grow into the range is refused at its first impossible digit.
+  const auto g = Compile(R"({"type": "integer", "minimum": 100, "maximum": 120})");
+  JsonMatcher m(g.get());
+  EXPECT_TRUE(m.Advance("1"));
+  EXPECT_FALSE(JsonMatcher(m).Advance('3'));
+  EXPECT_TRUE(m.Advance("1"));
+  EXPECT_FALSE(m.accepting());
+  EXPECT_FALSE(JsonMatcher(g.get()).Advance('0'));
+  EXPECT_EQ(Refusal(R"({"type": "integer", "minimum": 3, "maximum": 2})"),
+            "schema: no integer of at most 15 digits lies within its minimum/maximum (bounds "
+            "that admit only fractions are not supported)");
+  EXPECT_EQ(Refusal(R"({"type": "integer", "exclusiveMinimum": true})"),
+            "schema.exclusiveMinimum must be a number");
+}
+
+TEST(JsonSchemaKeywords, NumberBoundsAreASoundSubset) {
+  // A fraction only follows an integer part whose every fraction is in range; no exponent.
+  ExpectTexts(R"({"type": "number", "exclusiveMinimum": 0.5, "maximum": 3})",
+              {"1", "1.75", "2.999", "3"}, {"0", "3.5", "3.0", "1e0", "4"});
+  ExpectTexts(R"({"type": "number", "minimum": -2.5, "exclusiveMaximum": 0})", {"-2", "-1.5"},
+              {"0", "-2.5", "-3", "0.5", "-0.25"});
+  EXPECT_EQ(Refusal(R"({"type": "number", "minimum": 0.2, "maximum": 0.7})"),
+            "schema: no integer of at most 15 digits lies within its minimum/maximum (bounds "
+            "that admit only fractions are not supported)");
+}
+
+// ---- independent validation -------------------------------------------------------------
+
+// Code points of valid UTF-8 (the outputs are; parse() checked that).
+size_t CodePoints(const std::string& s) {
+  size_t n = 0;
+  for (const char c : s) n += (static_cast<uint8_t>(c) & 0xc0) != 0x80;
+  return n;
+}
+
+bool ValidDate(const std::string& s) {
+  int y = 0, m = 0, d = 0;
+  if (!std::regex_match(s, std::regex(R"(\d{4}-\d{2}-\d{2})"))) return false;
+  std::sscanf(s.c_str(), "%d-%d-%d", &y, &m, &d);
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  return m >= 1 && m <= 12 && d >= 1 && d <= kDays[m - 1] + (m == 2 && leap);
+}
+
+bool ValidTime(const std::string& s) {
+  std::smatch m;
+  if (!std::regex_match(s, m, std::regex(R"((\d\d):(\d\d):(\d\d)(\.\d+)?(Z|[+-](\d\d):(\d\d)))"))) {
+    return false;
+  }
+  auto num = [&m](int i) { return std::stoi(m[i].str()); };
+  if (num(1) > 23 || num(2) > 59 || num(3) > 60) return false;
+  return m[5] == "Z" || (num(6) <= 23 && num(7) <= 59);
+}
+
+bool ValidFormat(const std::string& format, const std::string& s) {
+  if (format == "date") return ValidDate(s);
+  if (format == "time") return ValidTime(s);
+  if (format == "date-time") {
+    const size_t t = s.find('T');
+    return t != std::string::npos && ValidDate(s.substr(0, t)) && ValidTime(s.substr(t + 1));
+  }
+  if (format == "uuid") {
+    return std::regex_match(s, std::regex(R"([0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})"));
+  }
+  if (format == "ipv4") {
+    std::smatch m;
+    if (!std::regex_match(s, m, std::regex(R"((\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3}))"))) {
+      return false;
+    }
+    for (int i = 1; i <= 4; ++i) {
+      const std::string part = m[i].str();
+      if ((part.size() > 1 && part[0] == '0') || std::stoi(part) > 255) return false;
+    }
+    return true;
+  }
+  if (format == "email") {
+    const size_t at = s.find('@');
+    if (at == 0 || at == std::string::npos || s.find('@', at + 1) != std::string::npos) {
+      return false;
+    }
+    const std::string domain = s.substr(at + 1);
+    return std::regex_match(s.substr(0, at), std::regex(R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+)")) &&
+           std::regex_match(
+               domain, std::regex(R"(([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z]{2,})"));
+  }
+  return false;
+}
+
+// `value` against `schema` (the keywords of this file; `root` for $ref "#/$defs/..").
+bool Valid(const json& schema, const json& value, const json& root) {
+  if (schema.is_boolean()) return schema.get<bool>();
+  if (schema.contains("$ref")) {
+    const std::string ref = schema["$ref"].get<std::string>();
+    return Valid(ref == "#" ? root : root["$defs"][ref.substr(8)], value, root);
+  }
+  if (schema.contains("anyOf") || schema.contains("oneOf")) {
+    const bool one = schema.contains("oneOf");
+    int matches = 0;
+    for (const json& alt : schema[one ? "oneOf" : "anyOf"]) matches += Valid(alt, value, root);
+    return one ? matches == 1 : matches > 0;
+  }
+  if (schema.contains("const") && schema["const"] != value) return false;
+  if (schema.contains("enum") &&
+      std::find(schema["enum"].begin(), schema["enum"].end(), value) == schema["enum"].end()) {
+    return false;
+  }
+  if (schema.contains("type")) {
+    const json types = schema["type"].is_array() ? schema["type"] : json::array({schema["type"]});
+    bool typed = false;
+    for (const json& t : types) {
+      const std::string name = t.get<std::string>();
+      typed |= (name == "string" && value.is_string()) || (name == "object" && value.is_object()) ||
+               (name == "array" && value.is_array()) || (name == "boolean" && value.is_boolean()) ||
+               (name == "null" && value.is_null()) || (name == "number" && value.is_number()) ||
+               (name == "integer" && value.is_number() &&
+                std::trunc(value.get<double>()) == value.get<double>());
+    }
+    if (!typed) return false;
+  }
+  if (value.is_string()) {
+    const std::string s = value.get<std::string>();
+    if (schema.contains("minLength") && CodePoints(s) < schema["minLength"].get<size_t>()) {
+      return false;
+    }
+    if (schema.contains("maxLength") && CodePoints(s) > schema["maxLength"].get<size_t>()) {
+      return false;
+    }
+    if (schema.contains("pattern") &&
+        !std::regex_search(s, std::regex(schema["pattern"].get<std::string>()))) {
+      return false;
+    }
+    if (schema.contains("format") && !ValidFormat(schema["format"].get<std::string>(), s)) {
+      return false;
+    }
+  }
+  if (value.is_number()) {
+    const double x = value.get<double>();
+    if (schema.contains("minimum") && x < schema["minimum"].get<double>()) return false;
+    if (schema.contains("maximum") && x > schema["maximum"].get<double>()) return false;
+    if (schema.contains("exclusiveMinimum") && x <= schema["exclusiveMinimum"].get<double>()) {
+      return false;
+    }
+    if (schema.contains("exclusiveMaximum") && x >= schema["exclusiveMaximum"].get<double>()) {
+      return false;
+    }
+  }
+  if (value.is_array()) {
+    if (schema.contains("minItems") && value.size() < schema["minItems"].get<size_t>()) {
+      return false;
+    }
+    if (schema.contains("maxItems") && value.size() > schema["maxItems"].get<size_t>()) {
+      return false;
+    }
+    for (const json& item : value) {
+      if (schema.contains("items") && !Valid(schema["items"], item, root)) return false;
+    }
+  }
+  if (value.is_object()) {
+    const json properties = schema.value("properties", json::object());
+    for (const json& name : schema.value("required", json::array())) {
+      if (!value.contains(name.get<std::string>())) return false;
+    }
+    for (const auto& [key, v] : value.items()) {
+      if (schema.contains("propertyNames") && !Valid(schema["propertyNames"], key, root)) {
+        return false;
+      }
+      if (properties.contains(key)) {
+        if (!Valid(properties[key], v, root)) return false;
+      } else if (schema.contains("additionalProperties") &&
+                 !Valid(schema["additionalProperties"], v, root)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// A vocabulary of every single byte, JSON fragments and a few multi-byte characters.
+std::shared_ptr<TokenVocabulary> Vocabulary() {
+  std::vector<std::string> v = {"", "", ""};  // 0 pad, 1 bos, 2 eos
+  for (int c = 0; c < 256; ++c) v.push_back(std::string(1, static_cast<char>(c)));
+  for (const char* piece : {"{\"", "\":", "\",", "\"}", "null", "true", "12", "-0.5", "2024-",
+                            "T08:", "@mail.org", "00000", "caf\xc3\xa9", "\xe2\x82\xac", " \""}) {
+    v.push_back(piece);
+  }
+  return std::make_shared<TokenVocabulary>(std::move(v), std::vector<int32_t>{2});
+}
+
+// Samples `grammar` with uniform random logits; the text, or nullopt when cut at `steps`.
+std::optional<std::string> Generate(const std::shared_ptr<const JsonGrammar>& grammar,
+                                    const std::shared_ptr<TokenVocabulary>& vocabulary,
+                                    std::mt19937& rng, int steps) {
+  TokenConstraint constraint(grammar, vocabulary);
+  SamplingParams params;
+  params.seed = rng();
+  Sampler sampler(params);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  std::vector<float> logits(vocabulary->vocab_size());
+  std::string text;
+  for (int step = 0; step < steps; ++step) {
+    for (float& l : logits) l = uniform(rng);
+    const TokenMask& mask = constraint.Allowed();
+    EXPECT_GT(mask.allowed, 0) << text;
+    if (mask.allowed == 0) return std::nullopt;
+    const int32_t token = sampler.Sample(logits, {}, &mask);
+    EXPECT_TRUE(constraint.Accept(token).ok());
+    if (token == 2) return text;
+    text += vocabulary->bytes(token);
+    if (constraint.complete()) return text;
+  }
+  return std::nullopt;
+}
+
+// A random schema over this file's keywords, `depth` containers deep at most.
+ordered_json RandomSchema(std::mt19937& rng, int depth) {
+  auto pick = [&rng](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  static const char* kFormats[] = {"date-time", "date", "time", "uuid", "email", "ipv4"};
+  static const char* kPatterns[] = {"^[a-z]{1,4}(-[0-9]+)?$", "x[yz]?\\d", "^(?:ab|c)+$",
+                                    "^\\w+@\\w+\\.com$", "^[^aeiou ]{2,5}$"};
+  switch (pick(depth > 0 ? 12 : 8)) {
+    case 0: {
+      ordered_json s = {{"type", "string"}};
+      const int lo = pick(4);
+      s["minLength"] = lo;
+      if (pick(2)) s["maxLength"] = lo + pick(6);
+      return s;
+    }
+    case 1:
+      return {{"type", "string"}, {"format", kFormats[pick(6)]}};
+    case 2: {
+      ordered_json s = {{"type", "string"}, {"pattern", kPatterns[pick(5)]}};
+      if (pick(2)) s["maxLength"] = 8 + pick(10);  // every pattern has a match that short
+      return s;
+    }
+    case 3: {
+      ordered_json s = {{"type", "integer"}};
+      const int lo = pick(200) - 100;
+      s[pick(2) ? "minimum" : "exclusiveMinimum"] = lo;
+      if (pick(2)) s[pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 2 + pick(300);
+      return s;
+    }
+    case 4: {
+      ordered_json s = {{"type", "number"}};
+      const double lo = (pick(400) - 200) / 8.0;
+      s[pick(2) ? "minimum" : "exclusiveMinimum"] = lo;
+      s[pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 2.5 + pick(100) / 4.0;
+      return s;
+    }
+    case 5:
+      return {{"oneOf", {{{"const", "a"}}, {{"const", 1}}, {{"enum", {"b", nullptr}}}}}};
+    case 6:
+      return {{"type", {"boolean", "integer", "null"}}, {"maximum", 9}};
+    case 7:
+      return {{"type", "string"}, {"format", "date"}, {"pattern", "-0[1-6]-"}};
+    case 8: {  // pydantic's Optional[X] (X without null: alternatives must not overlap)
+      ordered_json x = RandomSchema(rng, depth - 1);
+      while (x.dump().find("null") != std::string::npos) x = RandomSchema(rng, depth - 1);
+      return {{"anyOf", {x, {{"type", "null"}}}}, {"default", nullptr}};
+    }
+    case 9:  // zod's z.record
+      return {{"type", "object"},
+              {"propertyNames", {{"type", "string"}, {"maxLength", 3}}},
+              {"additionalProperties", RandomSchema(rng, depth - 1)}};
+    case 10: {
+      ordered_json s = {{"type", "array"}, {"items", RandomSchema(rng, depth - 1)}};
+      s["maxItems"] = 1 + pick(3);
+      return s;
+    }
+    default: {
+      ordered_json s = {{"type", "object"}, {"properties", ordered_json::object()}};
+      ordered_json required = ordered_json::array();
+      for (int i = 0, n = 1 + pick(3); i < n; ++i) {
+        const std::string name = absl::StrCat("p", i);
+        s["properties"][name] = RandomSchema(rng, depth - 1);
+        if (pick(2)) required.push_back(name);
+      }
+      s["required"] = required;
+      s["additionalProperties"] = false;
+      return s;
+    }
+  }
+}
+
+// (schema, output) pairs for ajv: tests/engine/sampling/ajv/validate.mjs reads them.
+void CheckWithAjv(const std::vector<std::pair<json, std::string>>& pairs, const char* name) {
+  ASSERT_FALSE(pairs.empty());
+  const std::filesystem::path dir =
+      std::filesystem::path(ABCD_SOURCE_DIR) / "tests/engine/sampling/ajv";
+  if (std::system("command -v node >/dev/null 2>&1") != 0 ||
+      !std::filesystem::exists(dir / "node_modules/ajv")) {
+    GTEST_SKIP() << "node or tests/engine/sampling/ajv/node_modules missing (run "
+                    "tests/engine/sampling/ajv/npm-ci.sh): the ajv cross-check is skipped; the "
+                    "C++ validator above still ran";
+  }
+  const std::filesystem::path file = std::filesystem::temp_directory_path() /
+                                     absl::StrCat("abcd_ajv_", name, "_", getpid(), ".jsonl");
+  {
+    std::ofstream out(file);
+    for (const auto& [schema, text] : pairs) {
+      out << json{{"schema", schema}, {"output", text}}.dump() << "\n";
+    }
+  }
+  const std::string command =
+      absl::StrCat("node ", (dir / "validate.mjs").string(), " ", file.string());
+  const int rc = std::system(command.c_str());
+  std::filesystem::remove(file);
+  EXPECT_EQ(rc, 0) << command;
+}
+
+using Outputs = std::vector<std::pair<json, std::string>>;
+
+// Seeded random schemas and the outputs sampled for them (the same in every call).
+Outputs RandomOutputs() {
+  const auto vocabulary = Vocabulary();
+  std::mt19937 rng(45);
+  Outputs pairs;
+  for (int trial = 0; trial < 250; ++trial) {
+    const ordered_json schema = RandomSchema(rng, 2);
+    auto grammar = JsonGrammar::FromSchema(schema, "schema");
+    EXPECT_TRUE(grammar.ok()) << grammar.status() << " " << schema.dump();
+    if (!grammar.ok()) continue;
+    const std::optional<std::string> text = Generate(*grammar, vocabulary, rng, 400);
+    if (text.has_value()) pairs.emplace_back(json::parse(schema.dump()), *text);
+  }
+  return pairs;
+}
+
+void ExpectValid(const Outputs& pairs) {
+  for (const auto& [schema, text] : pairs) {
+    const json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(value.is_discarded()) << schema.dump() << "\n" << text;
+    EXPECT_TRUE(Valid(schema, value, schema)) << schema.dump() << "\n" << text;
+  }
+}
+
+TEST(JsonSchemaKeywords, RandomSchemasWithRandomLogitsValidateIndependently) {
+  const Outputs pairs = RandomOutputs();
+  EXPECT_GT(pairs.size(), 200u);
+  ExpectValid(pairs);
+}
+
+TEST(JsonSchemaKeywords, AjvValidatesRandomSchemaOutputs) {
+  CheckWithAjv(RandomOutputs(), "random");
+}
+
+// Schemas in the shapes zod 4's z.toJSONSchema and pydantic 2's model_json_schema emit.
+Outputs ShapeOutputs() {
+  const std::vector<std::string> schemas = {
+      // zod: z.object({name: z.string().min(1).max(20), email: z.email(), age:
+      // z.number().int().min(0).max(150).optional(), role: z.enum(["admin", "user"]),
+      // id: z.uuid(), nick: z.string().nullable(), tags: z.array(z.string()).max(3),
+      // meta: z.record(z.string(), z.number())})
+      R"({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+          "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 20},
+            "email": {"type": "string", "format": "email"},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "role": {"type": "string", "enum": ["admin", "user"]},
+            "id": {"type": "string", "format": "uuid"},
+            "nick": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+            "meta": {"type": "object", "propertyNames": {"type": "string"},
+                     "additionalProperties": {"type": "number"}}},
+          "required": ["name", "email", "role", "id", "nick", "tags", "meta"],
+          "additionalProperties": false})",
+      // pydantic: class Address(BaseModel): street: str; zip: constr(pattern=r"^\d{5}$")
+      // class User(BaseModel): id: int = Field(ge=1); name: str = Field(max_length=8);
+      // born: date; seen: Optional[datetime] = None; address: Optional[Address] = None;
+      // score: float = Field(gt=0, le=10); ip: IPv4Address
+      R"({"$defs": {"Address": {"properties": {
+            "street": {"title": "Street", "type": "string"},
+            "zip": {"pattern": "^\\d{5}$", "title": "Zip", "type": "string"}},
+            "required": ["street", "zip"], "title": "Address", "type": "object"}},
+          "properties": {
+            "id": {"minimum": 1, "title": "Id", "type": "integer"},
+            "name": {"maxLength": 8, "title": "Name", "type": "string"},
+            "born": {"format": "date", "title": "Born", "type": "string"},
+            "seen": {"anyOf": [{"format": "date-time", "type": "string"}, {"type": "null"}],
+                     "default": null, "title": "Seen"},
+            "address": {"anyOf": [{"$ref": "#/$defs/Address"}, {"type": "null"}],
+                        "default": null},
+            "score": {"exclusiveMinimum": 0, "maximum": 10, "title": "Score", "type": "number"},
+            "ip": {"format": "ipv4", "title": "Ip", "type": "string"}},
+          "required": ["id", "name", "born", "score", "ip"], "title": "User",
+          "type": "object"})",
+  };
+  const auto vocabulary = Vocabulary();
+  std::mt19937 rng(7);
+  Outputs pairs;
+  for (const std::string& text : schemas) {
+    const auto grammar = Compile(text);
+    if (grammar == nullptr) continue;
+    int completed = 0;
+    for (int trial = 0; trial < 20; ++trial) {
+      const std::optional<std::string> out = Generate(grammar, vocabulary, rng, 1500);
+      if (!out.has_value()) continue;
+      ++completed;
+      pairs.emplace_back(json::parse(text), *out);
+    }
+    EXPECT_GT(completed, 5) << text;
+  }
+  return pairs;
+}
+
+TEST(JsonSchemaKeywords, ZodAndPydanticShapesCompileAndValidate) {
+  const Outputs pairs = ShapeOutputs();
+  EXPECT_GT(pairs.size(), 10u);
+  ExpectValid(pairs);
+}
+
+TEST(JsonSchemaKeywords, AjvValidatesZodAndPydanticShapeOutputs) {
+  CheckWithAjv(ShapeOutputs(), "shapes");
+}
+
+}  // namespace
+}  // namespace json_schema_keywords_test
+}  // namespace abcd
