@@ -1,6 +1,7 @@
 // The official OpenAI Node SDK (`openai`, pinned in package-lock.json) against a running
 // abcd-server: chat completions plain, streamed with stream_options.include_usage, n, logprobs
-// with top_logprobs, response_format json_schema (JSON.parse of the content), and a 400 naming
+// with top_logprobs, response_format json_schema (JSON.parse of the content), tools (auto, a
+// named tool_choice plain, streamed and through the SDK's runTools helper), and a 400 naming
 // the field, each checked with node:assert on the shapes the
 // SDK's types promise. Usage: node chat.mjs http://127.0.0.1:PORT/v1
 // Prints one JSON line on success, {"model", "messages", "max_tokens", "content"} (the greedy
@@ -139,18 +140,83 @@ async function main() {
   for await (const chunk of shapedStream) shapedText += chunk.choices[0]?.delta?.content ?? '';
   assert.equal(shapedText, shaped.choices[0].message.content);
 
+  // Tools. With tool_choice auto the built-in template (abc-lm ships none) does not show them,
+  // and the answer is not a call: the same content as without tools.
+  const weather = {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'The weather in a city over the next days.',
+      parameters: {
+        type: 'object',
+        properties: { city: { enum: ['Paris', 'Oslo', 'Rome'] }, days: { type: 'integer' } },
+        required: ['city', 'days'],
+        additionalProperties: false,
+      },
+    },
+  };
+  const auto = await client.chat.completions.create({
+    model, messages, max_completion_tokens: maxTokens, temperature: 0, tools: [weather],
+  });
+  assert.equal(auto.choices[0].message.content, answer.message.content);
+  assert.equal(auto.choices[0].message.tool_calls, undefined);
+  // A named tool_choice is enforced (constrained decoding): even this small model answers with
+  // a valid call of the function, finish_reason tool_calls, plain and streamed (the SDK's stream
+  // helper accumulates delta.tool_calls into the same call).
+  const tool_choice = { type: 'function', function: { name: 'get_weather' } };
+  const forced = {
+    model, messages, max_completion_tokens: 100, temperature: 0, tools: [weather], tool_choice,
+  };
+  const called = await client.chat.completions.create(forced);
+  assert.equal(called.choices[0].finish_reason, 'tool_calls');
+  assert.equal(called.choices[0].message.content, null);
+  assert.equal(called.choices[0].message.tool_calls.length, 1);
+  const [call] = called.choices[0].message.tool_calls;
+  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+  assert.equal(call.type, 'function');
+  assert.equal(call.function.name, 'get_weather');
+  const args = JSON.parse(call.function.arguments);
+  assert.deepEqual(Object.keys(args), ['city', 'days']);
+  assert.ok(['Paris', 'Oslo', 'Rome'].includes(args.city), args.city);
+  assert.ok(Number.isInteger(args.days), String(args.days));
+  const calledStream = client.chat.completions.stream(forced);
+  const streamedCall = await calledStream.finalChatCompletion();
+  assert.equal(streamedCall.choices[0].finish_reason, 'tool_calls');
+  assert.deepEqual(streamedCall.choices[0].message.tool_calls.map((c) => c.function),
+    [call.function]);
+  // The SDK's runTools helper: it sends the tools, gets the forced call, runs the function with
+  // the parsed arguments and stops (one named function to call).
+  let ran = null;
+  const runner = client.chat.completions.runTools({
+    model, messages, max_completion_tokens: 100, temperature: 0, tool_choice,
+    tools: [{
+      type: 'function',
+      function: {
+        ...weather.function,
+        function: (parsed) => { ran = parsed; return `sunny in ${parsed.city}`; },
+        parse: JSON.parse,
+      },
+    }],
+  });
+  assert.equal(await runner.finalFunctionToolCallResult(), `sunny in ${args.city}`);
+  assert.deepEqual(ran, args);
+
   // Errors: the SDK's BadRequestError with the server's message naming the field.
   const refusals = [
-    [{ messages: [{ role: 'tool', content: 'x' }] }, 'messages[0].role'],
+    [{ messages: [{ role: 'robot', content: 'x' }] }, 'messages[0].role'],
     [{ messages, top_logprobs: 2 }, 'top_logprobs'],
     [{ messages, max_completion_tokens: 0 }, 'max_completion_tokens'],
     [{
       messages,
       response_format: {
         type: 'json_schema',
-        json_schema: { name: 'x', schema: { type: 'string', pattern: '^a' } },
+        json_schema: { name: 'x', schema: { type: 'string', not: { const: 'a' } } },
       },
-    }, 'response_format.json_schema.schema.pattern is not supported'],
+    }, 'response_format.json_schema.schema.not is not supported'],
+    [{ messages, tools: [{ type: 'function', function: { name: 'a b' } }] },
+      'tools[0].function.name'],
+    [{ messages, tools: [weather], tool_choice: { type: 'function', function: { name: 'x' } } },
+      'tool_choice.function.name'],
   ];
   for (const [body, field] of refusals) {
     await assert.rejects(client.chat.completions.create({ model, ...body }), (error) => {
