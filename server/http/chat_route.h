@@ -13,7 +13,11 @@
 // Chat fields: messages (chat_template.h), max_completion_tokens (or max_tokens; default
 // kChatDefaultMaxTokens or the server's limit when lower), logprobs (bool), top_logprobs
 // (0..20, needs logprobs), add_generation_prompt (bool, default true; vLLM's extension),
-// response_format (ParseResponseFormat, request_parser.h; compiled from the body as sent).
+// response_format (ParseResponseFormat, request_parser.h; compiled from the body as sent),
+// tools / tool_choice / parallel_tool_calls (chat::ParseToolRequest, chat_tools.h: the template
+// gets the tools; with tool_choice other than "none" ChatShaper parses calls in the template's
+// format; a named tool_choice, or "required" with one tool, is enforced by constraining the
+// output to the call's JSON object, and is a 400 together with response_format).
 // session_id as on /v1/completions: "new" renders the conversation and starts a session; with a
 // session's id, messages are the NEW messages only, appended after the session's last answer
 // (chat::ChatContinuationIds). echo is refused (400). An unknown model is 404 model_not_found.
