@@ -1,7 +1,8 @@
 // The filters, tests, methods and global functions a chat template may use, with Python's and
 // jinja2's semantics (as Hugging Face's ImmutableSandboxedEnvironment provides them):
 //
-//   filters   trim length count upper lower capitalize title tojson(indent) default/d first last
+//   filters   trim length count upper lower capitalize title tojson(indent, separators,
+//             sort_keys) default/d first last
 //             join list selectattr rejectattr select reject map(attribute= | filter name) string
 //             int float replace reverse items safe abs escape/e dictsort unique sort min max sum
 //   tests     defined undefined none string number integer float boolean true false mapping

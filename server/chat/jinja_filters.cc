@@ -408,7 +408,21 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input, co
       if (!n.ok()) return n.status();
       width = std::clamp<int64_t>(*n, 0, 16);
     }
-    absl::StatusOr<std::string> json = ToJson(input, static_cast<int>(width), budget);
+    JsonOptions options;
+    options.indent = static_cast<int>(width);
+    if (const Value* separators = args.Get(99, "separators");
+        separators != nullptr && separators->kind != Value::Kind::kNone) {
+      if (separators->kind != Value::Kind::kList || separators->list->size() != 2 ||
+          !(*separators->list)[0].is_string() || !(*separators->list)[1].is_string()) {
+        return Error("tojson: separators must be two strings");
+      }
+      options.item_separator = (*separators->list)[0].s.str();
+      options.key_separator = (*separators->list)[1].s.str();
+    }
+    if (const Value* sort_keys = args.Get(99, "sort_keys"); sort_keys != nullptr) {
+      options.sort_keys = Truthy(*sort_keys);
+    }
+    absl::StatusOr<std::string> json = ToJson(input, options, budget);
     if (!json.ok()) return json.status();
     return Value::String(*std::move(json));
   }

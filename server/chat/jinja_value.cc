@@ -1,9 +1,11 @@
 #include "server/chat/jinja_value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -177,9 +179,11 @@ absl::Status Put(absl::string_view piece, RenderBudget& budget, std::string* out
   return absl::OkStatus();
 }
 
-absl::Status JsonTo(const Value& v, int indent, int depth, RenderBudget& budget, std::string* out) {
+absl::Status JsonTo(const Value& v, const JsonOptions& options, int depth, RenderBudget& budget,
+                    std::string* out) {
   if (depth > 64) return absl::InvalidArgumentError("tojson: value nested too deeply");
   if (absl::Status st = budget.Work(1); !st.ok()) return st;
+  const int indent = options.indent;
   const auto newline = [&](int level) -> absl::Status {
     if (indent < 0) return absl::OkStatus();
     const size_t width = static_cast<size_t>(indent) * static_cast<size_t>(level);
@@ -188,7 +192,9 @@ absl::Status JsonTo(const Value& v, int indent, int depth, RenderBudget& budget,
     out->append(width, ' ');
     return absl::OkStatus();
   };
-  const char* item_separator = indent < 0 ? ", " : ",";
+  const std::string& item_separator =
+      options.item_separator.has_value() ? *options.item_separator : (indent < 0 ? ", " : ",");
+  const std::string& key_separator = options.key_separator;
   switch (v.kind) {
     case Value::Kind::kNone:
       return Put("null", budget, out);
@@ -209,17 +215,27 @@ absl::Status JsonTo(const Value& v, int indent, int depth, RenderBudget& budget,
       const size_t n = list ? v.list->size() : v.dict->size();
       if (n == 0) return Put(list ? "[]" : "{}", budget, out);
       if (absl::Status st = Put(list ? "[" : "{", budget, out); !st.ok()) return st;
+      std::vector<size_t> order(n);
+      for (size_t k = 0; k < n; ++k) order[k] = k;
+      if (!list && options.sort_keys) {
+        if (absl::Status st = budget.Items(n); !st.ok()) return st;
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+          return (*v.dict)[a].first < (*v.dict)[b].first;
+        });
+      }
       for (size_t k = 0; k < n; ++k) {
         if (k > 0) {
           if (absl::Status st = Put(item_separator, budget, out); !st.ok()) return st;
         }
         if (absl::Status st = newline(depth + 1); !st.ok()) return st;
         if (!list) {
-          if (absl::Status st = JsonString((*v.dict)[k].first, budget, out); !st.ok()) return st;
-          if (absl::Status st = Put(": ", budget, out); !st.ok()) return st;
+          if (absl::Status st = JsonString((*v.dict)[order[k]].first, budget, out); !st.ok()) {
+            return st;
+          }
+          if (absl::Status st = Put(key_separator, budget, out); !st.ok()) return st;
         }
-        const Value& item = list ? (*v.list)[k] : (*v.dict)[k].second;
-        if (absl::Status st = JsonTo(item, indent, depth + 1, budget, out); !st.ok()) return st;
+        const Value& item = list ? (*v.list)[k] : (*v.dict)[order[k]].second;
+        if (absl::Status st = JsonTo(item, options, depth + 1, budget, out); !st.ok()) return st;
       }
       if (absl::Status st = newline(depth); !st.ok()) return st;
       return Put(list ? "]" : "}", budget, out);
@@ -468,12 +484,15 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
 
 absl::StatusOr<std::string> ToJson(const Value& value, int indent) {
   RenderBudget unlimited;
-  return ToJson(value, indent, unlimited);
+  JsonOptions options;
+  options.indent = indent;
+  return ToJson(value, options, unlimited);
 }
 
-absl::StatusOr<std::string> ToJson(const Value& value, int indent, RenderBudget& budget) {
+absl::StatusOr<std::string> ToJson(const Value& value, const JsonOptions& options,
+                                   RenderBudget& budget) {
   std::string out;
-  if (absl::Status status = JsonTo(value, indent, 0, budget, &out); !status.ok()) return status;
+  if (absl::Status status = JsonTo(value, options, 0, budget, &out); !status.ok()) return status;
   return out;
 }
 

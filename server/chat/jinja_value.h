@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -250,7 +251,15 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b);
 // json.dumps(value, ensure_ascii=False, indent=indent) (indent < 0: none, separators ", " ": ").
 // INVALID_ARGUMENT for undefined, functions and namespaces.
 absl::StatusOr<std::string> ToJson(const Value& value, int indent);
-absl::StatusOr<std::string> ToJson(const Value& value, int indent, RenderBudget& budget);
+// json.dumps's indent, separators and sort_keys (transformers' tojson passes them through).
+struct JsonOptions {
+  int indent = -1;                            // < 0: None
+  std::optional<std::string> item_separator;  // none: ", " without indent, "," with
+  std::string key_separator = ": ";
+  bool sort_keys = false;
+};
+absl::StatusOr<std::string> ToJson(const Value& value, const JsonOptions& options,
+                                   RenderBudget& budget);
 
 // Code points of a UTF-8 string (invalid bytes count one each) and their byte offsets.
 std::vector<size_t> CodePointOffsets(absl::string_view text);

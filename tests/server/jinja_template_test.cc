@@ -343,6 +343,10 @@ TEST(JinjaTemplate, MacrosCallersAndBlocksRenderAsJinja2) {
        "[1, 2]a, b"},
       {"{{ nope | length }}{{ nope | upper }}{{ nope | join }}|{{ nope | list }}", "0|[]"},
       {"{{ strftime_now is defined }}{{ raise_exception is defined }}", "TrueTrue"},
+      // transformers' tojson passes separators and sort_keys to json.dumps.
+      {"{{ {'b': [1, 2], 'a': {'y': 1, 'x': none}} | tojson(separators=(',', ':')) }}|"
+       "{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}",
+       "{\"b\":[1,2],\"a\":{\"y\":1,\"x\":null}}|{\"a\": 2, \"b\": 1}"},
   };
   for (const auto& c : kCases) {
     absl::StatusOr<std::string> out = RenderText(c.source);
