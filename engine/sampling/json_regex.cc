@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace abcd {
@@ -38,7 +39,18 @@ CharSet Space() { return Range('\t', '\r') | Range(' ', ' '); }
 
 class Parser {
  public:
-  Parser(absl::string_view text, std::string path) : s_(text), path_(std::move(path)) {}
+  // `base`: the offset of `text` in the pattern (errors name offsets in the pattern).
+  Parser(absl::string_view text, std::string path, size_t base)
+      : s_(text), path_(std::move(path)), base_(base) {}
+
+  // A group's body up to its ')': *end is the offset after it.
+  absl::StatusOr<std::unique_ptr<Ast>> ParseGroup(size_t* end) {
+    auto ast = Alt();
+    if (!ast.ok()) return ast.status();
+    if (!More() || Peek() != ')') return Error("an unclosed lookahead");
+    *end = i_ + 1;
+    return ast;
+  }
 
   absl::StatusOr<std::unique_ptr<Ast>> Parse() {
     auto ast = Alt();
@@ -50,7 +62,7 @@ class Parser {
  private:
   absl::Status Error(absl::string_view what) const {
     return absl::InvalidArgumentError(
-        absl::StrCat(path_, ": ", what, " at offset ", i_, " is not supported"));
+        absl::StrCat(path_, ": ", what, " at offset ", base_ + i_, " is not supported"));
   }
   bool More() const { return i_ < s_.size(); }
   char Peek() const { return s_[i_]; }
@@ -272,6 +284,7 @@ class Parser {
 
   absl::string_view s_;
   std::string path_;
+  size_t base_ = 0;
   size_t i_ = 0;
 };
 
@@ -416,51 +429,34 @@ bool Prune(const std::vector<int32_t>& next, const std::vector<uint8_t>& accepti
 
 }  // namespace
 
-absl::StatusOr<JsonDfa> CompilePattern(absl::string_view pattern, absl::string_view path) {
-  const std::string where(path);
-  absl::string_view body = pattern;
-  const bool anchored_start = !body.empty() && body.front() == '^';
-  if (anchored_start) body.remove_prefix(1);
-  size_t backslashes = 0;
-  while (backslashes + 1 < body.size() && body[body.size() - 2 - backslashes] == '\\') {
-    ++backslashes;
-  }
-  const bool anchored_end = !body.empty() && body.back() == '$' && backslashes % 2 == 0;
-  if (anchored_end) body.remove_suffix(1);
-  Parser parser(body, where);
-  auto parsed = parser.Parse();
-  if (!parsed.ok()) return parsed.status();
-  // Unanchored ends: any characters there (a search, as JSON Schema's pattern is).
-  auto any = [] {
-    auto leaf = std::make_unique<Ast>();
-    leaf->kind = Ast::Kind::kSet;
-    leaf->set = Range(0, JsonDfa::kChars - 1);
-    auto star = std::make_unique<Ast>();
-    star->kind = Ast::Kind::kRepeat;
-    star->children.push_back(std::move(leaf));
-    return star;
-  };
-  Ast whole;
-  if (!anchored_start) whole.children.push_back(any());
-  whole.children.push_back(std::move(*parsed));
-  if (!anchored_end) whole.children.push_back(any());
+namespace {
+
+std::unique_ptr<Ast> AnyString() {
+  auto leaf = std::make_unique<Ast>();
+  leaf->kind = Ast::Kind::kSet;
+  leaf->set = Range(0, JsonDfa::kChars - 1);
+  auto star = std::make_unique<Ast>();
+  star->kind = Ast::Kind::kRepeat;
+  star->children.push_back(std::move(leaf));
+  return star;
+}
+
+// The subset construction over the alphabet: transitions (-1: none) and accepting flags, state 0
+// the start, dead states kept. False when past kMaxDfaStates.
+bool Determinize(const Ast& whole, std::vector<int32_t>* next, std::vector<uint8_t>* accepting) {
   Nfa nfa;
   int start = 0, end = 0;
-  const absl::Status too_complex = absl::InvalidArgumentError(absl::StrCat(
-      where, ": the pattern is too complex (more than ", kMaxDfaStates, " automaton states)"));
-  if (!nfa.Build(whole, &start, &end)) return too_complex;
+  if (!nfa.Build(whole, &start, &end)) return false;
   std::map<std::vector<int>, int> ids;
   std::vector<std::vector<int>> sets;
-  std::vector<int32_t> next;
-  std::vector<uint8_t> accepting;
   std::vector<int> first = {start};
   nfa.Close(&first);
   ids[first] = 0;
   sets.push_back(first);
   for (size_t v = 0; v < sets.size(); ++v) {
-    next.resize((v + 1) * JsonDfa::kChars, -1);
+    next->resize((v + 1) * JsonDfa::kChars, -1);
     const std::vector<int> from = sets[v];
-    accepting.push_back(std::binary_search(from.begin(), from.end(), end) ? 1 : 0);
+    accepting->push_back(std::binary_search(from.begin(), from.end(), end) ? 1 : 0);
     for (int c = 0; c < JsonDfa::kChars; ++c) {
       if (!DfaAlphabet(static_cast<uint8_t>(c))) continue;
       std::vector<int> moved;
@@ -473,16 +469,82 @@ absl::StatusOr<JsonDfa> CompilePattern(absl::string_view pattern, absl::string_v
       nfa.Close(&moved);
       auto [it, added] = ids.try_emplace(moved, static_cast<int>(sets.size()));
       if (added) {
-        if (sets.size() >= kMaxDfaStates) return too_complex;
+        if (sets.size() >= kMaxDfaStates) return false;
         sets.push_back(moved);
       }
-      next[v * JsonDfa::kChars + c] = it->second;
+      (*next)[v * JsonDfa::kChars + c] = it->second;
     }
   }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<JsonDfa> CompilePattern(absl::string_view pattern, absl::string_view path) {
+  const std::string where(path);
+  absl::string_view body = pattern;
+  const bool anchored_start = !body.empty() && body.front() == '^';
+  if (anchored_start) body.remove_prefix(1);
+  const absl::Status too_complex = absl::InvalidArgumentError(absl::StrCat(
+      where, ": the pattern is too complex (more than ", kMaxDfaStates, " automaton states)"));
+  // Negative lookaheads right after '^' (zod's email: ^(?!\.)(?!.*\.\.)...): the string does not
+  // start with a match of X, i.e. it is outside X followed by anything.
+  std::vector<JsonDfa> excluded;
+  while (anchored_start && absl::StartsWith(body, "(?!")) {
+    Parser group(body.substr(3), where, static_cast<size_t>(body.data() - pattern.data()) + 3);
+    size_t end = 0;
+    auto x = group.ParseGroup(&end);
+    if (!x.ok()) return x.status();
+    body.remove_prefix(3 + end);
+    Ast prefixed;
+    prefixed.children.push_back(std::move(*x));
+    prefixed.children.push_back(AnyString());
+    std::vector<int32_t> next;
+    std::vector<uint8_t> accepting;
+    if (!Determinize(prefixed, &next, &accepting)) return too_complex;
+    // The complement: a sink for the missing transitions, accepting flipped.
+    const int sink = static_cast<int>(accepting.size());
+    next.resize((sink + 1) * JsonDfa::kChars, -1);
+    accepting.push_back(0);
+    for (int v = 0; v <= sink; ++v) {
+      accepting[v] = !accepting[v];
+      for (int c = 0; c < JsonDfa::kChars; ++c) {
+        int32_t& to = next[v * JsonDfa::kChars + c];
+        if (DfaAlphabet(static_cast<uint8_t>(c)) && to < 0) to = sink;
+      }
+    }
+    JsonDfa complement;
+    if (!Prune(next, accepting, 0, &complement)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": its lookahead (?!...) excludes every string"));
+    }
+    excluded.push_back(std::move(complement));
+  }
+  size_t backslashes = 0;
+  while (backslashes + 1 < body.size() && body[body.size() - 2 - backslashes] == '\\') {
+    ++backslashes;
+  }
+  const bool anchored_end = !body.empty() && body.back() == '$' && backslashes % 2 == 0;
+  if (anchored_end) body.remove_suffix(1);
+  Parser parser(body, where, static_cast<size_t>(body.data() - pattern.data()));
+  auto parsed = parser.Parse();
+  if (!parsed.ok()) return parsed.status();
+  // Unanchored ends: any characters there (a search, as JSON Schema's pattern is).
+  Ast whole;
+  if (!anchored_start) whole.children.push_back(AnyString());
+  whole.children.push_back(std::move(*parsed));
+  if (!anchored_end) whole.children.push_back(AnyString());
+  std::vector<int32_t> next;
+  std::vector<uint8_t> accepting;
+  if (!Determinize(whole, &next, &accepting)) return too_complex;
   JsonDfa dfa;
-  if (!Prune(next, accepting, 0, &dfa)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": no string of printable ASCII characters other than '\"' and '\\' matches it"));
+  const absl::Status none = absl::InvalidArgumentError(absl::StrCat(
+      where, ": no string of printable ASCII characters other than '\"' and '\\' matches it"));
+  if (!Prune(next, accepting, 0, &dfa)) return none;
+  for (const JsonDfa& allowed : excluded) {
+    auto both = IntersectDfas(dfa, allowed, where);
+    if (!both.ok()) return none;
+    dfa = std::move(*both);
   }
   return dfa;
 }

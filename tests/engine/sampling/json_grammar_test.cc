@@ -282,10 +282,16 @@ std::vector<std::string> TestVocabulary() {
 
 TEST(TokenConstraint, TrieMaskEqualsTokenByTokenCheck) {
   auto vocabulary = std::make_shared<TokenVocabulary>(TestVocabulary(), std::vector<int32_t>{2});
-  const auto grammar = Schema(R"({"type":"object","properties":{"a":{"type":"string"},
+  // The second: strings whose state changes with every character (no shared trie state).
+  const auto plain = Schema(R"({"type":"object","properties":{"a":{"type":"string"},
       "b":{"type":"array","items":{"type":"number"}},"c":{"enum":["x","xy",1,12]}}})");
+  const auto bounded = Schema(R"({"type":"object","properties":{
+      "a":{"type":"string","minLength":2,"maxLength":5},"d":{"type":"string","format":"date"},
+      "e":{"type":"string","pattern":"^[a-c]+$","maxLength":4},
+      "n":{"type":"number","minimum":-3,"exclusiveMaximum":20}}})");
   std::mt19937 rng(5);
-  for (int trial = 0; trial < 20; ++trial) {
+  for (int trial = 0; trial < 40; ++trial) {
+    const auto& grammar = trial % 2 ? bounded : plain;
     TokenConstraint constraint(grammar, vocabulary);
     JsonMatcher state(grammar.get());
     for (int step = 0; step < 60 && !constraint.complete(); ++step) {

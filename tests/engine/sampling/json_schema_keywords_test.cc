@@ -153,6 +153,12 @@ TEST(JsonSchemaKeywords, Patterns) {
   // Characters that would need an escape in JSON are never generated (a subset).
   ExpectTexts(R"({"type": "string", "pattern": "^a.?$"})", {"\"a\"", "\"a.\""},
               {"\"a\\\"\"", "\"a\\\\\""});
+  // Negative lookaheads right after '^' (zod 4's email pattern).
+  ExpectTexts(
+      R"js({"type": "string", "pattern": "^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"})js",
+      {"\"a.b@c.de\"", "\"x@y-z.org\""}, {"\".a@c.de\"", "\"a..b@c.de\"", "\"a.@c\""});
+  EXPECT_EQ(Refusal(R"({"type": "string", "pattern": "^(?!a"})"),
+            "schema.pattern: an unclosed lookahead at offset 5 is not supported");
   EXPECT_EQ(Refusal(R"({"type": "string", "pattern": "(a)\\1"})"),
             "schema.pattern: the escape \\1 at offset 4 is not supported");
   EXPECT_EQ(Refusal(R"({"type": "string", "pattern": "a$b"})"),
@@ -527,10 +533,12 @@ Outputs ShapeOutputs() {
       R"({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
           "properties": {
             "name": {"type": "string", "minLength": 1, "maxLength": 20},
-            "email": {"type": "string", "format": "email"},
+            "email": {"type": "string", "format": "email", "pattern":
+                "^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"},
             "age": {"type": "integer", "minimum": 0, "maximum": 150},
             "role": {"type": "string", "enum": ["admin", "user"]},
-            "id": {"type": "string", "format": "uuid"},
+            "id": {"type": "string", "format": "uuid", "pattern":
+                "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$"},
             "nick": {"anyOf": [{"type": "string"}, {"type": "null"}]},
             "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
             "meta": {"type": "object", "propertyNames": {"type": "string"},
