@@ -7,7 +7,8 @@
 //
 // Supported syntax: literals, '.', classes ([a-z0-9_], [^...]), \d \D \w \W \s \S and escaped
 // punctuation, groups ( ) and (?: ), alternation |, quantifiers * + ? {n} {n,} {n,m} (a lazy
-// '?' after them is the same language), '^' first and '$' last. Anything else (lookaround,
+// '?' after them is the same language), '^' first, then negative lookaheads (?!X) (the string
+// does not start with a match of X), and '$' last. Anything else (other lookaround,
 // backreferences, \b, named groups, anchors elsewhere, unicode classes) is InvalidArgument.
 //
 // Thread-safety: functions are pure; a JsonDfa is an immutable value once built.
