@@ -355,6 +355,31 @@ bool Valid(const json& schema, const json& value, const json& root) {
   return true;
 }
 
+// The validator above is no rubber stamp: each keyword rejects a value that breaks it.
+TEST(JsonSchemaKeywords, IndependentValidatorRejectsInvalidValues) {
+  const std::vector<std::pair<std::string, std::string>> invalid = {
+      {R"({"type": "string", "format": "date"})", R"("2023-02-29")"},
+      {R"({"type": "string", "format": "time"})", R"("24:00:00Z")"},
+      {R"({"type": "string", "format": "ipv4"})", R"("1.2.3.256")"},
+      {R"({"type": "string", "format": "uuid"})", R"("123e4567-e89b-12d3-a456-42661417400")"},
+      {R"({"type": "string", "format": "email"})", R"("a@b")"},
+      {R"({"type": "string", "pattern": "^a+$"})", R"("ab")"},
+      {R"({"type": "string", "maxLength": 2})", "\"\u00e9\u00e9\u00e9\""},
+      {R"({"type": "string", "minLength": 2})", R"("a")"},
+      {R"({"type": "integer", "exclusiveMaximum": 5})", "5"},
+      {R"({"type": "number", "minimum": 0.5})", "0.25"},
+      {R"({"oneOf": [{"type": "number"}, {"type": "integer"}]})", "3"},
+      {R"({"anyOf": [{"type": "string"}, {"type": "null"}]})", "1"},
+      {R"({"type": "object", "additionalProperties": {"type": "integer"}})", R"({"a": "x"})"},
+      {R"({"type": "object", "propertyNames": {"maxLength": 1}})", R"({"ab": 1})"},
+  };
+  for (const auto& [schema_text, value_text] : invalid) {
+    const json schema = json::parse(schema_text);
+    EXPECT_FALSE(Valid(schema, json::parse(value_text), schema))
+        << schema_text << " " << value_text;
+  }
+}
+
 // A vocabulary of every single byte, JSON fragments and a few multi-byte characters.
 std::shared_ptr<TokenVocabulary> Vocabulary() {
   std::vector<std::string> v = {"", "", ""};  // 0 pad, 1 bos, 2 eos
