@@ -270,7 +270,8 @@ size_t SafeContentLength(ToolCallFormat format, absl::string_view text) {
       return MarkerStart(text, kMistralMarker);
     case ToolCallFormat::kLlama3Json: {
       const absl::string_view body = absl::StripLeadingAsciiWhitespace(text);
-      if (body.empty() || absl::StartsWith(body, "{") || MarkerStart(body, kPythonTag) == 0) {
+      if (body.empty() || absl::StartsWith(body, "{") || absl::StartsWith(body, kPythonTag) ||
+          absl::StartsWith(kPythonTag, body)) {
         return 0;
       }
       return text.size();
@@ -293,7 +294,12 @@ std::string NewToolCallId() {
 
 std::string ToolCallStream::Add(absl::string_view piece) {
   absl::StrAppend(&text_, piece);
-  const size_t safe = SafeContentLength(format_, text_);
+  // Only the held tail is scanned again: a marker cannot start in released text, and a
+  // Llama-3.1 JSON output that released anything is content.
+  const size_t safe =
+      format_ == ToolCallFormat::kLlama3Json && released_ > 0
+          ? text_.size()
+          : released_ + SafeContentLength(format_, absl::string_view(text_).substr(released_));
   if (safe <= released_) return "";
   std::string out = text_.substr(released_, safe - released_);
   released_ = safe;

@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -147,6 +149,33 @@ TEST(ChatTools, StreamingHoldsBackOnlyWhatCouldStartACall) {
       EXPECT_TRUE(end.calls.empty());
     }
   }
+}
+
+TEST(ChatTools, StreamingLlamaJsonAndForcedCalls) {
+  const auto names = std::make_shared<const std::vector<std::string>>(kNames);
+  const auto run = [&](ToolCallFormat format, const std::string& output, std::string* sent) {
+    ToolCallStream stream(format, names);
+    std::string early;
+    for (char c : output) early += stream.Add(std::string(1, c));
+    ParsedToolCalls end = stream.Finish();
+    *sent = early + end.content;
+    return std::make_pair(early, end.calls);
+  };
+  std::string sent;
+  const std::string call = "{\"name\": \"add\", \"parameters\": {\"a\": 2}}";
+  auto [early, calls] = run(ToolCallFormat::kLlama3Json, " <|python_tag|>" + call, &sent);
+  EXPECT_EQ(early, "");  // held from the start
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].arguments, "{\"a\":2}");
+  std::tie(early, calls) = run(ToolCallFormat::kLlama3Json, "Sure: " + call, &sent);
+  EXPECT_EQ(early, "Sure: " + call);  // released as it came
+  EXPECT_TRUE(calls.empty());
+  EXPECT_EQ(sent, "Sure: " + call);
+  std::tie(early, calls) =
+      run(ToolCallFormat::kForced, "{\"name\": \"add\", \"arguments\": {}}", &sent);
+  EXPECT_EQ(early, "");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(sent, "");
 }
 
 TEST(ChatTools, ToolCallIdsAreOpenAiShaped) {

@@ -803,6 +803,54 @@ TEST_F(HttpChatToolTest, CallsOfUnknownToolsAndToolChoiceNoneStayContent) {
             *tokenizer_->Encode("[INST] Weather in Paris? [/INST]"));
 }
 
+// With a Llama-3.1-style template the tools reach the prompt, and the whole output as
+// {"name", "parameters"} JSON is the call, streamed too.
+TEST_F(HttpChatToolTest, Llama31TemplateGetsTheToolsAndItsJsonIsTheCall) {
+  std::ifstream in(std::string(ABCD_FIXTURE_DIR) + "/chat/templates/llama3.1-tools.jinja");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto chat = chat::ChatTemplate::FromText(text.str(), "llama3.1-tools.jinja", "<s>", "</s>");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  const_cast<ServedModel*>(models_->FindByName("abc-lm-test"))->chat_template = *chat;
+  GenerationEvent first;
+  first.token_ids = {ids_[0]};
+  first.text = "<|python_tag|>{\"name\": \"get_weather\", ";
+  GenerationEvent last;
+  last.token_ids = {ids_[1]};
+  last.text = "\"parameters\": {\"city\": \"Rome\"}}";
+  last.finish_reason = FinishReason::kEos;
+  lm_->set_events({first, last});
+  for (const bool stream : {false, true}) {
+    httplib::Result result = Chat(Body(stream));
+    ASSERT_TRUE(result);
+    ASSERT_EQ(result->status, 200) << result->body;
+    json call;
+    std::string content;
+    std::string finish;
+    if (stream) {
+      bool done = false;
+      for (const json& chunk : SseChunks(result->body, &done)) {
+        const json& choice = chunk["choices"][0];
+        content += choice["delta"].value("content", "");
+        if (choice["delta"].contains("tool_calls")) call = choice["delta"]["tool_calls"][0];
+        if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+      }
+    } else {
+      const json choice = json::parse(result->body)["choices"][0];
+      EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
+      call = choice["message"]["tool_calls"][0];
+      finish = choice["finish_reason"];
+    }
+    EXPECT_EQ(content, "");
+    EXPECT_EQ(finish, "tool_calls");
+    EXPECT_EQ(call["function"]["name"], "get_weather") << result->body;
+    EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
+              json({{"city", "Rome"}}));
+  }
+  const std::string prompt = Text(lm_->requests()[0].prompt_token_ids);
+  EXPECT_TRUE(absl::StrContains(prompt, "The weather in a city.")) << prompt;
+}
+
 // A named tool_choice constrains the output to {"name": <it>, "arguments": <its parameters>}
 // and returns it as the call whatever the template's format.
 TEST_F(HttpChatToolTest, NamedToolChoiceIsEnforcedAndReturnedAsTheCall) {
