@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_nesting.h"
 #include "server/chat/jinja_builtins.h"
 
 namespace abcd::chat {
@@ -76,6 +77,9 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(
   if (!config_text.ok()) return config_text.status();
   nlohmann::json config = nlohmann::json::object();
   if (exists) {
+    if (absl::Status depth = CheckJsonNesting(*config_text, config_path); !depth.ok()) {
+      return depth;
+    }
     config = nlohmann::json::parse(*config_text, nullptr, /*allow_exceptions=*/false);
     if (config.is_discarded() || !config.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(config_path, ": not a JSON object"));

@@ -149,6 +149,20 @@ TEST_F(ChatTemplateLoad, ATokenizerConfigTemplateIsCappedAtOneMiBLikeTheFlag) {
   EXPECT_TRUE(ChatTemplate::Load(dir_.string(), "").ok());
 }
 
+// Issue 44: a tokenizer_config.json nested past the JSON limit is refused before it is parsed,
+// naming the file (a value 100,000 deep would crash whatever walked it).
+TEST_F(ChatTemplateLoad, ADeeplyNestedTokenizerConfigIsRefusedNamingTheFile) {
+  Write("tokenizer_config.json", R"({"chat_template": "x", "extra": )" + std::string(100000, '[') +
+                                     std::string(100000, ']') + "}");
+  auto chat = ChatTemplate::Load(dir_.string(), "");
+  ASSERT_FALSE(chat.ok());
+  EXPECT_EQ(chat.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(chat.status().message(),
+                                "tokenizer_config.json: extra[0][0][0][0][0][0][0]... nests JSON "
+                                "deeper than 256 levels"))
+      << chat.status();
+}
+
 // transformers passes only the special tokens a tokenizer has: a null bos_token is undefined in
 // the template (renders nothing), never "<s>".
 TEST_F(ChatTemplateLoad, ANullBosTokenIsUndefinedNotInvented) {
