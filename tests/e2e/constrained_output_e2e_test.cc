@@ -189,7 +189,7 @@ TEST_F(ConstrainedOutputE2eTest, JsonObjectTheCutAndWithoutTheMask) {
 
 TEST_F(ConstrainedOutputE2eTest, UnsupportedKeywordsAre400NamingThem) {
   json format = Format();
-  format["json_schema"]["schema"]["properties"]["title"]["pattern"] = "^[A-Z]";
+  format["json_schema"]["schema"]["properties"]["title"]["contentMediaType"] = "text/plain";
   for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
     json body = {{"prompt", "x"}, {"response_format", format}};
     if (absl::StrContains(path, "chat")) {
@@ -197,8 +197,9 @@ TEST_F(ConstrainedOutputE2eTest, UnsupportedKeywordsAre400NamingThem) {
       body["messages"] = {{{"role", "user"}, {"content", "x"}}};
     }
     const json error = Post(path, body, 400);
-    EXPECT_EQ(error["error"]["message"],
-              "response_format.json_schema.schema.properties.title.pattern is not supported")
+    EXPECT_EQ(
+        error["error"]["message"],
+        "response_format.json_schema.schema.properties.title.contentMediaType is not supported")
         << path;
     EXPECT_EQ(error["error"]["type"], "invalid_request_error");
   }
@@ -246,9 +247,11 @@ TEST_F(ConstrainedOutputE2eTest, GrpcResponseFormat) {
                                              {"response_format", Format()}});
   EXPECT_EQ(http["choices"][0]["text"], text);
   std::string ignored;
-  const grpc::Status refused = generate(R"({"type": "string", "minLength": 3})", &ignored);
+  const grpc::Status refused =
+      generate(R"({"type": "string", "contentMediaType": "text/plain"})", &ignored);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(refused.error_message(), "response_format.json_schema.minLength is not supported");
+  EXPECT_EQ(refused.error_message(),
+            "response_format.json_schema.contentMediaType is not supported");
 }
 
 }  // namespace

@@ -230,8 +230,8 @@ TEST(RequestParser, ResponseFormat) {
       {R"({"type": "json_schema", "json_schema": {"strict": 1, "schema": {}}})",
        "response_format.json_schema.strict must be a boolean, got 1"},
       {R"({"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties":
-          {"name": {"type": "string", "pattern": "^a"}}}}})",
-       "response_format.json_schema.schema.properties.name.pattern is not supported"},
+          {"name": {"type": "string", "contentMediaType": "text/plain"}}}}})",
+       "response_format.json_schema.schema.properties.name.contentMediaType is not supported"},
   };
   for (const auto& [format, message] : refused) {
     absl::StatusOr<http::CompletionRequest> request = parse(format);
