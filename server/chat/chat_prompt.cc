@@ -8,6 +8,17 @@
 
 namespace abcd::chat {
 
+namespace {
+
+ChatMessageOptions MessageOptions(const ServedModel& model) {
+  ChatMessageOptions options;
+  options.keep_developer_role =
+      model.chat_template != nullptr && model.chat_template->names_developer();
+  return options;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                                    const nlohmann::json& messages,
                                                    bool add_generation_prompt,
@@ -17,7 +28,8 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
     return absl::FailedPreconditionError(
         absl::StrCat("model '", model.name, "' has no chat template"));
   }
-  ABCD_ASSIGN_OR_RETURN(Value conversation, ParseChatMessages(messages));
+  ABCD_ASSIGN_OR_RETURN(Value conversation,
+                        ParseChatMessages(messages, "messages", MessageOptions(model)));
   ABCD_ASSIGN_OR_RETURN(std::string text, model.chat_template->Render(
                                               conversation, add_generation_prompt, cancelled,
                                               tools.is_null() ? Value::None() : FromJson(tools)));
@@ -38,12 +50,14 @@ absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(const ServedModel& mode
     return absl::FailedPreconditionError(
         absl::StrCat("model '", model.name, "' has no chat template"));
   }
-  ABCD_RETURN_IF_ERROR(ParseChatMessages(messages).status());  // errors name messages[i]
+  ABCD_RETURN_IF_ERROR(ParseChatMessages(messages, "messages", MessageOptions(model))
+                           .status());  // errors name messages[i]
   const std::string kMarker = "AbcdSessionAnswer7f3a";
   nlohmann::json probe = nlohmann::json::array(
       {{{"role", "user"}, {"content", "."}}, {{"role", "assistant"}, {"content", kMarker}}});
   for (const nlohmann::json& message : messages) probe.push_back(message);
-  ABCD_ASSIGN_OR_RETURN(Value conversation, ParseChatMessages(probe));
+  ABCD_ASSIGN_OR_RETURN(Value conversation,
+                        ParseChatMessages(probe, "messages", MessageOptions(model)));
   absl::StatusOr<std::string> text =
       model.chat_template->Render(conversation, add_generation_prompt, cancelled);
   if (!text.ok()) {

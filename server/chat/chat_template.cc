@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/json_nesting.h"
 #include "server/chat/jinja_builtins.h"
@@ -65,6 +66,7 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromText(absl:
   auto loaded = std::shared_ptr<ChatTemplate>(new ChatTemplate(
       *std::move(jinja), std::move(origin), std::move(bos_token), std::move(eos_token)));
   loaded->tool_call_format_ = DetectToolCallFormat(text);
+  loaded->names_developer_ = absl::StrContains(text, "developer");
   return std::shared_ptr<const ChatTemplate>(std::move(loaded));
 }
 

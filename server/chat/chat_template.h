@@ -74,6 +74,9 @@ class ChatTemplate {
   const std::string& eos_token() const { return eos_token_; }
   // The tool-call format the template's source teaches (chat_tools.h).
   ToolCallFormat tool_call_format() const { return tool_call_format_; }
+  // Whether the source mentions "developer" (a template that handles that role itself, as
+  // gpt-oss's does); otherwise a developer message reaches it as "system" (chat_messages.h).
+  bool names_developer() const { return names_developer_; }
 
  private:
   ChatTemplate(JinjaTemplate jinja, std::string origin, std::string bos, std::string eos)
@@ -88,6 +91,7 @@ class ChatTemplate {
   std::string bos_token_;
   std::string eos_token_;
   ToolCallFormat tool_call_format_ = ToolCallFormat::kHermes;
+  bool names_developer_ = false;
 };
 
 }  // namespace abcd::chat

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "server/chat/chat_template.h"
 
 namespace abcd::chat {
 namespace {
@@ -26,6 +27,18 @@ TEST(ChatMessages, DeveloperIsSystemUnlessTheTemplateNamesIt) {
   parsed = ParseChatMessages(messages, "messages", keep);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ((*parsed->list)[0].Find("role")->s, "developer");
+}
+
+TEST(ChatMessages, ATemplateThatNamesDeveloperKeepsTheRole) {
+  auto plain =
+      ChatTemplate::FromText("{% for m in messages %}{{ m.role }}{% endfor %}", "t", "<s>", "</s>");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE((*plain)->names_developer());
+  auto harmony = ChatTemplate::FromText(
+      "{% for m in messages %}{% if m.role == 'developer' %}D{% endif %}{% endfor %}", "t", "<s>",
+      "</s>");
+  ASSERT_TRUE(harmony.ok()) << harmony.status();
+  EXPECT_TRUE((*harmony)->names_developer());
 }
 
 TEST(ChatMessages, ToolCallTurnsAndToolResultsReachTheTemplate) {
