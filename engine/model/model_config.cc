@@ -12,7 +12,6 @@
 #include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/hf_config.h"
-#include "engine/tokenizer/hf_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace abcd {
@@ -508,30 +507,6 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
 }
 
 }  // namespace
-
-absl::StatusOr<ModelConfig> LoadModelDirectoryConfig(const std::string& dir) {
-  const std::string path = dir + "/config.json";
-  ABCD_ASSIGN_OR_RETURN(const std::string text, ReadText(path));
-  ABCD_RETURN_IF_ERROR(CheckJsonNesting(text, path));
-  const json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded() || !IsHfConfig(root)) return LoadModelConfig(path);
-  std::string generation, tokenizer;  // both optional
-  if (absl::StatusOr<std::string> t = ReadText(dir + "/generation_config.json"); t.ok()) {
-    generation = *std::move(t);
-  }
-  if (absl::StatusOr<std::string> t = ReadText(dir + "/tokenizer_config.json"); t.ok()) {
-    tokenizer = *std::move(t);
-  }
-  absl::StatusOr<ModelConfig> config = ParseHfConfig(root, generation, tokenizer);
-  if (!config.ok()) {
-    return absl::Status(config.status().code(), absl::StrCat(dir, "/", config.status().message()));
-  }
-  // No add_bos_token: a tokenizer.json's post-processor says (engine/tokenizer/hf_tokenizer.h).
-  if (std::optional<bool> adds = hf::TemplateAddsBos(dir); adds.has_value()) {
-    config->add_bos = *adds;
-  }
-  return config;
-}
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   ABCD_ASSIGN_OR_RETURN(const std::string text, ReadText(path));

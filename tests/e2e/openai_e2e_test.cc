@@ -569,7 +569,7 @@ TEST_F(OpenAiE2eTest, ChatMessagesOverGrpcMatchHttp) {
     EXPECT_TRUE(absl::StartsWith(result.status.error_message(), message))
         << result.status.error_message();
   };
-  refused(generate({{{"role", "tool"}, {"content", "x"}}}, std::nullopt),
+  refused(generate({{{"role", "robot"}, {"content", "x"}}}, std::nullopt),
           "messages[0].role must be one of system, user, assistant");
   refused(generate(messages, std::nullopt,
                    [](abcd::v1::GenerateRequest& r) { r.set_prompt("The old house"); }),
