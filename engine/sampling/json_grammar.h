@@ -4,18 +4,18 @@
 //
 // Supported schema keywords: type (a name, or an array of names), anyOf and oneOf (alternatives
 // that start with different characters: of different JSON types, or enum/const values, which
-// are merged; so a value matches exactly one and oneOf is exact; anyOf drops integers next to a
-// plain number), properties, required, additionalProperties (false, true or a schema: with
-// properties only those are generated, in their order; without, any keys with values of the
-// schema), propertyNames (a string schema: the keys of an object without properties), items,
-// minItems, maxItems, enum, const, $ref to "#/$defs/.." or "#/definitions/.." (recursion
-// allowed), minLength/maxLength (code points), format (date-time, date, time, uuid, email,
-// ipv4) and pattern (json_regex.h: its subset of ECMAScript syntax), which generate printable
-// ASCII without escapes, each a subset of what the format allows, minimum, maximum,
-// exclusiveMinimum, exclusiveMaximum (integers: exact; numbers: a fraction only after an
-// integer part whose every fraction is in range, no exponent; bounds that admit no integer are
-// refused), and the annotations title, description, $schema, $id, $comment, default,
-// examples. Without a type, the keywords pick one (properties: object, minLength: string,
+// are merged; so a value matches exactly one and oneOf is exact; in anyOf, any value ({})
+// makes the union any value, and a plain string or number covers the other strings or numbers),
+// properties, required, additionalProperties (false, true or a schema: with properties only those
+// are generated, in their order; without, any keys with values of the schema), propertyNames (a
+// string schema: the keys of an object without properties), items, minItems, maxItems, enum, const,
+// $ref to "#/$defs/.." or "#/definitions/.." (recursion allowed), minLength/maxLength (code
+// points), format (date-time, date, time, uuid, email, ipv4) and pattern (json_regex.h: its subset
+// of ECMAScript syntax), which generate printable ASCII without escapes, each a subset of what the
+// format allows, minimum, maximum, exclusiveMinimum, exclusiveMaximum (integers: exact; numbers: a
+// fraction only after an integer part whose every fraction is in range, no exponent; bounds that
+// admit no integer are refused), and the annotations title, description, $schema, $id, $comment,
+// default, examples. Without a type, the keywords pick one (properties: object, minLength: string,
 // minimum: number, ...). Any other keyword is refused: InvalidArgument "<path>.<keyword> is not
 // supported"; so are anyOf/oneOf next to other keywords, alternatives that can start with the
 // same character, and enum/const next to string or number keywords. `true` (or {}) is any

@@ -489,6 +489,20 @@ absl::StatusOr<int> SchemaCompiler::CompileUnion(const OrderedJson& schema, cons
     const int keep = *std::find_if(nodes.begin(), nodes.end(), plain_number);
     std::erase_if(nodes,
                   [&](int v) { return v != keep && g_.nodes_[v].kind == JsonNode::Kind::kNumber; });
+    std::erase_if(literals, [](const std::string& text) {
+      return text[0] == '-' || (text[0] >= '0' && text[0] <= '9');
+    });
+  }
+  // anyOf with any value ({} or true) is any value; with a plain string, the other strings add
+  // nothing (string enum/const values included).
+  auto has = [&nodes](int v) {
+    return v >= 0 && std::find(nodes.begin(), nodes.end(), v) != nodes.end();
+  };
+  if (!one && has(any_)) return any_;
+  if (!one && has(string_)) {
+    std::erase_if(
+        nodes, [&](int v) { return v != string_ && g_.nodes_[v].kind == JsonNode::Kind::kString; });
+    std::erase_if(literals, [](const std::string& text) { return text[0] == '"'; });
   }
   if (!literals.empty()) nodes.push_back(Literals(std::move(literals)));
   if (nodes.size() == 1) return nodes[0];

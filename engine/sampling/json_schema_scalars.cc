@@ -14,7 +14,7 @@ using OrderedJson = nlohmann::ordered_json;
 
 constexpr int64_t kMaxLengthBound = 1 << 20;
 // Cells of a string's length table (DFA states x lengths) at most.
-constexpr int64_t kMaxLiveCells = int64_t{1} << 21;
+constexpr int64_t kMaxLiveCells = int64_t{1} << 18;
 constexpr int64_t kMaxMagnitude = 999'999'999'999'999;  // 15 digits
 constexpr double kClamp = 2e15;
 

@@ -69,6 +69,13 @@ TEST(JsonSchemaKeywords, AnyOfOneOfAndTypeArrays) {
   ExpectTexts(R"({"anyOf": [{"type": "integer"}, {"type": "number"}]})", {"3", "2.5"}, {"\"\""});
   ExpectTexts(R"({"type": ["integer", "string", "null"], "minimum": 1, "maxLength": 1})",
               {"1", "\"x\"", "null"}, {"0", "\"xy\""});
+  // anyOf with any value is any value; a plain string covers the other strings.
+  ExpectTexts(R"({"anyOf": [{}, {"type": "null"}]})", {"null", "[1]", "\"x\""}, {"nul"});
+  ExpectTexts(R"({"anyOf": [{"type": "number"}, {"const": 5}, {"type": "integer", "maximum": 0}]})",
+              {"5", "2.5", "-7"}, {"\"5\""});
+  ExpectTexts(
+      R"({"anyOf": [{"type": "string", "maxLength": 1}, {"type": "string"}, {"enum": ["x", 1]}]})",
+      {"\"long\"", "1"}, {"2"});
   EXPECT_EQ(Refusal(R"({"anyOf": [{"type": "object"}, {"type": "object", "properties": {}}]})"),
             "schema: alternatives that can start with the same character ('{') are not "
             "supported (anyOf/oneOf/type alternatives must be of different JSON types, or "
@@ -78,7 +85,7 @@ TEST(JsonSchemaKeywords, AnyOfOneOfAndTypeArrays) {
   EXPECT_EQ(Refusal(R"({"anyOf": [{"type": "string"}], "type": "string"})"),
             "schema.type next to anyOf is not supported");
   EXPECT_EQ(Refusal(R"({"anyOf": []})"), "schema.anyOf must be a non-empty array of schemas");
-  EXPECT_EQ(Refusal(R"({"properties": {"a": {"anyOf": [{"type": "string"}, {"const": "x"}]}}})"),
+  EXPECT_EQ(Refusal(R"({"properties": {"a": {"anyOf": [{"maxLength": 3}, {"const": "x"}]}}})"),
             "schema.properties.a: alternatives that can start with the same character ('\"') are "
             "not supported (anyOf/oneOf/type alternatives must be of different JSON types, or "
             "enum/const values)");
