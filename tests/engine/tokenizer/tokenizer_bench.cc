@@ -3,10 +3,11 @@
 // tokens/s. Its twin for Hugging Face's own tokenizers is
 // tests/fixtures/tokenizer_json/bench.js (same arguments, same paragraphs):
 //
-//   build/tests/tokenizer_bench tests/fixtures/tokenizer_json/llama3.tokenizer.json \
+//   build/tests/tokenizer_bench tests/fixtures/tokenizer_json/llama3.tokenizer.json
 //       /usr/share/common-licenses/GPL-3 20
-//   cd tests/fixtures/tokenizer_json && TOKENIZERS_PARALLELISM=false \
+//   cd tests/fixtures/tokenizer_json && TOKENIZERS_PARALLELISM=false
 //       node bench.js llama3.tokenizer.json /usr/share/common-licenses/GPL-3 20
+// (each command on one line)
 //
 // (abcd caches words of up to 256 bytes per thread, as tokenizers does; the npm package's
 // encode is asynchronous, so bench.js also times one encodeBatch call per repeat.)
