@@ -87,8 +87,13 @@ class HttpService::Impl {
         std::make_unique<RenderQueue>(std::max(1, options_.thread_count / 2), kRenderQueueCapacity);
   }
 
-  // After the server stopped (every exchange aborted, so running renders see cancelled).
-  void StopRenders() { renders_->Stop(); }
+  // Before the server stops: running renders end at their next poll (their clients get the
+  // cancellation), queued ones are dropped and the workers joined, so no job outlives the
+  // server's io_context (a job holds its exchange, whose strand belongs to that context).
+  void StopRenders() {
+    stopping_.store(true);
+    renders_->Stop();
+  }
 
   HttpServer& server() { return *server_; }
 
@@ -140,6 +145,7 @@ class HttpService::Impl {
   const HttpOptions options_;
   ParseLimits limits_;
   std::atomic<int> inflight_{0};
+  std::atomic<bool> stopping_{false};  // Stop() began: renders are cancelled
   std::atomic<uint64_t> next_id_{0};
   uint64_t id_seed_ = 0;
   int64_t created_ = 0;
@@ -544,7 +550,9 @@ void HttpService::Impl::PrepareOffThread(ServerRequest request, std::shared_ptr<
     Fail(*raw, kind, absl::UnavailableError("the server is shutting down"));
   });
   auto job = [this, pending, exchange, kind, body = std::move(request.body)] {
-    const std::function<bool()> cancelled = [pending] { return pending->cancelled.load(); };
+    const std::function<bool()> cancelled = [this, pending] {
+      return pending->cancelled.load() || stopping_.load();
+    };
     if (cancelled()) return;  // the client left while the job waited
     if (kind == "chat") {
       auto chat = std::make_shared<absl::StatusOr<PreparedChat>>(
@@ -735,8 +743,8 @@ int64_t HttpService::evicted_connections() const { return impl_->server().evicte
 void HttpService::Stop() {
   if (!started_ || stopped_) return;
   stopped_ = true;
-  impl_->server().Stop();
   impl_->StopRenders();
+  impl_->server().Stop();
 }
 
 }  // namespace abcd::http
