@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -492,29 +490,6 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
     return FieldError("encoder_layers", "is only allowed for encoder-decoder models");
   }
   ABCD_RETURN_IF_ERROR(ParseGmat(root, config));
-  return config;
-}
-
-namespace {
-
-// The file's text; NOT_FOUND when it cannot be opened.
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-}  // namespace
-
-absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
-  ABCD_ASSIGN_OR_RETURN(const std::string text, ReadText(path));
-  absl::StatusOr<ModelConfig> config = ParseModelConfig(text);
-  if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(path, ": ", config.status().message()));
-  }
   return config;
 }
 

@@ -1,7 +1,7 @@
-// LoadModelDirectoryConfig (model_config.h): a model directory's config, Hugging Face or abcd's
-// own. Kept apart from model_config.cc, whose parsing of config text needs no tokenizer (the
-// model_config fuzzer builds it alone), while a Hugging Face directory's add_bos may come from its
-// tokenizer.json (engine/tokenizer/hf_tokenizer.h).
+// LoadModelConfig and LoadModelDirectoryConfig (model_config.h): a config file, a model directory's
+// config, Hugging Face or abcd's own. Kept apart from model_config.cc, whose parsing of config text
+// needs no tokenizer (the model_config fuzzer builds it alone), while a Hugging Face directory's
+// add_bos may come from its tokenizer.json (engine/tokenizer/hf_tokenizer.h).
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -52,6 +52,16 @@ absl::StatusOr<ModelConfig> LoadModelDirectoryConfig(const std::string& dir) {
   // No add_bos_token: a tokenizer.json's post-processor says (engine/tokenizer/hf_tokenizer.h).
   if (std::optional<bool> adds = hf::TemplateAddsBos(dir); adds.has_value()) {
     config->add_bos = *adds;
+  }
+  return config;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
+  ABCD_ASSIGN_OR_RETURN(const std::string text, ReadText(path));
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(text);
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
   }
   return config;
 }
