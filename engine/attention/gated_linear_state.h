@@ -62,6 +62,10 @@ class GatedLinearState final : public AttentionState {
   void FinishRows(CpuContext& ctx, const float* prepared, int64_t rows,
                   float* attended) const override;
 
+  // For the device copy (fla_state_cuda.h).
+  const Options& options() const { return o_; }
+  const std::vector<float>& retnet_decay() const { return retnet_decay_; }  // [H], retnet
+
  private:
   void PrepareRow(const float* in, int64_t position, float* out) const;
 

@@ -44,6 +44,17 @@ class GsaState final : public AttentionState {
   void FinishRows(CpuContext& ctx, const float* prepared, int64_t rows,
                   float* attended) const override;
 
+  // For the device copy (fla_state_cuda.h).
+  int kv_heads() const { return kv_heads_; }
+  int key_dim() const { return key_dim_; }
+  int value_dim() const { return value_dim_; }
+  int slots() const { return slots_; }
+  float gate_normalizer() const { return gate_normalizer_; }
+  MixerFeatureMap feature_map() const { return feature_map_; }
+  const std::vector<float>& t2r_weight() const { return t2r_weight_; }
+  const std::vector<float>& norm_weight() const { return norm_weight_; }
+  float norm_eps() const { return norm_eps_; }
+
  private:
   void FeatureMap(float* x, int count) const;  // count heads of K features, in place
 

@@ -1,0 +1,172 @@
+// UploadFlaMixer (fla_state_cuda.h): the device copy of a GatedLinearState or GsaState.
+#include "engine/attention/fla_state_cuda.h"
+
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/attention/attention_cuda_dispatch.h"
+#include "engine/attention/gated_linear_state.h"
+#include "engine/attention/gsa_state.h"
+#include "engine/core/status_macros.h"
+
+namespace abcd::cuda {
+namespace {
+
+// Uploads `host` (when `expected` floats long; else InvalidArgument naming `what`).
+absl::Status UploadArray(CudaContext& context, const std::vector<float>& host, int64_t expected,
+                         absl::string_view where, absl::string_view what, DeviceArray<float>* out,
+                         int64_t* bytes) {
+  if (static_cast<int64_t>(host.size()) != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", what, " has ", host.size(), " floats, expected ", expected));
+  }
+  ABCD_ASSIGN_OR_RETURN(*out, DeviceArray<float>::FromHost(context, host));
+  *bytes += expected * static_cast<int64_t>(sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status CheckHeads(const fla::Params& p, absl::string_view where) {
+  if (p.heads <= 0 || p.kv_heads <= 0 || p.key_dim <= 0 || p.value_dim <= 0 ||
+      p.heads % p.kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": heads ", p.heads, ", kv_heads ",
+                                                   p.kv_heads, ", key_dim ", p.key_dim,
+                                                   ", value_dim ", p.value_dim));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UploadGatedLinear(CudaContext& context, const GatedLinearState& state,
+                               absl::string_view where, CudaFlaMixer& mixer, int64_t* bytes) {
+  const GatedLinearState::Options& o = state.options();
+  fla::Params& p = mixer.params;
+  p.heads = o.heads;
+  p.kv_heads = o.kv_heads;
+  p.key_dim = o.key_dim;
+  p.value_dim = o.value_dim;
+  p.q_scale = o.scale_query ? 1.0f / std::sqrt(static_cast<float>(o.key_dim)) : 1.0f;
+  p.norm_eps = o.norm_eps;
+  ABCD_RETURN_IF_ERROR(CheckHeads(p, where));
+  const int64_t k_width = p.KWidth();
+  switch (o.type) {
+    case AttentionType::kGla:
+      p.kind = fla::Kind::kGla;
+      // GatedLinearState applies swish and relu to gla's q and k; any other map is the identity.
+      p.feature = o.feature_map == MixerFeatureMap::kSwish  ? fla::Feature::kSilu
+                  : o.feature_map == MixerFeatureMap::kRelu ? fla::Feature::kRelu
+                                                            : fla::Feature::kNone;
+      p.output_gate = o.output_gate;
+      p.has_clamp = o.has_clamp;
+      p.clamp_min = o.clamp_min;
+      p.inv_gate_normalizer = 1.0f / o.gate_normalizer;
+      p.gate_rank = o.gate_rank;
+      if (o.gate_rank <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": gla gate rank ", o.gate_rank));
+      }
+      ABCD_RETURN_IF_ERROR(UploadArray(context, o.gate_up_weight, k_width * o.gate_rank, where,
+                                       "gla gate_up_weight", &mixer.gate_up_weight, bytes));
+      ABCD_RETURN_IF_ERROR(UploadArray(context, o.gate_up_bias, k_width, where, "gla gate_up_bias",
+                                       &mixer.gate_up_bias, bytes));
+      break;
+    case AttentionType::kRetnet:
+      p.kind = fla::Kind::kRetnet;
+      p.output_gate = o.output_gate;
+      if (o.key_dim % 2 != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": retnet key_dim ", o.key_dim, " is odd (RoPE rotates pairs)"));
+      }
+      ABCD_RETURN_IF_ERROR(UploadArray(context, o.rope_inv_freq, o.key_dim / 2, where,
+                                       "retnet rope_inv_freq", &mixer.rope_inv_freq, bytes));
+      ABCD_RETURN_IF_ERROR(UploadArray(context, state.retnet_decay(), o.heads, where,
+                                       "retnet decay", &mixer.retnet_decay, bytes));
+      break;
+    case AttentionType::kHgrn2:
+      p.kind = fla::Kind::kHgrn2;
+      if (o.kv_heads != o.heads) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": hgrn2 with ", o.kv_heads, " kv heads for ", o.heads, " heads"));
+      }
+      if (!o.lower_bound.empty()) {
+        ABCD_RETURN_IF_ERROR(UploadArray(context, o.lower_bound, k_width, where,
+                                         "hgrn2 lower_bound", &mixer.lower_bound, bytes));
+      }
+      break;
+    default:
+      return NoCudaKernel(where, absl::StrCat(AttentionTypeName(o.type), " gated linear state"));
+  }
+  mixer.type = o.type;
+  const int64_t norm = p.kind == fla::Kind::kHgrn2 ? p.AttendedWidth() : int64_t{p.value_dim};
+  ABCD_RETURN_IF_ERROR(
+      UploadArray(context, o.norm_weight, norm, where, "norm_weight", &mixer.norm_weight, bytes));
+  return absl::OkStatus();
+}
+
+absl::Status UploadGsa(CudaContext& context, const GsaState& state, absl::string_view where,
+                       CudaFlaMixer& mixer, int64_t* bytes) {
+  fla::Params& p = mixer.params;
+  p.kind = fla::Kind::kGsa;
+  p.heads = state.heads();
+  p.kv_heads = state.kv_heads();
+  p.key_dim = state.key_dim();
+  p.value_dim = state.value_dim();
+  p.slots = state.slots();
+  p.inv_gate_normalizer = 1.0f / state.gate_normalizer();
+  p.norm_eps = state.norm_eps();
+  ABCD_RETURN_IF_ERROR(CheckHeads(p, where));
+  if (p.slots <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": gsa slots ", p.slots));
+  }
+  switch (state.feature_map()) {
+    case MixerFeatureMap::kNone:
+      p.feature = fla::Feature::kNone;
+      break;
+    case MixerFeatureMap::kSwish:
+      p.feature = fla::Feature::kSilu;
+      break;
+    case MixerFeatureMap::kRelu:
+      p.feature = fla::Feature::kRelu;
+      break;
+    case MixerFeatureMap::kT2r:
+      p.feature = fla::Feature::kT2r;
+      ABCD_RETURN_IF_ERROR(UploadArray(context, state.t2r_weight(), int64_t{p.key_dim} * p.key_dim,
+                                       where, "gsa t2r weight", &mixer.t2r_weight, bytes));
+      break;
+  }
+  mixer.type = AttentionType::kGsa;
+  return UploadArray(context, state.norm_weight(), p.AttendedWidth(), where, "gsa norm_weight",
+                     &mixer.norm_weight, bytes);
+}
+
+}  // namespace
+
+absl::StatusOr<CudaFlaMixer> UploadFlaMixer(CudaContext& context, const AttentionState& state,
+                                            absl::string_view where, int64_t* bytes) {
+  CudaFlaMixer mixer;
+  if (const auto* gated = dynamic_cast<const GatedLinearState*>(&state)) {
+    ABCD_RETURN_IF_ERROR(UploadGatedLinear(context, *gated, where, mixer, bytes));
+  } else if (const auto* gsa = dynamic_cast<const GsaState*>(&state)) {
+    ABCD_RETURN_IF_ERROR(UploadGsa(context, *gsa, where, mixer, bytes));
+  } else {
+    return NoCudaKernel(where, "this attention state (not gla, retnet, hgrn2 or gsa)");
+  }
+  fla::Params& p = mixer.params;
+  p.gate_up_weight = mixer.gate_up_weight.data();
+  p.gate_up_bias = mixer.gate_up_bias.data();
+  p.rope_inv_freq = mixer.rope_inv_freq.data();
+  p.retnet_decay = mixer.retnet_decay.data();
+  p.lower_bound = mixer.lower_bound.data();  // null when empty: unbounded
+  p.t2r_weight = mixer.t2r_weight.data();
+  p.norm_weight = mixer.norm_weight.data();
+  mixer.projection_width = p.ProjectionWidth();
+  mixer.prepared_width = p.PreparedWidth();
+  mixer.attended_width = p.AttendedWidth();
+  mixer.state_floats = state.FixedFloats();
+  if (mixer.prepared_width != state.PreparedWidth()) {
+    return absl::InternalError(absl::StrCat(where, ": prepared width ", mixer.prepared_width,
+                                            " on the device, ", state.PreparedWidth(),
+                                            " on the CPU"));
+  }
+  return mixer;
+}
+
+}  // namespace abcd::cuda

@@ -1,0 +1,80 @@
+// The fla mixers on the device (the CUDA twins of GatedLinearState for gla, retnet and hgrn2,
+// and of GsaState): one layer between its fused projection and its output projection, as three
+// launches (four with a split step):
+//   prepare (one block per row: fla_math.h's PrepareElement per column: feature maps, gates,
+//   RoPE, gla's rank-16 gate up-projection) -> step (gated_linear_state_cuda.cu: per (sequence,
+//   head, column tile, key split) a block keeps its slice of S [K, V] in global memory, one
+//   value column per lane, and scans its rows in order; gsa_state_cuda.cu: per (sequence, head,
+//   slot split) as abc's kernel, a softmax over the slots between the K~ and V~ passes) ->
+//   finish (split partials summed, output RMSNorm per head or per row, swish gate).
+// The state blocks keep exactly the CPU layout (GatedLinearState: per head S [K, V]; GsaState:
+// per head K~ [slots, K] then V~ [slots, V]), fp32, so state bytes move between backends.
+// Thread-safety: a CudaFlaMixer is immutable after upload; calls on one context are serial.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/attention/attention_spec.h"
+#include "engine/attention/attention_state.h"
+#include "engine/attention/attention_state_cuda.h"
+#include "engine/attention/fla_math.h"
+#include "engine/device/cuda_context.h"
+
+namespace abcd::cuda {
+
+// One fla mixer layer's device parameters (immutable after upload).
+struct CudaFlaMixer {
+  AttentionType type = AttentionType::kGla;
+  // Shapes and options; its pointers point into the arrays below.
+  fla::Params params;
+  DeviceArray<float> gate_up_weight, gate_up_bias;  // gla
+  DeviceArray<float> rope_inv_freq, retnet_decay;   // retnet
+  DeviceArray<float> lower_bound;                   // hgrn2 (layers > 0)
+  DeviceArray<float> t2r_weight;                    // gsa with the t2r feature map
+  DeviceArray<float> norm_weight;
+  int64_t projection_width = 0;  // floats of a projection row the layer reads (q_stride >= it)
+  int64_t prepared_width = 0;    // floats per row of the scratch FlaMixerForward needs
+  int64_t attended_width = 0;    // floats per attended row (H V)
+  int64_t state_floats = 0;      // the state block (FixedFloats())
+};
+
+// The device copy of `state`, a GatedLinearState (gla, retnet, hgrn2) or a GsaState; adds the
+// uploaded bytes to *bytes. UNIMPLEMENTED (NoCudaKernel naming `where`) for any other state or
+// an option without a kernel; InvalidArgument for inconsistent shapes.
+absl::StatusOr<CudaFlaMixer> UploadFlaMixer(CudaContext& context, const AttentionState& state,
+                                            absl::string_view where, int64_t* bytes);
+
+// The layer between its projections, enqueued on the context's stream:
+//   rows.q: the fused projection rows (q_stride floats apart, projection_width used), exactly
+//     the CPU layer's layout: gla q|k|v|[g]|gk0, retnet q|k|v|[g], hgrn2 q|f|i, gsa q|k|v|f;
+//   rows.out: the attended rows (attended_width floats each, out_stride apart);
+//   rows.states / sequences / first / count / longest_run / checkpoints as in StepRows (decode:
+//     one row per sequence with states[b]; scan: rows.first set, sequence s owns rows first[s]
+//     .. + count[s] and states[s]; a null state is a padding row (or run) whose output is 0 and
+//     whose state is not touched; checkpoints[row], when set, receives the state block as it is
+//     after that row); rows.kv is not read;
+//   positions[row]: the row's position (device int64; read by retnet's RoPE only, may be null
+//     for the other types);
+//   prepared: device scratch of rows.batch * prepared_width floats (overwritten).
+// The result equals the CPU layer's PrepareRows + Scan + FinishRows within fp32 tolerance, and
+// the state blocks are updated in the CPU layout. May use the context's workspace (split
+// partials); must not grow it during a CUDA graph capture (run the shapes once eagerly first).
+absl::Status FlaMixerForward(CudaContext& context, const CudaFlaMixer& mixer, const StepRows& rows,
+                             const int64_t* positions, float* prepared);
+
+namespace internal {
+
+// The step kernels' launches (gated_linear_state_cuda.cu, gsa_state_cuda.cu): fold the
+// prepared rows (`prepared`, prepared_width apart) into the states and read them. Each writes
+// either the attended rows' unnormalised reads to rows.out (*splits = 1) or `*splits` partial
+// rows per row into `*partials` (the context's workspace, layout the finish kernel's).
+absl::Status GatedLinearStep(CudaContext& context, const CudaFlaMixer& mixer, const StepRows& rows,
+                             const float* prepared, const float** partials, int* splits);
+absl::Status GsaStep(CudaContext& context, const CudaFlaMixer& mixer, const StepRows& rows,
+                     const float* prepared);
+
+}  // namespace internal
+}  // namespace abcd::cuda
