@@ -11,15 +11,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/core/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/core/session_ops.h"
-#include "server/core/utf8.h"
 #include "server/http/admin_service.h"
 #include "server/http/chat_route.h"
+#include "server/http/completion_call.h"
 #include "server/http/completion_format.h"
 #include "server/http/event_channel.h"
 #include "server/http/http_errors.h"
@@ -50,7 +49,7 @@ absl::string_view KindOfPath(absl::string_view path) {
 
 }  // namespace
 
-class HttpService::Impl {
+class HttpService::Impl final : public CallOwner {
  public:
   Impl(ServedModels& models, HttpHooks hooks, HttpOptions options)
       : models_(models), hooks_(std::move(hooks)), options_(options) {
@@ -98,9 +97,6 @@ class HttpService::Impl {
   HttpServer& server() { return *server_; }
 
  private:
-  class Call;
-  friend class Call;
-
   void Handle(ServerRequest request, std::shared_ptr<Exchange> exchange);
   // Chat completions and /tokenize (which may render a chat template) are prepared on
   // renders_, off the I/O thread, then continue on the exchange's strand.
@@ -108,7 +104,8 @@ class HttpService::Impl {
                         absl::string_view kind);
   void Refused(absl::string_view target, int status);
 
-  void Count(absl::string_view kind, absl::string_view label) {
+  // CallOwner:
+  void Count(absl::string_view kind, absl::string_view label) override {
     if (hooks_.count_request) hooks_.count_request(kind, label);
   }
   // Counted before the client can see it.
@@ -116,14 +113,14 @@ class HttpService::Impl {
     if (!kind.empty() && !answer.label.empty()) Count(kind, answer.label);
     exchange.Reply(std::move(answer.response));
   }
-  void Fail(Exchange& exchange, absl::string_view kind, const absl::Status& status) {
+  void Fail(Exchange& exchange, absl::string_view kind, const absl::Status& status) override {
     Send(exchange, kind, StatusAnswer(status));
   }
-  void Reply(Exchange& exchange, absl::string_view kind, const json& body) {
+  void Reply(Exchange& exchange, absl::string_view kind, const json& body) override {
     Send(exchange, kind, JsonAnswer(body));
   }
 
-  std::string NewId(absl::string_view prefix) {
+  std::string NewId(absl::string_view prefix) override {
     const uint64_t n = next_id_.fetch_add(1) + 1;
     return absl::StrCat(prefix,
                         absl::Hex(id_seed_ ^ (n * 0x9E3779B97F4A7C15ull), absl::kZeroPad16));
@@ -131,7 +128,8 @@ class HttpService::Impl {
 
   // Takes one of the max_inflight places; false (and 429 sent, counted) when none is free.
   bool Admit(Exchange& exchange, absl::string_view kind);
-  void Release() { inflight_.fetch_sub(1); }
+  void Release() override { inflight_.fetch_sub(1); }
+  const SessionOps* sessions() const override { return options_.sessions; }
 
   void Completions(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
   // A parsed completion (kind "completions" or "chat"; `reshape` rewrites every body/chunk).
@@ -152,327 +150,6 @@ class HttpService::Impl {
   std::unique_ptr<HttpServer> server_;  // stopped and destroyed before the rest but renders_
   // Workers that render chat templates: destroyed (joined) first.
   std::unique_ptr<RenderQueue> renders_;
-};
-
-// One completion or translation being answered: its executor requests, their channels and the
-// response. Every member function runs on the connection's strand. It holds an in-flight
-// place until it settles (answered, client gone or server stopping), exactly once, and counts
-// its outcome then.
-class HttpService::Impl::Call : public std::enable_shared_from_this<Call> {
- public:
-  struct Part {
-    std::shared_ptr<EventChannel> channel = std::make_shared<EventChannel>();
-    RequestId id = 0;
-    bool enqueued = false;
-    bool done = false;
-    std::string text;
-    GenerationEvent last;
-    // Completions with n > 1: each choice's text and finish reason (choice 0 also in `text`).
-    std::vector<std::string> choice_texts;
-    std::vector<FinishReason> choice_reasons;
-  };
-
-  Call(Impl& service, std::shared_ptr<Exchange> exchange, Executor& executor,
-       absl::string_view kind, size_t parts)
-      : service_(service),
-        exchange_(std::move(exchange)),
-        executor_(executor),
-        kind_(kind),
-        parts_(parts) {}
-
-  std::vector<Part>& parts() { return parts_; }
-  bool stream = false;
-  bool batch = false;
-  int choices = 1;  // completions: n
-  std::string model;
-  std::string response_id;
-  int64_t created = 0;
-  // A completion on a session: its lease (committed on the final OK event, else dropped when
-  // the call settles) and its id, echoed in every response and chunk.
-  std::optional<SessionLease> lease;
-  std::string session_id;
-  // Completions: echo (echo_text comes before choice 0's first text, and with logprobs the
-  // prompt's scores before its tokens'), logprobs, stream_options.include_usage.
-  bool echo = false;
-  std::string echo_text;
-  bool want_logprobs = false;
-  bool include_usage = false;
-  TokenTexts token_texts{nullptr};
-  std::function<void(json&)> reshape;  // chat: the completion shapes -> chat's (chat_route.h)
-  std::string Out(json body) {
-    if (reshape) reshape(body);
-    return DumpJson(body);
-  }
-
-  // After every part was enqueued: starts listening (and the stream's head).
-  void Begin() {
-    pending_.assign(static_cast<size_t>(std::max(choices, 1)), "");
-    choice_ended_.assign(pending_.size(), false);
-    logprobs_.assign(pending_.size(), ChoiceLogprobs(&token_texts));
-    for (Part& part : parts_) {
-      part.choice_texts.assign(pending_.size(), "");
-      part.choice_reasons.assign(pending_.size(), FinishReason::kLength);
-    }
-    exchange_->OnAbort([self = shared_from_this()](Abort kind) { self->Aborted(kind); });
-    if (stream) {
-      ServerResponse head;
-      head.content_type = "text/event-stream";
-      head.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
-      exchange_->StartStream(std::move(head));
-    }
-    for (Part& part : parts_) {
-      part.channel->SetListener([exchange = exchange_, weak = weak_from_this()] {
-        exchange->Dispatch([weak] {
-          if (auto self = weak.lock()) self->Pump();
-        });
-      });
-    }
-  }
-
-  // Enqueue failed for part `failed`: cancels the parts before it and answers the error.
-  void FailEnqueue(absl::Status status) {
-    CancelPending();
-    Settle();
-    service_.Fail(*exchange_, kind_, status);
-  }
-
- private:
-  void CancelPending() {
-    for (Part& part : parts_) {
-      if (part.enqueued && !part.done) executor_.Cancel(part.id);
-    }
-  }
-
-  void Settle() {
-    if (settled_) return;
-    settled_ = true;
-    service_.Release();
-    for (Part& part : parts_) part.channel->ClearListener();
-    lease.reset();  // not committed: the session stays as it was (unlocked on this I/O thread)
-  }
-
-  // The final OK event of a session's request: saves its state (on this I/O thread; a store
-  // in an outage fails fast). OK when there is no session.
-  absl::Status CommitSession(GenerationEvent& event) {
-    if (!lease.has_value()) return absl::OkStatus();
-    SessionLease held = *std::move(lease);
-    lease.reset();
-    return service_.options_.sessions->Commit(std::move(held), std::move(event.saved_state));
-  }
-
-  // An event's new text for its choice (the echoed prompt first, on the first event); its
-  // tokens' logprobs are added to the choice's.
-  std::string Absorb(GenerationEvent& event) {
-    const size_t index = static_cast<size_t>(event.index);
-    std::string text;
-    if (echo && !echoed_) {
-      echoed_ = true;
-      text = std::move(echo_text);
-      if (want_logprobs && !logprobs_.empty()) logprobs_[0].Add(event.prompt_logprobs);
-    }
-    text += event.text;
-    if (want_logprobs && index < logprobs_.size()) {
-      // The engine decodes the generated text after the prompt's tail (TextStream).
-      if (!event.preceding_token_ids.empty()) logprobs_[index].Follow(event.preceding_token_ids);
-      logprobs_[index].Add(event.logprobs);
-    }
-    return text;
-  }
-  json TakeLogprobs(size_t index) {
-    if (!want_logprobs || index >= logprobs_.size()) return nullptr;
-    return logprobs_[index].Take();
-  }
-
-  void Pump() {
-    if (settled_) return;
-    std::vector<GenerationEvent> events;
-    for (size_t i = 0; i < parts_.size() && !settled_; ++i) {
-      Part& part = parts_[i];
-      if (part.done) continue;
-      events.clear();
-      part.channel->TakeAll(&events);
-      for (GenerationEvent& event : events) {
-        if (stream) {
-          StreamEvent(std::move(event));
-        } else {
-          if (choices > 1) {
-            const size_t index = static_cast<size_t>(event.index);
-            if (index < part.choice_texts.size()) {
-              part.choice_texts[index] += Absorb(event);
-              if (event.choice_finished && !choice_ended_[index]) {
-                choice_ended_[index] = true;
-                part.choice_reasons[index] = event.finish_reason;
-              }
-            }
-          } else {
-            part.text += Absorb(event);
-          }
-          if (event.finished) {
-            part.done = true;
-            part.last = std::move(event);
-            absl::Status status = part.last.status;
-            if (status.ok()) status = CommitSession(part.last);
-            if (!status.ok()) {
-              CancelPending();
-              Settle();
-              return service_.Fail(*exchange_, kind_, status);
-            }
-          }
-        }
-        if (settled_) return;
-      }
-    }
-    if (!stream &&
-        std::all_of(parts_.begin(), parts_.end(), [](const Part& p) { return p.done; })) {
-      Settle();
-      Answer();
-    }
-  }
-
-  // A chunk with the choice's text and the logprobs of its tokens since the last chunk;
-  // "usage": null on every chunk with include_usage (OpenAI's shape).
-  json StreamChunk(const std::string& text, int index = 0) {
-    json chunk = {{"id", response_id},
-                  {"object", "text_completion"},
-                  {"created", created},
-                  {"model", model},
-                  {"choices", json::array({{{"index", index},
-                                            {"text", text},
-                                            {"finish_reason", nullptr},
-                                            {"logprobs", TakeLogprobs(index)}}})}};
-    if (!session_id.empty()) chunk["session_id"] = session_id;
-    if (include_usage) chunk["usage"] = nullptr;
-    return chunk;
-  }
-  void SendEvent(const std::string& payload) {
-    exchange_->StreamChunk(absl::StrCat("data: ", payload, "\n\n"));
-  }
-  void EndStream(absl::string_view label) {
-    service_.Count(kind_, label);
-    SendEvent("[DONE]");
-    exchange_->EndStream();
-  }
-
-  // Streams one event. Text is held back per choice until it completes a UTF-8 character. A
-  // choice's last event sends its finish_reason (and abcd.finish_reason); with include_usage
-  // the request's last one is followed by a chunk with "choices": [] and the usage, as
-  // OpenAI's. A failed session commit is an error event before [DONE].
-  void StreamEvent(GenerationEvent event) {
-    const size_t index = static_cast<size_t>(event.index);
-    if (index >= pending_.size()) return;  // the engine keeps index in [0, n)
-    std::string& pending = pending_[index];
-    pending += Absorb(event);
-    // A choice ends once (the request's last event may repeat choice 0's end).
-    const bool choice_end =
-        (event.choice_finished || (choices == 1 && event.finished)) && !choice_ended_[index];
-    if (choice_end) choice_ended_[index] = true;
-    if (!event.finished && !choice_end) {
-      const std::string text = TakeCompleteUtf8(pending);
-      if (!text.empty() || !event.logprobs.empty()) {
-        SendEvent(Out(StreamChunk(text, event.index)));
-      }
-      return;
-    }
-    if (event.finished) {
-      parts_[0].done = true;
-      if (event.status.ok()) event.status = CommitSession(event);
-      Settle();
-    }
-    if (!event.status.ok()) {
-      FlushPending();
-      SendEvent(ErrorBody(event.status));
-      return EndStream(MapStatusCode(event.status.code()).label);
-    }
-    if (choice_end) {
-      json chunk = StreamChunk(pending, event.index);
-      pending.clear();
-      chunk["choices"][0]["finish_reason"] = OpenAiFinishReason(event.finish_reason);
-      chunk["choices"][0]["abcd"] = {{"finish_reason", FinishReasonName(event.finish_reason)}};
-      SendEvent(Out(chunk));
-    }
-    if (!event.finished) return;
-    if (include_usage) {
-      json chunk = StreamChunk("", 0);
-      chunk["choices"] = json::array();
-      chunk["usage"] = Usage(event);
-      SendEvent(Out(chunk));
-    }
-    EndStream("ok");
-  }
-
-  void FlushPending() {
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      if (!pending_[i].empty() || (want_logprobs && !logprobs_[i].empty())) {
-        SendEvent(Out(StreamChunk(pending_[i], static_cast<int>(i))));
-      }
-      pending_[i].clear();
-    }
-  }
-
-  void Aborted(Abort kind) {
-    if (settled_) return;
-    CancelPending();
-    Settle();
-    if (kind == Abort::kClientGone) return service_.Count(kind_, "cancelled");
-    const absl::Status status = absl::UnavailableError("the server is shutting down");
-    if (!stream) return service_.Fail(*exchange_, kind_, status);
-    FlushPending();
-    SendEvent(ErrorBody(status));
-    EndStream(MapStatusCode(status.code()).label);
-  }
-
-  void Answer() {
-    if (kind_ != "translate") {
-      Part& part = parts_[0];
-      const GenerationEvent& last = part.last;
-      json choice_array = json::array();
-      for (int i = 0; i < choices; ++i) {
-        const FinishReason reason = choices > 1 ? part.choice_reasons[i] : last.finish_reason;
-        choice_array.push_back(
-            {{"index", i},
-             {"text", choices > 1 ? std::move(part.choice_texts[i]) : std::move(part.text)},
-             {"finish_reason", OpenAiFinishReason(reason)},
-             {"logprobs", TakeLogprobs(static_cast<size_t>(i))},
-             {"abcd", {{"finish_reason", FinishReasonName(reason)}}}});
-      }
-      json body = {{"id", service_.NewId("cmpl-")},
-                   {"object", "text_completion"},
-                   {"created", absl::ToUnixSeconds(absl::Now())},
-                   {"model", model},
-                   {"choices", std::move(choice_array)},
-                   {"usage", Usage(last)}};
-      if (!session_id.empty()) body["session_id"] = session_id;
-      if (reshape) reshape(body);
-      return service_.Reply(*exchange_, kind_, body);
-    }
-    json translations = json::array();
-    int prompt_tokens = 0;
-    int completion_tokens = 0;
-    for (Part& part : parts_) {
-      translations.push_back(std::move(part.text));
-      prompt_tokens += part.last.prompt_tokens;
-      completion_tokens += part.last.completion_tokens;
-    }
-    json body = {{"model", model}, {"usage", Usage(prompt_tokens, completion_tokens)}};
-    if (batch) {
-      body["translations"] = std::move(translations);
-    } else {
-      body["translation"] = std::move(translations[0]);
-    }
-    service_.Reply(*exchange_, kind_, body);
-  }
-
-  Impl& service_;
-  const std::shared_ptr<Exchange> exchange_;
-  Executor& executor_;
-  const absl::string_view kind_;
-  std::vector<Part> parts_;
-  // Streamed text per choice, held back until it completes a UTF-8 character.
-  std::vector<std::string> pending_;
-  std::vector<bool> choice_ended_;        // per choice: its finish_reason was reported
-  std::vector<ChoiceLogprobs> logprobs_;  // per choice: not yet sent (streaming) or answered
-  bool echoed_ = false;
-  bool settled_ = false;
 };
 
 void HttpService::Impl::Handle(ServerRequest request, std::shared_ptr<Exchange> exchange) {
@@ -632,7 +309,7 @@ void HttpService::Impl::StartCompletion(CompletionRequest parsed,
   if (!Admit(*exchange, kKind)) return;
   Executor& executor = *(*model)->executor;
 
-  auto call = std::make_shared<Call>(*this, exchange, executor, kKind, 1);
+  auto call = std::make_shared<CompletionCall>(*this, exchange, executor, kKind, 1);
   call->stream = request->stream;
   call->choices = request->generation.n;
   call->model = (*model)->name;
@@ -657,7 +334,7 @@ void HttpService::Impl::StartCompletion(CompletionRequest parsed,
     call->lease = *std::move(lease);
     call->session_id = call->lease->id();
   }
-  Call::Part& part = call->parts()[0];
+  CompletionCall::Part& part = call->parts()[0];
   absl::StatusOr<RequestId> id =
       executor.Enqueue(std::move(request->generation), EventChannel::Callback(part.channel));
   if (!id.ok()) return call->FailEnqueue(id.status());
@@ -683,7 +360,7 @@ void HttpService::Impl::Translate(const ServerRequest& http_request,
 
   // Every text is queued before any is awaited, so the batch decodes together.
   const size_t n = request->texts.size();
-  auto call = std::make_shared<Call>(*this, exchange, executor, kKind, n);
+  auto call = std::make_shared<CompletionCall>(*this, exchange, executor, kKind, n);
   call->batch = request->batch;
   call->model = (*model)->name;
   // One batch: the Executor checks the texts' total (--max_batch_source_tokens) and accepts all
