@@ -184,6 +184,18 @@ HF_FIXTURES = {
         "type": "qwen3",
         "set": {"use_sliding_window": True, "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]},
     },
+    # fla short convolutions (their last conv_size - 1 inputs in the state): gsa with GQA (silu), gla
+    # with conv biases (the layer's conv_bias, 3 taps), hgrn2 (no activation on q/f/i).
+    "hf_gsa_conv": {"type": "gsa", "set": {"use_short_conv": True, "conv_size": 4, "num_kv_heads": 2}},
+    "hf_gla_conv_bias": {"type": "gla", "set": {"use_short_conv": True, "conv_size": 3, "conv_bias": True}},
+    "hf_hgrn2_conv": {"type": "hgrn2", "set": {"use_short_conv": True, "conv_size": 4}},
+    # Gated DeltaNet: fla's defaults (short convolutions, output gate; H 2, K 16, V 32), and 4 value
+    # heads over 2 q/k heads without convolutions or gate, with negative eigenvalues (beta in (0, 2)).
+    "hf_gated_deltanet": {"type": "gated_deltanet"},
+    "hf_gated_deltanet_gva": {
+        "type": "gated_deltanet",
+        "set": {"num_v_heads": 4, "use_short_conv": False, "use_gate": False, "allow_neg_eigval": True},
+    },
 }
 
 

@@ -22,6 +22,9 @@ absl::Status CheckCudaKernel(const AttentionSpec& spec, absl::string_view where,
     return NoCudaKernel(where, absl::StrCat(AttentionTypeName(spec.type), " cross attention"));
   }
   if (spec.gmat_chunk >= 0) return NoCudaKernel(where, "gmat");
+  if (spec.conv_size > 0) {  // fla's short convolution (engine/attention/short_conv.h)
+    return NoCudaKernel(where, absl::StrCat(AttentionTypeName(spec.type), " short convolution"));
+  }
   switch (spec.type) {
     case AttentionType::kSoftmax:
     case AttentionType::kRfa:
@@ -39,6 +42,7 @@ absl::Status CheckCudaKernel(const AttentionSpec& spec, absl::string_view where,
     case AttentionType::kGla:
     case AttentionType::kRetnet:
     case AttentionType::kHgrn2:
+    case AttentionType::kGatedDelta:
       break;
   }
   return NoCudaKernel(where, absl::StrCat(AttentionTypeName(spec.type), " attention"));
@@ -119,6 +123,7 @@ absl::Status LaunchCudaAttention(CudaContext& context, const CudaAttention& atte
     case AttentionType::kGla:
     case AttentionType::kRetnet:
     case AttentionType::kHgrn2:
+    case AttentionType::kGatedDelta:
       break;
   }
   return absl::InternalError(

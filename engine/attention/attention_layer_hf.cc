@@ -2,16 +2,20 @@
 // names as published (models/FORMAT.md, "Hugging Face checkpoints"): Llama's self_attn
 // q/k/v/o_proj (GQA, RoPE, optional biases; Mistral and Qwen2/Qwen3 alike, Qwen3 with its
 // per-head q_norm / k_norm, sliding windows as window rings of the key/value heads) and
-// the fla mixers gsa, gla, retnet and hgrn2 with their gates and output norms, including the older
-// fla names (g_norm for g_norm_swish_gate). The projections are fused into one matrix per layer as
-// for abcd's own layers; everything the state kernels need besides (norm weights, the gla decay's
-// second factor, t2r feature maps, hgrn2 lower bounds) goes to the state.
+// the fla mixers gsa, gla, retnet, hgrn2 and gated_deltanet with their gates and output norms,
+// including the older fla names (g_norm for g_norm_swish_gate), and fla's short convolutions
+// (`*_conv1d.weight`, optional `.bias`) in front of them (ShortConvState). The projections are
+// fused into one matrix per layer as for abcd's own layers; everything the state kernels need
+// besides (norm weights, the gla decay's second factor, t2r feature maps, hgrn2 lower bounds,
+// convolution taps, the delta rule's A_log and dt_bias) goes to the state.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "engine/attention/attention_layer.h"
+#include "engine/attention/gated_delta_state.h"
 #include "engine/attention/gated_linear_state.h"
 #include "engine/attention/gsa_state.h"
+#include "engine/attention/short_conv.h"
 #include "engine/attention/softmax_state.h"
 #include "engine/core/status_macros.h"
 
@@ -234,6 +238,71 @@ absl::StatusOr<std::unique_ptr<AttentionState>> LoadGatedLinear(const ModelConfi
   return std::make_unique<GatedLinearState>(std::move(o));
 }
 
+absl::StatusOr<std::unique_ptr<AttentionState>> LoadGatedDelta(const ModelConfig& c,
+                                                               const AttentionSpec& a,
+                                                               const std::string& prefix,
+                                                               WeightLoader& weights,
+                                                               Projections& p) {
+  const int64_t d = c.d_model, qk = int64_t{a.kv_heads} * a.key_dim;
+  const int64_t value_width = int64_t{a.heads} * a.value_dim, heads = a.heads;
+  ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".q_proj.weight", qk, d, p));
+  ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".k_proj.weight", qk, d, p));
+  ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".v_proj.weight", value_width, d, p));
+  if (a.output_gate) {
+    ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".g_proj.weight", value_width, d, p));
+  }
+  ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".a_proj.weight", heads, d, p));
+  ABCD_RETURN_IF_ERROR(LoadInto(weights, prefix + ".b_proj.weight", heads, d, p));
+  GatedDeltaState::Options o;
+  o.heads = a.heads;
+  o.kv_heads = a.kv_heads;
+  o.key_dim = a.key_dim;
+  o.value_dim = a.value_dim;
+  o.output_gate = a.output_gate;
+  o.allow_neg_eigval = a.allow_neg_eigval;
+  o.silu_qkv = a.conv_size == 0;
+  o.norm_eps = a.norm_eps;
+  ABCD_ASSIGN_OR_RETURN(o.a_log, weights.Load(prefix + ".A_log", {heads}));
+  ABCD_ASSIGN_OR_RETURN(o.dt_bias, weights.Load(prefix + ".dt_bias", {heads}));
+  ABCD_ASSIGN_OR_RETURN(o.norm_weight, weights.Load(prefix + ".o_norm.weight", {a.value_dim}));
+  ABCD_ASSIGN_OR_RETURN(p.out, weights.Load(prefix + ".o_proj.weight", {d, value_width}));
+  p.out_in = value_width;
+  return std::make_unique<GatedDeltaState>(std::move(o));
+}
+
+// fla's ShortConvolution of each convolved projection (in projection order) around `inner`:
+// q|k|v (hgrn2: q|f|i, no activation), weights [C, 1, conv_size], biases when the checkpoint
+// has them (all or none).
+absl::StatusOr<std::unique_ptr<AttentionState>> WrapShortConv(
+    const AttentionSpec& a, const std::string& prefix, WeightLoader& weights,
+    std::unique_ptr<AttentionState> inner) {
+  const bool hgrn2 = a.type == AttentionType::kHgrn2;
+  const bool delta = a.type == AttentionType::kGatedDelta;
+  const int64_t K = a.key_dim, V = a.value_dim;
+  // Widths of the convolved projections: q, then k (hgrn2: f), then v (hgrn2: i).
+  const int64_t q = (delta ? a.kv_heads : a.heads) * K;
+  const int64_t k = (hgrn2 ? a.heads : a.kv_heads) * K;
+  const int64_t v = (hgrn2 || delta ? a.heads : a.kv_heads) * V;
+  const std::pair<const char*, int64_t> convs[] = {
+      {"q_conv1d", q}, {hgrn2 ? "f_conv1d" : "k_conv1d", k}, {hgrn2 ? "i_conv1d" : "v_conv1d", v}};
+  const bool bias = weights.Contains(absl::StrCat(prefix, ".", convs[0].first, ".bias"));
+  ShortConvState::Options o;
+  o.size = a.conv_size;
+  o.silu = !hgrn2;
+  for (const auto& [name, channels] : convs) {
+    const std::string base = absl::StrCat(prefix, ".", name);
+    ABCD_ASSIGN_OR_RETURN(std::vector<float> w,
+                          weights.Load(base + ".weight", {channels, 1, int64_t{a.conv_size}}));
+    Append(o.weight, w);
+    if (bias) {
+      ABCD_ASSIGN_OR_RETURN(std::vector<float> b, weights.Load(base + ".bias", {channels}));
+      Append(o.bias, b);
+    }
+    o.channels += static_cast<int>(channels);
+  }
+  return std::make_unique<ShortConvState>(std::move(inner), std::move(o));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::LoadHf(const ModelConfig& config,
@@ -264,9 +333,15 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::LoadHf(const Mod
     case AttentionType::kHgrn2:
       state = LoadGatedLinear(config, spec, prefix, weights, p);
       break;
+    case AttentionType::kGatedDelta:
+      state = LoadGatedDelta(config, spec, prefix, weights, p);
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(prefix, ": ", AttentionTypeName(spec.type),
                                                      " is not a Hugging Face layer type"));
+  }
+  if (state.ok() && spec.conv_size > 0) {
+    state = WrapShortConv(spec, prefix, weights, *std::move(state));
   }
   if (!state.ok()) return state.status();
   layer->state_ = *std::move(state);

@@ -30,6 +30,8 @@ absl::string_view AttentionTypeName(AttentionType type) {
       return "retnet";
     case AttentionType::kHgrn2:
       return "hgrn2";
+    case AttentionType::kGatedDelta:
+      return "gated_deltanet";
   }
   return "?";
 }
@@ -107,6 +109,7 @@ std::string DescribeShape(const AttentionSpec& spec) {
   if (spec.value_dim != spec.key_dim) absl::StrAppend(&shape, ", value_dim=", spec.value_dim);
   if (spec.qk_norm) absl::StrAppend(&shape, ", qk_norm");
   if (spec.rope.enabled) absl::StrAppend(&shape, ", rope theta=", spec.rope.theta);
+  if (spec.conv_size > 0) absl::StrAppend(&shape, ", short_conv=", spec.conv_size);
   if (spec.rope.scaling == RopeSpec::Scaling::kLinear) {
     absl::StrAppend(&shape, " linear x", spec.rope.factor);
   } else if (spec.rope.scaling == RopeSpec::Scaling::kLlama3) {
@@ -154,6 +157,9 @@ std::string DescribeAttention(const AttentionSpec& spec) {
                           ")");
     case AttentionType::kHgrn2:
       return absl::StrCat(name, "(", DescribeShape(spec), ")");
+    case AttentionType::kGatedDelta:
+      return absl::StrCat(name, "(", DescribeShape(spec), spec.output_gate ? ", output gate" : "",
+                          spec.allow_neg_eigval ? ", negative eigenvalues" : "", ")");
     case AttentionType::kWindow:
       if (spec.heads > 0) {  // Hugging Face (Mistral's sliding_window)
         return absl::StrCat(name, "(window=", spec.window, ", ", DescribeShape(spec), ")");

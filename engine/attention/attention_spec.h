@@ -12,9 +12,10 @@
 
 namespace abcd {
 
-// The last four are the fla model zoo's token mixers (Hugging Face checkpoints, models/FORMAT.md
+// The last five are the fla model zoo's token mixers (Hugging Face checkpoints, models/FORMAT.md
 // "Hugging Face checkpoints"): gsa (gated slot attention: abc's slots with a forget gate), gla
-// (gated linear attention), retnet (retention: fixed per-head decay with RoPE), hgrn2.
+// (gated linear attention), retnet (retention: fixed per-head decay with RoPE), hgrn2, and
+// gated_deltanet (the gated delta rule).
 enum class AttentionType {
   kSoftmax,
   kWindow,
@@ -26,7 +27,8 @@ enum class AttentionType {
   kGsa,
   kGla,
   kRetnet,
-  kHgrn2
+  kHgrn2,
+  kGatedDelta
 };
 enum class RfaKernel { kGaussian, kArccos };
 // q/k feature map of the fla mixers: none, silu ("swish"), relu, or t2r (relu of a learned [K, K]
@@ -117,10 +119,18 @@ struct AttentionSpec {
   bool o_bias = false;       // ... and the output projection
   bool qk_norm = false;      // Hugging Face softmax (Qwen3): per-head RMSNorm of q and k (norm_eps)
   int layer_index = 0;       // hgrn2: which row of the model's lower bounds this layer uses
+  // fla's ShortConvolution (use_short_conv): a depthwise causal convolution of `conv_size` taps
+  // over the q/k/v (hgrn2: q/f/i) projections, its last conv_size - 1 inputs kept in the
+  // sequence's state; 0: none. gsa, gla, hgrn2, gated_deltanet (short_conv.h).
+  int conv_size = 0;
+  // gated_deltanet: `heads` are the value heads (num_v_heads, one state each) and `kv_heads` the
+  // q/k heads (num_heads): value head j reads q/k head j / (heads / kv_heads). beta is doubled
+  // with allow_neg_eigval; `output_gate` is use_gate.
+  bool allow_neg_eigval = false;
 
   // True when the per-sequence state has a fixed size (everything but softmax).
   bool bounded() const { return type != AttentionType::kSoftmax; }
-  // True for the fla mixers (gsa, gla, retnet, hgrn2).
+  // True for the fla mixers (gsa, gla, retnet, hgrn2, gated_deltanet).
   bool is_fla_mixer() const { return type >= AttentionType::kGsa; }
   int QueryHeads(int model_heads) const { return heads > 0 ? heads : model_heads; }
   int KvHeads(int model_heads) const { return kv_heads > 0 ? kv_heads : QueryHeads(model_heads); }

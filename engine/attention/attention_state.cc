@@ -108,6 +108,7 @@ absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelCo
     case AttentionType::kGla:
     case AttentionType::kRetnet:
     case AttentionType::kHgrn2:
+    case AttentionType::kGatedDelta:
       break;  // Hugging Face layers only: AttentionLayer::LoadHf builds them
   }
   return absl::InvalidArgumentError(

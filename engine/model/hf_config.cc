@@ -397,8 +397,12 @@ absl::Status ParseFlaSkeleton(const HfFields& f, ModelConfig& c, double default_
   return absl::OkStatus();
 }
 
-absl::Status RefuseShortConv(const HfFields& f) {
-  return f.RefuseIfSet("use_short_conv", "the short convolution is not implemented");
+// fla's use_short_conv and conv_size: the taps of the layer's ShortConvolutions, 0 for none. fla's
+// models never pass a conv_bias on to the layer; a bias is read when the checkpoint holds one.
+absl::StatusOr<int> ParseShortConv(const HfFields& f, bool fallback) {
+  ABCD_ASSIGN_OR_RETURN(const bool use, f.Bool("use_short_conv", fallback));
+  if (!use) return 0;
+  return f.Int("conv_size", 4, 1, 64);
 }
 
 absl::StatusOr<MixerFeatureMap> ParseFeatureMap(const HfFields& f, MixerFeatureMap fallback,
@@ -439,7 +443,7 @@ absl::Status SetMixerHeads(const HfFields& f, ModelConfig& c, int heads, int key
 
 absl::Status ParseGsa(const HfFields& f, ModelConfig& c) {
   ABCD_RETURN_IF_ERROR(ParseFlaSkeleton(f, c, 4.0));
-  ABCD_RETURN_IF_ERROR(RefuseShortConv(f));
+  ABCD_ASSIGN_OR_RETURN(const int conv_size, ParseShortConv(f, false));
   ABCD_ASSIGN_OR_RETURN(const int heads, f.Int("num_heads", 4, 1, c.d_model));
   // The constructor argument is misspelt exapnd_k; the saved key is expand_k.
   const char* k_key = f.Present("expand_k") || !f.Present("exapnd_k") ? "expand_k" : "exapnd_k";
@@ -451,6 +455,7 @@ absl::Status ParseGsa(const HfFields& f, ModelConfig& c) {
   }
   AttentionSpec a;
   a.type = AttentionType::kGsa;
+  a.conv_size = conv_size;
   ABCD_RETURN_IF_ERROR(SetMixerHeads(f, c, heads, key_dim, value_dim, a));
   ABCD_ASSIGN_OR_RETURN(a.slots, f.Int("num_slots", a.key_dim, 1, 1 << 16));
   ABCD_ASSIGN_OR_RETURN(const double normalizer, f.Number("gate_logit_normalizer", 8.0, 0.0, 1e6));
@@ -464,7 +469,10 @@ absl::Status ParseGlaOrRetnet(const HfFields& f, ModelConfig& c, AttentionType t
   const bool retnet = type == AttentionType::kRetnet;
   ABCD_RETURN_IF_ERROR(ParseFlaSkeleton(f, c, retnet ? 2.0 : 4.0));
   // fla never passes use_short_conv to its RetNet layer: retnet checkpoints hold no conv.
-  if (!retnet) ABCD_RETURN_IF_ERROR(RefuseShortConv(f));
+  int conv_size = 0;
+  if (!retnet) {
+    ABCD_ASSIGN_OR_RETURN(conv_size, ParseShortConv(f, false));
+  }
   ABCD_ASSIGN_OR_RETURN(const int heads, f.Int("num_heads", retnet ? 8 : 4, 1, c.d_model));
   ABCD_ASSIGN_OR_RETURN(const int key_dim,
                         ExpandedWidth(f, "expand_k", retnet ? 1.0 : 0.5, c.d_model));
@@ -472,6 +480,7 @@ absl::Status ParseGlaOrRetnet(const HfFields& f, ModelConfig& c, AttentionType t
                         ExpandedWidth(f, "expand_v", retnet ? 2.0 : 1.0, c.d_model));
   AttentionSpec a;
   a.type = type;
+  a.conv_size = conv_size;
   ABCD_RETURN_IF_ERROR(SetMixerHeads(f, c, heads, key_dim, value_dim, a));
   ABCD_ASSIGN_OR_RETURN(a.output_gate, f.Bool("use_output_gate", true));
   if (retnet) {
@@ -495,7 +504,7 @@ absl::Status ParseGlaOrRetnet(const HfFields& f, ModelConfig& c, AttentionType t
 
 absl::Status ParseHgrn2(const HfFields& f, ModelConfig& c) {
   ABCD_RETURN_IF_ERROR(ParseFlaSkeleton(f, c, 4.0));
-  ABCD_RETURN_IF_ERROR(RefuseShortConv(f));
+  ABCD_ASSIGN_OR_RETURN(const int conv_size, ParseShortConv(f, false));
   int heads = 0, expand_ratio = 0;
   if (f.Present("expand_ratio")) {
     ABCD_ASSIGN_OR_RETURN(expand_ratio, f.Int("expand_ratio", std::nullopt, 1, c.d_model));
@@ -515,6 +524,7 @@ absl::Status ParseHgrn2(const HfFields& f, ModelConfig& c) {
   if (c.d_model % heads != 0) return f.Error("num_heads", "must divide hidden_size");
   AttentionSpec a;
   a.type = AttentionType::kHgrn2;
+  a.conv_size = conv_size;
   c.n_heads = heads;
   a.heads = heads;
   a.kv_heads = heads;
@@ -526,6 +536,38 @@ absl::Status ParseHgrn2(const HfFields& f, ModelConfig& c) {
     c.decoder_layers[i].attention = a;
     c.decoder_layers[i].attention.layer_index = static_cast<int>(i);
   }
+  return absl::OkStatus();
+}
+
+// Gated DeltaNet: num_heads q/k heads of head_dim, num_v_heads (default num_heads, a multiple of
+// it) value heads of head_dim * expand_v, the short convolution on by default.
+absl::Status ParseGatedDeltaNet(const HfFields& f, ModelConfig& c) {
+  ABCD_RETURN_IF_ERROR(ParseFlaSkeleton(f, c, 4.0));
+  ABCD_ASSIGN_OR_RETURN(const int conv_size, ParseShortConv(f, true));
+  ABCD_ASSIGN_OR_RETURN(const int heads, f.Int("num_heads", 6, 1, 1024));
+  ABCD_ASSIGN_OR_RETURN(const int head_dim, f.Int("head_dim", 256, 1, 4096));
+  ABCD_ASSIGN_OR_RETURN(const int v_heads, f.Int("num_v_heads", heads, 1, 1024));
+  if (v_heads % heads != 0) {
+    return f.Error("num_v_heads", absl::StrCat("must be a multiple of num_heads (", heads, ")"));
+  }
+  ABCD_ASSIGN_OR_RETURN(const double expand_v, f.Number("expand_v", 2.0, 0.0, 64.0));
+  const double value_dim = head_dim * expand_v;
+  const int head_v = static_cast<int>(value_dim);
+  if (head_v < 1 || std::abs(value_dim - head_v) > 1e-5 * value_dim) {
+    return f.Error("expand_v", "must give an integer value head width (head_dim * expand_v)");
+  }
+  AttentionSpec a;
+  a.type = AttentionType::kGatedDelta;
+  a.conv_size = conv_size;
+  a.heads = v_heads;
+  a.kv_heads = heads;
+  a.key_dim = head_dim;
+  a.value_dim = head_v;
+  a.norm_eps = c.layer_norm_eps;
+  ABCD_ASSIGN_OR_RETURN(a.output_gate, f.Bool("use_gate", true));
+  ABCD_ASSIGN_OR_RETURN(a.allow_neg_eigval, f.Bool("allow_neg_eigval", false));
+  c.n_heads = v_heads;
+  for (LayerSpec& layer : c.decoder_layers) layer.attention = a;
   return absl::OkStatus();
 }
 
@@ -602,11 +644,13 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const json& root, absl::string_view ge
     ABCD_RETURN_IF_ERROR(ParseGlaOrRetnet(f, c, AttentionType::kRetnet));
   } else if (type == "hgrn2") {
     ABCD_RETURN_IF_ERROR(ParseHgrn2(f, c));
+  } else if (type == "gated_deltanet") {
+    ABCD_RETURN_IF_ERROR(ParseGatedDeltaNet(f, c));
   } else {
     return f.Error("model_type",
                    absl::StrCat("\"", type.substr(0, 64),
                                 "\" is not supported (llama, mistral, qwen2, qwen3, gsa, gla, "
-                                "retnet, hgrn2, abcd_llama)"));
+                                "retnet, hgrn2, gated_deltanet, abcd_llama)"));
   }
   if (!llama_like && type != "abcd_llama") {
     ABCD_RETURN_IF_ERROR(ParseFlaHybrid(f, c));

@@ -1,9 +1,9 @@
 // Hugging Face model directories as published: config.json with a `model_type` (llama, mistral,
-// qwen2, qwen3, and the fla model zoo's gsa, gla, retnet, hgrn2), read into the engine's
-// ModelConfig together with generation_config.json (eos ids) and tokenizer_config.json
-// (add_bos_token) when present. What the engine does not implement (hybrid attention layers, short
-// convolutions, rope scaling other than linear/llama3, ...) is refused with an error naming the
-// config key. models/FORMAT.md ("Hugging Face checkpoints") lists the keys read.
+// qwen2, qwen3, and the fla model zoo's gsa, gla, retnet, hgrn2, gated_deltanet, with or without
+// short convolutions), read into the engine's ModelConfig together with generation_config.json
+// (eos ids) and tokenizer_config.json (add_bos_token) when present. What the engine does not
+// implement (sliding-window hybrid layers, rope scaling other than linear/llama3, ...) is refused
+// with an error naming the config key. models/FORMAT.md ("Hugging Face checkpoints") lists the keys read.
 #pragma once
 
 #include <string>

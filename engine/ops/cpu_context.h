@@ -27,6 +27,7 @@ enum class Scratch {
   kDelta,       // a sublayer's output
   kProjection,  // fused q|k|v|extra projections
   kPrepared,    // kernel-input rows built from the projections (AttentionState::PrepareRows)
+  kMixerRows,   // a state's own intermediate rows (short convolution outputs, short_conv.h)
   kAttended,    // attention output before the out projection
   kHidden,      // feed-forward hidden [rows, d_ff] ([rows, 2 d_ff] for SwiGLU's gate|up)
   kGated,       // SwiGLU's silu(gate) * up [rows, d_ff]

@@ -23,6 +23,7 @@ from abcd_ref.config import ConfigError  # noqa: E402
 from abcd_ref.hf.checkpoint import random_tensor, read_tensors  # noqa: E402
 from abcd_ref.hf.config import intermediate_size, kv_bytes_per_token, rope_settings  # noqa: E402
 from abcd_ref.hf.gated_linear import retnet_decays  # noqa: E402
+from abcd_ref.hf.short_conv import ShortConvolution  # noqa: E402
 from abcd_ref.hf.skeleton import rope_inv_freq  # noqa: E402
 from abcd_ref.safetensors_io import load_file, save_file_streamed  # noqa: E402
 
@@ -247,7 +248,9 @@ class ConfigTest(TempDirTest):
             ("gla", {"attnres_block_size": 4}, "attnres_block_size"),
             ("retnet", {"hidden_act": "powlu"}, "hidden_act"),
             ("hgrn2", {"elementwise_affine": False}, "elementwise_affine"),
-            ("gla", {"use_short_conv": True}, "use_short_conv"),
+            ("gsa", {"use_short_conv": True, "conv_size": 0}, "conv_size"),
+            ("gated_deltanet", {"num_v_heads": 3}, "num_v_heads"),
+            ("gated_deltanet", {"expand_v": 1.3}, "expand_v"),
             ("gsa", {"expand_v": 2}, "value_dim"),
             ("gsa", {"feature_map": "elu"}, "feature_map"),
             ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling.rope_type"),
@@ -265,7 +268,8 @@ class ConfigTest(TempDirTest):
         hf.resolve(hf.preset_config("retnet", use_short_conv=True))  # fla never gives RetNet a conv: ignored
 
     def test_state_bytes_of_the_1_3b_shapes(self):
-        expected = {"gsa": 25_165_824, "gla": 50_331_648, "retnet": 100_663_296, "hgrn2": 25_165_824}
+        # gated_deltanet (IMPORT-SPEC 7): S 6 x 256 x 512 plus 3 conv columns of 2 x 1536 + 3072 channels, 21 layers
+        expected = {"gsa": 25_165_824, "gla": 50_331_648, "retnet": 100_663_296, "hgrn2": 25_165_824, "gated_deltanet": 67_608_576}
         for model_type, value in expected.items():
             with self.subTest(model_type):
                 self.assertEqual(hf.state_bytes(hf.preset_config(model_type, "1.3b")), value)
@@ -320,6 +324,24 @@ class MathTest(unittest.TestCase):
             self.assertAlmostEqual(out[i].item(), x[0, 0, 0, i].item() * math.cos(angle) - x[0, 0, 0, i + 4].item() * math.sin(angle), 5)
             self.assertAlmostEqual(out[i + 4].item(), x[0, 0, 0, i + 4].item() * math.cos(angle) + x[0, 0, 0, i].item() * math.sin(angle), 5)
 
+    @torch.no_grad()
+    def test_short_conv_by_hand(self):
+        """y_t = silu(b + sum_i w[:, 0, i] x_{t - (W-1) + i}) with zeros before the first input; the cache
+        is the last W - 1 inputs; the parallel form (F.conv1d) agrees."""
+        conv = ShortConvolution(3, 4, bias=True, activation="silu").double()
+        conv.weight.copy_(torch.randn(3, 1, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64))
+        conv.bias.copy_(torch.tensor([0.1, -0.2, 0.3], dtype=torch.float64))
+        x = torch.randn(1, 6, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+        cache, steps = conv.init_state(1, torch.float64), []
+        for t in range(6):
+            y, cache = conv.step(x[:, t], cache)
+            steps.append(y)
+            padded = torch.cat([torch.zeros(1, 3, 3, dtype=torch.float64), x[:, : t + 1]], 1)[:, -4:]
+            by_hand = torch.nn.functional.silu(conv.bias + (padded[0] * conv.weight[:, 0, :].T).sum(0))
+            torch.testing.assert_close(y[0], by_hand, rtol=0, atol=1e-12)
+            torch.testing.assert_close(cache[0], padded[0, 1:], rtol=0, atol=0)
+        torch.testing.assert_close(conv(x), torch.stack(steps, 1), rtol=0, atol=1e-12)
+
     def test_retnet_decays(self):
         self.assertEqual(retnet_decays(4).tolist(), [1 - 1 / 32, 1 - 1 / 64, 1 - 1 / 128, 1 - 1 / 256])
         self.assertEqual(retnet_decays(4).float().double().tolist(), retnet_decays(4).tolist())  # exact in fp32
@@ -343,6 +365,12 @@ class MathTest(unittest.TestCase):
             "retnet": {},
             "retnet_gqa": {"num_kv_heads": 2},
             "hgrn2": {},
+            "gsa_conv_gqa": {"use_short_conv": True, "num_kv_heads": 2},
+            "gla_conv_bias": {"use_short_conv": True, "conv_size": 3, "conv_bias": True},
+            "hgrn2_conv": {"use_short_conv": True, "conv_size": 2},
+            "gated_deltanet": {},
+            "gated_deltanet_gva": {"num_v_heads": 4, "use_short_conv": False, "use_gate": False, "allow_neg_eigval": True},
+            "gated_deltanet_bias": {"conv_bias": True, "expand_v": 1.5},
             "llama": {"num_key_value_heads": 2, "attention_bias": True, "mlp_bias": True},
             "mistral": {"sliding_window": 5},
             "qwen2": {"tie_word_embeddings": True},
@@ -350,7 +378,8 @@ class MathTest(unittest.TestCase):
         }
         for case, overrides in cases.items():
             with self.subTest(case):
-                config = hf.preset_config(case.split("_")[0], **overrides)
+                model_type = max((t for t in hf.MODEL_TYPES if case == t or case.startswith(t + "_")), key=len)
+                config = hf.preset_config(model_type, **overrides)
                 model = hf.build_model(config)
                 state = {n: random_tensor(n, list(t.shape), 5) for n, t in model.state_dict().items()}
                 model.load_state_dict(state)
@@ -423,7 +452,7 @@ class FixtureTest(unittest.TestCase):
         """The hf_* golden fixtures are listed in index.json and the reference still computes their logits."""
         golden_dir = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "golden"
         names = [n for n in json.loads((golden_dir / "index.json").read_text()) if n.startswith("hf_")]
-        self.assertEqual(len(names), 24)
+        self.assertEqual(len(names), 29)
         for name in names:
             with self.subTest(name):
                 golden = load_file(golden_dir / name / "golden.safetensors")

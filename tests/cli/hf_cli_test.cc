@@ -48,12 +48,21 @@ int64_t SlidingWindow(const json& c) {
 }
 
 // The state bytes per sequence (llama: KV bytes per token) of a config.json, fp32, from the
-// formulas: gsa L H M (K + V) 4; gla, retnet, hgrn2 L H K V 4; llama 2 L Hkv hd 4 per token
-// (Mistral with sliding_window w: 2 L Hkv hd w 4 fixed). K and V are per-head widths (the state
-// holds every query head, also under GQA).
+// formulas: gsa L H M (K + V) 4; gla, retnet, hgrn2 L H K V 4; gated_deltanet L Hv K V 4; llama
+// 2 L Hkv hd 4 per token (Mistral with sliding_window w: 2 L Hkv hd w 4 fixed). K and V are
+// per-head widths (the state holds every query head, also under GQA). fla short convolutions add
+// L (conv_size - 1) C 4, C the convolved channels: q, k, v (hgrn2 q, f, i) projection widths.
 int64_t FormulaBytes(const json& c) {
   const std::string type = c["model_type"];
   const int64_t d = c["hidden_size"], layers = c["num_hidden_layers"];
+  const bool conv = c.value("use_short_conv", false) && type != "retnet";
+  const int64_t taps = conv ? c.value("conv_size", int64_t{4}) - 1 : 0;
+  if (type == "gated_deltanet") {
+    const int64_t heads = c["num_heads"], k = c["head_dim"];
+    const int64_t v_heads = c["num_v_heads"].is_null() ? heads : c["num_v_heads"].get<int64_t>();
+    const int64_t v = static_cast<int64_t>(k * c["expand_v"].get<double>());
+    return layers * (v_heads * k * v + taps * (2 * heads * k + v_heads * v)) * 4;
+  }
   if (IsLlamaLike(type)) {
     const int64_t heads = c["num_attention_heads"];
     const int64_t kv_heads = c.value("num_key_value_heads", heads);
@@ -65,13 +74,19 @@ int64_t FormulaBytes(const json& c) {
   }
   if (type == "hgrn2") {
     const int64_t heads = d / c["expand_ratio"].get<int64_t>();
-    return layers * heads * (d / heads) * (d / heads) * 4;
+    return layers * (heads * (d / heads) * (d / heads) + taps * 3 * d) * 4;
   }
   const int64_t heads = c["num_heads"];
+  const int64_t kv_heads = c.contains("num_kv_heads") && !c["num_kv_heads"].is_null()
+                               ? c["num_kv_heads"].get<int64_t>()
+                               : heads;
   const int64_t k = static_cast<int64_t>(d * c["expand_k"].get<double>()) / heads;
   const int64_t v = static_cast<int64_t>(d * c["expand_v"].get<double>()) / heads;
-  if (type == "gsa") return layers * heads * c["num_slots"].get<int64_t>() * (k + v) * 4;
-  return layers * heads * k * v * 4;  // gla, retnet
+  const int64_t conv_floats = taps * (heads * k + kv_heads * (k + v));
+  if (type == "gsa") {
+    return layers * (heads * c["num_slots"].get<int64_t>() * (k + v) + conv_floats) * 4;
+  }
+  return layers * (heads * k * v + conv_floats) * 4;  // gla, retnet
 }
 
 TEST(HfCli, InfoStateBytesEqualTheFormulas) {
@@ -191,6 +206,14 @@ TEST(HfCli, MissingTensorIsNamed) {
                      {f.dir() + ": ", "model.layers.1.attn.f_proj.weight", "not found"});
 }
 
+// use_short_conv on a checkpoint written without convolutions: the first missing tensor named.
+TEST(HfCli, ShortConvWithoutItsTensorsIsNamed) {
+  const DamagedFixture f("hf_gsa");
+  f.SetConfig("use_short_conv", true);
+  ExpectOneLineError(RunCli("info --model " + f.dir()),
+                     {"model.layers.0.attn.q_conv1d.weight", "not found"});
+}
+
 TEST(HfCli, WrongShapeIsNamed) {
   const DamagedFixture f("hf_gsa");
   // [32, 64] -> [64, 32]: the same bytes, the wrong shape.
@@ -207,7 +230,7 @@ TEST(HfCli, UnsupportedConfigFieldsAreNamed) {
     const char* key;
     json value;
   } cases[] = {
-      {"hf_gsa", "use_short_conv", true},
+      {"hf_gated_deltanet", "num_v_heads", 3},
       {"hf_gla", "attn", {{"layers", {1}}, {"num_heads", 4}, {"window_size", 512}}},
       {"hf_gsa", "hidden_act", "powlu"},
       {"hf_llama", "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}},

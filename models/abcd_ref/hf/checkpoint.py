@@ -17,6 +17,7 @@ import torch
 from ..config import ConfigError
 from ..safetensors_io import load_file, save_file_streamed
 from .config import FLA_TYPES, GLA_GATE_LOW_RANK_DIM, LLAMA_TYPES, resolve
+from .gated_deltanet import GatedDeltaNet
 from .gated_linear import GatedLinearAttention, HGRN2Attention, MultiScaleRetention
 from .gsa import GatedSlotAttention
 from .hybrid import AbcdLlamaForCausalLM, FlaAttention
@@ -30,7 +31,8 @@ TORCH_DTYPE_NAMES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 LEGACY_FEATURES = ("fused_mlp", "norm_first", "g_norm", "embed_tokens")
 DEFAULT_LEGACY = {"gsa": ("fused_mlp", "norm_first"), "gla": ("fused_mlp", "g_norm"), "retnet": ("fused_mlp", "g_norm")}
 DEFAULT_LEGACY["hgrn2"] = ("fused_mlp",)
-_MIXERS = {"gsa": GatedSlotAttention, "gla": GatedLinearAttention, "retnet": MultiScaleRetention, "hgrn2": HGRN2Attention}
+_MIXERS = {"gsa": GatedSlotAttention, "gla": GatedLinearAttention, "retnet": MultiScaleRetention, "hgrn2": HGRN2Attention,
+           "gated_deltanet": GatedDeltaNet}  # fmt: skip
 GATE_STD = 7.0  # std of the gate logits (GSA f, HGRN2 f, GLA gk): |logit| reaches ~20 on a few dozen tokens
 GLA_GATE_BIAS = 6.0  # GLA gk_proj.1.bias ~ U(-6, 6)
 INDEX_NAME = "model.safetensors.index.json"
@@ -68,16 +70,38 @@ def _abcd_extra_shapes(c, spec):
     return []
 
 
+def _conv_shapes(c, specs):
+    """`<name>_conv1d.weight [C, 1, conv_size]` (and `.bias [C]` with conv_bias) per (name, C), if use_short_conv."""
+    if not c.use_short_conv:
+        return []
+    shapes = []
+    for name, channels in specs:
+        shapes.append((f"{name}_conv1d.weight", [channels, 1, c.conv_size]))
+        if c.conv_bias:
+            shapes.append((f"{name}_conv1d.bias", [channels]))
+    return shapes
+
+
 def _fla_attn_shapes(c):
     d, kv = c.hidden_size, c.num_kv_heads
     if c.model_type == "hgrn2":
-        return [("q_proj.weight", [c.key_dim, d]), ("f_proj.weight", [c.key_dim, d]), ("i_proj.weight", [c.value_dim, d]),
+        convs = _conv_shapes(c, [("q", c.key_dim), ("f", c.key_dim), ("i", c.value_dim)])
+        return [("q_proj.weight", [c.key_dim, d]), ("f_proj.weight", [c.key_dim, d]), ("i_proj.weight", [c.value_dim, d])] + convs + [
                 ("g_norm.weight", [c.value_dim]), ("o_proj.weight", [d, c.value_dim])]  # fmt: skip
+    if c.model_type == "gated_deltanet":
+        hv = c.num_v_heads
+        shapes = [("q_proj.weight", [c.key_dim, d]), ("k_proj.weight", [c.key_dim, d]), ("v_proj.weight", [c.value_dim, d]),
+                  ("a_proj.weight", [hv, d]), ("b_proj.weight", [hv, d]), ("A_log", [hv]), ("dt_bias", [hv])]  # fmt: skip
+        shapes += _conv_shapes(c, [("q", c.key_dim), ("k", c.key_dim), ("v", c.value_dim)])
+        if c.use_gate:
+            shapes.append(("g_proj.weight", [c.value_dim, d]))
+        return shapes + [("o_norm.weight", [c.head_v_dim]), ("o_proj.weight", [d, c.value_dim])]
     shapes = [
         ("q_proj.weight", [c.key_dim, d]),
         ("k_proj.weight", [kv * c.head_k_dim, d]),
         ("v_proj.weight", [kv * c.head_v_dim, d]),
     ]
+    shapes += _conv_shapes(c, [("q", c.key_dim), ("k", kv * c.head_k_dim), ("v", kv * c.head_v_dim)])
     if c.model_type == "gsa":
         shapes.append(("f_proj.weight", [kv * c.num_slots, d]))
         if c.feature_map == "t2r":

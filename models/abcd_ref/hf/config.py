@@ -1,4 +1,5 @@
-"""Hugging Face config.json of the fla models (gsa, gla, retnet, hgrn2), of HF Llama and the models built
+"""Hugging Face config.json of the fla models (gsa, gla, retnet, hgrn2, gated_deltanet; with or without
+short convolutions: use_short_conv, conv_size, and the layer argument conv_bias), of HF Llama and the models built
 like it (mistral: sliding_window; qwen2: q/k/v biases; qwen3: per-head q_norm / k_norm, explicit
 head_dim), and of abcd_llama.
 
@@ -19,7 +20,7 @@ from types import SimpleNamespace
 
 from ..config import ConfigError
 
-FLA_TYPES = ("gsa", "gla", "retnet", "hgrn2")
+FLA_TYPES = ("gsa", "gla", "retnet", "hgrn2", "gated_deltanet")
 # Llama and the model types built like it (same tensor names; models/FORMAT.md).
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 MODEL_TYPES = ("llama",) + FLA_TYPES + ("abcd_llama", "mistral", "qwen2", "qwen3")
@@ -30,6 +31,7 @@ ARCHITECTURES = {
     "gla": "GLAForCausalLM",
     "retnet": "RetNetForCausalLM",
     "hgrn2": "HGRN2ForCausalLM",
+    "gated_deltanet": "GatedDeltaNetForCausalLM",
     "abcd_llama": "AbcdLlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
@@ -103,6 +105,16 @@ _FLA_DEFAULTS = {
         "use_output_gate": True,
     },
     "hgrn2": {"num_heads": None, "expand_ratio": 128, "use_lower_bound": True},
+    "gated_deltanet": {
+        "num_hidden_layers": 21,
+        "head_dim": 256,
+        "num_heads": 6,
+        "num_v_heads": None,
+        "expand_v": 2,
+        "use_gate": True,
+        "use_short_conv": True,
+        "allow_neg_eigval": False,
+    },
 }
 _LLAMA_DEFAULTS = {
     "vocab_size": 32000,
@@ -173,6 +185,7 @@ PRESETS = {
         "gla": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4},
         "retnet": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 4},
         "hgrn2": {"hidden_size": 64, "num_hidden_layers": 2, "expand_ratio": 16},
+        "gated_deltanet": {"hidden_size": 64, "num_hidden_layers": 2, "num_heads": 2, "head_dim": 16},
         "abcd_llama": {
             "hidden_size": 64,
             "num_hidden_layers": 2,
@@ -194,6 +207,7 @@ PRESETS = {
         "gla": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "expand_k": 0.5},
         "retnet": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 8, "expand_v": 2, "hidden_ratio": 2},
         "hgrn2": {"hidden_size": 2048, "num_hidden_layers": 24, "expand_ratio": 128},
+        "gated_deltanet": {"hidden_size": 2048, "num_hidden_layers": 21, "num_heads": 6, "head_dim": 256},
         "abcd_llama": {
             "hidden_size": 2048,
             "num_hidden_layers": 24,
@@ -235,6 +249,9 @@ def preset_config(model_type, preset="tiny", **overrides):
             config["num_key_value_heads"] = config["num_attention_heads"]
         if config.get("head_dim") is None:
             config["head_dim"] = config["hidden_size"] // config["num_attention_heads"]
+    elif model_type == "gated_deltanet":
+        if config.get("num_v_heads") is None:
+            config["num_v_heads"] = config["num_heads"]
     elif model_type != "hgrn2" and config.get("num_kv_heads") is None:
         config["num_kv_heads"] = config["num_heads"]
     return config
@@ -288,8 +305,6 @@ def _resolve_fla(config, model_type):
         raise ConfigError(f"{where}: 'hidden_act' {merged['hidden_act']!r} is not supported (only 'swish')")
     if merged["elementwise_affine"] is False:
         raise ConfigError(f"{where}: 'elementwise_affine' false is not supported")
-    if merged["use_short_conv"] and model_type != "retnet":  # fla never gives RetNet a short conv
-        raise ConfigError(f"{where}: 'use_short_conv' true is not supported yet")
     d = _positive_int(where, "hidden_size", merged["hidden_size"])
     c = SimpleNamespace(
         model_type=model_type,
@@ -301,6 +316,24 @@ def _resolve_fla(config, model_type):
         tie_word_embeddings=bool(merged["tie_word_embeddings"]),
     )
     c.attn = _resolve_fla_attn(where, merged.get("attn"), d, c.num_layers)
+    c.use_short_conv = bool(merged["use_short_conv"]) and model_type != "retnet"  # fla never gives RetNet one
+    c.conv_size = _positive_int(where, "conv_size", merged["conv_size"]) if c.use_short_conv else None
+    c.conv_bias = bool(merged.get("conv_bias", False))  # the layer's argument (fla models leave it false)
+    if model_type == "gated_deltanet":
+        c.num_heads = _positive_int(where, "num_heads", merged["num_heads"])
+        v_heads = merged["num_v_heads"]
+        c.num_v_heads = c.num_heads if v_heads is None else _positive_int(where, "num_v_heads", v_heads)
+        _divides(where, "num_v_heads", c.num_v_heads, c.num_heads)
+        c.num_kv_heads = c.num_heads
+        c.head_k_dim = _positive_int(where, "head_dim", merged["head_dim"])
+        head_v = c.head_k_dim * merged["expand_v"]
+        if not math.isclose(head_v, int(head_v), rel_tol=1e-5) or int(head_v) < 1:
+            raise ConfigError(f"{where}: 'expand_v' {merged['expand_v']!r} gives a non-integer value head width {head_v}")
+        c.head_v_dim = int(head_v)
+        c.key_dim, c.value_dim = c.num_heads * c.head_k_dim, c.num_v_heads * c.head_v_dim
+        c.use_gate = bool(merged["use_gate"])
+        c.allow_neg_eigval = bool(merged["allow_neg_eigval"])
+        return c
     if model_type == "hgrn2":
         ratio, heads = merged["expand_ratio"], merged["num_heads"]
         if ratio is None and heads is None:
@@ -533,12 +566,29 @@ def kv_bytes_per_token(config):
     return len(c.attn.layers) * 2 * c.attn.num_kv_heads * c.attn.head_dim * 4
 
 
+def conv_channels(c):
+    """Channels of a resolved fla config's short convolutions (q, k, v; HGRN2 q, f, i), 0 without."""
+    if not c.use_short_conv:
+        return 0
+    if c.model_type == "gated_deltanet":
+        return 2 * c.key_dim + c.value_dim
+    if c.model_type == "hgrn2":
+        return 2 * c.key_dim + c.value_dim
+    return c.key_dim + c.num_kv_heads * (c.head_k_dim + c.head_v_dim)
+
+
+def conv_state_floats(c):
+    """Floats a layer's short convolutions keep: the last conv_size - 1 inputs of every channel."""
+    return (c.conv_size - 1) * conv_channels(c) if c.use_short_conv else 0
+
+
 def state_bytes(config):
     """fp32 bytes of one sequence's recurrent state (fla types; RetNet's position counter not counted;
     hybrids: the recurrent layers only), or, for llama (mistral, qwen2, qwen3), KV cache bytes per
     token (2 * L * Hkv * head_dim * 4); with sliding windows (Mistral, Qwen) the windowed layers' fixed
     rings instead, 2 * Hkv * head_dim * w * 4 each. abcd_llama: t2r layers H r (hd + 1) (S and z), abc layers H n (2 hd + 1) (K~, V~
-    and the log normaliser); its softmax layers are in kv_bytes_per_token."""
+    and the log normaliser); its softmax layers are in kv_bytes_per_token. fla short convolutions add
+    (conv_size - 1) * channels per layer; gated_deltanet keeps S [num_v_heads, head_dim, V] per layer."""
     c = resolve(config)
     if c.model_type in LLAMA_TYPES:
         if any(w is not None for w in c.layer_windows):  # rings of the last w keys and values
@@ -549,6 +599,9 @@ def state_bytes(config):
         return sum(c.num_heads * per[s.type](s) for s in c.abcd_layers) * 4
     if c.model_type == "gsa":  # key memory [H, K, M] + value memory [H, M, V]
         per_layer = (c.key_dim + c.value_dim) * c.num_slots
+    elif c.model_type == "gated_deltanet":  # S [Hv, K, V]
+        per_layer = c.num_v_heads * c.head_k_dim * c.head_v_dim
     else:  # gla / retnet / hgrn2: S [H, K, V]
         per_layer = c.num_heads * c.head_k_dim * c.head_v_dim
+    per_layer += conv_state_floats(c)
     return (c.num_layers - (len(c.attn.layers) if c.attn else 0)) * per_layer * 4

@@ -9,8 +9,11 @@ recurrence per head, S = diag(lambda) S + k v^T, y = S^T (q * K^-0.5) (skeleton.
 - HGRN2: q = silu(W_q u); log forget g = logsigmoid(W_f u), or from layer 1 on with the model's lower
   bound lb: g = log(lb + (1 - lb) sigmoid(W_f u)); key k = 1 - exp(g); value i = W_i u; RMSNorm over
   the whole width d (g_norm, eps norm_eps), no gate.
-GQA (GLA/RetNet num_kv_heads) repeats k, v and the gate per query head. State per sequence:
-S [B, H, K, V] fp32 (RetNet also the position, kept by the model). Not thread-safe.
+GQA (GLA/RetNet num_kv_heads) repeats k, v and the gate per query head. With use_short_conv, GLA's
+q, k, v projections pass through short convolutions with silu, HGRN2's q, f, i through ones without
+activation, before everything above (short_conv.py; fla never gives RetNet one). State per sequence:
+S [B, H, K, V] fp32 (RetNet also the position, kept by the model); with short convolutions
+{"S": S, "conv": the last conv_size - 1 inputs of each}. Not thread-safe.
 """
 
 import torch
@@ -18,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import GLA_GATE_LOGIT_NORMALIZER, GLA_GATE_LOW_RANK_DIM
+from .short_conv import add_short_convs, init_conv_state, project
 from .skeleton import RMSNorm, apply_rope, gated_parallel, gated_step, repeat_heads, rms_norm, rope_inv_freq
 
 _ACTIVATIONS = {
@@ -53,15 +57,16 @@ class _GatedLinearBase(nn.Module):
             self.g_norm = RMSNorm(c.head_v_dim, c.norm_eps)
         self.o_proj = nn.Linear(c.value_dim, d, bias=False)
 
-    def _qkv(self, u):
+    def _qkv(self, u, convs=None):
         """u [..., d] -> q [..., H, K] (scaled by K^-0.5 later), k [..., Hkv, K], v [..., H, V] (v repeated)."""
         c = self.c
         lead = u.shape[:-1]
-        q = self.q_proj(u).view(*lead, c.num_heads, c.head_k_dim)
-        k = self.k_proj(u).view(*lead, c.num_kv_heads, c.head_k_dim)
+        q, k, v = project(self, ("q", "k", "v"), u, convs)
+        q = q.view(*lead, c.num_heads, c.head_k_dim)
+        k = k.view(*lead, c.num_kv_heads, c.head_k_dim)
         if c.feature_map is not None:
             q, k = _ACTIVATIONS[c.feature_map](q), _ACTIVATIONS[c.feature_map](k)
-        v = self.v_proj(u).view(*lead, c.num_kv_heads, c.head_v_dim)
+        v = v.view(*lead, c.num_kv_heads, c.head_v_dim)
         return q, k, repeat_heads(v, c.groups, len(lead))
 
     def _output(self, y, u):
@@ -76,7 +81,21 @@ class _GatedLinearBase(nn.Module):
 
     def init_state(self, batch, dtype):
         c = self.c
-        return torch.zeros(batch, c.num_heads, c.head_k_dim, c.head_v_dim, dtype=dtype)
+        return with_convs(self, torch.zeros(batch, c.num_heads, c.head_k_dim, c.head_v_dim, dtype=dtype), batch)
+
+
+def with_convs(mixer, state, batch):
+    """The layer state: S alone, or {"S": S, "conv": caches} for a mixer with short convolutions."""
+    return {"S": state, "conv": init_conv_state(mixer, batch, state.dtype)} if mixer.conv_names else state
+
+
+def split_convs(state):
+    """(S, a copy of the convolution caches or None) of a layer state."""
+    return (state["S"], dict(state["conv"])) if isinstance(state, dict) else (state, None)
+
+
+def join_convs(state, convs):
+    return state if convs is None else {"S": state, "conv": convs}
 
 
 class GatedLinearAttention(_GatedLinearBase):
@@ -86,11 +105,12 @@ class GatedLinearAttention(_GatedLinearBase):
         self.gk_proj = nn.Sequential(
             nn.Linear(d, GLA_GATE_LOW_RANK_DIM, bias=False), nn.Linear(GLA_GATE_LOW_RANK_DIM, kv * c.head_k_dim, bias=True)
         )
+        add_short_convs(self, c, [("q", c.key_dim), ("k", kv * c.head_k_dim), ("v", kv * c.head_v_dim)], "silu")
 
-    def _inputs(self, u):
+    def _inputs(self, u, convs=None):
         c = self.c
         lead = u.shape[:-1]
-        q, k, v = self._qkv(u)
+        q, k, v = self._qkv(u, convs)
         g = F.logsigmoid(self.gk_proj(u)) / GLA_GATE_LOGIT_NORMALIZER
         if c.clamp_min is not None:
             g = g.clamp_min(c.clamp_min)
@@ -99,9 +119,10 @@ class GatedLinearAttention(_GatedLinearBase):
         return q * c.head_k_dim**-0.5, repeat_heads(k, c.groups, dim), v, repeat_heads(g, c.groups, dim)
 
     def step(self, u, state, position=None):
-        q, k, v, g = self._inputs(u)
+        state, convs = split_convs(state)
+        q, k, v, g = self._inputs(u, convs)
         y, state = gated_step(state, q, k, v, log_decay=g)
-        return self._output(y, u), state
+        return self._output(y, u), join_convs(state, convs)
 
     def forward(self, u):
         q, k, v, g = self._inputs(u)
@@ -111,6 +132,7 @@ class GatedLinearAttention(_GatedLinearBase):
 class MultiScaleRetention(_GatedLinearBase):
     def __init__(self, c, layer_idx=0):
         super().__init__(c)
+        self.conv_names = []  # fla never passes use_short_conv to its RetNet layer
         self.register_buffer("inv_freq", rope_inv_freq(c.head_k_dim, RETNET_ROPE_BASE), persistent=False)
         self.register_buffer("decays", retnet_decays(c.num_heads), persistent=False)
 
@@ -142,12 +164,13 @@ class HGRN2Attention(nn.Module):
         self.i_proj = nn.Linear(d, c.value_dim, bias=False)
         self.g_norm = RMSNorm(c.value_dim, c.norm_eps)
         self.o_proj = nn.Linear(c.value_dim, d, bias=False)
+        add_short_convs(self, c, [("q", c.key_dim), ("f", c.key_dim), ("i", c.value_dim)], None)
 
-    def _inputs(self, u, lower_bound):
+    def _inputs(self, u, lower_bound, convs=None):
         c = self.c
         lead = u.shape[:-1]
-        q = F.silu(self.q_proj(u))
-        f = self.f_proj(u)
+        q, f, i = project(self, ("q", "f", "i"), u, convs)
+        q = F.silu(q)
         if lower_bound is None:
             g = F.logsigmoid(f)
         else:
@@ -156,19 +179,20 @@ class HGRN2Attention(nn.Module):
         k = 1 - g.exp()
         heads = lambda x, dim: x.view(*lead, c.num_heads, dim)  # noqa: E731
         q = heads(q, c.head_k_dim) * c.head_k_dim**-0.5
-        return q, heads(k, c.head_k_dim), heads(self.i_proj(u), c.head_v_dim), heads(g, c.head_k_dim)
+        return q, heads(k, c.head_k_dim), heads(i, c.head_v_dim), heads(g, c.head_k_dim)
 
     def _output(self, y):
         return self.o_proj(self.g_norm(y.reshape(*y.shape[:-2], self.c.value_dim)))
 
     def init_state(self, batch, dtype):
         c = self.c
-        return torch.zeros(batch, c.num_heads, c.head_k_dim, c.head_v_dim, dtype=dtype)
+        return with_convs(self, torch.zeros(batch, c.num_heads, c.head_k_dim, c.head_v_dim, dtype=dtype), batch)
 
     def step(self, u, state, position=None, lower_bound=None):
-        q, k, v, g = self._inputs(u, lower_bound)
+        state, convs = split_convs(state)
+        q, k, v, g = self._inputs(u, lower_bound, convs)
         y, state = gated_step(state, q, k, v, log_decay=g)
-        return self._output(y), state
+        return self._output(y), join_convs(state, convs)
 
     def forward(self, u, lower_bound=None):
         q, k, v, g = self._inputs(u, lower_bound)

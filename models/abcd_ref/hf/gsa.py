@@ -5,13 +5,16 @@ s_j = 1 - alpha_j; key memory Kt[:, j] = alpha_j Kt[:, j] + s_j k; p = softmax_j
 value memory Vt[j] = alpha_j Vt[j] + s_j v; y = sum_j p_j Vt[j]. q, k = phi(projections) with phi silu,
 relu or t2r (relu of a shared [K, K] linear); v = silu(W_v u). Heads concatenated, silu, RMSNorm over
 the whole value width (g_norm, eps norm_eps), o_proj. GQA repeats k, v and the gate logits per query
-head. State per sequence: Kt [B, H, K, M] and Vt [B, H, M, V] (fp32). Not thread-safe.
+head. With use_short_conv, W_q u, W_k u and W_v u pass through their short convolutions (silu) first
+(short_conv.py). State per sequence: Kt [B, H, K, M] and Vt [B, H, M, V] (fp32), plus the convolutions'
+last conv_size - 1 inputs. Not thread-safe.
 """
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .short_conv import add_short_convs, init_conv_state, project
 from .skeleton import RMSNorm, repeat_heads
 
 
@@ -39,6 +42,7 @@ class GatedSlotAttention(nn.Module):
             self.feature_map = T2RFeatureMap(c.head_k_dim)
         self.g_norm = RMSNorm(c.value_dim, c.norm_eps)
         self.o_proj = nn.Linear(c.value_dim, d, bias=False)
+        add_short_convs(self, c, [("q", c.key_dim), ("k", kv * c.head_k_dim), ("v", kv * c.head_v_dim)], "silu")
 
     def _phi(self, x):
         if self.c.feature_map == "swish":
@@ -47,13 +51,15 @@ class GatedSlotAttention(nn.Module):
             return F.relu(x)
         return self.feature_map(x)
 
-    def _inputs(self, u):
-        """u [..., d] -> q [..., H, K], k [..., H, K], v [..., H, V], log alpha f [..., H, M] (GQA repeated)."""
+    def _inputs(self, u, convs=None):
+        """u [..., d] -> q [..., H, K], k [..., H, K], v [..., H, V], log alpha f [..., H, M] (GQA repeated);
+        convs: the step's convolution caches (short_conv.project)."""
         c = self.c
         lead = u.shape[:-1]
-        q = self._phi(self.q_proj(u).view(*lead, c.num_heads, c.head_k_dim))
-        k = self._phi(self.k_proj(u).view(*lead, c.num_kv_heads, c.head_k_dim))
-        v = F.silu(self.v_proj(u)).view(*lead, c.num_kv_heads, c.head_v_dim)
+        q, k, v = project(self, ("q", "k", "v"), u, convs)
+        q = self._phi(q.view(*lead, c.num_heads, c.head_k_dim))
+        k = self._phi(k.view(*lead, c.num_kv_heads, c.head_k_dim))
+        v = F.silu(v).view(*lead, c.num_kv_heads, c.head_v_dim)
         f = F.logsigmoid(self.f_proj(u).view(*lead, c.num_kv_heads, c.num_slots)) / c.gate_logit_normalizer
         dim = len(lead)
         return q, repeat_heads(k, c.groups, dim), repeat_heads(v, c.groups, dim), repeat_heads(f, c.groups, dim)
@@ -68,10 +74,12 @@ class GatedSlotAttention(nn.Module):
         return {
             "k": torch.zeros(batch, c.num_heads, c.head_k_dim, c.num_slots, dtype=dtype),
             "v": torch.zeros(batch, c.num_heads, c.num_slots, c.head_v_dim, dtype=dtype),
+            "conv": init_conv_state(self, batch, dtype),
         }
 
     def step(self, u, state, position=None):
-        q, k, v, f = self._inputs(u)  # [B, H, *]
+        convs = dict(state["conv"])
+        q, k, v, f = self._inputs(u, convs)  # [B, H, *]
         alpha = f.exp()
         s = 1 - alpha
         key_mem = alpha[:, :, None, :] * state["k"] + s[:, :, None, :] * k[..., None]
@@ -79,7 +87,7 @@ class GatedSlotAttention(nn.Module):
         p = scores.softmax(-1)
         value_mem = alpha[..., None] * state["v"] + s[..., None] * v[:, :, None, :]
         y = torch.einsum("bhm,bhmv->bhv", p, value_mem)
-        return self._output(y), {"k": key_mem, "v": value_mem}
+        return self._output(y), {"k": key_mem, "v": value_mem, "conv": convs}
 
     # Chunk length of the training form (gsa_chunked); None = the naive T x T form below.
     chunk = None

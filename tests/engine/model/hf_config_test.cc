@@ -32,6 +32,14 @@ json Gsa() {
     "feature_map": "swish", "use_short_conv": false, "norm_eps": 1e-6})");
 }
 
+// fla-hub style Gated DeltaNet (fla's config class defaults, small sizes).
+json GatedDeltaNet() {
+  return json::parse(R"({"model_type": "gated_deltanet", "vocab_size": 320,
+    "hidden_size": 64, "num_hidden_layers": 2, "head_dim": 16, "num_heads": 2,
+    "num_v_heads": null, "expand_v": 2, "use_gate": true, "use_short_conv": true,
+    "conv_size": 4, "allow_neg_eigval": false, "norm_eps": 1e-6})");
+}
+
 absl::StatusOr<ModelConfig> Parse(const json& config, const std::string& generation = "",
                                   const std::string& tokenizer = "") {
   return ParseHfConfig(config, generation, tokenizer);
@@ -147,7 +155,9 @@ TEST(HfConfig, RefusalsNameTheKey) {
     config[key] = value;
     return config;
   };
-  cases.push_back({with(Gsa(), "use_short_conv", true), "use_short_conv"});
+  cases.push_back({with(with(Gsa(), "use_short_conv", true), "conv_size", 0), "conv_size"});
+  cases.push_back({with(GatedDeltaNet(), "num_v_heads", 3), "num_v_heads"});
+  cases.push_back({with(GatedDeltaNet(), "expand_v", 1.3), "expand_v"});
   cases.push_back({with(Gsa(), "hidden_act", "powlu"), "hidden_act"});
   cases.push_back({with(Gsa(), "elementwise_affine", false), "elementwise_affine"});
   cases.push_back({with(Gsa(), "attnres_block_size", 4), "attnres_block_size"});
@@ -169,6 +179,61 @@ TEST(HfConfig, RefusalsNameTheKey) {
     EXPECT_NE(error.find(absl::StrCat("\"", c.key, "\"")), std::string::npos)
         << c.key << ": " << error;
   }
+}
+
+// use_short_conv gives gsa, gla and hgrn2 conv_size taps (default 4); retnet ignores it as fla
+// does; gated_deltanet convolves by default.
+TEST(HfConfig, ShortConvolutionsAndGatedDeltaNet) {
+  json gsa = Gsa();
+  gsa["use_short_conv"] = true;
+  absl::StatusOr<ModelConfig> c = Parse(gsa);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->decoder_layers[1].attention.conv_size, 4);
+  gsa["conv_size"] = 3;
+  c = Parse(gsa);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->decoder_layers[0].attention.conv_size, 3);
+  EXPECT_NE(DescribeAttention(c->decoder_layers[0].attention).find("short_conv=3"),
+            std::string::npos);
+  gsa["use_short_conv"] = false;
+  c = Parse(gsa);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->decoder_layers[0].attention.conv_size, 0);
+  json retnet = Gsa();
+  retnet["model_type"] = "retnet";
+  retnet.erase("feature_map");
+  retnet["use_short_conv"] = true;
+  c = Parse(retnet);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->decoder_layers[0].attention.conv_size, 0);
+
+  c = Parse(GatedDeltaNet());
+  ASSERT_TRUE(c.ok()) << c.status();
+  const AttentionSpec& a = c->decoder_layers[1].attention;
+  EXPECT_EQ(a.type, AttentionType::kGatedDelta);
+  EXPECT_EQ(a.heads, 2);     // value heads
+  EXPECT_EQ(a.kv_heads, 2);  // q/k heads
+  EXPECT_EQ(a.key_dim, 16);
+  EXPECT_EQ(a.value_dim, 32);
+  EXPECT_EQ(a.conv_size, 4);
+  EXPECT_TRUE(a.output_gate);
+  EXPECT_FALSE(a.allow_neg_eigval);
+  EXPECT_EQ(c->d_ff, 256);
+  json gva = GatedDeltaNet();
+  gva["num_v_heads"] = 4;
+  gva["use_short_conv"] = false;
+  gva["use_gate"] = false;
+  gva["allow_neg_eigval"] = true;
+  gva["expand_v"] = 1.5;
+  c = Parse(gva);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const AttentionSpec& g = c->decoder_layers[0].attention;
+  EXPECT_EQ(g.heads, 4);
+  EXPECT_EQ(g.kv_heads, 2);
+  EXPECT_EQ(g.value_dim, 24);
+  EXPECT_EQ(g.conv_size, 0);
+  EXPECT_FALSE(g.output_gate);
+  EXPECT_TRUE(g.allow_neg_eigval);
 }
 
 // Qwen2.5-0.5B's config.json (model_type qwen2): tied, theta 1e6, a sliding_window that
