@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
@@ -136,11 +137,11 @@ const Value* CallArgs::Get(size_t index, absl::string_view name) const {
 
 bool IsFilter(absl::string_view name) {
   static const absl::flat_hash_set<absl::string_view> kNames = {
-      "trim",   "length",   "count",      "upper",      "lower", "capitalize", "title",
-      "tojson", "default",  "d",          "first",      "last",  "join",       "list",
-      "select", "reject",   "selectattr", "rejectattr", "map",   "string",     "int",
-      "float",  "replace",  "reverse",    "items",      "safe",  "abs",        "escape",
-      "e",      "dictsort", "unique",     "sort",       "min",   "max",        "sum"};
+      "trim",       "length",     "count", "upper",  "lower", "capitalize", "title",   "tojson",
+      "default",    "d",          "first", "last",   "join",  "list",       "select",  "reject",
+      "selectattr", "rejectattr", "map",   "string", "int",   "float",      "replace", "reverse",
+      "items",      "safe",       "abs",   "escape", "e",     "dictsort",   "unique",  "sort",
+      "min",        "max",        "sum",   "indent"};
   return kNames.contains(name);
 }
 
@@ -227,7 +228,7 @@ absl::StatusOr<std::shared_ptr<const ValueList>> Iterate(const Value& v, RenderB
       keys->reserve(v.dict->size());
       for (const auto& [key, value] : *v.dict) {
         if (absl::Status st = budget.Bytes(key.size()); !st.ok()) return st;
-        keys->push_back(Value::String(key));
+        keys->push_back(KeyValue(key));
       }
       return std::shared_ptr<const ValueList>(std::move(keys));
     }
@@ -270,11 +271,12 @@ absl::StatusOr<Value> GetAttr(const Value& object, absl::string_view name, Rende
 
 absl::StatusOr<Value> GetItem(const Value& object, const Value& key, RenderBudget& budget) {
   if (object.undefined()) return UndefinedError(object);
-  if (object.kind == Value::Kind::kDict && key.is_string()) {
+  if (object.kind == Value::Kind::kDict && (key.is_string() || key.kind == Value::Kind::kInt)) {
     if (absl::Status st = budget.Work(static_cast<int64_t>(object.dict->size())); !st.ok()) {
       return st;
     }
-    if (const Value* found = object.Find(key.s.str()); found != nullptr) return *found;
+    if (const Value* found = object.Find(*DictKey(key)); found != nullptr) return *found;
+    if (!key.is_string()) return Value::Undefined();
     return GetAttr(object, key.s.str(), budget);
   }
   if ((object.kind == Value::Kind::kList || object.kind == Value::Kind::kString) &&
@@ -417,7 +419,8 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& v, const Cal
       if (absl::Status st = budget.Work(static_cast<int64_t>(arg->dict->size())); !st.ok()) {
         return st;
       }
-      return v.is_string() && arg->Find(v.s.str()) != nullptr;
+      const std::optional<std::string> key = DictKey(v);
+      return key.has_value() && arg->Find(*key) != nullptr;
     }
     absl::StatusOr<std::shared_ptr<const ValueList>> items = Iterate(*arg, budget);
     if (!items.ok()) return items.status();
@@ -446,7 +449,8 @@ absl::StatusOr<Value> CallMethod(const Value& self, absl::string_view name, cons
     if (name == "get") {
       const Value* key = args.Get(0, "");
       if (key == nullptr) return Error("get() takes a key");
-      const Value* found = key->is_string() ? self.Find(key->s.str()) : nullptr;
+      const std::optional<std::string> key_text = DictKey(*key);
+      const Value* found = key_text.has_value() ? self.Find(*key_text) : nullptr;
       if (found != nullptr) return *found;
       const Value* fallback = args.Get(1, "");
       return fallback != nullptr ? *fallback : Value::None();
@@ -461,8 +465,8 @@ absl::StatusOr<Value> CallMethod(const Value& self, absl::string_view name, cons
         if (name != "values") {
           if (absl::Status st = budget.Bytes(key.size()); !st.ok()) return st;
         }
-        if (name == "items") out.push_back(Value::Tuple({Value::String(key), value}));
-        if (name == "keys") out.push_back(Value::String(key));
+        if (name == "items") out.push_back(Value::Tuple({KeyValue(key), value}));
+        if (name == "keys") out.push_back(KeyValue(key));
         if (name == "values") out.push_back(value);
       }
       return Value::List(std::move(out));
@@ -602,9 +606,14 @@ absl::StatusOr<Value> CallGlobal(absl::string_view name, const CallArgs& args,
     if (format->s.str().size() > 256)
       return Error("strftime_now()'s format is longer than 256 bytes");
     // transformers: datetime.now().strftime(format), the server's local time.
-    const std::time_t now = std::time(nullptr);
     std::tm local{};
-    localtime_r(&now, &local);
+    if (const std::optional<int64_t>& fixed = budget.limits().fixed_time; fixed.has_value()) {
+      const std::time_t pinned = static_cast<std::time_t>(*fixed);
+      gmtime_r(&pinned, &local);
+    } else {
+      const std::time_t now = std::time(nullptr);
+      localtime_r(&now, &local);
+    }
     char buffer[4096];
     const size_t n = std::strftime(buffer, sizeof(buffer), format->s.str().c_str(), &local);
     return NewString(std::string(buffer, n), budget);

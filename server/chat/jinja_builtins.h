@@ -5,6 +5,7 @@
 //             sort_keys) default/d first last
 //             join list selectattr rejectattr select reject map(attribute= | filter name) string
 //             int float replace reverse items safe abs escape/e dictsort unique sort min max sum
+//             indent
 //   tests     defined undefined none string number integer float boolean true false mapping
 //             iterable sequence callable odd even divisibleby equalto/eq/== ne/!= lower upper
 //             in sameas gt/> ge/>= lt/< le/<=

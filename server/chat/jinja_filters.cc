@@ -40,6 +40,9 @@ absl::StatusOr<Value> SelectOrReject(const Value& input, const CallArgs& args, b
   for (size_t k = next; k < args.positional.size(); ++k) {
     test_args.positional.push_back(args.positional[k]);
   }
+  // jinja2's select_or_reject starts with `if value:`: none (a template's tools when there
+  // are none) selects nothing.
+  if (!Truthy(input)) return Value::List({});
   absl::StatusOr<ListPtr> items = Iterate(input, budget);
   if (!items.ok()) return items.status();
   if (absl::Status st = budget.Items((*items)->size()); !st.ok()) return st;
@@ -63,6 +66,7 @@ absl::StatusOr<Value> SelectOrReject(const Value& input, const CallArgs& args, b
 }
 
 absl::StatusOr<Value> Map(const Value& input, const CallArgs& args, RenderBudget& budget) {
+  if (!Truthy(input)) return Value::List({});  // jinja2: `if value:` (none maps to nothing)
   absl::StatusOr<ListPtr> items = Iterate(input, budget);
   if (!items.ok()) return items.status();
   if (absl::Status st = budget.Items((*items)->size()); !st.ok()) return st;
@@ -91,6 +95,75 @@ absl::StatusOr<Value> Map(const Value& input, const CallArgs& args, RenderBudget
     out.push_back(*std::move(value));
   }
   return Value::List(std::move(out));
+}
+
+// Python's str.splitlines(): the lines without their ends (\n, \r\n, \r, \v, \f, \x1c-\x1e,
+// U+0085, U+2028, U+2029).
+std::vector<absl::string_view> SplitLines(absl::string_view s) {
+  std::vector<absl::string_view> lines;
+  size_t start = 0;
+  size_t k = 0;
+  while (k < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[k]);
+    size_t end_len = 0;
+    if (c == '\r') {
+      end_len = k + 1 < s.size() && s[k + 1] == '\n' ? 2 : 1;
+    } else if (c == '\n' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) {
+      end_len = 1;
+    } else if (c == 0xc2 && k + 1 < s.size() && static_cast<unsigned char>(s[k + 1]) == 0x85) {
+      end_len = 2;
+    } else if (c == 0xe2 && k + 2 < s.size() && static_cast<unsigned char>(s[k + 1]) == 0x80 &&
+               (static_cast<unsigned char>(s[k + 2]) == 0xa8 ||
+                static_cast<unsigned char>(s[k + 2]) == 0xa9)) {
+      end_len = 3;
+    }
+    if (end_len == 0) {
+      ++k;
+      continue;
+    }
+    lines.push_back(s.substr(start, k - start));
+    k += end_len;
+    start = k;
+  }
+  if (start < s.size()) lines.push_back(s.substr(start));
+  return lines;
+}
+
+// jinja2's do_indent(s, width=4, first=False, blank=False): every line but the first (and
+// blank ones unless `blank`) gets the indentation (spaces, or the string given as width).
+absl::StatusOr<Value> Indent(const Value& input, const CallArgs& args, RenderBudget& budget) {
+  if (input.undefined()) return UndefinedError(input);
+  if (!input.is_string()) return Error("indent: the value must be a string");
+  std::string indention(4, ' ');
+  if (const Value* width = args.Get(0, "width"); width != nullptr) {
+    if (width->is_string()) {
+      indention = width->s.str();
+    } else {
+      absl::StatusOr<int64_t> n = NeedInt(*width, "indent's width");
+      if (!n.ok()) return n.status();
+      if (*n < 0 || *n > 256) return Error("indent's width must be between 0 and 256");
+      indention.assign(static_cast<size_t>(*n), ' ');
+    }
+  }
+  const Value* first = args.Get(1, "first");
+  const Value* blank = args.Get(2, "blank");
+  const std::string text = absl::StrCat(input.s.str(), "\n");  // jinja2's quirk, kept
+  if (absl::Status st = budget.Scan(text.size()); !st.ok()) return st;
+  const std::vector<absl::string_view> lines = SplitLines(text);
+  if (absl::Status st = budget.Bytes(text.size() + (lines.size() + 1) * indention.size());
+      !st.ok()) {
+    return st;
+  }
+  std::string out;
+  for (size_t k = 0; k < lines.size(); ++k) {
+    if (k > 0) out += "\n";
+    if (k > 0 && (!lines[k].empty() || (blank != nullptr && Truthy(*blank)))) out += indention;
+    out.append(lines[k].data(), lines[k].size());
+  }
+  if (first != nullptr && Truthy(*first)) out.insert(0, indention);
+  Value result = Value::String(std::move(out));
+  result.markup = input.markup;
+  return result;
 }
 
 absl::StatusOr<Value> Escape(const std::string& s, RenderBudget& budget) {
@@ -201,8 +274,8 @@ absl::StatusOr<Value> Sorted(absl::string_view name, const Value& input, const C
     std::vector<std::pair<Value, Value>> pairs;
     for (const auto& [key, value] : *input.dict) {
       if (absl::Status st = budget.Bytes(key.size() * 2); !st.ok()) return st;
-      Value item = Value::Tuple({Value::String(key), value});
-      pairs.emplace_back(SortKey(by_value ? value : Value::String(key), case_sensitive),
+      Value item = Value::Tuple({KeyValue(key), value});
+      pairs.emplace_back(SortKey(by_value ? value : KeyValue(key), case_sensitive),
                          std::move(item));
     }
     if (absl::Status st = SortBy(&pairs, reverse != nullptr && Truthy(*reverse), budget);
@@ -358,7 +431,12 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input, co
         input.undefined() || (boolean != nullptr && Truthy(*boolean) && !Truthy(input));
     return use ? (fallback != nullptr ? *fallback : Value::String("")) : input;
   }
-  if (name == "safe") return input;
+  if (name == "safe") {
+    if (!input.is_string()) return input;
+    Value marked = input;
+    marked.markup = true;
+    return marked;
+  }
   if (input.undefined() && (name == "tojson" || name == "dictsort" || name == "abs")) {
     return UndefinedError(input);
   }
@@ -377,7 +455,12 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input, co
       name == "title" || name == "escape" || name == "e" || name == "replace") {
     absl::StatusOr<std::string> text = StrOf(input, budget);
     if (!text.ok()) return text.status();
-    if (name == "escape" || name == "e") return Escape(*text, budget);
+    if (name == "escape" || name == "e") {
+      if (input.is_string() && input.markup) return input;  // Markup is not escaped twice
+      absl::StatusOr<Value> escaped = Escape(*text, budget);
+      if (escaped.ok()) escaped->markup = true;
+      return escaped;
+    }
     if (name == "replace") {
       const Value* old_text = args.Get(0, "old");
       const Value* new_text = args.Get(1, "new");
@@ -427,6 +510,7 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input, co
     return Value::String(*std::move(json));
   }
   if (name == "join") return Join(input, args, budget);
+  if (name == "indent") return Indent(input, args, budget);
   if (name == "first" || name == "last" || name == "list" || name == "reverse") {
     if (input.is_string() && (name == "first" || name == "last")) {
       if (input.s.str().empty()) return Value::Undefined(std::string(name));

@@ -83,6 +83,17 @@ absl::StatusOr<Value> BinaryOperator(const std::string& op, const Value& a, cons
     }
   }
   if (op == "+") {
+    if (a.is_string() && b.is_string() && (a.markup || b.markup)) {
+      // Markup + str (and str + Markup, Markup's __radd__): the plain operand is escaped.
+      absl::StatusOr<Value> left = a.markup ? a : ApplyFilter("escape", a, {}, budget);
+      if (!left.ok()) return left.status();
+      absl::StatusOr<Value> right = b.markup ? b : ApplyFilter("escape", b, {}, budget);
+      if (!right.ok()) return right.status();
+      if (absl::Status s = budget.Bytes(left->s.size() + right->s.size()); !s.ok()) return s;
+      Value sum = Value::String(absl::StrCat(left->s.str(), right->s.str()));
+      sum.markup = true;
+      return sum;
+    }
     if (a.is_string() && b.is_string()) {
       if (absl::Status s = budget.Bytes(a.s.str().size() + b.s.str().size()); !s.ok()) return s;
       return Value::String(absl::StrCat(a.s.str(), b.s.str()));

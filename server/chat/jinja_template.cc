@@ -1,6 +1,7 @@
 #include "server/chat/jinja_template.h"
 
 #include <cmath>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -282,7 +283,7 @@ class Renderer {
       return true;
     }
     std::string* text = slot->is_string() ? slot->s.Unique() : nullptr;
-    if (text != nullptr && right->is_string()) {
+    if (text != nullptr && right->is_string() && !slot->markup && !right->markup) {
       if (absl::Status s = budget_.Bytes(right->s.size()); !s.ok()) return s;
       text->append(right->s.str());
       return true;
@@ -506,14 +507,17 @@ class Renderer {
         ValueDict dict;
         for (size_t k = 0; k + 1 < items->positional.size(); k += 2) {
           const Value& key = items->positional[k];
-          if (!key.is_string()) return absl::InvalidArgumentError("dict keys must be strings");
+          const std::optional<std::string> key_text = DictKey(key);
+          if (!key_text.has_value()) {
+            return absl::InvalidArgumentError("dict keys must be strings or integers");
+          }
           if (absl::Status s = budget_.Items(dict.size() + 1); !s.ok()) return s;
           auto it = std::find_if(dict.begin(), dict.end(),
-                                 [&](const auto& item) { return item.first == key.s.str(); });
+                                 [&](const auto& item) { return item.first == *key_text; });
           if (it != dict.end()) {
             it->second = items->positional[k + 1];
           } else {
-            dict.emplace_back(key.s.str(), items->positional[k + 1]);
+            dict.emplace_back(*key_text, items->positional[k + 1]);
           }
         }
         return Value::Dict(std::move(dict));

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace abcd::chat {
@@ -229,7 +230,8 @@ absl::Status JsonTo(const Value& v, const JsonOptions& options, int depth, Rende
         }
         if (absl::Status st = newline(depth + 1); !st.ok()) return st;
         if (!list) {
-          if (absl::Status st = JsonString((*v.dict)[order[k]].first, budget, out); !st.ok()) {
+          if (absl::Status st = JsonString(KeyText((*v.dict)[order[k]].first), budget, out);
+              !st.ok()) {
             return st;
           }
           if (absl::Status st = Put(key_separator, budget, out); !st.ok()) return st;
@@ -281,7 +283,11 @@ absl::Status ReprTo(const Value& v, int depth, RenderBudget& budget, std::string
         if (k > 0) {
           if (absl::Status st = Put(", ", budget, out); !st.ok()) return st;
         }
-        if (absl::Status st = AppendStringRepr((*v.dict)[k].first, budget, out); !st.ok()) {
+        const std::string& key = (*v.dict)[k].first;
+        if (absl::Status st = !key.empty() && key[0] == kIntKeyMarker
+                                  ? Put(KeyText(key), budget, out)
+                                  : AppendStringRepr(key, budget, out);
+            !st.ok()) {
           return st;
         }
         if (absl::Status st = Put(": ", budget, out); !st.ok()) return st;
@@ -305,6 +311,25 @@ const Value* Value::Find(absl::string_view key) const {
     if (name == key) return &value;
   }
   return nullptr;
+}
+
+std::optional<std::string> DictKey(const Value& key) {
+  if (key.is_string()) return key.s.str();
+  if (key.kind == Value::Kind::kInt) return absl::StrCat(std::string(1, kIntKeyMarker), key.i);
+  return std::nullopt;
+}
+
+Value KeyValue(const std::string& key) {
+  int64_t i = 0;
+  if (!key.empty() && key[0] == kIntKeyMarker &&
+      absl::SimpleAtoi(absl::string_view(key).substr(1), &i)) {
+    return Value::Int(i);
+  }
+  return Value::String(key);
+}
+
+std::string KeyText(const std::string& key) {
+  return !key.empty() && key[0] == kIntKeyMarker ? key.substr(1) : key;
 }
 
 Value FromJson(const nlohmann::ordered_json& json) {

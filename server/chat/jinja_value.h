@@ -67,6 +67,11 @@ struct Value;
 using ValueList = std::vector<Value>;
 using ValueDict = std::vector<std::pair<std::string, Value>>;  // insertion order, unique keys
 
+// A dict key's text: a string key is its text; an integer key (a template's {512: 128}) is
+// kIntKeyMarker and its decimal digits, a byte no UTF-8 text holds, so 1 and "1" stay
+// different keys as in Python.
+inline constexpr char kIntKeyMarker = '\xff';
+
 struct Value {
   enum class Kind {
     kUndefined,
@@ -83,6 +88,9 @@ struct Value {
   Kind kind = Kind::kUndefined;
   bool b = false;
   bool tuple = false;  // kList: a tuple (repr in parentheses); otherwise a list
+  // kString: markupsafe's Markup (what the safe and escape filters return): `+` with a plain
+  // string escapes the plain one and gives Markup (functionary's `"..."|safe + x | tojson`).
+  bool markup = false;
   int64_t i = 0;
   double f = 0.0;
   // kString: the text; kFunction: the function's or method's name; kUndefined: its name.
@@ -161,6 +169,14 @@ struct Value {
   }
 };
 
+// The key text of `key` as a dict key (a string, or an integer: kIntKeyMarker), or nullopt
+// for a value of another kind.
+std::optional<std::string> DictKey(const Value& key);
+// A key text as the value a template sees (an integer key reads as an int).
+Value KeyValue(const std::string& key);
+// The key as JSON writes it (an integer key as its digits) and as Python's repr writes it.
+std::string KeyText(const std::string& key);
+
 // What one render may create and do (jinja_template.h's Render). The defaults are generous
 // for real templates: 1,000 messages of 4 KB through Llama-3, ChatML, Mistral v0.3 or Qwen2's
 // template use under 5% of the work and a quarter of the memory budget.
@@ -176,6 +192,9 @@ struct RenderLimits {
   // Polled every kPollEveryWork units; true ends the render with CANCELLED (a client gone, a
   // deadline passed, the server draining). Called on the rendering thread.
   std::function<bool()> cancelled;
+  // The time strftime_now formats, as seconds since the epoch read in UTC (tests pin it so a
+  // template that prints today's date renders the same on any day); unset: the local clock.
+  std::optional<int64_t> fixed_time;
 
   static constexpr uint64_t kBytesPerWorkUnit = 64;
   // A value in a list or dict, with the shared block of a string it may hold.
