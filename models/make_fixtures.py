@@ -7,6 +7,8 @@ fixtures also encoder_output [rows, d] (the M memory rows, or source + memory ro
 HF fixtures (HF_FIXTURES, names hf_*) hold an HF-layout checkpoint written by abcd_ref.hf (config.json,
 model.safetensors or shards + index, possibly bf16 or a legacy fla layout) instead; their prompt starts
 with bos and every logits row comes from the recurrent form of the model read back from those files.
+They also hold greedy_ids [64] and greedy_logprobs [64]: the float64 reference's own greedy
+continuation of the prompt (argmax of each step's logits, fed back) and each chosen id's log-probability.
 Deterministic: fixed seeds. Usage (from the repository root): /usr/bin/python3 models/make_fixtures.py
 [NAME ...] (only the named fixtures; index.json always lists them all)
 """
@@ -25,6 +27,7 @@ from abcd_ref.safetensors_io import save_file
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "golden"
 PROMPT_LEN, SOURCE_LEN, DECODE_LEN = 12, 10, 32
+GREEDY_LEN = 64  # HF fixtures: free-running greedy steps after the prompt
 FIRST_PLAIN_ID = 4  # random ids avoid pad 0, bos 1, eos 2, unk 3
 TOLERANCE = 1e-4
 
@@ -278,14 +281,36 @@ def make_hf_fixture(name, spec):
     parity = (model(tokens)[0] - recurrent).abs().max().item()
     exact = hf.run_recurrent(model.double(), tokens)[0][0]
     conditioning = (recurrent.double() - exact).abs().max().item()
+    greedy_ids, greedy_logprobs, margin = greedy(model, prompt)  # the float64 model (after .double())
     golden_tensors = {
         "prompt_ids": prompt.to(torch.int32),
         "prefill_logits": recurrent[:PROMPT_LEN].contiguous(),
         "decode_ids": decode_ids.to(torch.int32),
         "decode_logits": recurrent[PROMPT_LEN:].contiguous(),
+        "greedy_ids": greedy_ids.to(torch.int32),
+        "greedy_logprobs": greedy_logprobs.float().contiguous(),
     }
     save_file(golden_tensors, out / "golden.safetensors")
+    if margin < 1e-3:
+        print(f"{name}: warning: a greedy step's top two logits are only {margin:.2e} apart")
     return parity, conditioning
+
+
+def greedy(model, prompt):
+    """(ids [GREEDY_LEN], log-probabilities [GREEDY_LEN], smallest top-1 minus top-2 logit gap) of the
+    model's greedy continuation of `prompt` (recurrent form)."""
+    logits, state = hf.run_recurrent(model, prompt[None])
+    last = logits[0, -1]
+    ids, logprobs, margin = [], [], float("inf")
+    for _ in range(GREEDY_LEN):
+        top = last.topk(2).values
+        margin = min(margin, (top[0] - top[1]).item())
+        token = last.argmax()
+        ids.append(token)
+        logprobs.append(last.log_softmax(-1)[token])
+        last, state = model.step(token.view(1), state)
+        last = last[0]
+    return torch.stack(ids), torch.stack(logprobs), margin
 
 
 def main(names=None):

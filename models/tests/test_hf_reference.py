@@ -462,6 +462,16 @@ class FixtureTest(unittest.TestCase):
                 logits = hf.run_recurrent(model, ids)[0][0]
                 expected = torch.cat([golden["prefill_logits"], golden["decode_logits"]])
                 torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
+                # The greedy continuation (float64 reference): the same ids, log-probs within 1e-6.
+                model = model.double()
+                step_logits, state = hf.run_recurrent(model, golden["prompt_ids"].long()[None])
+                last, chosen = step_logits[0, -1], []
+                for token in golden["greedy_ids"].long():
+                    chosen.append(last.log_softmax(-1)[token].item())
+                    self.assertEqual(last.argmax().item(), token.item())
+                    last, state = model.step(token.view(1), state)
+                    last = last[0]
+                torch.testing.assert_close(torch.tensor(chosen, dtype=torch.float64), golden["greedy_logprobs"].double(), rtol=0, atol=1e-6)
 
 
 if __name__ == "__main__":

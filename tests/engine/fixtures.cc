@@ -44,6 +44,8 @@ Golden LoadGolden(const std::string& name) {
   golden.prefill_logits = floats("prefill_logits");
   golden.decode_logits = floats("decode_logits");
   golden.encoder_output = floats("encoder_output");
+  golden.greedy_ids = ints("greedy_ids");
+  golden.greedy_logprobs = floats("greedy_logprobs");
   return golden;
 }
 

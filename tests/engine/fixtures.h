@@ -19,6 +19,10 @@ struct Golden {
   std::vector<float> prefill_logits;  // [prompt, vocab]
   std::vector<float> decode_logits;   // [decode, vocab]
   std::vector<float> encoder_output;  // GMAT fixtures only: [rows, d]
+  // Hugging Face fixtures: the reference's greedy continuation of the prompt (64 ids) and each
+  // chosen id's log-probability.
+  std::vector<int32_t> greedy_ids;
+  std::vector<float> greedy_logprobs;
 };
 
 std::vector<std::string> FixtureNames();

@@ -1,8 +1,12 @@
 // The C++ engine against the PyTorch reference on every golden fixture: prefill logits at
-// every prompt position and 32 teacher-forced decode steps within 1e-4; prefill equal to
-// token-by-token decoding; fork and snapshot/restore continuing with identical logits.
+// every prompt position and 32 teacher-forced decode steps within 1e-4; on the Hugging Face
+// fixtures also 64 free-running greedy steps with the reference's ids and log-probabilities
+// within 1e-3; prefill equal to token-by-token decoding; fork and snapshot/restore continuing
+// with identical logits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "engine/model/model.h"
@@ -77,6 +81,29 @@ TEST_P(ParityTest, PrefillAndDecodeMatchReference) {
   EXPECT_LE(decode_error, kReferenceTolerance);
   std::printf("%s: max |logit - reference| prefill %.2e, 32 decode steps %.2e\n",
               GetParam().c_str(), prefill_error, decode_error);
+}
+
+TEST_P(ParityTest, GreedyDecodeMatchesReference) {
+  if (golden_.greedy_ids.empty()) GTEST_SKIP() << "no greedy reference (not an hf_* fixture)";
+  ASSERT_EQ(golden_.greedy_logprobs.size(), golden_.greedy_ids.size());
+  const SequenceId id = NewSequence();
+  std::vector<float> logits = Feed(id, golden_.prompt_ids);
+  std::span<const float> last = std::span<const float>(logits).last(static_cast<size_t>(vocab_));
+  float worst = 0.0f;
+  for (size_t step = 0; step < golden_.greedy_ids.size(); ++step) {
+    const int32_t token =
+        static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    ASSERT_EQ(token, golden_.greedy_ids[step]) << "greedy step " << step;
+    double sum = 0.0;
+    for (float x : last) sum += std::exp(static_cast<double>(x - last[static_cast<size_t>(token)]));
+    const float logprob = static_cast<float>(-std::log(sum));
+    worst = std::max(worst, std::abs(logprob - golden_.greedy_logprobs[step]));
+    EXPECT_NEAR(logprob, golden_.greedy_logprobs[step], 1e-3f) << "greedy step " << step;
+    logits = Feed(id, {&token, 1});
+    last = logits;
+  }
+  std::printf("%s: %zu greedy ids equal, max |log-prob - reference| %.2e\n", GetParam().c_str(),
+              golden_.greedy_ids.size(), worst);
 }
 
 TEST_P(ParityTest, PrefillEqualsStepByStep) {
