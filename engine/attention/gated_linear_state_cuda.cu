@@ -103,9 +103,10 @@ __global__ void __launch_bounds__(kFinishThreads)
 }
 
 // Block (head h x column tile, sequence, key split): see the file comment. Dynamic shared
-// memory: q, k, lambda [chunk] | v [tile] | warp sums [kWarps, tile].
+// memory: q, k, lambda [chunk] | v [tile] | warp sums [kWarps, tile]. At most 64 registers
+// (8 blocks, 32 warps an SM; ptxas chose 72-96 unbounded, and spills none at 64 on sm_90).
 template <int kVec, bool kCheckpoints>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 8)
     GatedLinearStepKernel(fla::Params params, StepRows rows, const float* prepared,
                           int64_t prepared_width, int tiles, int chunk, float* partials) {
   extern __shared__ float shared[];
