@@ -2,7 +2,7 @@
 // (models/FORMAT.md, "Hugging Face checkpoints"). Llama/Mistral/Qwen2/Qwen3:
 //   model.embed_tokens, model.layers.i.{input_layernorm, self_attn.*, post_attention_layernorm,
 //   mlp.{gate,up,down}_proj}, model.norm, lm_head
-// fla (gsa, gla, retnet, hgrn2):
+// fla (gsa, gla, retnet, hgrn2, gated_deltanet):
 //   model.embeddings (older: model.embed_tokens), model.layers.i.{attn_norm, attn.*, mlp_norm,
 //   mlp.*}, model.norm, lm_head
 // with the older fla layouts recognised by their tensor names: a fused mlp.gate_proj [2I, d]
