@@ -12,6 +12,7 @@
 #include "engine/scheduler/executor.h"
 #include "server/chat/chat_prompt.h"
 #include "server/chat/chat_template.h"
+#include "server/http/http_errors.h"
 #include "server/http/json_error.h"
 
 namespace abcd::http {
@@ -297,7 +298,9 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
   }
   if (prepared.logprobs) o["logprobs"] = prepared.top_logprobs;
   o["model"] = model->name;
-  ABCD_ASSIGN_OR_RETURN(prepared.request, ParseCompletionRequest(o.dump(), limits));
+  absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(o.dump(), limits);
+  if (!request.ok()) return RenameField(request.status(), "prompt", kRenderedMessages);
+  prepared.request = *std::move(request);
   prepared.request.generation.response_format = std::move(format);
   return prepared;
 }

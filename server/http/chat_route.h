@@ -45,6 +45,12 @@ namespace abcd::http {
 
 inline constexpr int kChatDefaultMaxTokens = 256;
 
+// How a chat refusal names the conversation once the template rendered it to token ids (the
+// completions parser and the engine call those "prompt" and "prompt_token_ids"), so that the
+// error's param is "messages".
+inline constexpr absl::string_view kRenderedMessages =
+    "messages (as rendered by the chat template)";
+
 // How a chat answer's tool calls are parsed (chat_tools.h): only for a request with tools and
 // tool_choice other than "none".
 struct ChatToolCalls {

@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "nlohmann/json.hpp"
 #include "server/core/served_models.h"
@@ -97,6 +99,20 @@ std::string ParamFromMessage(absl::string_view message) {
     if (word == field) return std::string(word);
   }
   return "";
+}
+
+absl::Status RenameField(const absl::Status& status, absl::string_view from, absl::string_view to) {
+  const absl::string_view message = status.message();
+  if (status.ok() || !absl::StartsWith(message, from) || message.size() == from.size()) {
+    return status;
+  }
+  const char next = message[from.size()];
+  if (next != ' ' && next != '[' && next != ':' && next != '.') return status;
+  absl::Status renamed(status.code(), absl::StrCat(to, message.substr(from.size())));
+  status.ForEachPayload([&renamed](absl::string_view url, const absl::Cord& payload) {
+    renamed.SetPayload(url, payload);
+  });
+  return renamed;
 }
 
 std::string ErrorBody(absl::string_view message, absl::string_view type, absl::string_view param,

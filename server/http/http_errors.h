@@ -36,6 +36,13 @@ std::string ParamFromMessage(absl::string_view message);
 // Rewrites the engine's field names to the JSON request's ("sampling.top_p" -> "top_p").
 std::string WireMessage(absl::string_view message);
 
+// `status` with the field its message starts with renamed: when the message begins with `from`
+// followed by ' ', '[', ':' or '.', that word becomes `to` (same code and payloads); any other
+// status is returned as it is. For messages naming the engine's field where the HTTP request
+// has another: a completion's token-id "prompt" is the engine's "prompt_token_ids", a chat's
+// rendered conversation is "messages".
+absl::Status RenameField(const absl::Status& status, absl::string_view from, absl::string_view to);
+
 // The JSON error body for `status` (not OK), with `message` run through WireMessage.
 std::string ErrorBody(const absl::Status& status);
 // An error body with an explicit type, param and code (empty param or code -> null).

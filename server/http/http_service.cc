@@ -337,7 +337,13 @@ void HttpService::Impl::StartCompletion(CompletionRequest parsed,
   CompletionCall::Part& part = call->parts()[0];
   absl::StatusOr<RequestId> id =
       executor.Enqueue(std::move(request->generation), EventChannel::Callback(part.channel));
-  if (!id.ok()) return call->FailEnqueue(id.status());
+  if (!id.ok()) {
+    // The engine names the token ids it was given: a completion's "prompt", a chat's messages.
+    absl::Status status = RenameField(id.status(), "prompt_token_ids",
+                                      kKind == "chat" ? kRenderedMessages : "prompt");
+    if (kKind == "chat") status = RenameField(status, "prompt", kRenderedMessages);
+    return call->FailEnqueue(status);
+  }
   part.id = *id;
   part.enqueued = true;
   if (!echo_ids.empty() && (*model)->tokenizer != nullptr) {

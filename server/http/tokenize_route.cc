@@ -32,7 +32,8 @@ absl::StatusOr<nlohmann::json> AnswerTokenize(const ServedModels& models, absl::
       nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_object() && parsed.contains("messages")) {  // chat: the rendered conversation
     if (parsed.contains("prompt")) {
-      return absl::InvalidArgumentError("give either prompt or messages, not both");
+      return absl::InvalidArgumentError(
+          "prompt and messages are mutually exclusive; send one of them");
     }
     const nlohmann::json model_name = parsed.value("model", nlohmann::json(""));
     if (!model_name.is_string()) return absl::InvalidArgumentError("model must be a string");
