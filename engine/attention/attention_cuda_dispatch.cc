@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/attention/linear_state.h"
+#include "engine/attention/softmax_state.h"
 #include "engine/core/status_macros.h"
 
 namespace abcd::cuda {
@@ -30,6 +31,10 @@ absl::Status CheckCudaKernel(const AttentionSpec& spec, absl::string_view where,
     case AttentionType::kRfa:
     case AttentionType::kT2r:
     case AttentionType::kElu:
+    case AttentionType::kGsa:
+    case AttentionType::kGla:
+    case AttentionType::kRetnet:
+    case AttentionType::kHgrn2:
       return absl::OkStatus();
     case AttentionType::kAbc:
       // The CUDA abc kernels implement exp control only (learned logits, running means).
@@ -38,10 +43,6 @@ absl::Status CheckCudaKernel(const AttentionSpec& spec, absl::string_view where,
           where, absl::StrCat("abc attention with control \"", AbcControlName(spec.control), "\""));
     case AttentionType::kWindow:
     case AttentionType::kTxl:
-    case AttentionType::kGsa:
-    case AttentionType::kGla:
-    case AttentionType::kRetnet:
-    case AttentionType::kHgrn2:
     case AttentionType::kGatedDelta:
       break;
   }
@@ -86,14 +87,35 @@ absl::Status UploadFeatureMap(CudaContext& context, const LinearState& linear,
 
 absl::StatusOr<CudaAttention> UploadCudaAttention(CudaContext& context, const AttentionSpec& spec,
                                                   const AttentionState& state, int n_heads,
-                                                  int head_dim, absl::string_view where,
-                                                  int64_t* bytes) {
+                                                  int head_dim, int64_t d_model,
+                                                  absl::string_view where, int64_t* bytes) {
   ABCD_RETURN_IF_ERROR(CheckCudaKernel(spec, where, /*cross=*/false));
   CudaAttention attention;
   attention.type = spec.type;
   attention.n_heads = n_heads;
   attention.head_dim = head_dim;
-  if (spec.type == AttentionType::kAbc) {
+  attention.kv_heads = n_heads;
+  attention.k_offset = d_model;
+  attention.attended_width = state.AttendedWidth(d_model);
+  if (const auto* softmax = dynamic_cast<const SoftmaxState*>(&state); softmax != nullptr) {
+    // Hugging Face layers: the state's own heads (Qwen3's head_dim need not be d / heads).
+    attention.n_heads = softmax->q_heads();
+    attention.kv_heads = softmax->kv_heads();
+    attention.head_dim = softmax->head_dim();
+    if (softmax->PreparedWidth() > 0) {
+      attention.k_offset = int64_t{softmax->q_heads()} * softmax->head_dim();
+    }
+    ABCD_ASSIGN_OR_RETURN(attention.rope_inv_freq,
+                          Upload(context, softmax->rope_inv_freq(), bytes));
+    ABCD_ASSIGN_OR_RETURN(attention.q_norm, Upload(context, softmax->q_norm(), bytes));
+    ABCD_ASSIGN_OR_RETURN(attention.k_norm, Upload(context, softmax->k_norm(), bytes));
+    attention.norm_eps = softmax->norm_eps();
+  }
+  if (spec.is_fla_mixer()) {
+    ABCD_ASSIGN_OR_RETURN(attention.fla, UploadFlaMixer(context, state, where, bytes));
+    attention.attended_width = attention.fla.attended_width;
+    attention.scratch_width = attention.fla.prepared_width;
+  } else if (spec.type == AttentionType::kAbc) {
     attention.abc = AbcShape{n_heads, head_dim, spec.slots};
   } else if (IsFeatureMapType(spec.type)) {
     const auto* linear = dynamic_cast<const LinearState*>(&state);
@@ -107,6 +129,7 @@ absl::StatusOr<CudaAttention> UploadCudaAttention(CudaContext& context, const At
 }
 
 absl::Status LaunchCudaAttention(CudaContext& context, const CudaAttention& attention,
+                                 float* projection, const int64_t* positions, float* scratch,
                                  const StepRows& rows, const KvCacheRows& cache) {
   switch (attention.type) {
     case AttentionType::kAbc:
@@ -116,13 +139,19 @@ absl::Status LaunchCudaAttention(CudaContext& context, const CudaAttention& atte
     case AttentionType::kElu:
       return LinearAttentionStep(context, attention.linear, rows);
     case AttentionType::kSoftmax:
-      return SoftmaxStep(context, attention.n_heads, attention.head_dim, rows, cache);
-    case AttentionType::kWindow:
-    case AttentionType::kTxl:
+      ABCD_RETURN_IF_ERROR(PrepareRotaryRows(
+          context, projection, rows.q_stride, rows.batch, attention.n_heads, attention.kv_heads,
+          attention.head_dim, positions, attention.rope_inv_freq.data(), attention.q_norm.data(),
+          attention.k_norm.data(), attention.norm_eps));
+      return SoftmaxStep(context, attention.n_heads, attention.kv_heads, attention.head_dim, rows,
+                         cache);
     case AttentionType::kGsa:
     case AttentionType::kGla:
     case AttentionType::kRetnet:
     case AttentionType::kHgrn2:
+      return FlaMixerForward(context, attention.fla, rows, positions, scratch);
+    case AttentionType::kWindow:
+    case AttentionType::kTxl:
     case AttentionType::kGatedDelta:
       break;
   }

@@ -1,7 +1,9 @@
 // The one place that says which attention types have a CUDA kernel, and that launches them:
-// softmax (KV cache, split-K), abc with exp control, and rfa / t2r / elu self attention
-// (attention_state_cuda.h). Every other type, control or form is refused here, with one
-// message: "<where>: <what> has no CUDA kernel; use the CPU backend" (UNIMPLEMENTED, so that
+// softmax (KV cache, split-K; with GQA, RoPE and q/k norms for Hugging Face layers), abc with exp
+// control, rfa / t2r / elu self attention (attention_state_cuda.h) and the fla mixers gsa, gla,
+// retnet and hgrn2 without short convolutions (fla_state_cuda.h). Every other type, control
+// or form is refused here, with one message: "<where>: <what> has no CUDA kernel; use the CPU
+// backend" (UNIMPLEMENTED, so that
 // --device auto serves the model on the CPU). CudaModel (engine/model/model_cuda.h) calls
 // CheckCudaKernel for every attention of a model before it uploads anything, then
 // UploadCudaAttention per decoder layer and LaunchCudaAttention per layer and pass.
@@ -16,6 +18,7 @@
 #include "engine/attention/attention_spec.h"
 #include "engine/attention/attention_state.h"
 #include "engine/attention/attention_state_cuda.h"
+#include "engine/attention/fla_state_cuda.h"
 #include "engine/device/cuda_context.h"
 
 namespace abcd::cuda {
@@ -43,19 +46,37 @@ struct CudaAttention {
   AbcShape abc;                  // abc
   LinearAttentionParams linear;  // rfa, t2r, elu: projection / bias point into feature_*
   DeviceArray<float> feature_projection, feature_bias;
+  // Softmax: the key/value heads (GQA; n_heads for abcd's own layers) and, for Hugging Face
+  // layers, RoPE's inverse frequencies and Qwen3's per-head q/k norms (empty: none), applied to
+  // the projection rows in place before the cache append (PrepareRotaryRows).
+  int kv_heads = 0;
+  DeviceArray<float> rope_inv_freq, q_norm, k_norm;
+  float norm_eps = 0.0f;
+  // Where a projection row's k starts (q at 0) and the width of a read row (the output
+  // projection's input): d_model each for abcd's own layers.
+  int64_t k_offset = 0;
+  int64_t attended_width = 0;
+  // gsa, gla, retnet, hgrn2 (fla_state_cuda.h): the mixer between the projections, and the
+  // scratch floats per row it needs (0 for every other type).
+  CudaFlaMixer fla;
+  int64_t scratch_width = 0;
 };
 
 // The device side of `state` (a decoder layer's self attention of `spec`): the feature maps of
-// rfa and t2r are uploaded, adding their bytes to `*bytes`. NoCudaKernel for a spec without
-// a kernel (CheckCudaKernel).
+// rfa and t2r, the rotary tables and q/k norms of Hugging Face softmax layers are uploaded,
+// adding their bytes to `*bytes`. NoCudaKernel for a spec without a kernel (CheckCudaKernel).
+// `d_model`: the model width (abcd's own layers read q|k|v|extra of d_model columns each).
 absl::StatusOr<CudaAttention> UploadCudaAttention(CudaContext& context, const AttentionSpec& spec,
                                                   const AttentionState& state, int n_heads,
-                                                  int head_dim, absl::string_view where,
-                                                  int64_t* bytes);
+                                                  int head_dim, int64_t d_model,
+                                                  absl::string_view where, int64_t* bytes);
 
 // Enqueues the layer's kernel over `rows` (self attention: the state is updated, then read).
-// `cache` is read by softmax layers only.
+// `projection` is rows.q as a mutable pointer: the rows Hugging Face softmax layers rotate in
+// place; `positions` [rows] the rows' positions in their sequences (device); `scratch`
+// rows * scratch_width floats (fla mixers). `cache` is read by softmax layers only.
 absl::Status LaunchCudaAttention(CudaContext& context, const CudaAttention& attention,
+                                 float* projection, const int64_t* positions, float* scratch,
                                  const StepRows& rows, const KvCacheRows& cache);
 
 }  // namespace abcd::cuda

@@ -78,10 +78,12 @@ absl::Status LinearAttentionStep(CudaContext& context, const LinearAttentionPara
                                  const StepRows& rows);
 
 // ---- softmax with a KV cache (the fair baseline): row b appends its key/value at
-// lengths[b] of keys[b] / values[b] ([capacity, d] each, capacity > lengths[b]) and attends
-// over lengths[b] + 1 rows with a split-K kernel. The caller advances its lengths. All appends
-// land before any row attends, so a prefill is T rows sharing one cache with lengths
-// start, start + 1, ... (causal by construction; rows.first/count are not used).
+// lengths[b] of keys[b] / values[b] ([capacity, kv_heads * head_dim] each, capacity >
+// lengths[b]; the value right after the key in the row, at kv + kv_heads * head_dim) and
+// attends over lengths[b] + 1 rows with a split-K kernel; GQA: query head h reads key/value
+// head h / (n_heads / kv_heads) (abcd's own layers: kv_heads = n_heads). The caller advances its
+// lengths. All appends land before any row attends, so a prefill is T rows sharing one cache with
+// lengths start, start + 1, ... (causal by construction; rows.first/count are not used).
 struct KvCacheRows {
   float* const* keys = nullptr;      // [batch]; a null entry is a padding row: output 0
   float* const* values = nullptr;    // [batch]
@@ -89,7 +91,16 @@ struct KvCacheRows {
   int32_t max_length = 0;  // host-side bound on lengths (sizes the grid; a CUDA graph captures
                            // it, so any larger bound is valid too: extra chunks are empty)
 };
-absl::Status SoftmaxStep(CudaContext& context, int n_heads, int head_dim, const StepRows& rows,
-                         const KvCacheRows& cache);
+absl::Status SoftmaxStep(CudaContext& context, int n_heads, int kv_heads, int head_dim,
+                         const StepRows& rows, const KvCacheRows& cache);
+
+// Hugging Face softmax layers' kernel rows, in place over `batch` rows of `stride` floats
+// (q [q_heads * head_dim] at column 0, then k [kv_heads * head_dim]): each q and k head
+// RMS-normalised times q_norm / k_norm (Qwen3; both null: none), then turned by RoPE at
+// positions[row] with head_dim / 2 inverse frequencies (null: none) -- SoftmaxState::PrepareRows.
+absl::Status PrepareRotaryRows(CudaContext& context, float* rows, int64_t stride, int64_t batch,
+                               int q_heads, int kv_heads, int head_dim, const int64_t* positions,
+                               const float* inv_freq, const float* q_norm, const float* k_norm,
+                               float eps);
 
 }  // namespace abcd::cuda

@@ -67,6 +67,14 @@ class SoftmaxState final : public AttentionState {
   int64_t AttendedWidth(int64_t d_model) const override;
   // Values per KvCache row (keys of every kv head).
   int64_t KvWidth() const { return static_cast<int64_t>(kv_heads_) * head_dim_; }
+  // What the CUDA twin uploads (attention_cuda_dispatch.cc).
+  int q_heads() const { return q_heads_; }
+  int kv_heads() const { return kv_heads_; }
+  int head_dim() const { return head_dim_; }
+  const std::vector<float>& rope_inv_freq() const { return rope_inv_freq_; }
+  const std::vector<float>& q_norm() const { return q_norm_; }
+  const std::vector<float>& k_norm() const { return k_norm_; }
+  float norm_eps() const { return norm_eps_; }
 
  private:
   bool prepared() const {

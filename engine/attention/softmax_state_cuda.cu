@@ -33,28 +33,74 @@ __global__ void FillStatesKernel(float* const* states, const float* empty_state,
   }
 }
 
-__global__ void AppendKeyValueKernel(StepRows rows, KvCacheRows cache, int64_t d) {
+// The row's key [kv_width] and value [kv_width] (adjacent in the row) appended to its caches.
+__global__ void AppendKeyValueKernel(StepRows rows, KvCacheRows cache, int64_t kv_width) {
   const int64_t b = blockIdx.x;
   if (cache.keys[b] == nullptr) return;  // a padding row of a CUDA-graph bucket
   const float* k = rows.kv + b * rows.kv_stride;
-  const int64_t offset = static_cast<int64_t>(cache.lengths[b]) * d;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+  const int64_t offset = static_cast<int64_t>(cache.lengths[b]) * kv_width;
+  for (int64_t c = threadIdx.x; c < kv_width; c += blockDim.x) {
     cache.keys[b][offset + c] = k[c];
-    cache.values[b][offset + c] = k[d + c];
+    cache.values[b][offset + c] = k[kv_width + c];
+  }
+}
+
+// One block per (row, head) over q heads then k heads of a prepared row (cpu PrepareGqaRows):
+// the head's RMSNorm (q_norm / k_norm, when given) then RoPE at the row's position (half-split
+// pairs, angles as cpu::RopeAngles: the fp32 product p * inv_freq, its cos / sin in double).
+// In place; a row is `stride` floats, q at column 0, k right after the q heads.
+__global__ void PrepareRotaryKernel(float* rows, int64_t stride, int q_heads, int head_dim,
+                                    const int64_t* __restrict__ positions,
+                                    const float* __restrict__ inv_freq,
+                                    const float* __restrict__ q_norm,
+                                    const float* __restrict__ k_norm, float eps) {
+  __shared__ float partial[32];
+  const int64_t row = blockIdx.x;
+  const int head = blockIdx.y;
+  const bool is_query = head < q_heads;
+  float* x = rows + row * stride + static_cast<int64_t>(head) * head_dim;
+  const float* weight = is_query ? q_norm : k_norm;
+  if (weight != nullptr) {
+    float squares = 0.0f;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) squares += x[i] * x[i];
+    for (int offset = 16; offset > 0; offset /= 2) {
+      squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+    }
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = squares;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < static_cast<int>(blockDim.x + 31) / 32; ++w) total += partial[w];
+    const float inv = 1.0f / sqrtf(total / static_cast<float>(head_dim) + eps);
+    __syncthreads();  // every thread has read its inputs' squares before any write
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) x[i] = x[i] * inv * weight[i];
+    __syncthreads();
+  }
+  if (inv_freq == nullptr) return;
+  const int half = head_dim / 2;
+  const float p = static_cast<float>(positions[row]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    double sine, cosine;
+    sincos(static_cast<double>(__fmul_rn(p, inv_freq[i])), &sine, &cosine);
+    const float c = static_cast<float>(cosine), s = static_cast<float>(sine);
+    const float x0 = x[i], x1 = x[i + half];
+    x[i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    x[i + half] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
   }
 }
 
 // Dynamic shared memory: q [dh] | scores [chunk] | value partials [groups, dh] | stats [2].
 template <int kVec>
 __global__ void __launch_bounds__(kThreads)
-    SoftmaxSplitKernel(int n_heads, int head_dim, StepRows rows, KvCacheRows cache, int chunk,
-                       int lanes, float* partials) {
+    SoftmaxSplitKernel(int n_heads, int kv_heads, int head_dim, StepRows rows, KvCacheRows cache,
+                       int chunk, int lanes, float* partials) {
   extern __shared__ float shared[];
   const int h = blockIdx.x;
   const int64_t b = blockIdx.y;
   const int split = blockIdx.z, splits = gridDim.z;
   const int dh = head_dim;
-  const int64_t d = static_cast<int64_t>(n_heads) * dh;
+  // GQA: query head h reads key/value head h / (n_heads / kv_heads); cache rows hold kv_heads.
+  const int64_t d = static_cast<int64_t>(kv_heads) * dh;
+  const int kv_head = h / (n_heads / kv_heads);
   const int length = cache.lengths[b] + 1;
   const int t0 = split * chunk;
   const int local = max(0, min(length, t0 + chunk) - t0);
@@ -72,8 +118,8 @@ __global__ void __launch_bounds__(kThreads)
   float* stats_s = reduce_s + value_groups * dh;
 
   const float* q = rows.q + b * rows.q_stride + static_cast<int64_t>(h) * dh;
-  const float* keys = cache.keys[b] + static_cast<int64_t>(h) * dh;
-  const float* values = cache.values[b] + static_cast<int64_t>(h) * dh;
+  const float* keys = cache.keys[b] + static_cast<int64_t>(kv_head) * dh;
+  const float* values = cache.values[b] + static_cast<int64_t>(kv_head) * dh;
   for (int c = threadIdx.x; c < dh; c += kThreads) q_s[c] = q[c];
   __syncthreads();
 
@@ -225,12 +271,33 @@ absl::Status FillStates(CudaContext& context, float* const* states, int64_t batc
   return CheckLaunch("FillStatesKernel");
 }
 
-absl::Status SoftmaxStep(CudaContext& context, int n_heads, int head_dim, const StepRows& rows,
-                         const KvCacheRows& cache) {
+absl::Status PrepareRotaryRows(CudaContext& context, float* rows, int64_t stride, int64_t batch,
+                               int q_heads, int kv_heads, int head_dim, const int64_t* positions,
+                               const float* inv_freq, const float* q_norm, const float* k_norm,
+                               float eps) {
+  if (batch == 0 || (inv_freq == nullptr && q_norm == nullptr)) return absl::OkStatus();
+  if (q_heads <= 0 || kv_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0 ||
+      (q_norm == nullptr) != (k_norm == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rotary rows: heads ", q_heads, "/", kv_heads, ", head_dim ", head_dim));
+  }
+  ABCD_RETURN_IF_ERROR(CheckGridRows("rotary rows", q_heads + kv_heads));
+  const int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;
+  if (batch > INT32_MAX) return absl::InvalidArgumentError("rotary rows: too many rows");
+  const dim3 grid(static_cast<unsigned>(batch), static_cast<unsigned>(q_heads + kv_heads));
+  PrepareRotaryKernel<<<grid, threads, 0, context.stream()>>>(
+      rows, stride, q_heads, head_dim, positions, inv_freq, q_norm, k_norm, eps);
+  return CheckLaunch("PrepareRotaryKernel");
+}
+
+absl::Status SoftmaxStep(CudaContext& context, int n_heads, int kv_heads, int head_dim,
+                         const StepRows& rows, const KvCacheRows& cache) {
   if (rows.batch == 0) return absl::OkStatus();
-  if (n_heads <= 0 || head_dim <= 0 || cache.max_length < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("softmax shape: heads ", n_heads, ", head_dim ",
-                                                   head_dim, ", max_length ", cache.max_length));
+  if (n_heads <= 0 || head_dim <= 0 || cache.max_length < 0 || kv_heads <= 0 ||
+      n_heads % kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("softmax shape: heads ", n_heads, "/", kv_heads,
+                                                   ", head_dim ", head_dim, ", max_length ",
+                                                   cache.max_length));
   }
   const int vec = head_dim % 4 == 0 ? 4 : 1;
   if (head_dim / vec > kThreads) {
@@ -249,9 +316,9 @@ absl::Status SoftmaxStep(CudaContext& context, int n_heads, int head_dim, const 
   const int splits = plan.splits, chunk = plan.chunk;
 
   // Planned first, so a refused shape leaves the caches as they were.
-  const int64_t d = static_cast<int64_t>(n_heads) * head_dim;
+  const int64_t kv_width = static_cast<int64_t>(kv_heads) * head_dim;
   AppendKeyValueKernel<<<static_cast<unsigned>(rows.batch), 128, 0, context.stream()>>>(rows, cache,
-                                                                                        d);
+                                                                                        kv_width);
   absl::Status status = CheckLaunch("AppendKeyValueKernel");
   if (!status.ok()) return status;
 
@@ -267,10 +334,10 @@ absl::Status SoftmaxStep(CudaContext& context, int n_heads, int head_dim, const 
   const dim3 grid(n_heads, static_cast<unsigned>(rows.batch), splits);
   if (vec == 4) {
     SoftmaxSplitKernel<4><<<grid, kThreads, shared_bytes, context.stream()>>>(
-        n_heads, head_dim, rows, cache, chunk, lanes, partials);
+        n_heads, kv_heads, head_dim, rows, cache, chunk, lanes, partials);
   } else {
     SoftmaxSplitKernel<1><<<grid, kThreads, shared_bytes, context.stream()>>>(
-        n_heads, head_dim, rows, cache, chunk, lanes, partials);
+        n_heads, kv_heads, head_dim, rows, cache, chunk, lanes, partials);
   }
   status = CheckLaunch("SoftmaxSplitKernel");
   if (!status.ok() || splits == 1) return status;

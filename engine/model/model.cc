@@ -9,6 +9,7 @@
 #include "engine/attention/softmax_state.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/checkpoint.h"
+#include "engine/model/decoder_forward.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
 #include "engine/ops/elementwise.h"
@@ -316,9 +317,155 @@ absl::Status Model::Encode(CpuContext& ctx, std::span<const int32_t> source, Seq
   return absl::OkStatus();
 }
 
+// The CPU's DecoderOps for one Decode(): kResidual and kNormed are the context's scratch rows,
+// each sublayer's output lands in kDelta and is added to its target; the final norm and the head
+// run over the rows that asked for logits only.
+class Model::CpuPass final : public DecoderOps {
+ public:
+  CpuPass(const Model& model, CpuContext& ctx, std::span<const DecodeRow> rows,
+          std::span<SequenceState* const> states, std::span<const int64_t> positions,
+          std::span<const int64_t> checkpoint_slot,
+          const absl::flat_hash_map<SequenceId, int64_t>& checkpoints, std::vector<float>* logits)
+      : model_(model),
+        config_(model.config_),
+        ctx_(ctx),
+        rows_(rows),
+        states_(states),
+        positions_(positions),
+        checkpoint_slot_(checkpoint_slot),
+        checkpoints_(checkpoints),
+        logits_(logits),
+        n_(static_cast<int64_t>(rows.size())),
+        d_(config_.d_model),
+        refs_(rows.size()) {
+    x_ = ctx.Buffer(Scratch::kResidual, n_ * d_);
+    normed_ = ctx.Buffer(Scratch::kNormed, n_ * d_);
+    delta_ = ctx.Buffer(Scratch::kDelta, n_ * d_);
+  }
+
+  absl::Status Embed() override {
+    for (int64_t r = 0; r < n_; ++r) model_.Embed(rows_[r].token, positions_[r], x_ + r * d_);
+    return absl::OkStatus();
+  }
+
+  absl::Status Norm(int layer, BlockNorm which, DecoderBuffer from, DecoderBuffer to) override {
+    const Block& block = model_.decoder_->blocks[static_cast<size_t>(layer)];
+    const float eps = config_.layer_norm_eps;
+    if (config_.norm == abcd::Norm::kPost) {  // post-LN blocks: LayerNorm
+      const auto& [weight, bias] = which == BlockNorm::kAttention
+                                       ? std::tie(block.ln1_weight, block.ln1_bias)
+                                       : std::tie(block.ln2_weight, block.ln2_bias);
+      cpu::LayerNorm(Buffer(from), n_, d_, weight.data(), bias.data(), eps, Buffer(to));
+      return absl::OkStatus();
+    }
+    switch (which) {
+      case BlockNorm::kAttention:
+        model_.Normalize(Buffer(from), n_, block.ln1_weight, block.ln1_bias, Buffer(to));
+        break;
+      case BlockNorm::kCross:  // abcd's encoder-decoder models: LayerNorm
+        cpu::LayerNorm(Buffer(from), n_, d_, block.ln_cross_weight.data(),
+                       block.ln_cross_bias.data(), eps, Buffer(to));
+        break;
+      case BlockNorm::kFeedForward:
+        model_.Normalize(Buffer(from), n_, block.ln2_weight, block.ln2_bias, Buffer(to));
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SelfAttention(int layer, DecoderBuffer from, DecoderBuffer into) override {
+    const size_t l = static_cast<size_t>(layer);
+    model_.decoder_->blocks[l].self_attention->ForwardCausal(
+        ctx_, Buffer(from), n_, Bind(model_.layout_.self[l], /*self=*/true), delta_);
+    cpu::AddInPlace(Buffer(into), delta_, n_ * d_);
+    return absl::OkStatus();
+  }
+
+  absl::Status CrossAttention(int layer, DecoderBuffer from, DecoderBuffer into) override {
+    const size_t l = static_cast<size_t>(layer);
+    model_.decoder_->blocks[l].cross_attention->ForwardCross(
+        ctx_, Buffer(from), n_, Bind(model_.layout_.cross[l], /*self=*/false), delta_);
+    cpu::AddInPlace(Buffer(into), delta_, n_ * d_);
+    return absl::OkStatus();
+  }
+
+  absl::Status FeedForward(int layer, DecoderBuffer from, DecoderBuffer into) override {
+    model_.FeedForward(ctx_, model_.decoder_->blocks[static_cast<size_t>(layer)], Buffer(from), n_,
+                       delta_);
+    cpu::AddInPlace(Buffer(into), delta_, n_ * d_);
+    return absl::OkStatus();
+  }
+
+  absl::Status Output(DecoderBuffer output, bool final_norm) override {
+    output_ = Buffer(output);
+    final_norm_ = final_norm;
+    return absl::OkStatus();
+  }
+
+  // Logits only for the rows that asked (the vocabulary product dominates small models),
+  // appended to `logits`; after RunDecoder.
+  absl::Status ComputeLogits() {
+    int64_t wanted = 0;
+    for (int64_t r = 0; r < n_; ++r) wanted += rows_[r].want_logits ? 1 : 0;
+    if (wanted == 0) return absl::OkStatus();
+    float* selected = ctx_.Buffer(Scratch::kSelected, wanted * d_);
+    for (int64_t r = 0, i = 0; r < n_; ++r) {
+      if (rows_[r].want_logits) {
+        std::copy(output_ + r * d_, output_ + (r + 1) * d_, selected + (i++) * d_);
+      }
+    }
+    const float* final_rows = selected;  // post-LN: the last block's ln2 is the output
+    if (final_norm_) {
+      model_.Normalize(selected, wanted, model_.decoder_->ln_f_weight, model_.decoder_->ln_f_bias,
+                       normed_);
+      final_rows = normed_;
+    }
+    const size_t offset = logits_->size();
+    logits_->resize(offset + static_cast<size_t>(wanted) * config_.vocab_size);
+    cpu::Linear(final_rows, wanted, model_.head(), nullptr, logits_->data() + offset, ctx_);
+    return absl::OkStatus();
+  }
+
+ private:
+  float* Buffer(DecoderBuffer buffer) const {
+    return buffer == DecoderBuffer::kResidual ? x_ : normed_;
+  }
+
+  // Every row's state of one attention sublayer (self: with its speculative checkpoint).
+  std::span<const StateRef> Bind(const StateLayout::Slot& slot, bool self) {
+    const int64_t fixed_floats = static_cast<int64_t>(model_.layout_.initial_fixed.size());
+    for (int64_t r = 0; r < n_; ++r) {
+      SequenceState& s = *states_[r];
+      float* checkpoint =
+          self && checkpoint_slot_[r] >= 0 && slot.fixed_floats > 0
+              ? s.checkpoints.data() + checkpoint_slot_[r] * fixed_floats + slot.fixed_offset
+              : nullptr;
+      refs_[r] = {s.fixed.data() + slot.fixed_offset,
+                  slot.kv_index >= 0 ? &s.kv[slot.kv_index] : nullptr, positions_[r], checkpoint,
+                  checkpoints_.contains(rows_[r].sequence)};
+    }
+    return refs_;
+  }
+
+  const Model& model_;
+  const ModelConfig& config_;
+  CpuContext& ctx_;
+  std::span<const DecodeRow> rows_;
+  std::span<SequenceState* const> states_;
+  std::span<const int64_t> positions_;
+  std::span<const int64_t> checkpoint_slot_;
+  const absl::flat_hash_map<SequenceId, int64_t>& checkpoints_;
+  std::vector<float>* logits_;
+  const int64_t n_, d_;
+  std::vector<StateRef> refs_;
+  float *x_ = nullptr, *normed_ = nullptr, *delta_ = nullptr;
+  const float* output_ = nullptr;
+  bool final_norm_ = false;
+};
+
 absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, StatePool& pool,
                            std::vector<float>* logits) const {
-  const int64_t n = static_cast<int64_t>(rows.size()), d = config_.d_model;
+  const int64_t n = static_cast<int64_t>(rows.size());
   if (n == 0) return absl::OkStatus();
   // Validate everything and reserve KV pages before touching any state.
   std::vector<SequenceState*> states(n);
@@ -351,71 +498,10 @@ absl::Status Model::Decode(CpuContext& ctx, std::span<const DecodeRow> rows, Sta
     if (checkpoint_slot[r] >= 0) states[r]->checkpoint_positions.push_back(positions[r] + 1);
   }
 
-  float* x = ctx.Buffer(Scratch::kResidual, n * d);
-  float* normed = ctx.Buffer(Scratch::kNormed, n * d);
-  float* delta = ctx.Buffer(Scratch::kDelta, n * d);
-  for (int64_t r = 0; r < n; ++r) Embed(rows[r].token, positions[r], x + r * d);
-  std::vector<StateRef> refs(n);
-  const int64_t fixed_floats = static_cast<int64_t>(layout_.initial_fixed.size());
-  auto bind = [&](const StateLayout::Slot& slot, bool self) {
-    for (int64_t r = 0; r < n; ++r) {
-      SequenceState& s = *states[r];
-      float* checkpoint =
-          self && checkpoint_slot[r] >= 0 && slot.fixed_floats > 0
-              ? s.checkpoints.data() + checkpoint_slot[r] * fixed_floats + slot.fixed_offset
-              : nullptr;
-      refs[r] = {s.fixed.data() + slot.fixed_offset,
-                 slot.kv_index >= 0 ? &s.kv[slot.kv_index] : nullptr, positions[r], checkpoint,
-                 checkpoints.contains(rows[r].sequence)};
-    }
-    return std::span<const StateRef>(refs);
-  };
-  const float eps = config_.layer_norm_eps;
-  for (size_t l = 0; l < decoder_->blocks.size(); ++l) {
-    const Block& block = decoder_->blocks[l];
-    if (config_.norm == Norm::kPost) {
-      // Post-LN (Transformer-XL; decoder models only): x = ln1(x + attn(x)), then
-      // x = ln2(x + ffn(x)).
-      block.self_attention->ForwardCausal(ctx, x, n, bind(layout_.self[l], true), delta);
-      cpu::AddInPlace(x, delta, n * d);
-      cpu::LayerNorm(x, n, d, block.ln1_weight.data(), block.ln1_bias.data(), eps, normed);
-      FeedForward(ctx, block, normed, n, delta);
-      cpu::AddInPlace(normed, delta, n * d);
-      cpu::LayerNorm(normed, n, d, block.ln2_weight.data(), block.ln2_bias.data(), eps, x);
-      continue;
-    }
-    Normalize(x, n, block.ln1_weight, block.ln1_bias, normed);
-    block.self_attention->ForwardCausal(ctx, normed, n, bind(layout_.self[l], true), delta);
-    cpu::AddInPlace(x, delta, n * d);
-    if (block.cross_attention) {
-      cpu::LayerNorm(x, n, d, block.ln_cross_weight.data(), block.ln_cross_bias.data(), eps,
-                     normed);
-      block.cross_attention->ForwardCross(ctx, normed, n, bind(layout_.cross[l], false), delta);
-      cpu::AddInPlace(x, delta, n * d);
-    }
-    Normalize(x, n, block.ln2_weight, block.ln2_bias, normed);
-    FeedForward(ctx, block, normed, n, delta);
-    cpu::AddInPlace(x, delta, n * d);
-  }
+  CpuPass pass(*this, ctx, rows, states, positions, checkpoint_slot, checkpoints, logits);
+  ABCD_RETURN_IF_ERROR(RunDecoder(config_, pass));
   for (const auto& [sequence, end] : next_position) pool.Get(sequence)->position = end;
-
-  // Logits only for the rows that asked: the vocabulary product dominates small models.
-  int64_t wanted = 0;
-  for (int64_t r = 0; r < n; ++r) wanted += rows[r].want_logits ? 1 : 0;
-  if (wanted == 0) return absl::OkStatus();
-  float* selected = ctx.Buffer(Scratch::kSelected, wanted * d);
-  for (int64_t r = 0, i = 0; r < n; ++r) {
-    if (rows[r].want_logits) std::copy(x + r * d, x + (r + 1) * d, selected + (i++) * d);
-  }
-  const float* final_rows = selected;  // post-LN: the last block's ln2 is the output
-  if (config_.norm == Norm::kPre) {
-    Normalize(selected, wanted, decoder_->ln_f_weight, decoder_->ln_f_bias, normed);
-    final_rows = normed;
-  }
-  const size_t offset = logits->size();
-  logits->resize(offset + static_cast<size_t>(wanted) * config_.vocab_size);
-  cpu::Linear(final_rows, wanted, head(), nullptr, logits->data() + offset, ctx);
-  return absl::OkStatus();
+  return pass.ComputeLogits();
 }
 
 }  // namespace abcd

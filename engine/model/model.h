@@ -106,6 +106,8 @@ class Model {
   const PackedMatrix& head_matrix() const { return head(); }
 
  private:
+  // The CPU's ops of the decoder's one forward pass (engine/model/decoder_forward.h).
+  class CpuPass;
   Model();
   absl::Status LoadStack(const std::string& name, const std::vector<LayerSpec>& layers,
                          class WeightLoader& weights, Stack& stack);

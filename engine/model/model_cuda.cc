@@ -32,10 +32,10 @@ absl::Status CopyToDevice(CudaContext& context, const std::vector<T>& host, T* d
 }
 
 // The refusals made before anything is uploaded, in this order: attention without a CUDA
-// kernel (attention_cuda_dispatch.h: feature-map cross attention, Hugging Face models, txl),
-// the model-level options the device pass lacks, abc controls other than exp in cross and
-// encoder attention, gmat encoders, encoder-decoder models. Decoder self attention is checked
-// layer by layer as it is uploaded (UploadCudaAttention).
+// kernel (attention_cuda_dispatch.h: feature-map cross attention, Hugging Face layer types
+// without one, txl), the model-level options the device pass lacks (post-LN), abc controls other
+// than exp in cross and encoder attention, gmat encoders, encoder-decoder models. Decoder self
+// attention is checked layer by layer as it is uploaded (UploadCudaAttention).
 absl::Status CheckCudaSupport(const ModelConfig& config) {
   const std::vector<LayerSpec>& decoder_layers = config.decoder_layers;
   const auto decoder = [](size_t l) { return absl::StrCat("decoder_layers[", l, "]"); };
@@ -48,24 +48,21 @@ absl::Status CheckCudaSupport(const ModelConfig& config) {
     const std::optional<AttentionSpec>& c = decoder_layers[l].cross_attention;
     if (c && IsFeatureMapType(c->type)) return CheckCudaKernel(*c, cross(l), /*cross=*/true);
   }
-  // Hugging Face models (Llama's RMSNorm, SwiGLU, RoPE and GQA; the fla mixers): refused naming
-  // the layer type, so --device auto serves them on the CPU.
+  // Hugging Face models: softmax layers (Llama, Mistral without a window, Qwen2, Qwen3: RoPE,
+  // GQA, q/k norms), the fla mixers gsa, gla, retnet and hgrn2 and abcd_llama's t2r / abc
+  // layers have kernels; the rest (windows, short convolutions, gated_deltanet) is refused by
+  // layer type (CheckCudaKernel), so --device auto serves the model on the CPU.
   if (config.is_hf()) {
     for (size_t l = 0; l < decoder_layers.size(); ++l) {
-      const AttentionSpec& a = decoder_layers[l].attention;
-      if (a.is_fla_mixer()) return CheckCudaKernel(a, decoder(l), /*cross=*/false);
+      ABCD_RETURN_IF_ERROR(
+          CheckCudaKernel(decoder_layers[l].attention, decoder(l), /*cross=*/false));
     }
-    return NoCudaKernel(absl::StrCat("model_type \"", config.hf_model_type, "\""),
-                        "RMSNorm/SwiGLU blocks with rotary GQA softmax attention", /*plural=*/true);
+    return absl::OkStatus();
   }
   // Transformer-XL, before its model-level options.
   for (size_t l = 0; l < decoder_layers.size(); ++l) {
     const AttentionSpec& a = decoder_layers[l].attention;
     if (a.type == AttentionType::kTxl) return CheckCudaKernel(a, decoder(l), /*cross=*/false);
-  }
-  if (config.positional != Positional::kSinusoidal) {
-    return absl::UnimplementedError(
-        "config field \"positional\": \"none\" has no CUDA path; use the CPU backend");
   }
   if (config.norm != Norm::kPre) {
     return absl::UnimplementedError(
@@ -124,7 +121,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
   ABCD_ASSIGN_OR_RETURN(
       cuda_model->slots_,
       DeviceStateSlots::Create(context, options.max_sequences, empty_state, softmax_layers,
-                               cuda_model->options_.max_context, cuda_model->config_.d_model));
+                               cuda_model->options_.max_context, cuda_model->kv_width_));
   ABCD_RETURN_IF_ERROR(cuda_model->AllocateStepBuffers());
   if (options.cuda_graphs) {
     ABCD_RETURN_IF_ERROR(cuda_model->CaptureGraphs());
@@ -135,8 +132,13 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
 absl::Status CudaModel::AllocateStepBuffers() {
   const CudaModelOptions& options = options_;
   const int64_t d = config_.d_model, ff = config_.d_ff, vocab = config_.vocab_size;
-  int64_t max_width = 0;
-  for (const Layer& layer : layers_) max_width = std::max(max_width, layer.fused_width);
+  int64_t max_width = 0, max_attended = d, max_scratch = 0;
+  for (const Layer& layer : layers_) {
+    max_width = std::max(max_width, layer.fused_width);
+    max_attended = std::max(max_attended, layer.attention.attended_width);
+    max_scratch = std::max(max_scratch, layer.attention.scratch_width);
+  }
+  const bool swiglu = config_.activation == Activation::kSwiGlu;
   // A pass's rows are one launch's grid rows: at most kMaxGridYZ (Decode cuts passes there).
   max_rows_ =
       std::min<int64_t>(int64_t{options.max_sequences} + options.max_prefill_tokens, kMaxGridYZ);
@@ -153,8 +155,13 @@ absl::Status CudaModel::AllocateStepBuffers() {
   ABCD_ASSIGN_OR_RETURN(x_, DeviceArray<float>::Allocate(rows * d));
   ABCD_ASSIGN_OR_RETURN(normed_, DeviceArray<float>::Allocate(rows * d));
   ABCD_ASSIGN_OR_RETURN(fused_, DeviceArray<float>::Allocate(rows * max_width));
-  ABCD_ASSIGN_OR_RETURN(attended_, DeviceArray<float>::Allocate(rows * d));
-  ABCD_ASSIGN_OR_RETURN(hidden_, DeviceArray<float>::Allocate(rows * ff));
+  ABCD_ASSIGN_OR_RETURN(attended_, DeviceArray<float>::Allocate(rows * max_attended));
+  ABCD_ASSIGN_OR_RETURN(scratch_, DeviceArray<float>::Allocate(rows * max_scratch));
+  // SwiGLU: fc1 gives gate | up (2 ff columns); with fp32 weights the product goes to gated_.
+  ABCD_ASSIGN_OR_RETURN(hidden_, DeviceArray<float>::Allocate(rows * (swiglu ? 2 * ff : ff)));
+  if (swiglu && options.weights == WeightType::kF32) {
+    ABCD_ASSIGN_OR_RETURN(gated_, DeviceArray<float>::Allocate(rows * ff));
+  }
   if (options.weights != WeightType::kF32) {
     ABCD_ASSIGN_OR_RETURN(rounded_, DeviceArray<uint16_t>::Allocate(rows * std::max(d, ff)));
   }
@@ -522,64 +529,6 @@ absl::Status CudaModel::Prefill(int slot, std::span<const int32_t> tokens, bool 
     ABCD_RETURN_IF_ERROR(Forward({&chunk, 1}, wanted, logits));
   }
   return absl::OkStatus();
-}
-
-absl::Status CudaModel::EnqueueForward(int64_t rows, int32_t max_length, int64_t scan_sequences,
-                                       int64_t scan_longest_run, bool lm_head, bool checkpoints) {
-  CudaContext& ctx = context_;
-  const int64_t d = config_.d_model, ff = config_.d_ff, stride = max_rows_;
-  const float eps = config_.layer_norm_eps;
-  ABCD_RETURN_IF_ERROR(Embed(ctx, embedding_.data(), tokens_.data(), token_positions_.data(), rows,
-                             d, embed_scale_, x_.data()));
-  // Projection inputs: 16-bit weights read rounded_, fp32 weights normed_ and hidden_ (the
-  // activation in place).
-  const bool rounded = options_.weights != WeightType::kF32;
-  void* input = rounded ? static_cast<void*>(rounded_.data()) : normed_.data();
-  void* ffn_input = rounded ? static_cast<void*>(rounded_.data()) : hidden_.data();
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& layer = layers_[l];
-    // Each projection's input is rounded to its weights' type by the op that produces it (the
-    // LayerNorm, the activation), and the bias and residual adds run in the GEMM's epilogue.
-    ABCD_RETURN_IF_ERROR(LayerNormRounded(ctx, x_.data(), rows, d, layer.ln1_weight.data(),
-                                          layer.ln1_bias.data(), eps, options_.weights, input));
-    ABCD_RETURN_IF_ERROR(
-        LinearRounded(ctx, input, rows, layer.fused, layer.fused_bias.data(), fused_.data()));
-    StepRows step{rows,
-                  fused_.data(),
-                  layer.fused_width,
-                  fused_.data() + d,
-                  layer.fused_width,
-                  state_pointers_.data() + l * stride,
-                  attended_.data(),
-                  d};
-    if (scan_sequences > 0 && layer.softmax_index < 0) {
-      step.sequences = scan_sequences;
-      step.longest_run = scan_longest_run;
-      step.first = scan_first_.data();
-      step.count = scan_count_.data();
-      if (checkpoints) step.checkpoints = checkpoint_pointers_.data() + l * stride;
-    }
-    KvCacheRows cache;  // softmax layers: their rows of the KV caches
-    if (layer.softmax_index >= 0) {
-      cache = {key_pointers_.data() + layer.softmax_index * stride,
-               value_pointers_.data() + layer.softmax_index * stride, lengths_.data(), max_length};
-    }
-    ABCD_RETURN_IF_ERROR(LaunchCudaAttention(ctx, layer.attention, step, cache));
-    ABCD_RETURN_IF_ERROR(Linear(ctx, attended_.data(), rows, layer.out, layer.out_bias.data(),
-                                x_.data(), LinearOutput::kAccumulate));
-    ABCD_RETURN_IF_ERROR(LayerNormRounded(ctx, x_.data(), rows, d, layer.ln2_weight.data(),
-                                          layer.ln2_bias.data(), eps, options_.weights, input));
-    ABCD_RETURN_IF_ERROR(
-        LinearRounded(ctx, input, rows, layer.fc1, layer.fc1_bias.data(), hidden_.data()));
-    ABCD_RETURN_IF_ERROR(ActivateRounded(ctx, config_.activation, hidden_.data(), rows * ff,
-                                         options_.weights, ffn_input));
-    ABCD_RETURN_IF_ERROR(LinearRounded(ctx, ffn_input, rows, layer.fc2, layer.fc2_bias.data(),
-                                       x_.data(), LinearOutput::kAccumulate));
-  }
-  ABCD_RETURN_IF_ERROR(LayerNorm(ctx, x_.data(), rows, d, ln_f_weight_.data(), ln_f_bias_.data(),
-                                 eps, normed_.data()));
-  if (!lm_head) return absl::OkStatus();
-  return Linear(ctx, normed_.data(), rows, lm_head_, nullptr, logits_.data());
 }
 
 void CudaModel::Advance(std::span<const int> slots) {

@@ -1,27 +1,30 @@
-// A decoder-only model on one GPU (the CUDA twin of Model::Decode for single-token steps).
+// A decoder-only model on one GPU: the same forward pass as Model::Decode
+// (engine/model/decoder_forward.h) over device ops.
 //
-// Built from a loaded CPU Model: its parameters are uploaded once (projections in fp32, bf16
-// or fp16 for cuBLAS; LayerNorm, biases and the embedding gather table in fp32) and every
+// Built from a loaded CPU Model, abcd's own format or a Hugging Face directory whose layer
+// types have kernels (attention_cuda_dispatch.h): its parameters are uploaded once (projections
+// in fp32, bf16 or fp16 for cuBLAS; norms, biases and the embedding gather table in fp32) and every
 // sequence gets a fixed slot in a device state slab (bounded types) or a KV cache of
 // `max_context` tokens (softmax, the baseline). A step feeds one token to each of a batch of
-// slots and runs the whole forward pass on the device: embedding, per layer LayerNorm, ONE
-// fused q|k|v|extra GEMM, the fused per-type state kernel, output projection, residuals, FFN,
-// final LayerNorm, LM head (biases and residual adds in the GEMMs' epilogues, the rounding of a
-// projection's input in the LayerNorm or activation before it), and either copies the logits back
-// (parity, evaluation) or samples on the device so that only token ids cross to the host. With
-// `cuda_graphs`, StepSample replays one captured graph per bucketed batch size (1, 2, 4, ...
-// max_sequences), and for softmax models per context bucket too (256, 512, ... max_context tokens:
-// the split-K grid depends on it); rows of a bucket beyond the batch carry no state or cache (the
-// kernels skip them) and are discarded.
+// slots and runs the whole forward pass on the device: embedding, per layer LayerNorm or RMSNorm,
+// ONE fused q|k|v|extra GEMM, the fused per-type state kernel (Hugging Face softmax layers rotate
+// q and k first), output projection, residuals, FFN (activation or SwiGLU), final norm, LM head
+// (biases and residual adds in the GEMMs' epilogues, the rounding of a projection's input in the
+// LayerNorm or activation before it), and either copies the logits back (parity, evaluation) or
+// samples on the device so that only token ids cross to the host. With `cuda_graphs`, StepSample
+// replays one captured graph per bucketed batch size (1, 2, 4, ... max_sequences), and for softmax
+// models per context bucket too (256, 512, ... max_context tokens: the split-K grid depends on it);
+// rows of a bucket beyond the batch carry no state or cache (the kernels skip them) and are
+// discarded.
 //
 // Forward() runs prompt chunks of several sequences and single decode tokens as ONE pass: every
 // GEMM over all the rows, the bounded states by the scan form of the state kernels (each
 // sequence's rows in order), softmax by causal split-K over the appended rows; the result
 // equals feeding the tokens one step at a time. Encoder-decoder models and window attention
 // stay on the CPU backend (Create returns Unimplemented).
-// Files: model_cuda.cc (refusals, staging, the forward pass, graphs), model_cuda_weights.cc
-// (weight upload); the attention kernels are chosen and launched by
-// engine/attention/attention_cuda_dispatch.h, the state slots live in
+// Files: model_cuda.cc (refusals, staging, graphs), model_cuda_forward.cc (the device's ops of
+// the one forward pass), model_cuda_weights.cc (weight upload); the attention kernels are chosen
+// and launched by engine/attention/attention_cuda_dispatch.h, the state slots live in
 // engine/state/device_state_slots.h.
 // Not thread-safe: one engine thread owns it.
 #pragma once
@@ -149,6 +152,8 @@ class CudaModel {
     int softmax_index = -1;    // its KV caches among the slots' (softmax)
   };
   struct Graph;
+  // The ops of the decoder's one forward pass on the device (engine/model/decoder_forward.h).
+  class CudaPass;
   CudaModel(CudaContext& context, const ModelConfig& config);
   // model_cuda_weights.cc: every parameter to the device (layers_ and the model-level
   // tensors); returns one sequence's empty fixed state block.
@@ -198,6 +203,7 @@ class CudaModel {
   CudaModelOptions options_;
   int64_t weight_bytes_ = 0;
   int64_t kv_bytes_per_token_ = 0;
+  int64_t kv_width_ = 0;  // floats of a KV cache row: the softmax layers' key/value heads
   float embed_scale_ = 1.0f;
 
   std::vector<Layer> layers_;
@@ -219,6 +225,8 @@ class CudaModel {
   DeviceArray<float*> checkpoint_pointers_;  // [layers, rows]: where a row's checkpoint goes
   DeviceArray<float*> key_pointers_, value_pointers_;  // [softmax layers, rows]
   DeviceArray<float> x_, normed_, fused_, attended_, hidden_;
+  DeviceArray<float> gated_;    // SwiGLU with fp32 weights: silu(gate) * up [max_rows_, d_ff]
+  DeviceArray<float> scratch_;  // the fla mixers' prepared rows [max_rows_, scratch width]
   // 16-bit weights: a projection's input rounded to their type ([max_rows_, max(d, d_ff)]).
   DeviceArray<uint16_t> rounded_;
   DeviceArray<float> logits_;        // [max_sequences, vocab]

@@ -33,7 +33,7 @@ int64_t RoundUp4(int64_t floats) { return (floats + 3) / 4 * 4; }
 
 absl::StatusOr<CudaModel::Layer> CudaModel::UploadLayer(const Model::Block& block, size_t index,
                                                         std::vector<float>& empty_state) {
-  const int64_t d = config_.d_model, ff = config_.d_ff;
+  const int64_t d = config_.d_model;
   const WeightType type = options_.weights;
   int64_t& bytes = weight_bytes_;
   const AttentionLayer& attention = *block.self_attention;
@@ -41,9 +41,10 @@ absl::StatusOr<CudaModel::Layer> CudaModel::UploadLayer(const Model::Block& bloc
   Layer layer;
   ABCD_ASSIGN_OR_RETURN(layer.attention,
                         UploadCudaAttention(context_, attention.spec(), state, config_.n_heads,
-                                            static_cast<int>(config_.head_dim()),
+                                            static_cast<int>(config_.head_dim()), d,
                                             absl::StrCat("decoder_layers[", index, "]"), &bytes));
-  layer.fused_width = static_cast<int64_t>(attention.fused_bias().size());
+  // The fused projection's rows (its bias may be absent: Llama's q/k/v have none).
+  layer.fused_width = attention.fused_matrix().out();
   ABCD_ASSIGN_OR_RETURN(layer.ln1_weight, ToDevice(context_, block.ln1_weight, &bytes));
   ABCD_ASSIGN_OR_RETURN(layer.ln1_bias, ToDevice(context_, block.ln1_bias, &bytes));
   ABCD_ASSIGN_OR_RETURN(layer.ln2_weight, ToDevice(context_, block.ln2_weight, &bytes));
@@ -54,14 +55,23 @@ absl::StatusOr<CudaModel::Layer> CudaModel::UploadLayer(const Model::Block& bloc
   ABCD_ASSIGN_OR_RETURN(layer.out,
                         MatrixToDevice(context_, attention.out_weight(), d, type, &bytes));
   ABCD_ASSIGN_OR_RETURN(layer.out_bias, ToDevice(context_, attention.out_bias(), &bytes));
-  ABCD_ASSIGN_OR_RETURN(layer.fc1, MatrixToDevice(context_, block.fc1.ToFloat(), ff, type, &bytes));
+  // SwiGLU blocks: fc1 holds the gate and up rows (2 ff).
+  ABCD_ASSIGN_OR_RETURN(
+      layer.fc1, MatrixToDevice(context_, block.fc1.ToFloat(), block.fc1.out(), type, &bytes));
   ABCD_ASSIGN_OR_RETURN(layer.fc1_bias, ToDevice(context_, block.fc1_bias, &bytes));
   ABCD_ASSIGN_OR_RETURN(layer.fc2, MatrixToDevice(context_, block.fc2.ToFloat(), d, type, &bytes));
   ABCD_ASSIGN_OR_RETURN(layer.fc2_bias, ToDevice(context_, block.fc2_bias, &bytes));
   if (layer.attention.type == AttentionType::kSoftmax) {
     layer.softmax_index = 0;
     for (const Layer& earlier : layers_) layer.softmax_index += earlier.softmax_index >= 0;
-    kv_bytes_per_token_ += 2 * d * 4;
+    const int64_t kv_width = int64_t{layer.attention.kv_heads} * layer.attention.head_dim;
+    if (kv_width_ != 0 && kv_width_ != kv_width) {
+      return absl::UnimplementedError(absl::StrCat(
+          "decoder_layers[", index, "]: softmax layers of different key/value widths (", kv_width_,
+          " and ", kv_width, ") have no CUDA path; use the CPU backend"));
+    }
+    kv_width_ = kv_width;
+    kv_bytes_per_token_ += 2 * kv_width * 4;
   }
   if (!state.UsesKvCache()) {
     // Each layer's block starts 16-byte aligned (the kernels use float4 loads).

@@ -144,6 +144,38 @@ __global__ void LayerNormKernel(const float* x, int64_t d, const float* __restri
   }
 }
 
+// One block per row: y = x / sqrt(mean(x^2) + eps) * gamma (cpu::RmsNorm; the sum of squares in
+// fp32 here, in double there). x and y may alias (Out = float): the statistics are complete
+// (block barriers) before any write.
+template <typename Out>
+__global__ void RmsNormKernel(const float* x, int64_t d, const float* __restrict__ gamma, float eps,
+                              Out* y) {
+  __shared__ float shared[kMaxWarps + 1];
+  const int64_t row = blockIdx.x;
+  const float* in = x + row * d;
+  Out* out = y + row * d;
+  float squares = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) squares += in[i] * in[i];
+  const float mean = BlockSum(squares, shared) / static_cast<float>(d);
+  const float inv = 1.0f / sqrtf(mean + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    out[i] = Convert<Out>(in[i] * inv * gamma[i]);
+}
+
+// out[r, c] = silu(gate_up[r, c]) * gate_up[r, ff + c] as Out (cpu::SwiGlu's gate | up rows);
+// out must not overlap gate_up.
+template <typename Out>
+__global__ void SwiGluKernel(const float* __restrict__ gate_up, int64_t rows, int64_t ff,
+                             Out* __restrict__ out) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < ff;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+      const float g = gate_up[r * 2 * ff + c], u = gate_up[r * 2 * ff + ff + c];
+      out[r * ff + c] = Convert<Out>(g / (1.0f + expf(-g)) * u);
+    }
+  }
+}
+
 // out[i] = x[i] as Out (x and out do not alias unless Out = float).
 template <typename Out>
 __global__ void RoundKernel(const float* __restrict__ x, int64_t n, Out* out) {
@@ -198,6 +230,12 @@ __global__ void EmbedKernel(const float* __restrict__ table, const int32_t* __re
   const int64_t row = blockIdx.x;
   const float* embedding = table + static_cast<int64_t>(tokens[row]) * d;
   float* destination = out + row * d;
+  if (positions == nullptr) {  // no positional encoding (rotary models rotate q and k instead)
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+      destination[i] = __fmul_rn(embedding[i], scale);
+    }
+    return;
+  }
   const double position = static_cast<double>(positions[row]);
   const int64_t pairs = d / 2;
   for (int64_t j = threadIdx.x; j < (d + 1) / 2; j += blockDim.x) {
@@ -242,6 +280,31 @@ absl::Status LaunchLayerNorm(CudaContext& context, const float* x, int64_t rows,
 }
 
 template <typename Out>
+absl::Status LaunchRmsNorm(CudaContext& context, const float* x, int64_t rows, int64_t d,
+                           const float* gamma, float eps, Out* y) {
+  if (absl::Status status = CheckCount(rows, "RmsNorm rows"); !status.ok()) return status;
+  if (d <= 0) return absl::InvalidArgumentError(absl::StrCat("RmsNorm d must be > 0, got ", d));
+  if (rows > INT32_MAX) return absl::InvalidArgumentError("RmsNorm: too many rows");
+  if (rows == 0) return absl::OkStatus();
+  const int threads = static_cast<int>(std::clamp<int64_t>(
+      (d + kWarpSize - 1) / kWarpSize * kWarpSize, kWarpSize, kLayerNormMaxThreads));
+  RmsNormKernel<Out>
+      <<<static_cast<unsigned>(rows), threads, 0, context.stream()>>>(x, d, gamma, eps, y);
+  return CheckLaunch("RmsNormKernel");
+}
+
+template <typename Out>
+absl::Status LaunchSwiGlu(CudaContext& context, const float* gate_up, int64_t rows, int64_t ff,
+                          Out* out) {
+  if (absl::Status status = CheckCount(rows, "SwiGlu rows"); !status.ok()) return status;
+  if (absl::Status status = CheckCount(ff, "SwiGlu ff"); !status.ok()) return status;
+  if (rows == 0 || ff == 0) return absl::OkStatus();
+  const dim3 grid = RowColumnGrid(rows, ff);
+  SwiGluKernel<Out><<<grid, kElementwiseThreads, 0, context.stream()>>>(gate_up, rows, ff, out);
+  return CheckLaunch("SwiGluKernel");
+}
+
+template <typename Out>
 absl::Status LaunchActivate(CudaContext& context, Activation activation, const float* x, int64_t n,
                             Out* out) {
   if (absl::Status status = CheckCount(n, "Activate n"); !status.ok()) return status;
@@ -256,8 +319,8 @@ absl::Status LaunchActivate(CudaContext& context, Activation activation, const f
       ActivateKernel<Activation::kGelu, Out>
           <<<blocks, kElementwiseThreads, 0, context.stream()>>>(x, n, out);
       break;
-    case Activation::kSwiGlu:  // CudaModel::Create refuses SwiGLU blocks
-      return absl::UnimplementedError("swiglu has no CUDA kernel; use the CPU backend");
+    case Activation::kSwiGlu:  // gated: SwiGluRounded
+      return absl::InvalidArgumentError("swiglu is gated: use SwiGluRounded");
   }
   return CheckLaunch("ActivateKernel");
 }
@@ -298,6 +361,23 @@ absl::Status LayerNormRounded(CudaContext& context, const float* x, int64_t rows
   return WithOutputType(type, y, [&](auto* out) {
     return LaunchLayerNorm(context, x, rows, d, gamma, beta, eps, out);
   });
+}
+
+absl::Status RmsNorm(CudaContext& context, const float* x, int64_t rows, int64_t d,
+                     const float* gamma, float eps, float* y) {
+  return LaunchRmsNorm(context, x, rows, d, gamma, eps, y);
+}
+
+absl::Status RmsNormRounded(CudaContext& context, const float* x, int64_t rows, int64_t d,
+                            const float* gamma, float eps, WeightType type, void* y) {
+  return WithOutputType(
+      type, y, [&](auto* out) { return LaunchRmsNorm(context, x, rows, d, gamma, eps, out); });
+}
+
+absl::Status SwiGluRounded(CudaContext& context, const float* gate_up, int64_t rows, int64_t ff,
+                           WeightType type, void* out) {
+  return WithOutputType(
+      type, out, [&](auto* typed) { return LaunchSwiGlu(context, gate_up, rows, ff, typed); });
 }
 
 absl::Status ActivateRounded(CudaContext& context, Activation activation, const float* x, int64_t n,

@@ -29,6 +29,20 @@ absl::Status LayerNormRounded(CudaContext& context, const float* x, int64_t rows
                               const float* gamma, const float* beta, float eps, WeightType type,
                               void* y);
 
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gamma (cpu::RmsNorm, Llama's and fla's norm) for
+// each of `rows` rows of width d; fp32 statistics. x and y may be the same buffer.
+absl::Status RmsNorm(CudaContext& context, const float* x, int64_t rows, int64_t d,
+                     const float* gamma, float eps, float* y);
+// The same with y written as `type` (the next LinearRounded's input); x and y must not overlap
+// unless type is kF32.
+absl::Status RmsNormRounded(CudaContext& context, const float* x, int64_t rows, int64_t d,
+                            const float* gamma, float eps, WeightType type, void* y);
+
+// SwiGLU: out[r, c] = silu(gate_up[r, c]) * gate_up[r, ff + c] for `rows` rows of gate | up
+// (2 ff columns; cpu::SwiGlu), written as `type`; out must not overlap gate_up.
+absl::Status SwiGluRounded(CudaContext& context, const float* gate_up, int64_t rows, int64_t ff,
+                           WeightType type, void* out);
+
 // out = activation(x) over n values, relu or gelu in the erf form (as cpu::Activate), written as
 // `type`: the input of the FFN's second LinearRounded. With kF32, x and out may be the same
 // buffer (in place); otherwise they must not overlap.
@@ -46,8 +60,9 @@ absl::Status AddBias(CudaContext& context, float* y, int64_t rows, int64_t width
 
 // out[r] = table[tokens[r]] * scale + the sinusoidal encoding of positions[r] (the formula of
 // cpu::AddSinusoidalPosition, angles in double so long positions stay exact), for a [V, d]
-// embedding table. Tokens must lie in [0, V): the caller validates them on the host (as
-// Model does), since a kernel cannot report a bad id.
+// embedding table; null `positions`: no positional term (rotary and fla models). Tokens must lie in
+// [0, V): the caller validates them on the host (as Model does), since a kernel cannot report a bad
+// id.
 absl::Status Embed(CudaContext& context, const float* table, const int32_t* tokens,
                    const int64_t* positions, int64_t rows, int64_t d, float scale, float* out);
 

@@ -215,11 +215,11 @@ absl::StatusOr<nlohmann::json> RunKernels(CudaContext& context, const Arguments&
                                 3 * d, nullptr,        in.out.data(), d};
       const cuda::KvCacheRows cache{key_pointers.data(), value_pointers.data(), lengths.data(),
                                     static_cast<int32_t>(length)};
-      ABCD_ASSIGN_OR_RETURN(const double seconds,
-                            TimeOnDevice(context, static_cast<int>(iterations), 3, [&] {
-                              return cuda::SoftmaxStep(context, static_cast<int>(heads),
-                                                       static_cast<int>(dh), rows, cache);
-                            }));
+      ABCD_ASSIGN_OR_RETURN(
+          const double seconds, TimeOnDevice(context, static_cast<int>(iterations), 3, [&] {
+            return cuda::SoftmaxStep(context, static_cast<int>(heads), static_cast<int>(heads),
+                                     static_cast<int>(dh), rows, cache);
+          }));
       report(absl::StrCat("softmax split-K ctx ", length), batch, length * 2 * d * 4,
              static_cast<double>(batch) * length * 2 * d * 4, seconds);
     }

@@ -346,7 +346,7 @@ TEST_F(AttentionCudaTest, SoftmaxSplitKMatchesCpu) {
     const StepRows step_rows{batch,        rows.data(), inputs.width, rows.data() + d,
                              inputs.width, nullptr,     out.data(),   d};
     const KvCacheRows cache_rows{keys.data(), values.data(), device_lengths.data(), 3000};
-    ASSERT_TRUE(SoftmaxStep(context(), h, dh, step_rows, cache_rows).ok());
+    ASSERT_TRUE(SoftmaxStep(context(), h, h, dh, step_rows, cache_rows).ok());
     ExpectClose(Download(out), expected, kKernelTolerance, "softmax dh " + std::to_string(dh));
     for (int64_t b = 0; b < batch; ++b) {  // the new key and value were appended
       std::vector<float> keys_after = Download(device_keys[b]);
@@ -405,7 +405,7 @@ TEST_F(AttentionCudaTest, SoftmaxPaddingRowsAndALargerContextBound) {
     const StepRows step_rows{c.batch,      rows.data(), inputs.width, rows.data() + d,
                              inputs.width, nullptr,     out.data(),   d};
     const KvCacheRows cache_rows{keys.data(), values.data(), device_lengths.data(), c.max_length};
-    ASSERT_TRUE(SoftmaxStep(context(), h, dh, step_rows, cache_rows).ok()) << what;
+    ASSERT_TRUE(SoftmaxStep(context(), h, h, dh, step_rows, cache_rows).ok()) << what;
     ExpectClose(Download(out), expected, kKernelTolerance, what);
   }
 }
