@@ -3,7 +3,8 @@
 // short convolutions), read into the engine's ModelConfig together with generation_config.json
 // (eos ids) and tokenizer_config.json (add_bos_token) when present. What the engine does not
 // implement (sliding-window hybrid layers, rope scaling other than linear/llama3, ...) is refused
-// with an error naming the config key. models/FORMAT.md ("Hugging Face checkpoints") lists the keys read.
+// with an error naming the config key. models/FORMAT.md ("Hugging Face checkpoints") lists the keys
+// read.
 #pragma once
 
 #include <string>
