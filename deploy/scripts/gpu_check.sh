@@ -19,6 +19,13 @@
 #                                        #             (not in the default set)
 #                                        #   profile   ncu: each kernel of eager batch-1 abc steps,
 #                                        #             summed per kernel (not in the default set)
+#                                        #   hf        the Hugging Face types at the fla-hub 1.3B
+#                                        #             shapes (random bf16 checkpoints: gsa, gla,
+#                                        #             retnet, llama): abcd-bench-cuda decode at
+#                                        #             batch 1/64/256, contexts 128/4096
+#                                        #   hf-server abcd-server on the GPU with gsa-1.3B and the
+#                                        #             same-width llama at 1/64/256 streams
+#                                        #             (neither hf phase is in the default set)
 #
 # The device tool allows 10 minutes a call and carries about 64 MB with the working tree
 # (56.5 MB of it the tracked files), so pack one bundle a call, each in its own folder:
@@ -44,10 +51,10 @@ gpu_dir="${GPU_DIR:-.gpu}"
 binaries_of() {
   case "$1" in
     tests | memcheck) echo cuda_ops_test ;;
-    bench | profile) echo abcd-bench-cuda ;;
-    server | speculative) echo abcd-server abcd-loadtest ;;
+    bench | profile | hf) echo abcd-bench-cuda ;;
+    server | speculative | hf-server) echo abcd-server abcd-loadtest ;;
     *)
-      echo "unknown phase $1 (tests, memcheck, bench, server, profile, speculative)" >&2
+      echo "unknown phase $1 (tests, memcheck, bench, server, profile, speculative, hf, hf-server)" >&2
       return 2
       ;;
   esac
@@ -148,7 +155,7 @@ case "$mode" in
           fi
           timeout "$limit" compute-sanitizer --tool memcheck --error-exitcode 3 \
             /tmp/abcd-gpu/bin/cuda_ops_test \
-            --gtest_filter='AttentionCudaTest.*:PrefillCudaTest.*:ModelCudaTest.*:ElementwiseCudaTest.*' \
+            --gtest_filter='AttentionCudaTest.*:PrefillCudaTest.*:ModelCudaTest.*:ElementwiseCudaTest.*:FlaCudaTest.*:ModelCudaHfTest.Fp32*' \
             >"$out/memcheck.log" 2>&1 || status=1
           tail -n 3 "$out/memcheck.log"
           ;;
@@ -182,6 +189,35 @@ case "$mode" in
             >"$out/ncu.csv" 2>"$out/ncu.err" || status=1
           python3 loadtest/ncu_kernel_summary.py "$out/ncu.csv" | tee "$out/ncu_summary.txt" ||
             status=1
+          ;;
+        hf | hf-server)
+          # The 1.3B-shape Hugging Face checkpoints (loadtest/results/hf-1.3b.md), written here:
+          # about 2.6 GB each; the tokenizer is the repository's, for the server.
+          types=(gsa gla retnet llama)
+          [[ "$phase" == hf-server ]] && types=(gsa llama)
+          for type in "${types[@]}"; do
+            [[ -d /tmp/abcd-gpu/hf/$type ]] && continue
+            timeout $((limit / 2)) python3 models/write_hf_checkpoint.py --type "$type" \
+              --preset 1.3b --dtype bf16 --tokenizer models/tokenizers/lm.model \
+              --out "/tmp/abcd-gpu/hf/$type" >/dev/null || status=1
+          done
+          remaining=$((deadline - SECONDS > 1 ? deadline - SECONDS : 1))
+          if [[ "$phase" == hf ]]; then
+            timeout "$remaining" /tmp/abcd-gpu/bin/abcd-bench-cuda decode \
+              --models /tmp/abcd-gpu/hf/gsa,/tmp/abcd-gpu/hf/gla,/tmp/abcd-gpu/hf/retnet,/tmp/abcd-gpu/hf/llama \
+              --batches 1,64,256 --contexts 128,4096 --json "$out/hf_bench.json" 2>&1 |
+              tee "$out/hf_bench.txt" || status=1
+            continue
+          fi
+          for type in gsa llama; do
+            timeout $((remaining / 2)) /tmp/abcd-gpu/bin/abcd-loadtest \
+              --launch_server /tmp/abcd-gpu/bin/abcd-server \
+              --server_args "--device cuda --models /tmp/abcd-gpu/hf/$type" \
+              --concurrency 1,64,256 --duration 10 --warmup 4 --output_tokens 64 --ignore_eos \
+              --endpoint http-completions --label "$type-1.3b-cuda" \
+              --result_json "$out/hf_server_$type.json" 2>&1 | tee "$out/hf_server_$type.txt" ||
+              status=1
+          done
           ;;
         server)
           # The server end to end on the shipped LM, CUDA and then the CPU of the same machine,
@@ -238,7 +274,7 @@ case "$mode" in
     exit "$status"
     ;;
   *)
-    echo "usage: $0 bundle|run [tests] [memcheck] [bench] [server] [profile] [speculative]" >&2
+    echo "usage: $0 bundle|run [tests] [memcheck] [bench] [server] [profile] [speculative] [hf] [hf-server]" >&2
     exit 2
     ;;
 esac
