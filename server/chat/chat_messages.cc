@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_nesting.h"
 
 namespace abcd::chat {
 namespace {
@@ -80,6 +81,49 @@ absl::StatusOr<std::string> ContentText(const nlohmann::json& content, const std
   return text;
 }
 
+// A call's arguments as the template sees them (chat_messages.h): JSON text -> its value, or
+// with `as_text` a value -> JSON text. `arguments` was made by BoundedValue.
+absl::StatusOr<Value> CallArguments(const Value& arguments, bool as_text, const std::string& name) {
+  if (arguments.kind == Value::Kind::kNone || (arguments.is_string() && arguments.s.empty())) {
+    return as_text ? Value::String("{}") : Value::Dict({});
+  }
+  if (arguments.is_string()) {
+    if (as_text) return arguments;
+    const std::string& text = arguments.s.str();
+    if (absl::Status s = CheckJsonNesting(text, "", kMaxToolCallNesting); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " is nested deeper than ", kMaxToolCallNesting, " levels"));
+    }
+    const nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (value.is_discarded()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be JSON text (the call's arguments as a JSON string)"));
+    }
+    return BoundedValue(value, name, kMaxToolCallNesting);
+  }
+  if (!as_text) return arguments;
+  absl::StatusOr<std::string> text = ToJson(arguments, /*indent=*/-1);
+  if (!text.ok()) return text.status();
+  return Value::String(*std::move(text));
+}
+
+// Rewrites each call's function.arguments in `calls` (a fresh BoundedValue) for the template.
+absl::Status TemplateToolCalls(Value& calls, bool as_text, const std::string& name) {
+  for (size_t j = 0; j < calls.list->size(); ++j) {
+    Value& call = (*calls.list)[j];
+    if (call.kind != Value::Kind::kDict) continue;
+    Value* function = const_cast<Value*>(call.Find("function"));
+    if (function == nullptr || function->kind != Value::Kind::kDict) continue;
+    Value* arguments = const_cast<Value*>(function->Find("arguments"));
+    if (arguments == nullptr) continue;
+    absl::StatusOr<Value> converted = CallArguments(
+        *arguments, as_text, absl::StrCat(name, ".tool_calls[", j, "].function.arguments"));
+    if (!converted.ok()) return converted.status();
+    *arguments = *std::move(converted);
+  }
+  return absl::OkStatus();
+}
+
 // An optional string field of message `m` into `out` (absent or null: left out).
 absl::Status CopyString(const nlohmann::json& m, const char* key, const std::string& name,
                         ValueDict& out) {
@@ -128,7 +172,7 @@ absl::StatusOr<Value> ParseChatMessages(const nlohmann::json& messages, absl::st
       if (!has_tool_calls) {
         return absl::InvalidArgumentError(absl::StrCat(name, ".content is required"));
       }
-      message.emplace_back("content", Value::None());
+      message.emplace_back("content", Value::String(""));
     } else {
       absl::StatusOr<std::string> text = ContentText(*content, name);
       if (!text.ok()) return text.status();
@@ -141,7 +185,11 @@ absl::StatusOr<Value> ParseChatMessages(const nlohmann::json& messages, absl::st
       absl::StatusOr<Value> calls =
           BoundedValue(*tool_calls, absl::StrCat(name, ".tool_calls"), kMaxToolCallNesting);
       if (!calls.ok()) return calls.status();
-      message.emplace_back("tool_calls", *std::move(calls));
+      if (absl::Status s = TemplateToolCalls(*calls, options.arguments_as_text, name); !s.ok()) {
+        return s;
+      }
+      // An empty list is left out, as vLLM does: the template takes its plain-answer path.
+      if (!calls->list->empty()) message.emplace_back("tool_calls", *std::move(calls));
     }
     if (absl::Status s = CopyString(m, "name", name, message); !s.ok()) return s;
     if (r == "tool") {

@@ -14,6 +14,8 @@ ChatMessageOptions MessageOptions(const ServedModel& model) {
   ChatMessageOptions options;
   options.keep_developer_role =
       model.chat_template != nullptr && model.chat_template->names_developer();
+  options.arguments_as_text =
+      model.chat_template != nullptr && model.chat_template->arguments_as_text();
   return options;
 }
 
@@ -45,7 +47,8 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
 absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(const ServedModel& model,
                                                          const nlohmann::json& messages,
                                                          bool add_generation_prompt,
-                                                         const std::function<bool()>& cancelled) {
+                                                         const std::function<bool()>& cancelled,
+                                                         const nlohmann::ordered_json& tools) {
   if (model.chat_template == nullptr || model.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("model '", model.name, "' has no chat template"));
@@ -59,7 +62,8 @@ absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(const ServedModel& mode
   ABCD_ASSIGN_OR_RETURN(Value conversation,
                         ParseChatMessages(probe, "messages", MessageOptions(model)));
   absl::StatusOr<std::string> text =
-      model.chat_template->Render(conversation, add_generation_prompt, cancelled);
+      model.chat_template->Render(conversation, add_generation_prompt, cancelled,
+                                  tools.is_null() ? Value::None() : FromJson(tools));
   if (!text.ok()) {
     return absl::Status(text.status().code(), absl::StrCat(text.status().message(),
                                                            " (with a session, messages are "

@@ -39,8 +39,12 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
 // puts between turns (Llama-2's " </s><s>[INST] ... [/INST]", the built-in transcript's
 // "\nuser: ...\nassistant:"), no bos. INVALID_ARGUMENT naming "messages" when the template
 // refuses the sequence or does not render an assistant's content as given.
+// `tools` (null: none) is the template's `tools` variable, as for ChatPromptIds: a template that
+// lists the tools before the first turn lists them before the marker (the session's first turn
+// had them there), one that renders tool calls and results by them gets them after it.
 absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(
     const ServedModel& model, const nlohmann::json& messages, bool add_generation_prompt,
-    const std::function<bool()>& cancelled = nullptr);
+    const std::function<bool()>& cancelled = nullptr,
+    const nlohmann::ordered_json& tools = nullptr);
 
 }  // namespace abcd::chat

@@ -53,6 +53,29 @@ std::string SpecialToken(const nlohmann::json& config, const char* key, const ch
   return fallback;
 }
 
+// Whether `chat` needs a call's arguments as JSON text (functionary and DeepSeek-V3.1
+// concatenate them to strings): a small tool-call conversation with the arguments as a mapping
+// fails to render where the same one with text renders. Probed once at load, as llama.cpp probes
+// a template's capabilities.
+bool NeedsTextArguments(const ChatTemplate& chat) {
+  static const nlohmann::json* const kMessages = new nlohmann::json(nlohmann::json::parse(R"([
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "abc123XYZ", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "abc123XYZ", "content": "18 C"}])"));
+  static const Value* const kTools = new Value(FromJson(nlohmann::ordered_json::parse(R"([
+      {"type": "function", "function": {"name": "get_weather", "description": "The weather.",
+       "parameters": {"type": "object", "properties": {"city": {"type": "string",
+       "description": "A city."}}, "required": ["city"]}}}])")));
+  const auto renders = [&](bool as_text) {
+    ChatMessageOptions options;
+    options.arguments_as_text = as_text;
+    absl::StatusOr<Value> messages = ParseChatMessages(*kMessages, "messages", options);
+    return messages.ok() && chat.Render(*messages, true, nullptr, *kTools).ok();
+  };
+  return !renders(false) && renders(true);
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromText(absl::string_view text,
@@ -67,6 +90,7 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromText(absl:
       *std::move(jinja), std::move(origin), std::move(bos_token), std::move(eos_token)));
   loaded->tool_call_format_ = DetectToolCallFormat(text);
   loaded->names_developer_ = absl::StrContains(text, "developer");
+  loaded->arguments_as_text_ = NeedsTextArguments(*loaded);
   return std::shared_ptr<const ChatTemplate>(std::move(loaded));
 }
 

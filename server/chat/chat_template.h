@@ -77,6 +77,10 @@ class ChatTemplate {
   // Whether the source mentions "developer" (a template that handles that role itself, as
   // gpt-oss's does); otherwise a developer message reaches it as "system" (chat_messages.h).
   bool names_developer() const { return names_developer_; }
+  // Whether the template needs tool calls' arguments as JSON text rather than the mapping most
+  // templates expect (chat_messages.h): probed at load with a one-call conversation that
+  // renders only with text (functionary v3.1/v3.2, DeepSeek-V3.1).
+  bool arguments_as_text() const { return arguments_as_text_; }
 
  private:
   ChatTemplate(JinjaTemplate jinja, std::string origin, std::string bos, std::string eos)
@@ -92,6 +96,7 @@ class ChatTemplate {
   std::string eos_token_;
   ToolCallFormat tool_call_format_ = ToolCallFormat::kHermes;
   bool names_developer_ = false;
+  bool arguments_as_text_ = false;
 };
 
 }  // namespace abcd::chat

@@ -283,8 +283,8 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
     ABCD_ASSIGN_OR_RETURN(const bool add_generation_prompt,
                           OptionalBool(o, "add_generation_prompt", true));
     ABCD_RETURN_IF_ERROR(CheckMessagesSize(*model, *messages));
-    ABCD_ASSIGN_OR_RETURN(
-        ids, chat::ChatContinuationIds(*model, *messages, add_generation_prompt, cancelled));
+    ABCD_ASSIGN_OR_RETURN(ids, chat::ChatContinuationIds(*model, *messages, add_generation_prompt,
+                                                         cancelled, tools.tools));
   } else {
     ABCD_ASSIGN_OR_RETURN(ids, PrepareChatPrompt(*model, o, cancelled, tools.tools));
     ids.erase(ids.begin());  // bos: the engine prepends it

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
+#include "server/chat/chat_tools.h"
 #include "server/http/chat_route.h"
 
 namespace abcd::http {
@@ -39,7 +40,14 @@ absl::StatusOr<nlohmann::json> AnswerTokenize(const ServedModels& models, absl::
     if (!model_name.is_string()) return absl::InvalidArgumentError("model must be a string");
     ABCD_ASSIGN_OR_RETURN(const ServedModel* model,
                           models.Resolve(model_name.get<std::string>(), ModelKind::kLanguageModel));
-    ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, PrepareChatPrompt(*model, parsed, cancelled));
+    // The tools reach the template as on /v1/chat/completions (validated the same way).
+    nlohmann::ordered_json ordered = nullptr;
+    if (parsed.contains("tools") || parsed.contains("tool_choice")) {
+      ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
+    }
+    ABCD_ASSIGN_OR_RETURN(const chat::ToolRequest tools, chat::ParseToolRequest(parsed, ordered));
+    ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                          PrepareChatPrompt(*model, parsed, cancelled, tools.tools));
     const size_t count = ids.size();
     return nlohmann::json{
         {"tokens", std::move(ids)}, {"count", count}, {"max_model_len", max_model_len}};

@@ -3,12 +3,15 @@
 #include "server/chat/chat_messages.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/chat/chat_template.h"
+#include "tests/testing/read_file.h"
 
 namespace abcd::chat {
 namespace {
@@ -50,16 +53,67 @@ TEST(ChatMessages, ToolCallTurnsAndToolResultsReachTheTemplate) {
   absl::StatusOr<Value> parsed = ParseChatMessages(messages);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const Value& call_turn = (*parsed->list)[1];
-  EXPECT_EQ(call_turn.Find("content")->kind, Value::Kind::kNone);
+  EXPECT_EQ(call_turn.Find("content")->s, "");  // null: "" as vLLM passes it
   const Value* calls = call_turn.Find("tool_calls");
   ASSERT_NE(calls, nullptr);
   ASSERT_EQ(calls->list->size(), 1u);
   EXPECT_EQ((*calls->list)[0].Find("function")->Find("name")->s, "get_weather");
+  // The arguments' JSON text reaches the template as the mapping it holds.
+  const Value* arguments = (*calls->list)[0].Find("function")->Find("arguments");
+  ASSERT_EQ(arguments->kind, Value::Kind::kDict);
+  EXPECT_EQ(arguments->Find("city")->s, "Paris");
   const Value& result = (*parsed->list)[2];
   EXPECT_EQ(result.Find("role")->s, "tool");
   EXPECT_EQ(result.Find("tool_call_id")->s, "call_1");
   EXPECT_EQ(result.Find("name")->s, "get_weather");
   EXPECT_EQ(result.Find("content")->s, "18 C");
+}
+
+// For a template that concatenates the arguments (ChatTemplate::arguments_as_text) they stay
+// text, and a mapping a client sent is written as json.dumps writes it; null or "" is {}.
+TEST(ChatMessages, ArgumentsAsTextForTemplatesThatNeedIt) {
+  const json messages = json::parse(R"([
+    {"role": "assistant", "content": "", "tool_calls": [
+      {"function": {"name": "a", "arguments": "{\"x\":1}"}},
+      {"function": {"name": "b", "arguments": {"y": [1, "z"]}}},
+      {"function": {"name": "c", "arguments": null}},
+      {"function": {"name": "d", "arguments": ""}}]}])");
+  ChatMessageOptions as_text;
+  as_text.arguments_as_text = true;
+  absl::StatusOr<Value> parsed = ParseChatMessages(messages, "messages", as_text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const ValueList& calls = *(*parsed->list)[0].Find("tool_calls")->list;
+  EXPECT_EQ(calls[0].Find("function")->Find("arguments")->s, "{\"x\":1}");
+  EXPECT_EQ(calls[1].Find("function")->Find("arguments")->s, "{\"y\": [1, \"z\"]}");
+  EXPECT_EQ(calls[2].Find("function")->Find("arguments")->s, "{}");
+  EXPECT_EQ(calls[3].Find("function")->Find("arguments")->s, "{}");
+  parsed = ParseChatMessages(messages);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const ValueList& values = *(*parsed->list)[0].Find("tool_calls")->list;
+  EXPECT_EQ(values[0].Find("function")->Find("arguments")->Find("x")->i, 1);
+  EXPECT_EQ(values[2].Find("function")->Find("arguments")->kind, Value::Kind::kDict);
+  // An empty tool_calls list is left out (the template takes its plain-answer path).
+  parsed = ParseChatMessages(json::parse(R"([{"role": "assistant", "content": null,
+                                            "tool_calls": []}])"));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed->list)[0].Find("tool_calls"), nullptr);
+}
+
+// Probed at load: functionary v3.1 and DeepSeek-V3.1 render a tool-call turn only with text
+// arguments; Llama-3.1 and Qwen2.5 take the mapping.
+TEST(ChatMessages, TheTemplateDecidesWhetherArgumentsAreText) {
+  const std::string dir = std::string(ABCD_FIXTURE_DIR) + "/chat/templates/";
+  for (const auto& [name, as_text] :
+       std::vector<std::pair<std::string, bool>>{{"hf-meetkai-functionary-medium-v3.1", true},
+                                                 {"hf-deepseek-ai-DeepSeek-V3.1", true},
+                                                 {"hf-meta-llama-Llama-3.1-8B-Instruct", false},
+                                                 {"hf-Qwen-Qwen2.5-7B-Instruct", false},
+                                                 {"chatml", false}}) {
+    auto loaded =
+        ChatTemplate::FromText(testing::ReadFile(dir + name + ".jinja"), name, "<s>", "</s>");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ((*loaded)->arguments_as_text(), as_text) << name;
+  }
 }
 
 TEST(ChatMessages, BadToolFieldsAreNamed) {
@@ -76,6 +130,9 @@ TEST(ChatMessages, BadToolFieldsAreNamed) {
       {R"([{"role": "user", "content": "x", "name": []}])", "messages[0].name must be a string"},
       {R"([{"role": "robot", "content": "x"}])",
        "messages[0].role must be one of system, user, assistant, tool, developer, got \"robot\""},
+      {R"([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{\"a\": "}}]}])",
+       "messages[0].tool_calls[0].function.arguments must be JSON text (the call's arguments as "
+       "a JSON string)"},
   };
   for (const auto& c : cases) {
     absl::StatusOr<Value> parsed = ParseChatMessages(json::parse(c.messages));
@@ -95,6 +152,13 @@ TEST(ChatMessages, DeepToolCallsAreRefusedNotRecursedInto) {
                                "messages[0].tool_calls[0].function.arguments[0][0]"))
       << parsed.status();
   EXPECT_TRUE(absl::EndsWith(parsed.status().message(), "is nested deeper than 32 levels"));
+  // The same nesting inside the arguments' JSON text is refused before it is parsed.
+  const json text_calls = json::parse(
+      R"([{"role": "assistant", "tool_calls": [{"function": {"arguments": ")" + deep + "\"}}]}]");
+  parsed = ParseChatMessages(text_calls);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().message(),
+            "messages[0].tool_calls[0].function.arguments is nested deeper than 32 levels");
 }
 
 }  // namespace

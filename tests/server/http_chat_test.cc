@@ -1,5 +1,6 @@
 // POST /v1/chat/completions (chat_route.h) and its tool calls on the real HttpService over the
 // scripted executor of http_openai_fixture.h.
+#include "server/chat/chat_prompt.h"
 #include "tests/server/http_openai_fixture.h"
 
 namespace abcd {
@@ -389,6 +390,58 @@ TEST_F(HttpChatTest, TokenizeRendersMessagesAsChatPrefillsThem) {
               models_->FindByName("abc-lm-test")->executor->backend().config().bos_id);
   EXPECT_EQ(body["tokens"].get<std::vector<int32_t>>(), want);
   EXPECT_EQ(body["count"], want.size());
+}
+
+// A template whose every turn shows whether it was given tools, so a test sees where they
+// reached the render.
+constexpr char kToolsPerTurnTemplate[] =
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}{% if tools %} [{{ tools | length }} "
+    "tools]{% endif %} | {% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+
+// /tokenize with messages gives the template the request's tools (validated as on chat
+// completions), so its ids equal those a chat completion with the same tools prefills.
+TEST_F(HttpChatToolTest, TokenizeGivesTheTemplateTheTools) {
+  auto chat = chat::ChatTemplate::FromText(kToolsPerTurnTemplate, "tools-per-turn", "<s>", "</s>");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  const_cast<ServedModel*>(models_->FindByName("abc-lm-test"))->chat_template = *chat;
+  json body = Body(false);
+  body.erase("stream");
+  httplib::Result result = client_->Post("/tokenize", body.dump(), "application/json");
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  std::vector<int32_t> tokens = json::parse(result->body)["tokens"].get<std::vector<int32_t>>();
+  ASSERT_FALSE(tokens.empty());
+  tokens.erase(tokens.begin());  // bos
+  EXPECT_EQ(Text(tokens), "user: Weather in Paris? [1 tools] | assistant:");
+  ASSERT_EQ(Chat(Body(false))->status, 200);
+  EXPECT_EQ(lm_->requests()[0].prompt_token_ids, tokens);
+  body["tools"][0]["function"]["name"] = "bad name";
+  result = client_->Post("/tokenize", body.dump(), "application/json");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 400) << result->body;
+  EXPECT_TRUE(absl::StrContains(result->body, "tools[0].function.name")) << result->body;
+}
+
+// A session's next turn (the tool's result after the model's call) is rendered with the tools
+// too (the route passes the request's tools to ChatContinuationIds; this fixture serves no
+// sessions, so the function is called as the route calls it).
+TEST_F(HttpChatToolTest, SessionContinuationGivesTheTemplateTheTools) {
+  auto chat = chat::ChatTemplate::FromText(kToolsPerTurnTemplate, "tools-per-turn", "<s>", "</s>");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ServedModel* model = const_cast<ServedModel*>(models_->FindByName("abc-lm-test"));
+  model->chat_template = *chat;
+  const json next =
+      json::parse(R"([{"role": "tool", "tool_call_id": "call_1", "content": "18 C"}])");
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(Body(false)["tools"].dump());
+  absl::StatusOr<std::vector<int32_t>> ids =
+      chat::ChatContinuationIds(*model, next, true, nullptr, tools);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  // After the marker: the answer's close and the new turn, both rendered with the tools (the
+  // decoded text drops the leading space, as SentencePiece decoding does).
+  EXPECT_EQ(Text(*ids), "[1 tools] | tool: 18 C [1 tools] | assistant:");
+  ids = chat::ChatContinuationIds(*model, next, true, nullptr);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(Text(*ids), "| tool: 18 C | assistant:");
 }
 
 }  // namespace
