@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "engine/attention/attention_state_cuda.h"
+#include "engine/attention/split_plan.h"
 #include "engine/device/cuda_context.h"
 
 namespace abcd::cuda::internal {
@@ -133,15 +134,10 @@ inline int LanesPerRow(int head_dim, int vec) {
   return lanes;
 }
 
-// Blocks a launch has before splitting, as the split choice should see them: rows x heads in
-// decode mode; in a scan, the blocks divided by the longest run (never fewer than the heads),
-// so a long prompt chunk, the pass's critical path, is split as if it were nearly alone even
-// beside many decode rows, while many short runs still count as a full grid.
+// Blocks a launch of `rows` has before splitting (split_plan.h's SplitBlocks): a scan's longest
+// run counts, a decode step's rows do not.
 inline int64_t SplitBlocks(const StepRows& rows, int64_t sequences, int n_heads) {
-  const int64_t blocks = sequences * n_heads;
-  if (rows.first == nullptr || rows.longest_run <= 1) return blocks;
-  const int64_t scaled = blocks / rows.longest_run;
-  return scaled > n_heads ? scaled : n_heads;
+  return cuda::SplitBlocks(sequences, n_heads, rows.first != nullptr ? rows.longest_run : 1);
 }
 
 // Softmax-style partials, one per (row, head, split): [o (head_dim), m, l] where o is the

@@ -1,6 +1,7 @@
 // UploadFlaMixer (fla_state_cuda.h): the device copy of a GatedLinearState or GsaState.
 #include "engine/attention/fla_state_cuda.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -169,4 +170,60 @@ absl::StatusOr<CudaFlaMixer> UploadFlaMixer(CudaContext& context, const Attentio
   return mixer;
 }
 
+namespace internal {
+
+absl::StatusOr<GatedLinearPlan> PlanGatedLinearStep(const fla::Params& p, int64_t batch,
+                                                    int64_t sequences, int64_t longest_run,
+                                                    int sm_count) {
+  constexpr int kWarps = kFlaStepThreads / 32;
+  GatedLinearPlan plan;
+  const int K = p.key_dim, V = p.value_dim;
+  plan.vec = V % 4 == 0 ? 4 : 1;
+  const int tile = 32 * plan.vec;
+  plan.tiles = (V + tile - 1) / tile;
+  ABCD_RETURN_IF_ERROR(CheckGridRows("gated linear step", sequences));
+  const int64_t blocks = SplitBlocks(sequences, p.heads * plan.tiles, longest_run);
+  // Shared memory: q, k, lambda per key row of the block | v and the warps' sums per column.
+  const int64_t max_chunk = MaxChunkForSharedMemory(int64_t{tile} * (1 + kWarps), 3);
+  ABCD_ASSIGN_OR_RETURN(plan.split, PlanSplits("gated linear step", K, blocks, sm_count,
+                                               /*min_chunk=*/16, max_chunk));
+  const int64_t row_floats = batch * p.AttendedWidth();
+  if (plan.split.splits > 1 &&
+      row_floats * plan.split.splits * int64_t{sizeof(float)} > kFlaMaxPartialBytes) {
+    const int64_t most =
+        std::max<int64_t>(1, kFlaMaxPartialBytes / (row_floats * int64_t{sizeof(float)}));
+    ABCD_ASSIGN_OR_RETURN(plan.split,
+                          PlanSplits("gated linear step", K, blocks, sm_count,
+                                     static_cast<int>((K + most - 1) / most), max_chunk));
+  }
+  plan.partial_floats = plan.split.splits > 1 ? row_floats * plan.split.splits : 0;
+  plan.shared_bytes = sizeof(float) * (3 * static_cast<size_t>(plan.split.chunk) +
+                                       static_cast<size_t>(tile) * (1 + kWarps));
+  return plan;
+}
+
+absl::StatusOr<GsaPlan> PlanGsaStep(const fla::Params& p, int64_t batch, int64_t sequences,
+                                    int64_t longest_run, int sm_count) {
+  GsaPlan plan;
+  const int K = p.key_dim, V = p.value_dim, n = p.slots;
+  plan.vec = (K % 4 == 0 && V % 4 == 0) ? 4 : 1;
+  plan.value_span = std::min(V / plan.vec, kFlaStepThreads);
+  plan.value_groups = kFlaStepThreads / plan.value_span;
+  ABCD_RETURN_IF_ERROR(CheckGridRows("gsa step", sequences));
+  // Splits of at least 4 slots each; none when the split-K combine (at most 4 columns a thread)
+  // cannot take the value width. Shared memory: q, k [K] | v [V] | the value partials
+  // [groups, V] | stats [2], and an alpha and a score per slot of the block.
+  const int min_chunk = V <= 4 * kFlaStepThreads ? 4 : n;
+  const int64_t fixed = 2 * int64_t{K} + V + int64_t{plan.value_groups} * V + 2;
+  ABCD_ASSIGN_OR_RETURN(
+      plan.split, PlanSplits("gsa step", n, SplitBlocks(sequences, p.heads, longest_run), sm_count,
+                             min_chunk, MaxChunkForSharedMemory(fixed, 2)));
+  if (plan.split.splits > 1) ABCD_RETURN_IF_ERROR(CheckGridRows("gsa combine", batch));
+  plan.partial_floats =
+      plan.split.splits > 1 ? batch * p.heads * plan.split.splits * (int64_t{V} + 2) : 0;
+  plan.shared_bytes = sizeof(float) * static_cast<size_t>(fixed + 2 * int64_t{plan.split.chunk});
+  return plan;
+}
+
+}  // namespace internal
 }  // namespace abcd::cuda

@@ -21,6 +21,7 @@
 #include "engine/attention/attention_state.h"
 #include "engine/attention/attention_state_cuda.h"
 #include "engine/attention/fla_math.h"
+#include "engine/attention/split_plan.h"
 #include "engine/device/cuda_context.h"
 
 namespace abcd::cuda {
@@ -66,6 +67,37 @@ absl::Status FlaMixerForward(CudaContext& context, const CudaFlaMixer& mixer, co
                              const int64_t* positions, float* prepared);
 
 namespace internal {
+
+inline constexpr int kFlaStepThreads = 128;  // threads of a step block (4 warps)
+// The most split partials (bytes of the context's workspace) a gated linear step writes; a long
+// prefill chunk gets fewer splits rather than more scratch.
+inline constexpr int64_t kFlaMaxPartialBytes = int64_t{64} << 20;
+
+// A gated linear step's launch: blocks (heads x tiles, sequences, split.splits), each over
+// split.chunk key rows of a tile of 32 x vec value columns.
+struct GatedLinearPlan {
+  int vec = 1;    // value columns a lane owns (4: float4 state access, when V % 4 == 0)
+  int tiles = 1;  // column tiles per head
+  SplitPlan split;
+  size_t shared_bytes = 0;
+  int64_t partial_floats = 0;  // workspace floats of the split partials (0: unsplit)
+};
+// `longest_run`: the scan form's longest run, 1 for a decode step.
+absl::StatusOr<GatedLinearPlan> PlanGatedLinearStep(const fla::Params& p, int64_t batch,
+                                                    int64_t sequences, int64_t longest_run,
+                                                    int sm_count);
+
+// A gsa step's launch: blocks (heads, sequences, split.splits) over split.chunk slots each.
+struct GsaPlan {
+  int vec = 1;           // 4 when K % 4 == 0 and V % 4 == 0
+  int value_span = 1;    // threads sharing a V~ row's columns (<= kFlaStepThreads)
+  int value_groups = 1;  // groups of value_span threads over the slots
+  SplitPlan split;
+  size_t shared_bytes = 0;
+  int64_t partial_floats = 0;  // workspace floats of the softmax partials (0: unsplit)
+};
+absl::StatusOr<GsaPlan> PlanGsaStep(const fla::Params& p, int64_t batch, int64_t sequences,
+                                    int64_t longest_run, int sm_count);
 
 // The step kernels' launches (gated_linear_state_cuda.cu, gsa_state_cuda.cu): fold the
 // prepared rows (`prepared`, prepared_width apart) into the states and read them. Each writes

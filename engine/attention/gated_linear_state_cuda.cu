@@ -28,11 +28,9 @@ using internal::SequenceRows;
 using internal::StoreVec;
 
 constexpr int kWarps = kThreads / 32;
+static_assert(kThreads == internal::kFlaStepThreads, "the planner's block size");
 constexpr int kFinishThreads = 256;
 constexpr int kMaxFinishRowBlocks = 64;  // blocks sharing one sequence's rows in the finish
-// The most split partials (bytes of the context's workspace) a gated linear step writes; a
-// long prefill chunk gets fewer splits rather than more scratch.
-constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
 
 // One row per block: each thread computes prepared columns from the projection row.
 __global__ void __launch_bounds__(kThreads)
@@ -214,39 +212,28 @@ absl::Status GatedLinearStep(CudaContext& context, const CudaFlaMixer& mixer, co
                              const float* prepared, const float** partials, int* splits_out) {
   const fla::Params& p = mixer.params;
   const int64_t sequences = rows.first != nullptr ? rows.sequences : rows.batch;
-  const int K = p.key_dim, V = p.value_dim;
-  const int vec = V % 4 == 0 ? 4 : 1;
-  const int tile = 32 * vec;
-  const int tiles = (V + tile - 1) / tile;
-  ABCD_RETURN_IF_ERROR(CheckGridRows("gated linear step", sequences));
-  const int64_t blocks = internal::SplitBlocks(rows, sequences, p.heads * tiles);
-  const int64_t max_chunk = MaxChunkForSharedMemory(tile * (1 + kWarps), 3);
   ABCD_ASSIGN_OR_RETURN(
-      SplitPlan plan,
-      PlanSplits("gated linear step", K, blocks, context.sm_count(), /*min_chunk=*/16, max_chunk));
-  const int64_t row_bytes = rows.batch * p.AttendedWidth() * static_cast<int64_t>(sizeof(float));
-  if (plan.splits > 1 && row_bytes * plan.splits > kMaxPartialBytes) {
-    const int64_t most = std::max<int64_t>(1, kMaxPartialBytes / row_bytes);
-    ABCD_ASSIGN_OR_RETURN(plan, PlanSplits("gated linear step", K, blocks, context.sm_count(),
-                                           static_cast<int>((K + most - 1) / most), max_chunk));
-  }
+      const GatedLinearPlan plan,
+      PlanGatedLinearStep(p, rows.batch, sequences, rows.first != nullptr ? rows.longest_run : 1,
+                          context.sm_count()));
   float* partial_rows = nullptr;
-  if (plan.splits > 1) {
-    ABCD_ASSIGN_OR_RETURN(void* workspace,
-                          context.Workspace(static_cast<size_t>(row_bytes * plan.splits)));
+  if (plan.partial_floats > 0) {
+    ABCD_ASSIGN_OR_RETURN(
+        void* workspace,
+        context.Workspace(static_cast<size_t>(plan.partial_floats) * sizeof(float)));
     partial_rows = static_cast<float*>(workspace);
   }
-  const size_t shared_bytes = sizeof(float) * (3 * plan.chunk + tile * (1 + kWarps));
-  const dim3 grid(static_cast<unsigned>(p.heads * tiles), static_cast<unsigned>(sequences),
-                  static_cast<unsigned>(plan.splits));
+  const dim3 grid(static_cast<unsigned>(p.heads * plan.tiles), static_cast<unsigned>(sequences),
+                  static_cast<unsigned>(plan.split.splits));
   const bool checkpoints = rows.checkpoints != nullptr;
   const auto kernel =
-      vec == 4 ? (checkpoints ? GatedLinearStepKernel<4, true> : GatedLinearStepKernel<4, false>)
-               : (checkpoints ? GatedLinearStepKernel<1, true> : GatedLinearStepKernel<1, false>);
-  kernel<<<grid, kThreads, shared_bytes, context.stream()>>>(
-      p, rows, prepared, mixer.prepared_width, tiles, plan.chunk, partial_rows);
+      plan.vec == 4
+          ? (checkpoints ? GatedLinearStepKernel<4, true> : GatedLinearStepKernel<4, false>)
+          : (checkpoints ? GatedLinearStepKernel<1, true> : GatedLinearStepKernel<1, false>);
+  kernel<<<grid, kThreads, plan.shared_bytes, context.stream()>>>(
+      p, rows, prepared, mixer.prepared_width, plan.tiles, plan.split.chunk, partial_rows);
   *partials = partial_rows;
-  *splits_out = plan.splits;
+  *splits_out = plan.split.splits;
   return CheckLaunch("GatedLinearStepKernel");
 }
 

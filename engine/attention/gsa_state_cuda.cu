@@ -26,23 +26,14 @@ using internal::SequenceRows;
 using internal::StoreVec;
 using internal::WritePaddingRows;
 
-// The largest value width the split-K combine takes (CombineSoftmaxPartials: 4 columns a
-// thread); wider heads run unsplit.
-constexpr int kMaxSplitValueDim = 4 * kThreads;
-
-// Threads that share the value columns of a slot's V~ row: all of them when there are more
-// columns than threads (each thread strides over columns), else one per column, and the
-// remaining threads form further groups over the slots.
-__host__ __device__ inline int ValueSpan(int value_columns) {
-  return value_columns < kThreads ? value_columns : kThreads;
-}
+static_assert(kThreads == internal::kFlaStepThreads, "the planner's block size");
 
 // Dynamic shared memory: q, k [K] | v [V] | alpha, score [chunk] | value partials [groups, V] |
-// stats [2].
+// stats [2]. `span` threads share a V~ row's columns (GsaPlan::value_span).
 template <int kVec, bool kCheckpoints>
 __global__ void __launch_bounds__(kThreads)
     GsaStepKernel(fla::Params params, StepRows rows, const float* prepared, int64_t prepared_width,
-                  int chunk, int lanes, float* partials) {
+                  int chunk, int lanes, int span, float* partials) {
   extern __shared__ float shared[];
   const int h = blockIdx.x;
   const int64_t sequence = blockIdx.y;
@@ -58,7 +49,6 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const int key_columns = K / kVec, value_columns = V / kVec;
-  const int span = ValueSpan(value_columns);
   const int value_groups = kThreads / span;
 
   float* q_s = shared;
@@ -178,38 +168,31 @@ absl::Status GsaStep(CudaContext& context, const CudaFlaMixer& mixer, const Step
                      const float* prepared) {
   const fla::Params& p = mixer.params;
   const int64_t sequences = rows.first != nullptr ? rows.sequences : rows.batch;
-  const int K = p.key_dim, V = p.value_dim, n = p.slots;
-  const int vec = (K % 4 == 0 && V % 4 == 0) ? 4 : 1;
-  const int lanes = LanesPerRow(K, vec);
-  const int value_groups = kThreads / ValueSpan(V / vec);
-  ABCD_RETURN_IF_ERROR(CheckGridRows("gsa step", sequences));
-  // Splits of at least 4 slots each (none when the combine cannot take the value width).
-  const int min_chunk = V <= kMaxSplitValueDim ? 4 : n;
   ABCD_ASSIGN_OR_RETURN(
-      const SplitPlan plan,
-      PlanSplits("gsa step", n, SplitBlocks(rows, sequences, p.heads), context.sm_count(),
-                 min_chunk, MaxChunkForSharedMemory(2 * K + V + value_groups * V + 2, 2)));
-  const int splits = plan.splits, chunk = plan.chunk;
-  if (splits > 1) ABCD_RETURN_IF_ERROR(CheckGridRows("gsa combine", rows.batch));
+      const GsaPlan plan,
+      PlanGsaStep(p, rows.batch, sequences, rows.first != nullptr ? rows.longest_run : 1,
+                  context.sm_count()));
+  const int lanes = LanesPerRow(p.key_dim, plan.vec);
   float* partials = nullptr;
-  if (splits > 1) {
-    ABCD_ASSIGN_OR_RETURN(void* workspace,
-                          context.Workspace(static_cast<size_t>(rows.batch) * p.heads * splits *
-                                            (V + 2) * sizeof(float)));
+  if (plan.partial_floats > 0) {
+    ABCD_ASSIGN_OR_RETURN(
+        void* workspace,
+        context.Workspace(static_cast<size_t>(plan.partial_floats) * sizeof(float)));
     partials = static_cast<float*>(workspace);
   }
-  const size_t shared_bytes = sizeof(float) * (2 * K + V + 2 * chunk + value_groups * V + 2);
+  const int splits = plan.split.splits;
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(sequences),
                   static_cast<unsigned>(splits));
   const bool checkpoints = rows.checkpoints != nullptr;
-  const auto kernel = vec == 4 ? (checkpoints ? GsaStepKernel<4, true> : GsaStepKernel<4, false>)
-                               : (checkpoints ? GsaStepKernel<1, true> : GsaStepKernel<1, false>);
-  kernel<<<grid, kThreads, shared_bytes, context.stream()>>>(
-      p, rows, prepared, mixer.prepared_width, chunk, lanes, partials);
+  const auto kernel = plan.vec == 4
+                          ? (checkpoints ? GsaStepKernel<4, true> : GsaStepKernel<4, false>)
+                          : (checkpoints ? GsaStepKernel<1, true> : GsaStepKernel<1, false>);
+  kernel<<<grid, kThreads, plan.shared_bytes, context.stream()>>>(
+      p, rows, prepared, mixer.prepared_width, plan.split.chunk, lanes, plan.value_span, partials);
   absl::Status status = CheckLaunch("GsaStepKernel");
   if (!status.ok() || splits == 1) return status;
-  return CombineSoftmaxPartials(context, partials, rows.batch, p.heads, V, splits, rows.out,
-                                rows.out_stride);
+  return CombineSoftmaxPartials(context, partials, rows.batch, p.heads, p.value_dim, splits,
+                                rows.out, rows.out_stride);
 }
 
 }  // namespace internal

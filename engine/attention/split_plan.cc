@@ -38,6 +38,12 @@ int64_t MaxChunkForSharedMemory(int64_t fixed_floats, int64_t floats_per_item) {
   return available / floats_per_item;
 }
 
+int64_t SplitBlocks(int64_t sequences, int n_heads, int64_t longest_run) {
+  const int64_t blocks = sequences * n_heads;
+  if (longest_run <= 1) return blocks;
+  return std::max<int64_t>(blocks / longest_run, n_heads);
+}
+
 absl::Status CheckGridRows(absl::string_view kernel, int64_t rows) {
   if (rows <= kMaxGridYZ) return absl::OkStatus();
   return absl::InvalidArgumentError(

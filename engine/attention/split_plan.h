@@ -29,6 +29,13 @@ struct SplitPlan {
 absl::StatusOr<SplitPlan> PlanSplits(absl::string_view kernel, int64_t items, int64_t blocks,
                                      int sm_count, int min_chunk, int64_t max_chunk);
 
+// Blocks a launch has before splitting, as the split choice should see them: sequences x heads
+// in decode mode (longest_run <= 1); in a scan, the blocks divided by the longest run (never
+// fewer than the heads), so a long prompt chunk, the pass's critical path, is split as if it
+// were nearly alone even beside many decode rows, while many short runs still count as a full
+// grid.
+int64_t SplitBlocks(int64_t sequences, int n_heads, int64_t longest_run);
+
 // The most items whose `floats_per_item` shared floats fit in the default shared memory next
 // to `fixed_floats` (0 when even the fixed part does not fit).
 int64_t MaxChunkForSharedMemory(int64_t fixed_floats, int64_t floats_per_item);

@@ -183,5 +183,82 @@ TEST_F(FlaCudaTest, ScanRunsMatchTheCpu) {
   }
 }
 
+// The launch planning is host code: these run without a GPU.
+fla::Params PlanShape(fla::Kind kind, int heads, int key_dim, int value_dim, int slots = 0) {
+  fla::Params p;
+  p.kind = kind;
+  p.heads = p.kv_heads = heads;
+  p.key_dim = key_dim;
+  p.value_dim = value_dim;
+  p.slots = slots;
+  return p;
+}
+
+constexpr int kH200Sms = 132;
+
+TEST(FlaStepPlanTest, GatedLinearSplitsKeyRowsOnlyWhenTheGridIsSmall) {
+  // gla at the fla-hub 1.3B shape: 4 heads, S [256, 512] each.
+  const fla::Params gla = PlanShape(fla::Kind::kGla, 4, 256, 512);
+  absl::StatusOr<internal::GatedLinearPlan> one =
+      internal::PlanGatedLinearStep(gla, 1, 1, 1, kH200Sms);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->vec, 4);
+  EXPECT_EQ(one->tiles, 4);  // 128 columns a tile
+  EXPECT_EQ(one->split.splits, 16);
+  EXPECT_EQ(one->split.chunk, 16);  // the smallest split
+  EXPECT_EQ(one->partial_floats, 16 * 2048);
+  EXPECT_LE(one->shared_bytes, static_cast<size_t>(kDefaultSharedMemoryBytes));
+  absl::StatusOr<internal::GatedLinearPlan> many =
+      internal::PlanGatedLinearStep(gla, 256, 256, 1, kH200Sms);
+  ASSERT_TRUE(many.ok()) << many.status();
+  EXPECT_EQ(many->split.splits, 1);
+  EXPECT_EQ(many->partial_floats, 0);
+  // A value width that is not a multiple of 4: one column a lane, 32-column tiles.
+  absl::StatusOr<internal::GatedLinearPlan> odd =
+      internal::PlanGatedLinearStep(PlanShape(fla::Kind::kHgrn2, 2, 32, 50), 1, 1, 1, kH200Sms);
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_EQ(odd->vec, 1);
+  EXPECT_EQ(odd->tiles, 2);
+}
+
+TEST(FlaStepPlanTest, GatedLinearPartialsStayWithinTheirCapOnALongPrompt) {
+  // One 2,048-row prompt chunk: split like a lone sequence, but its 16 partial rows per row
+  // would need 256 MiB; 4 splits fit the 64 MiB cap.
+  const fla::Params gla = PlanShape(fla::Kind::kGla, 4, 256, 512);
+  absl::StatusOr<internal::GatedLinearPlan> plan =
+      internal::PlanGatedLinearStep(gla, 2048, 1, 2048, kH200Sms);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->split.splits, 4);
+  EXPECT_LE(plan->partial_floats * static_cast<int64_t>(sizeof(float)),
+            internal::kFlaMaxPartialBytes);
+  EXPECT_FALSE(internal::PlanGatedLinearStep(gla, 70000, 70000, 1, kH200Sms).ok());
+}
+
+TEST(FlaStepPlanTest, GsaSplitsSlotsWhereTheCombineTakesTheValueWidth) {
+  absl::StatusOr<internal::GsaPlan> plan =
+      internal::PlanGsaStep(PlanShape(fla::Kind::kGsa, 4, 512, 512, 64), 1, 1, 1, kH200Sms);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->vec, 4);
+  EXPECT_EQ(plan->value_span, 128);  // 128 float4 columns: one thread each
+  EXPECT_EQ(plan->value_groups, 1);
+  EXPECT_EQ(plan->split.splits, 16);
+  EXPECT_EQ(plan->split.chunk, 4);
+  EXPECT_EQ(plan->partial_floats, 4 * 16 * (512 + 2));
+  EXPECT_LE(plan->shared_bytes, static_cast<size_t>(kDefaultSharedMemoryBytes));
+  // 640 value columns: more than the combine's 4 a thread, so the slots stay in one block.
+  absl::StatusOr<internal::GsaPlan> wide =
+      internal::PlanGsaStep(PlanShape(fla::Kind::kGsa, 4, 64, 640, 64), 1, 1, 1, kH200Sms);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ(wide->split.splits, 1);
+  EXPECT_EQ(wide->value_span, 128);
+  // Small heads: 8 float4 columns a slot row, 16 groups of 8 threads over the slots.
+  absl::StatusOr<internal::GsaPlan> small =
+      internal::PlanGsaStep(PlanShape(fla::Kind::kGsa, 4, 32, 32, 16), 128, 128, 1, kH200Sms);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->value_span, 8);
+  EXPECT_EQ(small->value_groups, 16);
+  EXPECT_EQ(small->split.splits, 1);
+}
+
 }  // namespace
 }  // namespace abcd::cuda

@@ -18,6 +18,13 @@ TEST(SplitPlanTest, LargeBatchDoesNotSplit) {
   EXPECT_EQ(plan->chunk, 64);
 }
 
+TEST(SplitPlanTest, SplitBlocksCountsAScansLongestRun) {
+  EXPECT_EQ(SplitBlocks(64, 8, 1), 512);     // decode: rows x heads
+  EXPECT_EQ(SplitBlocks(64, 8, 16), 32);     // a scan: divided by the longest run
+  EXPECT_EQ(SplitBlocks(1, 8, 2048), 8);     // never fewer than the heads
+  EXPECT_EQ(SplitBlocks(3000, 4, 2), 6000);  // many short runs still fill the grid
+}
+
 TEST(SplitPlanTest, SmallBatchSplitsToFillTheGpuWithinMinChunk) {
   // batch 1 x 8 heads = 8 blocks; 2 x 132 wanted -> 33 splits, but at most 64 / 4 = 16.
   absl::StatusOr<SplitPlan> plan = PlanSplits("abc", 64, 8, kSms, 4, 1000);
