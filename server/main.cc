@@ -234,6 +234,7 @@ int Run(int argc, char** argv) {
   grpc_options.max_choices = config->max_choices;
   grpc_options.sessions = &sessions;
   grpc_options.body_budget = &body_budget;
+  grpc_options.chunked_import_timeout = absl::Seconds(config->body_timeout_seconds);
   GeneratorService service(models, {[&metrics](absl::string_view kind, const absl::Status& s) {
                              metrics.CountRequest(kind, s);
                            }},
@@ -286,6 +287,7 @@ int Run(int argc, char** argv) {
   http_options.max_prompt_tokens = config->max_prompt_tokens;
   http_options.sessions = &sessions;
   http_options.body_budget = &body_budget;
+  http_options.body_timeout = absl::Seconds(config->body_timeout_seconds);
   http::HttpService http_service(models,
                                  {[&metrics] { return metrics.Render(); },
                                   [&metrics](absl::string_view kind, absl::string_view status) {

@@ -48,6 +48,7 @@ const std::set<std::string> kValued = {"config",
                                        "admin_port",
                                        "max_inflight_body_mb",
                                        "drain_grace_seconds",
+                                       "body_timeout_seconds",
                                        "max_connection_age_seconds",
                                        "max_connection_age_grace_seconds",
                                        "keepalive_time_seconds",
@@ -154,7 +155,7 @@ std::string ServerUsage() {
          "  [--max_source_tokens N] [--max_batch_source_tokens N] [--encode_token_budget N]\n"
          "  [--max_tokens_limit N] [--http_threads N] [--http_max_connections N]\n"
          "  [--http_max_inflight N] [--admin_port P] [--max_inflight_body_mb MB]\n"
-         "  [--drain_grace_seconds S]\n"
+         "  [--drain_grace_seconds S] [--body_timeout_seconds S]\n"
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
          "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
@@ -235,6 +236,11 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         args.Double("drain_grace_seconds", c.drain_grace_seconds));
   if (!(c.drain_grace_seconds >= 0 && c.drain_grace_seconds <= 3600)) {
     return absl::InvalidArgumentError("--drain_grace_seconds must be in [0, 3600]");
+  }
+  ABCD_ASSIGN_OR_RETURN(c.body_timeout_seconds,
+                        args.Double("body_timeout_seconds", c.body_timeout_seconds));
+  if (!(c.body_timeout_seconds > 0 && c.body_timeout_seconds <= 3600)) {
+    return absl::InvalidArgumentError("--body_timeout_seconds must be in (0, 3600]");
   }
   ABCD_ASSIGN_OR_RETURN(
       c.max_connection_age_seconds,

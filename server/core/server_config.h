@@ -40,9 +40,12 @@ struct ServerConfig {
   // over every connection; beyond it a new body is refused (503 / RESOURCE_EXHAUSTED). 0: the
   // default, 512 MiB or a sixth of the cgroup's memory limit when that is less.
   int64_t max_inflight_body_mb = 0;
-  int http_max_inflight = 256;           // HTTP completions + translations at once; beyond: 429
-  double drain_grace_seconds = 30;       // SIGTERM: in-flight requests get this long to finish
-  int max_connection_age_seconds = 300;  // gRPC: clients reconnect, so load rebalances
+  int http_max_inflight = 256;      // HTTP completions + translations at once; beyond: 429
+  double drain_grace_seconds = 30;  // SIGTERM: in-flight requests get this long to finish
+  // An HTTP request body must arrive within this of its header, a gRPC ImportSessionChunks
+  // stream within this of the call's start (408 / DEADLINE_EXCEEDED, its budget released).
+  double body_timeout_seconds = 30;
+  int max_connection_age_seconds = 300;        // gRPC: clients reconnect, so load rebalances
   int max_connection_age_grace_seconds = 600;  // streams open at max age get this long
   int keepalive_time_seconds = 60;
   int max_message_bytes = 4 << 20;  // gRPC receive limit of every message (sessions: chunks)

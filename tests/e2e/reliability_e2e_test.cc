@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -360,6 +361,61 @@ TEST_F(ReliabilityTest, StalledChunkedImportsHoldNoneOfTheBodyBudget) {
   EXPECT_EQ(Metric("abcd_body_budget_refusals_total{protocol=\"http\"}"), 0);
   for (auto& context : contexts) context->TryCancel();
   for (auto& writer : writers) EXPECT_FALSE(writer->Finish().ok());
+}
+
+// Issue 44 item 3 on the real binary: uploads that stall end at --body_timeout_seconds (30 s by
+// default; 1 s here so the test takes seconds). A chunked gRPC import that sent 1 MiB of a
+// declared 8 MiB and then nothing gets DEADLINE_EXCEEDED about a second after its call began and
+// frees the budget it held; an HTTP body that stops after its header gets 408 as late.
+TEST_F(ReliabilityTest, StalledUploadsEndAtTheBodyDeadline) {
+  Start({"--body_timeout_seconds", "1"});
+  auto stub = Stub();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  abcd::v1::SessionInfo info;
+  const absl::Time import_start = absl::Now();
+  auto writer = stub->ImportSessionChunks(&context, &info);
+  abcd::v1::SessionChunk chunk;
+  chunk.set_total_bytes(int64_t{8} << 20);
+  chunk.set_data(std::string(size_t{1} << 20, 'x'));
+  ASSERT_TRUE(writer->Write(chunk));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_GE(Metric("abcd_inflight_body_bytes"), double{1 << 20});  // held while it stalls
+  const grpc::Status status = writer->Finish();  // no WritesDone: only the deadline ends it
+  const double import_seconds = absl::ToDoubleSeconds(absl::Now() - import_start);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "session chunks not received within 1s"))
+      << status.error_message();
+  EXPECT_GE(import_seconds, 0.9);
+  EXPECT_LT(import_seconds, TimeLimit(5));
+  EXPECT_EQ(Metric("abcd_inflight_body_bytes"), 0);
+
+  const int fd = Connect(server_->http_port());
+  ASSERT_GE(fd, 0);
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 1000\r\n\r\n{\"prompt\": ";
+  const absl::Time body_start = absl::Now();
+  ASSERT_EQ(SendFor(fd, head, absl::Seconds(2)), head.size());
+  std::string answer;
+  while (answer.find("\r\n\r\n") == std::string::npos &&
+         absl::Now() < body_start + absl::Seconds(TimeLimit(10))) {
+    char buffer[4096];
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n > 0) {
+      answer.append(buffer, static_cast<size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  close(fd);
+  const double body_seconds = absl::ToDoubleSeconds(absl::Now() - body_start);
+  EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 408")) << answer;
+  EXPECT_GE(body_seconds, 0.9);
+  EXPECT_LT(body_seconds, TimeLimit(5));
+  EXPECT_EQ(Metric("abcd_inflight_body_bytes"), 0);
 }
 
 // 1,024 idle connections at the cap, closed connections reopened at once: probes, metrics and a

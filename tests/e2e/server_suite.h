@@ -1,0 +1,82 @@
+// The e2e suites' shared start-up: one real abcd-server per test suite, an HTTP client of it
+// for every test, a /metrics sample and the "still serving" probe the hostile-input tests run
+// after each attack. Derive a suite as
+//
+//   class MyTest : public testing::ServerSuite<MyTest> {
+//    public:
+//     static std::vector<std::string> ServerArgs() { return {"--models", kTrainedLmDir}; }
+//   };
+//
+// (SetUpTestSuite starts the server with those flags); a suite that must prepare files first
+// defines its own static SetUpTestSuite and calls Start(args) from it. A test that needs a
+// server of its own flags uses ServerProcess directly with HttpClient and ExpectServing.
+//
+// Thread-safety: test-only; the gtest thread.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/e2e/binaries_under_test.h"
+#include "tests/e2e/metric_sample.h"
+#include "tests/e2e/server_process.h"
+
+namespace abcd::testing {
+
+// A client of `server`'s HTTP port that waits up to `read_timeout_s` for an answer.
+inline std::unique_ptr<httplib::Client> HttpClient(const ServerProcess& server,
+                                                   int read_timeout_s = 30) {
+  auto client = std::make_unique<httplib::Client>("127.0.0.1", server.http_port());
+  client->set_read_timeout(read_timeout_s, 0);
+  return client;
+}
+
+// Expects the server to still serve: /healthz 200 and a one-token completion 200 (the default
+// language model), with the server's log on failure.
+inline void ExpectServing(httplib::Client& http, const ServerProcess& server) {
+  const auto health = http.Get("/healthz");
+  ASSERT_TRUE(health) << server.Log();
+  EXPECT_EQ(health->status, 200);
+  const auto completion =
+      http.Post("/v1/completions", R"({"prompt": "The", "max_tokens": 1})", "application/json");
+  ASSERT_TRUE(completion) << server.Log();
+  EXPECT_EQ(completion->status, 200) << completion->body;
+}
+
+template <typename Suite>
+class ServerSuite : public ::testing::Test {
+ public:
+  static void SetUpTestSuite() { Start(Suite::ServerArgs()); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+ protected:
+  static void Start(std::vector<std::string> args) {
+    delete server_;
+    server_ = new ServerProcess(ServerBinary(), std::move(args));
+  }
+
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    ASSERT_TRUE(server_->started()) << server_->Log();
+    http_ = HttpClient(*server_);
+  }
+
+  void ExpectServing() { testing::ExpectServing(*http_, *server_); }
+  // A sample of /metrics (MetricSample): `absent` when the server has no such line yet.
+  double Metric(const std::string& sample, double absent = -1) {
+    return MetricSample(*http_, sample, absent);
+  }
+
+  static inline ServerProcess* server_ = nullptr;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+}  // namespace abcd::testing
