@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 RUNS = ROOT / "runs" / "uptrain"
 PY = sys.executable
 LLAMA_TOKENS = 1_228_800  # 600 steps of 16 x 128 (0.9 epoch), the quality table's LM budget
+LLAMA_WARMUP = 60
 BUDGETS = (32_768, 131_072)  # finetunes: 2.7% and 10.7% of the pretraining tokens
 FINETUNE = ["--lr", "1e-3", "--warmup", "4"]
 PROMPTS = ("The jury said", "In the morning", "He")
@@ -42,13 +43,20 @@ CONVERSIONS = {
     "t2r-hybrid": ["--to", "t2r", "--features", "32", "--layers", "1,2,3"],
 }
 SEED_ROW = ("t2r", BUDGETS[0], 1235)
+# --small: a fifth of the original's pretraining (120 steps) and one 32,768-token finetune budget, in
+# runs/uptrain-small (what a loaded 2-core machine runs in well under an hour)
+SMALL = {"RUNS": ROOT / "runs" / "uptrain-small", "LLAMA_TOKENS": 245_760, "LLAMA_WARMUP": 12, "BUDGETS": (32_768,)}
+# the finetune variants of one conversion at the largest budget: T2R's attention-only recipe, and
+# distillation from the softmax original ((1 - 0.5) CE + 0.5 KL(original || model) per token)
+VARIANTS = {"attn-only": ["--attention-only"], "distill": ["--distill", "0.5"]}
+VARIANT_ROWS = ("t2r", "gsa")
 
 
 def runs():
     """[(name, command or None, output dir, needs)] in the order they are started."""
     llama = RUNS / "llama"
     out = [("llama", [PY, str(ROOT / "hf_train.py"), "--out", str(llama), "--max-tokens", str(LLAMA_TOKENS), "--lr", "1.5e-3",
-                      "--warmup", "60", "--checkpoint-every", "50"], llama, [])]  # fmt: skip
+                      "--warmup", str(LLAMA_WARMUP), "--checkpoint-every", "50"], llama, [])]  # fmt: skip
     convert = [PY, str(ROOT / "convert.py"), "--from-hf", str(llama)]
     for name, args in CONVERSIONS.items():
         out.append((f"{name}-0", convert + args + ["--out", str(RUNS / f"{name}-0")], RUNS / f"{name}-0", ["llama"]))
@@ -60,6 +68,11 @@ def runs():
     run = f"{name}-{budget}-seed{seed}"
     args = CONVERSIONS[name] + FINETUNE + ["--max-tokens", str(budget), "--seed", str(seed), "--out", str(RUNS / run)]
     out.append((run, convert + args, RUNS / run, ["llama"]))
+    for name in VARIANT_ROWS:
+        for variant, extra in VARIANTS.items():
+            run = f"{name}-{variant}-{BUDGETS[-1]}"
+            args = CONVERSIONS[name] + FINETUNE + extra + ["--max-tokens", str(BUDGETS[-1]), "--out", str(RUNS / run)]
+            out.append((run, convert + args, RUNS / run, ["llama"]))
     return out
 
 
@@ -141,12 +154,22 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--eval", help="evaluate one HF directory and exit")
+    p.add_argument("--small", action="store_true", help="the small budget (SMALL) in runs/uptrain-small")
+    p.add_argument("--only", help="comma list of run names (default: all; llama is always run first)")
     args = p.parse_args(argv)
     if args.eval:
         print(json.dumps(evaluate(args.eval), indent=2))
         return
+    if args.small:
+        globals().update(SMALL)
     RUNS.mkdir(parents=True, exist_ok=True)
     todo = runs()
+    if args.only:
+        names = set(args.only.split(","))
+        unknown = names - {name for name, _, _, _ in todo}
+        if unknown:
+            sys.exit(f"--only: unknown run names {sorted(unknown)} (see --dry-run)")
+        todo = [todo[0]] + [t for t in todo[1:] if t[0] in names]
     if args.dry_run:
         for name, command, _, _ in todo:
             print(name, " ".join(command or []))

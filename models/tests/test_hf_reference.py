@@ -19,6 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from abcd_ref import hf  # noqa: E402
+from abcd_ref.hf.config import kv_bytes_per_token  # noqa: E402
 from abcd_ref.config import ConfigError  # noqa: E402
 from abcd_ref.hf.checkpoint import random_tensor, read_tensors  # noqa: E402
 from abcd_ref.hf.config import intermediate_size, kv_bytes_per_token, rope_settings  # noqa: E402
@@ -280,6 +281,15 @@ class ConfigTest(TempDirTest):
         self.assertEqual(hf.state_bytes(hf.preset_config("gsa", "1.3b", num_kv_heads=2)), 25_165_824)  # H copies
         self.assertEqual(hf.resolve(hf.preset_config("gla", "1.3b")).intermediate_size, 5632)
         self.assertEqual(hf.resolve(hf.preset_config("retnet", "1.3b")).intermediate_size, 2816)
+        # the Llama-built types: qwen2 as the Llama (2 L Hkv hd 4 per token), qwen3's head_dim 128 doubles it,
+        # mistral's 4096-token window is a fixed ring of 4096 tokens of that; gsa's short convolution adds
+        # conv_size - 1 = 3 columns of its q|k|v channels (3 x 2048) a layer
+        self.assertEqual(kv_bytes_per_token(hf.preset_config("qwen2", "1.3b")), 98_304)
+        self.assertEqual(kv_bytes_per_token(hf.preset_config("qwen3", "1.3b")), 196_608)
+        self.assertEqual(hf.state_bytes(hf.preset_config("mistral", "1.3b")), 4096 * 98_304)
+        self.assertEqual(kv_bytes_per_token(hf.preset_config("mistral", "1.3b")), 0)
+        self.assertTrue(hf.preset_config("qwen3", "1.3b")["tie_word_embeddings"])
+        self.assertEqual(hf.state_bytes(hf.preset_config("gsa", "1.3b", use_short_conv=True)), 25_165_824 + 24 * 3 * 6144 * 4)
 
 
 class MathTest(unittest.TestCase):

@@ -203,6 +203,34 @@ PRESETS = {
             "intermediate_size": 5632,
             "max_position_embeddings": 4096,
         },
+        # the Llama-built types at the same width (vocab 32000 as every 1.3b preset): Mistral with
+        # MistralConfig's sliding_window 4096, Qwen2 with its q/k/v biases and tied embeddings as the small
+        # Qwen2.5s, Qwen3 with Qwen3-1.7B's attention (16 heads of head_dim 128, 8 KV heads, q/k norms), tied
+        "mistral": {
+            "hidden_size": 2048,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "intermediate_size": 5632,
+            "sliding_window": 4096,
+        },
+        "qwen2": {
+            "hidden_size": 2048,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "intermediate_size": 5632,
+            "tie_word_embeddings": True,
+        },
+        "qwen3": {
+            "hidden_size": 2048,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "intermediate_size": 5632,
+            "tie_word_embeddings": True,
+        },
         "gsa": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "num_slots": 64},
         "gla": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "expand_k": 0.5},
         "retnet": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 8, "expand_v": 2, "hidden_ratio": 2},
