@@ -24,6 +24,10 @@ using testing_fla::AllCases;
 using testing_fla::FlaCase;
 using testing_fla::RandomProjection;
 
+// Reductions over 256-512 key channels (S^T q, gsa's slot scores before their softmax): the
+// tolerance attention_cuda_test gives its long reductions.
+constexpr float kFlaLongReductionTolerance = 3e-4f;
+
 // The two backends sum S^T q, the slot softmax and the norm statistics in different orders
 // (and nvcc contracts into FMAs): the tolerance the other linear-state CUDA tests use.
 constexpr float kFlaTolerance = 1e-4f;
@@ -38,7 +42,8 @@ struct Layout {
 
 class FlaCudaTest : public CudaTest {
  protected:
-  void Compare(const FlaCase& c, const Layout& layout, int passes) {
+  void Compare(const FlaCase& c, const Layout& layout, int passes,
+               float tolerance = kFlaTolerance) {
     const std::string what = c.name + (layout.scan ? " scan" : " decode");
     const AttentionState& state = *c.state;
     int64_t bytes = 0;
@@ -155,10 +160,10 @@ class FlaCudaTest : public CudaTest {
         std::copy(got.begin() + r * out_stride, got.begin() + r * out_stride + width,
                   attended.begin() + r * width);
       }
-      ExpectClose(attended, expected, kFlaTolerance, at + " output");
-      ExpectClose(Download(device_blocks), host_states, kFlaTolerance, at + " state");
+      ExpectClose(attended, expected, tolerance, at + " output");
+      ExpectClose(Download(device_blocks), host_states, tolerance, at + " state");
       if (layout.checkpoint_row >= 0) {
-        ExpectClose(Download(checkpoint), expected_checkpoint, kFlaTolerance, at + " checkpoint");
+        ExpectClose(Download(checkpoint), expected_checkpoint, tolerance, at + " checkpoint");
       }
       if (HasFailure()) return;
     }
@@ -179,6 +184,27 @@ TEST_F(FlaCudaTest, ScanRunsMatchTheCpu) {
     // A lone long run; then runs of 5, 1 (padding) and 3 rows with a checkpoint mid-run.
     Compare(*c, Layout{true, {40}, {false}, -1}, 2);
     Compare(*c, Layout{true, {5, 1, 3}, {false, true, false}, 2}, 2);
+    if (HasFailure()) return;
+  }
+}
+
+TEST_F(FlaCudaTest, HubShapesMatchTheCpu) {
+  // The fla-hub 1.3B layers' shapes (several column tiles, key rows and slots split at batch 1).
+  using M = MixerFeatureMap;
+  std::vector<std::unique_ptr<FlaCase>> cases;
+  cases.push_back(testing_fla::GatedLinearCase(AttentionType::kGla, 4, 4, 256, 512, true, false,
+                                               M::kNone, false, 21));
+  cases.push_back(testing_fla::GatedLinearCase(AttentionType::kRetnet, 8, 8, 256, 512, true, false,
+                                               M::kNone, false, 22));
+  cases.push_back(testing_fla::GatedLinearCase(AttentionType::kHgrn2, 16, 16, 128, 128, false,
+                                               false, M::kNone, true, 23));
+  cases.push_back(testing_fla::GsaCase(4, 4, 512, 512, 64, M::kSwish, 24));
+  const char* names[] = {"gla 1.3B", "retnet 1.3B", "hgrn2 1.3B", "gsa 1.3B"};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    FlaCase* c = cases[i].get();
+    c->name = names[i];
+    Compare(*c, Layout{false, {1}, {false}, -1}, 2, kFlaLongReductionTolerance);
+    Compare(*c, Layout{true, {6, 2}, {false, false}, 3}, 1, kFlaLongReductionTolerance);
     if (HasFailure()) return;
   }
 }
