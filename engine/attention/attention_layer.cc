@@ -8,66 +8,20 @@
 #include "engine/ops/matmul.h"
 
 namespace abcd {
-namespace {
-
-void Append(std::vector<float>& to, const std::vector<float>& from) {
-  to.insert(to.end(), from.begin(), from.end());
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Load(
-    const ModelConfig& config, const AttentionSpec& spec, const std::string& prefix,
-    const std::string& shared_prefix, bool cross, WeightFormat format, WeightLoader& weights) {
+std::unique_ptr<AttentionLayer> AttentionLayer::FromParts(Parts parts) {
   std::unique_ptr<AttentionLayer> layer(new AttentionLayer());
-  const int64_t d = config.d_model;
-  const int64_t heads = config.n_heads;
-  layer->spec_ = spec;
-  layer->d_model_ = d;
-  const int64_t floats_before = weights.loaded_floats();
-  ABCD_ASSIGN_OR_RETURN(layer->state_, MakeAttentionState(config, spec, prefix, weights));
-  layer->state_weight_bytes_ = 4 * (weights.loaded_floats() - floats_before);
-
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> wq, weights.Load(prefix + ".q.weight", {d, d}));
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> bq, weights.Load(prefix + ".q.bias", {d}));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim()));
-  for (float& w : wq) w *= scale;
-  for (float& b : bq) b *= scale;
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> wk, weights.Load(prefix + ".k.weight", {d, d}));
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> bk, weights.Load(prefix + ".k.bias", {d}));
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> wv, weights.Load(prefix + ".v.weight", {d, d}));
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> bv, weights.Load(prefix + ".v.bias", {d}));
-  ABCD_ASSIGN_OR_RETURN(std::vector<float> wo, weights.Load(prefix + ".o.weight", {d, d}));
-  layer->out_ = PackedMatrix::Pack(wo, d, d, format);
-  ABCD_ASSIGN_OR_RETURN(layer->out_bias_, weights.Load(prefix + ".o.bias", {d}));
-
-  std::vector<float> we, be;  // extra columns: abc control or rfa gate logits
-  if (spec.type == AttentionType::kAbc && AbcControlIsLearned(spec.control)) {
-    // random, position, block and cluster have no projection: a checkpoint carrying `control.*`
-    // for them is refused by the loader's unused-tensor check.
-    const std::string control = spec.shared_control ? shared_prefix : prefix + ".control";
-    const int64_t n = heads * spec.slots;
-    ABCD_ASSIGN_OR_RETURN(we, weights.Load(control + ".weight", {n, d}));
-    ABCD_ASSIGN_OR_RETURN(be, weights.Load(control + ".bias", {n}));
-  } else if (spec.type == AttentionType::kRfa && spec.gate) {
-    ABCD_ASSIGN_OR_RETURN(we, weights.Load(prefix + ".gate.weight", {heads, d}));
-    ABCD_ASSIGN_OR_RETURN(be, weights.Load(prefix + ".gate.bias", {heads}));
-  }
-
-  std::vector<float> fused;
-  if (cross) {
-    layer->query_ = PackedMatrix::Pack(wq, d, d, format);
-    layer->query_bias_ = std::move(bq);
-  } else {
-    Append(fused, wq);
-    Append(layer->fused_bias_, bq);
-  }
-  for (const auto* part : {&wk, &wv, &we}) Append(fused, *part);
-  for (const auto* part : {&bk, &bv, &be}) Append(layer->fused_bias_, *part);
-  const int64_t width = static_cast<int64_t>(layer->fused_bias_.size());
-  layer->fused_ = PackedMatrix::Pack(fused, width, d, format);
-  layer->layout_ = {d, 2 * d, 3 * d, width};
-  layer->attended_width_ = d;
+  layer->spec_ = std::move(parts.spec);
+  layer->d_model_ = parts.d_model;
+  layer->state_ = std::move(parts.state);
+  layer->fused_ = std::move(parts.fused);
+  layer->query_ = std::move(parts.query);
+  layer->out_ = std::move(parts.out);
+  layer->fused_bias_ = std::move(parts.fused_bias);
+  layer->query_bias_ = std::move(parts.query_bias);
+  layer->out_bias_ = std::move(parts.out_bias);
+  layer->layout_ = parts.layout;
+  layer->attended_width_ = parts.attended_width;
+  layer->state_weight_bytes_ = parts.state_weight_bytes;
   return layer;
 }
 

@@ -17,8 +17,6 @@
 
 #include "absl/status/statusor.h"
 #include "engine/attention/attention_state.h"
-#include "engine/model/model_config.h"
-#include "engine/model/weights.h"
 #include "engine/ops/cpu_context.h"
 #include "engine/ops/packed_matrix.h"
 
@@ -26,20 +24,21 @@ namespace abcd {
 
 class AttentionLayer {
  public:
-  // `prefix` names the tensors (e.g. "decoder.layers.0.attn"); `shared_prefix` names the
-  // stack's shared abc control (e.g. "decoder.shared_control"), used when spec.shared_control.
-  static absl::StatusOr<std::unique_ptr<AttentionLayer>> Load(
-      const ModelConfig& config, const AttentionSpec& spec, const std::string& prefix,
-      const std::string& shared_prefix, bool cross, WeightFormat format, WeightLoader& weights);
-
-  // A Hugging Face layer (config.is_hf()): tensors named as published under `prefix` (e.g.
-  // "model.layers.0.self_attn" for Llama, "model.layers.0.attn" for the fla mixers); decoder
-  // self attention only (attention_layer_hf.cc).
-  static absl::StatusOr<std::unique_ptr<AttentionLayer>> LoadHf(const ModelConfig& config,
-                                                                const AttentionSpec& spec,
-                                                                const std::string& prefix,
-                                                                WeightFormat format,
-                                                                WeightLoader& weights);
+  // What a loader (engine/model/attention_loader.h: abcd's tensor names and Hugging Face's)
+  // assembles a layer from: the spec, the state kernel, the packed projections and where a
+  // kernel row keeps its parts.
+  struct Parts {
+    AttentionSpec spec;
+    int64_t d_model = 0;
+    std::unique_ptr<AttentionState> state;
+    // Self attention: fused [q; k; v; extra] rows. Cross: query = q only, fused = [k; v; extra].
+    PackedMatrix fused, query, out;
+    std::vector<float> fused_bias, query_bias, out_bias;
+    KernelRowLayout layout;          // q at 0, then k, v, extra; the row width
+    int64_t attended_width = 0;      // columns of a read row (the output projection's input)
+    int64_t state_weight_bytes = 0;  // parameters the state keeps besides the matrices
+  };
+  static std::unique_ptr<AttentionLayer> FromParts(Parts parts);
 
   const AttentionSpec& spec() const { return spec_; }
   const AttentionState& state() const { return *state_; }

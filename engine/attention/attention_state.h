@@ -22,9 +22,6 @@
 
 namespace abcd {
 
-struct ModelConfig;  // engine/model/model_config.h (MakeAttentionState)
-class WeightLoader;  // engine/model/weights.h
-
 // `heads()` counts the state's independent partitions, each updated and read by one task: the
 // query heads, or for GQA softmax the key/value heads (ReadHead(g) then writes the outputs of
 // every query head of group g, reading the group's keys once).
@@ -151,17 +148,5 @@ class AttentionState {
     for (int h = 0; h < heads(); ++h) ReadHead(h, q, state, out);
   }
 };
-
-// The abc position (Linformer) table an attention with tensor prefix `prefix` reads:
-// "encoder.linformer.weight" (encoder self), "decoder.cross_linformer.weight" (cross, prefix
-// "decoder.layers.i.cross") or "decoder.linformer.weight" (decoder self).
-std::string LinformerTableName(absl::string_view prefix);
-
-// Builds the kernel for `spec`; `prefix` names the attention's tensors (e.g.
-// "decoder.layers.0.attn") for the types that own weights (rfa, t2r).
-absl::StatusOr<std::unique_ptr<AttentionState>> MakeAttentionState(const ModelConfig& config,
-                                                                   const AttentionSpec& spec,
-                                                                   const std::string& prefix,
-                                                                   WeightLoader& weights);
 
 }  // namespace abcd

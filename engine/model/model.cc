@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/attention/softmax_state.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/attention_loader.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/decoder_forward.h"
 #include "engine/model/safetensors.h"
@@ -139,14 +140,14 @@ absl::Status Model::LoadStack(const std::string& name, const std::vector<LayerSp
     ABCD_ASSIGN_OR_RETURN(block.ln2_weight, weights.Load(p + ".ln2.weight", {d}));
     ABCD_ASSIGN_OR_RETURN(block.ln2_bias, weights.Load(p + ".ln2.bias", {d}));
     ABCD_ASSIGN_OR_RETURN(block.self_attention,
-                          AttentionLayer::Load(config_, layers[i].attention, p + ".attn", shared,
-                                               /*cross=*/false, weight_format_, weights));
+                          LoadAttentionLayer(config_, layers[i].attention, p + ".attn", shared,
+                                             /*cross=*/false, weight_format_, weights));
     if (layers[i].cross_attention) {
       ABCD_ASSIGN_OR_RETURN(block.ln_cross_weight, weights.Load(p + ".ln_cross.weight", {d}));
       ABCD_ASSIGN_OR_RETURN(block.ln_cross_bias, weights.Load(p + ".ln_cross.bias", {d}));
       ABCD_ASSIGN_OR_RETURN(block.cross_attention,
-                            AttentionLayer::Load(config_, *layers[i].cross_attention, p + ".cross",
-                                                 "", /*cross=*/true, weight_format_, weights));
+                            LoadAttentionLayer(config_, *layers[i].cross_attention, p + ".cross",
+                                               "", /*cross=*/true, weight_format_, weights));
     }
     ABCD_ASSIGN_OR_RETURN(block.fc1,
                           LoadMatrix(weights, p + ".ffn.fc1.weight", ff, d, weight_format_));

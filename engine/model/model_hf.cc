@@ -10,6 +10,7 @@
 // attn_norm / mlp_norm. A tied head uses the embedding even when the file also holds lm_head.
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/attention_loader.h"
 #include "engine/model/model.h"
 #include "engine/model/weights.h"
 
@@ -45,9 +46,9 @@ absl::Status Model::LoadHfBlock(int layer, WeightLoader& weights, Block& block) 
   ABCD_ASSIGN_OR_RETURN(block.ln1_weight, weights.Load(attn_norm, {d}));
   ABCD_ASSIGN_OR_RETURN(block.ln2_weight, weights.Load(mlp_norm, {d}));
   const AttentionSpec& spec = c.decoder_layers[static_cast<size_t>(layer)].attention;
-  ABCD_ASSIGN_OR_RETURN(block.self_attention,
-                        AttentionLayer::LoadHf(c, spec, p + (llama ? ".self_attn" : ".attn"),
-                                               weight_format_, weights));
+  ABCD_ASSIGN_OR_RETURN(
+      block.self_attention,
+      LoadHfAttentionLayer(c, spec, p + (llama ? ".self_attn" : ".attn"), weight_format_, weights));
   // SwiGLU: fc1 = [gate; up] (2 ff rows); the older fla files store exactly that as gate_proj.
   const std::string gate = p + ".mlp.gate_proj.weight", up = p + ".mlp.up_proj.weight";
   std::vector<float> gate_up;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/attention/attention_state.h"
+#include "engine/model/attention_loader.h"
 #include "engine/model/model.h"
 #include "engine/scheduler/executor.h"
 #include "engine/state/state_pool.h"

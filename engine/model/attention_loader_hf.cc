@@ -1,6 +1,6 @@
-// AttentionLayer::LoadHf: the attention sublayers of Hugging Face checkpoints, with the tensor
-// names as published (models/FORMAT.md, "Hugging Face checkpoints"): Llama's self_attn
-// q/k/v/o_proj (GQA, RoPE, optional biases; Mistral and Qwen2/Qwen3 alike, Qwen3 with its
+// LoadHfAttentionLayer (attention_loader.h): the attention sublayers of Hugging Face checkpoints,
+// with the tensor names as published (models/FORMAT.md, "Hugging Face checkpoints"): Llama's
+// self_attn q/k/v/o_proj (GQA, RoPE, optional biases; Mistral and Qwen2/Qwen3 alike, Qwen3 with its
 // per-head q_norm / k_norm, sliding windows as window rings of the key/value heads) and
 // the fla mixers gsa, gla, retnet, hgrn2 and gated_deltanet with their gates and output norms,
 // including the older fla names (g_norm for g_norm_swish_gate), and fla's short convolutions
@@ -11,13 +11,13 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "engine/attention/attention_layer.h"
 #include "engine/attention/gated_delta_state.h"
 #include "engine/attention/gated_linear_state.h"
 #include "engine/attention/gsa_state.h"
 #include "engine/attention/short_conv.h"
 #include "engine/attention/softmax_state.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/attention_loader.h"
 
 namespace abcd {
 namespace {
@@ -305,14 +305,14 @@ absl::StatusOr<std::unique_ptr<AttentionState>> WrapShortConv(
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::LoadHf(const ModelConfig& config,
-                                                                       const AttentionSpec& spec,
-                                                                       const std::string& prefix,
-                                                                       WeightFormat format,
-                                                                       WeightLoader& weights) {
-  std::unique_ptr<AttentionLayer> layer(new AttentionLayer());
-  layer->spec_ = spec;
-  layer->d_model_ = config.d_model;
+absl::StatusOr<std::unique_ptr<AttentionLayer>> LoadHfAttentionLayer(const ModelConfig& config,
+                                                                     const AttentionSpec& spec,
+                                                                     const std::string& prefix,
+                                                                     WeightFormat format,
+                                                                     WeightLoader& weights) {
+  AttentionLayer::Parts layer;
+  layer.spec = spec;
+  layer.d_model = config.d_model;
   Projections p;
   const int64_t floats_before = weights.loaded_floats();
   absl::StatusOr<std::unique_ptr<AttentionState>> state;
@@ -344,27 +344,27 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::LoadHf(const Mod
     state = WrapShortConv(spec, prefix, weights, *std::move(state));
   }
   if (!state.ok()) return state.status();
-  layer->state_ = *std::move(state);
+  layer.state = *std::move(state);
   // Bytes the state kernels keep besides the packed matrices (norms, gates, feature maps).
   const int64_t packed_floats = static_cast<int64_t>(p.fused.size() + p.fused_bias.size() +
                                                      p.out.size() + p.out_bias.size()) -
                                 p.synthetic_floats;
-  layer->state_weight_bytes_ = 4 * (weights.loaded_floats() - floats_before - packed_floats);
+  layer.state_weight_bytes = 4 * (weights.loaded_floats() - floats_before - packed_floats);
   const int64_t d = config.d_model;
-  layer->fused_ = PackedMatrix::Pack(p.fused, p.fused_rows, d, format);
-  layer->fused_bias_ = std::move(p.fused_bias);
-  layer->out_ = PackedMatrix::Pack(p.out, d, p.out_in, format);
-  layer->out_bias_ = std::move(p.out_bias);
-  if (layer->state_->PreparedWidth() > 0) {
-    layer->layout_ = layer->state_->PreparedLayout();
+  layer.fused = PackedMatrix::Pack(p.fused, p.fused_rows, d, format);
+  layer.fused_bias = std::move(p.fused_bias);
+  layer.out = PackedMatrix::Pack(p.out, d, p.out_in, format);
+  layer.out_bias = std::move(p.out_bias);
+  if (layer.state->PreparedWidth() > 0) {
+    layer.layout = layer.state->PreparedLayout();
   } else {  // abcd's own kernels read the projection rows: q | k | v | extra, d each
-    layer->layout_ = {d, 2 * d, 3 * d, p.fused_rows};
+    layer.layout = {d, 2 * d, 3 * d, p.fused_rows};
   }
-  layer->attended_width_ = layer->state_->AttendedWidth(d);
-  if (layer->attended_width_ != p.out_in) {
+  layer.attended_width = layer.state->AttendedWidth(d);
+  if (layer.attended_width != p.out_in) {
     return absl::InternalError(absl::StrCat(prefix, ": inconsistent kernel row layout"));
   }
-  return layer;
+  return AttentionLayer::FromParts(std::move(layer));
 }
 
 }  // namespace abcd
