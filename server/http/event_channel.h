@@ -4,25 +4,23 @@
 // to this queue under a short mutex (Push) and, if a listener is set and has not been told
 // since the last TakeAll, calls it (under that mutex: after ClearListener returns it is never
 // called again). The listener only schedules work (Exchange::Dispatch); the connection then
-// takes the events with TakeAll, so no I/O thread ever waits on an executor. Take waits on a
-// condition variable instead, for callers that own a thread.
+// takes the events with TakeAll, so no I/O thread ever waits on an executor.
 //
 // The channel is shared (std::shared_ptr) between the callback and the handler because the
 // engine may deliver the last event after the handler has gone (client disconnect, server stop).
 //
-// Thread-safety: Push from any thread; Take/TakeAll from one consumer at a time; SetListener
-// and ClearListener from the consumer.
+// Thread-safety: Push from any thread; TakeAll from one consumer at a time; SetListener and
+// ClearListener from the consumer. The members are guarded by one absl::Mutex (checked by
+// clang's -Wthread-safety: tests/check_thread_safety.py).
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/time/time.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/scheduler/executor.h"
 
 namespace abcd::http {
@@ -34,9 +32,6 @@ class EventChannel {
 
   void Push(GenerationEvent event);
 
-  // Appends every queued event to *out, waiting up to `timeout` while none is queued.
-  // Returns false when nothing arrived in time.
-  bool Take(std::vector<GenerationEvent>* out, absl::Duration timeout);
   // Appends every queued event to *out without waiting; re-arms the listener.
   void TakeAll(std::vector<GenerationEvent>* out);
 
@@ -46,8 +41,9 @@ class EventChannel {
   void ClearListener();
 
  private:
-  std::mutex mu_;
-  std::condition_variable ready_;
+  void MoveEventsLocked(std::vector<GenerationEvent>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
   std::deque<GenerationEvent> events_ ABSL_GUARDED_BY(mu_);
   std::function<void()> listener_ ABSL_GUARDED_BY(mu_);
   bool notified_ ABSL_GUARDED_BY(mu_) = false;
