@@ -89,8 +89,8 @@ __global__ void PrepareRotaryKernel(float* rows, int64_t stride, int q_heads, in
 }
 
 // Dynamic shared memory: q [dh] | scores [chunk] | value partials [groups, dh] | stats [2].
-// At most 48 registers (10 blocks an SM at 128 threads), as before GQA's head mapping: 56 unbounded,
-// no spills at 48 on sm_90 (tests/cuda/kernel_resources.txt).
+// At most 48 registers (10 blocks an SM at 128 threads), as before GQA's head mapping: 56
+// unbounded, no spills at 48 on sm_90 (tests/cuda/kernel_resources.txt).
 template <int kVec>
 __global__ void __launch_bounds__(kThreads, 10)
     SoftmaxSplitKernel(int n_heads, int kv_heads, int head_dim, StepRows rows, KvCacheRows cache,
