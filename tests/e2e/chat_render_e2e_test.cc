@@ -24,6 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
 namespace abcd {
@@ -47,7 +48,7 @@ std::string Messages(int count) {
   return json{{"messages", messages}, {"max_tokens", 1}}.dump();
 }
 
-class ChatRenderTest : public ::testing::Test {
+class ChatRenderTest : public testing::ServerTest {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::path(::testing::TempDir()) /
@@ -55,13 +56,11 @@ class ChatRenderTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     const std::string file = (dir_ / "heavy.jinja").string();
     std::ofstream(file) << kHeavyTemplate;
-    server_ = std::make_unique<testing::ServerProcess>(
-        testing::ServerBinary(),
-        std::vector<std::string>{"--device", "cpu", "--models", testing::kTrainedLmDir,
-                                 "--chat_template", "abc-lm=" + file});
-    ASSERT_TRUE(server_->started()) << server_->Log();
+    Start({"--device", "cpu", "--models", testing::kTrainedLmDir, "--chat_template",
+           "abc-lm=" + file});
   }
   void TearDown() override {
+    http_.reset();
     server_.reset();
     std::filesystem::remove_all(dir_);
   }
@@ -84,7 +83,6 @@ class ChatRenderTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  std::unique_ptr<testing::ServerProcess> server_;
   std::vector<std::thread> clients_;
 };
 

@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
 namespace abcd {
@@ -66,18 +67,14 @@ json Format() {
           {"json_schema", {{"name", "book"}, {"strict", true}, {"schema", json::parse(kSchema)}}}};
 }
 
-class ConstrainedOutputE2eTest : public ::testing::Test {
+class ConstrainedOutputE2eTest : public testing::ServerSuite<ConstrainedOutputE2eTest> {
+ public:
+  static std::vector<std::string> ServerArgs() { return {"--models", kTrainedLmDir}; }
+
  protected:
-  static void SetUpTestSuite() {
-    server_ = new testing::ServerProcess(testing::ServerBinary(), {"--models", kTrainedLmDir});
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   void SetUp() override {
-    ASSERT_TRUE(server_->started()) << server_->Log();
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
+    ServerSuite::SetUp();
+    if (HasFatalFailure()) return;
     http_->set_read_timeout(60, 0);
   }
 
@@ -109,12 +106,7 @@ class ConstrainedOutputE2eTest : public ::testing::Test {
     }
     return out;
   }
-
-  static testing::ServerProcess* server_;
-  std::unique_ptr<httplib::Client> http_;
 };
-
-testing::ServerProcess* ConstrainedOutputE2eTest::server_ = nullptr;
 
 // At temperature 1 a title string may ramble past 300 tokens ("length"; the cut is the third
 // test's): the seed is one whose two choices both close in time. Seeds 1-40 on 2026-11-26: 35

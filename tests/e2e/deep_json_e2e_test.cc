@@ -18,8 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "tests/e2e/binaries_under_test.h"
-#include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
 namespace abcd {
@@ -30,8 +29,8 @@ using Clock = std::chrono::steady_clock;
 
 std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
 
-class DeepJsonTest : public ::testing::Test {
- protected:
+class DeepJsonTest : public testing::ServerSuite<DeepJsonTest> {
+ public:
   static void SetUpTestSuite() {
     dir_ = new std::filesystem::path(std::filesystem::path(::testing::TempDir()) /
                                      ("abcd-deep-json-" + std::to_string(::getpid())));
@@ -39,21 +38,17 @@ class DeepJsonTest : public ::testing::Test {
     const std::string chat_template = (*dir_ / "chat.jinja").string();
     std::ofstream(chat_template) << "{% for m in messages %}{{ m.role }}: {{ m.content }}\n"
                                     "{% endfor %}assistant:";
-    server_ = new testing::ServerProcess(testing::ServerBinary(),
-                                         {"--device", "cpu", "--models", testing::kTrainedLmDir,
-                                          "--chat_template", "abc-lm=" + chat_template});
+    Start({"--device", "cpu", "--models", testing::kTrainedLmDir, "--chat_template",
+           "abc-lm=" + chat_template});
   }
   static void TearDownTestSuite() {
-    delete server_;
+    ServerSuite::TearDownTestSuite();
     std::filesystem::remove_all(*dir_);
     delete dir_;
-  }
-  void SetUp() override {
-    ASSERT_TRUE(server_->started()) << server_->Log();
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
-    http_->set_read_timeout(30, 0);
+    dir_ = nullptr;
   }
 
+ protected:
   // POSTs `body` and expects a fast 400 whose error names `param` and the nesting limit.
   void ExpectRefused(const std::string& path, const std::string& body, const std::string& param) {
     const auto start = Clock::now();
@@ -71,24 +66,8 @@ class DeepJsonTest : public ::testing::Test {
     ExpectServing();
   }
 
-  // The server still answers: /healthz and a one-token completion.
-  void ExpectServing() {
-    const auto health = http_->Get("/healthz");
-    ASSERT_TRUE(health) << server_->Log();
-    EXPECT_EQ(health->status, 200);
-    const auto completion =
-        http_->Post("/v1/completions", R"({"prompt": "The", "max_tokens": 1})", "application/json");
-    ASSERT_TRUE(completion) << server_->Log();
-    EXPECT_EQ(completion->status, 200) << completion->body;
-  }
-
-  static std::filesystem::path* dir_;
-  static testing::ServerProcess* server_;
-  std::unique_ptr<httplib::Client> http_;
+  static inline std::filesystem::path* dir_ = nullptr;
 };
-
-std::filesystem::path* DeepJsonTest::dir_ = nullptr;
-testing::ServerProcess* DeepJsonTest::server_ = nullptr;
 
 TEST_F(DeepJsonTest, NestedChatMessageContentIsRefusedNamingMessages) {
   ExpectRefused("/v1/chat/completions",

@@ -31,6 +31,7 @@
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
 namespace abcd {
@@ -96,7 +97,7 @@ int64_t RssKb(pid_t pid) {
   return -1;
 }
 
-class HttpHostileTest : public ::testing::Test {
+class HttpHostileTest : public testing::ServerTest {
  protected:
   static void SetUpTestSuite() {
     // 500+ client sockets here and as many in the server (which inherits this limit; it also
@@ -110,8 +111,7 @@ class HttpHostileTest : public ::testing::Test {
 
   void Start(std::vector<std::string> args = {}) {
     args.insert(args.begin(), {"--device", "cpu", "--models", kLmDir});
-    server_ = std::make_unique<ServerProcess>(testing::ServerBinary(), std::move(args));
-    ASSERT_TRUE(server_->started()) << server_->Log();
+    ServerTest::Start(std::move(args));
   }
 
   // Seconds one GET or POST takes on a fresh connection; -1 when it fails.
@@ -131,8 +131,6 @@ class HttpHostileTest : public ::testing::Test {
     client.set_read_timeout(2, 0);
     return testing::MetricSample(client, sample, /*absent=*/0);
   }
-
-  std::unique_ptr<ServerProcess> server_;
 };
 
 TEST_F(HttpHostileTest, SlowlorisAndEndlessHeaderLinesStarveNothing) {

@@ -33,6 +33,7 @@
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
 namespace abcd {
@@ -43,19 +44,14 @@ using nlohmann::json;
 using testing::kTrainedLmDir;
 using testing::MetricSample;
 
-class OpenAiE2eTest : public ::testing::Test {
+class OpenAiE2eTest : public testing::ServerSuite<OpenAiE2eTest> {
+ public:
+  static std::vector<std::string> ServerArgs() { return {"--models", kTrainedLmDir}; }
+
  protected:
-  static void SetUpTestSuite() {
-    server_ = new testing::ServerProcess(testing::ServerBinary(), {"--models", kTrainedLmDir});
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   void SetUp() override {
-    ASSERT_TRUE(server_->started()) << server_->Log();
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
-    http_->set_read_timeout(30, 0);
+    ServerSuite::SetUp();
+    if (HasFatalFailure()) return;
     stub_ = abcd::v1::Generator::NewStub(
         grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials()));
     auto tokenizer = Tokenizer::Load(kTrainedLmDir + "/tokenizer.model");
@@ -113,13 +109,9 @@ class OpenAiE2eTest : public ::testing::Test {
     return ids;
   }
 
-  static testing::ServerProcess* server_;
-  std::unique_ptr<httplib::Client> http_;
   std::unique_ptr<abcd::v1::Generator::Stub> stub_;
   std::vector<int32_t> prompt_;
 };
-
-testing::ServerProcess* OpenAiE2eTest::server_ = nullptr;
 
 // Runs a shell command; its stdout (and stderr when the command redirects it) and exit status.
 std::string RunCommand(const std::string& command, int* status) {

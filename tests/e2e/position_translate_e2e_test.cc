@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 
 namespace abcd {
 namespace {
@@ -21,28 +22,22 @@ constexpr char kLongText[] =
     "Save all changes to the open documents before closing the window and quitting the "
     "application";
 
-class PositionTranslateTest : public ::testing::Test {
+class PositionTranslateTest : public testing::ServerTest {
  protected:
   void SetUp() override {
     model_ = std::make_unique<testing::GeneratedModel>(std::string(ABCD_SOURCE_DIR) +
                                                        "/tests/e2e/make_linformer_mt.py");
     ASSERT_TRUE(model_->ok()) << model_->error();
-    server_ = std::make_unique<testing::ServerProcess>(
-        testing::ServerBinary(),
-        std::vector<std::string>{"--device", "cpu", "--models", model_->dir()});
-    ASSERT_TRUE(server_->started()) << server_->Log();
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
-    http_->set_read_timeout(30, 0);
+    Start({"--device", "cpu", "--models", model_->dir()});
   }
 
   void TearDown() override {
+    http_.reset();
     server_.reset();
     model_.reset();
   }
 
   std::unique_ptr<testing::GeneratedModel> model_;
-  std::unique_ptr<testing::ServerProcess> server_;
-  std::unique_ptr<httplib::Client> http_;
 };
 
 TEST_F(PositionTranslateTest, ShortSourceServedLongerSourceRefused) {

@@ -40,10 +40,10 @@ std::string Words(int n) {
 class RefusalParamTest : public testing::ServerSuite<RefusalParamTest> {
  public:
   static void SetUpTestSuite() {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("abcd-refusal-param-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-    const std::string chat_template = (dir_ / "chat.jinja").string();
+    dir_ = new std::filesystem::path(std::filesystem::path(::testing::TempDir()) /
+                                     ("abcd-refusal-param-" + std::to_string(::getpid())));
+    std::filesystem::create_directories(*dir_);
+    const std::string chat_template = (*dir_ / "chat.jinja").string();
     std::ofstream(chat_template) << "{% for m in messages %}{{ m.role }}: {{ m.content }}\n"
                                     "{% endfor %}assistant:";
     Start({"--device", "cpu", "--models", testing::kTrainedLmDir + "," + testing::kMtDir,
@@ -51,7 +51,9 @@ class RefusalParamTest : public testing::ServerSuite<RefusalParamTest> {
   }
   static void TearDownTestSuite() {
     ServerSuite::TearDownTestSuite();
-    std::filesystem::remove_all(dir_);
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+    dir_ = nullptr;
   }
 
  protected:
@@ -76,7 +78,7 @@ class RefusalParamTest : public testing::ServerSuite<RefusalParamTest> {
     }
   }
 
-  static inline std::filesystem::path dir_;
+  static inline std::filesystem::path* dir_ = nullptr;
 };
 
 // {"prompt": "hello", <extra>}

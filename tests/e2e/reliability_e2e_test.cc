@@ -31,14 +31,13 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
-#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
 namespace abcd {
 namespace {
 
-using testing::ServerProcess;
 using testing::TimeLimit;
 using testing::UnderSanitizers;
 
@@ -91,7 +90,7 @@ size_t SendFor(int fd, const std::string& bytes, absl::Duration timeout) {
   return sent;
 }
 
-class ReliabilityTest : public ::testing::Test {
+class ReliabilityTest : public testing::ServerTest {
  protected:
   static void SetUpTestSuite() {
     rlimit files{};
@@ -103,25 +102,15 @@ class ReliabilityTest : public ::testing::Test {
 
   void Start(std::vector<std::string> args) {
     args.insert(args.begin(), {"--device", "cpu", "--models", kLmDir, "--threads", "1"});
-    server_ = std::make_unique<ServerProcess>(testing::ServerBinary(), std::move(args));
-    ASSERT_TRUE(server_->started()) << server_->Log();
+    ServerTest::Start(std::move(args));
   }
 
-  // One Prometheus sample's value from /metrics on `port` (the HTTP port by default); -1 when
-  // absent.
+  // One Prometheus sample's value from /metrics on `port` (the HTTP port by default), on a
+  // fresh connection (the tests fill the server's connection cap); -1 when absent.
   double Metric(const std::string& sample, int port = 0) {
     httplib::Client client("127.0.0.1", port > 0 ? port : server_->http_port());
     client.set_read_timeout(5, 0);
-    auto response = client.Get("/metrics");
-    if (!response || response->status != 200) return -1;
-    for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
-      if (absl::StartsWith(line, sample) && line.size() > sample.size() &&
-          line[sample.size()] == ' ') {
-        double value;
-        if (absl::SimpleAtod(line.substr(sample.size() + 1), &value)) return value;
-      }
-    }
-    return -1;
+    return testing::MetricSample(client, sample);
   }
 
   // Seconds a request takes on a fresh connection (-1 when it fails or is not 200).
@@ -150,8 +139,6 @@ class ReliabilityTest : public ::testing::Test {
     return abcd::v1::Generator::NewStub(grpc::CreateCustomChannel(
         server_->grpc_target(), grpc::InsecureChannelCredentials(), arguments));
   }
-
-  std::unique_ptr<ServerProcess> server_;
 };
 
 constexpr char kCompletion[] = R"({"prompt": "Open the file", "max_tokens": 4, "temperature": 0})";

@@ -19,6 +19,7 @@
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
 namespace abcd {
@@ -51,16 +52,14 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-class RobustnessTest : public ::testing::Test {
+class RobustnessTest : public testing::ServerTest {
  protected:
   void Start(const std::string& models, std::vector<std::string> args = {}) {
     args.insert(args.begin(), {"--device", "cpu", "--models", models});
-    server_ = std::make_unique<ServerProcess>(testing::ServerBinary(), std::move(args));
-    ASSERT_TRUE(server_->started()) << server_->Log();
+    ServerTest::Start(std::move(args), /*read_timeout_s=*/60);
+    if (HasFatalFailure()) return;
     channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
     stub_ = abcd::v1::Generator::NewStub(channel_);
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
-    http_->set_read_timeout(60, 0);
   }
 
   // The value of one exposition sample (exact name incl. labels), or -1.
@@ -80,10 +79,8 @@ class RobustnessTest : public ::testing::Test {
     return false;
   }
 
-  std::unique_ptr<ServerProcess> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<abcd::v1::Generator::Stub> stub_;
-  std::unique_ptr<httplib::Client> http_;
 };
 
 // Issue 19 item 2: a 4 MB gRPC prompt used to cost ~946 MB and 5 s of CPU in the tokenizer.

@@ -20,6 +20,7 @@
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
 namespace abcd {
@@ -43,7 +44,7 @@ struct StreamResult {
   }
 };
 
-class ServerTest : public ::testing::Test {
+class ServerTest : public testing::ServerTest {
  protected:
   // Runs on the small untrained models: fast, and independent of which trained models ship.
   // On the CPU backend unless `args` picks a device: several tests compare with abcd-cli.
@@ -53,12 +54,10 @@ class ServerTest : public ::testing::Test {
       args.insert(args.begin(), {"--device", "cpu"});
     }
     args.insert(args.begin(), {"--models", models});
-    server_ = std::make_unique<ServerProcess>(testing::ServerBinary(), std::move(args));
-    ASSERT_TRUE(server_->started()) << server_->Log();
+    testing::ServerTest::Start(std::move(args));
+    if (HasFatalFailure()) return;
     channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
     stub_ = abcd::v1::Generator::NewStub(channel_);
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
-    http_->set_read_timeout(30, 0);
   }
 
   StreamResult Stream(const GenerateRequest& request, int cancel_after = -1) {
@@ -73,9 +72,6 @@ class ServerTest : public ::testing::Test {
     result.status = reader->Finish();
     return result;
   }
-
-  // The value of one exposition sample (exact name incl. labels), or -1.
-  double Metric(const std::string& sample) { return testing::MetricSample(*http_, sample); }
 
   // Polls until the server holds no sequence and no state bytes.
   bool EventuallyIdle() {
@@ -98,10 +94,8 @@ class ServerTest : public ::testing::Test {
     return response.status();
   }
 
-  std::unique_ptr<ServerProcess> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<abcd::v1::Generator::Stub> stub_;
-  std::unique_ptr<httplib::Client> http_;
 };
 
 GenerateRequest Greedy(const std::string& prompt, int max_tokens) {

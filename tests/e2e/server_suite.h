@@ -1,15 +1,15 @@
-// The e2e suites' shared start-up: one real abcd-server per test suite, an HTTP client of it
-// for every test, a /metrics sample and the "still serving" probe the hostile-input tests run
-// after each attack. Derive a suite as
+// The e2e suites' shared start-up: the real abcd-server, an HTTP client of it for every test, a
+// /metrics sample and the "still serving" probe the hostile-input tests run after each attack.
+// One server per test suite:
 //
 //   class MyTest : public testing::ServerSuite<MyTest> {
 //    public:
 //     static std::vector<std::string> ServerArgs() { return {"--models", kTrainedLmDir}; }
 //   };
 //
-// (SetUpTestSuite starts the server with those flags); a suite that must prepare files first
-// defines its own static SetUpTestSuite and calls Start(args) from it. A test that needs a
-// server of its own flags uses ServerProcess directly with HttpClient and ExpectServing.
+// (SetUpTestSuite starts the server with those flags; a suite that must prepare files first
+// defines its own static SetUpTestSuite and calls Start(args) from it). One server per test, of
+// the test's flags: derive from ServerTest and call Start(args) in SetUp or in the test.
 //
 // Thread-safety: test-only; the gtest thread.
 #pragma once
@@ -76,6 +76,27 @@ class ServerSuite : public ::testing::Test {
   }
 
   static inline ServerProcess* server_ = nullptr;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  // Starts the server (stopping one this test started before) and connects http_; a failure to
+  // start fails the test with the server's log.
+  void Start(std::vector<std::string> args, int read_timeout_s = 30) {
+    http_.reset();
+    server_.reset();
+    server_ = std::make_unique<ServerProcess>(ServerBinary(), std::move(args));
+    ASSERT_TRUE(server_->started()) << server_->Log();
+    http_ = HttpClient(*server_, read_timeout_s);
+  }
+
+  void ExpectServing() { testing::ExpectServing(*http_, *server_); }
+  double Metric(const std::string& sample, double absent = -1) {
+    return MetricSample(*http_, sample, absent);
+  }
+
+  std::unique_ptr<ServerProcess> server_;
   std::unique_ptr<httplib::Client> http_;
 };
 

@@ -18,6 +18,7 @@
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
 namespace abcd {
@@ -31,15 +32,12 @@ constexpr char kPrompt[] =
     "The old house stood on the hill. The old house stood on the hill. The old house stood on "
     "the hill. The old house stood on the hill. The old";
 
-class SpeculativeE2eTest : public ::testing::Test {
+class SpeculativeE2eTest : public testing::ServerTest {
  protected:
   void Start(std::vector<std::string> extra) {
     std::vector<std::string> args = {"--models", kTrainedLmDir, "--prefix_cache_mb", "0"};
     args.insert(args.end(), extra.begin(), extra.end());
-    server_ = std::make_unique<testing::ServerProcess>(testing::ServerBinary(), args);
-    ASSERT_TRUE(server_->started()) << server_->Log();
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
-    http_->set_read_timeout(60, 0);
+    ServerTest::Start(std::move(args), /*read_timeout_s=*/60);
   }
   json Post(const std::string& path, const json& body, int expected_status = 200) {
     auto response = http_->Post(path, body.dump(), "application/json");
@@ -60,9 +58,6 @@ class SpeculativeE2eTest : public ::testing::Test {
   double Accepted() {
     return MetricSample(*http_, "abcd_speculative_accepted_tokens_total{model=\"abc-lm\"}");
   }
-
-  std::unique_ptr<testing::ServerProcess> server_;
-  std::unique_ptr<httplib::Client> http_;
 };
 
 TEST_F(SpeculativeE2eTest, PerRequestFieldGivesTheSameTextAndMovesTheCounters) {

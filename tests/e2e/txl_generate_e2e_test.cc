@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 
 namespace abcd {
 namespace {
@@ -20,23 +21,20 @@ namespace {
 constexpr char kPrompt[] = "The jury said that the city of Atlanta deserves the praise and thanks";
 constexpr int kMaxTokens = 20;
 
-class TxlGenerateTest : public ::testing::Test {
+class TxlGenerateTest : public testing::ServerTest {
  protected:
   void SetUp() override {
     model_ = std::make_unique<testing::GeneratedModel>(std::string(ABCD_SOURCE_DIR) +
                                                        "/tests/e2e/make_txl_lm.py");
     ASSERT_TRUE(model_->ok()) << model_->error();
-    server_ = std::make_unique<testing::ServerProcess>(
-        testing::ServerBinary(),
-        std::vector<std::string>{"--device", "cpu", "--models", model_->dir()});
-    ASSERT_TRUE(server_->started()) << server_->Log();
-    http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
-    http_->set_read_timeout(30, 0);
+    Start({"--device", "cpu", "--models", model_->dir()});
+    if (HasFatalFailure()) return;
     auto channel = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
     stub_ = abcd::v1::Generator::NewStub(channel);
   }
 
   void TearDown() override {
+    http_.reset();
     server_.reset();
     model_.reset();
   }
@@ -62,8 +60,6 @@ class TxlGenerateTest : public ::testing::Test {
   }
 
   std::unique_ptr<testing::GeneratedModel> model_;
-  std::unique_ptr<testing::ServerProcess> server_;
-  std::unique_ptr<httplib::Client> http_;
   std::unique_ptr<abcd::v1::Generator::Stub> stub_;
 };
 
