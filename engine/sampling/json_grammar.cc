@@ -79,6 +79,7 @@ bool JsonMatcher::Advance(uint8_t byte) {
       case Step::kTaken:
         return true;
       case Step::kTakenPop:
+        Retag();
         --size_;
         return true;
       case Step::kPush:
@@ -87,11 +88,21 @@ bool JsonMatcher::Advance(uint8_t byte) {
         stack_[size_++] = Frame{child, kStart, 0, 0, 0, 0, 0};
         break;
       case Step::kPopRetry:
+        Retag();
         --size_;
         break;
     }
   }
   return false;
+}
+
+void JsonMatcher::Retag() {
+  if (size_ < 2) return;
+  Frame& parent = stack_[size_ - 2];
+  if (parent.node < 0) return;
+  const JsonNode& n = grammar_->node(parent.node);
+  // The tag's literal (the top frame, literals[a] complete) picks the alternative.
+  if (!n.tag_targets.empty()) parent.node = n.tag_targets[stack_[size_ - 1].a];
 }
 
 bool JsonMatcher::MayEnd(const Frame& f) const {

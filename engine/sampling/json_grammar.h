@@ -4,8 +4,11 @@
 //
 // Supported schema keywords: type (a name, or an array of names), anyOf and oneOf (alternatives
 // that start with different characters: of different JSON types, or enum/const values, which
-// are merged; so a value matches exactly one and oneOf is exact; in anyOf, any value ({})
-// makes the union any value, and a plain string or number covers the other strings or numbers),
+// are merged, or objects told apart by a required property's enum/const values, generated
+// with that property first (json_schema_tagged.h: pydantic's discriminated unions, next to
+// which `discriminator` is taken as an annotation); so a value matches exactly one and oneOf is
+// exact; in anyOf, any value ({}) makes the union any value, and a plain string or number
+// covers the other strings or numbers),
 // properties, required, additionalProperties (false, true or a schema: with properties only those
 // are generated, in their order; without, any keys with values of the schema), propertyNames (a
 // string schema: the keys of an object without properties), items, minItems, maxItems, enum, const,
@@ -67,7 +70,10 @@ struct JsonNode {
   std::vector<std::string> keys;
   std::vector<int> values;         // kObject: each property's node
   std::vector<int> next_required;  // kObject: the first required index >= i (or keys.size())
-  int value = -1;                  // kFreeObject: the values' node; kArray: the items' node
+  // kObject of a tagged union (json_schema_tagged.h): by literal index of values[0] (the tag's
+  // enum/const values, sorted), the object node the value continues as once the tag is written.
+  std::vector<int> tag_targets;
+  int value = -1;  // kFreeObject: the values' node; kArray: the items' node
   int min_items = 0;
   int max_items = 1 << 30;
   std::vector<std::string> literals;  // kLiterals: JSON texts, sorted, distinct
@@ -172,6 +178,9 @@ class JsonMatcher {
   // Whitespace where JSON allows it (bounded by kMaxWhitespace).
   static bool TakeWhitespace(Frame& f, uint8_t byte);
   bool MayEnd(const Frame& f) const;  // a number or literal that is complete here
+  // Before the top frame pops: when it was a tagged union's tag (json_schema_tagged.h), the
+  // object below continues as the alternative the tag names.
+  void Retag();
 
   const JsonGrammar* grammar_;
   int size_ = 0;

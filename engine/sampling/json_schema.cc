@@ -14,6 +14,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/sampling/json_grammar.h"
 #include "engine/sampling/json_schema_scalars.h"
+#include "engine/sampling/json_schema_tagged.h"
 
 namespace abcd {
 
@@ -178,7 +179,10 @@ absl::StatusOr<int> SchemaCompiler::CompileSchema(const OrderedJson& schema,
     return absl::InvalidArgumentError(absl::StrCat(path, " must be a JSON Schema object"));
   }
   for (const auto& [key, value] : schema.items()) {
-    if (!Keywords().contains(key) && !Annotations().contains(key)) {
+    // `discriminator` (pydantic's, beside a tagged union) is read as an annotation there only.
+    const bool union_annotation =
+        key == "discriminator" && (schema.contains("anyOf") || schema.contains("oneOf"));
+    if (!Keywords().contains(key) && !Annotations().contains(key) && !union_annotation) {
       return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is not supported"));
     }
   }
@@ -450,7 +454,9 @@ absl::StatusOr<int> SchemaCompiler::CompileUnion(const OrderedJson& schema, cons
   const bool one = schema.contains("oneOf");
   const std::string keyword = one ? "oneOf" : "anyOf";
   for (const auto& [key, value] : schema.items()) {
-    if (key != keyword && key != "$defs" && key != "definitions" && !Annotations().contains(key)) {
+    // pydantic writes `discriminator` beside a tagged union's oneOf: the tag is found anyway.
+    if (key != keyword && key != "$defs" && key != "definitions" && key != "discriminator" &&
+        !Annotations().contains(key)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ".", key, " next to ", keyword, " is not supported"));
     }
@@ -547,7 +553,8 @@ absl::Status SchemaCompiler::CheckUnionOverlaps(const std::string& path) const {
             named != paths_.end() ? named->second : path,
             ": alternatives that can start with the same character ('", std::string(1, b),
             "') are not supported (anyOf/oneOf/type alternatives must be of different JSON types, "
-            "or enum/const values)"));
+            "enum/const values, or objects that one required property's enum/const values tell "
+            "apart)"));
       }
       seen |= bytes;
     }
@@ -586,7 +593,9 @@ absl::Status SchemaCompiler::SetMinDepths(int root, const std::string& path) {
   auto needs = [&nodes](int v) {
     const JsonNode& node = nodes[v];
     std::vector<int> out;
-    if (node.kind == JsonNode::Kind::kObject) {
+    if (!node.tag_targets.empty()) {  // a tagged union: every alternative it may become
+      out = node.tag_targets;
+    } else if (node.kind == JsonNode::Kind::kObject) {
       for (size_t i = 0; i < node.values.size(); ++i) {
         if (node.next_required[i] == static_cast<int>(i)) out.push_back(node.values[i]);
       }
@@ -640,6 +649,7 @@ absl::Status SchemaCompiler::SetMinDepths(int root, const std::string& path) {
     std::vector<int> next = node.values;
     if (node.value >= 0) next.push_back(node.value);
     next.insert(next.end(), node.alternatives.begin(), node.alternatives.end());
+    next.insert(next.end(), node.tag_targets.begin(), node.tag_targets.end());
     for (auto it = next.rbegin(); it != next.rend(); ++it) {
       if (!seen[*it]) {
         seen[*it] = true;
@@ -666,6 +676,8 @@ absl::Status SchemaCompiler::SetMinDepths(int root, const std::string& path) {
       if (node.kind == JsonNode::Kind::kUnion) {
         d = kTooDeep;
         for (int alt : node.alternatives) d = std::min(d, depth[alt]);
+      } else if (!node.tag_targets.empty()) {  // becomes one of them in its own frame
+        for (int alt : node.tag_targets) d = std::max(d, depth[alt]);
       } else {
         for (int need : needs(v)) d = std::max(d, std::min(kTooDeep, depth[need] + 1));
       }
@@ -739,6 +751,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::FromSchema(
   }
   ABCD_ASSIGN_OR_RETURN(grammar->root_, compiler.Compile(schema, where, 0));
   ABCD_RETURN_IF_ERROR(compiler.CheckUnionCycles(where));
+  MergeTaggedUnions(&grammar->nodes_);
   ABCD_RETURN_IF_ERROR(compiler.CheckUnionOverlaps(where));
   ABCD_RETURN_IF_ERROR(compiler.SetMinDepths(grammar->root_, where));
   return std::shared_ptr<const JsonGrammar>(std::move(grammar));

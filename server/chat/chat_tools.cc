@@ -25,6 +25,48 @@ bool ValidName(const std::string& name) {
   });
 }
 
+// `value` (a tool's parameters, or part of them) with each "$ref": "#..." pointing into
+// "#/$defs/<at>..." instead, where the parameters move. Nesting is bounded by the request's
+// JSON nesting limit.
+void MoveRefs(ordered_json& value, const std::string& at) {
+  if (value.is_array()) {
+    for (ordered_json& item : value) MoveRefs(item, at);
+    return;
+  }
+  if (!value.is_object()) return;
+  for (auto& [key, item] : value.items()) {
+    if (key == "$ref" && item.is_string()) {
+      const std::string ref = item.get<std::string>();
+      if (!ref.empty() && ref[0] == '#') item = absl::StrCat("#/$defs/", at, ref.substr(1));
+      continue;
+    }
+    MoveRefs(item, at);
+  }
+}
+
+// tool_choice "required" over several tools: anyOf one call per tool, {"name": const, "arguments":
+// its parameters}, told apart by the name (a tagged union, json_schema_tagged.h). Each tool's
+// parameters move under "$defs" (abcd_tool_<i>, their own $defs inside) with their references.
+ordered_json RequiredCallSchema(const ordered_json& tools, const std::vector<std::string>& names) {
+  ordered_json defs = ordered_json::object();
+  ordered_json calls = ordered_json::array();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const ordered_json& function = tools[i]["function"];
+    ordered_json parameters = ordered_json({{"type", "object"}});
+    if (const auto p = function.find("parameters"); p != function.end()) parameters = *p;
+    const std::string at = absl::StrCat("abcd_tool_", i);
+    MoveRefs(parameters, at);
+    defs[at] = std::move(parameters);
+    calls.push_back({{"type", "object"},
+                     {"properties",
+                      {{"name", {{"const", names[i]}}},
+                       {"arguments", {{"$ref", absl::StrCat("#/$defs/", at)}}}}},
+                     {"required", {"name", "arguments"}},
+                     {"additionalProperties", false}});
+  }
+  return {{"$defs", std::move(defs)}, {"anyOf", std::move(calls)}};
+}
+
 // {"name": one of `names`, <arguments_key>: object or a string holding one} -> a call.
 bool CallFromJson(const json& value, const std::vector<std::string>& names,
                   std::initializer_list<const char*> argument_keys, ToolCall* call) {
@@ -202,13 +244,7 @@ absl::StatusOr<ToolRequest> ParseToolRequest(const json& request, const ordered_
           absl::StrCat("tool_choice ", choice == "function" ? "a named function" : choice,
                        " needs a non-empty tools array"));
     }
-    if (choice == "required") {
-      if (out.names.size() > 1) {
-        return absl::InvalidArgumentError(
-            "tool_choice \"required\" with more than one tool is not supported (its output "
-            "cannot be constrained to one of several functions yet); name the function: "
-            "{\"type\": \"function\", \"function\": {\"name\": ...}}, or use \"auto\"");
-      }
+    if (choice == "required" && out.names.size() == 1) {
       choice = "function";
       out.forced_name = out.names[0];
     }
@@ -243,6 +279,8 @@ absl::StatusOr<ToolRequest> ParseToolRequest(const json& request, const ordered_
     schema["required"] = {"name", "arguments"};
     schema["additionalProperties"] = false;
     out.forced_schema = std::move(schema);
+  } else if (out.choice == "required") {
+    out.forced_schema = RequiredCallSchema(out.tools, out.names);
   }
   return out;
 }

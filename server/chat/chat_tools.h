@@ -11,7 +11,8 @@
 // - kLlama3Json (the template mentions "<|python_tag|>"): the whole output, optionally after
 //   "<|python_tag|>", is {"name": ..., "parameters": {...}} ("arguments" accepted too).
 // - kForced (tool_choice "required" or a named function; the output is constrained to
-//   {"name": <const>, "arguments": <the function's parameters>}): the whole output is that object.
+//   {"name": <const>, "arguments": <the function's parameters>}, with "required" over several
+//   tools to one of them): the whole output is that object.
 // A call counts only when its name is one of the request's tools and its arguments are a JSON
 // object (or a string holding one); output that does not parse as calls is content, unchanged.
 //
@@ -46,8 +47,10 @@ struct ToolRequest {
   std::string forced_name;                 // choice "function": its name
   int forced_index = -1;                   // choice "function": its index in tools
   bool parallel = true;
-  // The forced call's JSON Schema ({"name": const, "arguments": parameters}): for "function",
-  // and for "required" with one tool. "required" with more tools is refused (no union yet).
+  // The forced call's JSON Schema ({"name": const, "arguments": parameters}): for "function"
+  // (and "required" with one tool, which becomes it); for "required" with several tools, anyOf
+  // one such object per tool (told apart by the name: json_schema_tagged.h), each tool's
+  // parameters under "$defs"/abcd_tool_<i> with their references moved along.
   nlohmann::ordered_json forced_schema = nullptr;
 
   bool parses_calls() const { return choice != "none" && !names.empty(); }

@@ -261,11 +261,15 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
             "response_format cannot be combined with tool_choice \"required\" or a named "
             "function (the call's arguments are already constrained to its parameters)");
       }
-      const nlohmann::ordered_json& function = tools.tools[tools.forced_index]["function"];
-      if (const auto p = function.find("parameters"); p != function.end()) {
-        ABCD_RETURN_IF_ERROR(JsonGrammar::FromSchema(*p, absl::StrCat("tools[", tools.forced_index,
-                                                                      "].function.parameters"))
-                                 .status());
+      // Each enforced tool's parameters compile on their own first, so a refusal names them.
+      for (size_t i = 0; i < tools.names.size(); ++i) {
+        if (tools.forced_index >= 0 && i != static_cast<size_t>(tools.forced_index)) continue;
+        const nlohmann::ordered_json& function = tools.tools[i]["function"];
+        if (const auto p = function.find("parameters"); p != function.end()) {
+          ABCD_RETURN_IF_ERROR(
+              JsonGrammar::FromSchema(*p, absl::StrCat("tools[", i, "].function.parameters"))
+                  .status());
+        }
       }
       ABCD_ASSIGN_OR_RETURN(format, JsonGrammar::FromSchema(tools.forced_schema, "tool_choice"));
       calls->format = chat::ToolCallFormat::kForced;

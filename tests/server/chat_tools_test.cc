@@ -211,9 +211,6 @@ TEST(ChatTools, RequestFieldsAreValidatedNamingThem) {
       {R"({"tools": [{"type": "function", "function": {"name": "a"}}],
            "tool_choice": {"type": "function", "function": {"name": "b"}}})",
        "tool_choice.function.name \"b\" is not one of the tools"},
-      {R"({"tools": [{"type": "function", "function": {"name": "a"}},
-                     {"type": "function", "function": {"name": "b"}}], "tool_choice": "required"})",
-       "tool_choice \"required\" with more than one tool is not supported"},
       {R"({"parallel_tool_calls": 1})", "parallel_tool_calls must be a boolean"},
   };
   for (const auto& [body, message] : bad) {
@@ -265,6 +262,42 @@ TEST(ChatTools, RequestChoices) {
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->forced_name, "add");
   EXPECT_EQ(one->forced_schema["properties"]["arguments"], ordered_json({{"type", "object"}}));
+}
+
+// "required" over several tools: the output is one call of any of them, its arguments those of
+// the tool it names (each tool's $defs and references, "#" included, moved along).
+TEST(ChatTools, RequiredWithSeveralToolsIsOneCallOfAny) {
+  absl::StatusOr<ToolRequest> required = Parse(R"({"tools": [
+      {"type": "function", "function": {"name": "get_weather", "parameters":
+        {"type": "object", "properties": {"city": {"type": "string"}, "days": {"$ref":
+        "#/$defs/n"}}, "required": ["city"], "$defs": {"n": {"type": "integer"}}}}},
+      {"type": "function", "function": {"name": "add", "parameters":
+        {"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}, "rest": {"anyOf":
+        [{"$ref": "#"}, {"type": "null"}]}}, "required": ["a"],
+         "$defs": {"n": {"type": "number"}}}}},
+      {"type": "function", "function": {"name": "ping"}}], "tool_choice": "required"})");
+  ASSERT_TRUE(required.ok()) << required.status();
+  EXPECT_EQ(required->choice, "required");
+  EXPECT_TRUE(required->parses_calls());
+  EXPECT_EQ(required->forced_index, -1);
+  auto grammar = JsonGrammar::FromSchema(required->forced_schema, "tool_choice");
+  ASSERT_TRUE(grammar.ok()) << grammar.status() << required->forced_schema.dump();
+  for (const std::string call :
+       {R"({"name":"get_weather","arguments":{"city":"Rome","days":3}})",
+        R"({"name":"add","arguments":{"a":1.5,"rest":{"a":2,"rest":null}}})",
+        R"({"name":"ping","arguments":{}})"}) {
+    JsonMatcher matcher(grammar->get());
+    EXPECT_TRUE(matcher.Advance(call)) << call;
+    EXPECT_TRUE(matcher.accepting()) << call;
+    const ParsedToolCalls parsed = ParseToolCalls(ToolCallFormat::kForced, call, required->names);
+    ASSERT_EQ(parsed.calls.size(), 1u) << call;
+  }
+  for (const std::string bad :
+       {R"({"name":"get_weather","arguments":{"city":"Rome","days":1.5)",
+        R"({"name":"add","arguments":{"city")", R"({"name":"other")", R"({"arguments":)"}) {
+    JsonMatcher matcher(grammar->get());
+    EXPECT_FALSE(matcher.Advance(bad)) << bad;
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/sampling/json_grammar.h"
 #include "engine/sampling/sampler.h"
@@ -78,8 +79,9 @@ TEST(JsonSchemaKeywords, AnyOfOneOfAndTypeArrays) {
       {"\"long\"", "1"}, {"2"});
   EXPECT_EQ(Refusal(R"({"anyOf": [{"type": "object"}, {"type": "object", "properties": {}}]})"),
             "schema: alternatives that can start with the same character ('{') are not "
-            "supported (anyOf/oneOf/type alternatives must be of different JSON types, or "
-            "enum/const values)");
+            "supported (anyOf/oneOf/type alternatives must be of different JSON types, "
+            "enum/const values, or objects that one required property's enum/const values tell "
+            "apart)");
   EXPECT_EQ(Refusal(R"({"oneOf": [{"const": "a"}, {"enum": ["b", "a"]}]})"),
             "schema.oneOf[1]: \"a\" also matches an earlier alternative of oneOf");
   EXPECT_EQ(Refusal(R"({"anyOf": [{"type": "string"}], "type": "string"})"),
@@ -87,8 +89,58 @@ TEST(JsonSchemaKeywords, AnyOfOneOfAndTypeArrays) {
   EXPECT_EQ(Refusal(R"({"anyOf": []})"), "schema.anyOf must be a non-empty array of schemas");
   EXPECT_EQ(Refusal(R"({"properties": {"a": {"anyOf": [{"maxLength": 3}, {"const": "x"}]}}})"),
             "schema.properties.a: alternatives that can start with the same character ('\"') are "
-            "not supported (anyOf/oneOf/type alternatives must be of different JSON types, or "
-            "enum/const values)");
+            "not supported (anyOf/oneOf/type alternatives must be of different JSON types, "
+            "enum/const values, or objects that one required property's enum/const values tell "
+            "apart)");
+}
+
+// Object alternatives told apart by a required property's enum/const values (pydantic's
+// discriminated unions, tool_choice "required" over several tools) are one automaton that
+// writes that property first and continues as the alternative its value names.
+TEST(JsonSchemaKeywords, TaggedObjectUnions) {
+  const std::string pets = R"({"$defs": {
+      "Cat": {"properties": {"pet_type": {"const": "cat", "title": "Pet Type", "type": "string"},
+                             "meows": {"title": "Meows", "type": "integer"}},
+              "required": ["pet_type", "meows"], "title": "Cat", "type": "object"},
+      "Dog": {"properties": {"barks": {"title": "Barks", "type": "number"},
+                             "pet_type": {"const": "dog", "title": "Pet Type", "type": "string"}},
+              "required": ["barks", "pet_type"], "title": "Dog", "type": "object"}},
+    "properties": {"pet": {"discriminator": {"mapping": {"cat": "#/$defs/Cat",
+                                                         "dog": "#/$defs/Dog"},
+                                             "propertyName": "pet_type"},
+                           "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]},
+                   "n": {"type": "integer"}},
+    "required": ["pet", "n"], "type": "object"})";
+  ExpectTexts(pets,
+              {R"({"pet":{"pet_type":"cat","meows":3},"n":1})",
+               R"({"pet": {"pet_type": "dog", "barks": 2.5}, "n": 1})"},
+              {R"({"pet":{"pet_type":"cat","barks":2},"n":1})",
+               R"({"pet":{"pet_type":"dog","meows":3},"n":1})", R"({"pet":{"pet_type":"cow")",
+               R"({"pet":{"barks":2.5,"pet_type":"dog"},"n":1})",  // the tag comes first
+               R"({"pet":{"pet_type":"cat"},"n":1})"});
+  // tool_choice "required" over two tools; a third alternative of another type stays apart.
+  ExpectTexts(R"({"anyOf": [
+      {"type": "object", "properties": {"name": {"const": "get_weather"},
+       "arguments": {"type": "object", "properties": {"city": {"type": "string"}},
+                     "required": ["city"]}}, "required": ["name", "arguments"]},
+      {"type": "object", "properties": {"name": {"enum": ["search", "find"]},
+       "arguments": {"type": "object", "properties": {"q": {"type": "integer"}},
+                     "required": ["q"]}}, "required": ["name", "arguments"]},
+      {"type": "null"}]})",
+              {R"({"name":"get_weather","arguments":{"city":"Oslo"}})",
+               R"({"name":"find","arguments":{"q":3}})", "null"},
+              {R"({"name":"get_weather","arguments":{"q":3}})",
+               R"({"name":"search","arguments":{"city":"x"}})", R"({"name":"other")",
+               R"({"arguments":{"q":3},"name":"find"})"});
+  // A tag value two alternatives share, or no required tag, leaves them refused.
+  EXPECT_TRUE(absl::StrContains(
+      Refusal(R"({"oneOf": [{"properties": {"k": {"enum": ["a", "b"]}}, "required": ["k"]},
+                            {"properties": {"k": {"const": "b"}}, "required": ["k"]}]})"),
+      "schema: alternatives that can start with the same character ('{')"));
+  EXPECT_TRUE(
+      absl::StrContains(Refusal(R"({"oneOf": [{"properties": {"k": {"const": "a"}}},
+                            {"properties": {"k": {"const": "b"}}, "required": ["k"]}]})"),
+                        "schema: alternatives that can start with the same character ('{')"));
 }
 
 TEST(JsonSchemaKeywords, ObjectsWithAdditionalPropertiesSchemasAndPropertyNames) {
@@ -597,6 +649,26 @@ Outputs ShapeOutputs() {
             "ip": {"format": "ipv4", "title": "Ip", "type": "string"}},
           "required": ["id", "name", "born", "score", "ip"], "title": "User",
           "type": "object"})",
+      // pydantic: class Cat(BaseModel): pet_type: Literal["cat"]; meows: int
+      // class Dog(BaseModel): pet_type: Literal["dog"]; barks: float = Field(ge=0)
+      // class Owner(BaseModel): pets: list[Annotated[Union[Cat, Dog],
+      // Field(discriminator="pet_type")]] = Field(max_length=3)
+      R"({"$defs": {
+            "Cat": {"properties": {"pet_type": {"const": "cat", "title": "Pet Type",
+                                                "type": "string"},
+                                   "meows": {"title": "Meows", "type": "integer"}},
+                    "required": ["pet_type", "meows"], "title": "Cat", "type": "object"},
+            "Dog": {"properties": {"pet_type": {"const": "dog", "title": "Pet Type",
+                                                "type": "string"},
+                                   "barks": {"minimum": 0, "title": "Barks", "type": "number"}},
+                    "required": ["pet_type", "barks"], "title": "Dog", "type": "object"}},
+          "properties": {"pets": {"items": {"discriminator": {"mapping": {"cat": "#/$defs/Cat",
+                                                                          "dog": "#/$defs/Dog"},
+                                                              "propertyName": "pet_type"},
+                                            "oneOf": [{"$ref": "#/$defs/Cat"},
+                                                      {"$ref": "#/$defs/Dog"}]},
+                                  "maxItems": 3, "title": "Pets", "type": "array"}},
+          "required": ["pets"], "title": "Owner", "type": "object"})",
   };
   const auto vocabulary = Vocabulary();
   std::mt19937 rng(7);
