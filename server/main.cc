@@ -152,9 +152,10 @@ bool AllIdle(const ServedModels& models) {
   return true;
 }
 
-int Run(int argc, char** argv) {
-  // Signals are taken synchronously by sigwait below; every thread started later inherits the
-  // mask. SIGPIPE is ignored: a closed client socket is an error return, not a crash.
+// Process-wide settings before any thread starts. Signals are taken synchronously (sigwait in
+// WaitForStop); every thread started later inherits the mask. SIGPIPE is ignored: a closed
+// client socket is an error return, not a crash. Returns the blocked stop signals.
+sigset_t SetUpProcess() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -166,175 +167,173 @@ int Run(int argc, char** argv) {
   // requests does not leave the process that much larger. (glibc's default threshold grows
   // to the largest block freed, up to 32 MiB.)
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  return signals;
+}
 
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::cout << ServerUsage();
-    return 0;
-  }
-  absl::StatusOr<ServerConfig> config =
-      ParseServerConfig(args, absl::StrSplit(ABCD_DEFAULT_MODELS, ','));
-  if (!config.ok()) {
-    std::cerr << "abcd-server: " << config.status().message() << "\n" << ServerUsage();
-    return 2;
-  }
-
-  // Every HTTP connection is a descriptor: take the hard limit so --http_max_connections fits.
+// Every HTTP connection is a descriptor: take the hard limit so --http_max_connections fits.
+void RaiseDescriptorLimit() {
   if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
   }
+}
 
-  ServerMetrics metrics;
-  ServedModels models;
-  for (const std::string& dir : config->models) {
-    absl::StatusOr<std::unique_ptr<ServedModel>> served = LoadServedModel(dir, *config, metrics);
-    if (!served.ok()) {
-      LogEvent("fatal", {{"error", std::string(served.status().message())}});
-      return 1;
-    }
-    models.Add(*std::move(served));
+// Loads every --models directory into `models` and checks that each --chat_template names a
+// language model among them.
+absl::Status LoadModels(const ServerConfig& config, ServerMetrics& metrics, ServedModels& models) {
+  for (const std::string& dir : config.models) {
+    ABCD_ASSIGN_OR_RETURN(std::unique_ptr<ServedModel> served,
+                          LoadServedModel(dir, config, metrics));
+    models.Add(std::move(served));
   }
-  for (const auto& [name, file] : config->chat_templates) {
+  for (const auto& [name, file] : config.chat_templates) {
     const ServedModel* named = models.FindByName(name);
     if (!name.empty() && (named == nullptr || named->kind != ModelKind::kLanguageModel)) {
-      LogEvent("fatal", {{"error", absl::StrCat("--chat_template ", name, "=", file,
-                                                ": no language model named '", name, "'")}});
-      return 1;
+      return absl::InvalidArgumentError(absl::StrCat("--chat_template ", name, "=", file,
+                                                     ": no language model named '", name, "'"));
     }
   }
+  return absl::OkStatus();
+}
 
-  // Sessions: the store (memory, or Redis shared by replicas; a Redis that is down at start is
-  // still created and connects lazily) behind one manager for both frontends.
-  SessionStoreOptions store_options;
-  store_options.budget_bytes = config->session_store_mb << 20;
-  store_options.ttl = absl::Seconds(config->session_ttl_s);
-  absl::StatusOr<std::unique_ptr<SessionStore>> store =
-      CreateSessionStore(config->session_store, store_options);
-  if (!store.ok()) {
-    LogEvent("fatal", {{"error", std::string(store.status().message())}});
-    return 1;
-  }
-  SessionMetrics session_metrics(metrics.registry());
-  SessionManager session_manager(*std::move(store), &session_metrics);
-  metrics.AddRenderHook([&session_manager] { session_manager.RefreshMetrics(); });
-  const SessionOps sessions(&session_manager, models, config->max_session_bytes);
-  LogEvent("sessions", {{"store", session_manager.store().name()},
-                        {"ttl_s", absl::StrCat(config->session_ttl_s)},
-                        {"max_session_bytes", absl::StrCat(config->max_session_bytes)}});
+// What the frontends need from the rest of the process; all outlive the Frontends.
+struct FrontendDeps {
+  ServedModels& models;
+  ServerMetrics& metrics;
+  const SessionOps* sessions;
+  BodyBudget* body_budget;
+  TransportMetrics* transport_metrics;
+};
 
-  // One budget for request bodies in flight on both frontends (body_budget.h). Bodies up to
-  // the HTTP body limit (completions, translations) may use all of it, larger ones 3/4.
-  BodyBudget body_budget(config->max_inflight_body_mb << 20, int64_t{1} << 20);
-  TransportMetrics transport_metrics(metrics.registry(), &body_budget);
-  metrics.AddRenderHook([&transport_metrics] { transport_metrics.Refresh(); });
+// The listening frontends, declared in start order (destroyed in reverse).
+struct Frontends {
+  std::unique_ptr<GeneratorService> generator;
+  std::unique_ptr<grpc::ResourceQuota> grpc_quota;
+  std::unique_ptr<grpc::Server> grpc_server;
+  int grpc_port = 0;
+  std::unique_ptr<http::HttpService> http;
+  std::unique_ptr<http::AdminService> admin;  // null with --admin_port -1
+};
 
+// The gRPC server (abcd.v1.Generator, health, reflection) on --grpc_port.
+absl::Status StartGrpc(const ServerConfig& config, const FrontendDeps& deps, Frontends& f) {
   GrpcOptions grpc_options;
-  grpc_options.max_prompt_tokens = config->max_prompt_tokens;
-  grpc_options.max_choices = config->max_choices;
-  grpc_options.sessions = &sessions;
-  grpc_options.body_budget = &body_budget;
-  grpc_options.chunked_import_timeout = absl::Seconds(config->body_timeout_seconds);
-  GeneratorService service(models, {[&metrics](absl::string_view kind, const absl::Status& s) {
-                             metrics.CountRequest(kind, s);
-                           }},
-                           grpc_options);
+  grpc_options.max_prompt_tokens = config.max_prompt_tokens;
+  grpc_options.max_choices = config.max_choices;
+  grpc_options.sessions = deps.sessions;
+  grpc_options.body_budget = deps.body_budget;
+  grpc_options.chunked_import_timeout = absl::Seconds(config.body_timeout_seconds);
+  ServerMetrics* metrics = &deps.metrics;  // captured by value: outlives the frontends
+  f.generator = std::make_unique<GeneratorService>(
+      deps.models, GrpcHooks{[metrics](absl::string_view kind, const absl::Status& s) {
+        metrics->CountRequest(kind, s);
+      }},
+      grpc_options);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  int grpc_port = 0;
-  builder.AddListeningPort(absl::StrCat(config->host, ":", config->grpc_port),
-                           grpc::InsecureServerCredentials(), &grpc_port);
-  builder.RegisterService(&service);
+  builder.AddListeningPort(absl::StrCat(config.host, ":", config.grpc_port),
+                           grpc::InsecureServerCredentials(), &f.grpc_port);
+  builder.RegisterService(f.generator.get());
   // Every received message is at most --max_message_bytes (a Generate or Translate request;
   // session blobs beyond it come in chunks through ImportSessionChunks), so no call makes gRPC
   // buffer more. An exported session blob up to --max_session_bytes is sent in one message.
-  builder.SetMaxReceiveMessageSize(config->max_message_bytes);
+  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   // gRPC receives a message whole before its size is checked; its memory quota makes the
   // transport refuse new streams and shrink flow-control windows under pressure, so calls with
   // oversized messages cannot together buffer much more than the body budget.
-  grpc::ResourceQuota quota("abcd-grpc");
-  quota.Resize(static_cast<size_t>(config->max_inflight_body_mb) << 19);  // half the budget
-  builder.SetResourceQuota(quota);
+  f.grpc_quota = std::make_unique<grpc::ResourceQuota>("abcd-grpc");
+  f.grpc_quota->Resize(static_cast<size_t>(config.max_inflight_body_mb) << 19);  // half of it
+  builder.SetResourceQuota(*f.grpc_quota);
   builder.SetMaxSendMessageSize(static_cast<int>(
-      std::max<int64_t>(config->max_message_bytes, config->max_session_bytes + (64 << 10))));
+      std::max<int64_t>(config.max_message_bytes, config.max_session_bytes + (64 << 10))));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
-                             config->max_connection_age_seconds * 1000);
+                             config.max_connection_age_seconds * 1000);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
-                             config->max_connection_age_grace_seconds * 1000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, config->keepalive_time_seconds * 1000);
+                             config.max_connection_age_grace_seconds * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, config.keepalive_time_seconds * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // Exclusive port: without this gRPC sets SO_REUSEPORT, and a second server on the same port
   // would start and silently take half the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
-  if (grpc_server == nullptr || grpc_port == 0) {
-    LogEvent("fatal",
-             {{"error", absl::StrCat("cannot listen on ", config->host, ":", config->grpc_port,
-                                     " for gRPC: address in use or not available")}});
-    return 1;
+  f.grpc_server = builder.BuildAndStart();
+  if (f.grpc_server == nullptr || f.grpc_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", config.host, ":",
+                                               config.grpc_port,
+                                               " for gRPC: address in use or not available"));
   }
-  grpc::HealthCheckServiceInterface* health = grpc_server->GetHealthCheckService();
+  return absl::OkStatus();
+}
 
+// gRPC, then HTTP on --http_port, then the admin listener (probes and metrics on their own
+// port: no crowd on the API port can starve them). On an error the gRPC server is shut down.
+absl::Status StartFrontends(const ServerConfig& config, const FrontendDeps& deps, Frontends& f) {
+  ABCD_RETURN_IF_ERROR(StartGrpc(config, deps, f));
   http::HttpOptions http_options;
-  http_options.thread_count = config->http_threads;
-  http_options.max_connections = config->http_max_connections;
-  http_options.max_inflight = config->http_max_inflight;
-  http_options.max_tokens_limit = config->max_tokens_limit;
-  http_options.max_choices = config->max_choices;
-  http_options.max_prompt_tokens = config->max_prompt_tokens;
-  http_options.sessions = &sessions;
-  http_options.body_budget = &body_budget;
-  http_options.body_timeout = absl::Seconds(config->body_timeout_seconds);
-  http::HttpService http_service(models,
-                                 {[&metrics] { return metrics.Render(); },
-                                  [&metrics](absl::string_view kind, absl::string_view status) {
-                                    metrics.CountRequest(kind, status);
-                                  }},
-                                 http_options);
-  if (absl::Status status = http_service.Start(config->host, config->http_port); !status.ok()) {
-    LogEvent("fatal", {{"error", std::string(status.message())}});
-    grpc_server->Shutdown();
-    return 1;
-  }
-  transport_metrics.set_evicted_connections(
-      [&http_service] { return http_service.evicted_connections(); });
-  // Probes and metrics on their own listener: no crowd on the API port can starve them.
-  std::optional<http::AdminService> admin;
-  if (config->admin_port >= 0) {
-    admin.emplace(models, [&metrics] { return metrics.Render(); });
-    if (absl::Status status = admin->Start(config->host, config->admin_port); !status.ok()) {
-      LogEvent("fatal", {{"error", absl::StrCat("--admin_port: ", status.message())}});
-      grpc_server->Shutdown();
-      return 1;
+  http_options.thread_count = config.http_threads;
+  http_options.max_connections = config.http_max_connections;
+  http_options.max_inflight = config.http_max_inflight;
+  http_options.max_tokens_limit = config.max_tokens_limit;
+  http_options.max_choices = config.max_choices;
+  http_options.max_prompt_tokens = config.max_prompt_tokens;
+  http_options.sessions = deps.sessions;
+  http_options.body_budget = deps.body_budget;
+  http_options.body_timeout = absl::Seconds(config.body_timeout_seconds);
+  ServerMetrics* metrics = &deps.metrics;  // captured by value: outlives the frontends
+  f.http = std::make_unique<http::HttpService>(
+      deps.models,
+      http::HttpHooks{[metrics] { return metrics->Render(); },
+                      [metrics](absl::string_view kind, absl::string_view status) {
+                        metrics->CountRequest(kind, status);
+                      }},
+      http_options);
+  absl::Status status = f.http->Start(config.host, config.http_port);
+  if (status.ok()) {
+    http::HttpService* http = f.http.get();
+    deps.transport_metrics->set_evicted_connections([http] { return http->evicted_connections(); });
+    if (config.admin_port >= 0) {
+      f.admin = std::make_unique<http::AdminService>(deps.models,
+                                                     [metrics] { return metrics->Render(); });
+      status = f.admin->Start(config.host, config.admin_port);
+      if (!status.ok())
+        status = absl::Status(status.code(), absl::StrCat("--admin_port: ", status.message()));
     }
   }
+  if (!status.ok()) f.grpc_server->Shutdown();
+  return status;
+}
 
+// Serving: readiness on, health SERVING, the port file written, one "serving" log line.
+void AnnounceServing(const ServerConfig& config, ServedModels& models, const Frontends& f) {
   models.set_ready(true);
   // grpc.health.v1 answers for "" (the server) and for the service by name (a probe naming
   // abcd.v1.Generator); the calls without a name below turn both.
+  grpc::HealthCheckServiceInterface* health = f.grpc_server->GetHealthCheckService();
   health->SetServingStatus(abcd::v1::Generator::service_full_name(), true);
   health->SetServingStatus(true);
-  if (!config->port_file.empty()) {
-    const std::string tmp = config->port_file + ".tmp";
-    std::ofstream(tmp) << "{\"grpc_port\": " << grpc_port
-                       << ", \"http_port\": " << http_service.port()
-                       << ", \"admin_port\": " << (admin ? admin->port() : -1) << "}\n";
-    std::filesystem::rename(tmp, config->port_file);
+  const int admin_port = f.admin ? f.admin->port() : -1;
+  if (!config.port_file.empty()) {
+    const std::string tmp = config.port_file + ".tmp";
+    std::ofstream(tmp) << "{\"grpc_port\": " << f.grpc_port << ", \"http_port\": " << f.http->port()
+                       << ", \"admin_port\": " << admin_port << "}\n";
+    std::filesystem::rename(tmp, config.port_file);
   }
-  LogEvent("serving", {{"host", config->host},
-                       {"grpc_port", absl::StrCat(grpc_port)},
-                       {"http_port", absl::StrCat(http_service.port())},
-                       {"admin_port", absl::StrCat(admin ? admin->port() : -1)},
-                       {"max_inflight_body_mb", absl::StrCat(config->max_inflight_body_mb)},
-                       {"models", absl::StrCat(config->models.size())}});
+  LogEvent("serving", {{"host", config.host},
+                       {"grpc_port", absl::StrCat(f.grpc_port)},
+                       {"http_port", absl::StrCat(f.http->port())},
+                       {"admin_port", absl::StrCat(admin_port)},
+                       {"max_inflight_body_mb", absl::StrCat(config.max_inflight_body_mb)},
+                       {"models", absl::StrCat(config.models.size())}});
+}
 
-  // Waits for SIGTERM/SIGINT. Meanwhile, once a second: trim the heap, and has a model's
-  // backend failed for good?
-  // Then gRPC health turns NOT_SERVING (readyz already answers 503), so the orchestrator's
-  // probes restart the process, the one remedy for a poisoned GPU context.
+// Waits for SIGTERM/SIGINT and returns its number. Meanwhile, once a second: trim the heap, and
+// has a model's backend failed for good? Then gRPC health turns NOT_SERVING (readyz already
+// answers 503), so the orchestrator's probes restart the process, the one remedy for a poisoned
+// GPU context.
+int WaitForStop(const sigset_t& signals, const ServedModels& models,
+                grpc::HealthCheckServiceInterface* health) {
   int signal_number = -1;
   bool failure_reported = false;
   while (signal_number <= 0) {
@@ -352,12 +351,16 @@ int Run(int argc, char** argv) {
       health->SetServingStatus(false);
     }
   }
-  LogEvent("draining", {{"signal", absl::StrCat(signal_number)},
-                        {"grace_seconds", absl::StrCat(config->drain_grace_seconds)}});
+  return signal_number;
+}
+
+// Drains: NOT_SERVING, new requests refused, in-flight ones get --drain_grace_seconds; then
+// everything left is cut and the frontends stop. Returns whether every request finished.
+bool DrainAndStop(const ServerConfig& config, ServedModels& models, Frontends& f) {
   models.set_draining(true);
-  health->SetServingStatus(false);
+  f.grpc_server->GetHealthCheckService()->SetServingStatus(false);
   for (const ServedModel* m : models.All()) m->executor->StartDraining();
-  const absl::Time grace_end = absl::Now() + absl::Seconds(config->drain_grace_seconds);
+  const absl::Time grace_end = absl::Now() + absl::Seconds(config.drain_grace_seconds);
   while (!AllIdle(models) && absl::Now() < grace_end) absl::SleepFor(absl::Milliseconds(20));
   const bool clean = AllIdle(models);
   // Cut whatever is left: the engines end every request (UNAVAILABLE) within the iteration
@@ -365,9 +368,71 @@ int Run(int argc, char** argv) {
   // short gRPC deadline covers final writes still in flight and idle client connections that
   // have not yet read the GOAWAY (shutdown would otherwise wait for them).
   for (const ServedModel* m : models.All()) m->executor->Shutdown();
-  grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
-  http_service.Stop();
-  if (admin) admin->Stop();
+  f.grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
+  f.http->Stop();
+  if (f.admin) f.admin->Stop();
+  return clean;
+}
+
+int Fatal(const absl::Status& status) {
+  LogEvent("fatal", {{"error", std::string(status.message())}});
+  return 1;
+}
+
+// Load, start the frontends, wait for a stop signal, drain.
+int Run(int argc, char** argv) {
+  const sigset_t signals = SetUpProcess();
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << ServerUsage();
+    return 0;
+  }
+  absl::StatusOr<ServerConfig> config =
+      ParseServerConfig(args, absl::StrSplit(ABCD_DEFAULT_MODELS, ','));
+  if (!config.ok()) {
+    std::cerr << "abcd-server: " << config.status().message() << "\n" << ServerUsage();
+    return 2;
+  }
+  RaiseDescriptorLimit();
+
+  ServerMetrics metrics;
+  ServedModels models;
+  if (absl::Status status = LoadModels(*config, metrics, models); !status.ok()) {
+    return Fatal(status);
+  }
+  // Sessions: the store (memory, or Redis shared by replicas; a Redis that is down at start is
+  // still created and connects lazily) behind one manager for both frontends.
+  SessionStoreOptions store_options;
+  store_options.budget_bytes = config->session_store_mb << 20;
+  store_options.ttl = absl::Seconds(config->session_ttl_s);
+  absl::StatusOr<std::unique_ptr<SessionStore>> store =
+      CreateSessionStore(config->session_store, store_options);
+  if (!store.ok()) return Fatal(store.status());
+  SessionMetrics session_metrics(metrics.registry());
+  SessionManager session_manager(*std::move(store), &session_metrics);
+  metrics.AddRenderHook([&session_manager] { session_manager.RefreshMetrics(); });
+  const SessionOps sessions(&session_manager, models, config->max_session_bytes);
+  LogEvent("sessions", {{"store", session_manager.store().name()},
+                        {"ttl_s", absl::StrCat(config->session_ttl_s)},
+                        {"max_session_bytes", absl::StrCat(config->max_session_bytes)}});
+  // One budget for request bodies in flight on both frontends (body_budget.h). Bodies up to
+  // the HTTP body limit (completions, translations) may use all of it, larger ones 3/4.
+  BodyBudget body_budget(config->max_inflight_body_mb << 20, int64_t{1} << 20);
+  TransportMetrics transport_metrics(metrics.registry(), &body_budget);
+  metrics.AddRenderHook([&transport_metrics] { transport_metrics.Refresh(); });
+
+  Frontends frontends;
+  if (absl::Status status = StartFrontends(
+          *config, {models, metrics, &sessions, &body_budget, &transport_metrics}, frontends);
+      !status.ok()) {
+    return Fatal(status);
+  }
+  AnnounceServing(*config, models, frontends);
+  const int signal_number =
+      WaitForStop(signals, models, frontends.grpc_server->GetHealthCheckService());
+  LogEvent("draining", {{"signal", absl::StrCat(signal_number)},
+                        {"grace_seconds", absl::StrCat(config->drain_grace_seconds)}});
+  const bool clean = DrainAndStop(*config, models, frontends);
   LogEvent("stopped", {{"drained", clean ? "true" : "false"}});
   return 0;
 }
