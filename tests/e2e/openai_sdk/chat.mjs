@@ -1,7 +1,8 @@
 // The official OpenAI Node SDK (`openai`, pinned in package-lock.json) against a running
 // abcd-server: chat completions plain, streamed with stream_options.include_usage, n, logprobs
 // with top_logprobs, response_format json_schema (JSON.parse of the content), tools (auto, a
-// named tool_choice plain, streamed and through the SDK's runTools helper), and a 400 naming
+// named tool_choice plain, streamed and through the SDK's runTools helper, "required" over two
+// tools, a call sent back with its result), and a 400 naming
 // the field, each checked with node:assert on the shapes the
 // SDK's types promise. Usage: node chat.mjs http://127.0.0.1:PORT/v1
 // Prints one JSON line on success, {"model", "messages", "max_tokens", "content"} (the greedy
@@ -200,6 +201,47 @@ async function main() {
   });
   assert.equal(await runner.finalFunctionToolCallResult(), `sunny in ${args.city}`);
   assert.deepEqual(ran, args);
+  // tool_choice "required" over two tools: one valid call of either, whichever the model picks,
+  // over several seeds at temperature 1 (the name written first picks the arguments' schema).
+  const clock = {
+    type: 'function',
+    function: {
+      name: 'get_time',
+      parameters: {
+        type: 'object',
+        properties: { zone: { enum: ['UTC', 'CET'] } },
+        required: ['zone'],
+        additionalProperties: false,
+      },
+    },
+  };
+  const names = new Set();
+  for (let seed = 1; seed <= 8; seed++) {
+    const required = await client.chat.completions.create({
+      model, messages, max_completion_tokens: 100, temperature: 1, seed,
+      tools: [weather, clock], tool_choice: 'required',
+    });
+    assert.equal(required.choices[0].finish_reason, 'tool_calls');
+    const [only] = required.choices[0].message.tool_calls;
+    const parsed = JSON.parse(only.function.arguments);
+    names.add(only.function.name);
+    if (only.function.name === 'get_weather') {
+      assert.deepEqual(Object.keys(parsed), ['city', 'days']);
+      assert.ok(['Paris', 'Oslo', 'Rome'].includes(parsed.city), parsed.city);
+    } else {
+      assert.equal(only.function.name, 'get_time');
+      assert.deepEqual(Object.keys(parsed), ['zone']);
+      assert.ok(['UTC', 'CET'].includes(parsed.zone), parsed.zone);
+    }
+  }
+  assert.ok(names.size >= 1);
+  // The call sent back (content null, arguments as JSON text) with the tool's result renders.
+  const followUp = await client.chat.completions.create({
+    model, max_completion_tokens: 4, temperature: 0, tools: [weather, clock],
+    messages: [...messages, called.choices[0].message,
+      { role: 'tool', tool_call_id: call.id, content: 'sunny' }],
+  });
+  assert.ok(followUp.usage.prompt_tokens > called.usage.prompt_tokens, JSON.stringify(followUp.usage));
 
   // Errors: the SDK's BadRequestError with the server's message naming the field.
   const refusals = [
