@@ -166,7 +166,11 @@ absl::StatusOr<Value> ParseChatMessages(const nlohmann::json& messages, absl::st
       return absl::InvalidArgumentError(
           absl::StrCat(name, ".tool_calls is allowed on assistant messages only"));
     }
-    ValueDict message = {{"role", Value::String(r)}};
+    // Built by emplace_back from empty: GCC 12 at -O3 reports a false -Warray-bounds on growing a
+    // vector made from a one-element initializer list here.
+    ValueDict message;
+    message.reserve(4);
+    message.emplace_back("role", Value::String(r));
     const auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       if (!has_tool_calls) {
