@@ -12,6 +12,7 @@
 #include "engine/attention/attention_state_cuda.h"
 #include "engine/attention/linear_state.h"
 #include "engine/attention/softmax_state.h"
+#include "engine/ops/cpu_context.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace abcd::cuda {
@@ -407,6 +408,139 @@ TEST_F(AttentionCudaTest, SoftmaxPaddingRowsAndALargerContextBound) {
     const KvCacheRows cache_rows{keys.data(), values.data(), device_lengths.data(), c.max_length};
     ASSERT_TRUE(SoftmaxStep(context(), h, h, dh, step_rows, cache_rows).ok()) << what;
     ExpectClose(Download(out), expected, kKernelTolerance, what);
+  }
+}
+
+// Hugging Face layers' kernel rows (q | k | v, `stride` floats a row with 3 floats of padding):
+// per-head q/k RMSNorms (or none) then RoPE (or none) in place on the device, against
+// SoftmaxState::PrepareRows on the CPU. v and the padding stay untouched.
+TEST_F(AttentionCudaTest, PrepareRotaryRowsMatchesPrepareRows) {
+  struct RotaryCase {
+    int q_heads, kv_heads, head_dim;
+    bool norms, rope;
+  };
+  const std::vector<int64_t> positions = {0, 1, 77, 4097, 1 << 20};
+  const int64_t batch = static_cast<int64_t>(positions.size());
+  uint32_t seed = 900;
+  for (const RotaryCase& c : {RotaryCase{8, 2, 64, false, true}, RotaryCase{8, 2, 64, true, true},
+                              RotaryCase{4, 4, 32, true, true}, RotaryCase{6, 2, 18, true, true},
+                              RotaryCase{6, 3, 18, false, true}, RotaryCase{2, 1, 256, true, true},
+                              RotaryCase{4, 2, 128, true, false}}) {
+    const std::string what = "rotary q" + std::to_string(c.q_heads) + " kv" +
+                             std::to_string(c.kv_heads) + " dh" + std::to_string(c.head_dim) +
+                             (c.norms ? " norms" : "") + (c.rope ? " rope" : "");
+    const int half = c.head_dim / 2;
+    std::vector<float> inv_freq;
+    if (c.rope) {
+      for (int i = 0; i < half; ++i) {
+        inv_freq.push_back(static_cast<float>(1.0 / std::pow(1e6, 2.0 * i / c.head_dim)));
+      }
+    }
+    const std::vector<float> q_norm =
+        c.norms ? RandomFloats(c.head_dim, seed++, 0.5f, 1.5f) : std::vector<float>();
+    const std::vector<float> k_norm =
+        c.norms ? RandomFloats(c.head_dim, seed++, 0.5f, 1.5f) : std::vector<float>();
+    const SoftmaxState cpu(c.q_heads, c.kv_heads, c.head_dim, inv_freq, q_norm, k_norm, 1e-6f);
+    const int64_t width = int64_t{c.q_heads + 2 * c.kv_heads} * c.head_dim;
+    ASSERT_EQ(cpu.PreparedWidth(), width) << what;
+    const int64_t stride = width + 3;
+    const std::vector<float> rows = RandomFloats(batch * stride, seed++, -3.0f, 3.0f);
+    std::vector<StateRef> states(static_cast<size_t>(batch));
+    for (int64_t r = 0; r < batch; ++r) states[r].position = positions[r];
+    std::vector<float> prepared(batch * width, NAN);
+    CpuContext ctx(1);
+    cpu.PrepareRows(ctx, rows.data(), stride, batch, states, prepared.data());
+    std::vector<float> expected = rows;  // the padding as it was
+    for (int64_t r = 0; r < batch; ++r) {
+      std::copy(prepared.begin() + r * width, prepared.begin() + (r + 1) * width,
+                expected.begin() + r * stride);
+    }
+
+    DeviceArray<float> device_rows = Upload(rows);
+    DeviceArray<int64_t> device_positions = Upload(positions);
+    DeviceArray<float> device_inv_freq = Upload(c.rope ? inv_freq : std::vector<float>{0.0f});
+    DeviceArray<float> device_q_norm = Upload(c.norms ? q_norm : std::vector<float>{0.0f});
+    DeviceArray<float> device_k_norm = Upload(c.norms ? k_norm : std::vector<float>{0.0f});
+    ASSERT_TRUE(PrepareRotaryRows(context(), device_rows.data(), stride, batch, c.q_heads,
+                                  c.kv_heads, c.head_dim, device_positions.data(),
+                                  c.rope ? device_inv_freq.data() : nullptr,
+                                  c.norms ? device_q_norm.data() : nullptr,
+                                  c.norms ? device_k_norm.data() : nullptr, 1e-6f)
+                    .ok())
+        << what;
+    ExpectClose(Download(device_rows), expected, kKernelTolerance, what);
+    if (HasFatalFailure()) return;
+  }
+  // Odd head_dim and a lone norm are refused.
+  EXPECT_FALSE(PrepareRotaryRows(context(), nullptr, 9, 1, 1, 1, 3, nullptr,
+                                 reinterpret_cast<const float*>(16), nullptr, nullptr, 1e-6f)
+                   .ok());
+  EXPECT_FALSE(PrepareRotaryRows(context(), nullptr, 8, 1, 1, 1, 4, nullptr, nullptr,
+                                 reinterpret_cast<const float*>(16), nullptr, 1e-6f)
+                   .ok());
+}
+
+// GQA softmax (query head h reads key/value head h / (n_heads / kv_heads)) over several
+// consecutive steps, rows at very different cache lengths, against the CPU SoftmaxState with
+// q_heads / kv_heads: outputs each step, the caches at the end.
+TEST_F(AttentionCudaTest, SoftmaxGqaMatchesCpuOverSteps) {
+  constexpr int kQueryHeads = 8, kKvHeads = 2, kSteps = 3;
+  for (const int dh : {64, 18}) {
+    for (const std::vector<int32_t>& start :
+         {std::vector<int32_t>{700}, std::vector<int32_t>{0, 3, 200, 511, 1000, 64, 9}}) {
+      const int64_t batch = static_cast<int64_t>(start.size());
+      const std::string what =
+          "softmax gqa dh " + std::to_string(dh) + " batch " + std::to_string(batch);
+      const int64_t q_width = int64_t{kQueryHeads} * dh, kv_width = int64_t{kKvHeads} * dh;
+      const int64_t width = q_width + 2 * kv_width;
+      const int64_t capacity = 1000 + kSteps;
+      const SoftmaxState cpu(kQueryHeads, kKvHeads, dh, {});
+      std::vector<KvCache> caches(batch);
+      std::vector<DeviceArray<float>> device_keys, device_values;
+      std::vector<float*> key_pointers, value_pointers;
+      for (int64_t b = 0; b < batch; ++b) {
+        KvCache& cache = caches[b];
+        cache.width = kv_width;
+        cache.keys = RandomFloats(capacity * kv_width, 1100 + b, -1, 1);
+        cache.values = RandomFloats(capacity * kv_width, 1200 + b, -1, 1);
+        cache.length = start[b];
+        device_keys.push_back(Upload(cache.keys));
+        device_values.push_back(Upload(cache.values));
+        key_pointers.push_back(device_keys.back().data());
+        value_pointers.push_back(device_values.back().data());
+      }
+      DeviceArray<float*> keys = Upload(key_pointers), values = Upload(value_pointers);
+      std::vector<int32_t> lengths = start;
+      for (int step = 0; step < kSteps; ++step) {
+        const std::vector<float> rows = RandomFloats(batch * width, 1300 + step, -2.0f, 2.0f);
+        std::vector<float> expected(batch * q_width);
+        for (int64_t b = 0; b < batch; ++b) {
+          const float* row = rows.data() + b * width;
+          StateRef ref{nullptr, &caches[b], lengths[b]};
+          caches[b].length = lengths[b] + 1;  // the caller covers the new row (AttentionState)
+          cpu.Update(KeyValueRow{row + q_width, row + q_width + kv_width, nullptr}, ref);
+          cpu.Read(row, ref, expected.data() + b * q_width);
+        }
+        DeviceArray<float> device_rows = Upload(rows);
+        DeviceArray<int32_t> device_lengths = Upload(lengths);
+        DeviceArray<float> out = Upload(std::vector<float>(batch * q_width, NAN));
+        const StepRows step_rows{
+            batch,   device_rows.data(), width,  device_rows.data() + q_width, width,
+            nullptr, out.data(),         q_width};
+        const KvCacheRows cache_rows{keys.data(), values.data(), device_lengths.data(),
+                                     *std::max_element(lengths.begin(), lengths.end())};
+        ASSERT_TRUE(SoftmaxStep(context(), kQueryHeads, kKvHeads, dh, step_rows, cache_rows).ok())
+            << what;
+        ExpectClose(Download(out), expected, kKernelTolerance,
+                    what + " step " + std::to_string(step));
+        if (HasFatalFailure()) return;
+        for (int32_t& length : lengths) ++length;
+      }
+      for (int64_t b = 0; b < batch; ++b) {  // every step's key and value appended
+        ExpectClose(Download(device_keys[b]), caches[b].keys, 0.0f, what + " keys");
+        ExpectClose(Download(device_values[b]), caches[b].values, 0.0f, what + " values");
+      }
+    }
   }
 }
 

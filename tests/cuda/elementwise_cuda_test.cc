@@ -226,6 +226,104 @@ TEST_F(ElementwiseCudaTest, EmbedMatchesModelEmbed) {
   }
 }
 
+TEST_F(ElementwiseCudaTest, RmsNormMatchesCpu) {
+  uint32_t seed = 500;
+  for (const MatrixShape& shape : kMatrixShapes) {
+    std::vector<float> x = RandomFloats(shape.rows * shape.d, seed++, -2.0f, 3.0f);
+    const std::vector<float> gamma = RandomFloats(shape.d, seed++, 0.5f, 1.5f);
+    std::vector<float> expected(x.size());
+    cpu::RmsNorm(x.data(), shape.rows, shape.d, gamma.data(), 1e-6f, expected.data());
+
+    DeviceArray<float> x_device = Upload(x);
+    DeviceArray<float> gamma_device = Upload(gamma);
+    DeviceArray<float> y_device = Upload(std::vector<float>(x.size(), NAN));
+    ASSERT_TRUE(RmsNorm(context(), x_device.data(), shape.rows, shape.d, gamma_device.data(), 1e-6f,
+                        y_device.data())
+                    .ok());
+    ExpectClose(Download(y_device), expected, kKernelTolerance, Name("rms_norm", shape));
+    // In place (x == y), as the header allows.
+    ASSERT_TRUE(RmsNorm(context(), x_device.data(), shape.rows, shape.d, gamma_device.data(), 1e-6f,
+                        x_device.data())
+                    .ok());
+    ExpectClose(Download(x_device), expected, kKernelTolerance, Name("rms_norm_in_place", shape));
+  }
+}
+
+TEST_F(ElementwiseCudaTest, SwiGluMatchesCpu) {
+  uint32_t seed = 600;
+  for (const MatrixShape& shape : kMatrixShapes) {  // d plays ff
+    const std::vector<float> gate_up = RandomFloats(shape.rows * 2 * shape.d, seed++, -6.0f, 6.0f);
+    std::vector<float> expected(shape.rows * shape.d);
+    cpu::SwiGlu(gate_up.data(), shape.rows, shape.d, expected.data());
+    DeviceArray<float> gate_up_device = Upload(gate_up);
+    DeviceArray<float> out_device = Upload(std::vector<float>(expected.size(), NAN));
+    ASSERT_TRUE(SwiGluRounded(context(), gate_up_device.data(), shape.rows, shape.d,
+                              WeightType::kF32, out_device.data())
+                    .ok());
+    ExpectClose(Download(out_device), expected, kKernelTolerance, Name("swiglu", shape));
+  }
+}
+
+// RmsNormRounded and SwiGluRounded write their fp32 results rounded to nearest even, bit for bit.
+TEST_F(ElementwiseCudaTest, RoundedRmsNormAndSwiGluAreTheFp32ResultsRounded) {
+  uint32_t seed = 700;
+  for (const WeightType type : {WeightType::kBF16, WeightType::kF16}) {
+    const std::string name = type == WeightType::kBF16 ? "bf16" : "fp16";
+    for (const MatrixShape& shape : kMatrixShapes) {
+      const int64_t n = shape.rows * shape.d;
+      const std::vector<float> x = RandomFloats(2 * n, seed++, -3.0f, 3.0f);
+      const std::vector<float> gamma = RandomFloats(shape.d, seed++, 0.5f, 1.5f);
+      DeviceArray<float> x_device = Upload(x);
+      DeviceArray<float> gamma_device = Upload(gamma);
+      DeviceArray<float> full = Upload(std::vector<float>(n, NAN));
+      DeviceArray<uint16_t> half = Upload(std::vector<uint16_t>(n, 0xffff));
+      ASSERT_TRUE(RmsNorm(context(), x_device.data(), shape.rows, shape.d, gamma_device.data(),
+                          1e-6f, full.data())
+                      .ok());
+      ASSERT_TRUE(RmsNormRounded(context(), x_device.data(), shape.rows, shape.d,
+                                 gamma_device.data(), 1e-6f, type, half.data())
+                      .ok());
+      ExpectClose(Widened(Download(half), type), RoundedOnHost(Download(full), type), 0.0f,
+                  Name(("rms_norm_" + name).c_str(), shape));
+
+      // x as [rows, 2 d] gate | up rows.
+      ASSERT_TRUE(SwiGluRounded(context(), x_device.data(), shape.rows, shape.d, WeightType::kF32,
+                                full.data())
+                      .ok());
+      ASSERT_TRUE(
+          SwiGluRounded(context(), x_device.data(), shape.rows, shape.d, type, half.data()).ok());
+      ExpectClose(Widened(Download(half), type), RoundedOnHost(Download(full), type), 0.0f,
+                  Name(("swiglu_" + name).c_str(), shape));
+    }
+  }
+}
+
+// Rotary and fla models embed without a positional term: the scaled rows, exactly.
+TEST_F(ElementwiseCudaTest, EmbedWithoutPositionsIsTheScaledRow) {
+  constexpr int64_t kVocab = 97;
+  uint32_t seed = 800;
+  for (const MatrixShape& shape : kMatrixShapes) {
+    const std::vector<float> table = RandomFloats(kVocab * shape.d, seed++);
+    std::mt19937 generator(seed++);
+    std::vector<int32_t> tokens(shape.rows);
+    for (int32_t& token : tokens) token = static_cast<int32_t>(generator() % kVocab);
+    const float scale = shape.d % 2 == 0 ? std::sqrt(static_cast<float>(shape.d)) : 1.0f;
+    std::vector<float> expected(shape.rows * shape.d);
+    for (int64_t r = 0; r < shape.rows; ++r) {
+      for (int64_t i = 0; i < shape.d; ++i) {
+        expected[r * shape.d + i] = table[tokens[r] * shape.d + i] * scale;
+      }
+    }
+    DeviceArray<float> table_device = Upload(table);
+    DeviceArray<int32_t> tokens_device = Upload(tokens);
+    DeviceArray<float> out_device = Upload(std::vector<float>(expected.size(), NAN));
+    ASSERT_TRUE(Embed(context(), table_device.data(), tokens_device.data(), nullptr, shape.rows,
+                      shape.d, scale, out_device.data())
+                    .ok());
+    ExpectClose(Download(out_device), expected, 0.0f, Name("embed_no_positions", shape));
+  }
+}
+
 TEST_F(ElementwiseCudaTest, EmptyInputsAreNoOps) {
   EXPECT_TRUE(LayerNorm(context(), nullptr, 0, 8, nullptr, nullptr, 1e-5f, nullptr).ok());
   EXPECT_TRUE(
@@ -233,6 +331,10 @@ TEST_F(ElementwiseCudaTest, EmptyInputsAreNoOps) {
   EXPECT_TRUE(RoundTo(context(), nullptr, 0, WeightType::kBF16, nullptr).ok());
   EXPECT_TRUE(AddBias(context(), nullptr, 0, 8, nullptr).ok());
   EXPECT_TRUE(Embed(context(), nullptr, nullptr, nullptr, 0, 8, 1.0f, nullptr).ok());
+  EXPECT_TRUE(RmsNorm(context(), nullptr, 0, 8, nullptr, 1e-6f, nullptr).ok());
+  EXPECT_TRUE(SwiGluRounded(context(), nullptr, 0, 8, WeightType::kBF16, nullptr).ok());
+  EXPECT_FALSE(RmsNorm(context(), nullptr, 1, 0, nullptr, 1e-6f, nullptr).ok());
+  EXPECT_FALSE(SwiGluRounded(context(), nullptr, 1, -1, WeightType::kF32, nullptr).ok());
   EXPECT_FALSE(LayerNorm(context(), nullptr, 1, 0, nullptr, nullptr, 1e-5f, nullptr).ok());
   EXPECT_FALSE(
       ActivateRounded(context(), Activation::kRelu, nullptr, -1, WeightType::kF32, nullptr).ok());
