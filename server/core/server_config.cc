@@ -10,15 +10,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "engine/backend/backend_factory.h"
 #include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
-#include "engine/ops/matmul.h"
-#include "engine/ops/packed_matrix.h"
-#include "engine/scheduler/batch_planner.h"
-#include "engine/scheduler/speculation.h"
-#include "engine/state/kv_cache.h"
+#include "engine/runtime/engine_flags.h"
 #include "nlohmann/json.hpp"
 #include "server/core/arguments.h"
 
@@ -197,7 +192,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   ABCD_ASSIGN_OR_RETURN(c.prefill_token_budget,
                         Ranged(args, "prefill_token_budget", c.prefill_token_budget, 1, 1 << 20));
   c.prefill_policy = args.String("prefill_policy", c.prefill_policy);
-  ABCD_RETURN_IF_ERROR(ParsePrefillPolicy(c.prefill_policy, "--prefill_policy").status());
+  ABCD_RETURN_IF_ERROR(CheckPrefillPolicyFlag(c.prefill_policy, "--prefill_policy"));
   ABCD_ASSIGN_OR_RETURN(c.iteration_budget_ms,
                         args.Double("iteration_budget_ms", c.iteration_budget_ms));
   if (!(c.iteration_budget_ms >= 0 && c.iteration_budget_ms <= 10000)) {
@@ -254,13 +249,13 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         Ranged(args, "max_message_bytes", c.max_message_bytes, 1024, 1 << 30));
   c.port_file = args.String("port_file", "");
   c.device = args.String("device", c.device);
-  ABCD_RETURN_IF_ERROR(ParseDevice(c.device, "--device").status());
+  ABCD_RETURN_IF_ERROR(CheckDeviceFlag(c.device, "--device"));
   c.device_weights = args.String("device_weights", c.device_weights);
-  ABCD_RETURN_IF_ERROR(ValidateDeviceWeightType(c.device_weights, "--device_weights"));
+  ABCD_RETURN_IF_ERROR(CheckDeviceWeightsFlag(c.device_weights, "--device_weights"));
   c.threads = ThreadPool::AvailableCores();
   ABCD_ASSIGN_OR_RETURN(c.threads, Ranged(args, "threads", c.threads, 1, 1024));
   c.kv_cache_format = args.String("kv_cache_format", c.kv_cache_format);
-  ABCD_RETURN_IF_ERROR(ParseKvFormat(c.kv_cache_format, "--kv_cache_format").status());
+  ABCD_RETURN_IF_ERROR(CheckKvFormatFlag(c.kv_cache_format, "--kv_cache_format"));
   c.session_store = args.String("session_store", c.session_store);
   if (c.session_store != "memory" && c.session_store.rfind("redis://", 0) != 0) {
     return absl::InvalidArgumentError(
@@ -277,7 +272,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         Ranged(args, "prefix_cache_mb", c.prefix_cache_mb, 0, int64_t{1} << 24));
   ABCD_ASSIGN_OR_RETURN(c.max_choices, Ranged(args, "max_choices", c.max_choices, 1, 1024));
   c.speculative = args.String("speculative", c.speculative);
-  ABCD_RETURN_IF_ERROR(ParseSpeculativeFlag(c.speculative, "--speculative").status());
+  ABCD_RETURN_IF_ERROR(CheckSpeculativeFlag(c.speculative, "--speculative"));
   for (const absl::string_view entry :
        absl::StrSplit(args.String("chat_template", ""), ',', absl::SkipEmpty())) {
     const size_t eq = entry.find('=');
@@ -291,27 +286,10 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
     c.chat_templates[model] = file;
   }
   c.cpu_compute = args.String("cpu_compute", c.cpu_compute);
-  if (c.cpu_compute != "fp32" && c.cpu_compute != "bf16" && c.cpu_compute != "int8") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--cpu_compute must be fp32, bf16 or int8, got \"", c.cpu_compute.substr(0, 64), "\""));
-  }
-  if (c.cpu_compute == "bf16" && !cpu::Bf16ProductsSupported()) {
-    return absl::InvalidArgumentError(
-        "--cpu_compute bf16 needs a CPU with AVX-512 BF16 dot products (AVX512_BF16); this one "
-        "has none");
-  }
-  if (c.cpu_compute == "int8" && !cpu::W8A8Supported()) {
-    return absl::InvalidArgumentError(
-        "--cpu_compute int8 needs a CPU with AVX-512 VNNI (AVX512BW and AVX512_VNNI); this one "
-        "has none");
-  }
+  ABCD_RETURN_IF_ERROR(CheckCpuComputeFlag(c.cpu_compute, "--cpu_compute"));
   c.weight_format = args.String("weight_format", "");
   if (!c.weight_format.empty()) {
-    absl::StatusOr<WeightFormat> format = ParseWeightFormat(c.weight_format);
-    if (!format.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--weight_format: ", format.status().message()));
-    }
+    ABCD_RETURN_IF_ERROR(CheckWeightFormatFlag(c.weight_format, "--weight_format"));
   }
   return c;
 }
