@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
+#include "engine/attention/gated_linear_chunk.h"
 #include "engine/attention/mixer_math.h"
 #include "engine/ops/elementwise.h"
-#include "engine/ops/vector_clones.h"
 #include "engine/ops/vector_math.h"
 
 namespace abcd {
@@ -158,55 +158,27 @@ void GatedLinearState::ReadHead(int head, const float* q, const StateRef& state,
   }
 }
 
-namespace {
-
-// UpdateHead's decay-and-add then ReadHead's axpy in one pass over S, per key channel c:
-// S[c] = lambda[c] S[c] + k[c] v, y += q[c] S[c] (the same operations in the same order).
-constexpr int kBlock = 32;  // value columns per block, accumulated in registers
-
-ABCD_VECTOR_CLONES void DecayFoldAndRead(const float* lambda, const float* k, const float* v,
-                                         const float* q, int key_dim, int value_dim, float* S,
-                                         float* y) {
-  int j0 = 0;
-  for (; j0 + kBlock <= value_dim; j0 += kBlock) {
-    float acc[kBlock] = {}, vb[kBlock];
-    for (int l = 0; l < kBlock; ++l) vb[l] = v[j0 + l];
-    for (int c = 0; c < key_dim; ++c) {
-      const float a = lambda[c], b = k[c], read = q[c];
-      float* row = S + int64_t{c} * value_dim + j0;
-      for (int l = 0; l < kBlock; ++l) {
-        row[l] = a * row[l] + b * vb[l];
-        acc[l] += read * row[l];
-      }
-    }
-    for (int l = 0; l < kBlock; ++l) y[j0 + l] = acc[l];
-  }
-  for (int j = j0; j < value_dim; ++j) y[j] = 0.0f;
-  for (int c = 0; c < key_dim && j0 < value_dim; ++c) {
-    const float a = lambda[c], b = k[c], read = q[c];
-    float* row = S + int64_t{c} * value_dim;
-    for (int j = j0; j < value_dim; ++j) {
-      row[j] = a * row[j] + b * v[j];
-      y[j] += read * row[j];
-    }
-  }
-}
-
-}  // namespace
-
 void GatedLinearState::ScanHead(int head, const ScanArgs& args, const RowRun& run) const {
   const int kv = head / (o_.heads / o_.kv_heads);
   const int K = o_.key_dim, V = o_.value_dim;
   const bool fixed_decay = o_.type == AttentionType::kRetnet;
-  absl::InlinedVector<float, 256> decay(fixed_decay ? static_cast<size_t>(K) : 0,
-                                        fixed_decay ? retnet_decay_[static_cast<size_t>(head)] : 0);
-  for (int64_t r = run.first; r < run.first + run.count; ++r) {
-    const KeyValueRow row = args.KeyValueOf(r);
-    const float* lambda = fixed_decay ? decay.data() : row.extra + int64_t{kv} * K;
-    DecayFoldAndRead(lambda, row.k + int64_t{kv} * K, row.v + int64_t{kv} * V,
-                     args.rows + r * args.width + int64_t{head} * K, K, V,
-                     args.states[static_cast<size_t>(r)].fixed + int64_t{head} * K * V,
-                     args.out + r * args.out_width + int64_t{head} * V);
+  const int64_t first = run.first * args.width;
+  GatedHeadRows rows;
+  rows.q = args.rows + first + int64_t{head} * K;
+  rows.k = args.rows + first + args.layout.k + int64_t{kv} * K;
+  rows.v = args.rows + first + args.layout.v + int64_t{kv} * V;
+  rows.lambda = fixed_decay ? nullptr : args.rows + first + args.layout.extra + int64_t{kv} * K;
+  rows.fixed_decay = fixed_decay ? retnet_decay_[static_cast<size_t>(head)] : 1.0f;
+  rows.stride = args.width;
+  rows.out = args.out + run.first * args.out_width + int64_t{head} * V;
+  rows.out_stride = args.out_width;
+  rows.rows = run.count;
+  // Every row of a run is one sequence's: one state.
+  float* S = args.states[static_cast<size_t>(run.first)].fixed + int64_t{head} * K * V;
+  if (run.count >= kGatedChunkMinRows && int64_t{K} * V >= kGatedChunkMinStateFloats) {
+    GatedChunkScan(rows, K, V, S);
+  } else {
+    GatedRowScan(rows, K, V, S);
   }
 }
 

@@ -47,9 +47,8 @@ class GatedLinearState final : public AttentionState {
   int heads() const override { return o_.heads; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
-  // Per row one pass over S that decays, adds k v^T and reads (UpdateHead then ReadHead fused).
-  // Not the chunk form: at K = V = 64 and chunks of 64 it does twice the multiply-adds per row
-  // (Q S0, the rank-C update, Q K^T, A V), and this pass already runs at about half the FMA peak.
+  // Long runs of large heads: fla's chunk form (gated_linear_chunk.h); otherwise per row one
+  // pass over S that decays, adds k v^T and reads (UpdateHead, ReadHead fused).
   void ScanHead(int head, const ScanArgs& args, const RowRun& run) const override;
 
   // Projection rows: gla q | k | v | [g] | gk0; retnet q | k | v | [g]; hgrn2 q | f | i.
