@@ -1,0 +1,5 @@
+"""Stand-in (loadtest/peer/shim/README.md)."""
+
+
+class SentencePieceTokenizer:
+    pass
