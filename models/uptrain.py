@@ -5,6 +5,9 @@ at two token budgets, one row's seed spread, greedy samples.
 Usage (from the repository root; every run niced, one torch thread each):
   nice -n 19 /usr/bin/python3 models/uptrain.py [--jobs 2] [--dry-run]
   /usr/bin/python3 models/uptrain.py --eval DIR        # test perplexity + greedy samples of one directory
+  ... --only t2r-distill-131072,...   # only these runs (and the original they need); names: --dry-run
+  ... --small                         # a 245,760-token original, one 32,768-token budget (runs/uptrain-small)
+The attention-only and distillation (alpha 0.5) variants run for t2r and gsa at the largest budget.
 
 Outputs under models/runs/uptrain/ (git-ignored): llama/ (the softmax original, hf_train.py), one
 directory per conversion and budget (convert.py --from-hf), each with eval.json (test perplexity
