@@ -202,7 +202,7 @@ async function main() {
   assert.equal(await runner.finalFunctionToolCallResult(), `sunny in ${args.city}`);
   assert.deepEqual(ran, args);
   // tool_choice "required" over two tools: one valid call of either, whichever the model picks,
-  // over several seeds at temperature 1 (the name written first picks the arguments' schema).
+  // over 20 seeds at temperature 1 (the name written first picks the arguments' schema).
   const clock = {
     type: 'function',
     function: {
@@ -216,7 +216,7 @@ async function main() {
     },
   };
   const names = new Set();
-  for (let seed = 1; seed <= 8; seed++) {
+  for (let seed = 1; seed <= 20; seed++) {
     const required = await client.chat.completions.create({
       model, messages, max_completion_tokens: 100, temperature: 1, seed,
       tools: [weather, clock], tool_choice: 'required',
