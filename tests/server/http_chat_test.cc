@@ -182,6 +182,32 @@ TEST_F(HttpChatTest, ToolFieldsAreValidatedNamingTheField) {
 
 // The scripted model answers in the Hermes format (the Llama-2 template names no format, so
 // Hermes, the default, is parsed): text before the call is content, the call is a tool_call.
+// A chat answer that should be one tool call, streamed (the deltas' content concatenated) or
+// not (message.content must be null).
+struct ToolCallAnswer {
+  json call;
+  std::string content;
+  std::string finish;
+};
+ToolCallAnswer ReadToolCall(const std::string& body, bool stream) {
+  ToolCallAnswer answer;
+  if (stream) {
+    bool done = false;
+    for (const json& chunk : SseChunks(body, &done)) {
+      const json& choice = chunk["choices"][0];
+      answer.content += choice["delta"].value("content", "");
+      if (choice["delta"].contains("tool_calls")) answer.call = choice["delta"]["tool_calls"][0];
+      if (choice["finish_reason"].is_string()) answer.finish = choice["finish_reason"];
+    }
+  } else {
+    const json choice = json::parse(body)["choices"][0];
+    EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
+    answer.call = choice["message"]["tool_calls"][0];
+    answer.finish = choice["finish_reason"];
+  }
+  return answer;
+}
+
 class HttpChatToolTest : public HttpChatTest {
  protected:
   void SetUp() override {
@@ -304,25 +330,10 @@ TEST_F(HttpChatToolTest, Llama31TemplateGetsTheToolsAndItsJsonIsTheCall) {
     httplib::Result result = Chat(Body(stream));
     ASSERT_TRUE(result);
     ASSERT_EQ(result->status, 200) << result->body;
-    json call;
-    std::string content;
-    std::string finish;
-    if (stream) {
-      bool done = false;
-      for (const json& chunk : SseChunks(result->body, &done)) {
-        const json& choice = chunk["choices"][0];
-        content += choice["delta"].value("content", "");
-        if (choice["delta"].contains("tool_calls")) call = choice["delta"]["tool_calls"][0];
-        if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
-      }
-    } else {
-      const json choice = json::parse(result->body)["choices"][0];
-      EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
-      call = choice["message"]["tool_calls"][0];
-      finish = choice["finish_reason"];
-    }
-    EXPECT_EQ(content, "");
-    EXPECT_EQ(finish, "tool_calls");
+    const ToolCallAnswer answer = ReadToolCall(result->body, stream);
+    const json& call = answer.call;
+    EXPECT_EQ(answer.content, "");
+    EXPECT_EQ(answer.finish, "tool_calls");
     EXPECT_EQ(call["function"]["name"], "get_weather") << result->body;
     EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
               json({{"city", "Rome"}}));
@@ -345,23 +356,10 @@ TEST_F(HttpChatToolTest, NamedToolChoiceIsEnforcedAndReturnedAsTheCall) {
     httplib::Result result = Chat(body);
     ASSERT_TRUE(result);
     ASSERT_EQ(result->status, 200) << result->body;
-    json call;
-    std::string finish;
-    if (stream) {
-      bool done = false;
-      for (const json& chunk : SseChunks(result->body, &done)) {
-        const json& choice = chunk["choices"][0];
-        EXPECT_EQ(choice["delta"].value("content", ""), "") << chunk;
-        if (choice["delta"].contains("tool_calls")) call = choice["delta"]["tool_calls"][0];
-        if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
-      }
-    } else {
-      const json choice = json::parse(result->body)["choices"][0];
-      EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
-      call = choice["message"]["tool_calls"][0];
-      finish = choice["finish_reason"];
-    }
-    EXPECT_EQ(finish, "tool_calls");
+    const ToolCallAnswer answer = ReadToolCall(result->body, stream);
+    const json& call = answer.call;
+    EXPECT_EQ(answer.content, "");
+    EXPECT_EQ(answer.finish, "tool_calls");
     EXPECT_EQ(call["function"]["name"], "get_weather") << result->body;
     EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
               json({{"city", "Oslo"}}));
