@@ -281,13 +281,16 @@ class ConfigTest(TempDirTest):
         self.assertEqual(hf.state_bytes(hf.preset_config("gsa", "1.3b", num_kv_heads=2)), 25_165_824)  # H copies
         self.assertEqual(hf.resolve(hf.preset_config("gla", "1.3b")).intermediate_size, 5632)
         self.assertEqual(hf.resolve(hf.preset_config("retnet", "1.3b")).intermediate_size, 2816)
-        # the Llama-built types: qwen2 as the Llama (2 L Hkv hd 4 per token), qwen3's head_dim 128 doubles it,
-        # mistral's 4096-token window is a fixed ring of 4096 tokens of that; gsa's short convolution adds
-        # conv_size - 1 = 3 columns of its q|k|v channels (3 x 2048) a layer
-        self.assertEqual(kv_bytes_per_token(hf.preset_config("qwen2", "1.3b")), 98_304)
+        # the Llama-built types at their published attention (2 L Hkv hd 4 bytes per token): qwen2 Qwen2.5's
+        # 2 KV heads of 128, qwen3 and mistral 8 of 128; mistral's 4096-token window is a fixed ring of that
+        self.assertEqual(kv_bytes_per_token(hf.preset_config("qwen2", "1.3b")), 49_152)
         self.assertEqual(kv_bytes_per_token(hf.preset_config("qwen3", "1.3b")), 196_608)
-        self.assertEqual(hf.state_bytes(hf.preset_config("mistral", "1.3b")), 4096 * 98_304)
+        self.assertEqual(hf.state_bytes(hf.preset_config("mistral", "1.3b")), 4096 * 196_608)
         self.assertEqual(kv_bytes_per_token(hf.preset_config("mistral", "1.3b")), 0)
+        published = {"qwen2": (1e6, 1e-6, True), "qwen3": (1e6, 1e-6, True), "mistral": (1e4, 1e-5, False)}
+        for model_type, (theta, eps, tied) in published.items():
+            config = hf.preset_config(model_type, "1.3b")
+            self.assertEqual((config["rope_theta"], config["rms_norm_eps"], config["tie_word_embeddings"]), (theta, eps, tied))
         self.assertTrue(hf.preset_config("qwen3", "1.3b")["tie_word_embeddings"])
         self.assertEqual(hf.state_bytes(hf.preset_config("gsa", "1.3b", use_short_conv=True)), 25_165_824 + 24 * 3 * 6144 * 4)
 

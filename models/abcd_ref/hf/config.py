@@ -203,23 +203,31 @@ PRESETS = {
             "intermediate_size": 5632,
             "max_position_embeddings": 4096,
         },
-        # the Llama-built types at the same width (vocab 32000 as every 1.3b preset): Mistral with
-        # MistralConfig's sliding_window 4096, Qwen2 with its q/k/v biases and tied embeddings as the small
-        # Qwen2.5s, Qwen3 with Qwen3-1.7B's attention (16 heads of head_dim 128, 8 KV heads, q/k norms), tied
+        # The Llama-built types at the same width, depth, MLP and vocabulary as every 1.3b preset
+        # (so a table compares their attention alone), and everything else as published (checked
+        # against the config.json files): Mistral-7B-v0.1's attention (head_dim 128, 8 KV heads,
+        # sliding_window 4096, rms_norm_eps 1e-5, theta 1e4, untied); Qwen2.5-1.5B's (head_dim 128,
+        # 2 KV heads, q/k/v biases, theta 1e6, rms_norm_eps 1e-6, tied; at width 2048 that is
+        # Qwen2.5-3B's 16 heads); Qwen3-1.7B's (width 2048 already: 16 heads of head_dim 128, 8 KV
+        # heads, q/k norms, theta 1e6, tied; its 28 layers and MLP 6144 cut to the common 24 / 5632).
         "mistral": {
             "hidden_size": 2048,
             "num_hidden_layers": 24,
-            "num_attention_heads": 32,
+            "num_attention_heads": 16,
             "num_key_value_heads": 8,
+            "head_dim": 128,
             "intermediate_size": 5632,
+            "max_position_embeddings": 32768,
+            "rms_norm_eps": 1e-5,
             "sliding_window": 4096,
         },
         "qwen2": {
             "hidden_size": 2048,
             "num_hidden_layers": 24,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 8,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 2,
             "intermediate_size": 5632,
+            "rope_theta": 1000000.0,
             "tie_word_embeddings": True,
         },
         "qwen3": {
@@ -229,6 +237,8 @@ PRESETS = {
             "num_key_value_heads": 8,
             "head_dim": 128,
             "intermediate_size": 5632,
+            "max_position_embeddings": 40960,
+            "rope_theta": 1000000.0,
             "tie_word_embeddings": True,
         },
         "gsa": {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 4, "num_slots": 64},
