@@ -1,6 +1,6 @@
 // Sessions through Redis end to end (issue 14): two abcd-server replicas on one real
-// redis-server (tests/server/redis_process.h) serve one conversation alternately, token for
-// token the same as on one server; a Redis outage fails session requests cleanly (UNAVAILABLE /
+// redis-server (tests/server/sessions/redis_process.h) serve one conversation alternately, token
+// for token the same as on one server; a Redis outage fails session requests cleanly (UNAVAILABLE /
 // 503 naming the store) while plain requests go on; Redis back on its port: sessions work again.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "tests/e2e/session_client.h"
-#include "tests/server/redis_process.h"
+#include "tests/server/sessions/redis_process.h"
 
 namespace abcd {
 namespace {

@@ -1,5 +1,5 @@
 // Put/Get latency of the session stores for blobs of a given size: the memory store and a
-// Redis the tool starts on a free loopback port (tests/server/redis_process.h).
+// Redis the tool starts on a free loopback port (tests/server/sessions/redis_process.h).
 //
 //   build/tests/session_store_bench [BYTES...]    (default: 270336 = abc-lm's 264 KiB, 4 MiB)
 //
@@ -16,7 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "server/sessions/session_store.h"
-#include "tests/server/redis_process.h"
+#include "tests/server/sessions/redis_process.h"
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);

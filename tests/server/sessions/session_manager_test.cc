@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/metrics/server_metrics.h"
-#include "tests/server/redis_process.h"
+#include "tests/server/sessions/redis_process.h"
 
 namespace abcd {
 namespace {

@@ -4,7 +4,7 @@
 // engine sees a completion's token-id prompt as "prompt_token_ids" (param "prompt").
 // tests/e2e/refusal_param_e2e_test.cc runs the whole table of refusals on the real binary.
 #include "server/http/http_errors.h"
-#include "tests/server/http_openai_fixture.h"
+#include "tests/server/http/http_openai_fixture.h"
 
 namespace abcd {
 namespace {

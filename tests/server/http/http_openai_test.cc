@@ -2,7 +2,7 @@
 // max_tokens 0), stream_options.include_usage and abcd's own fields under "abcd". The real
 // HttpService over a scripted executor that replays given events; token texts come from the
 // bundled lm tokenizer.
-#include "tests/server/http_openai_fixture.h"
+#include "tests/server/http/http_openai_fixture.h"
 
 namespace abcd {
 namespace {

@@ -19,7 +19,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/server/redis_process.h"
+#include "tests/server/sessions/redis_process.h"
 
 namespace abcd {
 namespace {

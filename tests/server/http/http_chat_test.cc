@@ -1,7 +1,7 @@
 // POST /v1/chat/completions (chat_route.h) and its tool calls on the real HttpService over the
 // scripted executor of http_openai_fixture.h.
 #include "server/chat/chat_prompt.h"
-#include "tests/server/http_openai_fixture.h"
+#include "tests/server/http/http_openai_fixture.h"
 
 namespace abcd {
 namespace {

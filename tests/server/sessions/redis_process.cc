@@ -1,4 +1,4 @@
-#include "tests/server/redis_process.h"
+#include "tests/server/sessions/redis_process.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
