@@ -10,16 +10,16 @@ Usage (from the repository root, after loadtest/peer/build_llama_cpp.sh):
       [--work /tmp/abcd-llama-cpp-check] [--steps 64] [--json OUT.json]
 
 Debian's Python has no transformers, mistral_common or safetensors and its torch (1.13) no float8
-dtypes; loadtest/llama_cpp_shim/ stands in for the parts the converter touches on these checkpoints
-(AutoConfig fails, so the converter reads config.json itself; safe_open reads F32/F16/BF16 tensors;
-the mistral_common names are only imported). python3-tqdm and python3-yaml are needed (apt).
+dtypes; the conversion runs through loadtest/peer/convert.py, whose stand-ins (loadtest/peer/shim/)
+cover the parts the converter touches on these checkpoints (AutoConfig fails, so the converter reads
+config.json itself; safe_open reads F32/F16/BF16 tensors; the mistral_common names are only
+imported). python3-tqdm and python3-yaml are needed (apt).
 Exit status 1 if a model's llama.cpp ids differ from the reference where they are expected equal.
 """
 
 import argparse
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -110,14 +110,13 @@ def main(argv=None):
     commit = (lcpp / ".abcd-commit").read_text().strip() if (lcpp / ".abcd-commit").exists() else "unknown"
     sp = spm.SentencePieceProcessor(model_file=str(ROOT / "models/tokenizers/lm.model"))
     prompt_ids = [1] + sp.encode(PROMPT)
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "loadtest/llama_cpp_shim"))
     results, failed = {}, False
     for name, (model_type, extra, expect_equal) in MODELS.items():
         d, gguf = work / name, work / f"{name}.gguf"
         subprocess.run([PY, str(ROOT / "models/write_hf_checkpoint.py"), "--type", model_type, *SIZES, "--tokenizer", str(ROOT / "models/tokenizers/lm.model"),
                         *extra, "--out", str(d)], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
-        subprocess.run([PY, str(ROOT / "loadtest/llama_cpp_shim/run_convert.py"), str(lcpp / "convert_hf_to_gguf.py"), str(d), "--no-lazy", "--outtype", "f32",
-                        "--outfile", str(gguf)], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run([PY, str(ROOT / "loadtest/peer/convert.py"), str(lcpp), str(d), str(gguf), "--outtype", "f32"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         ref_ids, ref_lp = reference_greedy(d, prompt_ids, args.steps)
         engine_ids = abcd_greedy(d, args.steps)
         cpp_ids, cpp_lp, evaluated = llama_cpp_greedy(lcpp / "build/bin", gguf, prompt_ids, args.steps, args.port)
