@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/core/status_macros.h"
+#include "engine/runtime/engine_flags.h"
 #include "engine/scheduler/speculation.h"
 #include "server/chat/chat_template.h"
 #include "server/core/body_budget.h"
@@ -75,21 +76,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   backend_options.cuda_device = device.cuda_device;
   backend_options.state_budget_bytes = config.state_budget_mb << 20;
   backend_options.cpu_threads = config.threads;
-  if (config.cpu_compute == "bf16") {
-    if (served->model->weight_format() != WeightFormat::kBF16) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--cpu_compute bf16 multiplies bf16 weights, and model ", served->name, " keeps ",
-          WeightFormatName(served->model->weight_format()), " (add --weight_format bf16)"));
-    }
-    backend_options.cpu_products = cpu::LinearProducts::kBf16;
-  } else if (config.cpu_compute == "int8") {
-    if (served->model->weight_format() != WeightFormat::kInt8) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--cpu_compute int8 multiplies int8 weights, and model ", served->name, " keeps ",
-          WeightFormatName(served->model->weight_format()), " (add --weight_format int8)"));
-    }
-    backend_options.cpu_products = cpu::LinearProducts::kInt8;
-  }
+  ABCD_ASSIGN_OR_RETURN(backend_options.cpu_products,
+                        ResolveCpuCompute(config.cpu_compute, served->model->weight_format(),
+                                          "--cpu_compute", served->name, "--weight_format"));
   backend_options.max_sequences = config.max_running_sequences;
   backend_options.max_prefill_tokens = config.prefill_token_budget;
   backend_options.max_context =

@@ -39,9 +39,9 @@ absl::Status CheckWeightFormatFlag(absl::string_view value, absl::string_view fl
 }
 
 absl::Status CheckCpuComputeFlag(absl::string_view value, absl::string_view flag) {
-  if (value != "fp32" && value != "bf16" && value != "int8") {
+  if (value != "auto" && value != "fp32" && value != "bf16" && value != "int8") {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, " must be fp32, bf16 or int8, got \"", value.substr(0, 64), "\""));
+        absl::StrCat(flag, " must be auto, fp32, bf16 or int8, got \"", value.substr(0, 64), "\""));
   }
   if (value == "bf16" && !cpu::Bf16ProductsSupported()) {
     return absl::InvalidArgumentError(
@@ -56,6 +56,28 @@ absl::Status CheckCpuComputeFlag(absl::string_view value, absl::string_view flag
                      "has none"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<cpu::LinearProducts> ResolveCpuCompute(absl::string_view value, WeightFormat weights,
+                                                      absl::string_view flag,
+                                                      absl::string_view model,
+                                                      absl::string_view weight_flag) {
+  if (absl::Status checked = CheckCpuComputeFlag(value, flag); !checked.ok()) return checked;
+  if (value == "auto") {
+    return weights == WeightFormat::kBF16 && cpu::Bf16ProductsSupported()
+               ? cpu::LinearProducts::kBf16
+               : cpu::LinearProducts::kFloat32;
+  }
+  if (value == "fp32") return cpu::LinearProducts::kFloat32;
+  const bool bf16 = value == "bf16";
+  const WeightFormat needed = bf16 ? WeightFormat::kBF16 : WeightFormat::kInt8;
+  if (weights != needed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", value, " multiplies ", value, " weights, and ",
+                     model.empty() ? std::string("this model") : absl::StrCat("model ", model),
+                     " keeps ", WeightFormatName(weights), " (add ", weight_flag, " ", value, ")"));
+  }
+  return bf16 ? cpu::LinearProducts::kBf16 : cpu::LinearProducts::kInt8;
 }
 
 }  // namespace abcd

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/core/status_macros.h"
+#include "engine/runtime/engine_flags.h"
 #include "loadtest/bench/benchmarks.h"
 #include "loadtest/lib/report.h"
 #include "server/core/arguments.h"
@@ -18,7 +19,7 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
   memory     --models DIR[,DIR..] [--lengths 128,256,...,32768] [--confirm_length 2048]
   decode     --models DIR[,DIR..] [--batches 1,4,16,64] [--contexts 128,512,2048] [--steps 8]
              [--rounds 3] [--weight_formats f32,bf16,bf16-dot,int8,int8-dot] [--prefill_tokens 512]
-             [--kv_cache_format bf16|f16|f32]
+             [--kv_cache_format bf16|f16|f32] [--cpu_compute auto|fp32]
   linear     [--weight_formats f32,bf16,bf16-dot,f16,int8,int8-dot] [--shapes 1024x256,256x1024,256x8000]
              [--rows 1,2,3,4,5,6,7,8,16,64] [--rounds 5]   (cpu::Linear alone; not in `all`)
   seq2seq    --models DIR[,DIR..] [--lengths 512,1024,2048] [--batch 16] [--steps 4] [--rounds 3]
@@ -33,7 +34,7 @@ constexpr char kUsage[] = R"(usage: abcd-bench COMMAND [options]
              (sessions, prefix cache, n; not in `all`)
   prefill_chunk  --models DIR[,DIR..] [--contexts 2048,8192,32768] [--chunk 256] [--rounds 5]
              [--kv_cache_format bf16|f16|f32] [--weight_formats f32,bf16,bf16-dot,int8]
-             (a prompt chunk at position P; not in `all`)
+             [--cpu_compute auto|fp32] (a prompt chunk at position P; not in `all`)
   all        everything above with --models_dir DIR (holding abc/ rfa/ t2r/ softmax/ ...):
              --memory_types, --decode_types, --reference_types (or --reference_models DIR,..),
              --overhead_type pick the subdirectories
@@ -69,6 +70,7 @@ const std::set<std::string> kValued = {"models",
                                        "reference_models",
                                        "rounds",
                                        "weight_formats",
+                                       "cpu_compute",
                                        "prefill_tokens",
                                        "kv_cache_format",
                                        "turns",
@@ -144,6 +146,8 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     ABCD_ASSIGN_OR_RETURN(o.kv_cache_format, ParseKvFormat(args.String("kv_cache_format", "bf16"),
                                                            "--kv_cache_format"));
     ABCD_ASSIGN_OR_RETURN(o.prefill_tokens, args.Int("prefill_tokens", 512));
+    o.cpu_compute = args.String("cpu_compute", std::string(kDefaultCpuCompute));
+    ABCD_RETURN_IF_ERROR(CheckCpuComputeFlag(o.cpu_compute, "--cpu_compute"));
     ABCD_ASSIGN_OR_RETURN(out["decode"], RunDecode(o));
   }
   if (all || command == "reference") {
@@ -222,6 +226,8 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
     ABCD_ASSIGN_OR_RETURN(o.kv_cache_format, ParseKvFormat(args.String("kv_cache_format", "bf16"),
                                                            "--kv_cache_format"));
     o.weight_formats = SplitList(args.String("weight_formats", ""));
+    o.cpu_compute = args.String("cpu_compute", std::string(kDefaultCpuCompute));
+    ABCD_RETURN_IF_ERROR(CheckCpuComputeFlag(o.cpu_compute, "--cpu_compute"));
     ABCD_ASSIGN_OR_RETURN(out["prefill_chunk"], RunPrefillChunk(o));
   }
   if (command == "seq2seq") {

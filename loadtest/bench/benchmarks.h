@@ -51,6 +51,10 @@ struct DecodeOptions {
   KvFormat kv_cache_format = KvFormat::kBf16;  // softmax KV cache rows (the server's default)
   int64_t prefill_tokens = 512;                // prompt length of the prefill table (0: no table)
   Bandwidth bandwidth;                         // the DRAM floor (256 MiB memcpy)
+  // --cpu_compute for the entries without "-dot" (ResolveCpuCompute, engine/runtime/
+  // engine_flags.h): "auto" (the server's default: bf16 products for bf16 weights where the
+  // CPU has AVX512_BF16) or "fp32" (exact); "bf16-dot" / "int8-dot" entries force theirs.
+  std::string cpu_compute = "auto";
 };
 absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options);
 
@@ -116,6 +120,7 @@ struct PrefillChunkOptions {
   KvFormat kv_cache_format = KvFormat::kBf16;
   // As DecodeOptions::weight_formats (f32, bf16, bf16-dot, f16, int8); empty: the checkpoint's.
   std::vector<std::string> weight_formats;
+  std::string cpu_compute = "auto";  // as DecodeOptions::cpu_compute
 };
 absl::StatusOr<nlohmann::json> RunPrefillChunk(const PrefillChunkOptions& options);
 

@@ -20,6 +20,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/ops/cpu_context.h"
 #include "engine/ops/matmul.h"
+#include "engine/runtime/engine_flags.h"
 #include "engine/state/state_pool.h"
 #include "loadtest/bench/benchmarks.h"
 
@@ -117,6 +118,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   out["threads"] = options.threads;
   out["kv_cache"] = KvFormatName(options.kv_cache_format);
   out["kernel"] = cpu::LinearKernelName();
+  out["cpu_compute"] = options.cpu_compute;
   out["bandwidth_gb_s"] = options.bandwidth.bytes_per_second / 1e9;
   // tokens/s by [context][batch][label], for the ratio tables.
   std::map<int64_t, std::map<int64_t, std::map<std::string, double>>> speed;
@@ -146,7 +148,17 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
                                                                                : format_name));
       }
       ABCD_ASSIGN_OR_RETURN(e.model, Model::Load(dir, load));
-      e.ctx = bf16_dot ? &bf16_ctx : int8_dot ? &int8_ctx : &ctx;
+      cpu::LinearProducts products = bf16_dot   ? cpu::LinearProducts::kBf16
+                                     : int8_dot ? cpu::LinearProducts::kInt8
+                                                : cpu::LinearProducts::kFloat32;
+      if (!bf16_dot && !int8_dot) {
+        ABCD_ASSIGN_OR_RETURN(products,
+                              ResolveCpuCompute(options.cpu_compute, e.model->weight_format(),
+                                                "--cpu_compute", dir, "--weight_formats"));
+      }
+      e.ctx = products == cpu::LinearProducts::kBf16   ? &bf16_ctx
+              : products == cpu::LinearProducts::kInt8 ? &int8_ctx
+                                                       : &ctx;
       e.base_label = ModelLabel(dir);
       const std::string format_label =
           bf16_dot || int8_dot ? format_name
@@ -157,6 +169,9 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
       e.json["model"] = dir;
       e.json["label"] = e.label;
       e.json["weight_format"] = format_label;
+      e.json["products"] = products == cpu::LinearProducts::kBf16   ? "bf16"
+                           : products == cpu::LinearProducts::kInt8 ? "int8"
+                                                                    : "fp32";
       e.json["attention"] = AttentionName(*e.model);
       e.json["description"] = DescribeAttention(e.model->config().decoder_layers.front().attention);
       e.json["weight_bytes"] = e.model->weight_bytes();
@@ -166,7 +181,8 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   }
   std::cout << "== decode step time vs batch size (" << options.threads << " thread(s), "
             << (KvFormatName(options.kv_cache_format)) << " KV cache, " << cpu::LinearKernelName()
-            << " kernels; read floor = (weights + batch * (2 * fixed state + KV cache)) "
+            << " kernels, --cpu_compute " << options.cpu_compute
+            << "; read floor = (weights + batch * (2 * fixed state + KV cache)) "
             << "read once at this machine's speed for that size; DRAM floor = the same at "
             << absl::StrFormat("%.1f GB/s memcpy", options.bandwidth.bytes_per_second / 1e9)
             << "; median of " << options.rounds << " rounds of " << options.steps

@@ -17,12 +17,14 @@
 #include <random>
 #include <type_traits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/attention/softmax_read.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/cpu_context.h"
 #include "engine/ops/matmul.h"
 #include "engine/ops/packed_matrix.h"
+#include "engine/runtime/engine_flags.h"
 #include "engine/state/state_pool.h"
 #include "loadtest/bench/benchmarks.h"
 
@@ -165,6 +167,7 @@ absl::StatusOr<nlohmann::json> RunPrefillChunk(const PrefillChunkOptions& option
 
   CpuContext ctx(options.threads);
   CpuContext bf16_ctx(options.threads, cpu::LinearProducts::kBf16);
+  CpuContext int8_ctx(options.threads, cpu::LinearProducts::kInt8);
   std::vector<std::string> formats = options.weight_formats;
   if (formats.empty()) formats.push_back("");
   for (const std::string& dir : options.models) {
@@ -177,9 +180,18 @@ absl::StatusOr<nlohmann::json> RunPrefillChunk(const PrefillChunkOptions& option
                               ParseWeightFormat(products ? "bf16" : format_name));
       }
       ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(dir, load));
-      CpuContext& model_ctx = products ? bf16_ctx : ctx;
-      const std::string format_label =
-          products ? format_name : std::string(WeightFormatName(model->weight_format()));
+      cpu::LinearProducts resolved = cpu::LinearProducts::kBf16;
+      if (!products) {
+        ABCD_ASSIGN_OR_RETURN(resolved,
+                              ResolveCpuCompute(options.cpu_compute, model->weight_format(),
+                                                "--cpu_compute", dir, "--weight_formats"));
+      }
+      CpuContext& model_ctx = resolved == cpu::LinearProducts::kBf16   ? bf16_ctx
+                              : resolved == cpu::LinearProducts::kInt8 ? int8_ctx
+                                                                       : ctx;
+      const std::string format_label = absl::StrCat(
+          products ? format_name : std::string(WeightFormatName(model->weight_format())),
+          !products && resolved == cpu::LinearProducts::kBf16 ? " (bf16 products)" : "");
       std::cout << absl::StrFormat(
           "\n== %s, %s weights: a %d-token prompt chunk at position P, whole model, %d thread(s), "
           "%s KV cache (median / min of %d, each on a fresh fork) ==\n",

@@ -35,6 +35,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/model.h"
 #include "engine/ops/matmul.h"
+#include "engine/runtime/engine_flags.h"
 #include "engine/runtime/generator.h"
 #include "engine/scheduler/executor.h"
 #include "engine/state/state_pool.h"
@@ -58,8 +59,10 @@ constexpr char kUsage[] =
     "Without --model, $ABCD_MODEL or the bundled default model (translate: the bundled\n"
     "translation model) is used. generate, eval and translate also take --threads N (default: the\n"
     "cores this process may use), --weight-format f32|bf16|f16|int8 (default: the\n"
-    "checkpoint's own), --cpu-compute fp32|bf16|int8 (bf16: bf16 weights x bf16-rounded\n"
-    "activations, AVX512_BF16; int8: int8 weights x 8-bit activations, AVX-512 VNNI) and\n"
+    "checkpoint's own), --cpu-compute auto|fp32|bf16|int8 (default auto: bf16 products for bf16\n"
+    "weights where the CPU has AVX512_BF16, exact fp32 products otherwise; fp32: exact for\n"
+    "every format; bf16: bf16 weights x bf16-rounded activations, AVX512_BF16; int8: int8\n"
+    "weights x 8-bit activations, AVX-512 VNNI) and\n"
     "--kv-cache-format bf16|f16|f32 (softmax caches, txl rings; default bf16).\n";
 
 constexpr int64_t kCliStateBudget = int64_t{1} << 32;
@@ -104,37 +107,11 @@ absl::StatusOr<int> Threads(const Arguments& args) {
   return static_cast<int>(threads);
 }
 
-// --cpu-compute fp32|bf16|int8 (default fp32): bf16 needs AVX512_BF16 and a model with bf16
-// weights, int8 (W8A8) AVX-512 VNNI and int8 weights.
+// --cpu-compute auto|fp32|bf16|int8 (default auto: bf16 products for bf16 weights where the CPU
+// has AVX512_BF16, else exact; ResolveCpuCompute, engine/runtime/engine_flags.h).
 absl::StatusOr<cpu::LinearProducts> CpuCompute(const Arguments& args, const Model& model) {
-  const std::string value = args.String("cpu-compute", "fp32");
-  if (value == "fp32") return cpu::LinearProducts::kFloat32;
-  if (value == "int8") {
-    if (!cpu::W8A8Supported()) {
-      return absl::InvalidArgumentError(
-          "--cpu-compute int8 needs a CPU with AVX-512 VNNI (AVX512BW and AVX512_VNNI)");
-    }
-    if (model.weight_format() != WeightFormat::kInt8) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--cpu-compute int8 multiplies int8 weights; this model keeps ",
-                       WeightFormatName(model.weight_format()), " (add --weight-format int8)"));
-    }
-    return cpu::LinearProducts::kInt8;
-  }
-  if (value != "bf16") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--cpu-compute must be fp32, bf16 or int8, got \"", value.substr(0, 64), "\""));
-  }
-  if (!cpu::Bf16ProductsSupported()) {
-    return absl::InvalidArgumentError(
-        "--cpu-compute bf16 needs a CPU with AVX-512 BF16 dot products (AVX512_BF16)");
-  }
-  if (model.weight_format() != WeightFormat::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--cpu-compute bf16 multiplies bf16 weights; this model keeps ",
-                     WeightFormatName(model.weight_format()), " (add --weight-format bf16)"));
-  }
-  return cpu::LinearProducts::kBf16;
+  return ResolveCpuCompute(args.String("cpu-compute", std::string(kDefaultCpuCompute)),
+                           model.weight_format(), "--cpu-compute", "", "--weight-format");
 }
 
 // --model, else $ABCD_MODEL, else the bundled default (the LM; translate: the EN->DE model).

@@ -155,7 +155,7 @@ std::string ServerUsage() {
          "  [--keepalive_time_seconds S]\n"
          "  [--max_message_bytes N] [--port_file FILE] [--device auto|cpu|cuda|cuda:N]\n"
          "  [--device_weights bf16|fp16|fp32] [--threads N] [--weight_format f32|bf16|f16|int8]\n"
-         "  [--cpu_compute fp32|bf16|int8]\n"
+         "  [--cpu_compute auto|fp32|bf16|int8]\n"
          "  [--kv_cache_format bf16|f16|f32] [--session_store memory|redis://HOST:PORT[/DB]]\n"
          "  [--session_ttl_s S] [--session_store_mb MB] [--max_session_bytes N]\n"
          "  [--prefix_cache_mb MB] [--max_choices N] [--chat_template FILE|MODEL=FILE[,...]]\n"

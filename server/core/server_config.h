@@ -56,10 +56,12 @@ struct ServerConfig {
   std::string device_weights = "bf16";  // CUDA projections: bf16, fp16 or fp32
   int threads = 1;            // CPU backend threads per model (default: the cores we may use)
   std::string weight_format;  // CPU matrices: f32, bf16, f16, int8; empty: the checkpoint's
-  // CPU products: fp32 (the default: exact for bf16 weights, 16-bit activations for int8), bf16
-  // (AVX512_BF16 dot products on activations rounded to bf16; every served model must then
-  // keep bf16 weights) or int8 (W8A8: 8-bit activations, AVX-512 VNNI; int8 weights).
-  std::string cpu_compute = "fp32";
+  // CPU products (ResolveCpuCompute, engine/runtime/engine_flags.h): auto (the default: bf16
+  // products for bf16 weights where the CPU has AVX512_BF16, exact otherwise), fp32 (exact for
+  // bf16 weights, 16-bit activations for int8), bf16 (AVX512_BF16 dot products on activations
+  // rounded to bf16; every served model must then keep bf16 weights) or int8 (W8A8: 8-bit
+  // activations, AVX-512 VNNI; int8 weights).
+  std::string cpu_compute = "auto";
   std::string kv_cache_format = "bf16";  // CPU softmax KV rows and txl rings: bf16, f16 or f32
   // Sessions (issue 14): where they live ("memory" or "redis://HOST:PORT[/DB]"), how long an
   // unused one lives, the memory store's byte budget, and the largest session blob accepted

@@ -59,7 +59,7 @@ TEST(ServerFlags, CpuComputeIsCheckedNamingTheFlag) {
   ServerProcess bad(testing::ServerBinary(), {"--cpu_compute", "fp64"});
   EXPECT_FALSE(bad.started());
   EXPECT_EQ(bad.WaitForExit(10), 2);
-  EXPECT_NE(bad.Log().find("--cpu_compute must be fp32, bf16 or int8"), std::string::npos)
+  EXPECT_NE(bad.Log().find("--cpu_compute must be auto, fp32, bf16 or int8"), std::string::npos)
       << bad.Log();
   ServerProcess bf16(testing::ServerBinary(), {"--cpu_compute", "bf16", "--device", "cpu"});
   if (!bf16.started()) {
@@ -79,6 +79,21 @@ TEST(ServerFlags, CpuComputeIsCheckedNamingTheFlag) {
       << fp32_weights.Log();
   EXPECT_NE(fp32_weights.Log().find("keeps f32 (add --weight_format bf16)"), std::string::npos)
       << fp32_weights.Log();
+}
+
+// --cpu_compute auto, the default: the bundled bf16 models get bf16 products where the CPU has
+// AVX512_BF16 (exact products elsewhere); --cpu_compute fp32 keeps them exact.
+TEST(ServerFlags, CpuComputeAutoIsTheDefaultAndFp32KeepsExactProducts) {
+  ServerProcess by_default(testing::ServerBinary(), {"--device", "cpu"});
+  ASSERT_TRUE(by_default.started()) << by_default.Log();
+  const bool products = by_default.Log().find("bf16 kernels, bf16 products") != std::string::npos;
+  EXPECT_TRUE(by_default.Log().find("bf16 kernels") != std::string::npos) << by_default.Log();
+  ServerProcess exact(testing::ServerBinary(), {"--cpu_compute", "fp32", "--device", "cpu"});
+  ASSERT_TRUE(exact.started()) << exact.Log();
+  EXPECT_EQ(exact.Log().find("bf16 products"), std::string::npos) << exact.Log();
+  ServerProcess forced(testing::ServerBinary(), {"--cpu_compute", "bf16", "--device", "cpu"});
+  // Where bf16 may be forced, auto chose it; where it is refused, auto fell back to exact.
+  EXPECT_EQ(forced.started(), products) << by_default.Log() << forced.Log();
 }
 
 // W8A8: int8 weights times 8-bit activations, on AVX-512 VNNI CPUs only.
