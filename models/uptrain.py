@@ -5,7 +5,7 @@ at two token budgets, one row's seed spread, greedy samples.
 Usage (from the repository root; every run niced, one torch thread each):
   nice -n 19 /usr/bin/python3 models/uptrain.py [--jobs 2] [--dry-run]
   /usr/bin/python3 models/uptrain.py --eval DIR        # test perplexity + greedy samples of one directory
-  ... --only t2r-distill-131072,...   # only these runs (and the original they need); names: --dry-run
+  ... --only t2r-distill-131072,...   # only these runs, started in that order (after the original); names: --dry-run
   ... --small                         # a 245,760-token original, one 32,768-token budget (runs/uptrain-small)
 The attention-only and distillation (alpha 0.5) variants run for t2r and gsa at the largest budget.
 
@@ -168,11 +168,11 @@ def main(argv=None):
     RUNS.mkdir(parents=True, exist_ok=True)
     todo = runs()
     if args.only:
-        names = set(args.only.split(","))
-        unknown = names - {name for name, _, _, _ in todo}
+        names = args.only.split(",")
+        unknown = set(names) - {name for name, _, _, _ in todo}
         if unknown:
             sys.exit(f"--only: unknown run names {sorted(unknown)} (see --dry-run)")
-        todo = [todo[0]] + [t for t in todo[1:] if t[0] in names]
+        todo = [todo[0]] + sorted((t for t in todo[1:] if t[0] in names), key=lambda t: names.index(t[0]))  # started in the order given
     if args.dry_run:
         for name, command, _, _ in todo:
             print(name, " ".join(command or []))
