@@ -95,6 +95,17 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::FromText(absl:
 }
 
 absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Load(
+    const std::string& model_dir, const std::string& override_file,
+    std::optional<ToolCallFormat> tool_call_format) {
+  absl::StatusOr<std::shared_ptr<const ChatTemplate>> loaded = LoadSource(model_dir, override_file);
+  if (!loaded.ok() || !tool_call_format.has_value()) return loaded;
+  // A copy (the parsed template is shared, immutable) with the operator's format.
+  auto overridden = std::shared_ptr<ChatTemplate>(new ChatTemplate(**loaded));
+  overridden->tool_call_format_ = *tool_call_format;
+  return std::shared_ptr<const ChatTemplate>(std::move(overridden));
+}
+
+absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::LoadSource(
     const std::string& model_dir, const std::string& override_file) {
   const std::string config_path = model_dir + "/tokenizer_config.json";
   bool exists = false;

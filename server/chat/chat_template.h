@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,11 @@ extern const char kBuiltinChatTemplate[];
 
 class ChatTemplate {
  public:
-  // `override_file` empty: none given for this model.
-  static absl::StatusOr<std::shared_ptr<const ChatTemplate>> Load(const std::string& model_dir,
-                                                                  const std::string& override_file);
+  // `override_file` empty: none given for this model. `tool_call_format`: the server's
+  // --tool_call_format for this model (nullopt, "auto": the one the template's source teaches).
+  static absl::StatusOr<std::shared_ptr<const ChatTemplate>> Load(
+      const std::string& model_dir, const std::string& override_file,
+      std::optional<ToolCallFormat> tool_call_format = std::nullopt);
   // From template text; `origin` names it in errors ("tokenizer_config.json", a path).
   static absl::StatusOr<std::shared_ptr<const ChatTemplate>> FromText(absl::string_view text,
                                                                       std::string origin,
@@ -72,7 +75,7 @@ class ChatTemplate {
   const std::string& origin() const { return origin_; }
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
-  // The tool-call format the template's source teaches (chat_tools.h).
+  // The tool-call format the template's source teaches (chat_tools.h), or Load's override.
   ToolCallFormat tool_call_format() const { return tool_call_format_; }
   // Whether the source mentions "developer" (a template that handles that role itself, as
   // gpt-oss's does); otherwise a developer message reaches it as "system" (chat_messages.h).
@@ -83,6 +86,9 @@ class ChatTemplate {
   bool arguments_as_text() const { return arguments_as_text_; }
 
  private:
+  static absl::StatusOr<std::shared_ptr<const ChatTemplate>> LoadSource(
+      const std::string& model_dir, const std::string& override_file);
+  ChatTemplate(const ChatTemplate&) = default;
   ChatTemplate(JinjaTemplate jinja, std::string origin, std::string bos, std::string eos)
       : jinja_(std::move(jinja)),
         origin_(std::move(origin)),

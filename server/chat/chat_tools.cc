@@ -181,6 +181,30 @@ ToolCallFormat DetectToolCallFormat(absl::string_view template_source) {
   return ToolCallFormat::kHermes;
 }
 
+absl::StatusOr<std::optional<ToolCallFormat>> ParseToolCallFormat(absl::string_view name,
+                                                                  absl::string_view flag) {
+  if (name == "auto") return std::nullopt;
+  if (name == "hermes") return ToolCallFormat::kHermes;
+  if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
+  if (name == "mistral") return ToolCallFormat::kMistral;
+  return absl::InvalidArgumentError(absl::StrCat(
+      flag, " must be auto, hermes, llama3_json or mistral, got \"", name.substr(0, 64), "\""));
+}
+
+absl::string_view ToolCallFormatName(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      return "hermes";
+    case ToolCallFormat::kMistral:
+      return "mistral";
+    case ToolCallFormat::kLlama3Json:
+      return "llama3_json";
+    case ToolCallFormat::kForced:
+      return "forced";
+  }
+  return "hermes";
+}
+
 absl::StatusOr<ToolRequest> ParseToolRequest(const json& request, const ordered_json& ordered) {
   ToolRequest out;
   const auto tools = request.find("tools");

@@ -2,7 +2,8 @@
 // `parallel_tool_calls` validated, and the tool calls parsed back out of the model's text in the
 // format the model's chat template teaches.
 //
-// Formats (DetectToolCallFormat picks one from the template's source):
+// Formats (DetectToolCallFormat picks one from the template's source; the server's
+// --tool_call_format overrides it, ParseToolCallFormat):
 // - kHermes (Hermes, Qwen2/2.5; the template mentions "<tool_call>"): one or more
 //   "<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>" blocks; the text outside the
 //   blocks is content. Also the default for a template that names no format.
@@ -21,6 +22,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,14 @@ namespace abcd::chat {
 enum class ToolCallFormat { kHermes, kMistral, kLlama3Json, kForced };
 
 ToolCallFormat DetectToolCallFormat(absl::string_view template_source);
+
+// The server's --tool_call_format value: "auto" (nullopt: the format the template teaches,
+// DetectToolCallFormat), "hermes", "llama3_json" or "mistral". Anything else is
+// INVALID_ARGUMENT naming `flag` and the four names.
+absl::StatusOr<std::optional<ToolCallFormat>> ParseToolCallFormat(absl::string_view name,
+                                                                  absl::string_view flag);
+// "hermes", "mistral", "llama3_json" or "forced".
+absl::string_view ToolCallFormatName(ToolCallFormat format);
 
 // A chat request's tool fields. tools: [{"type": "function", "function": {"name": string
 // (1..64 of a-z A-Z 0-9 _ -), "description"?: string, "parameters"?: object, "strict"?: bool}}].

@@ -4,12 +4,14 @@
 #include "server/chat/chat_tools.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/sampling/json_grammar.h"
 #include "gtest/gtest.h"
 #include "server/chat/chat_template.h"
@@ -35,6 +37,42 @@ TEST(ChatTools, FormatIsTheOneTheTemplateTeaches) {
   auto chat = ChatTemplate::FromText(Template("llama3.1-tools.jinja"), "t", "<s>", "</s>");
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ((*chat)->tool_call_format(), ToolCallFormat::kLlama3Json);
+}
+
+// --tool_call_format: the four names (auto: the template's own), anything else refused naming
+// the flag; Load applies the override whatever the template teaches.
+TEST(ChatTools, TheFormatFlagOverridesTheTemplates) {
+  EXPECT_EQ(*ParseToolCallFormat("auto", "--f"), std::nullopt);
+  EXPECT_EQ(*ParseToolCallFormat("hermes", "--f"), ToolCallFormat::kHermes);
+  EXPECT_EQ(*ParseToolCallFormat("llama3_json", "--f"), ToolCallFormat::kLlama3Json);
+  EXPECT_EQ(*ParseToolCallFormat("mistral", "--f"), ToolCallFormat::kMistral);
+  for (const char* bad : {"", "forced", "Hermes", "llama3"}) {
+    const auto refused = ParseToolCallFormat(bad, "--tool_call_format");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(
+        refused.status().message(),
+        absl::StrCat("--tool_call_format must be auto, hermes, llama3_json or mistral, got \"", bad,
+                     "\""));
+  }
+  for (const ToolCallFormat format :
+       {ToolCallFormat::kHermes, ToolCallFormat::kMistral, ToolCallFormat::kLlama3Json}) {
+    EXPECT_EQ(*ParseToolCallFormat(ToolCallFormatName(format), "--f"), format);
+  }
+  const std::string llama = std::string(ABCD_FIXTURE_DIR) + "/chat/templates/llama3.1-tools.jinja";
+  const std::string dir = std::string(ABCD_FIXTURE_DIR) + "/chat/templates";  // no config
+  auto own = ChatTemplate::Load(dir, llama);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ((*own)->tool_call_format(), ToolCallFormat::kLlama3Json);
+  auto overridden = ChatTemplate::Load(dir, llama, ToolCallFormat::kMistral);
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_EQ((*overridden)->tool_call_format(), ToolCallFormat::kMistral);
+  EXPECT_EQ((*overridden)->origin(), llama);
+  const Value messages = *ParseChatMessages(json::parse(R"([{"role": "user", "content": "Hi"}])"));
+  EXPECT_EQ(*(*overridden)->Render(messages, true), *(*own)->Render(messages, true));
+  auto builtin = ChatTemplate::Load(dir, "", ToolCallFormat::kLlama3Json);
+  ASSERT_TRUE(builtin.ok()) << builtin.status();
+  EXPECT_EQ((*builtin)->tool_call_format(), ToolCallFormat::kLlama3Json);
+  EXPECT_EQ((*builtin)->origin(), "built-in chat template");
 }
 
 TEST(ChatTools, TheTemplateSeesTheTools) {
