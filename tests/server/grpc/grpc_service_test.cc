@@ -1,8 +1,11 @@
-// The gRPC frontend (server/grpc/generator_service.h) in-process on a loopback port, over a
+// The gRPC frontend (server/grpc/generator_service.h) in-process on a loopback port. Over a
 // fake executor that counts what reaches it (issue 44): n and the number of chat messages are
 // refused before any work; a chunked session import holds in the body budget what it has
 // received, not what it declared, and one that stalls is ended at its receive deadline with its
-// budget released. Also BodyBudget::TryResize.
+// budget released. Also BodyBudget::TryResize. Over the HTTP tests' scripted executor
+// (tests/testing/fake_executor.h): Generate streams the engine's events in order with the finish
+// reason and usage last, a client's cancel reaches the executor, and the executor's refusals and
+// failures are the call's status.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +13,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "abcd/v1/generator.grpc.pb.h"
 #include "absl/strings/match.h"
@@ -20,6 +24,7 @@
 #include "server/core/served_models.h"
 #include "server/core/session_ops.h"
 #include "server/grpc/generator_service.h"
+#include "tests/testing/fake_executor.h"
 
 namespace abcd {
 namespace {
@@ -200,6 +205,138 @@ TEST_F(GrpcServiceTest, ChunkedImportIsRefusedWhenItsDataOutgrowsTheBudget) {
   EXPECT_EQ(budget_.refused_grpc(), 2);
   held.Release();
   EXPECT_EQ(budget_.used(), 0);
+}
+
+// The service over testing::FakeExecutor (a real CPU backend over the golden dec_abc model).
+class GrpcScriptedTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto model = Model::Load(std::string(ABCD_FIXTURE_DIR) + "/golden/dec_abc");
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(model_, nullptr);
+    auto lm = std::make_unique<ServedModel>();
+    lm->name = "lm";
+    lm->executor = std::make_unique<testing::FakeExecutor>(*model_);
+    lm_ = static_cast<testing::FakeExecutor*>(lm->executor.get());
+    models_.Add(std::move(lm));
+    models_.set_ready(true);
+    GrpcOptions options;
+    options.max_prompt_tokens = kMaxPromptTokens;
+    options.max_choices = 4;
+    service_ = std::make_unique<GeneratorService>(models_, GrpcHooks{}, options);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = abcd::v1::Generator::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  // Every response of a Generate call for `prompt`, and its status.
+  grpc::Status Generate(const std::string& prompt,
+                        std::vector<abcd::v1::GenerateResponse>* responses) {
+    abcd::v1::GenerateRequest request;
+    request.set_prompt(prompt);
+    request.set_max_tokens(7);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    auto reader = stub_->Generate(&context, request);
+    abcd::v1::GenerateResponse response;
+    while (reader->Read(&response)) responses->push_back(response);
+    return reader->Finish();
+  }
+
+  static Model* model_;
+  ServedModels models_;
+  testing::FakeExecutor* lm_ = nullptr;
+  std::unique_ptr<GeneratorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<abcd::v1::Generator::Stub> stub_;
+};
+
+Model* GrpcScriptedTest::model_ = nullptr;
+
+TEST_F(GrpcScriptedTest, GenerateStreamsEventsInOrderThenFinishReasonAndUsage) {
+  testing::FakeExecutor::Behavior behavior;
+  behavior.pieces = {"Hel", "lo", " there"};
+  behavior.reason = FinishReason::kEos;
+  lm_->set_behavior(behavior);
+  std::vector<abcd::v1::GenerateResponse> responses;
+  const grpc::Status status = Generate("hello", &responses);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(responses.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(responses[i].text(), behavior.pieces[i]);
+    ASSERT_EQ(responses[i].token_ids_size(), 1);
+    EXPECT_EQ(responses[i].token_ids(0), i);
+    EXPECT_EQ(responses[i].finish_reason(), abcd::v1::FINISH_REASON_UNSPECIFIED);
+    EXPECT_FALSE(responses[i].has_usage());
+  }
+  EXPECT_EQ(responses[3].text(), "");
+  EXPECT_EQ(responses[3].finish_reason(), abcd::v1::FINISH_REASON_EOS);
+  EXPECT_EQ(responses[3].usage().prompt_tokens(), 5);  // the fake counts the prompt's bytes
+  EXPECT_EQ(responses[3].usage().completion_tokens(), 3);
+  const std::vector<GenerationRequest> reached = lm_->requests();
+  ASSERT_EQ(reached.size(), 1u);
+  EXPECT_EQ(reached[0].prompt, "hello");
+  EXPECT_EQ(reached[0].max_tokens, 7);
+}
+
+TEST_F(GrpcScriptedTest, ClientCancelReachesTheExecutor) {
+  testing::FakeExecutor::Behavior behavior;
+  behavior.pieces = {"x"};
+  behavior.until_cancelled = true;
+  behavior.piece_delay = absl::Milliseconds(5);
+  lm_->set_behavior(behavior);
+  abcd::v1::GenerateRequest request;
+  request.set_prompt("hi");
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, request);
+  abcd::v1::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.text(), "x");
+  context.TryCancel();
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (!lm_->WasCancelled(lm_->last_id()) && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(lm_->WasCancelled(lm_->last_id()));
+}
+
+TEST_F(GrpcScriptedTest, ExecutorRefusalsAndFailuresAreTheCallsStatus) {
+  testing::FakeExecutor::Behavior refuse;
+  refuse.enqueue_status = absl::ResourceExhaustedError("the queue is full");
+  lm_->set_behavior(refuse);
+  std::vector<abcd::v1::GenerateResponse> responses;
+  grpc::Status status = Generate("hello", &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(status.error_message(), "the queue is full");
+  EXPECT_TRUE(responses.empty());
+  // A failure after some text: the text streamed, then the failure ends the call.
+  testing::FakeExecutor::Behavior fail;
+  fail.pieces = {"partial"};
+  fail.final_status = absl::InternalError("the backend failed");
+  lm_->set_behavior(fail);
+  status = Generate("hello", &responses);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "the backend failed"))
+      << status.error_message();
+  ASSERT_EQ(responses.size(), 1u);
+  EXPECT_EQ(responses[0].text(), "partial");
 }
 
 TEST(BodyBudgetTest, TryResizeChargesOnlyTheDifference) {

@@ -1,7 +1,7 @@
 // HTTP/JSON frontend: the real HttpService on 127.0.0.1 (ephemeral port) over fake executors
-// that emit scripted events from their own threads, driven with httplib::Client and raw
-// sockets. Covers completions (JSON and SSE streaming), cancel on client disconnect,
-// translate (single and batch), the model list, probes, metrics passthrough, the error
+// (tests/testing/fake_executor.h) that emit scripted events from their own threads, driven with
+// httplib::Client and raw sockets. Covers completions (JSON and SSE streaming), cancel on client
+// disconnect, translate (single and batch), the model list, probes, metrics passthrough, the error
 // mapping and the bad-input table.
 #include "server/http/http_service.h"
 
@@ -13,14 +13,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -32,158 +29,20 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "engine/backend/cpu_backend.h"
 #include "engine/model/model.h"
 #include "engine/scheduler/executor.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "server/core/served_models.h"
 #include "server/http/request_parser.h"
+#include "tests/testing/fake_executor.h"
 
 namespace abcd {
 namespace {
 
 using nlohmann::json;
 
-// Scripted executor: each accepted request gets a thread that emits `pieces` (one event each,
-// `piece_delay` apart) and then a last event with `reason` / `final_status`. Translation
-// requests (source set) get one final event "<source>". Cancel ends a request with CANCELLED.
-class FakeExecutor final : public Executor {
- public:
-  struct Behavior {
-    std::vector<std::string> pieces = {"Hello", ", ", "world"};
-    FinishReason reason = FinishReason::kLength;
-    absl::Status enqueue_status;  // not OK: Enqueue answers it
-    absl::Status final_status;    // not OK: the last event carries it
-    absl::Duration piece_delay = absl::ZeroDuration();
-    bool until_cancelled = false;  // repeat the pieces (or stay silent) until Cancel
-    int hold_until_enqueued = 0;   // emit nothing until this many requests were enqueued
-  };
-
-  explicit FakeExecutor(const Model& model) : backend_(model, 1 << 20) {}
-  ~FakeExecutor() override { Shutdown(); }
-
-  void set_behavior(Behavior behavior) {
-    std::lock_guard<std::mutex> lock(mu_);
-    behavior_ = std::move(behavior);
-  }
-  std::vector<GenerationRequest> requests() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return requests_;
-  }
-  bool WasCancelled(RequestId id) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cancelled_.count(id) > 0;
-  }
-  RequestId last_id() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return next_id_;
-  }
-
-  absl::StatusOr<RequestId> Enqueue(GenerationRequest request, EventCallback callback) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!behavior_.enqueue_status.ok()) return behavior_.enqueue_status;
-    const RequestId id = ++next_id_;
-    requests_.push_back(request);
-    threads_.emplace_back(
-        [this, id, request = std::move(request), behavior = behavior_,
-         callback = std::move(callback)] { Run(id, request, behavior, callback); });
-    cv_.notify_all();
-    return id;
-  }
-  void Cancel(RequestId id) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    cancelled_.insert(id);
-    cv_.notify_all();
-  }
-  void StartDraining() override {}
-  void Shutdown() override {
-    std::vector<std::thread> threads;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      shutdown_ = true;
-      threads.swap(threads_);
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads) t.join();
-  }
-  ExecutorStats LatestStats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    ExecutorStats stats;
-    stats.backend_failure = backend_failure_;
-    return stats;
-  }
-  void set_backend_failure(std::string failure) {
-    std::lock_guard<std::mutex> lock(mu_);
-    backend_failure_ = std::move(failure);
-  }
-  const DecodeBackend& backend() const override { return backend_; }
-
- private:
-  void Run(RequestId id, const GenerationRequest& request, const Behavior& behavior,
-           const EventCallback& callback) {
-    GenerationEvent last;
-    last.finished = true;
-    last.prompt_tokens = static_cast<int>(request.prompt.size() + request.source.size());
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, std::chrono::seconds(2), [&] {
-            return requests_.size() >= static_cast<size_t>(behavior.hold_until_enqueued);
-          })) {
-        lock.unlock();
-        last.status = absl::InternalError("the batch was not enqueued together");
-        callback(std::move(last));
-        return;
-      }
-    }
-    if (!request.source.empty()) {
-      last.text = absl::StrCat("<", request.source, ">");
-      last.completion_tokens = 1;
-      last.finish_reason = FinishReason::kEos;
-      last.status = behavior.final_status;
-      callback(std::move(last));
-      return;
-    }
-    size_t emitted = 0;
-    while (behavior.until_cancelled || emitted < behavior.pieces.size()) {
-      const bool silent = behavior.pieces.empty();
-      const absl::Duration wait = silent ? absl::Seconds(10) : behavior.piece_delay;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_for(lock, absl::ToChronoNanoseconds(wait),
-                     [&] { return cancelled_.count(id) > 0 || shutdown_; });
-        if (cancelled_.count(id) > 0 || shutdown_) {
-          lock.unlock();
-          last.status = absl::CancelledError("cancelled");
-          last.completion_tokens = static_cast<int>(emitted);
-          callback(std::move(last));
-          return;
-        }
-      }
-      if (silent) break;
-      GenerationEvent event;
-      event.text = behavior.pieces[emitted % behavior.pieces.size()];
-      event.token_ids = {static_cast<int32_t>(emitted)};
-      callback(std::move(event));
-      ++emitted;
-    }
-    last.finish_reason = behavior.reason;
-    last.status = behavior.final_status;
-    last.completion_tokens = static_cast<int>(emitted);
-    callback(std::move(last));
-  }
-
-  CpuBackend backend_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  Behavior behavior_;
-  RequestId next_id_ = 0;
-  std::vector<GenerationRequest> requests_;
-  std::set<RequestId> cancelled_;
-  std::vector<std::thread> threads_;
-  bool shutdown_ = false;
-  std::string backend_failure_;
-};
+using testing::FakeExecutor;
 
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout = absl::Seconds(3)) {
   const absl::Time give_up = absl::Now() + timeout;
