@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -94,11 +95,40 @@ std::string ParamFromMessage(absl::string_view message) {
       (wire[end] != ' ' && wire[end] != '[' && wire[end] != ':' && wire[end] != '.')) {
     return "";
   }
-  absl::string_view word(wire.data(), end);
-  for (absl::string_view field : kRequestFields) {
-    if (word == field) return std::string(word);
+  const absl::string_view word(wire.data(), end);
+  bool known = false;
+  for (absl::string_view field : kRequestFields) known = known || word == field;
+  if (!known) return "";
+  // The path continues with "[digits]" and ".key" steps (a key: any run of bytes but
+  // whitespace and . [ ] : , " ' ( )); it ends before anything else, e.g. "..." or ". ".
+  const auto in_key = [](char c) {
+    return !absl::ascii_isspace(static_cast<unsigned char>(c)) &&
+           absl::string_view(".[]:,\"'()").find(c) == absl::string_view::npos;
+  };
+  while (end < wire.size()) {
+    size_t next = end + 1;
+    if (wire[end] == '[') {
+      while (next < wire.size() && absl::ascii_isdigit(static_cast<unsigned char>(wire[next]))) {
+        ++next;
+      }
+      if (next == end + 1 || next == wire.size() || wire[next] != ']') break;
+      ++next;
+    } else if (wire[end] == '.') {
+      while (next < wire.size() && in_key(wire[next])) ++next;
+      if (next == end + 1) break;
+    } else {
+      break;
+    }
+    end = next;
   }
-  return "";
+  return wire.substr(0, end);
+}
+
+absl::Status WithParam(absl::Status status, absl::string_view param) {
+  if (!status.ok() && ParamFromMessage(status.message()).empty()) {
+    status.SetPayload(kParamPayload, absl::Cord(param));
+  }
+  return status;
 }
 
 absl::Status RenameField(const absl::Status& status, absl::string_view from, absl::string_view to) {
@@ -133,7 +163,9 @@ std::string ErrorBody(const absl::Status& status) {
   if (code == "model_not_found") {  // OpenAI's shape for an unknown model
     return ErrorBody(WireMessage(status.message()), "invalid_request_error", "model", code);
   }
-  return ErrorBody(WireMessage(status.message()), mapping.type, ParamFromMessage(status.message()),
+  const auto param = status.GetPayload(kParamPayload);
+  return ErrorBody(WireMessage(status.message()), mapping.type,
+                   param.has_value() ? std::string(*param) : ParamFromMessage(status.message()),
                    code);
 }
 

@@ -3,8 +3,9 @@
 // abcd_requests_total. Every mapping lives in MapStatusCode so the frontends cannot drift.
 //
 // Error bodies look like {"error": {"message": ..., "type": ..., "param": ..., "code": null}};
-// `param` names the offending request field when the message starts with one (all of abcd's
-// validation messages do, e.g. "max_tokens must be ..."), else null. `code` is the status's
+// `param` is the path to the offending request field the message starts with (all of abcd's
+// validation messages do, e.g. "max_tokens must be ...", "messages[3].role must be ..."), or the
+// one set by WithParam, else null. `code` is the status's
 // kErrorCodePayload (served_models.h) when it has one: an unknown model is OpenAI's 404
 // {"type": "invalid_request_error", "param": "model", "code": "model_not_found"}.
 #pragma once
@@ -28,10 +29,18 @@ struct ErrorMapping {
 // anything else -> 500.
 ErrorMapping MapStatusCode(absl::StatusCode code);
 
-// The request field a validation message names: its leading identifier when that is a known
-// request field ("sampling.top_p must be ..." -> "top_p", "texts[2] must be ..." -> "texts",
+// The request field a validation message names, as OpenAI's error.param: the path the message
+// starts with when its first word is a known request field ("sampling.top_p must be ..." ->
+// "top_p", "texts[2] must be ..." -> "texts[2]", "messages[3].role must ..." ->
+// "messages[3].role", "response_format.json_schema.schema.properties.x.type: ..." -> that path,
 // "n: must be 1 ..." -> "n"), else empty.
 std::string ParamFromMessage(absl::string_view message);
+
+// Where a message names no field (e.g. "session 0a1b... not found"), the field to report as
+// error.param; carried as a payload, so it survives to the error body. A status whose message
+// already names a field is returned as it is.
+inline constexpr absl::string_view kParamPayload = "type.abcd.dev/error_param";
+absl::Status WithParam(absl::Status status, absl::string_view param);
 
 // Rewrites the engine's field names to the JSON request's ("sampling.top_p" -> "top_p").
 std::string WireMessage(absl::string_view message);

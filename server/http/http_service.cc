@@ -330,7 +330,7 @@ void HttpService::Impl::StartCompletion(CompletionRequest parsed,
         options_.sessions == nullptr
             ? absl::UnavailableError("sessions are not enabled on this server")
             : options_.sessions->Open(request->session_id, **model, &request->generation);
-    if (!lease.ok()) return call->FailEnqueue(lease.status());
+    if (!lease.ok()) return call->FailEnqueue(WithParam(lease.status(), "session_id"));
     call->lease = *std::move(lease);
     call->session_id = call->lease->id();
   }

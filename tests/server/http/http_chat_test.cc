@@ -148,12 +148,12 @@ TEST_F(HttpChatTest, ToolFieldsAreValidatedNamingTheField) {
   };
   expect_400({{"tools", 5}}, "tools", "tools must be an array");
   expect_400({{"tools", json::parse(R"([{"type": "function", "function": {"name": 3}}])")}},
-             "tools", "tools[0].function.name must be");
+             "tools[0].function.name", "tools[0].function.name must be");
   expect_400({{"tool_choice", "sometimes"}}, "tool_choice", "tool_choice must be");
   expect_400({{"tool_choice", "auto"}}, "tool_choice", "tool_choice auto needs a non-empty tools");
   expect_400(
       {{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}},
-      "tool_choice", "tool_choice.function.name \"f\" is not one of the tools");
+      "tool_choice.function.name", "tool_choice.function.name \"f\" is not one of the tools");
   expect_400({{"tools", tools},
               {"tool_choice", "required"},
               {"response_format", {{"type", "json_object"}}}},
@@ -162,7 +162,8 @@ TEST_F(HttpChatTest, ToolFieldsAreValidatedNamingTheField) {
                 "parameters": {"type": "object", "properties": {"s": {"type": "string",
                 "not": {"const": "a"}}}}}}])")},
               {"tool_choice", "required"}},
-             "tools", "tools[0].function.parameters.properties.s.not is not supported");
+             "tools[0].function.parameters.properties.s.not",
+             "tools[0].function.parameters.properties.s.not is not supported");
   expect_400({{"parallel_tool_calls", "yes"}}, "parallel_tool_calls",
              "parallel_tool_calls must be a boolean");
   expect_400({{"functions", tools}}, "functions", "functions: this server does not return");

@@ -189,8 +189,8 @@ class HttpOpenAiTest : public ::testing::Test {
     const json error = json::parse(result->body, nullptr, false);
     const std::string message = error["error"]["message"];
     EXPECT_TRUE(absl::StartsWith(message, field)) << body.dump() << " -> " << message;
-    // OpenAI's error.param: the field's top-level name.
-    EXPECT_EQ(error["error"]["param"], field.substr(0, field.find('.'))) << result->body;
+    // OpenAI's error.param: the path the message starts with.
+    EXPECT_EQ(error["error"]["param"], field) << result->body;
   }
 
   static inline Model* model_ = nullptr;

@@ -262,8 +262,8 @@ TEST_F(HttpOpenAiTest, TokenizeAndDetokenize) {
       {"/tokenize", {{"prompt", "x"}, {"model", "nope"}}, 404, "model", "model 'nope'"},
       {"/detokenize", json::object(), 400, "tokens", "tokens is required"},
       {"/detokenize", {{"tokens", "x"}}, 400, "tokens", "tokens must be an array of token ids"},
-      {"/detokenize", {{"tokens", {5, -1}}}, 400, "tokens", "tokens[1] must be a token id"},
-      {"/detokenize", {{"tokens", {5, 8000}}}, 400, "tokens", "tokens[1] must be in [0, 8000)"},
+      {"/detokenize", {{"tokens", {5, -1}}}, 400, "tokens[1]", "tokens[1] must be a token id"},
+      {"/detokenize", {{"tokens", {5, 8000}}}, 400, "tokens[1]", "tokens[1] must be in [0, 8000)"},
   };
   for (const auto& [path, body, status, param, message] : bad) {
     const json error = post(path, body, status)["error"];

@@ -37,6 +37,57 @@ TEST(HttpErrors, RenameFieldRenamesOnlyALeadingField) {
   EXPECT_TRUE(http::RenameField(absl::OkStatus(), "prompt", "x").ok());
 }
 
+// error.param is the path the message starts with, as OpenAI writes it: indices in brackets,
+// keys after dots, up to the first byte that is not part of a path.
+TEST(HttpErrors, ParamIsThePathTheMessageStartsWith) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"messages[3].role must be one of system, user", "messages[3].role"},
+      {"messages[0].content[0].type must be \"text\"", "messages[0].content[0].type"},
+      {"response_format.json_schema.schema.properties.x.type: unknown type \"bogus\"",
+       "response_format.json_schema.schema.properties.x.type"},
+      {"response_format.json_schema.schema.properties.my-key$1.items.pattern must be a string",
+       "response_format.json_schema.schema.properties.my-key$1.items.pattern"},
+      {"response_format.json_schema.schema.format \"hostname\" is not supported",
+       "response_format.json_schema.schema.format"},
+      {"response_format.json_schema.schema: a $ref cycle", "response_format.json_schema.schema"},
+      {"speculative.k must be an integer in [1, 16], got 0", "speculative.k"},
+      {"tools[0].function.parameters.properties.a.type: unknown",
+       "tools[0].function.parameters"
+       ".properties.a.type"},
+      {"tools[0].function.parameters[0][0][0]... nests JSON deeper than 256 levels",
+       "tools[0].function.parameters[0][0][0]"},
+      {"sampling.top_p must be in (0, 1]", "top_p"},
+      {"logit_bias[5] must be a number", "logit_bias[5]"},
+      {"stop[0] must be a non-empty string", "stop[0]"},
+      {"n: must be 1 with a session", "n"},
+      {"messages (as rendered by the chat template) has 70 tokens", "messages"},
+      {"prompt.", "prompt"},
+      {"prompt[x] must be", "prompt"},
+      {"prompt[3 must be", "prompt"},
+      {"stream_options.include_usage must be a boolean", "stream_options.include_usage"},
+      // Not a request field: no param.
+      {"x[0][0]... nests JSON deeper than 256 levels", ""},
+      {"session 0123 not found (unknown or expired)", ""},
+      {"the body is not valid JSON", ""},
+  };
+  for (const auto& [message, param] : cases) {
+    EXPECT_EQ(http::ParamFromMessage(message), param) << message;
+  }
+}
+
+// A status whose message names no field gets its param from WithParam; one that names its own
+// keeps that.
+TEST(HttpErrors, WithParamNamesTheFieldOfAMessageWithoutOne) {
+  const json unknown = json::parse(http::ErrorBody(http::WithParam(
+      absl::NotFoundError("session 0123 not found (unknown or expired)"), "session_id")));
+  EXPECT_EQ(unknown["error"]["param"], "session_id") << unknown;
+  EXPECT_EQ(unknown["error"]["type"], "not_found_error") << unknown;
+  const json named = json::parse(http::ErrorBody(
+      http::WithParam(absl::InvalidArgumentError("n: must be 1 with a session"), "session_id")));
+  EXPECT_EQ(named["error"]["param"], "n") << named;
+  EXPECT_TRUE(http::WithParam(absl::OkStatus(), "session_id").ok());
+}
+
 // Refuses every request with `status`, as the engine's intake does.
 class RefusingExecutor final : public Executor {
  public:
