@@ -66,9 +66,17 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   if (served->kind == ModelKind::kLanguageModel) {  // server/chat/chat_template.h
     auto named = config.chat_templates.find(served->name);
     if (named == config.chat_templates.end()) named = config.chat_templates.find("");
+    auto format = config.tool_call_formats.find(served->name);
+    if (format == config.tool_call_formats.end()) format = config.tool_call_formats.find("");
+    std::optional<chat::ToolCallFormat> tool_call_format;
+    if (format != config.tool_call_formats.end()) {
+      ABCD_ASSIGN_OR_RETURN(tool_call_format,
+                            chat::ParseToolCallFormat(format->second, "--tool_call_format"));
+    }
     ABCD_ASSIGN_OR_RETURN(
         served->chat_template,
-        chat::ChatTemplate::Load(dir, named == config.chat_templates.end() ? "" : named->second));
+        chat::ChatTemplate::Load(dir, named == config.chat_templates.end() ? "" : named->second,
+                                 tool_call_format));
   }
   BackendOptions backend_options;
   ABCD_ASSIGN_OR_RETURN(const DeviceSelection device, ParseDevice(config.device, "--device"));
@@ -167,8 +175,8 @@ void RaiseDescriptorLimit() {
   }
 }
 
-// Loads every --models directory into `models` and checks that each --chat_template names a
-// language model among them.
+// Loads every --models directory into `models` and checks that each --chat_template and
+// --tool_call_format names a language model among them (and each format is known).
 absl::Status LoadModels(const ServerConfig& config, ServerMetrics& metrics, ServedModels& models) {
   for (const std::string& dir : config.models) {
     ABCD_ASSIGN_OR_RETURN(std::unique_ptr<ServedModel> served,
@@ -179,6 +187,14 @@ absl::Status LoadModels(const ServerConfig& config, ServerMetrics& metrics, Serv
     const ServedModel* named = models.FindByName(name);
     if (!name.empty() && (named == nullptr || named->kind != ModelKind::kLanguageModel)) {
       return absl::InvalidArgumentError(absl::StrCat("--chat_template ", name, "=", file,
+                                                     ": no language model named '", name, "'"));
+    }
+  }
+  for (const auto& [name, format] : config.tool_call_formats) {
+    ABCD_RETURN_IF_ERROR(chat::ParseToolCallFormat(format, "--tool_call_format").status());
+    const ServedModel* named = models.FindByName(name);
+    if (!name.empty() && (named == nullptr || named->kind != ModelKind::kLanguageModel)) {
+      return absl::InvalidArgumentError(absl::StrCat("--tool_call_format ", name, "=", format,
                                                      ": no language model named '", name, "'"));
     }
   }

@@ -62,7 +62,8 @@ const std::set<std::string> kValued = {"config",
                                        "prefix_cache_mb",
                                        "max_choices",
                                        "speculative",
-                                       "chat_template"};
+                                       "chat_template",
+                                       "tool_call_format"};
 
 absl::Status ApplyConfigFile(const std::string& path, Arguments& args) {
   std::ifstream in(path);
@@ -160,6 +161,7 @@ std::string ServerUsage() {
          "  [--session_ttl_s S] [--session_store_mb MB] [--max_session_bytes N]\n"
          "  [--prefix_cache_mb MB] [--max_choices N] [--chat_template FILE|MODEL=FILE[,...]]\n"
          "  [--speculative off|ngram|ngram:K]\n"
+         "  [--tool_call_format auto|hermes|llama3_json|mistral|MODEL=FORMAT[,...]]\n"
          "Ports may be 0 (ephemeral; see --port_file). Defaults serve the bundled models.\n";
 }
 
@@ -284,6 +286,19 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
           entry, "\""));
     }
     c.chat_templates[model] = file;
+  }
+  for (const absl::string_view entry :
+       absl::StrSplit(args.String("tool_call_format", ""), ',', absl::SkipEmpty())) {
+    const size_t eq = entry.find('=');
+    const std::string model(eq == entry.npos ? "" : entry.substr(0, eq));
+    const std::string format(eq == entry.npos ? entry : entry.substr(eq + 1));
+    if (format.empty() || (eq == 0) || c.tool_call_formats.contains(model)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tool_call_format must be FORMAT or MODEL=FORMAT[,MODEL=FORMAT...] with "
+                       "each model once, got \"",
+                       entry, "\""));
+    }
+    c.tool_call_formats[model] = format;
   }
   c.cpu_compute = args.String("cpu_compute", c.cpu_compute);
   ABCD_RETURN_IF_ERROR(CheckCpuComputeFlag(c.cpu_compute, "--cpu_compute"));

@@ -77,6 +77,9 @@ struct ServerConfig {
   // --chat_template: a Jinja chat template file per language model name ("" key: every model
   // not named), used instead of the one in its tokenizer_config.json (server/chat/).
   std::map<std::string, std::string> chat_templates;
+  // --tool_call_format: auto, hermes, llama3_json or mistral per language model name ("" key:
+  // every model not named); checked and applied at load (server/chat/chat_tools.h).
+  std::map<std::string, std::string> tool_call_formats;
 };
 
 // `default_models` is used when neither flags nor the config file name models.
