@@ -29,7 +29,7 @@ SOURCE_TYPES = ("llama", "transformer")
 _LLAMA_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "attention_bias", "mlp_bias",
                "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings")  # fmt: skip
-TOKENIZER_FILES = ("tokenizer.model", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 class ConversionError(ValueError):
