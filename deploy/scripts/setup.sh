@@ -11,12 +11,15 @@
 # `build` and `run` build the whole tree unless told otherwise: TARGETS="abcd-server abcd-client"
 # builds only those CMake targets, BUILD_TESTS=OFF configures without the test suites
 # (-DABCD_BUILD_TESTS=OFF). The Dockerfile's builder uses both (the shipped binaries only).
+# Every build here is a unity build (CMAKE_UNITY_BUILD: 8 sources per compiler run; about 2x
+# less compile time on 2 cores); UNITY_BUILD=OFF builds file by file, as a plain cmake does.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 mode="${1:-run}"
 build_dir="${BUILD_DIR:-build}"
 jobs="${JOBS:-$(nproc)}"
+unity="-DCMAKE_UNITY_BUILD=${UNITY_BUILD:-ON}"
 
 # Debian packages only; --no-install-recommends keeps python3-torch from pulling a desktop.
 build_packages=(
@@ -62,7 +65,7 @@ fi
 # `build ON|OFF` (-Werror); without TARGETS or BUILD_TESTS, the whole tree as configured.
 build() {
   local werror="${1:-OFF}"
-  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR="$werror" \
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR="$werror" "$unity" \
     ${BUILD_TESTS:+-DABCD_BUILD_TESTS="$BUILD_TESTS"}
   cmake --build "$build_dir" -j "$jobs" ${targets[@]+--target "${targets[@]}"}
 }
@@ -75,18 +78,18 @@ build() {
 # Any sanitizer report from any process fails the stage (reports are written to files).
 sanitizer_tests() {
   local fuzz_dir="${build_dir}-fuzz" asan_dir="${build_dir}-asan"
-  cmake -S . -B "$fuzz_dir" -G Ninja -DABCD_FUZZ=ON -DABCD_WERROR=ON \
+  cmake -S . -B "$fuzz_dir" -G Ninja -DABCD_FUZZ=ON -DABCD_WERROR=ON "$unity" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
   cmake --build "$fuzz_dir" -j "$jobs"
   ctest --test-dir "$fuzz_dir" -j "$jobs" --output-on-failure
   tests/fuzz/run_fuzzers.sh "$fuzz_dir" "${FUZZ_SECONDS:-20}"
 
-  cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR=ON \
+  cmake -S . -B "$asan_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR=ON "$unity" \
     -DABCD_ASAN=ON -DABCD_WITH_CUDA=OFF -DABCD_BUILD_TESTS=OFF \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
   cmake --build "$asan_dir" -j "$jobs" --target abcd-server abcd-cli abcd-client
   # The e2e test binaries themselves are the main build's (built here if `test` has not).
-  [[ -f "$build_dir/CMakeCache.txt" ]] || cmake -S . -B "$build_dir" -G Ninja \
+  [[ -f "$build_dir/CMakeCache.txt" ]] || cmake -S . -B "$build_dir" -G Ninja "$unity" \
     -DCMAKE_BUILD_TYPE=Release -DABCD_WERROR=ON
   cmake --build "$build_dir" -j "$jobs" --target abcd_e2e_tests
   local reports="$asan_dir/sanitizer-reports" bin

@@ -13,7 +13,7 @@ namespace {
 // Partial sums of a dot product (one vector of the AVX2 clone; the slots' chains overlap) and
 // the register-held columns of an accumulated output row.
 constexpr int kLanes = 8;
-constexpr int kBlock = 32;
+constexpr int kColumnBlock = 32;
 
 inline float Fold(SlotFold fold, float row, float x, float w) {
   return fold == SlotFold::kMean ? row + w * (x - row) : w * row + (1.0f - w) * x;
@@ -62,25 +62,25 @@ ABCD_VECTOR_CLONES void FoldSlotsAndMix(SlotFold fold, const float* x, const flo
   // Columns in blocks held in registers across the slots: out[c] = sum_j p[j] row_j[c], j in
   // order.
   int c0 = 0;
-  for (; c0 + kBlock <= dim; c0 += kBlock) {
-    float acc[kBlock] = {}, xb[kBlock];
-    for (int l = 0; l < kBlock; ++l) xb[l] = x[c0 + l];
+  for (; c0 + kColumnBlock <= dim; c0 += kColumnBlock) {
+    float acc[kColumnBlock] = {}, xb[kColumnBlock];
+    for (int l = 0; l < kColumnBlock; ++l) xb[l] = x[c0 + l];
     for (int j = 0; j < slots; ++j) {
       float* row = rows + static_cast<int64_t>(j) * dim + c0;
       const float wj = w[j], pj = p[j];
       if (fold == SlotFold::kMean) {
-        for (int l = 0; l < kBlock; ++l) {
+        for (int l = 0; l < kColumnBlock; ++l) {
           row[l] = Fold(SlotFold::kMean, row[l], xb[l], wj);
           acc[l] += pj * row[l];
         }
       } else {
-        for (int l = 0; l < kBlock; ++l) {
+        for (int l = 0; l < kColumnBlock; ++l) {
           row[l] = Fold(SlotFold::kDecay, row[l], xb[l], wj);
           acc[l] += pj * row[l];
         }
       }
     }
-    for (int l = 0; l < kBlock; ++l) out[c0 + l] = acc[l];
+    for (int l = 0; l < kColumnBlock; ++l) out[c0 + l] = acc[l];
   }
   for (int c = c0; c < dim; ++c) out[c] = 0.0f;
   for (int j = 0; j < slots && c0 < dim; ++j) {

@@ -23,7 +23,8 @@ bool IsLlamaNaming(const ModelConfig& c) {
 }
 
 // The first of `names` present (the current name first); the first when none is.
-std::string FirstPresent(const WeightLoader& weights, std::initializer_list<std::string> names) {
+std::string FirstPresentWeight(const WeightLoader& weights,
+                               std::initializer_list<std::string> names) {
   for (const std::string& name : names) {
     if (weights.Contains(name)) return name;
   }
@@ -39,10 +40,10 @@ absl::Status Model::LoadHfBlock(int layer, WeightLoader& weights, Block& block) 
   const bool llama = IsLlamaNaming(c);
   const std::string attn_norm =
       llama ? p + ".input_layernorm.weight"
-            : FirstPresent(weights, {p + ".attn_norm.weight", p + ".attn.norm.weight"});
+            : FirstPresentWeight(weights, {p + ".attn_norm.weight", p + ".attn.norm.weight"});
   const std::string mlp_norm =
       llama ? p + ".post_attention_layernorm.weight"
-            : FirstPresent(weights, {p + ".mlp_norm.weight", p + ".mlp.norm.weight"});
+            : FirstPresentWeight(weights, {p + ".mlp_norm.weight", p + ".mlp.norm.weight"});
   ABCD_ASSIGN_OR_RETURN(block.ln1_weight, weights.Load(attn_norm, {d}));
   ABCD_ASSIGN_OR_RETURN(block.ln2_weight, weights.Load(mlp_norm, {d}));
   const AttentionSpec& spec = c.decoder_layers[static_cast<size_t>(layer)].attention;
@@ -78,7 +79,7 @@ absl::Status Model::LoadHf(WeightLoader& weights) {
   const std::string embed =
       IsLlamaNaming(c)
           ? std::string("model.embed_tokens.weight")
-          : FirstPresent(weights, {"model.embeddings.weight", "model.embed_tokens.weight"});
+          : FirstPresentWeight(weights, {"model.embeddings.weight", "model.embed_tokens.weight"});
   ABCD_ASSIGN_OR_RETURN(std::vector<float> embedding, weights.Load(embed, {vocab, d}));
   embedding_ = PackedMatrix::Pack(embedding, vocab, d, weight_format_);
   if (!c.tie_embeddings) {

@@ -26,7 +26,7 @@ constexpr int kMaxSchemaDepth = 64;
 constexpr size_t kMaxEnumValues = 1024;
 constexpr size_t kMaxKeyBytes = 1024;
 
-bool IsDigit(uint8_t b) { return b >= '0' && b <= '9'; }
+bool IsDigitByte(uint8_t b) { return b >= '0' && b <= '9'; }
 
 const absl::flat_hash_set<std::string>& Annotations() {
   static const auto* names = new absl::flat_hash_set<std::string>{
@@ -768,7 +768,7 @@ int JsonGrammar::Resolve(int node, uint8_t byte) const {
     case JsonNode::Kind::kString:
       return byte == '"' ? node : -1;
     case JsonNode::Kind::kNumber:
-      return byte == '-' || IsDigit(byte) ? node : -1;
+      return byte == '-' || IsDigitByte(byte) ? node : -1;
     case JsonNode::Kind::kLiterals:
       for (const std::string& text : n.literals) {
         if (static_cast<uint8_t>(text[0]) == byte) return node;

@@ -13,15 +13,15 @@
 namespace abcd {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 constexpr int32_t kDrawBlock = 64;  // ids per block of the id-order draw
-constexpr int kLanes = 8;
+constexpr int kArgmaxLanes = 8;
 // Top-p's candidate bins: (max - logit) / T in steps of 1 / kBinsPerNat, the last one open.
 constexpr int kNucleusBins = 64;
 constexpr float kBinsPerNat = 4.0f;
 
 // The value a logit is ordered by: NaN counts as -inf (masked); -0 equals +0.
-inline float OrderKey(float logit) { return logit == logit ? logit : kNegInf; }
+inline float OrderKey(float logit) { return logit == logit ? logit : kNegativeInfinity; }
 
 // Highest key first, ties by id: a strict total order, so the sorted order is unique.
 struct Higher {
@@ -45,13 +45,13 @@ inline int NucleusBin(float max_logit, float logit, float scale) {
 
 // The highest logit (NaN ignored; -inf when there is none), over independent lanes.
 ABCD_VECTOR_CLONES float MaxLogit(const float* x, size_t n) {
-  float lanes[kLanes];
-  std::fill(lanes, lanes + kLanes, kNegInf);
+  float lanes[kArgmaxLanes];
+  std::fill(lanes, lanes + kArgmaxLanes, kNegativeInfinity);
   size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+  for (; i + kArgmaxLanes <= n; i += kArgmaxLanes) {
+    for (int l = 0; l < kArgmaxLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
   }
-  float m = kNegInf;
+  float m = kNegativeInfinity;
   for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   for (float v : lanes) m = v > m ? v : m;
   return m;
@@ -59,15 +59,15 @@ ABCD_VECTOR_CLONES float MaxLogit(const float* x, size_t n) {
 
 // The highest x[i] below `bound` (-inf when there is none), over independent lanes.
 ABCD_VECTOR_CLONES float MaxBelow(const float* x, size_t n, float bound) {
-  float lanes[kLanes];
-  std::fill(lanes, lanes + kLanes, kNegInf);
+  float lanes[kArgmaxLanes];
+  std::fill(lanes, lanes + kArgmaxLanes, kNegativeInfinity);
   size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
+  for (; i + kArgmaxLanes <= n; i += kArgmaxLanes) {
+    for (int l = 0; l < kArgmaxLanes; ++l) {
       lanes[l] = x[i + l] < bound && x[i + l] > lanes[l] ? x[i + l] : lanes[l];
     }
   }
-  float m = kNegInf;
+  float m = kNegativeInfinity;
   for (; i < n; ++i) m = x[i] < bound && x[i] > m ? x[i] : m;
   for (float v : lanes) m = v > m ? v : m;
   return m;
@@ -76,7 +76,7 @@ ABCD_VECTOR_CLONES float MaxBelow(const float* x, size_t n, float bound) {
 // y[i] = (x[i] - max) / t, NaN counting as masked (-inf).
 ABCD_VECTOR_CLONES void ScaleLogits(const float* __restrict x, size_t n, float max_logit, float t,
                                     float* __restrict y) {
-  for (size_t i = 0; i < n; ++i) y[i] = x[i] == x[i] ? (x[i] - max_logit) / t : kNegInf;
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] == x[i] ? (x[i] - max_logit) / t : kNegativeInfinity;
 }
 
 // sums[b] = the sum of w[b * kDrawBlock, (b + 1) * kDrawBlock) over eight lanes; returns the
@@ -84,9 +84,9 @@ ABCD_VECTOR_CLONES void ScaleLogits(const float* __restrict x, size_t n, float m
 ABCD_VECTOR_CLONES double BlockSums(const float* w, size_t blocks, double* sums) {
   double total = 0.0;
   for (size_t b = 0; b < blocks; ++b) {
-    double lanes[kLanes] = {};
-    for (int32_t j = 0; j < kDrawBlock; j += kLanes) {
-      for (int l = 0; l < kLanes; ++l) lanes[l] += w[b * kDrawBlock + j + l];
+    double lanes[kArgmaxLanes] = {};
+    for (int32_t j = 0; j < kDrawBlock; j += kArgmaxLanes) {
+      for (int l = 0; l < kArgmaxLanes; ++l) lanes[l] += w[b * kDrawBlock + j + l];
     }
     sums[b] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
               ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
@@ -101,9 +101,9 @@ template <typename Keep>
 int32_t Collect(const float* x, size_t n, Keep keep, int32_t* ids) {
   int32_t count = 0;
   size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  for (; i + kArgmaxLanes <= n; i += kArgmaxLanes) {
     unsigned bits = 0;
-    for (int l = 0; l < kLanes; ++l) bits |= (keep(x[i + l]) ? 1u : 0u) << l;
+    for (int l = 0; l < kArgmaxLanes; ++l) bits |= (keep(x[i + l]) ? 1u : 0u) << l;
     for (; bits != 0; bits &= bits - 1) {
       ids[count++] = static_cast<int32_t>(i) + std::countr_zero(bits);
     }
@@ -231,30 +231,31 @@ int32_t Sampler::Draw() {
   const int32_t vocab = static_cast<int32_t>(scratch_.size());
   const float max_logit = MaxLogit(scratch_.data(), scratch_.size());
   kept_ = -1;
-  if (!(max_logit > kNegInf)) {  // every id masked: the lowest id, as the full sort keeps it
+  if (!(max_logit >
+        kNegativeInfinity)) {  // every id masked: the lowest id, as the full sort keeps it
     NextUniform();
     return 0;
   }
   const int32_t k = params_.top_k > 0 && params_.top_k < vocab ? params_.top_k : 0;
   int32_t token = -1;
   if (k > 0) {
-    token = DrawSorted(SelectTopK(k), 0.0, kNegInf, /*complete=*/true);
+    token = DrawSorted(SelectTopK(k), 0.0, kNegativeInfinity, /*complete=*/true);
   } else if (params_.top_p < 1.0f) {
     double tail_mass = 0.0;
     const int32_t n = SelectNucleusCandidates(max_logit, ComputeWeights(max_logit), &tail_mass);
-    token = DrawSorted(n, tail_mass, kNegInf, /*complete=*/n == vocab);
+    token = DrawSorted(n, tail_mass, kNegativeInfinity, /*complete=*/n == vocab);
   } else if (params_.min_p > 0.0f) {
     // p >= min_p <=> (logit - max) / T >= log(min_p); the candidates reach 1e-3 nats below.
     const double bound =
         max_logit + params_.temperature * (std::log(static_cast<double>(params_.min_p)) - 1e-3);
-    float best_excluded = kNegInf;
+    float best_excluded = kNegativeInfinity;
     const int32_t n =
-        SelectAtLeast(std::nextafter(static_cast<float>(bound), kNegInf), &best_excluded);
+        SelectAtLeast(std::nextafter(static_cast<float>(bound), kNegativeInfinity), &best_excluded);
     token = DrawSorted(n, 0.0, best_excluded, /*complete=*/true);
   } else {
     return DrawAll(max_logit);
   }
-  return token >= 0 ? token : DrawSorted(SelectAll(), 0.0, kNegInf, /*complete=*/true);
+  return token >= 0 ? token : DrawSorted(SelectAll(), 0.0, kNegativeInfinity, /*complete=*/true);
 }
 
 double Sampler::ComputeWeights(float max_logit) {
@@ -263,7 +264,7 @@ double Sampler::ComputeWeights(float max_logit) {
   const size_t padded = blocks * kDrawBlock;
   weights_.resize(padded);
   ScaleLogits(scratch_.data(), vocab, max_logit, params_.temperature, weights_.data());
-  std::fill(weights_.begin() + static_cast<ptrdiff_t>(vocab), weights_.end(), kNegInf);
+  std::fill(weights_.begin() + static_cast<ptrdiff_t>(vocab), weights_.end(), kNegativeInfinity);
   cpu::ExpArray(weights_.data(), static_cast<int64_t>(padded), weights_.data());
   block_sums_.resize(blocks);
   return BlockSums(weights_.data(), blocks, block_sums_.data());
@@ -309,7 +310,7 @@ int32_t Sampler::SelectTopK(int32_t k) {
   const size_t capacity = std::max<size_t>(2 * static_cast<size_t>(k), 256);
   top_.clear();
   top_.reserve(capacity);
-  float kth = kNegInf;
+  float kth = kNegativeInfinity;
   bool cut = false;
   for (size_t i = 0; i < vocab; ++i) {
     const float key = OrderKey(scratch_[i]);
@@ -387,7 +388,7 @@ int32_t Sampler::DrawSorted(int32_t n, double tail_mass, float best_excluded, bo
   if (n == 0) return -1;
   int32_t keep = n;
   // Masked ids (-inf) sort last: they are never drawn, not even by the rounding fallback below.
-  while (keep > 1 && OrderKey(scratch_[order_[keep - 1]]) == kNegInf) --keep;
+  while (keep > 1 && OrderKey(scratch_[order_[keep - 1]]) == kNegativeInfinity) --keep;
   const float max_logit = scratch_[order_[0]];
   const double temperature = params_.temperature;
   probs_.resize(keep);

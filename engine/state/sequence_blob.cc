@@ -14,7 +14,7 @@ constexpr char kMagic[8] = {'A', 'B', 'C', 'D', 'S', 'E', 'S', 'S'};
 // Magic, version, model length, fingerprint, token count, folded, state length, checksum.
 constexpr size_t kMinBytes = 8 + 4 + 4 + 8 + 8 + 8 + 8 + 8;
 
-absl::Status Invalid(absl::string_view what) {
+absl::Status InvalidBlob(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("session blob: ", what));
 }
 
@@ -39,14 +39,14 @@ struct Parsed {
 absl::Status CheckMagicAndVersion(absl::string_view bytes) {
   const absl::string_view magic(kMagic, 8);
   if (bytes.substr(0, 8) != magic.substr(0, bytes.size())) {
-    return Invalid("not a session blob (bad magic)");
+    return InvalidBlob("not a session blob (bad magic)");
   }
   uint32_t version;
-  if (bytes.size() < 12) return Invalid("truncated header");
+  if (bytes.size() < 12) return InvalidBlob("truncated header");
   std::memcpy(&version, bytes.data() + 8, 4);
   if (version != SequenceBlob::kVersion) {
-    return Invalid(absl::StrCat("version ", version, " is not supported (this build reads ",
-                                SequenceBlob::kVersion, ")"));
+    return InvalidBlob(absl::StrCat("version ", version, " is not supported (this build reads ",
+                                    SequenceBlob::kVersion, ")"));
   }
   return absl::OkStatus();
 }
@@ -54,55 +54,55 @@ absl::Status CheckMagicAndVersion(absl::string_view bytes) {
 // Checks everything but the checksum and the token values.
 absl::Status Parse(absl::string_view bytes, Parsed* parsed) {
   if (absl::Status status = CheckMagicAndVersion(bytes); !status.ok()) return status;
-  if (bytes.size() < kMinBytes) return Invalid("truncated header");
+  if (bytes.size() < kMinBytes) return InvalidBlob("truncated header");
   // The checksum is the last 8 bytes: the fields below must end exactly there.
   ByteReader in(bytes.substr(12, bytes.size() - 12 - 8));
   uint32_t model_bytes;
-  if (!in.Get(&model_bytes)) return Invalid("truncated model name");
+  if (!in.Get(&model_bytes)) return InvalidBlob("truncated model name");
   if (model_bytes > SequenceBlob::kMaxModelBytes) {
-    return Invalid(absl::StrCat("model name of ", model_bytes, " bytes (at most ",
-                                SequenceBlob::kMaxModelBytes, ")"));
+    return InvalidBlob(absl::StrCat("model name of ", model_bytes, " bytes (at most ",
+                                    SequenceBlob::kMaxModelBytes, ")"));
   }
-  if (!in.Take(model_bytes, &parsed->model)) return Invalid("truncated model name");
+  if (!in.Take(model_bytes, &parsed->model)) return InvalidBlob("truncated model name");
   if (!in.Get(&parsed->fingerprint) || !in.Get(&parsed->token_count)) {
-    return Invalid("truncated header");
+    return InvalidBlob("truncated header");
   }
   if (parsed->token_count > in.remaining() / 4) {
-    return Invalid(absl::StrCat("token count ", parsed->token_count, " exceeds the blob's ",
-                                bytes.size(), " bytes"));
+    return InvalidBlob(absl::StrCat("token count ", parsed->token_count, " exceeds the blob's ",
+                                    bytes.size(), " bytes"));
   }
-  if (!in.Take(parsed->token_count * 4, &parsed->tokens)) return Invalid("truncated tokens");
+  if (!in.Take(parsed->token_count * 4, &parsed->tokens)) return InvalidBlob("truncated tokens");
   uint64_t state_bytes;
-  if (!in.Get(&parsed->folded) || !in.Get(&state_bytes)) return Invalid("truncated header");
+  if (!in.Get(&parsed->folded) || !in.Get(&state_bytes)) return InvalidBlob("truncated header");
   if (parsed->folded < 0 || static_cast<uint64_t>(parsed->folded) > parsed->token_count) {
-    return Invalid(absl::StrCat("folded ", parsed->folded, " is outside [0, ", parsed->token_count,
-                                "] (the token count)"));
+    return InvalidBlob(absl::StrCat("folded ", parsed->folded, " is outside [0, ",
+                                    parsed->token_count, "] (the token count)"));
   }
   if (state_bytes > in.remaining()) {
-    return Invalid(
+    return InvalidBlob(
         absl::StrCat("state length ", state_bytes, " exceeds the blob's ", bytes.size(), " bytes"));
   }
   in.Take(state_bytes, &parsed->state);
-  if (in.remaining() != 0) return Invalid("trailing bytes");
+  if (in.remaining() != 0) return InvalidBlob("trailing bytes");
   auto header = StatePool::ReadSnapshotHeader(parsed->state);
-  if (!header.ok()) return Invalid(absl::StrCat("state: ", header.status().message()));
+  if (!header.ok()) return InvalidBlob(absl::StrCat("state: ", header.status().message()));
   if (header->fingerprint != parsed->fingerprint) {
-    return Invalid(absl::StrCat("state fingerprint ", header->fingerprint,
-                                " differs from the blob's ", parsed->fingerprint));
+    return InvalidBlob(absl::StrCat("state fingerprint ", header->fingerprint,
+                                    " differs from the blob's ", parsed->fingerprint));
   }
   if (header->position != parsed->folded) {
-    return Invalid(
+    return InvalidBlob(
         absl::StrCat("state position ", header->position, " differs from folded ", parsed->folded));
   }
   return absl::OkStatus();
 }
 
 absl::Status VerifyChecksum(absl::string_view bytes) {
-  if (bytes.size() < kMinBytes) return Invalid("truncated header");
+  if (bytes.size() < kMinBytes) return InvalidBlob("truncated header");
   uint64_t stored;
   std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
   if (SequenceBlobChecksum(bytes.substr(0, bytes.size() - 8)) != stored) {
-    return Invalid("checksum mismatch (corrupt or truncated)");
+    return InvalidBlob("checksum mismatch (corrupt or truncated)");
   }
   return absl::OkStatus();
 }
@@ -177,7 +177,7 @@ absl::StatusOr<SequenceBlob> DecodeSequenceBlob(absl::string_view bytes) {
   }
   for (size_t i = 0; i < blob.tokens.size(); ++i) {
     if (blob.tokens[i] < 0) {
-      return Invalid(absl::StrCat("token[", i, "] = ", blob.tokens[i], " is negative"));
+      return InvalidBlob(absl::StrCat("token[", i, "] = ", blob.tokens[i], " is negative"));
     }
   }
   blob.folded = parsed.folded;

@@ -45,11 +45,6 @@ class Writer {
   std::string out_;
 };
 
-int64_t RoundUpToPage(int64_t rows) {
-  return (rows + StatePool::kKvPageTokens - 1) / StatePool::kKvPageTokens *
-         StatePool::kKvPageTokens;
-}
-
 }  // namespace
 
 StatePool::StatePool(StateLayout layout, int64_t budget_bytes)
@@ -115,7 +110,7 @@ absl::StatusOr<SequenceId> StatePool::Fork(SequenceId id) {
 absl::Status StatePool::Grow(SequenceId id, bool cross, int64_t rows) {
   SequenceState* state = Get(id);
   if (state == nullptr) return NotFound(id);
-  const int64_t target = RoundUpToPage(rows);
+  const int64_t target = RoundUpToKvPage(rows);
   int64_t extra_bytes = 0;
   for (size_t i = 0; i < state->kv.size(); ++i) {
     if (layout_.kv_is_cross[i] != cross) continue;
@@ -366,7 +361,7 @@ absl::Status StatePool::ParseSnapshot(absl::string_view snapshot, SequenceState*
     kv.width = width;
     kv.format = layout_.kv_format;
     kv.length = length;
-    kv.Resize(RoundUpToPage(length));
+    kv.Resize(RoundUpToKvPage(length));
     for (const bool value_side : {false, true}) {
       absl::string_view bytes;
       if (!in.Take(static_cast<uint64_t>(values * value_bytes), &bytes)) {

@@ -64,6 +64,10 @@ struct SequenceState {
 class StatePool {
  public:
   static constexpr int64_t kKvPageTokens = 16;
+  // rows rounded up to a whole number of KV pages.
+  static constexpr int64_t RoundUpToKvPage(int64_t rows) {
+    return (rows + kKvPageTokens - 1) / kKvPageTokens * kKvPageTokens;
+  }
 
   StatePool(StateLayout layout, int64_t budget_bytes);
 

@@ -18,22 +18,22 @@ constexpr char kGpt2Pattern[] =
 
 enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
-using Range = std::pair<size_t, size_t>;
+using ByteRange = std::pair<size_t, size_t>;
 
 // Hugging Face's NormalizedString::split: the text cut at the matches of a pattern, each match
 // kept, removed or merged with a neighbour as `behavior` says.
-std::vector<Range> SplitRanges(size_t size, const std::vector<Range>& found, Behavior behavior,
-                               bool invert) {
-  std::vector<std::pair<Range, bool>> matches;  // covering [0, size), with is_match
+std::vector<ByteRange> SplitRanges(size_t size, const std::vector<ByteRange>& found,
+                                   Behavior behavior, bool invert) {
+  std::vector<std::pair<ByteRange, bool>> matches;  // covering [0, size), with is_match
   size_t prev = 0;
-  for (const Range& m : found) {
+  for (const ByteRange& m : found) {
     if (prev != m.first) matches.push_back({{prev, m.first}, invert});
     matches.push_back({m, !invert});
     prev = m.second;
   }
   if (prev != size) matches.push_back({{prev, size}, invert});
 
-  std::vector<Range> out;
+  std::vector<ByteRange> out;
   bool previous_match = false;
   switch (behavior) {
     case Behavior::kIsolated:
@@ -86,8 +86,8 @@ absl::Status SplitPieces(std::vector<Piece>& pieces, const Regex& regex, Behavio
   std::vector<Piece> out;
   out.reserve(pieces.size());
   for (Piece& piece : pieces) {
-    ABCD_ASSIGN_OR_RETURN(const std::vector<Range> found, regex.FindAll(piece.text));
-    for (const Range& r : SplitRanges(piece.text.size(), found, behavior, invert)) {
+    ABCD_ASSIGN_OR_RETURN(const std::vector<ByteRange> found, regex.FindAll(piece.text));
+    for (const ByteRange& r : SplitRanges(piece.text.size(), found, behavior, invert)) {
       if (r.second == r.first) continue;
       out.push_back(
           {piece.text.substr(r.first, r.second - r.first), piece.at_start && r.first == 0});

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@
 #include "nlohmann/json.hpp"
 
 namespace abcd::bench {
+
+// A state budget no benchmark reaches (the pools are sized by what the runs hold).
+inline constexpr int64_t kUnlimitedStateBytes = std::numeric_limits<int64_t>::max() / 4;
+// Prompt rows per Decode call, as the server's default prefill chunk.
+inline constexpr int64_t kPrefillChunkRows = 512;
 
 struct MemoryOptions {
   std::vector<std::string> models;

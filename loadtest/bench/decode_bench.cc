@@ -27,16 +27,13 @@
 namespace abcd::bench {
 namespace {
 
-constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
-constexpr int64_t kChunk = 512;
-
 absl::Status Prefill(const Model& model, CpuContext& ctx, StatePool& pool, SequenceId id,
                      int64_t length) {
   const std::vector<int32_t> tokens = Tokens(11, length, model.config().vocab_size);
   std::vector<float> logits;
-  for (int64_t start = 0; start < length; start += kChunk) {
+  for (int64_t start = 0; start < length; start += kPrefillChunkRows) {
     std::vector<DecodeRow> rows;
-    for (int64_t t = start; t < std::min(length, start + kChunk); ++t) {
+    for (int64_t t = start; t < std::min(length, start + kPrefillChunkRows); ++t) {
       rows.push_back({id, tokens[static_cast<size_t>(t)], t + 1 == length});
     }
     ABCD_RETURN_IF_ERROR(model.Decode(ctx, rows, pool, &logits));
@@ -83,7 +80,7 @@ absl::StatusOr<double> PrefillSeconds(const Model& model, CpuContext& ctx, int64
                                       int rounds) {
   std::vector<double> times;
   for (int r = 0; r < rounds + 1; ++r) {
-    StatePool pool(model.state_layout(), kUnlimited);
+    StatePool pool(model.state_layout(), kUnlimitedStateBytes);
     ABCD_ASSIGN_OR_RETURN(const SequenceId id, pool.Acquire());
     const auto start = BenchClock::now();
     ABCD_RETURN_IF_ERROR(Prefill(model, ctx, pool, id, tokens));
@@ -193,7 +190,7 @@ absl::StatusOr<nlohmann::json> RunDecode(const DecodeOptions& options) {
   std::map<int64_t, double> read_seconds;  // by bytes: measured once per size
   for (int64_t context : options.contexts) {
     for (Entry& e : entries) {
-      e.pool = std::make_unique<StatePool>(e.model->state_layout(), kUnlimited);
+      e.pool = std::make_unique<StatePool>(e.model->state_layout(), kUnlimitedStateBytes);
       ABCD_ASSIGN_OR_RETURN(e.base, e.pool->Acquire());
       ABCD_RETURN_IF_ERROR(Prefill(*e.model, *e.ctx, *e.pool, e.base, context));
     }

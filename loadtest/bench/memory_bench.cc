@@ -11,12 +11,9 @@
 namespace abcd::bench {
 namespace {
 
-constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
-constexpr int64_t kChunk = 512;  // prefill rows per Decode call in the real run
-
 // Bytes the pool charges one sequence that holds `length` tokens.
 absl::StatusOr<int64_t> PoolBytes(const StateLayout& layout, int64_t length) {
-  StatePool pool(layout, kUnlimited);
+  StatePool pool(layout, kUnlimitedStateBytes);
   ABCD_ASSIGN_OR_RETURN(const SequenceId id, pool.Acquire());
   ABCD_RETURN_IF_ERROR(pool.ReserveTokens(id, length));
   return pool.SequenceBytes(id);
@@ -24,13 +21,13 @@ absl::StatusOr<int64_t> PoolBytes(const StateLayout& layout, int64_t length) {
 
 // Decodes `length` real tokens into one sequence; returns the bytes charged afterwards.
 absl::StatusOr<int64_t> DecodedBytes(const Model& model, int64_t length) {
-  StatePool pool(model.state_layout(), kUnlimited);
+  StatePool pool(model.state_layout(), kUnlimitedStateBytes);
   ABCD_ASSIGN_OR_RETURN(const SequenceId id, pool.Acquire());
   const std::vector<int32_t> tokens = Tokens(7, length, model.config().vocab_size);
   std::vector<float> logits;
-  for (int64_t start = 0; start < length; start += kChunk) {
+  for (int64_t start = 0; start < length; start += kPrefillChunkRows) {
     std::vector<DecodeRow> rows;
-    for (int64_t t = start; t < std::min(length, start + kChunk); ++t) {
+    for (int64_t t = start; t < std::min(length, start + kPrefillChunkRows); ++t) {
       rows.push_back({id, tokens[static_cast<size_t>(t)], t + 1 == length});
     }
     ABCD_RETURN_IF_ERROR(model.Decode(rows, pool, &logits));

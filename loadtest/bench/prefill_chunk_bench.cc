@@ -31,7 +31,6 @@
 namespace abcd::bench {
 namespace {
 
-constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
 constexpr int64_t kSetupChunk = 512;
 
 absl::Status Feed(const Model& model, CpuContext& ctx, StatePool& pool, SequenceId id,
@@ -200,7 +199,7 @@ absl::StatusOr<nlohmann::json> RunPrefillChunk(const PrefillChunkOptions& option
       std::cout << absl::StrFormat("%8s %12s %12s %14s\n", "P", "median ms", "min ms", "setup s");
       for (int64_t p : options.contexts) {
         const std::vector<int32_t> tokens = Tokens(11, p + chunk, model->config().vocab_size);
-        StatePool pool(model->state_layout(), kUnlimited);
+        StatePool pool(model->state_layout(), kUnlimitedStateBytes);
         ABCD_ASSIGN_OR_RETURN(const SequenceId base, pool.Acquire());
         const auto setup_start = BenchClock::now();
         for (int64_t begin = 0; begin < p; begin += kSetupChunk) {

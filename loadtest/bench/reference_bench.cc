@@ -27,13 +27,11 @@
 namespace abcd::bench {
 namespace {
 
-constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
-
 using Pass = ReferencePass;
 
 absl::StatusOr<Pass> CpuEnginePass(const Model& model,
                                    const std::vector<std::vector<int32_t>>& rows, int steps) {
-  StatePool pool(model.state_layout(), kUnlimited);
+  StatePool pool(model.state_layout(), kUnlimitedStateBytes);
   std::vector<SequenceId> ids;
   for (size_t i = 0; i < rows.size(); ++i) {
     ABCD_ASSIGN_OR_RETURN(const SequenceId id, pool.Acquire());

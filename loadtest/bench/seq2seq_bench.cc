@@ -32,9 +32,6 @@
 namespace abcd::bench {
 namespace {
 
-constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
-constexpr int64_t kChunk = 512;
-
 struct Bytes {
   int64_t self = 0, cross = 0;
 };
@@ -50,7 +47,7 @@ Bytes StateBytes(const StateLayout& layout, const SequenceState& state) {
   return b;
 }
 
-struct Entry {
+struct Seq2SeqEntry {
   std::unique_ptr<Model> model;
   std::string label;
   std::string attention;
@@ -60,10 +57,11 @@ struct Entry {
 };
 
 // Encodes one source of `length` tokens into a fresh sequence and prefills its target with
-// `length` tokens (chunks of kChunk rows). Returns (encode seconds, prefill seconds).
-absl::StatusOr<std::pair<double, double>> Prepare(Entry& e, CpuContext& ctx, int64_t length) {
+// `length` tokens (chunks of kPrefillChunkRows rows). Returns (encode seconds, prefill seconds).
+absl::StatusOr<std::pair<double, double>> Prepare(Seq2SeqEntry& e, CpuContext& ctx,
+                                                  int64_t length) {
   const int vocab = e.model->config().vocab_size;
-  e.pool = std::make_unique<StatePool>(e.model->state_layout(), kUnlimited);
+  e.pool = std::make_unique<StatePool>(e.model->state_layout(), kUnlimitedStateBytes);
   ABCD_ASSIGN_OR_RETURN(e.base, e.pool->Acquire());
   const std::vector<int32_t> source = Tokens(7, length, vocab);
   auto start = BenchClock::now();
@@ -72,9 +70,9 @@ absl::StatusOr<std::pair<double, double>> Prepare(Entry& e, CpuContext& ctx, int
   const std::vector<int32_t> target = Tokens(11, length, vocab);
   std::vector<float> logits;
   start = BenchClock::now();
-  for (int64_t first = 0; first < length; first += kChunk) {
+  for (int64_t first = 0; first < length; first += kPrefillChunkRows) {
     std::vector<DecodeRow> rows;
-    for (int64_t t = first; t < std::min(length, first + kChunk); ++t) {
+    for (int64_t t = first; t < std::min(length, first + kPrefillChunkRows); ++t) {
       rows.push_back({e.base, target[static_cast<size_t>(t)], t + 1 == length});
     }
     ABCD_RETURN_IF_ERROR(e.model->Decode(ctx, rows, *e.pool, &logits));
@@ -82,7 +80,7 @@ absl::StatusOr<std::pair<double, double>> Prepare(Entry& e, CpuContext& ctx, int
   return std::make_pair(encode, Seconds(BenchClock::now() - start));
 }
 
-absl::StatusOr<std::vector<SequenceId>> ForkBatch(Entry& e, int64_t batch) {
+absl::StatusOr<std::vector<SequenceId>> ForkBatch(Seq2SeqEntry& e, int64_t batch) {
   std::vector<SequenceId> ids;
   for (int64_t i = 0; i < batch; ++i) {
     ABCD_ASSIGN_OR_RETURN(const SequenceId id, e.pool->Fork(e.base));
@@ -92,7 +90,7 @@ absl::StatusOr<std::vector<SequenceId>> ForkBatch(Entry& e, int64_t batch) {
 }
 
 // Median greedy step time (seconds) of `batch` forks of the prepared sequence.
-absl::StatusOr<double> StepSeconds(Entry& e, CpuContext& ctx, int64_t batch, int steps) {
+absl::StatusOr<double> StepSeconds(Seq2SeqEntry& e, CpuContext& ctx, int64_t batch, int steps) {
   ABCD_ASSIGN_OR_RETURN(const std::vector<SequenceId> ids, ForkBatch(e, batch));
   const int vocab = e.model->config().vocab_size;
   std::vector<int32_t> next = Tokens(977, batch, vocab);
@@ -115,7 +113,8 @@ absl::StatusOr<double> StepSeconds(Entry& e, CpuContext& ctx, int64_t batch, int
 }
 
 // The step breakdown (milliseconds, summed over the decoder layers) on `batch` forks.
-absl::StatusOr<nlohmann::json> Breakdown(Entry& e, CpuContext& ctx, int64_t batch, int repeats) {
+absl::StatusOr<nlohmann::json> Breakdown(Seq2SeqEntry& e, CpuContext& ctx, int64_t batch,
+                                         int repeats) {
   ABCD_ASSIGN_OR_RETURN(const std::vector<SequenceId> ids, ForkBatch(e, batch));
   const Model& model = *e.model;
   const StateLayout& layout = model.state_layout();
@@ -210,9 +209,9 @@ absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options) {
   out["threads"] = options.threads;
   out["kv_cache"] = KvFormatName(options.kv_cache_format);
   out["kernel"] = cpu::LinearKernelName();
-  std::vector<Entry> entries;
+  std::vector<Seq2SeqEntry> entries;
   for (const std::string& dir : options.models) {
-    Entry e;
+    Seq2SeqEntry e;
     ModelLoadOptions load;
     load.kv_cache_format = options.kv_cache_format;
     ABCD_ASSIGN_OR_RETURN(e.model, Model::Load(dir, load));
@@ -244,7 +243,7 @@ absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options) {
   std::map<int64_t, std::map<std::string, double>> speed;
   for (int64_t length : options.lengths) {
     std::vector<std::pair<double, double>> prepared;
-    for (Entry& e : entries) {
+    for (Seq2SeqEntry& e : entries) {
       ABCD_ASSIGN_OR_RETURN(auto times, Prepare(e, ctx, length));
       prepared.push_back(times);
     }
@@ -259,7 +258,7 @@ absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options) {
     std::map<std::string, double> rate;
     std::vector<nlohmann::json> points;
     for (size_t i = 0; i < entries.size(); ++i) {
-      Entry& e = entries[i];
+      Seq2SeqEntry& e = entries[i];
       const double step_ms = Median(rounds[i]);
       const double tokens_per_s = static_cast<double>(options.batch) / (step_ms / 1000);
       ABCD_ASSIGN_OR_RETURN(const SequenceId probe, e.pool->Fork(e.base));
@@ -287,7 +286,7 @@ absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options) {
       e.pool.reset();
     }
     for (size_t i = 0; i < entries.size(); ++i) {
-      Entry& e = entries[i];
+      Seq2SeqEntry& e = entries[i];
       nlohmann::json& p = points[i];
       const double vs = rate.contains("softmax") ? rate[e.attention] / rate["softmax"] : 0.0;
       std::cout << absl::StrFormat(
@@ -309,7 +308,7 @@ absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options) {
             << absl::StrFormat("%6s %-14s %9s %9s %9s %9s %9s %9s %9s\n", "L", "model", "step",
                                "self attn", "(proj)", "cross", "ffn", "vocab", "other");
   for (size_t li = 0; li < options.lengths.size(); ++li) {
-    for (const Entry& e : entries) {
+    for (const Seq2SeqEntry& e : entries) {
       const nlohmann::json& p = e.json["points"][li];
       const nlohmann::json& b = p["breakdown"];
       std::cout << absl::StrFormat(
@@ -350,7 +349,7 @@ absl::StatusOr<nlohmann::json> RunSeq2seq(const Seq2seqOptions& options) {
   }
   out["ratios"] = std::move(ratios);
   nlohmann::json models = nlohmann::json::array();
-  for (Entry& e : entries) models.push_back(std::move(e.json));
+  for (Seq2SeqEntry& e : entries) models.push_back(std::move(e.json));
   out["models"] = std::move(models);
   const double elapsed = Seconds(BenchClock::now() - began);
   out["elapsed_s"] = elapsed;

@@ -15,7 +15,7 @@
 namespace abcd::chat {
 namespace {
 
-absl::Status Error(absl::string_view message) { return absl::InvalidArgumentError(message); }
+absl::Status FilterError(absl::string_view message) { return absl::InvalidArgumentError(message); }
 
 using ListPtr = std::shared_ptr<const ValueList>;
 
@@ -28,12 +28,12 @@ absl::StatusOr<Value> SelectOrReject(const Value& input, const CallArgs& args, b
   if (by_attribute) {
     attr = args.Get(next++, "");
     if (attr == nullptr || !attr->is_string()) {
-      return Error(absl::StrCat(filter, ": an attribute name is needed"));
+      return FilterError(absl::StrCat(filter, ": an attribute name is needed"));
     }
   }
   const Value* test = args.Get(next++, "");
   if (test != nullptr && (!test->is_string() || !IsTest(test->s.str()))) {
-    return Error(
+    return FilterError(
         absl::StrCat(filter, ": test '", test != nullptr ? Str(*test) : "", "' is not supported"));
   }
   CallArgs test_args;
@@ -84,7 +84,7 @@ absl::StatusOr<Value> Map(const Value& input, const CallArgs& args, RenderBudget
   const Value* filter = args.Get(0, "");
   if (filter == nullptr || !filter->is_string() || !IsFilter(filter->s.str()) ||
       filter->s.str() == "map") {
-    return Error("map: needs attribute= or the name of a supported filter");
+    return FilterError("map: needs attribute= or the name of a supported filter");
   }
   CallArgs rest;
   rest.positional.assign(args.positional.begin() + 1, args.positional.end());
@@ -133,7 +133,7 @@ std::vector<absl::string_view> SplitLines(absl::string_view s) {
 // blank ones unless `blank`) gets the indentation (spaces, or the string given as width).
 absl::StatusOr<Value> Indent(const Value& input, const CallArgs& args, RenderBudget& budget) {
   if (input.undefined()) return UndefinedError(input);
-  if (!input.is_string()) return Error("indent: the value must be a string");
+  if (!input.is_string()) return FilterError("indent: the value must be a string");
   std::string indention(4, ' ');
   if (const Value* width = args.Get(0, "width"); width != nullptr) {
     if (width->is_string()) {
@@ -141,7 +141,7 @@ absl::StatusOr<Value> Indent(const Value& input, const CallArgs& args, RenderBud
     } else {
       absl::StatusOr<int64_t> n = NeedInt(*width, "indent's width");
       if (!n.ok()) return n.status();
-      if (*n < 0 || *n > 256) return Error("indent's width must be between 0 and 256");
+      if (*n < 0 || *n > 256) return FilterError("indent's width must be between 0 and 256");
       indention.assign(static_cast<size_t>(*n), ' ');
     }
   }
@@ -261,14 +261,15 @@ absl::StatusOr<Value> Sorted(absl::string_view name, const Value& input, const C
                              RenderBudget& budget) {
   if (name == "dictsort") {
     if (input.kind != Value::Kind::kDict) {
-      return Error(absl::StrCat("dictsort: the value must be a mapping, got ", TypeName(input)));
+      return FilterError(
+          absl::StrCat("dictsort: the value must be a mapping, got ", TypeName(input)));
     }
     const bool case_sensitive = CaseSensitive(args, 0);
     const Value* by = args.Get(1, "by");
     const Value* reverse = args.Get(2, "reverse");
     const bool by_value = by != nullptr && by->is_string() && by->s.str() == "value";
     if (by != nullptr && (!by->is_string() || (by->s.str() != "key" && by->s.str() != "value"))) {
-      return Error("dictsort: 'by' must be 'key' or 'value'");
+      return FilterError("dictsort: 'by' must be 'key' or 'value'");
     }
     if (absl::Status st = budget.Items(input.dict->size() * 4); !st.ok()) return st;
     std::vector<std::pair<Value, Value>> pairs;
@@ -349,7 +350,7 @@ absl::StatusOr<Value> Sum(const Value& input, const CallArgs& args, RenderBudget
   double real = 0;
   bool is_float = false;
   if (start != nullptr) {
-    if (!start->is_number()) return Error("sum: start must be a number");
+    if (!start->is_number()) return FilterError("sum: start must be a number");
     is_float = start->kind == Value::Kind::kFloat;
     real = is_float ? start->f : 0;
     total = is_float ? 0 : (start->kind == Value::Kind::kBool ? start->b : start->i);
@@ -362,14 +363,14 @@ absl::StatusOr<Value> Sum(const Value& input, const CallArgs& args, RenderBudget
       v = *std::move(got);
     }
     if (!v.is_number()) {
-      return Error(
+      return FilterError(
           absl::StrCat("unsupported operand type(s) for +: 'int' and '", TypeName(v), "'"));
     }
     if (v.kind == Value::Kind::kFloat) {
       is_float = true;
       real += v.f;
     } else if (__builtin_add_overflow(total, v.kind == Value::Kind::kBool ? v.b : v.i, &total)) {
-      return Error("integer overflow");
+      return FilterError("integer overflow");
     }
   }
   return is_float ? Value::Float(real + static_cast<double>(total)) : Value::Int(total);
@@ -464,7 +465,8 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input, co
     if (name == "replace") {
       const Value* old_text = args.Get(0, "old");
       const Value* new_text = args.Get(1, "new");
-      if (old_text == nullptr || new_text == nullptr) return Error("replace: needs old and new");
+      if (old_text == nullptr || new_text == nullptr)
+        return FilterError("replace: needs old and new");
       const Value* count = args.Get(2, "count");
       CallArgs method_args;
       for (const Value* v : {old_text, new_text}) {
@@ -497,7 +499,7 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input, co
         separators != nullptr && separators->kind != Value::Kind::kNone) {
       if (separators->kind != Value::Kind::kList || separators->list->size() != 2 ||
           !(*separators->list)[0].is_string() || !(*separators->list)[1].is_string()) {
-        return Error("tojson: separators must be two strings");
+        return FilterError("tojson: separators must be two strings");
       }
       options.item_separator = (*separators->list)[0].s.str();
       options.key_separator = (*separators->list)[1].s.str();
@@ -535,7 +537,7 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input, co
   }
   if (name == "items") {
     if (input.undefined()) return Value::List({});
-    if (input.kind != Value::Kind::kDict) return Error("items: the value must be a mapping");
+    if (input.kind != Value::Kind::kDict) return FilterError("items: the value must be a mapping");
     return CallMethod(input, "items", CallArgs(), budget);
   }
   if (name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject") {
@@ -563,13 +565,13 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input, co
   }
   if (name == "abs") {
     if (input.kind == Value::Kind::kInt) {
-      if (input.i == INT64_MIN) return Error("integer overflow");
+      if (input.i == INT64_MIN) return FilterError("integer overflow");
       return Value::Int(input.i < 0 ? -input.i : input.i);
     }
     if (input.kind == Value::Kind::kFloat) return Value::Float(std::fabs(input.f));
-    return Error(absl::StrCat("bad operand type for abs(): '", TypeName(input), "'"));
+    return FilterError(absl::StrCat("bad operand type for abs(): '", TypeName(input), "'"));
   }
-  return Error(absl::StrCat("filter '", name, "' is not supported"));
+  return FilterError(absl::StrCat("filter '", name, "' is not supported"));
 }
 
 }  // namespace abcd::chat

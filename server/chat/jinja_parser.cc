@@ -16,7 +16,9 @@
 namespace abcd::chat {
 namespace {
 
-absl::Status Error(int line, absl::string_view message) { return TemplateError(line, message); }
+absl::Status ParseError(int line, absl::string_view message) {
+  return TemplateError(line, message);
+}
 
 using ExprPtr = std::unique_ptr<Expr>;
 
@@ -70,7 +72,7 @@ class Parser {
   absl::Status Statement(const std::string& keyword, NodeList* out, int depth);
   absl::Status ExpectEnd() {
     if (Peek().type != Token::Type::kEnd) {
-      return Error(Peek().line, absl::StrCat("unexpected '", Peek().text, "' in the tag"));
+      return ParseError(Peek().line, absl::StrCat("unexpected '", Peek().text, "' in the tag"));
     }
     return absl::OkStatus();
   }
@@ -98,10 +100,10 @@ class Parser {
   }
   absl::Status ExpectOp(absl::string_view op) {
     if (SkipOp(op)) return absl::OkStatus();
-    return Error(Peek().line, absl::StrCat("expected '", op, "', got ",
-                                           Peek().type == Token::Type::kEnd
-                                               ? "the end of the tag"
-                                               : absl::StrCat("'", Peek().text, "'")));
+    return ParseError(Peek().line, absl::StrCat("expected '", op, "', got ",
+                                                Peek().type == Token::Type::kEnd
+                                                    ? "the end of the tag"
+                                                    : absl::StrCat("'", Peek().text, "'")));
   }
   ExprPtr Make(Expr::Type type, int line) {
     auto e = std::make_unique<Expr>();
@@ -117,7 +119,7 @@ class Parser {
     return e;
   }
   absl::Status Deeper(int line) {
-    if (++depth_ > kMaxTemplateDepth) return Error(line, "expression nested too deeply");
+    if (++depth_ > kMaxTemplateDepth) return ParseError(line, "expression nested too deeply");
     return absl::OkStatus();
   }
 
@@ -361,9 +363,9 @@ absl::StatusOr<ExprPtr> Parser::Primary() {
       }
       [[fallthrough]];
     default:
-      return Error(token.line, token.type == Token::Type::kEnd
-                                   ? "expected an expression, got the end of the tag"
-                                   : absl::StrCat("unexpected '", token.text, "'"));
+      return ParseError(token.line, token.type == Token::Type::kEnd
+                                        ? "expected an expression, got the end of the tag"
+                                        : absl::StrCat("unexpected '", token.text, "'"));
   }
 }
 
@@ -395,7 +397,7 @@ absl::StatusOr<ExprPtr> Parser::Subscript(ExprPtr node) {
       e->args.push_back(std::move(index));
       return e;
     }
-    if (attr.type != Token::Type::kName) return Error(token.line, "expected a name after '.'");
+    if (attr.type != Token::Type::kName) return ParseError(token.line, "expected a name after '.'");
     ExprPtr e = Make(Expr::Type::kGetAttr, token.line);
     e->name = attr.text;
     e->args.push_back(std::move(node));
@@ -408,16 +410,16 @@ absl::StatusOr<ExprPtr> Parser::Subscript(ExprPtr node) {
     if (IsOp(":")) {
       Next();
       slice = true;
-      if (parts.size() == 3) return Error(token.line, "too many ':' in a slice");
+      if (parts.size() == 3) return ParseError(token.line, "too many ':' in a slice");
       parts.emplace_back();
       continue;
     }
-    if (parts.back() != nullptr) return Error(Peek().line, "expected ']' in a subscript");
+    if (parts.back() != nullptr) return ParseError(Peek().line, "expected ']' in a subscript");
     PARSE_ASSIGN(part, Expression());
     parts.back() = std::move(part);
   }
   Next();
-  if (!slice && parts[0] == nullptr) return Error(token.line, "empty subscript []");
+  if (!slice && parts[0] == nullptr) return ParseError(token.line, "empty subscript []");
   ExprPtr e = Make(slice ? Expr::Type::kSlice : Expr::Type::kGetItem, token.line);
   e->args.push_back(std::move(node));
   parts.resize(slice ? 3 : 1);
@@ -439,7 +441,7 @@ absl::Status Parser::CallArgs(Expr* call) {
       call->kwargs.emplace_back(name, std::move(value));
     } else {
       if (!call->kwargs.empty()) {
-        return Error(Peek().line, "positional argument after a keyword argument");
+        return ParseError(Peek().line, "positional argument after a keyword argument");
       }
       PARSE_ASSIGN(value, Expression());
       call->args.push_back(std::move(value));
@@ -454,7 +456,7 @@ absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
     if (IsOp("|")) {
       Next();
       const Token name = Next();
-      if (name.type != Token::Type::kName) return Error(name.line, "expected a filter name");
+      if (name.type != Token::Type::kName) return ParseError(name.line, "expected a filter name");
       std::string filter_name = name.text;
       while (IsOp(".") && Peek(1).type == Token::Type::kName) {  // dotted names: jinja2 allows
         Next();
@@ -478,7 +480,7 @@ absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
       const Token name = Next();
       if (name.type != Token::Type::kName &&
           !(name.type == Token::Type::kOp && (name.text == "==" || name.text == "!="))) {
-        return Error(line, "expected a test name after 'is'");
+        return ParseError(line, "expected a test name after 'is'");
       }
       e->name = name.text;
       e->args.push_back(std::move(node));
@@ -495,7 +497,7 @@ absl::StatusOr<ExprPtr> Parser::FilterExpr(ExprPtr node) {
       }
       node = std::move(e);
     } else if (IsOp("(")) {
-      return Error(Peek().line, "only named functions and methods can be called");
+      return ParseError(Peek().line, "only named functions and methods can be called");
     } else {
       return node;
     }
@@ -507,7 +509,7 @@ absl::StatusOr<std::vector<std::string>> Parser::Targets() {
   const bool paren = SkipOp("(");
   do {
     const Token name = Next();
-    if (name.type != Token::Type::kName) return Error(name.line, "expected a variable name");
+    if (name.type != Token::Type::kName) return ParseError(name.line, "expected a variable name");
     names.push_back(name.text);
   } while (SkipOp(","));
   if (paren) {
@@ -524,7 +526,7 @@ absl::Status Parser::Params(Node* node) {
       if (IsOp(")")) break;
     }
     const Token name = Next();
-    if (name.type != Token::Type::kName) return Error(name.line, "expected a parameter name");
+    if (name.type != Token::Type::kName) return ParseError(name.line, "expected a parameter name");
     node->params.push_back(name.text);
     ExprPtr fallback;
     if (SkipOp("=")) {
@@ -540,7 +542,8 @@ absl::Status Parser::Params(Node* node) {
 absl::Status Parser::Body(const std::vector<std::string>& ends, NodeList* out, std::string* end,
                           int depth) {
   if (depth > kMaxTemplateDepth) {
-    return Error(segments_[std::min(seg_, segments_.size() - 1)].line, "blocks nested too deeply");
+    return ParseError(segments_[std::min(seg_, segments_.size() - 1)].line,
+                      "blocks nested too deeply");
   }
   for (; seg_ < segments_.size(); ++seg_) {
     const Segment& segment = segments_[seg_];
@@ -565,7 +568,7 @@ absl::Status Parser::Body(const std::vector<std::string>& ends, NodeList* out, s
       continue;
     }
     const Token keyword = Next();
-    if (keyword.type != Token::Type::kName) return Error(keyword.line, "expected a tag name");
+    if (keyword.type != Token::Type::kName) return ParseError(keyword.line, "expected a tag name");
     for (const std::string& e : ends) {
       if (keyword.text == e) {
         *end = keyword.text;
@@ -575,8 +578,8 @@ absl::Status Parser::Body(const std::vector<std::string>& ends, NodeList* out, s
     if (absl::Status s = Statement(keyword.text, out, depth); !s.ok()) return s;
   }
   if (!ends.empty()) {
-    return Error(segments_.empty() ? 1 : segments_.back().line,
-                 absl::StrCat("missing {% ", ends.back(), " %}"));
+    return ParseError(segments_.empty() ? 1 : segments_.back().line,
+                      absl::StrCat("missing {% ", ends.back(), " %}"));
   }
   return absl::OkStatus();
 }
@@ -608,7 +611,7 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
     node->type = Node::Type::kFor;
     PARSE_ASSIGN(targets, Targets());
     node->targets = std::move(targets);
-    if (!IsName("in")) return Error(node->line, "expected 'in' in {% for %}");
+    if (!IsName("in")) return ParseError(node->line, "expected 'in' in {% for %}");
     Next();
     PARSE_ASSIGN(iterable, Expression(/*with_condexpr=*/false));
     node->expr = std::move(iterable);
@@ -636,7 +639,7 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
     if (Peek().type == Token::Type::kName && IsOp(".", 1)) {
       node->targets.push_back(Next().text);
       Next();
-      if (Peek().type != Token::Type::kName) return Error(node->line, "expected an attribute");
+      if (Peek().type != Token::Type::kName) return ParseError(node->line, "expected an attribute");
       node->attribute = Next().text;
     } else {
       PARSE_ASSIGN(targets, Targets());
@@ -644,7 +647,7 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
     }
     if (!IsOp("=")) {  // {% set x %}body{% endset %}
       if (!node->attribute.empty() || node->targets.size() != 1) {
-        return Error(node->line, "a {% set %} block assigns one name");
+        return ParseError(node->line, "a {% set %} block assigns one name");
       }
       if (absl::Status s = ExpectEnd(); !s.ok()) return s;
       ++seg_;
@@ -667,7 +670,7 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
     node->type = keyword == "macro" ? Node::Type::kMacro : Node::Type::kCallBlock;
     if (keyword == "macro") {
       const Token name = Next();
-      if (name.type != Token::Type::kName) return Error(node->line, "expected a macro name");
+      if (name.type != Token::Type::kName) return ParseError(node->line, "expected a macro name");
       node->targets.push_back(name.text);
     }
     if (keyword == "macro" || IsOp("(")) {
@@ -675,7 +678,7 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
     }
     if (keyword == "call") {
       PARSE_ASSIGN(call, Expression());
-      if (call->type != Expr::Type::kCall) return Error(node->line, "{% call %} needs a call");
+      if (call->type != Expr::Type::kCall) return ParseError(node->line, "{% call %} needs a call");
       node->expr = std::move(call);
     }
     if (absl::Status s = ExpectEnd(); !s.ok()) return s;
@@ -690,7 +693,7 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
   } else if (keyword == "filter") {  // {% filter name(args) %}body{% endfilter %}
     node->type = Node::Type::kFilterBlock;
     const Token name = Next();
-    if (name.type != Token::Type::kName) return Error(node->line, "expected a filter name");
+    if (name.type != Token::Type::kName) return ParseError(node->line, "expected a filter name");
     ExprPtr e = Make(Expr::Type::kFilter, node->line);
     e->name = name.text;
     e->args.push_back(nullptr);  // the body's text
@@ -712,7 +715,7 @@ absl::Status Parser::Statement(const std::string& keyword, NodeList* out, int de
     std::string end;
     if (absl::Status s = Body({end_tag}, &node->body, &end, depth + 1); !s.ok()) return s;
   } else if (keyword.rfind("end", 0) == 0 || keyword == "else" || keyword == "elif") {
-    return Error(node->line, absl::StrCat("unexpected {% ", keyword, " %}"));
+    return ParseError(node->line, absl::StrCat("unexpected {% ", keyword, " %}"));
   } else {
     node->type = Node::Type::kError;
     node->text = absl::StrCat("{% ", keyword, " %} is not supported");

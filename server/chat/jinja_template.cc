@@ -29,7 +29,7 @@ struct Callable {
   std::shared_ptr<const std::vector<absl::flat_hash_map<std::string, Value>>> scope;
 };
 
-int64_t AsInt(const Value& v) { return v.kind == Value::Kind::kBool ? int64_t{v.b} : v.i; }
+int64_t IntOf(const Value& v) { return v.kind == Value::Kind::kBool ? int64_t{v.b} : v.i; }
 
 class Renderer {
  public:
@@ -597,8 +597,8 @@ class Renderer {
         }
         if (e.type == T::kPos) return *v;
         if (v->kind == Value::Kind::kFloat) return Value::Float(-v->f);
-        if (AsInt(*v) == INT64_MIN) return absl::InvalidArgumentError("integer overflow");
-        return Value::Int(-AsInt(*v));
+        if (IntOf(*v) == INT64_MIN) return absl::InvalidArgumentError("integer overflow");
+        return Value::Int(-IntOf(*v));
       }
       case T::kBinary: {
         absl::StatusOr<Value> a = Eval(*e.args[0]);
