@@ -11,9 +11,16 @@
 // succeeds within RenderLimits' output cap or fails with INVALID_ARGUMENT (the template's own
 // raise_exception, a runtime error) or RESOURCE_EXHAUSTED (output, memory or work budgets), and
 // the same input renders the same way twice.
+//
+// ABCD_FUZZ_UNBOUNDED_RENDER=1 in the environment (read once at start-up; never set by
+// run_fuzzers.sh or CI) raises the output, byte and work budgets of every render to effectively
+// unlimited. It exists to show that this target finds the time and memory blow-ups the budgets
+// stop (tests/fuzz/README.md, "Runs and findings"): with it, a render that grows or loops past
+// -rss_limit_mb or -timeout is a finding.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -30,10 +37,20 @@
 namespace {
 
 std::vector<abcd::chat::JinjaTemplate>* templates = nullptr;
+bool unbounded = false;  // ABCD_FUZZ_UNBOUNDED_RENDER=1
+
+// `limits` with no practical bound on output, bytes or work.
+void RemoveBudgets(abcd::chat::RenderLimits& limits) {
+  limits.max_output_bytes = SIZE_MAX / 2;
+  limits.max_bytes = UINT64_MAX / 2;
+  limits.max_work = INT64_MAX / 2;
+}
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const char* switch_value = std::getenv("ABCD_FUZZ_UNBOUNDED_RENDER");
+  unbounded = switch_value != nullptr && absl::string_view(switch_value) == "1";
   templates = new std::vector<abcd::chat::JinjaTemplate>();
   std::vector<std::filesystem::path> paths;
   for (const auto& entry : std::filesystem::directory_iterator(ABCD_CHAT_TEMPLATE_DIR)) {
@@ -75,6 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     limits.max_bytes = uint64_t{16} << 20;
     limits.max_work = 500'000;
   }
+  if (unbounded) RemoveBudgets(limits);
   const abcd::chat::JinjaTemplate& chosen =
       fuzzed.has_value() ? *fuzzed : (*templates)[data[0] % templates->size()];
   const nlohmann::json json = nlohmann::json::parse(messages_text.begin(), messages_text.end(),
