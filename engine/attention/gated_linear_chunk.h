@@ -39,6 +39,12 @@ struct GatedHeadRows {
 inline constexpr int64_t kGatedChunkMinRows = 32;
 inline constexpr int64_t kGatedChunkMinStateFloats = 32768;  // K V
 
+// y[r, j] += sum_i x[r, i] b[i, j] for r < rows, j < cols (row strides xs, bs, ys), in
+// register tiles of 8 rows by 32 columns, each row of b read once per tile: the chunk forms'
+// small products (here and gsa_chunk.h).
+void ChunkMulAcc(const float* x, int64_t xs, int rows, int inner, const float* b, int64_t bs,
+                 int cols, float* y, int64_t ys);
+
 // S [key_dim, value_dim] row-major, updated in place.
 void GatedRowScan(const GatedHeadRows& rows, int key_dim, int value_dim, float* S);
 void GatedChunkScan(const GatedHeadRows& rows, int key_dim, int value_dim, float* S);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
+#include "engine/attention/gsa_chunk.h"
 #include "engine/attention/mixer_math.h"
 #include "engine/attention/slot_scan.h"
 #include "engine/ops/elementwise.h"
@@ -135,9 +136,27 @@ void GsaState::FinishRows(CpuContext& ctx, const float*, int64_t rows, float* at
 }
 
 void GsaState::ScanHead(int head, const ScanArgs& args, const RowRun& run) const {
+  const int kv = head / (heads_ / kv_heads_);
+  if (run.count >= kGsaChunkMinRows &&
+      int64_t{slots_} * (key_dim_ + value_dim_) >= kGsaChunkMinStateFloats) {
+    // fla's chunk form (gsa_chunk.h). Every row of a run is one sequence's: one state.
+    const int64_t first = run.first * args.width;
+    GsaHeadRows rows;
+    rows.q = args.rows + first + int64_t{head} * key_dim_;
+    rows.k = args.rows + first + args.layout.k + int64_t{kv} * key_dim_;
+    rows.v = args.rows + first + args.layout.v + int64_t{kv} * value_dim_;
+    rows.alpha = args.rows + first + args.layout.extra + int64_t{kv} * slots_;
+    rows.stride = args.width;
+    rows.out = args.out + run.first * args.out_width + int64_t{head} * value_dim_;
+    rows.out_stride = args.out_width;
+    rows.rows = run.count;
+    float* keys = args.states[static_cast<size_t>(run.first)].fixed +
+                  int64_t{head} * slots_ * (key_dim_ + value_dim_);
+    GsaChunkScan(rows, key_dim_, value_dim_, slots_, keys, keys + int64_t{slots_} * key_dim_);
+    return;
+  }
   // Per row one pass over the keys (fold and score) and one over the values (fold and mix):
   // the state is read and written once per row (slot_scan.h).
-  const int kv = head / (heads_ / kv_heads_);
   absl::InlinedVector<float, 256> buffer(2 * static_cast<size_t>(slots_));
   float* scores = buffer.data();
   float* p = scores + slots_;

@@ -5,11 +5,13 @@
 // operations, same order), so the state after a run matches UpdateHead's; the reads differ from
 // ReadHead's only in the order of the softmax sums.
 //
-// Why not the chunk form (intra-chunk products as matrix products, inter-chunk through the
-// state): a slot state is small (n x d, in L1), and the chunk form's read still needs
-// Q K~0^T and P V~0 (2 n d multiply-adds per row, what the recurrence's read costs) plus the
-// intra-chunk terms (2 C (d + n) per row) and the rank-C state update (2 n d per row): more
-// arithmetic than the recurrence, which this pass keeps at one load and store per state float.
+// Why not always the chunk form (intra-chunk products as matrix products, inter-chunk through
+// the state): a small slot state (n x d, in L1) gains nothing from it; the chunk form's read
+// still needs Q K~0^T and P V~0 (2 n d multiply-adds per row, what the recurrence's read costs)
+// plus the intra-chunk terms (2 C (d + n) per row) and the rank-C state update (2 n d per row):
+// more arithmetic than the recurrence, which this pass keeps at one load and store per state
+// float. Where the state outgrows the cache (gsa at the fla 1.3B shapes, 64 x (512 + 512) per
+// head) GsaState uses the chunk form instead (gsa_chunk.h).
 // Stateless; thread-safe.
 #pragma once
 

@@ -17,6 +17,7 @@
 
 #include "engine/attention/abc_state.h"
 #include "engine/attention/gated_linear_state.h"
+#include "engine/attention/gsa_chunk.h"
 #include "engine/attention/gsa_state.h"
 #include "engine/attention/linear_state.h"
 
@@ -215,6 +216,17 @@ TEST(ScanHead, GsaEqualsRowByRow) {
                  [](std::mt19937& rng) { return Uniform(rng, 0.3f, 1.0f); }});
     }
   }
+}
+
+// At the chunk form's shapes (slots (K + V) >= kGsaChunkMinStateFloats, runs of 32 rows and
+// more: gsa_chunk.h), with GQA: the override's chunk form against the row-by-row default.
+TEST(ScanHead, GsaChunkFormEqualsRowByRow) {
+  auto state =
+      std::make_shared<GsaState>(2, 1, 256, 256, 64, 8.0f, MixerFeatureMap::kNone,
+                                 std::vector<float>{}, std::vector<float>(512, 1.0f), 1e-6f);
+  ASSERT_GE(64 * (256 + 256), kGsaChunkMinStateFloats);
+  CheckCase({"gsa chunk form", state, MixerLayout(2, 1, 256, 256, 64), 2 * 256,
+             [](std::mt19937& rng) { return Uniform(rng, 0.8f, 1.0f); }});
 }
 
 // This thread's CPU time (a loaded machine's waits do not count).
