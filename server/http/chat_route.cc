@@ -20,12 +20,19 @@ namespace {
 
 using nlohmann::json;
 
-absl::StatusOr<json> ParseBody(absl::string_view body) {
+// The body, parsed once in its key order (response_format's schema and the tools keep it).
+absl::StatusOr<nlohmann::ordered_json> ParseBody(absl::string_view body) {
   if (absl::Status depth = CheckJsonNesting(body, ""); !depth.ok()) return depth;
-  json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr,
+                                                                /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return InvalidJsonError(body);
   if (!parsed.is_object()) return absl::InvalidArgumentError("request body must be a JSON object");
   return parsed;
+}
+
+bool Blank(const std::string& text) {
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); });
 }
 
 absl::StatusOr<bool> OptionalBool(const json& o, const char* key, bool fallback) {
@@ -43,7 +50,7 @@ json Bytes(const std::string& text) {
 
 }  // namespace
 
-json ChatShaper::ChatLogprobs(const json& completion) const {
+json ChatWriter::ChatLogprobs(const json& completion) const {
   if (!completion.is_object()) return nullptr;
   json content = json::array();
   const json& tokens = completion["tokens"];
@@ -70,7 +77,7 @@ json ChatShaper::ChatLogprobs(const json& completion) const {
   return {{"content", std::move(content)}};
 }
 
-json ChatShaper::CallsJson(std::vector<chat::ToolCall> calls) const {
+json ChatWriter::CallsJson(std::vector<chat::ToolCall> calls) const {
   if (!tool_calls_->parallel && calls.size() > 1) calls.resize(1);
   json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -83,63 +90,64 @@ json ChatShaper::CallsJson(std::vector<chat::ToolCall> calls) const {
   return out;
 }
 
-void ChatShaper::operator()(json& body) {
-  body["object"] = stream_ ? "chat.completion.chunk" : "chat.completion";
-  if (body.contains("id") && body["id"].is_string()) {
-    const std::string id = body["id"].get<std::string>();
-    body["id"] = absl::StrCat("chat", id);  // "cmpl-.." -> "chatcmpl-.."
-  }
-  if (!body.contains("choices")) return;
-  const auto blank = [](const std::string& text) {
-    return std::all_of(text.begin(), text.end(),
-                       [](char c) { return absl::ascii_isspace(static_cast<unsigned char>(c)); });
-  };
-  for (json& choice : body["choices"]) {
-    const size_t index = choice.value("index", 0);
-    std::string text = choice.contains("text") ? choice["text"].get<std::string>() : "";
-    choice.erase("text");
-    const bool last = choice.contains("finish_reason") && choice["finish_reason"].is_string();
-    json calls;  // null: none
-    if (tool_calls_ != nullptr && !stream_) {
-      chat::ParsedToolCalls parsed =
-          chat::ParseToolCalls(tool_calls_->format, text, *tool_calls_->names);
-      if (!parsed.calls.empty()) {
-        calls = CallsJson(std::move(parsed.calls));
-        text = std::move(parsed.content);
-      }
-    } else if (tool_calls_ != nullptr) {
-      while (streams_.size() <= index) {
-        streams_.emplace_back(tool_calls_->format, tool_calls_->names);
-      }
-      text = streams_[index].Add(text);
-      if (last) {
-        chat::ParsedToolCalls parsed = streams_[index].Finish();
-        if (!parsed.calls.empty()) calls = CallsJson(std::move(parsed.calls));
-        if (calls.is_null() || !blank(parsed.content)) text += parsed.content;
-      }
+json ChatWriter::BodyChoice(int index, std::string text, json logprobs, FinishReason reason) {
+  json calls;  // null: none
+  if (tool_calls_ != nullptr) {
+    chat::ParsedToolCalls parsed =
+        chat::ParseToolCalls(tool_calls_->format, text, *tool_calls_->names);
+    if (!parsed.calls.empty()) {
+      calls = CallsJson(std::move(parsed.calls));
+      text = std::move(parsed.content);
     }
-    if (!calls.is_null()) choice["finish_reason"] = "tool_calls";
-    if (stream_) {
-      if (role_sent_.size() <= index) role_sent_.resize(index + 1, false);
-      json delta = json::object();
-      if (!role_sent_[index]) {
-        role_sent_[index] = true;
-        delta["role"] = "assistant";
-        delta["content"] = text;
-      } else if (!text.empty()) {
-        delta["content"] = text;
-      }
-      if (!calls.is_null()) delta["tool_calls"] = std::move(calls);
-      choice["delta"] = std::move(delta);
-    } else if (!calls.is_null()) {
-      choice["message"] = {{"role", "assistant"},
-                           {"content", blank(text) ? json(nullptr) : json(std::move(text))},
-                           {"tool_calls", std::move(calls)}};
-    } else {
-      choice["message"] = {{"role", "assistant"}, {"content", std::move(text)}};
-    }
-    choice["logprobs"] = logprobs_ ? ChatLogprobs(choice["logprobs"]) : json(nullptr);
   }
+  json finish_reason = OpenAiFinishReason(reason);
+  json message = {{"role", "assistant"}};
+  if (calls.is_null()) {
+    message["content"] = std::move(text);
+  } else {
+    finish_reason = "tool_calls";
+    message["content"] = Blank(text) ? json(nullptr) : json(std::move(text));
+    message["tool_calls"] = std::move(calls);
+  }
+  return {{"index", index},
+          {"message", std::move(message)},
+          {"finish_reason", std::move(finish_reason)},
+          {"logprobs", logprobs_ ? ChatLogprobs(logprobs) : json(nullptr)},
+          {"abcd", {{"finish_reason", FinishReasonName(reason)}}}};
+}
+
+json ChatWriter::ChunkChoice(int index, std::string text, json logprobs,
+                             const FinishReason* finish) {
+  const size_t i = static_cast<size_t>(index);
+  json calls;  // null: none
+  if (tool_calls_ != nullptr) {
+    while (streams_.size() <= i) streams_.emplace_back(tool_calls_->format, tool_calls_->names);
+    text = streams_[i].Add(text);
+    if (finish != nullptr) {
+      chat::ParsedToolCalls parsed = streams_[i].Finish();
+      if (!parsed.calls.empty()) calls = CallsJson(std::move(parsed.calls));
+      if (calls.is_null() || !Blank(parsed.content)) text += parsed.content;
+    }
+  }
+  json choice = {{"index", index},
+                 {"finish_reason", nullptr},
+                 {"logprobs", logprobs_ ? ChatLogprobs(logprobs) : json(nullptr)}};
+  if (finish != nullptr) {
+    choice["finish_reason"] = calls.is_null() ? json(OpenAiFinishReason(*finish)) : "tool_calls";
+    choice["abcd"] = {{"finish_reason", FinishReasonName(*finish)}};
+  }
+  if (role_sent_.size() <= i) role_sent_.resize(i + 1, false);
+  json delta = json::object();
+  if (!role_sent_[i]) {
+    role_sent_[i] = true;
+    delta["role"] = "assistant";
+    delta["content"] = std::move(text);
+  } else if (!text.empty()) {
+    delta["content"] = std::move(text);
+  }
+  if (!calls.is_null()) delta["tool_calls"] = std::move(calls);
+  choice["delta"] = std::move(delta);
+  return choice;
 }
 
 namespace {
@@ -203,7 +211,8 @@ absl::Status CheckUnservedFields(const json& o) {
 absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::string_view body,
                                          const ParseLimits& limits,
                                          const std::function<bool()>& cancelled) {
-  ABCD_ASSIGN_OR_RETURN(json o, ParseBody(body));
+  ABCD_ASSIGN_OR_RETURN(const nlohmann::ordered_json ordered, ParseBody(body));
+  json o(ordered);  // the same tree, for lookups by key
   for (const char* refused : {"echo", "prompt"}) {
     if (o.contains(refused) && !o[refused].is_null()) {
       return absl::InvalidArgumentError(
@@ -217,7 +226,9 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
   const std::string name = o.value("model", json("")).is_string() ? o.value("model", "") : "";
   ABCD_ASSIGN_OR_RETURN(const ServedModel* model, models.Resolve(name, ModelKind::kLanguageModel));
   PreparedChat prepared;
-  ABCD_ASSIGN_OR_RETURN(prepared.logprobs, OptionalBool(o, "logprobs", false));
+  prepared.model = model;
+  ABCD_ASSIGN_OR_RETURN(const bool logprobs, OptionalBool(o, "logprobs", false));
+  int top_logprobs = 0;
   if (o.contains("top_logprobs") && !o["top_logprobs"].is_null()) {
     const json& top = o["top_logprobs"];
     if (!top.is_number_integer() || top.get<int64_t>() < 0 ||
@@ -225,10 +236,8 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
       return absl::InvalidArgumentError(
           absl::StrCat("top_logprobs must be an integer in [0, ", kMaxTopLogprobs, "]"));
     }
-    if (!prepared.logprobs) {
-      return absl::InvalidArgumentError("top_logprobs needs \"logprobs\": true");
-    }
-    prepared.top_logprobs = top.get<int>();
+    if (!logprobs) return absl::InvalidArgumentError("top_logprobs needs \"logprobs\": true");
+    top_logprobs = top.get<int>();
   }
   if (o.contains("max_completion_tokens") && !o["max_completion_tokens"].is_null()) {
     const json& max = o["max_completion_tokens"];
@@ -241,15 +250,15 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
   } else if (!o.contains("max_tokens") || o["max_tokens"].is_null()) {
     o["max_tokens"] = std::min(kChatDefaultMaxTokens, limits.max_tokens_limit);
   }
-  // Compiled from the body as sent (its key order); the rest goes through o.dump().
-  ABCD_ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> format, ParseResponseFormat(o, body));
+  // Compiled in the body's key order, the order properties are generated in.
+  ABCD_ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> format, ParseResponseFormat(o, ordered));
   // Tools keep the body's order too: the template lists them, and a forced call's parameters
   // are generated, in the order the client wrote them.
-  nlohmann::ordered_json ordered = nullptr;
-  if (o.contains("tools") || o.contains("tool_choice")) {
-    ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
-  }
-  ABCD_ASSIGN_OR_RETURN(const chat::ToolRequest tools, chat::ParseToolRequest(o, ordered));
+  const nlohmann::ordered_json no_tools;
+  const bool has_tools = o.contains("tools") || o.contains("tool_choice");
+  ABCD_ASSIGN_OR_RETURN(const chat::ToolRequest tools,
+                        chat::ParseToolRequest(o, has_tools ? ordered : no_tools));
+  std::shared_ptr<const ChatToolCalls> tool_calls;
   if (tools.parses_calls() && model->chat_template != nullptr) {
     auto calls = std::make_shared<ChatToolCalls>();
     calls->format = model->chat_template->tool_call_format();
@@ -274,7 +283,7 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
       ABCD_ASSIGN_OR_RETURN(format, JsonGrammar::FromSchema(tools.forced_schema, "tool_choice"));
       calls->format = chat::ToolCallFormat::kForced;
     }
-    prepared.tool_calls = std::move(calls);
+    tool_calls = std::move(calls);
   }
   o.erase("response_format");
   // A session's next turn: its messages are the new ones, appended after the last answer.
@@ -300,12 +309,14 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
         "audio"}) {
     o.erase(chat_only);
   }
-  if (prepared.logprobs) o["logprobs"] = prepared.top_logprobs;
+  if (logprobs) o["logprobs"] = top_logprobs;
   o["model"] = model->name;
-  absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(o.dump(), limits);
+  absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(o, ordered, limits);
   if (!request.ok()) return RenameField(request.status(), "prompt", kRenderedMessages);
   prepared.request = *std::move(request);
   prepared.request.generation.response_format = std::move(format);
+  prepared.writer = std::make_unique<ChatWriter>(prepared.request.stream, logprobs, top_logprobs,
+                                                 std::move(tool_calls));
   return prepared;
 }
 

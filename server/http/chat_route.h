@@ -1,8 +1,8 @@
-// POST /v1/chat/completions (OpenAI's chat shape) on the completions machinery: the request's
-// messages are rendered with the model's chat template (server/chat/chat_template.h) and
-// tokenized, the rest becomes a completions request (same sampling fields, stop, seed, n,
-// stream, stream_options, limits and errors), and ChatShaper rewrites each completion-shaped
-// body or SSE chunk into the chat shape:
+// POST /v1/chat/completions (OpenAI's chat shape) on the completions machinery: the body is
+// parsed once, its model resolved once, the messages rendered with the model's chat template
+// (server/chat/chat_template.h) and tokenized, and the rest read as a completions request (same
+// sampling fields, stop, seed, n, stream, stream_options, limits and errors). The call
+// (completion_call.h) writes its bodies and SSE chunks through a ChatWriter, in the chat shape:
 //
 //   {"id": "chatcmpl-..", "object": "chat.completion", "choices": [{"index", "message":
 //    {"role": "assistant", "content"}, "finish_reason", "logprobs": {"content": [{"token",
@@ -13,9 +13,9 @@
 // Chat fields: messages (chat_template.h), max_completion_tokens (or max_tokens; default
 // kChatDefaultMaxTokens or the server's limit when lower), logprobs (bool), top_logprobs
 // (0..20, needs logprobs), add_generation_prompt (bool, default true; vLLM's extension),
-// response_format (ParseResponseFormat, request_parser.h; compiled from the body as sent),
+// response_format (ParseResponseFormat, request_parser.h; compiled in the body's key order),
 // tools / tool_choice / parallel_tool_calls (chat::ParseToolRequest, chat_tools.h: the template
-// gets the tools; with tool_choice other than "none" ChatShaper parses calls in the template's
+// gets the tools; with tool_choice other than "none" ChatWriter parses calls in the template's
 // format; a named tool_choice, or "required" with one tool, is enforced by constraining the
 // output to the call's JSON object, and is a 400 together with response_format).
 // session_id as on /v1/completions: "new" renders the conversation and starts a session; with a
@@ -24,7 +24,7 @@
 // POST /tokenize with "messages" renders the same way (PrepareChatPrompt), both through
 // chat::ChatPromptIds (server/chat/chat_prompt.h), which gRPC's messages use too.
 //
-// Thread-safety: PrepareChat is a pure function over the read-only ServedModels; a ChatShaper
+// Thread-safety: PrepareChat is a pure function over the read-only ServedModels; a ChatWriter
 // belongs to one call (its connection's strand).
 #pragma once
 
@@ -39,6 +39,7 @@
 #include "nlohmann/json.hpp"
 #include "server/chat/chat_tools.h"
 #include "server/core/served_models.h"
+#include "server/http/completion_call.h"
 #include "server/http/request_parser.h"
 
 namespace abcd::http {
@@ -59,24 +60,33 @@ struct ChatToolCalls {
   bool parallel = true;                                   // false: the first call only
 };
 
-// Rewrites completion-shaped JSON (a body or a stream chunk) into the chat shape. With
-// `tool_calls`, each choice's text is parsed for calls: a body's message gets "tool_calls"
-// ([{"id": "call_..", "type": "function", "function": {"name", "arguments"}}]), "content" the
-// text outside them (null when only whitespace) and finish_reason "tool_calls"; a stream
-// holds back text that could start a call and sends the calls with the choice's last chunk as
-// delta.tool_calls ([{"index", "id", "type", "function": {"name", "arguments"}}]), or the held
-// text as content when it was not a call.
-class ChatShaper {
+// Writes a call's choices in the chat shape. With `tool_calls`, each choice's text is parsed
+// for calls: a body's message gets "tool_calls" ([{"id": "call_..", "type": "function",
+// "function": {"name", "arguments"}}]), "content" the text outside them (null when only
+// whitespace) and finish_reason "tool_calls"; a stream holds back text that could start a call
+// and sends the calls with the choice's last chunk as delta.tool_calls ([{"index", "id", "type",
+// "function": {"name", "arguments"}}]), or the held text as content when it was not a call.
+class ChatWriter final : public ChoiceWriter {
  public:
-  ChatShaper(bool stream, bool logprobs, int top_logprobs,
+  ChatWriter(bool stream, bool logprobs, int top_logprobs,
              std::shared_ptr<const ChatToolCalls> tool_calls = nullptr)
       : stream_(stream),
         logprobs_(logprobs),
         top_logprobs_(top_logprobs),
         tool_calls_(std::move(tool_calls)) {}
-  void operator()(nlohmann::json& body);
+
+  absl::string_view Object(bool stream) const override {
+    return stream ? "chat.completion.chunk" : "chat.completion";
+  }
+  absl::string_view IdPrefix() const override { return "chatcmpl-"; }
+  nlohmann::json BodyChoice(int index, std::string text, nlohmann::json logprobs,
+                            FinishReason reason) override;
+  nlohmann::json ChunkChoice(int index, std::string text, nlohmann::json logprobs,
+                             const FinishReason* finish) override;
 
  private:
+  // {"content": [{"token", "logprob", "bytes", "top_logprobs"}]} from ChoiceLogprobs' object;
+  // null without logprobs.
   nlohmann::json ChatLogprobs(const nlohmann::json& completion) const;
   // The calls in OpenAI's shape (streaming: with "index"), parallel_tool_calls applied.
   nlohmann::json CallsJson(std::vector<chat::ToolCall> calls) const;
@@ -90,10 +100,9 @@ class ChatShaper {
 };
 
 struct PreparedChat {
-  CompletionRequest request;  // generation.prompt_token_ids: the rendered conversation
-  bool logprobs = false;
-  int top_logprobs = 0;
-  std::shared_ptr<const ChatToolCalls> tool_calls;  // null: the answer is content only
+  CompletionRequest request;           // generation.prompt_token_ids: the rendered conversation
+  const ServedModel* model = nullptr;  // resolved once, from the body's "model"
+  std::unique_ptr<ChatWriter> writer;  // how the call writes its answer
 };
 
 // `cancelled` (may be null) is polled while the chat template renders: true ends it with

@@ -14,9 +14,27 @@ namespace abcd::http {
 
 using nlohmann::json;
 
-std::string CompletionCall::Out(json body) {
-  if (reshape) reshape(body);
-  return DumpJson(body);
+absl::string_view ChoiceWriter::Object(bool /*stream*/) const { return "text_completion"; }
+
+json ChoiceWriter::BodyChoice(int index, std::string text, json logprobs, FinishReason reason) {
+  return {{"index", index},
+          {"text", std::move(text)},
+          {"finish_reason", OpenAiFinishReason(reason)},
+          {"logprobs", std::move(logprobs)},
+          {"abcd", {{"finish_reason", FinishReasonName(reason)}}}};
+}
+
+json ChoiceWriter::ChunkChoice(int index, std::string text, json logprobs,
+                               const FinishReason* finish) {
+  json choice = {{"index", index},
+                 {"text", std::move(text)},
+                 {"finish_reason", nullptr},
+                 {"logprobs", std::move(logprobs)}};
+  if (finish != nullptr) {
+    choice["finish_reason"] = OpenAiFinishReason(*finish);
+    choice["abcd"] = {{"finish_reason", FinishReasonName(*finish)}};
+  }
+  return choice;
 }
 
 void CompletionCall::Begin() {
@@ -137,18 +155,20 @@ void CompletionCall::Pump() {
   }
 }
 
-json CompletionCall::StreamChunk(const std::string& text, int index) {
+json CompletionCall::StreamChunk(json choices) {
   json chunk = {{"id", response_id},
-                {"object", "text_completion"},
+                {"object", writer->Object(/*stream=*/true)},
                 {"created", created},
                 {"model", model},
-                {"choices", json::array({{{"index", index},
-                                          {"text", text},
-                                          {"finish_reason", nullptr},
-                                          {"logprobs", TakeLogprobs(index)}}})}};
+                {"choices", std::move(choices)}};
   if (!session_id.empty()) chunk["session_id"] = session_id;
   if (include_usage) chunk["usage"] = nullptr;
   return chunk;
+}
+
+json CompletionCall::TextChunk(std::string text, int index, const FinishReason* finish) {
+  return StreamChunk(
+      json::array({writer->ChunkChoice(index, std::move(text), TakeLogprobs(index), finish)}));
 }
 
 void CompletionCall::SendEvent(const std::string& payload) {
@@ -173,7 +193,7 @@ void CompletionCall::StreamEvent(GenerationEvent event) {
   if (!event.finished && !choice_end) {
     const std::string text = TakeCompleteUtf8(pending);
     if (!text.empty() || !event.logprobs.empty()) {
-      SendEvent(Out(StreamChunk(text, event.index)));
+      SendEvent(DumpJson(TextChunk(text, event.index)));
     }
     return;
   }
@@ -188,18 +208,15 @@ void CompletionCall::StreamEvent(GenerationEvent event) {
     return EndStream(MapStatusCode(event.status.code()).label);
   }
   if (choice_end) {
-    json chunk = StreamChunk(pending, event.index);
+    std::string text = std::move(pending);
     pending.clear();
-    chunk["choices"][0]["finish_reason"] = OpenAiFinishReason(event.finish_reason);
-    chunk["choices"][0]["abcd"] = {{"finish_reason", FinishReasonName(event.finish_reason)}};
-    SendEvent(Out(chunk));
+    SendEvent(DumpJson(TextChunk(std::move(text), event.index, &event.finish_reason)));
   }
   if (!event.finished) return;
   if (include_usage) {
-    json chunk = StreamChunk("", 0);
-    chunk["choices"] = json::array();
+    json chunk = StreamChunk(json::array());
     chunk["usage"] = Usage(event);
-    SendEvent(Out(chunk));
+    SendEvent(DumpJson(chunk));
   }
   EndStream("ok");
 }
@@ -207,7 +224,7 @@ void CompletionCall::StreamEvent(GenerationEvent event) {
 void CompletionCall::FlushPending() {
   for (size_t i = 0; i < pending_.size(); ++i) {
     if (!pending_[i].empty() || (want_logprobs && !logprobs_[i].empty())) {
-      SendEvent(Out(StreamChunk(pending_[i], static_cast<int>(i))));
+      SendEvent(DumpJson(TextChunk(pending_[i], static_cast<int>(i))));
     }
     pending_[i].clear();
   }
@@ -232,21 +249,15 @@ void CompletionCall::Answer() {
     json choice_array = json::array();
     for (int i = 0; i < choices; ++i) {
       const FinishReason reason = choices > 1 ? part.choice_reasons[i] : last.finish_reason;
-      choice_array.push_back(
-          {{"index", i},
-           {"text", choices > 1 ? std::move(part.choice_texts[i]) : std::move(part.text)},
-           {"finish_reason", OpenAiFinishReason(reason)},
-           {"logprobs", TakeLogprobs(static_cast<size_t>(i))},
-           {"abcd", {{"finish_reason", FinishReasonName(reason)}}}});
+      choice_array.push_back(writer->BodyChoice(
+          i, choices > 1 ? std::move(part.choice_texts[i]) : std::move(part.text),
+          TakeLogprobs(static_cast<size_t>(i)), reason));
     }
-    json body = {{"id", owner_.NewId("cmpl-")},
-                 {"object", "text_completion"},
-                 {"created", absl::ToUnixSeconds(absl::Now())},
-                 {"model", model},
-                 {"choices", std::move(choice_array)},
-                 {"usage", Usage(last)}};
+    json body = {
+        {"id", owner_.NewId(writer->IdPrefix())},      {"object", writer->Object(/*stream=*/false)},
+        {"created", absl::ToUnixSeconds(absl::Now())}, {"model", model},
+        {"choices", std::move(choice_array)},          {"usage", Usage(last)}};
     if (!session_id.empty()) body["session_id"] = session_id;
-    if (reshape) reshape(body);
     return owner_.Reply(*exchange_, kind_, body);
   }
   json translations = json::array();

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +41,26 @@ class CallOwner {
   virtual std::string NewId(absl::string_view prefix) = 0;
   // Sessions (null: none); a completion on a session commits its state through it.
   virtual const SessionOps* sessions() const = 0;
+};
+
+// How a call writes its choices, straight from the engine's text: the legacy completion's shape
+// (this class: {"index", "text", "finish_reason", "logprobs", "abcd"}) or chat's (ChatWriter,
+// chat_route.h). One per call, used on its strand (a stream's writer may keep state per choice).
+class ChoiceWriter {
+ public:
+  virtual ~ChoiceWriter() = default;
+  // The body's or chunk's "object".
+  virtual absl::string_view Object(bool stream) const;
+  // The response id's prefix.
+  virtual absl::string_view IdPrefix() const { return "cmpl-"; }
+  // A body's choice: its whole text, its logprobs (ChoiceLogprobs::Take's object; null without)
+  // and why it ended.
+  virtual nlohmann::json BodyChoice(int index, std::string text, nlohmann::json logprobs,
+                                    FinishReason reason);
+  // A stream chunk's choice: its new text and the logprobs of its tokens; `finish` is set on the
+  // choice's last chunk only.
+  virtual nlohmann::json ChunkChoice(int index, std::string text, nlohmann::json logprobs,
+                                     const FinishReason* finish);
 };
 
 class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
@@ -85,9 +104,7 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   bool want_logprobs = false;
   bool include_usage = false;
   TokenTexts token_texts{nullptr};
-  std::function<void(nlohmann::json&)> reshape;  // chat: the completion shapes -> chat's
-  // `body` reshaped and serialized.
-  std::string Out(nlohmann::json body);
+  std::unique_ptr<ChoiceWriter> writer = std::make_unique<ChoiceWriter>();
 
   // After every part was enqueued: starts listening (and the stream's head).
   void Begin();
@@ -105,9 +122,11 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   std::string Absorb(GenerationEvent& event);
   nlohmann::json TakeLogprobs(size_t index);
   void Pump();
-  // A chunk with the choice's text and the logprobs of its tokens since the last chunk;
-  // "usage": null on every chunk with include_usage (OpenAI's shape).
-  nlohmann::json StreamChunk(const std::string& text, int index = 0);
+  // A chunk around `choices` (the writer's); "usage": null on every chunk with include_usage
+  // (OpenAI's shape).
+  nlohmann::json StreamChunk(nlohmann::json choices);
+  // A chunk with the choice's text and the logprobs of its tokens since the last chunk.
+  nlohmann::json TextChunk(std::string text, int index, const FinishReason* finish = nullptr);
   void SendEvent(const std::string& payload);
   void EndStream(absl::string_view label);
   // Streams one event. Text is held back per choice until it completes a UTF-8 character. A

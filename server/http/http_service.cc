@@ -47,6 +47,25 @@ absl::string_view KindOfPath(absl::string_view path) {
   return "";
 }
 
+// The transport's limits from the service's options.
+ServerLimits TransportLimits(const HttpOptions& options) {
+  ServerLimits limits;
+  limits.io_threads = options.thread_count;
+  limits.max_connections = options.max_connections;
+  limits.max_line_bytes = options.max_line_bytes;
+  limits.max_header_bytes = options.max_header_bytes;
+  limits.max_body_bytes = options.max_body_bytes;
+  limits.large_body_path = "/v1/sessions";  // POST: an imported session's blob
+  limits.large_body_bytes = static_cast<size_t>(std::max<int64_t>(
+      options.sessions == nullptr ? 0 : options.sessions->max_session_bytes(), 0));
+  limits.header_timeout = options.header_timeout;
+  limits.body_timeout = options.body_timeout;
+  limits.idle_timeout = options.idle_timeout;
+  limits.write_timeout = options.write_timeout;
+  limits.body_budget = options.body_budget;
+  return limits;
+}
+
 }  // namespace
 
 class HttpService::Impl final : public CallOwner {
@@ -60,22 +79,8 @@ class HttpService::Impl final : public CallOwner {
     std::random_device random;
     id_seed_ = (uint64_t{random()} << 32) ^ random();
     created_ = absl::ToUnixSeconds(absl::Now());
-    ServerLimits server_limits;
-    server_limits.io_threads = options_.thread_count;
-    server_limits.max_connections = options_.max_connections;
-    server_limits.max_line_bytes = options_.max_line_bytes;
-    server_limits.max_header_bytes = options_.max_header_bytes;
-    server_limits.max_body_bytes = options_.max_body_bytes;
-    server_limits.large_body_path = "/v1/sessions";  // POST: an imported session's blob
-    server_limits.large_body_bytes = static_cast<size_t>(std::max<int64_t>(
-        options_.sessions == nullptr ? 0 : options_.sessions->max_session_bytes(), 0));
-    server_limits.header_timeout = options_.header_timeout;
-    server_limits.body_timeout = options_.body_timeout;
-    server_limits.idle_timeout = options_.idle_timeout;
-    server_limits.write_timeout = options_.write_timeout;
-    server_limits.body_budget = options_.body_budget;
     server_ = std::make_unique<HttpServer>(
-        server_limits,
+        TransportLimits(options_),
         [this](ServerRequest request, std::shared_ptr<Exchange> exchange) {
           Handle(std::move(request), std::move(exchange));
         },
@@ -132,9 +137,11 @@ class HttpService::Impl final : public CallOwner {
   const SessionOps* sessions() const override { return options_.sessions; }
 
   void Completions(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
-  // A parsed completion (kind "completions" or "chat"; `reshape` rewrites every body/chunk).
-  void StartCompletion(CompletionRequest request, std::shared_ptr<Exchange> exchange,
-                       absl::string_view kind, std::function<void(json&)> reshape);
+  // A parsed completion on its resolved model (kind "completions" or "chat"; `writer` writes
+  // its answer).
+  void StartCompletion(CompletionRequest request, const ServedModel& model,
+                       std::shared_ptr<Exchange> exchange, absl::string_view kind,
+                       std::unique_ptr<ChoiceWriter> writer);
   void Translate(const ServerRequest& request, std::shared_ptr<Exchange> exchange);
   json ModelObject(const ServedModel& model) const;
 
@@ -239,9 +246,8 @@ void HttpService::Impl::PrepareOffThread(ServerRequest request, std::shared_ptr<
         pending->settled = true;
         if (!chat->ok()) return Fail(*exchange, kind, chat->status());
         PreparedChat& prepared = **chat;
-        ChatShaper shaper(prepared.request.stream, prepared.logprobs, prepared.top_logprobs,
-                          prepared.tool_calls);
-        StartCompletion(std::move(prepared.request), exchange, kind, shaper);
+        StartCompletion(std::move(prepared.request), *prepared.model, exchange, kind,
+                        std::move(prepared.writer));
       });
       return;
     }
@@ -290,13 +296,6 @@ void HttpService::Impl::Completions(const ServerRequest& http_request,
   constexpr absl::string_view kKind = "completions";
   absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(http_request.body, limits_);
   if (!request.ok()) return Fail(*exchange, kKind, request.status());
-  StartCompletion(*std::move(request), std::move(exchange), kKind, nullptr);
-}
-
-void HttpService::Impl::StartCompletion(CompletionRequest parsed,
-                                        std::shared_ptr<Exchange> exchange, absl::string_view kKind,
-                                        std::function<void(json&)> reshape) {
-  CompletionRequest* request = &parsed;
   if (!request->session_id.empty()) {
     const ServedModel* named = models_.FindByName(request->model);
     if (named != nullptr && named->kind != ModelKind::kLanguageModel) {
@@ -306,20 +305,28 @@ void HttpService::Impl::StartCompletion(CompletionRequest parsed,
   absl::StatusOr<const ServedModel*> model =
       models_.Resolve(request->model, ModelKind::kLanguageModel);
   if (!model.ok()) return Fail(*exchange, kKind, model.status());
+  StartCompletion(*std::move(request), **model, std::move(exchange), kKind,
+                  std::make_unique<ChoiceWriter>());
+}
+
+void HttpService::Impl::StartCompletion(CompletionRequest parsed, const ServedModel& model,
+                                        std::shared_ptr<Exchange> exchange, absl::string_view kKind,
+                                        std::unique_ptr<ChoiceWriter> writer) {
+  CompletionRequest* request = &parsed;
   if (!Admit(*exchange, kKind)) return;
-  Executor& executor = *(*model)->executor;
+  Executor& executor = *model.executor;
 
   auto call = std::make_shared<CompletionCall>(*this, exchange, executor, kKind, 1);
   call->stream = request->stream;
   call->choices = request->generation.n;
-  call->model = (*model)->name;
-  call->response_id = NewId("cmpl-");
+  call->model = model.name;
+  call->writer = std::move(writer);
+  call->response_id = NewId(call->writer->IdPrefix());
   call->created = absl::ToUnixSeconds(absl::Now());
   call->echo = request->echo;
   call->want_logprobs = request->generation.logprobs >= 0;
   call->include_usage = request->include_usage;
-  call->token_texts = TokenTexts((*model)->tokenizer.get());
-  call->reshape = std::move(reshape);
+  call->token_texts = TokenTexts(model.tokenizer.get());
   // The echoed text: the prompt as sent, or its ids decoded (after Enqueue checked them).
   call->echo_text = request->generation.prompt;
   std::vector<int32_t> echo_ids;
@@ -329,7 +336,7 @@ void HttpService::Impl::StartCompletion(CompletionRequest parsed,
     absl::StatusOr<std::optional<SessionLease>> lease =
         options_.sessions == nullptr
             ? absl::UnavailableError("sessions are not enabled on this server")
-            : options_.sessions->Open(request->session_id, **model, &request->generation);
+            : options_.sessions->Open(request->session_id, model, &request->generation);
     if (!lease.ok()) return call->FailEnqueue(WithParam(lease.status(), "session_id"));
     call->lease = *std::move(lease);
     call->session_id = call->lease->id();
@@ -346,8 +353,8 @@ void HttpService::Impl::StartCompletion(CompletionRequest parsed,
   }
   part.id = *id;
   part.enqueued = true;
-  if (!echo_ids.empty() && (*model)->tokenizer != nullptr) {
-    absl::StatusOr<std::string> text = (*model)->tokenizer->Decode(echo_ids);
+  if (!echo_ids.empty() && model.tokenizer != nullptr) {
+    absl::StatusOr<std::string> text = model.tokenizer->Decode(echo_ids);
     if (text.ok()) call->echo_text = *std::move(text);
   }
   call->Begin();

@@ -310,8 +310,11 @@ absl::Status ReadSpeculative(const json& object, std::optional<SpeculativeParams
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(const json& object,
-                                                                       absl::string_view body) {
+namespace {
+
+// ParseResponseFormat; the schema is read from `ordered`, or (null) from `body` parsed again.
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> ResponseFormat(
+    const json& object, absl::string_view body, const nlohmann::ordered_json* ordered) {
   const json* format = Field(object, "response_format");
   if (format == nullptr) return nullptr;
   constexpr absl::string_view kTypes = "one of \"text\", \"json_object\", \"json_schema\"";
@@ -343,11 +346,15 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(const jso
   if (Field(*spec, "schema") == nullptr) {
     return absl::InvalidArgumentError("response_format.json_schema.schema is required");
   }
-  // Again in the body's key order: properties are generated in the order the schema lists them.
-  if (absl::Status depth = CheckJsonNesting(body, ""); !depth.ok()) return depth;
-  const nlohmann::ordered_json ordered =
-      nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  const nlohmann::ordered_json* schema = &ordered;
+  // In the body's key order: properties are generated in the order the schema lists them.
+  nlohmann::ordered_json reparsed;
+  if (ordered == nullptr) {
+    if (absl::Status depth = CheckJsonNesting(body, ""); !depth.ok()) return depth;
+    reparsed = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr,
+                                             /*allow_exceptions=*/false);
+    ordered = &reparsed;
+  }
+  const nlohmann::ordered_json* schema = ordered;
   for (const char* key : {"response_format", "json_schema", "schema"}) {
     const auto it = schema->is_object() ? schema->find(key) : schema->end();
     if (it == schema->end()) {
@@ -358,12 +365,10 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(const jso
   return JsonGrammar::FromSchema(*schema, "response_format.json_schema.schema");
 }
 
-absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
-                                                         const ParseLimits& limits) {
-  absl::StatusOr<json> object = ParseObject(body);
-  if (!object.ok()) return object.status();
-  const json& o = *object;
-
+// ParseCompletionRequest's fields of the parsed body `o` (`body`, `ordered`: ResponseFormat's).
+absl::StatusOr<CompletionRequest> CompletionFields(const json& o, absl::string_view body,
+                                                   const nlohmann::ordered_json* ordered,
+                                                   const ParseLimits& limits) {
   CompletionRequest request;
   GenerationRequest& g = request.generation;
   // The default never exceeds the server's limit (found by http_completion_fuzzer).
@@ -389,7 +394,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   if (absl::Status s = ReadStop(o, limits.max_stop_strings, &g.stop); !s.ok()) return s;
   if (absl::Status s = ReadBool(o, "stream", &request.stream); !s.ok()) return s;
   if (absl::Status s = ReadBool(o, "ignore_eos", &g.ignore_eos); !s.ok()) return s;
-  absl::StatusOr<std::shared_ptr<const JsonGrammar>> format = ParseResponseFormat(o, body);
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> format = ResponseFormat(o, body, ordered);
   if (!format.ok()) return format.status();
   g.response_format = *std::move(format);
   if (absl::Status s = ReadInt(o, "n", 1, limits.max_choices, &g.n); !s.ok()) return s;
@@ -417,6 +422,26 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
     }
   }
   return request;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(
+    const json& object, const nlohmann::ordered_json& ordered) {
+  return ResponseFormat(object, "", &ordered);
+}
+
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
+                                                         const ParseLimits& limits) {
+  absl::StatusOr<json> object = ParseObject(body);
+  if (!object.ok()) return object.status();
+  return CompletionFields(*object, body, nullptr, limits);
+}
+
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& object,
+                                                         const nlohmann::ordered_json& ordered,
+                                                         const ParseLimits& limits) {
+  return CompletionFields(object, "", &ordered, limits);
 }
 
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(absl::string_view body) {

@@ -59,15 +59,21 @@ struct TranslateRequest {
 // fields are also checked with ValidateSamplingParams (messages use the JSON names).
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
                                                          const ParseLimits& limits);
+// The same fields of a body parsed already (chat_route.cc): `object`, and `ordered` (the same
+// body in its key order) for response_format's schema.
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& object,
+                                                         const nlohmann::ordered_json& ordered,
+                                                         const ParseLimits& limits);
 
-// OpenAI's response_format in `object` (the parsed `body`): absent, null or {"type": "text"}
-// -> null (free text); {"type": "json_object"} -> JsonGrammar::AnyObject();
-// {"type": "json_schema", "json_schema": {"name": string, "schema": {...}, "strict": bool,
-// "description": string}} -> the schema compiled (engine/sampling/json_grammar.h; re-read from
-// `body` in its own key order, the order properties are generated in). Errors name the field:
+// OpenAI's response_format in `object` (a parsed body; `ordered`: the same body parsed in its
+// key order, the order properties are generated in): absent, null or {"type": "text"} -> null
+// (free text); {"type": "json_object"} -> JsonGrammar::AnyObject(); {"type": "json_schema",
+// "json_schema": {"name": string, "schema": {...}, "strict": bool, "description": string}} ->
+// the schema compiled (engine/sampling/json_grammar.h) from `ordered`. Errors name the field:
 // "response_format.json_schema.schema.properties.name.pattern is not supported".
-absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(const nlohmann::json& object,
-                                                                       absl::string_view body);
+// ParseCompletionRequest reads it the same way.
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> ParseResponseFormat(
+    const nlohmann::json& object, const nlohmann::ordered_json& ordered);
 
 // POST /tokenize (vLLM's shape): model, prompt (a string, may be empty), add_special_tokens
 // (bool, default true: bos first for a language model, eos last for a translation model's
