@@ -4,7 +4,9 @@
 // named tool_choice plain, streamed and through the SDK's runTools helper, "required" over two
 // tools, a call sent back with its result), and a 400 naming
 // the field, each checked with node:assert on the shapes the
-// SDK's types promise. Usage: node chat.mjs http://127.0.0.1:PORT/v1
+// SDK's types promise. Usage: node chat.mjs http://127.0.0.1:PORT/v1 [tools]
+// (tools: only the tool cases, for a model whose chat template shows the tools, e.g. the real
+// Llama-3.1 or Qwen2.5 one: hf_serving_e2e_test.cc).
 // Prints one JSON line on success, {"model", "messages", "max_tokens", "content"} (the greedy
 // answer), for the caller's exact-text check against the token ids (openai_e2e_test.cc);
 // exits 1 with the failed assertion on stderr otherwise.
@@ -21,10 +23,130 @@ const messages = [
 ];
 const maxTokens = 12;
 
+const weather = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The weather in a city over the next days.',
+    parameters: {
+      type: 'object',
+      properties: { city: { enum: ['Paris', 'Oslo', 'Rome'] }, days: { type: 'integer' } },
+      required: ['city', 'days'],
+      additionalProperties: false,
+    },
+  },
+};
+
+// Tools. With tool_choice auto the built-in template (abc-lm ships none) does not show them,
+// and the answer is not a call: the same content as without tools (`plainContent`; null for a
+// model whose template shows them: then a call or content).
+async function toolCases(model, plainContent) {
+  const auto = await client.chat.completions.create({
+    model, messages, max_completion_tokens: maxTokens, temperature: 0, tools: [weather],
+  });
+  if (plainContent !== null) {
+    assert.equal(auto.choices[0].message.content, plainContent);
+    assert.equal(auto.choices[0].message.tool_calls, undefined);
+  } else if (auto.choices[0].finish_reason === 'tool_calls') {  // a template that shows them
+    for (const c of auto.choices[0].message.tool_calls) {
+      assert.equal(c.function.name, 'get_weather');
+      assert.equal(typeof JSON.parse(c.function.arguments), 'object');
+    }
+  } else {
+    assert.equal(typeof auto.choices[0].message.content, 'string');
+  }
+  // A named tool_choice is enforced (constrained decoding): even this small model answers with
+  // a valid call of the function, finish_reason tool_calls, plain and streamed (the SDK's stream
+  // helper accumulates delta.tool_calls into the same call).
+  const tool_choice = { type: 'function', function: { name: 'get_weather' } };
+  const forced = {
+    model, messages, max_completion_tokens: 100, temperature: 0, tools: [weather], tool_choice,
+  };
+  const called = await client.chat.completions.create(forced);
+  assert.equal(called.choices[0].finish_reason, 'tool_calls');
+  assert.equal(called.choices[0].message.content, null);
+  assert.equal(called.choices[0].message.tool_calls.length, 1);
+  const [call] = called.choices[0].message.tool_calls;
+  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+  assert.equal(call.type, 'function');
+  assert.equal(call.function.name, 'get_weather');
+  const args = JSON.parse(call.function.arguments);
+  assert.deepEqual(Object.keys(args), ['city', 'days']);
+  assert.ok(['Paris', 'Oslo', 'Rome'].includes(args.city), args.city);
+  assert.ok(Number.isInteger(args.days), String(args.days));
+  const calledStream = client.chat.completions.stream(forced);
+  const streamedCall = await calledStream.finalChatCompletion();
+  assert.equal(streamedCall.choices[0].finish_reason, 'tool_calls');
+  assert.deepEqual(streamedCall.choices[0].message.tool_calls.map((c) => c.function),
+    [call.function]);
+  // The SDK's runTools helper: it sends the tools, gets the forced call, runs the function with
+  // the parsed arguments and stops (one named function to call).
+  let ran = null;
+  const runner = client.chat.completions.runTools({
+    model, messages, max_completion_tokens: 100, temperature: 0, tool_choice,
+    tools: [{
+      type: 'function',
+      function: {
+        ...weather.function,
+        function: (parsed) => { ran = parsed; return `sunny in ${parsed.city}`; },
+        parse: JSON.parse,
+      },
+    }],
+  });
+  assert.equal(await runner.finalFunctionToolCallResult(), `sunny in ${args.city}`);
+  assert.deepEqual(ran, args);
+  // tool_choice "required" over two tools: one valid call of either, whichever the model picks,
+  // over 20 seeds at temperature 1 (the name written first picks the arguments' schema).
+  const clock = {
+    type: 'function',
+    function: {
+      name: 'get_time',
+      parameters: {
+        type: 'object',
+        properties: { zone: { enum: ['UTC', 'CET'] } },
+        required: ['zone'],
+        additionalProperties: false,
+      },
+    },
+  };
+  const names = new Set();
+  for (let seed = 1; seed <= 20; seed++) {
+    const required = await client.chat.completions.create({
+      model, messages, max_completion_tokens: 100, temperature: 1, seed,
+      tools: [weather, clock], tool_choice: 'required',
+    });
+    assert.equal(required.choices[0].finish_reason, 'tool_calls');
+    const [only] = required.choices[0].message.tool_calls;
+    const parsed = JSON.parse(only.function.arguments);
+    names.add(only.function.name);
+    if (only.function.name === 'get_weather') {
+      assert.deepEqual(Object.keys(parsed), ['city', 'days']);
+      assert.ok(['Paris', 'Oslo', 'Rome'].includes(parsed.city), parsed.city);
+    } else {
+      assert.equal(only.function.name, 'get_time');
+      assert.deepEqual(Object.keys(parsed), ['zone']);
+      assert.ok(['UTC', 'CET'].includes(parsed.zone), parsed.zone);
+    }
+  }
+  assert.ok(names.size >= 1);
+  // The call sent back (content null, arguments as JSON text) with the tool's result renders.
+  const followUp = await client.chat.completions.create({
+    model, max_completion_tokens: 4, temperature: 0, tools: [weather, clock],
+    messages: [...messages, called.choices[0].message,
+      { role: 'tool', tool_call_id: call.id, content: 'sunny' }],
+  });
+  assert.ok(followUp.usage.prompt_tokens > called.usage.prompt_tokens, JSON.stringify(followUp.usage));
+}
+
 async function main() {
   const models = await client.models.list();
   const model = models.data[0].id;
   assert.ok(model, 'GET /v1/models lists the served model');
+  if (process.argv[3] === 'tools') {  // the tool cases only
+    await toolCases(model, null);
+    console.log(JSON.stringify({ model, tools: 'ok' }));
+    return;
+  }
 
   // Plain, greedy.
   const plain = await client.chat.completions.create({
@@ -141,107 +263,7 @@ async function main() {
   for await (const chunk of shapedStream) shapedText += chunk.choices[0]?.delta?.content ?? '';
   assert.equal(shapedText, shaped.choices[0].message.content);
 
-  // Tools. With tool_choice auto the built-in template (abc-lm ships none) does not show them,
-  // and the answer is not a call: the same content as without tools.
-  const weather = {
-    type: 'function',
-    function: {
-      name: 'get_weather',
-      description: 'The weather in a city over the next days.',
-      parameters: {
-        type: 'object',
-        properties: { city: { enum: ['Paris', 'Oslo', 'Rome'] }, days: { type: 'integer' } },
-        required: ['city', 'days'],
-        additionalProperties: false,
-      },
-    },
-  };
-  const auto = await client.chat.completions.create({
-    model, messages, max_completion_tokens: maxTokens, temperature: 0, tools: [weather],
-  });
-  assert.equal(auto.choices[0].message.content, answer.message.content);
-  assert.equal(auto.choices[0].message.tool_calls, undefined);
-  // A named tool_choice is enforced (constrained decoding): even this small model answers with
-  // a valid call of the function, finish_reason tool_calls, plain and streamed (the SDK's stream
-  // helper accumulates delta.tool_calls into the same call).
-  const tool_choice = { type: 'function', function: { name: 'get_weather' } };
-  const forced = {
-    model, messages, max_completion_tokens: 100, temperature: 0, tools: [weather], tool_choice,
-  };
-  const called = await client.chat.completions.create(forced);
-  assert.equal(called.choices[0].finish_reason, 'tool_calls');
-  assert.equal(called.choices[0].message.content, null);
-  assert.equal(called.choices[0].message.tool_calls.length, 1);
-  const [call] = called.choices[0].message.tool_calls;
-  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
-  assert.equal(call.type, 'function');
-  assert.equal(call.function.name, 'get_weather');
-  const args = JSON.parse(call.function.arguments);
-  assert.deepEqual(Object.keys(args), ['city', 'days']);
-  assert.ok(['Paris', 'Oslo', 'Rome'].includes(args.city), args.city);
-  assert.ok(Number.isInteger(args.days), String(args.days));
-  const calledStream = client.chat.completions.stream(forced);
-  const streamedCall = await calledStream.finalChatCompletion();
-  assert.equal(streamedCall.choices[0].finish_reason, 'tool_calls');
-  assert.deepEqual(streamedCall.choices[0].message.tool_calls.map((c) => c.function),
-    [call.function]);
-  // The SDK's runTools helper: it sends the tools, gets the forced call, runs the function with
-  // the parsed arguments and stops (one named function to call).
-  let ran = null;
-  const runner = client.chat.completions.runTools({
-    model, messages, max_completion_tokens: 100, temperature: 0, tool_choice,
-    tools: [{
-      type: 'function',
-      function: {
-        ...weather.function,
-        function: (parsed) => { ran = parsed; return `sunny in ${parsed.city}`; },
-        parse: JSON.parse,
-      },
-    }],
-  });
-  assert.equal(await runner.finalFunctionToolCallResult(), `sunny in ${args.city}`);
-  assert.deepEqual(ran, args);
-  // tool_choice "required" over two tools: one valid call of either, whichever the model picks,
-  // over 20 seeds at temperature 1 (the name written first picks the arguments' schema).
-  const clock = {
-    type: 'function',
-    function: {
-      name: 'get_time',
-      parameters: {
-        type: 'object',
-        properties: { zone: { enum: ['UTC', 'CET'] } },
-        required: ['zone'],
-        additionalProperties: false,
-      },
-    },
-  };
-  const names = new Set();
-  for (let seed = 1; seed <= 20; seed++) {
-    const required = await client.chat.completions.create({
-      model, messages, max_completion_tokens: 100, temperature: 1, seed,
-      tools: [weather, clock], tool_choice: 'required',
-    });
-    assert.equal(required.choices[0].finish_reason, 'tool_calls');
-    const [only] = required.choices[0].message.tool_calls;
-    const parsed = JSON.parse(only.function.arguments);
-    names.add(only.function.name);
-    if (only.function.name === 'get_weather') {
-      assert.deepEqual(Object.keys(parsed), ['city', 'days']);
-      assert.ok(['Paris', 'Oslo', 'Rome'].includes(parsed.city), parsed.city);
-    } else {
-      assert.equal(only.function.name, 'get_time');
-      assert.deepEqual(Object.keys(parsed), ['zone']);
-      assert.ok(['UTC', 'CET'].includes(parsed.zone), parsed.zone);
-    }
-  }
-  assert.ok(names.size >= 1);
-  // The call sent back (content null, arguments as JSON text) with the tool's result renders.
-  const followUp = await client.chat.completions.create({
-    model, max_completion_tokens: 4, temperature: 0, tools: [weather, clock],
-    messages: [...messages, called.choices[0].message,
-      { role: 'tool', tool_call_id: call.id, content: 'sunny' }],
-  });
-  assert.ok(followUp.usage.prompt_tokens > called.usage.prompt_tokens, JSON.stringify(followUp.usage));
+  await toolCases(model, answer.message.content);
 
   // Errors: the SDK's BadRequestError with the server's message naming the field.
   const refusals = [
