@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/e2e/binaries_under_test.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/e2e/session_client.h"
 
 namespace abcd {
@@ -302,13 +302,8 @@ TEST_F(HfServing, ServerRefusesTokenizerJsonOnly) {
   std::filesystem::copy(models_->dir() + "/gsa", dir);
   std::filesystem::remove(dir / "tokenizer.model");
   std::ofstream(dir / "tokenizer.json") << R"({"version": "1.0"})";  // no "model"
-  testing::ServerProcess server(testing::ServerBinary(),
-                                {"--device", "cpu", "--models", dir.string()});
-  EXPECT_FALSE(server.started());
-  EXPECT_EQ(server.WaitForExit(testing::TimeLimit(10)), 1);
-  const std::string log = server.Log();
-  EXPECT_NE(log.find(dir.string() + "/tokenizer.json: model: is missing"), std::string::npos)
-      << log;
+  testing::ExpectRefusedStart({"--device", "cpu", "--models", dir.string()}, 1,
+                              dir.string() + "/tokenizer.json: model: is missing");
   std::filesystem::remove_all(dir.parent_path());
 }
 

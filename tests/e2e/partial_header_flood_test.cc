@@ -19,9 +19,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "tests/e2e/binaries_under_test.h"
-#include "tests/e2e/metric_sample.h"
-#include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
 namespace abcd {
@@ -62,16 +60,17 @@ int RefillDrippers(int port, std::vector<int>* fds) {
   return reopened;
 }
 
-TEST(PartialHeaderFloodTest, ThousandDrippersKeepNeitherProbesNorCompletionsOut) {
+class PartialHeaderFloodTest : public testing::ServerTest {};
+
+TEST_F(PartialHeaderFloodTest, ThousandDrippersKeepNeitherProbesNorCompletionsOut) {
   rlimit files{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
   files.rlim_cur = files.rlim_max;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
   ASSERT_GE(files.rlim_cur, rlim_t{2 * kDrippers + 256}) << "needs ulimit -n >= 2304";
-  testing::ServerProcess server(testing::ServerBinary(),
-                                {"--device", "cpu", "--models", testing::kLmDir});
-  ASSERT_TRUE(server.started()) << server.Log();
-  const int port = server.http_port();
+  Start({"--device", "cpu", "--models", testing::kLmDir});
+  if (HasFatalFailure()) return;
+  const int port = server_->http_port();
   std::vector<int> drippers;
   for (int i = 0; i < kDrippers; ++i) {
     drippers.push_back(OpenDripper(port));
@@ -111,8 +110,7 @@ TEST(PartialHeaderFloodTest, ThousandDrippersKeepNeitherProbesNorCompletionsOut)
   for (int fd : drippers) {
     if (fd >= 0) close(fd);
   }
-  httplib::Client metrics("127.0.0.1", port);
-  const double evicted = testing::MetricSample(metrics, "abcd_http_connections_evicted_total");
+  const double evicted = Metric("abcd_http_connections_evicted_total");
   EXPECT_GE(evicted, 6) << "each probe connection closed a dripper";
   EXPECT_GE(reopened, 5);
   std::cout << "drippers reopened: " << reopened << ", connections evicted: " << evicted << "\n";

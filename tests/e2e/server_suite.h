@@ -9,7 +9,8 @@
 //
 // (SetUpTestSuite starts the server with those flags; a suite that must prepare files first
 // defines its own static SetUpTestSuite and calls Start(args) from it). One server per test, of
-// the test's flags: derive from ServerTest and call Start(args) in SetUp or in the test.
+// the test's flags: derive from ServerTest and call Start(args) in SetUp or in the test. A
+// start-up that must fail: ExpectRefusedStart.
 //
 // Thread-safety: test-only; the gtest thread.
 #pragma once
@@ -46,6 +47,18 @@ inline void ExpectServing(httplib::Client& http, const ServerProcess& server) {
       http.Post("/v1/completions", R"({"prompt": "The", "max_tokens": 1})", "application/json");
   ASSERT_TRUE(completion) << server.Log();
   EXPECT_EQ(completion->status, 200) << completion->body;
+}
+
+// A start-up that must be refused: abcd-server with `args` does not start, exits with
+// `exit_code` and logs `message`. Returns the log.
+inline std::string ExpectRefusedStart(std::vector<std::string> args, int exit_code,
+                                      const std::string& message) {
+  ServerProcess server(ServerBinary(), std::move(args));
+  EXPECT_FALSE(server.started());
+  EXPECT_EQ(server.WaitForExit(TimeLimit(10)), exit_code);
+  const std::string log = server.Log();
+  EXPECT_NE(log.find(message), std::string::npos) << log;
+  return log;
 }
 
 template <typename Suite>
