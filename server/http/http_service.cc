@@ -262,10 +262,13 @@ void HttpService::Impl::PrepareOffThread(ServerRequest request, std::shared_ptr<
   };
   if (!renders_->Submit(std::move(job))) {
     pending->settled = true;
+    // Refused by a stopped queue (the server drains) or a full one.
     Fail(*exchange, kind,
-         absl::ResourceExhaustedError(
-             absl::StrCat("overloaded: ", kRenderQueueCapacity,
-                          " chat renders are already waiting on this server; retry later")));
+         stopping_.load()
+             ? absl::UnavailableError("the server is draining; retry on another replica")
+             : absl::ResourceExhaustedError(
+                   absl::StrCat("overloaded: ", kRenderQueueCapacity,
+                                " chat renders are already waiting on this server; retry later")));
   }
 }
 
