@@ -27,15 +27,37 @@
 #                                        #             same-width llama at 1/64/256 streams
 #                                        #             (neither hf phase is in the default set)
 #
-# The device tool allows 10 minutes a call and carries about 64 MB with the working tree
-# (56.5 MB of it the tracked files), so pack one bundle a call, each in its own folder:
-# `GPU_DIR=.gpu-tests ... bundle tests memcheck` (2.3 MB), `GPU_DIR=.gpu-server ... bundle server`
-# (6.7 MB), `GPU_DIR=.gpu-bench ... bundle bench` (7.6 MB, OpenBLAS most of it), and carry that
-# folder. Each phase has its own time limit, PHASE_SECONDS, default 540, and writes its own files,
-# so a phase cut short still returns what it wrote. On an H200 (2026-11-27): tests + memcheck
-# took 141 s, server 44 s, bench more than 320 s (model generation ~60 s). Every call unpacks the
-# carried bundle afresh and makes the bench models again, so nothing stale from a warm machine is
-# used.
+# The device tool allows 10 minutes a call and carries at most 64 MiB (67,108,864 bytes) with
+# the working tree; on 2026-12-05 the tree took 65.34 MB (`du -b` of the tracked and untracked,
+# not ignored files), leaving 1.77 MB, and the smallest bundle, `bundle tests` (cuda_ops_test and
+# its 35 libraries, stripped, xz), took 2.62 MB (measured from that day's build, without
+# packing the CUDA backend plugin, which only abcd-server loads). `bundle` prints the sum and
+# fails when it is over: until the tree shrinks, a GPU session must make room for the call, e.g.
+# move models/checkpoints/abc-en-de (15.4 MB, read by no phase) out of the checkout and back
+# after it. Pack one bundle a call, each in its own folder (`GPU_DIR=.gpu-tests ... bundle tests
+# memcheck`, `GPU_DIR=.gpu-server ... bundle server`, ...), and carry that folder.
+#
+# Time: every phase has its own limit, PHASE_SECONDS (default 540), and the whole run one budget,
+# TOTAL_SECONDS (default 570: the device tool's 10 minutes less unpacking and slack); a phase gets
+# the smaller of its limit and what the budget has left, so one `run` always ends in time, and
+# each phase writes its own files, so a phase cut short still returns what it wrote. Expected
+# phase times on an H200 (measured 2026-11-27 where stated, else estimated):
+#   tests        ~150 s (tests + memcheck took 141 s before the Hugging Face and fla tests;
+#                those add 29 hf fixtures x fp32/bf16 x 65 steps and the fla kernel tests)
+#   memcheck     ~150-300 s under compute-sanitizer (it refused the device under gVisor on
+#                2026-11-04: then seconds, and the phase fails)
+#   bench        >320 s (model generation ~60 s)
+#   server       44 s
+#   hf           ~240 s: the four 1.3B bf16 checkpoints (~2.6 GB each) written in parallel
+#                (a few minutes each on 2 cores here; estimated 60-120 s there), then 24 decode
+#                rows of abcd-bench-cuda
+#   hf-server    ~150 s: 2 models x 3 stream counts x 14 s, plus each server's start (load,
+#                parity probe, graph capture), the checkpoints reused from hf
+# The issue's device items (parity, then speed) in one call, within 10 minutes:
+#   GPU_DIR=.gpu-issue deploy/scripts/gpu_check.sh bundle tests hf hf-server   # here
+#   GPU_DIR=.gpu-issue deploy/scripts/gpu_check.sh run tests hf hf-server      # there
+# (memcheck in a call of its own). Every call unpacks the carried bundle afresh and makes the
+# bench models again, so nothing stale from a warm machine is used.
 #
 # On a machine with a GPU and the build dependencies, skip the bundle: build with
 # `cmake -DABCD_WITH_CUDA=ON` and run build/tests/cuda_ops_test and build/loadtest/abcd-bench-cuda.
@@ -72,11 +94,16 @@ case "$mode" in
       binaries+=("${more[@]}")
     done
     read -r -a binaries <<<"$(printf '%s\n' "${binaries[@]}" | sort -u | tr '\n' ' ')"
-    cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WITH_CUDA=ON >/dev/null
+    # A build folder configured with CUDA is used as it is (a shared one keeps its options).
+    if ! grep -qs '^ABCD_WITH_CUDA:BOOL=ON' "$build_dir/CMakeCache.txt"; then
+      cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DABCD_WITH_CUDA=ON >/dev/null
+    fi
     cmake --build "$build_dir" --target "${binaries[@]}" abcd_cuda_backend
-    exclude="$(git rev-parse --git-path info/exclude)"
-    mkdir -p "$(dirname "$exclude")"
-    grep -qx "/${gpu_dir#./}/" "$exclude" 2>/dev/null || echo "/${gpu_dir#./}/" >>"$exclude"
+    if [[ "$gpu_dir" != /* ]]; then  # a folder in the checkout: git-ignored, so carry names it
+      exclude="$(git rev-parse --git-path info/exclude)"
+      mkdir -p "$(dirname "$exclude")"
+      grep -qx "/${gpu_dir#./}/" "$exclude" 2>/dev/null || echo "/${gpu_dir#./}/" >>"$exclude"
+    fi
     staging="$(mktemp -d)"
     mkdir -p "$staging/bin" "$staging/lib"
     for binary in "${binaries[@]}"; do
@@ -86,9 +113,12 @@ case "$mode" in
         *) cp "$build_dir/loadtest/$binary" "$staging/bin/" ;;
       esac
     done
-    # The plugins (tokenizer, CUDA backend) are found in ../lib next to the binaries.
-    cp "$build_dir/bin/libabcd_sentencepiece.so" "$build_dir/bin/libabcd_cuda_backend.so" \
-      "$staging/lib/"
+    # The plugins (tokenizer, CUDA backend) are found in ../lib next to the binaries; the CUDA
+    # backend's (1.8 MB of xz) only for the server, the one binary that loads it.
+    cp "$build_dir/bin/libabcd_sentencepiece.so" "$staging/lib/"
+    if [[ -f "$staging/bin/abcd-server" ]]; then
+      cp "$build_dir/bin/libabcd_cuda_backend.so" "$staging/lib/"
+    fi
     # Every shared library but the C and C++ runtimes (the GPU machine's are newer), CUDA's own
     # (it has its driver and toolkit; the bundle must not shadow them) and OpenSSL 3 (5 MiB; the
     # GPU image has it, and gRPC loaded it there on 2026-11-27).
@@ -103,10 +133,18 @@ case "$mode" in
     mkdir -p "$gpu_dir"
     tar -C "$staging" -cf - bin lib source_root | xz -9e -T2 >"$gpu_dir/bundle.tar.xz"
     rm -rf "$staging"
-    tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
+    # What the device tool sends: tracked files and untracked ones git does not ignore.
+    tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) |
+      xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {sum += $1} END {print sum + 0}')
     bundle=$(stat -c %s "$gpu_dir/bundle.tar.xz")
-    echo "wrote $gpu_dir/bundle.tar.xz ($((bundle / 1000000)) MB; with the tracked files" \
-      "$(((tracked + bundle) / 1000000)) MB of the device tool's 64); carry $gpu_dir and run:"
+    limit_bytes=67108864  # the device tool's 64 MiB
+    echo "wrote $gpu_dir/bundle.tar.xz ($((bundle / 1000)) kB); with the working tree" \
+      "$(((tree + bundle) / 1000)) kB of the device tool's $((limit_bytes / 1000)) kB"
+    if ((tree + bundle > limit_bytes)); then
+      echo "too large for one device call: bundle fewer phases, or make room in the tree" >&2
+      exit 3
+    fi
+    echo "carry $gpu_dir and run:"
     echo "  GPU_DIR=$gpu_dir deploy/scripts/gpu_check.sh run ${phases[*]}"
     echo "then, here: python3 loadtest/cuda_report.py OUTPUT_FOLDER > loadtest/results/cuda-GPU-DATE.md"
     ;;
@@ -115,7 +153,8 @@ case "$mode" in
     phases=("$@")
     [[ ${#phases[@]} -eq 0 ]] && phases=(tests memcheck bench server)
     out="${OUT:-$root/$gpu_dir/out}"
-    limit="${PHASE_SECONDS:-540}"
+    phase_limit="${PHASE_SECONDS:-540}"
+    budget_end=$((SECONDS + ${TOTAL_SECONDS:-570}))
     mkdir -p "$out"
     # Always the carried bundle: a warm machine may still hold an older one in /tmp.
     rm -rf /tmp/abcd-gpu && mkdir -p /tmp/abcd-gpu
@@ -139,6 +178,13 @@ case "$mode" in
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
     status=0
     for phase in "${phases[@]}"; do
+      left=$((budget_end - SECONDS))
+      if ((left < 10)); then
+        echo "== phase $phase skipped: the run's TOTAL_SECONDS are spent" | tee -a "$out/skipped.txt"
+        status=1
+        continue
+      fi
+      limit=$((left < phase_limit ? left : phase_limit))
       echo "== phase $phase ($(date -u +%H:%M:%S), limit ${limit}s)"
       deadline=$((SECONDS + limit))
       case "$phase" in
@@ -195,12 +241,23 @@ case "$mode" in
           # about 2.6 GB each; the tokenizer is the repository's, for the server.
           types=(gsa gla retnet llama)
           [[ "$phase" == hf-server ]] && types=(gsa llama)
+          # In parallel (one core each); a finished one is kept for hf-server in the same run.
+          writers=()
           for type in "${types[@]}"; do
-            [[ -d /tmp/abcd-gpu/hf/$type ]] && continue
-            timeout $((limit / 2)) python3 models/write_hf_checkpoint.py --type "$type" \
-              --preset 1.3b --dtype bf16 --tokenizer models/tokenizers/lm.model \
-              --out "/tmp/abcd-gpu/hf/$type" >/dev/null || status=1
+            [[ -f /tmp/abcd-gpu/hf/$type/.done ]] && continue
+            (
+              if timeout $((limit / 2)) python3 models/write_hf_checkpoint.py --type "$type" \
+                --preset 1.3b --dtype bf16 --tokenizer models/tokenizers/lm.model \
+                --out "/tmp/abcd-gpu/hf/$type" >"/tmp/abcd-gpu/write_$type.log" 2>&1; then
+                touch "/tmp/abcd-gpu/hf/$type/.done"
+              else
+                tail -n 5 "/tmp/abcd-gpu/write_$type.log"
+                exit 1
+              fi
+            ) &
+            writers+=($!)
           done
+          for writer in "${writers[@]}"; do wait "$writer" || status=1; done
           remaining=$((deadline - SECONDS > 1 ? deadline - SECONDS : 1))
           if [[ "$phase" == hf ]]; then
             timeout "$remaining" /tmp/abcd-gpu/bin/abcd-bench-cuda decode \
@@ -271,6 +328,11 @@ case "$mode" in
           ;;
       esac
     done
+    # The device tool returns at most 8 files from its $OUT: more go back as one archive.
+    if (($(find "$out" -type f | wc -l) > 8)); then
+      tar -C "$out" -cJf /tmp/abcd-gpu/out.tar.xz . && find "$out" -mindepth 1 -delete &&
+        mv /tmp/abcd-gpu/out.tar.xz "$out/" && echo "outputs packed into $out/out.tar.xz"
+    fi
     exit "$status"
     ;;
   *)
