@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/attention/linear_state.h"
+#include "engine/attention/short_conv.h"
 #include "engine/attention/softmax_state.h"
 #include "engine/core/status_macros.h"
 
@@ -23,7 +24,7 @@ absl::Status CheckCudaKernel(const AttentionSpec& spec, absl::string_view where,
     return NoCudaKernel(where, absl::StrCat(AttentionTypeName(spec.type), " cross attention"));
   }
   if (spec.gmat_chunk >= 0) return NoCudaKernel(where, "gmat");
-  if (spec.conv_size > 0) {  // fla's short convolution (engine/attention/short_conv.h)
+  if (spec.conv_size > 0 && !spec.is_fla_mixer()) {  // fla's short convolution (short_conv.h)
     return NoCudaKernel(where, absl::StrCat(AttentionTypeName(spec.type), " short convolution"));
   }
   switch (spec.type) {
@@ -35,6 +36,7 @@ absl::Status CheckCudaKernel(const AttentionSpec& spec, absl::string_view where,
     case AttentionType::kGla:
     case AttentionType::kRetnet:
     case AttentionType::kHgrn2:
+    case AttentionType::kGatedDelta:
       return absl::OkStatus();
     case AttentionType::kAbc:
       // The CUDA abc kernels implement exp control only (learned logits, running means).
@@ -43,7 +45,6 @@ absl::Status CheckCudaKernel(const AttentionSpec& spec, absl::string_view where,
           where, absl::StrCat("abc attention with control \"", AbcControlName(spec.control), "\""));
     case AttentionType::kWindow:
     case AttentionType::kTxl:
-    case AttentionType::kGatedDelta:
       break;
   }
   return NoCudaKernel(where, absl::StrCat(AttentionTypeName(spec.type), " attention"));
@@ -112,9 +113,32 @@ absl::StatusOr<CudaAttention> UploadCudaAttention(CudaContext& context, const At
     attention.norm_eps = softmax->norm_eps();
   }
   if (spec.is_fla_mixer()) {
-    ABCD_ASSIGN_OR_RETURN(attention.fla, UploadFlaMixer(context, state, where, bytes));
-    attention.attended_width = attention.fla.attended_width;
-    attention.scratch_width = attention.fla.prepared_width;
+    // fla's short convolution wraps the mixer's state (short_conv.h).
+    const auto* conv = dynamic_cast<const ShortConvState*>(&state);
+    const AttentionState& inner = conv != nullptr ? conv->inner() : state;
+    int64_t projection_width = 0;
+    if (spec.type == AttentionType::kGatedDelta) {
+      ABCD_ASSIGN_OR_RETURN(attention.delta, UploadGatedDelta(context, inner, where, bytes));
+      attention.attended_width = attention.delta.params.AttendedWidth();
+      attention.scratch_width = attention.delta.params.PreparedWidth();
+      projection_width = attention.delta.params.ProjectionWidth();
+    } else {
+      ABCD_ASSIGN_OR_RETURN(attention.fla, UploadFlaMixer(context, inner, where, bytes));
+      attention.attended_width = attention.fla.attended_width;
+      attention.scratch_width = attention.fla.prepared_width;
+      projection_width = attention.fla.projection_width;
+    }
+    if ((conv != nullptr) != (spec.conv_size > 0)) {
+      return absl::InternalError(absl::StrCat(where, ": conv_size ", spec.conv_size,
+                                              conv != nullptr ? " with" : " without",
+                                              " a short convolution state"));
+    }
+    if (conv != nullptr) {
+      ABCD_ASSIGN_OR_RETURN(attention.conv,
+                            UploadShortConv(context, state, projection_width, where, bytes));
+      attention.has_conv = true;
+      attention.scratch_width += attention.conv.width;
+    }
   } else if (spec.type == AttentionType::kAbc) {
     attention.abc = AbcShape{n_heads, head_dim, spec.slots};
   } else if (IsFeatureMapType(spec.type)) {
@@ -127,6 +151,31 @@ absl::StatusOr<CudaAttention> UploadCudaAttention(CudaContext& context, const At
   }
   return attention;
 }
+
+namespace {
+
+// An fla mixer or gated_deltanet, after fla's short convolution when the layer has one: the
+// convolved rows (in the scratch after the prepared rows) feed the mixer, and the windows move
+// on once it has run.
+absl::Status LaunchFla(CudaContext& context, const CudaAttention& attention,
+                       const int64_t* positions, float* scratch, const StepRows& rows) {
+  StepRows inner = rows;
+  if (attention.has_conv) {
+    const int64_t prepared = attention.scratch_width - attention.conv.width;
+    float* convolved = scratch + rows.batch * prepared;
+    ABCD_RETURN_IF_ERROR(ShortConvRows(context, attention.conv, rows, convolved));
+    inner.q = convolved;
+    inner.q_stride = attention.conv.width;
+  }
+  if (attention.type == AttentionType::kGatedDelta) {
+    ABCD_RETURN_IF_ERROR(GatedDeltaForward(context, attention.delta, inner, scratch));
+  } else {
+    ABCD_RETURN_IF_ERROR(FlaMixerForward(context, attention.fla, inner, positions, scratch));
+  }
+  return attention.has_conv ? ShortConvAdvance(context, attention.conv, rows) : absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status LaunchCudaAttention(CudaContext& context, const CudaAttention& attention,
                                  float* projection, const int64_t* positions, float* scratch,
@@ -149,10 +198,10 @@ absl::Status LaunchCudaAttention(CudaContext& context, const CudaAttention& atte
     case AttentionType::kGla:
     case AttentionType::kRetnet:
     case AttentionType::kHgrn2:
-      return FlaMixerForward(context, attention.fla, rows, positions, scratch);
+    case AttentionType::kGatedDelta:
+      return LaunchFla(context, attention, positions, scratch, rows);
     case AttentionType::kWindow:
     case AttentionType::kTxl:
-    case AttentionType::kGatedDelta:
       break;
   }
   return absl::InternalError(

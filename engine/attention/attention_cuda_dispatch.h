@@ -1,7 +1,8 @@
 // The one place that says which attention types have a CUDA kernel, and that launches them:
 // softmax (KV cache, split-K; with GQA, RoPE and q/k norms for Hugging Face layers), abc with exp
-// control, rfa / t2r / elu self attention (attention_state_cuda.h) and the fla mixers gsa, gla,
-// retnet and hgrn2 without short convolutions (fla_state_cuda.h). Every other type, control
+// control, rfa / t2r / elu self attention (attention_state_cuda.h), the fla mixers gsa, gla,
+// retnet and hgrn2 and gated_deltanet, with or without fla's short convolution
+// (fla_state_cuda.h). Every other type, control
 // or form is refused here, with one message: "<where>: <what> has no CUDA kernel; use the CPU
 // backend" (UNIMPLEMENTED, so that
 // --device auto serves the model on the CPU). CudaModel (engine/model/model_cuda.h) calls
@@ -60,6 +61,12 @@ struct CudaAttention {
   // scratch floats per row it needs (0 for every other type).
   CudaFlaMixer fla;
   int64_t scratch_width = 0;
+  // gated_deltanet (fla_state_cuda.h).
+  CudaGatedDelta delta;
+  // fla's short convolution in front of the fla mixer or gated_deltanet (has_conv): its rows
+  // follow the mixer's prepared rows in the scratch (scratch_width covers both).
+  bool has_conv = false;
+  CudaShortConv conv;
 };
 
 // The device side of `state` (a decoder layer's self attention of `spec`): the feature maps of

@@ -10,7 +10,9 @@
 // lambda [Hkv K] | gate [H V] (with the output gate; retnet's lambda columns hold 0 here: its
 // decay is per query head and fixed); gsa: q [H K] | k [Hkv K] | v [Hkv V] | alpha [Hkv slots].
 // Projection rows: gla q | k | v | [g] | gk0 (rank); retnet q | k | v | [g]; hgrn2 q | f | i;
-// gsa q | k | v | a.
+// gsa q | k | v | a. Below them: fla's short convolution (short_conv.h: a convolved channel, the
+// window after a run's rows) and gated_deltanet's prepare / finish elements (gated_delta_state.h;
+// the q/k L2 norms need a head's sum, which the kernel forms: DeltaNormed applies it).
 #pragma once
 
 #include <cmath>
@@ -209,6 +211,118 @@ ABCD_FLA_FN float FinishElement(const Params& p, float x, float inverse_rms, int
   const bool per_head = p.kind == Kind::kGla || p.kind == Kind::kRetnet;
   const float normed = x * inverse_rms * p.norm_weight[per_head ? column % p.value_dim : column];
   if (!p.output_gate || p.kind == Kind::kHgrn2 || p.kind == Kind::kGsa) return normed;
+  const float g = prepared[p.GateOffset() + column];
+  return g / (1.0f + expf(-g)) * normed;
+}
+
+// ---- fla's short convolution (short_conv.h) in front of a mixer: C channels, W taps.
+struct ConvParams {
+  int channels = 0;               // C: convolved columns at the start of a projection row
+  int size = 0;                   // W: taps
+  bool silu = true;               // activation after the convolution
+  int64_t inner_floats = 0;       // the window [W - 1, C] follows the inner state's floats
+  const float* weight = nullptr;  // [C, W]; w[c, W - 1] multiplies the current input
+  const float* bias = nullptr;    // [C] or null
+};
+
+// Channel c of the convolved row whose projection row is `x` (rows `stride` floats apart), with
+// `before` rows of its run before it (their projection rows precede x) and the sequence's window
+// (`window`: [W - 1, C] oldest first, null: zeros) before the run: ShortConvState::PrepareRows'
+// sum, in its order (bias, then the taps oldest first), then silu.
+ABCD_FLA_FN float ShortConvElement(const ConvParams& p, const float* x, int64_t stride,
+                                   int64_t before, const float* window, int64_t c) {
+  const int64_t W = p.size, C = p.channels;
+  float y = p.bias != nullptr ? p.bias[c] : 0.0f;
+  for (int64_t i = 0; i < W; ++i) {
+    const int64_t back = W - 1 - i;  // tokens before this row
+    float in = 0.0f;
+    if (back <= before) {
+      in = x[-back * stride + c];
+    } else if (window != nullptr) {
+      in = window[(W - 1 - (back - before)) * C + c];
+    }
+    y += p.weight[c * W + i] * in;
+  }
+  return p.silu ? Silu(y) : y;
+}
+
+// Element t (0 oldest) of channel c of the window after the first `folded` rows of a run whose
+// first projection row is `x`, the window before the run being `window` ([W - 1, C]).
+ABCD_FLA_FN float ShortConvWindowAfter(const ConvParams& p, const float* x, int64_t stride,
+                                       int64_t folded, const float* window, int64_t t, int64_t c) {
+  const int64_t m = folded - (p.size - 1) + t;  // its row in the run; < 0: still the old window
+  return m >= 0 ? x[m * stride + c] : window[(t + folded) * p.channels + c];
+}
+
+// ---- gated_deltanet (gated_delta_state.h). H value heads (one state S [K, V] each), Hk q/k
+// heads. Projection rows: q [Hk K] | k [Hk K] | v [H V] | [g [H V]] | a [H] | b [H]; prepared
+// rows: q | k | v | decay [H] | beta [H] | [gate [H V]].
+struct DeltaParams {
+  int heads = 0, kv_heads = 0, key_dim = 0, value_dim = 0;
+  bool output_gate = true;
+  bool allow_neg_eigval = false;
+  bool silu_qkv = false;  // silu q, k, v here (no short convolution in front)
+  float norm_eps = 1e-6f;
+  const float* minus_a = nullptr;      // -exp(A_log) [H]
+  const float* dt_bias = nullptr;      // [H]
+  const float* norm_weight = nullptr;  // o_norm [V]
+
+  ABCD_FLA_FN int64_t QkWidth() const { return int64_t{kv_heads} * key_dim; }
+  ABCD_FLA_FN int64_t ValueWidth() const { return int64_t{heads} * value_dim; }
+  ABCD_FLA_FN int64_t GateWidth() const { return output_gate ? ValueWidth() : int64_t{0}; }
+  ABCD_FLA_FN int64_t VOffset() const { return 2 * QkWidth(); }
+  ABCD_FLA_FN int64_t ExtraOffset() const { return 2 * QkWidth() + ValueWidth(); }
+  ABCD_FLA_FN int64_t GateOffset() const { return ExtraOffset() + 2 * int64_t{heads}; }
+  ABCD_FLA_FN int64_t PreparedWidth() const { return GateOffset() + GateWidth(); }
+  ABCD_FLA_FN int64_t ProjectionWidth() const { return PreparedWidth(); }
+  ABCD_FLA_FN int64_t AttendedWidth() const { return ValueWidth(); }
+};
+
+// fla's softplus: x itself above 20.
+ABCD_FLA_FN float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// The L2 norm's scale of a q/k head from its sum of squares (fla's x / sqrt(sum x^2 + 1e-6)).
+ABCD_FLA_FN float L2Scale(float sum_squares) { return 1.0f / sqrtf(sum_squares + 1e-6f); }
+
+// The scale a q head gets after its L2 norm (K^-0.5).
+ABCD_FLA_FN float DeltaQueryScale(const DeltaParams& p) {
+  return 1.0f / sqrtf(static_cast<float>(p.key_dim));
+}
+
+// Column `column` of the prepared row of projection row `in`, before the q/k heads' L2 norms
+// (the q and k columns are the silu'ed or plain inputs; DeltaPrepareRow scales them).
+ABCD_FLA_FN float DeltaPrepareElement(const DeltaParams& p, const float* in, int64_t column) {
+  const int64_t extra = p.ExtraOffset(), H = p.heads;
+  if (column < extra) return p.silu_qkv ? Silu(in[column]) : in[column];
+  const int64_t a = extra + p.GateWidth();  // the a logits, then b
+  if (column < extra + H) {
+    const int64_t h = column - extra;
+    return expf(p.minus_a[h] * Softplus(in[a + h] + p.dt_bias[h]));
+  }
+  if (column < extra + 2 * H) {
+    return Sigmoid(in[a + H + (column - extra - H)]) * (p.allow_neg_eigval ? 2.0f : 1.0f);
+  }
+  return in[extra + (column - extra - 2 * H)];  // the output gate's logits
+}
+
+// What one prepared q/k column becomes once its head's L2 scale is known (`head` < Hk: q).
+ABCD_FLA_FN float DeltaNormed(const DeltaParams& p, float x, float l2_scale, int64_t head) {
+  const float y = x * l2_scale;
+  return head < p.kv_heads ? y * DeltaQueryScale(p) : y;
+}
+
+// 1 / sqrt(mean square + eps) of a head's V attended columns (in double, as cpu::RmsNorm).
+ABCD_FLA_FN float DeltaInverseRms(const DeltaParams& p, double sum_squares) {
+  return static_cast<float>(
+      1.0 / sqrt(sum_squares / static_cast<double>(p.value_dim) + static_cast<double>(p.norm_eps)));
+}
+
+// Attended column `column` (of all heads) from the delta rule's read x: o_norm, then with the
+// output gate silu(gate) times it; `prepared` is the row's prepared row.
+ABCD_FLA_FN float DeltaFinishElement(const DeltaParams& p, float x, float inverse_rms,
+                                     int64_t column, const float* prepared) {
+  const float normed = x * inverse_rms * p.norm_weight[column % p.value_dim];
+  if (!p.output_gate) return normed;
   const float g = prepared[p.GateOffset() + column];
   return g / (1.0f + expf(-g)) * normed;
 }

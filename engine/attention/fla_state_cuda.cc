@@ -1,4 +1,5 @@
-// UploadFlaMixer (fla_state_cuda.h): the device copy of a GatedLinearState or GsaState.
+// UploadFlaMixer, UploadShortConv, UploadGatedDelta (fla_state_cuda.h): the device copies of the
+// fla states' parameters, and the step kernels' launch plans.
 #include "engine/attention/fla_state_cuda.h"
 
 #include <algorithm>
@@ -7,8 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/attention/attention_cuda_dispatch.h"
+#include "engine/attention/gated_delta_state.h"
 #include "engine/attention/gated_linear_state.h"
 #include "engine/attention/gsa_state.h"
+#include "engine/attention/short_conv.h"
 #include "engine/core/status_macros.h"
 
 namespace abcd::cuda {
@@ -170,7 +173,101 @@ absl::StatusOr<CudaFlaMixer> UploadFlaMixer(CudaContext& context, const Attentio
   return mixer;
 }
 
+absl::StatusOr<CudaShortConv> UploadShortConv(CudaContext& context, const AttentionState& state,
+                                              int64_t inner_projection_width,
+                                              absl::string_view where, int64_t* bytes) {
+  const auto* conv = dynamic_cast<const ShortConvState*>(&state);
+  if (conv == nullptr) return NoCudaKernel(where, "this state (not a short convolution)");
+  const ShortConvState::Options& o = conv->options();
+  if (o.channels <= 0 || o.size <= 0 || o.channels > inner_projection_width) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": short convolution of ", o.channels, " channels and ", o.size,
+                     " taps over projection rows of ", inner_projection_width, " floats"));
+  }
+  CudaShortConv out;
+  const int64_t C = o.channels;
+  ABCD_RETURN_IF_ERROR(
+      UploadArray(context, o.weight, C * o.size, where, "short conv weight", &out.weight, bytes));
+  if (!o.bias.empty()) {
+    ABCD_RETURN_IF_ERROR(
+        UploadArray(context, o.bias, C, where, "short conv bias", &out.bias, bytes));
+  }
+  fla::ConvParams& p = out.params;
+  p.channels = o.channels;
+  p.size = o.size;
+  p.silu = o.silu;
+  p.inner_floats = conv->inner().FixedFloats();
+  p.weight = out.weight.data();
+  p.bias = out.bias.data();  // null without a bias
+  out.width = inner_projection_width;
+  return out;
+}
+
+absl::StatusOr<CudaGatedDelta> UploadGatedDelta(CudaContext& context, const AttentionState& state,
+                                                absl::string_view where, int64_t* bytes) {
+  const auto* delta = dynamic_cast<const GatedDeltaState*>(&state);
+  if (delta == nullptr) return NoCudaKernel(where, "this state (not gated_deltanet)");
+  const GatedDeltaState::Options& o = delta->options();
+  if (o.heads <= 0 || o.kv_heads <= 0 || o.key_dim <= 0 || o.value_dim <= 0 ||
+      o.heads % o.kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": gated_deltanet heads ", o.heads,
+                                                   ", kv_heads ", o.kv_heads, ", key_dim ",
+                                                   o.key_dim, ", value_dim ", o.value_dim));
+  }
+  CudaGatedDelta out;
+  fla::DeltaParams& p = out.params;
+  p.heads = o.heads;
+  p.kv_heads = o.kv_heads;
+  p.key_dim = o.key_dim;
+  p.value_dim = o.value_dim;
+  p.output_gate = o.output_gate;
+  p.allow_neg_eigval = o.allow_neg_eigval;
+  p.silu_qkv = o.silu_qkv;
+  p.norm_eps = o.norm_eps;
+  std::vector<float> minus_a;
+  for (float a : o.a_log) minus_a.push_back(-std::exp(a));  // as GatedDeltaState
+  ABCD_RETURN_IF_ERROR(
+      UploadArray(context, minus_a, o.heads, where, "gated_deltanet A_log", &out.minus_a, bytes));
+  ABCD_RETURN_IF_ERROR(UploadArray(context, o.dt_bias, o.heads, where, "gated_deltanet dt_bias",
+                                   &out.dt_bias, bytes));
+  ABCD_RETURN_IF_ERROR(UploadArray(context, o.norm_weight, o.value_dim, where,
+                                   "gated_deltanet o_norm weight", &out.norm_weight, bytes));
+  p.minus_a = out.minus_a.data();
+  p.dt_bias = out.dt_bias.data();
+  p.norm_weight = out.norm_weight.data();
+  out.state_floats = state.FixedFloats();
+  if (p.PreparedWidth() != state.PreparedWidth()) {
+    return absl::InternalError(absl::StrCat(where, ": gated_deltanet prepared width ",
+                                            p.PreparedWidth(), " on the device, ",
+                                            state.PreparedWidth(), " on the CPU"));
+  }
+  return out;
+}
+
 namespace internal {
+
+absl::StatusOr<GatedDeltaPlan> PlanGatedDeltaStep(const fla::DeltaParams& p, int64_t sequences) {
+  ABCD_RETURN_IF_ERROR(CheckGridRows("gated delta step", sequences));
+  if (p.heads <= 0 || p.key_dim <= 0 || p.value_dim <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gated delta step: heads ", p.heads, ", key_dim ", p.key_dim, ", value_dim ", p.value_dim));
+  }
+  GatedDeltaPlan plan;
+  plan.tiles = (p.value_dim + 31) / 32;
+  const int64_t blocks = int64_t{p.heads} * plan.tiles;
+  if (blocks > 0x7fffffff) {
+    return absl::InvalidArgumentError(absl::StrCat("gated delta step: ", blocks, " blocks a row"));
+  }
+  constexpr int kWarps = kFlaStepThreads / 32;
+  const int64_t floats = 2 * int64_t{p.key_dim} + kWarps * 32;
+  if (floats * 4 > kDefaultSharedMemoryBytes) {  // K up to 6,080
+    return absl::InvalidArgumentError(
+        absl::StrCat("gated delta step: key_dim ", p.key_dim, " needs ", floats * 4,
+                     " bytes of shared memory, more than ", kDefaultSharedMemoryBytes));
+  }
+  plan.shared_bytes = static_cast<size_t>(floats) * sizeof(float);
+  return plan;
+}
 
 absl::StatusOr<GatedLinearPlan> PlanGatedLinearStep(const fla::Params& p, int64_t batch,
                                                     int64_t sequences, int64_t longest_run,

@@ -9,7 +9,11 @@
 //   finish (split partials summed, output RMSNorm per head or per row, swish gate).
 // The state blocks keep exactly the CPU layout (GatedLinearState: per head S [K, V]; GsaState:
 // per head K~ [slots, K] then V~ [slots, V]), fp32, so state bytes move between backends.
-// Thread-safety: a CudaFlaMixer is immutable after upload; calls on one context are serial.
+// Also here: fla's short convolution in front of any of them (ShortConvRows before the mixer,
+// ShortConvAdvance after it; short_conv_cuda.cu) and gated_deltanet (GatedDeltaForward;
+// gated_delta_cuda.cu), whose per-element math is fla_math.h's too.
+// Thread-safety: the Cuda* parameter structs are immutable after upload; calls on one context
+// are serial.
 #pragma once
 
 #include <cstdint>
@@ -66,7 +70,59 @@ absl::StatusOr<CudaFlaMixer> UploadFlaMixer(CudaContext& context, const Attentio
 absl::Status FlaMixerForward(CudaContext& context, const CudaFlaMixer& mixer, const StepRows& rows,
                              const int64_t* positions, float* prepared);
 
+// fla's short convolution (short_conv.h) around a mixer on the device: the window of the last
+// W - 1 inputs stays where the CPU keeps it, after the inner state's floats.
+struct CudaShortConv {
+  fla::ConvParams params;  // its pointers point into the arrays below
+  DeviceArray<float> weight, bias;
+  int64_t width = 0;  // floats of a convolved row (the inner mixer's projection width)
+};
+
+// The device copy of a ShortConvState's convolution; `inner_projection_width`: the inner
+// mixer's projection width (>= channels). InvalidArgument naming `where` for bad shapes.
+absl::StatusOr<CudaShortConv> UploadShortConv(CudaContext& context, const AttentionState& state,
+                                              int64_t inner_projection_width,
+                                              absl::string_view where, int64_t* bytes);
+
+// The convolved rows of `rows` (rows.q, rows.q_stride apart) into `convolved` (conv.width floats
+// apart): the first C columns convolved with the taps before each row (earlier rows of its run,
+// then the sequence's window; zeros for a padding row), the rest copied. Reads the windows only.
+absl::Status ShortConvRows(CudaContext& context, const CudaShortConv& conv, const StepRows& rows,
+                           float* convolved);
+
+// After the inner mixer has run over `rows`: each sequence's window moves on past its rows (the
+// raw inputs in rows.q), and every set rows.checkpoints[b] receives the window after row b.
+absl::Status ShortConvAdvance(CudaContext& context, const CudaShortConv& conv,
+                              const StepRows& rows);
+
+// gated_deltanet's device parameters (immutable after upload).
+struct CudaGatedDelta {
+  fla::DeltaParams params;  // its pointers point into the arrays below
+  DeviceArray<float> minus_a, dt_bias, norm_weight;
+  int64_t state_floats = 0;  // H K V
+};
+
+// The device copy of a GatedDeltaState (UNIMPLEMENTED naming `where` for any other state).
+absl::StatusOr<CudaGatedDelta> UploadGatedDelta(CudaContext& context, const AttentionState& state,
+                                                absl::string_view where, int64_t* bytes);
+
+// The gated delta rule between the projections, as FlaMixerForward (same rows, states,
+// checkpoints and padding contract): prepare (silu, L2 norms, decay, beta), the step (per
+// value head, 32-column tile and sequence, S [K, V] in global memory, two passes a row: S^T k,
+// then the update and the read), finish (o_norm per head, silu gate). `prepared`: scratch of
+// rows.batch * PreparedWidth() floats.
+absl::Status GatedDeltaForward(CudaContext& context, const CudaGatedDelta& delta,
+                               const StepRows& rows, float* prepared);
+
 namespace internal {
+
+// A gated delta step's launch: blocks (heads x tiles, sequences) of kFlaStepThreads threads, a
+// tile 32 value columns wide, the 4 warps over interleaved key rows.
+struct GatedDeltaPlan {
+  int tiles = 1;
+  size_t shared_bytes = 0;  // q, k [K] | the warps' sums [4, 32]
+};
+absl::StatusOr<GatedDeltaPlan> PlanGatedDeltaStep(const fla::DeltaParams& p, int64_t sequences);
 
 inline constexpr int kFlaStepThreads = 128;  // threads of a step block (4 warps)
 // The most split partials (bytes of the context's workspace) a gated linear step writes; a long

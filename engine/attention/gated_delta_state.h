@@ -34,6 +34,8 @@ class GatedDeltaState final : public AttentionState {
   };
   explicit GatedDeltaState(Options options);
 
+  const Options& options() const { return o_; }
+
   int64_t FixedFloats() const override;
   void Init(float* fixed) const override;
   std::pair<int64_t, int64_t> HeadStateRange(int head) const override;
