@@ -8,14 +8,17 @@
 // each equal to a single request with seed + i, and the greedy logprobs pick the top-1 and are
 // reproduced by scoring the generated ids as a prompt. The Llama's vocab_size pads the tokenizer:
 // sampled padding ids decode to no text. A broken tokenizer.json-only directory stops the server at
-// load. Random weights produce gibberish text: token ids are compared over gRPC, texts and scores
-// over HTTP.
+// load; a good one serves with the reference ids and the real Llama-3.1 chat template. Random
+// weights produce gibberish text: token ids are compared over gRPC, texts and scores over HTTP.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -309,6 +312,141 @@ TEST_F(HfServing, ServerRefusesTokenizerJsonOnly) {
   testing::ExpectRefusedStart({"--device", "cpu", "--models", dir.string()}, 1,
                               dir.string() + "/tokenizer.json: model: is missing");
   std::filesystem::remove_all(dir.parent_path());
+}
+
+// A model directory whose only tokenizer is a tokenizer.json (the Llama above with a
+// tests/fixtures/tokenizer_json fixture), with a published chat template in its
+// tokenizer_config.json; `bos`/`eos` its special tokens there ("": null, as Qwen's bos_token is)
+// and `bos_id`/`eos_id` config.json's (Qwen's bos_token_id is <|endoftext|>, which its template
+// never writes). Removed with its parent when the test ends.
+struct JsonOnlyModel {
+  std::string name, tokenizer, chat_template, bos, eos;
+  int bos_id = 0, eos_id = 0;
+};
+
+std::filesystem::path WriteJsonOnlyModel(const std::string& llama_dir, const JsonOnlyModel& m) {
+  char pattern[] = "/tmp/abcd-hf-json-XXXXXX";
+  EXPECT_NE(mkdtemp(pattern), nullptr);
+  const std::filesystem::path dir = std::string(pattern) + "/" + m.name;
+  std::filesystem::copy(llama_dir, dir);
+  for (const char* name : {"tokenizer.model", "special_tokens_map.json"}) {
+    std::filesystem::remove(dir / name);
+  }
+  const std::string fixtures = std::string(ABCD_SOURCE_DIR) + "/tests/fixtures";
+  std::filesystem::copy_file(fixtures + "/tokenizer_json/" + m.tokenizer + ".tokenizer.json",
+                             dir / "tokenizer.json");
+  std::ifstream template_file(fixtures + "/chat/templates/" + m.chat_template + ".jinja");
+  const std::string chat_template((std::istreambuf_iterator<char>(template_file)),
+                                  std::istreambuf_iterator<char>());
+  EXPECT_FALSE(chat_template.empty()) << m.chat_template;
+  json tokenizer_config = {{"chat_template", chat_template},
+                           {"bos_token", m.bos.empty() ? json() : json(m.bos)},
+                           {"eos_token", m.eos}};
+  std::ofstream(dir / "tokenizer_config.json") << tokenizer_config.dump();
+  for (const char* name : {"config.json", "generation_config.json"}) {  // the latter overrides
+    std::ifstream config_file(dir / name);
+    json config = json::parse(config_file, nullptr, false);
+    config_file.close();
+    EXPECT_TRUE(config.is_object()) << name;
+    config["bos_token_id"] = m.bos_id;
+    config["eos_token_id"] = m.eos_id;
+    std::ofstream(dir / name) << config.dump();
+  }
+  return dir;
+}
+
+// A directory whose only tokenizer is a tokenizer.json serves, with Llama-3.1's (byte-level
+// llama3 fixture) and Qwen2.5's (qwen2 fixture, bos_token null) chat templates as published:
+// /tokenize gives the ids Hugging Face's tokenizers (npm) gives on every text of the fixture's
+// corpus and /detokenize its decoded text; a chat prompt has the template's special tokens as
+// single ids (Llama: one <|begin_of_text|>; Qwen: none invented); a named tool_choice comes back
+// as the call; and, where node and the SDK are installed, the OpenAI Node SDK's tool cases
+// (tests/e2e/openai_sdk/chat.mjs tools: auto, named plain and streamed, runTools, "required" over
+// two tools on 20 seeds, the call sent back) pass through each real template.
+TEST_F(HfServing, TokenizerJsonOnlyServesWithTheReferenceIdsAndRealTemplates) {
+  const std::vector<JsonOnlyModel> models = {
+      {"llama3", "llama3", "hf-meta-llama-Llama-3.1-8B-Instruct", "<|begin_of_text|>", "<|eot_id|>",
+       956, 960},
+      {"qwen25", "qwen2", "hf-Qwen-Qwen2.5-7B-Instruct", "", "<|im_end|>", 956, 958}};
+  const std::string sdk = std::string(ABCD_SOURCE_DIR) + "/tests/e2e/openai_sdk";
+  const bool have_sdk = std::system("command -v node >/dev/null 2>&1") == 0 &&
+                        std::filesystem::exists(sdk + "/node_modules/openai/package.json");
+  for (const JsonOnlyModel& m : models) {
+    SCOPED_TRACE(m.name);
+    const std::filesystem::path dir = WriteJsonOnlyModel(models_->dir() + "/llama", m);
+    testing::ServerProcess server(testing::ServerBinary(),
+                                  {"--device", "cpu", "--models", dir.string()});
+    ASSERT_TRUE(server.started()) << server.Log();
+    const auto http = testing::HttpClient(server);
+    auto post = [&](const char* path, const json& body) {
+      auto response = http->Post(path, body.dump(), "application/json");
+      EXPECT_TRUE(response && response->status == 200)
+          << path << " " << (response ? response->body : "no response");
+      return response ? json::parse(response->body, nullptr, false) : json();
+    };
+    std::ifstream expected_file(std::string(ABCD_SOURCE_DIR) + "/tests/fixtures/tokenizer_json/" +
+                                m.tokenizer + ".expected.json");
+    const json expected = json::parse(expected_file, nullptr, false);
+    ASSERT_TRUE(expected.is_object() && expected["cases"].size() > 30u);
+    for (const json& c : expected["cases"]) {
+      const json ids =
+          post("/tokenize", {{"prompt", c["text"]}, {"add_special_tokens", false}})["tokens"];
+      EXPECT_EQ(ids, c["ids"]) << c["text"];
+      if (c["ids"].empty()) continue;
+      EXPECT_EQ(post("/detokenize", {{"tokens", c["ids"]}})["prompt"], c["decoded"]) << c["text"];
+    }
+    const json messages = {{{"role", "user"}, {"content", "Weather in Paris?"}}};
+    const std::vector<int32_t> prompt =
+        post("/tokenize", {{"messages", messages}})["tokens"].get<std::vector<int32_t>>();
+    ASSERT_GT(prompt.size(), 8u);
+    const auto count = [&](int32_t id) { return std::count(prompt.begin(), prompt.end(), id); };
+    if (m.name == "llama3") {  // <|begin_of_text|>, <|start_header_id|>, <|end_header_id|>
+      EXPECT_EQ(prompt[0], 956);
+      EXPECT_EQ(count(956), 1);
+      EXPECT_EQ(count(958), 3);  // system (the date), user, assistant
+      EXPECT_EQ(count(959), 3);
+      EXPECT_EQ(count(960), 2);  // <|eot_id|>
+    } else {  // <|im_start|>, <|im_end|>: the default system prompt, user, assistant; no
+      // <|endoftext|> from the template (/tokenize puts config.json's bos first whether or not
+      // the model adds one: prompt[0])
+      EXPECT_EQ(prompt[1], 957);
+      EXPECT_EQ(count(956), 1);
+      EXPECT_EQ(count(957), 3);
+      EXPECT_EQ(count(958), 2);
+    }
+    const json weather = json::parse(R"({"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}},
+        "required": ["city"], "additionalProperties": false}}})");
+    const json answer =
+        post("/v1/chat/completions",
+             {{"messages", messages},
+              {"tools", {weather}},
+              {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+              {"max_tokens", 200},
+              {"temperature", 0}});
+    ASSERT_EQ(answer["choices"][0]["finish_reason"], "tool_calls") << answer.dump();
+    const json& call = answer["choices"][0]["message"]["tool_calls"][0]["function"];
+    EXPECT_EQ(call["name"], "get_weather");
+    const json arguments = json::parse(call["arguments"].get<std::string>(), nullptr, false);
+    EXPECT_TRUE(arguments["city"] == "Paris" || arguments["city"] == "Oslo") << answer.dump();
+    if (have_sdk) {
+      const std::string command =
+          "node " + sdk + "/chat.mjs http://127.0.0.1:" + std::to_string(server.http_port()) +
+          "/v1 tools 2>&1";
+      FILE* pipe = popen(command.c_str(), "r");
+      ASSERT_NE(pipe, nullptr);
+      std::string output;
+      char buffer[4096];
+      while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+      EXPECT_EQ(pclose(pipe), 0) << output;
+    }
+    std::filesystem::remove_all(dir.parent_path());
+  }
+  if (!have_sdk) {
+    GTEST_SKIP() << "the ids, templates and calls were checked; the Node SDK's tool cases "
+                    "skipped: node or the openai package is not installed ("
+                 << sdk << "/npm-ci.sh)";
+  }
 }
 
 // llama_t2r: the Llama converted by models/convert.py --from-hf (issue 29), served as written.
