@@ -155,12 +155,12 @@ void CompletionCall::Pump() {
   }
 }
 
-json CompletionCall::StreamChunk(json choices) {
+json CompletionCall::StreamChunk(json chunk_choices) {
   json chunk = {{"id", response_id},
                 {"object", writer->Object(/*stream=*/true)},
                 {"created", created},
                 {"model", model},
-                {"choices", std::move(choices)}};
+                {"choices", std::move(chunk_choices)}};
   if (!session_id.empty()) chunk["session_id"] = session_id;
   if (include_usage) chunk["usage"] = nullptr;
   return chunk;

@@ -122,9 +122,9 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   std::string Absorb(GenerationEvent& event);
   nlohmann::json TakeLogprobs(size_t index);
   void Pump();
-  // A chunk around `choices` (the writer's); "usage": null on every chunk with include_usage
+  // A chunk around `chunk_choices` (the writer's); "usage": null on every chunk with include_usage
   // (OpenAI's shape).
-  nlohmann::json StreamChunk(nlohmann::json choices);
+  nlohmann::json StreamChunk(nlohmann::json chunk_choices);
   // A chunk with the choice's text and the logprobs of its tokens since the last chunk.
   nlohmann::json TextChunk(std::string text, int index, const FinishReason* finish = nullptr);
   void SendEvent(const std::string& payload);
