@@ -20,6 +20,7 @@ using internal::SaveCheckpoint;
 using internal::SequenceRows;
 using internal::StoreVec;
 using internal::WritePaddingRows;
+using internal::WriteSoftmaxHead;
 
 // Dynamic shared memory: q, k, v [dh] | weight, score [chunk] | value partials [groups, dh] |
 // stats [2].
@@ -33,7 +34,7 @@ __global__ void __launch_bounds__(kThreads)
   // Decode: row = sequence. Prefill: the sequence's rows in order, a scan over its state.
   int64_t first, count;
   SequenceRows(rows, sequence, &first, &count);
-  const int split = blockIdx.z, splits = gridDim.z;
+  const int split = blockIdx.z;
   const int n = shape.slots, dh = shape.head_dim;
   const int64_t d = static_cast<int64_t>(shape.n_heads) * dh;
   const int j0 = split * chunk;
@@ -140,21 +141,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    const float m = stats_s[0], l = stats_s[1];
-    for (int c = threadIdx.x; c < dh; c += kThreads) {
-      float o = 0.0f;
-      for (int g = 0; g < value_groups; ++g) o += reduce_s[g * dh + c];
-      if (splits == 1) {
-        rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = o / l;
-      } else {
-        float* partial = partials + ((b * shape.n_heads + h) * splits + split) * (dh + 2);
-        partial[c] = o;
-        if (c == 0) {
-          partial[dh] = m;
-          partial[dh + 1] = l;
-        }
-      }
-    }
+    WriteSoftmaxHead(rows, partials, b, shape.n_heads, h, dh, reduce_s, value_groups, stats_s);
     __syncthreads();  // the next row reuses shared memory and reads this state
     if constexpr (kCheckpoints) {
       // This block's slots: their key and value rows and their log normalisers.

@@ -103,12 +103,11 @@ __device__ __forceinline__ void WritePaddingRows(const StepRows& rows, float* pa
   }
 }
 
-// Softmax over `count` scores in shared memory, by the block's first warp: each score s becomes
-// e^(s - m), stats[0] = m (their max) and stats[1] = l (the sum of the weights). The caller
-// synchronises the block afterwards.
-__device__ __forceinline__ void BlockSoftmax(float* scores, int count, float* stats) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (warp != 0) return;
+// Softmax over `count` scores in shared memory, by one whole warp: each score s becomes
+// e^(s - m), stats[0] = m (their max, -inf when count is 0) and stats[1] = l (the sum of the
+// weights). The caller synchronises the block afterwards.
+__device__ __forceinline__ void WarpSoftmax(float* scores, int count, float* stats) {
+  const int lane = threadIdx.x % 32;
   float m = -INFINITY;
   for (int i = lane; i < count; i += 32) m = fmaxf(m, scores[i]);
   m = WarpMax(m);
@@ -122,6 +121,37 @@ __device__ __forceinline__ void BlockSoftmax(float* scores, int count, float* st
   if (lane == 0) {
     stats[0] = m;
     stats[1] = l;
+  }
+}
+
+// WarpSoftmax by the block's first warp (the other warps return at once).
+__device__ __forceinline__ void BlockSoftmax(float* scores, int count, float* stats) {
+  if (threadIdx.x / 32 != 0) return;
+  WarpSoftmax(scores, count, stats);
+}
+
+// The end of a softmax-style block over one (row b, head h): o[c] = the sum over its
+// `value_groups` partial rows reduce[g * dh + c], then o / l into rows.out (unsplit) or the
+// split-K partial [o (dh), m, l] that CombineSoftmaxPartials merges; stats = {m, l}. By the
+// whole block, after the block synchronised over reduce and stats.
+__device__ __forceinline__ void WriteSoftmaxHead(const StepRows& rows, float* partials, int64_t b,
+                                                 int n_heads, int h, int dh, const float* reduce,
+                                                 int value_groups, const float* stats) {
+  const int split = blockIdx.z, splits = gridDim.z;
+  const float m = stats[0], l = stats[1];
+  for (int c = threadIdx.x; c < dh; c += kThreads) {
+    float o = 0.0f;
+    for (int g = 0; g < value_groups; ++g) o += reduce[g * dh + c];
+    if (splits == 1) {
+      rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = o / l;
+    } else {
+      float* partial = partials + ((b * n_heads + h) * splits + split) * (dh + 2);
+      partial[c] = o;
+      if (c == 0) {
+        partial[dh] = m;
+        partial[dh + 1] = l;
+      }
+    }
   }
 }
 

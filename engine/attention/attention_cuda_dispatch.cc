@@ -44,6 +44,9 @@ absl::Status CheckCudaKernel(const AttentionSpec& spec, absl::string_view where,
       return NoCudaKernel(
           where, absl::StrCat("abc attention with control \"", AbcControlName(spec.control), "\""));
     case AttentionType::kWindow:
+      // The ring of the last `window` tokens (window_state_cuda.cu); not dilated windows.
+      if (spec.dilation == 1) return absl::OkStatus();
+      return NoCudaKernel(where, "dilated window attention");
     case AttentionType::kTxl:
       break;
   }
@@ -111,6 +114,22 @@ absl::StatusOr<CudaAttention> UploadCudaAttention(CudaContext& context, const At
     ABCD_ASSIGN_OR_RETURN(attention.q_norm, Upload(context, softmax->q_norm(), bytes));
     ABCD_ASSIGN_OR_RETURN(attention.k_norm, Upload(context, softmax->k_norm(), bytes));
     attention.norm_eps = softmax->norm_eps();
+  }
+  if (const auto* window = dynamic_cast<const WindowState*>(&state); window != nullptr) {
+    // Sliding windows: the ring's shape; Hugging Face rows rotated in place as softmax's.
+    if (window->dilation() != 1) return NoCudaKernel(where, "dilated window attention");
+    attention.n_heads = window->q_heads();
+    attention.kv_heads = window->kv_heads();
+    attention.head_dim = window->head_dim();
+    attention.window =
+        WindowShape{window->q_heads(), window->kv_heads(), window->head_dim(), window->window()};
+    if (window->PreparedWidth() > 0) {
+      attention.k_offset = int64_t{window->q_heads()} * window->head_dim();
+    }
+    ABCD_ASSIGN_OR_RETURN(attention.rope_inv_freq, Upload(context, window->rope_inv_freq(), bytes));
+    ABCD_ASSIGN_OR_RETURN(attention.q_norm, Upload(context, window->q_norm(), bytes));
+    ABCD_ASSIGN_OR_RETURN(attention.k_norm, Upload(context, window->k_norm(), bytes));
+    attention.norm_eps = window->norm_eps();
   }
   if (spec.is_fla_mixer()) {
     // fla's short convolution wraps the mixer's state (short_conv.h).
@@ -201,6 +220,11 @@ absl::Status LaunchCudaAttention(CudaContext& context, const CudaAttention& atte
     case AttentionType::kGatedDelta:
       return LaunchFla(context, attention, positions, scratch, rows);
     case AttentionType::kWindow:
+      ABCD_RETURN_IF_ERROR(PrepareRotaryRows(
+          context, projection, rows.q_stride, rows.batch, attention.n_heads, attention.kv_heads,
+          attention.head_dim, positions, attention.rope_inv_freq.data(), attention.q_norm.data(),
+          attention.k_norm.data(), attention.norm_eps));
+      return WindowStep(context, attention.window, rows, positions);
     case AttentionType::kTxl:
       break;
   }

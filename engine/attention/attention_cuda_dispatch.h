@@ -1,10 +1,10 @@
 // The one place that says which attention types have a CUDA kernel, and that launches them:
-// softmax (KV cache, split-K; with GQA, RoPE and q/k norms for Hugging Face layers), abc with exp
+// softmax (KV cache, split-K; with GQA, RoPE and q/k norms for Hugging Face layers), sliding
+// windows without dilation (a ring in the state block, likewise), abc with exp
 // control, rfa / t2r / elu self attention (attention_state_cuda.h), the fla mixers gsa, gla,
 // retnet and hgrn2 and gated_deltanet, with or without fla's short convolution
-// (fla_state_cuda.h). Every other type, control
-// or form is refused here, with one message: "<where>: <what> has no CUDA kernel; use the CPU
-// backend" (UNIMPLEMENTED, so that
+// (fla_state_cuda.h). Every other type, control or form is refused here, with one message:
+// "<where>: <what> has no CUDA kernel; use the CPU backend" (UNIMPLEMENTED, so that
 // --device auto serves the model on the CPU). CudaModel (engine/model/model_cuda.h) calls
 // CheckCudaKernel for every attention of a model before it uploads anything, then
 // UploadCudaAttention per decoder layer and LaunchCudaAttention per layer and pass.
@@ -52,6 +52,7 @@ struct CudaAttention {
   // the projection rows in place before the cache append (PrepareRotaryRows).
   int kv_heads = 0;
   DeviceArray<float> rope_inv_freq, q_norm, k_norm;
+  WindowShape window;  // sliding windows (also use the rotary tables and norms above)
   float norm_eps = 0.0f;
   // Where a projection row's k starts (q at 0) and the width of a read row (the output
   // projection's input): d_model each for abcd's own layers.

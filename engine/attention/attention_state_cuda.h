@@ -94,6 +94,23 @@ struct KvCacheRows {
 absl::Status SoftmaxStep(CudaContext& context, int n_heads, int kv_heads, int head_dim,
                          const StepRows& rows, const KvCacheRows& cache);
 
+// ---- sliding window (WindowState with dilation 1; Mistral / Qwen sliding windows): per sequence
+// a ring of the last `window` keys [window, kv_heads * head_dim] then values (same shape), the
+// CPU layout; the row at position p goes to ring row p % window, then attends over the
+// min(p + 1, window) rows kept (update, then read). Row b's key at rows.kv + b * kv_stride, its
+// value right after it (kv_heads * head_dim floats each); `positions` [rows] each row's position
+// in its sequence (device). Decode and scan (rows.first) forms, padding rows
+// (null states) and checkpoints as the abc step's; GQA as SoftmaxStep's (a block serves a query
+// group, reading the ring once).
+struct WindowShape {
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int window = 0;
+};
+absl::Status WindowStep(CudaContext& context, const WindowShape& shape, const StepRows& rows,
+                        const int64_t* positions);
+
 // Hugging Face softmax layers' kernel rows, in place over `batch` rows of `stride` floats
 // (q [q_heads * head_dim] at column 0, then k [kv_heads * head_dim]): each q and k head
 // RMS-normalised times q_norm / k_norm (Qwen3; both null: none), then turned by RoPE at

@@ -132,6 +132,16 @@ class WindowState final : public AttentionState {
   void PrepareRows(CpuContext& ctx, const float* projection, int64_t projection_width, int64_t rows,
                    std::span<const StateRef> states, float* prepared) const override;
   int64_t AttendedWidth(int64_t d_model) const override;
+  // What the CUDA twin uploads (attention_cuda_dispatch.cc).
+  int q_heads() const { return q_heads_; }
+  int kv_heads() const { return n_heads_; }
+  int head_dim() const { return head_dim_; }
+  int window() const { return window_; }
+  int dilation() const { return dilation_; }
+  const std::vector<float>& rope_inv_freq() const { return rope_inv_freq_; }
+  const std::vector<float>& q_norm() const { return q_norm_; }
+  const std::vector<float>& k_norm() const { return k_norm_; }
+  float norm_eps() const { return norm_eps_; }
 
  private:
   bool prepared() const {

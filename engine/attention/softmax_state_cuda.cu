@@ -1,24 +1,26 @@
 // Softmax attention over a KV cache on the device, the fair baseline for the bounded types:
 // append the new key/value, then split-K (flash-decoding) over the cached tokens: per (row,
-// head, token chunk) one block computes the chunk's scores, its max m, weight sum l and the
-// weighted value sum o; a combine kernel merges the chunks. Also: FillStates and the combine
-// kernel the abc step shares.
+// key/value head, token chunk) one block computes, for every query head of the key/value head's
+// group (GQA; one for abcd's own layers), the chunk's scores, their max m, weight sum l and the
+// weighted value sum o, reading each cached row once; a combine kernel merges the chunks. Also:
+// FillStates and the combine kernel the abc step shares.
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "engine/attention/attention_cuda_common.cuh"
 #include "engine/attention/attention_state_cuda.h"
+#include "engine/attention/softmax_group_cuda.cuh"
 #include "engine/attention/split_plan.h"
 #include "engine/core/status_macros.h"
 
 namespace abcd::cuda {
 namespace {
 
-using internal::BlockSoftmax;
+using internal::GroupAttend;
 using internal::GroupSum;
+using internal::GroupWrite;
 using internal::kThreads;
-using internal::LoadVec;
 using internal::WarpMax;
 using internal::WritePaddingRows;
 
@@ -88,99 +90,37 @@ __global__ void PrepareRotaryKernel(float* rows, int64_t stride, int q_heads, in
   }
 }
 
-// Dynamic shared memory: q [dh] | scores [chunk] | value partials [groups, dh] | stats [2].
-// At most 48 registers (10 blocks an SM at 128 threads), as before GQA's head mapping: 56
-// unbounded, no spills at 48 on sm_90 (tests/cuda/kernel_resources.txt).
+// Block = (key/value head, row, token chunk): the `group` query heads of that key/value head
+// read the chunk's keys and values once between them (GroupAttend, softmax_group_cuda.cuh).
+// At most 48 registers (10 blocks an SM at 128 threads; tests/cuda/kernel_resources.txt).
 template <int kVec>
 __global__ void __launch_bounds__(kThreads, 10)
     SoftmaxSplitKernel(int n_heads, int kv_heads, int head_dim, StepRows rows, KvCacheRows cache,
                        int chunk, int lanes, float* partials) {
   extern __shared__ float shared[];
-  const int h = blockIdx.x;
+  const int kv_head = blockIdx.x;
   const int64_t b = blockIdx.y;
   const int split = blockIdx.z, splits = gridDim.z;
   const int dh = head_dim;
-  // GQA: query head h reads key/value head h / (n_heads / kv_heads); cache rows hold kv_heads.
-  const int64_t d = static_cast<int64_t>(kv_heads) * dh;
-  const int kv_head = h / (n_heads / kv_heads);
+  const int group = n_heads / kv_heads;
+  const int h0 = kv_head * group;  // the group's first query head
+  if (cache.keys[b] == nullptr) {
+    // A padding row of a CUDA-graph bucket: no cache to read; its output is zero.
+    for (int g = 0; g < group; ++g) WritePaddingRows<2>(rows, partials, b, 1, n_heads, h0 + g, dh);
+    return;
+  }
+  const int64_t d = static_cast<int64_t>(kv_heads) * dh;  // floats per cache row
   const int length = cache.lengths[b] + 1;
   const int t0 = split * chunk;
   const int local = max(0, min(length, t0 + chunk) - t0);
-  const int columns = dh / kVec;
-  const int value_groups = kThreads / columns;
-  if (cache.keys[b] == nullptr) {
-    // A padding row of a CUDA-graph bucket: no cache to read; its output is zero.
-    WritePaddingRows<2>(rows, partials, b, 1, n_heads, h, dh);
-    return;
-  }
-
-  float* q_s = shared;
-  float* score_s = q_s + dh;
-  float* reduce_s = score_s + chunk;
-  float* stats_s = reduce_s + value_groups * dh;
-
-  const float* q = rows.q + b * rows.q_stride + static_cast<int64_t>(h) * dh;
-  const float* keys = cache.keys[b] + static_cast<int64_t>(kv_head) * dh;
-  const float* values = cache.values[b] + static_cast<int64_t>(kv_head) * dh;
-  for (int c = threadIdx.x; c < dh; c += kThreads) q_s[c] = q[c];
-  __syncthreads();
-
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int sub = lane % lanes;
-  const int groups_per_warp = 32 / lanes;
-  const int groups = (kThreads / 32) * groups_per_warp;
-  const int group = warp * groups_per_warp + lane / lanes;
-  for (int base = 0; base < local; base += groups) {
-    const int tt = base + group;
-    float dot = 0.0f;
-    if (tt < local) {
-      const float* key_row = keys + static_cast<int64_t>(t0 + tt) * d;
-      for (int c4 = sub; c4 < columns; c4 += lanes) {
-        float key[kVec];
-        LoadVec<kVec>(key_row + c4 * kVec, key);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) dot += q_s[c4 * kVec + e] * key[e];
-      }
-    }
-    dot = GroupSum(dot, lanes);
-    if (tt < local && sub == 0) score_s[tt] = dot;
-  }
-  __syncthreads();
-
-  BlockSoftmax(score_s, local, stats_s);
-  __syncthreads();
-
-  const int column = threadIdx.x % columns, value_group = threadIdx.x / columns;
-  if (value_group < value_groups) {
-    float acc[kVec] = {};
-    for (int tt = value_group; tt < local; tt += value_groups) {
-      float value[kVec];
-      LoadVec<kVec>(values + static_cast<int64_t>(t0 + tt) * d + column * kVec, value);
-      const float p = score_s[tt];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) acc[e] += p * value[e];
-    }
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) reduce_s[value_group * dh + column * kVec + e] = acc[e];
-  }
-  __syncthreads();
-
-  const float m = stats_s[0], l = stats_s[1];
-  for (int c = threadIdx.x; c < dh; c += kThreads) {
-    float o = 0.0f;
-    for (int g = 0; g < value_groups; ++g) o += reduce_s[g * dh + c];
-    if (splits == 1) {
-      rows.out[b * rows.out_stride + static_cast<int64_t>(h) * dh + c] = o / l;
-    } else {
-      // An empty chunk (past this row's length) leaves m = -inf, l = 0, o = 0.
-      float* partial = partials + ((b * n_heads + h) * splits + split) * (dh + 2);
-      partial[c] = o;
-      if (c == 0) {
-        partial[dh] = m;
-        partial[dh + 1] = l;
-      }
-    }
-  }
+  const int64_t first = static_cast<int64_t>(t0) * d + static_cast<int64_t>(kv_head) * dh;
+  GroupAttend<kVec>(rows.q + b * rows.q_stride + static_cast<int64_t>(h0) * dh, group, dh,
+                    cache.keys[b] + first, cache.values[b] + first, kv_heads * dh, local, chunk,
+                    lanes, shared);
+  GroupWrite<kVec>(
+      group, dh, chunk, shared, rows.out + b * rows.out_stride + static_cast<int64_t>(h0) * dh,
+      splits == 1 ? nullptr : partials + ((b * n_heads + h0) * splits + split) * (dh + 2),
+      static_cast<int64_t>(splits) * (dh + 2));
 }
 
 constexpr int kCombineTile = 1024;  // splits whose weights sit in shared memory at once
@@ -307,14 +247,16 @@ absl::Status SoftmaxStep(CudaContext& context, int n_heads, int kv_heads, int he
         absl::StrCat("softmax on CUDA: head_dim ", head_dim, " too large"));
   }
   ABCD_RETURN_IF_ERROR(CheckGridRows("softmax", rows.batch));
-  // Chunks of kMinChunk..kMaxChunk tokens (fewer when the shared memory needs it): more of
-  // them when batch x heads is small.
-  const int value_groups = kThreads / (head_dim / vec);
-  const int64_t fitting = MaxChunkForSharedMemory(head_dim + value_groups * head_dim + 2, 1);
+  // One block row per key/value head: its query group's scores sit in shared memory beside a
+  // tile of keys or values. Chunks of kMinChunk..kMaxChunk tokens (fewer when the shared memory
+  // needs it): more of them when batch x kv_heads is small.
+  const int group = n_heads / kv_heads;
+  const int64_t fitting =
+      MaxChunkForSharedMemory(internal::GroupAttendFixedFloats(group, head_dim, vec), group);
   ABCD_ASSIGN_OR_RETURN(
       const SplitPlan plan,
-      PlanSplits("softmax", int64_t{cache.max_length} + 1, rows.batch * n_heads, context.sm_count(),
-                 kMinChunk, fitting < kMaxChunk ? fitting : kMaxChunk));
+      PlanSplits("softmax", int64_t{cache.max_length} + 1, rows.batch * kv_heads,
+                 context.sm_count(), kMinChunk, fitting < kMaxChunk ? fitting : kMaxChunk));
   const int splits = plan.splits, chunk = plan.chunk;
 
   // Planned first, so a refused shape leaves the caches as they were.
@@ -332,8 +274,10 @@ absl::Status SoftmaxStep(CudaContext& context, int n_heads, int kv_heads, int he
     partials = static_cast<float*>(*workspace);
   }
   const int lanes = internal::LanesPerRow(head_dim, vec);
-  const size_t shared_bytes = sizeof(float) * (head_dim + chunk + value_groups * head_dim + 2);
-  const dim3 grid(n_heads, static_cast<unsigned>(rows.batch), splits);
+  const size_t shared_bytes =
+      sizeof(float) * (internal::GroupAttendFixedFloats(group, head_dim, vec) +
+                       static_cast<int64_t>(group) * chunk);
+  const dim3 grid(kv_heads, static_cast<unsigned>(rows.batch), splits);
   if (vec == 4) {
     SoftmaxSplitKernel<4><<<grid, kThreads, shared_bytes, context.stream()>>>(
         n_heads, kv_heads, head_dim, rows, cache, chunk, lanes, partials);

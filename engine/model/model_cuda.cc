@@ -48,10 +48,10 @@ absl::Status CheckCudaSupport(const ModelConfig& config) {
     const std::optional<AttentionSpec>& c = decoder_layers[l].cross_attention;
     if (c && IsFeatureMapType(c->type)) return CheckCudaKernel(*c, cross(l), /*cross=*/true);
   }
-  // Hugging Face models: softmax layers (Llama, Mistral without a window, Qwen2, Qwen3: RoPE,
+  // Hugging Face models: softmax and sliding-window layers (Llama, Mistral, Qwen2, Qwen3: RoPE,
   // GQA, q/k norms), the fla mixers gsa, gla, retnet and hgrn2 and abcd_llama's t2r / abc
-  // layers have kernels; the rest (windows, short convolutions, gated_deltanet) is refused by
-  // layer type (CheckCudaKernel), so --device auto serves the model on the CPU.
+  // layers have kernels; the rest (short convolutions, gated_deltanet) is refused by layer
+  // type (CheckCudaKernel), so --device auto serves the model on the CPU.
   if (config.is_hf()) {
     for (size_t l = 0; l < decoder_layers.size(); ++l) {
       ABCD_RETURN_IF_ERROR(

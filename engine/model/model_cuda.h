@@ -20,8 +20,8 @@
 // Forward() runs prompt chunks of several sequences and single decode tokens as ONE pass: every
 // GEMM over all the rows, the bounded states by the scan form of the state kernels (each
 // sequence's rows in order), softmax by causal split-K over the appended rows; the result
-// equals feeding the tokens one step at a time. Encoder-decoder models and window attention
-// stay on the CPU backend (Create returns Unimplemented).
+// equals feeding the tokens one step at a time. Encoder-decoder models and dilated window
+// attention stay on the CPU backend (Create returns Unimplemented).
 // Files: model_cuda.cc (refusals, staging, graphs), model_cuda_forward.cc (the device's ops of
 // the one forward pass), model_cuda_weights.cc (weight upload); the attention kernels are chosen
 // and launched by engine/attention/attention_cuda_dispatch.h, the state slots live in
