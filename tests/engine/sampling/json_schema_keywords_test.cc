@@ -1,9 +1,10 @@
 // JSON Schema keywords libraries emit (issue 45 item 4): anyOf/oneOf, type arrays, pydantic's
 // Optional, additionalProperties as a schema, propertyNames, minLength/maxLength (code points),
 // format, pattern, minimum/maximum/exclusive bounds. Per keyword: texts the matcher accepts and
-// refuses; schemas in the shapes zod's z.toJSONSchema and pydantic's model_json_schema emit;
-// and seeded random schemas over these keywords sampled with uniform random logits through the
-// token mask, every completed output checked by an independent validator (below: nlohmann,
+// refuses; schemas in the shapes zod's z.toJSONSchema and pydantic's model_json_schema emit, and
+// those the npm zod itself writes (tests/fixtures/json_schema/zod.json); and seeded random
+// schemas over these keywords sampled with random logits through the token mask, every completed
+// output checked by an independent validator (below: nlohmann,
 // std::regex for patterns, hand-written format checks) and, where node and the pinned ajv are
 // installed (tests/engine/sampling/ajv/npm-ci.sh), by ajv with ajv-formats too.
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <regex>
 #include <string>
@@ -451,9 +453,12 @@ std::shared_ptr<TokenVocabulary> Vocabulary() {
 }
 
 // Samples `grammar` with uniform random logits; the text, or nullopt when cut at `steps`.
+// From step `wrap_up` on, the tokens that close a value (eos, a quote, "}", "]") get +8, as a
+// model that is finishing its answer would (the mask still decides what is allowed): a string
+// without maxLength otherwise runs, at 1 in ~270 for its closing quote, past most budgets.
 std::optional<std::string> Generate(const std::shared_ptr<const JsonGrammar>& grammar,
                                     const std::shared_ptr<TokenVocabulary>& vocabulary,
-                                    std::mt19937& rng, int steps) {
+                                    std::mt19937& rng, int steps, int wrap_up = -1) {
   TokenConstraint constraint(grammar, vocabulary);
   SamplingParams params;
   params.seed = rng();
@@ -463,6 +468,10 @@ std::optional<std::string> Generate(const std::shared_ptr<const JsonGrammar>& gr
   std::string text;
   for (int step = 0; step < steps; ++step) {
     for (float& l : logits) l = uniform(rng);
+    if (wrap_up >= 0 && step >= wrap_up) {
+      logits[2] += 8.0f;  // eos
+      for (const char closer : {'"', '}', ']'}) logits[3 + static_cast<uint8_t>(closer)] += 8.0f;
+    }
     const TokenMask& mask = constraint.Allowed();
     EXPECT_GT(mask.allowed, 0) << text;
     if (mask.allowed == 0) return std::nullopt;
@@ -696,6 +705,42 @@ TEST(JsonSchemaKeywords, ZodAndPydanticShapesCompileAndValidate) {
 
 TEST(JsonSchemaKeywords, AjvValidatesZodAndPydanticShapeOutputs) {
   CheckWithAjv(ShapeOutputs(), "shapes");
+}
+
+// The schemas zod itself writes (z.toJSONSchema of the npm zod pinned in
+// tests/engine/sampling/ajv/package-lock.json; tests/fixtures/json_schema/zod.json, made by
+// make_zod_schemas.mjs there): every one compiles, and 12 outputs of each, sampled with random
+// logits, complete and validate.
+Outputs ZodOutputs() {
+  std::ifstream in(std::string(ABCD_SOURCE_DIR) + "/tests/fixtures/json_schema/zod.json");
+  const ordered_json shapes = ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(shapes.is_array() && shapes.size() == 7u) << "tests/fixtures/json_schema/zod.json";
+  const auto vocabulary = Vocabulary();
+  std::mt19937 rng(4);
+  Outputs pairs;
+  for (const ordered_json& shape : shapes.is_array() ? shapes : ordered_json::array()) {
+    const std::string text = shape["schema"].dump();  // zod's key order kept
+    const auto grammar = Compile(text);
+    if (grammar == nullptr) continue;
+    for (int trial = 0; trial < 12; ++trial) {
+      const std::optional<std::string> out = Generate(grammar, vocabulary, rng, 3000, 600);
+      EXPECT_TRUE(out.has_value()) << shape["name"] << " not complete after 3000 tokens";
+      if (out.has_value()) pairs.emplace_back(json::parse(text), *out);
+    }
+  }
+  return pairs;
+}
+
+TEST(JsonSchemaKeywords, ZodsOwnSchemasCompileAndValidate) {
+  const Outputs pairs = ZodOutputs();
+  EXPECT_EQ(pairs.size(), 7u * 12u);
+  ExpectValid(pairs);
+}
+
+TEST(JsonSchemaKeywords, AjvValidatesZodsOwnSchemaOutputs) {
+  const Outputs pairs = ZodOutputs();
+  ASSERT_EQ(pairs.size(), 7u * 12u);
+  CheckWithAjv(pairs, "zod");
 }
 
 }  // namespace
