@@ -63,10 +63,11 @@ class DeepJsonTest : public testing::ServerSuite<DeepJsonTest> {
     ASSERT_TRUE(error.is_object()) << result->body;
     // param is the path to the level over the limit, as the message starts with it.
     ASSERT_TRUE(error["error"]["param"].is_string()) << result->body;
-    const std::string path = error["error"]["param"];
-    EXPECT_TRUE(absl::StartsWith(path, param + "[") || absl::StartsWith(path, param + "."))
+    const std::string param_path = error["error"]["param"];
+    EXPECT_TRUE(absl::StartsWith(param_path, param + "[") ||
+                absl::StartsWith(param_path, param + "."))
         << result->body;
-    EXPECT_TRUE(absl::StartsWith(error["error"]["message"].get<std::string>(), path + "..."))
+    EXPECT_TRUE(absl::StartsWith(error["error"]["message"].get<std::string>(), param_path + "..."))
         << result->body;
     EXPECT_TRUE(absl::StrContains(error["error"]["message"].get<std::string>(),
                                   "nests JSON deeper than 256 levels"))
@@ -194,7 +195,9 @@ TEST_F(DeepJsonTest, GrpcCountsAreRefusedBeforeWork) {
   EXPECT_LT(messages_s, testing::TimeLimit(1.0));
   EXPECT_LT(n_s, testing::TimeLimit(0.5));
   // The 3.2 MB message is received and scanned, not parsed into 400,000 objects.
-  if (!testing::UnderSanitizers()) EXPECT_LT(rss_growth_kb, 64 * 1024);
+  if (!testing::UnderSanitizers()) {
+    EXPECT_LT(rss_growth_kb, 64 * 1024);
+  }
   ExpectServing();
 }
 
