@@ -102,6 +102,15 @@ class ModelCudaHfTest : public CudaTest {
   }
 };
 
+// The sliding-window fixtures (Mistral; Qwen2 and Qwen3 with windows on some layers beside full
+// softmax ones) run on the device: window_state_cuda.cu's ring, prompt longer than the window.
+TEST_F(ModelCudaHfTest, SlidingWindowFixturesRunOnTheDevice) {
+  for (const char* name : {"hf_mistral_window", "hf_qwen2_window", "hf_qwen3_window"}) {
+    EXPECT_TRUE(RunsLikeTheCpu(name, WeightType::kF32, kLogitsTolerance)) << name;
+    if (HasFailure()) return;
+  }
+}
+
 TEST_F(ModelCudaHfTest, Fp32WeightsFollowTheCpuOverPrefillAnd64GreedySteps) {
   int checked = 0;
   for (const std::string& name : FixtureNames()) {
