@@ -165,7 +165,8 @@ void Chunk(const GatedHeadRows& rows, int64_t t0, int n, int K, int V, ChunkScra
   std::fill(s.a.begin(), s.a.end(), 0.0f);
   ChunkMulAcc(s.qt.data(), K, n, K, s.kt.data(), kMaxChunkRows, n, s.a.data(), kMaxChunkRows);
   for (int t = 0; t < n; ++t) {
-    std::fill(s.a.data() + int64_t{t} * kMaxChunkRows + t + 1, s.a.data() + int64_t{t + 1} * kMaxChunkRows, 0.0f);
+    std::fill(s.a.data() + int64_t{t} * kMaxChunkRows + t + 1,
+              s.a.data() + int64_t{t + 1} * kMaxChunkRows, 0.0f);
   }
   // Y = Qs S0 + A V.
   float* y = rows.out + t0 * rows.out_stride;
