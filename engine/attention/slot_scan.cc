@@ -93,14 +93,14 @@ ABCD_VECTOR_CLONES void FoldSlotsAndMix(SlotFold fold, const float* x, const flo
 }
 
 bool SlotSoftmax(const float* scores, const float* live, int slots, float* p) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  float max_score = kNegInf;
+  constexpr float kDeadSlot = -std::numeric_limits<float>::infinity();
+  float max_score = kDeadSlot;
   for (int j = 0; j < slots; ++j) {
-    const bool alive = live == nullptr || live[j] != kNegInf;
-    p[j] = alive ? scores[j] : kNegInf;
+    const bool alive = live == nullptr || live[j] != kDeadSlot;
+    p[j] = alive ? scores[j] : kDeadSlot;
     max_score = std::max(max_score, p[j]);
   }
-  if (max_score == kNegInf) {
+  if (max_score == kDeadSlot) {
     for (int j = 0; j < slots; ++j) p[j] = 0.0f;
     return false;
   }
