@@ -13,10 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "nlohmann/json.hpp"
-#include "tests/e2e/binaries_under_test.h"
-#include "tests/e2e/server_process.h"
 #include "tests/e2e/server_suite.h"
 #include "tests/testing/model_dirs.h"
 
@@ -55,7 +52,7 @@ class ChatToolsE2eTest : public ::testing::Test {
     std::vector<std::string> args = {"--models", kTrainedLmDir, "--chat_template",
                                      "abc-lm=" + template_file_};
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<testing::ServerProcess>(testing::ServerBinary(), args);
+    return testing::StartServer(std::move(args));
   }
 
   static json Post(httplib::Client& http, const char* path, const json& body) {
@@ -194,11 +191,9 @@ TEST_F(ChatToolsE2eTest, UnknownToolCallFormatsAreRefusedNamingTheFlag) {
       {"=hermes", 2, "--tool_call_format must be FORMAT or MODEL=FORMAT"},
       {"nosuch=hermes", 1, "--tool_call_format nosuch=hermes: no language model named 'nosuch'"}};
   for (const auto& [value, exit_code, message] : cases) {
-    testing::ServerProcess server(testing::ServerBinary(),
-                                  {"--models", kTrainedLmDir, "--tool_call_format", value});
-    EXPECT_FALSE(server.started()) << value;
-    EXPECT_EQ(server.WaitForExit(testing::TimeLimit(20)), exit_code) << value;
-    EXPECT_TRUE(absl::StrContains(server.Log(), message)) << value << "\n" << server.Log();
+    SCOPED_TRACE(value);
+    testing::ExpectRefusedStart({"--models", kTrainedLmDir, "--tool_call_format", value}, exit_code,
+                                message, /*exit_timeout_s=*/20);
   }
 }
 

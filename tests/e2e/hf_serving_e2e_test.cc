@@ -374,10 +374,9 @@ TEST_F(HfServing, TokenizerJsonOnlyServesWithTheReferenceIdsAndRealTemplates) {
   for (const JsonOnlyModel& m : models) {
     SCOPED_TRACE(m.name);
     const std::filesystem::path dir = WriteJsonOnlyModel(models_->dir() + "/llama", m);
-    testing::ServerProcess server(testing::ServerBinary(),
-                                  {"--device", "cpu", "--models", dir.string()});
-    ASSERT_TRUE(server.started()) << server.Log();
-    const auto http = testing::HttpClient(server);
+    const auto server = testing::StartServer({"--device", "cpu", "--models", dir.string()});
+    ASSERT_TRUE(testing::Started(*server));
+    const auto http = testing::HttpClient(*server);
     auto post = [&](const char* path, const json& body) {
       auto response = http->Post(path, body.dump(), "application/json");
       EXPECT_TRUE(response && response->status == 200)
@@ -431,7 +430,7 @@ TEST_F(HfServing, TokenizerJsonOnlyServesWithTheReferenceIdsAndRealTemplates) {
     EXPECT_TRUE(arguments["city"] == "Paris" || arguments["city"] == "Oslo") << answer.dump();
     if (have_sdk) {
       const std::string command =
-          "node " + sdk + "/chat.mjs http://127.0.0.1:" + std::to_string(server.http_port()) +
+          "node " + sdk + "/chat.mjs http://127.0.0.1:" + std::to_string(server->http_port()) +
           "/v1 tools 2>&1";
       FILE* pipe = popen(command.c_str(), "r");
       ASSERT_NE(pipe, nullptr);

@@ -28,7 +28,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
 #include "tests/e2e/server_suite.h"
@@ -37,7 +36,6 @@
 namespace abcd {
 namespace {
 
-using testing::ServerProcess;
 using testing::TimeLimit;
 using testing::UnderSanitizers;
 
@@ -317,30 +315,15 @@ TEST_F(HttpHostileTest, SseCutBySigtermEndsWithAnErrorEventAndDone) {
 
 TEST_F(HttpHostileTest, PortsAreExclusive) {
   Start();
-  {
-    ServerProcess second(testing::ServerBinary(),
-                         {"--device", "cpu", "--models", kLmDir, "--http_port",
-                          std::to_string(server_->http_port())});
-    EXPECT_FALSE(second.started());
-    EXPECT_EQ(second.WaitForExit(10), 1);
-    EXPECT_TRUE(absl::StrContains(second.Log(), "Address already in use")) << second.Log();
-  }
-  {
-    ServerProcess second(testing::ServerBinary(),
-                         {"--device", "cpu", "--models", kLmDir, "--grpc_port",
-                          std::to_string(server_->grpc_port())});
-    EXPECT_FALSE(second.started());
-    EXPECT_EQ(second.WaitForExit(10), 1);
-    EXPECT_TRUE(absl::StrContains(second.Log(), "address in use")) << second.Log();
-  }
-  {
-    ServerProcess same(testing::ServerBinary(), {"--device", "cpu", "--models", kLmDir,
-                                                 "--grpc_port", "18123", "--http_port", "18123"});
-    EXPECT_FALSE(same.started());
-    EXPECT_EQ(same.WaitForExit(10), 2);
-    EXPECT_TRUE(absl::StrContains(same.Log(), "--grpc_port and --http_port must differ"))
-        << same.Log();
-  }
+  testing::ExpectRefusedStart(
+      {"--device", "cpu", "--models", kLmDir, "--http_port", std::to_string(server_->http_port())},
+      1, "Address already in use");
+  testing::ExpectRefusedStart(
+      {"--device", "cpu", "--models", kLmDir, "--grpc_port", std::to_string(server_->grpc_port())},
+      1, "address in use");
+  testing::ExpectRefusedStart(
+      {"--device", "cpu", "--models", kLmDir, "--grpc_port", "18123", "--http_port", "18123"}, 2,
+      "--grpc_port and --http_port must differ");
   // The first server still serves.
   EXPECT_GT(Timed("GET", "/healthz"), 0);
 }

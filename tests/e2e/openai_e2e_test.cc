@@ -662,13 +662,12 @@ class ChatTemplateStartup : public ::testing::Test {
     std::ofstream(dir_ / name) << text;
     return (dir_ / name).string();
   }
-  // The server's log when it refuses to start with --chat_template `value`, exiting `code`.
-  std::string Refusal(const std::string& value, int code) {
-    testing::ServerProcess server(testing::ServerBinary(),
-                                  {"--models", kTrainedLmDir, "--chat_template", value});
-    EXPECT_FALSE(server.started()) << value;
-    EXPECT_EQ(server.WaitForExit(30), code) << value << "\n" << server.Log();
-    return server.Log();
+  // Expects the server to refuse to start with --chat_template `value`, exiting `code` and
+  // logging `message`.
+  void ExpectRefusal(const std::string& value, int code, const std::string& message) {
+    SCOPED_TRACE(value);
+    testing::ExpectRefusedStart({"--models", kTrainedLmDir, "--chat_template", value}, code,
+                                message, /*exit_timeout_s=*/30);
   }
   std::filesystem::path dir_;
 };
@@ -676,10 +675,10 @@ class ChatTemplateStartup : public ::testing::Test {
 TEST_F(ChatTemplateStartup, ModelEqualsFileIsServedAndBadFilesAreRefusedNamingTheFlag) {
   const std::string file = Write("q.jinja", "Q: {{ messages[-1].content }} A:");
   {
-    testing::ServerProcess server(testing::ServerBinary(),
-                                  {"--models", kTrainedLmDir, "--chat_template", "abc-lm=" + file});
-    ASSERT_TRUE(server.started()) << server.Log();
-    httplib::Client http("127.0.0.1", server.http_port());
+    const auto server =
+        testing::StartServer({"--models", kTrainedLmDir, "--chat_template", "abc-lm=" + file});
+    ASSERT_TRUE(testing::Started(*server));
+    httplib::Client http("127.0.0.1", server->http_port());
     auto tokens = http.Post("/tokenize",
                             R"({"messages": [{"role": "user", "content": "Where is the house?"}]})",
                             "application/json");
@@ -690,13 +689,12 @@ TEST_F(ChatTemplateStartup, ModelEqualsFileIsServedAndBadFilesAreRefusedNamingTh
     EXPECT_EQ(json::parse(text->body)["prompt"], "Q: Where is the house? A:");
   }
   const std::string missing = (dir_ / "missing.jinja").string();
-  EXPECT_TRUE(absl::StrContains(Refusal(missing, 1), "--chat_template " + missing + ": not found"));
+  ExpectRefusal(missing, 1, "--chat_template " + missing + ": not found");
   const std::string broken = Write("broken.jinja", "{% for m in messages %}");
-  EXPECT_TRUE(absl::StrContains(Refusal("abc-lm=" + broken, 1), "--chat_template " + broken));
-  EXPECT_TRUE(
-      absl::StrContains(Refusal("nosuch=" + file, 1),
-                        "--chat_template nosuch=" + file + ": no language model named 'nosuch'"));
-  EXPECT_TRUE(absl::StrContains(Refusal("abc-lm=", 2), "--chat_template must be"));
+  ExpectRefusal("abc-lm=" + broken, 1, "--chat_template " + broken);
+  ExpectRefusal("nosuch=" + file, 1,
+                "--chat_template nosuch=" + file + ": no language model named 'nosuch'");
+  ExpectRefusal("abc-lm=", 2, "--chat_template must be");
 }
 
 TEST_F(OpenAiE2eTest, EchoRefusals) {

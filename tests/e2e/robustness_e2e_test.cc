@@ -16,7 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/metric_sample.h"
 #include "tests/e2e/server_process.h"
 #include "tests/e2e/server_suite.h"
@@ -25,7 +24,6 @@
 namespace abcd {
 namespace {
 
-using testing::ServerProcess;
 using testing::TimeLimit;
 using testing::UnderSanitizers;
 using Clock = std::chrono::steady_clock;
@@ -354,11 +352,8 @@ TEST_F(RobustnessTest, InvalidUtf8IsNamedAndEchoesAreTruncated) {
 
 // Issue 19 item 17: the same model directory twice is refused at start-up, naming it.
 TEST(RobustnessStartup, SameModelDirectoryTwiceIsRefused) {
-  ServerProcess server(testing::ServerBinary(),
-                       {"--device", "cpu", "--models", std::string(kLmDir) + "," + kLmDir + "/"});
-  EXPECT_FALSE(server.started());
-  EXPECT_EQ(server.WaitForExit(10), 2);
-  EXPECT_NE(server.Log().find("twice"), std::string::npos) << server.Log();
+  testing::ExpectRefusedStart(
+      {"--device", "cpu", "--models", std::string(kLmDir) + "," + kLmDir + "/"}, 2, "twice");
 }
 
 }  // namespace

@@ -31,7 +31,6 @@ using abcd::v1::GenerateResponse;
 using testing::kGmatDir;
 using testing::kLmDir;
 using testing::kMtDir;
-using testing::ServerProcess;
 
 struct StreamResult {
   grpc::Status status;
@@ -152,29 +151,16 @@ TEST_F(ServerTest, DeviceAutoServesOnABackendItLogs) {
 }
 
 TEST(ServerFlags, BadDeviceIsRefusedNamingTheFlag) {
-  ServerProcess server(testing::ServerBinary(), {"--device", "tpu"});
-  EXPECT_FALSE(server.started());
-  EXPECT_EQ(server.WaitForExit(10), 2);
-  EXPECT_NE(server.Log().find("--device must be auto, cpu, cuda or cuda:N"), std::string::npos)
-      << server.Log();
+  testing::ExpectRefusedStart({"--device", "tpu"}, 2, "--device must be auto, cpu, cuda or cuda:N");
 }
 
 TEST(ServerFlags, BadPrefillPolicyIsRefusedNamingTheFlag) {
-  ServerProcess server(testing::ServerBinary(), {"--prefill_policy", "fast"});
-  EXPECT_FALSE(server.started());
-  EXPECT_EQ(server.WaitForExit(10), 2);
-  EXPECT_NE(server.Log().find("--prefill_policy must be time or tokens"), std::string::npos)
-      << server.Log();
-  ServerProcess negative(testing::ServerBinary(), {"--iteration_budget_ms", "-1"});
-  EXPECT_FALSE(negative.started());
-  EXPECT_EQ(negative.WaitForExit(10), 2);
-  EXPECT_NE(negative.Log().find("--iteration_budget_ms must be in [0, 10000]"), std::string::npos)
-      << negative.Log();
-  ServerProcess zero(testing::ServerBinary(), {"--prefill_step_share", "0"});
-  EXPECT_FALSE(zero.started());
-  EXPECT_EQ(zero.WaitForExit(10), 2);
-  EXPECT_NE(zero.Log().find("--prefill_step_share must be in (0, 16]"), std::string::npos)
-      << zero.Log();
+  testing::ExpectRefusedStart({"--prefill_policy", "fast"}, 2,
+                              "--prefill_policy must be time or tokens");
+  testing::ExpectRefusedStart({"--iteration_budget_ms", "-1"}, 2,
+                              "--iteration_budget_ms must be in [0, 10000]");
+  testing::ExpectRefusedStart({"--prefill_step_share", "0"}, 2,
+                              "--prefill_step_share must be in (0, 16]");
 }
 
 TEST_F(ServerTest, ReflectionListsTheServices) {

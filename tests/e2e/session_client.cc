@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "tests/e2e/binaries_under_test.h"
 #include "tests/e2e/metric_sample.h"
+#include "tests/e2e/server_suite.h"
 
 namespace abcd::testing {
 
@@ -27,12 +27,11 @@ SessionClient::SessionClient(std::vector<std::string> extra_args, std::string mo
   if (models.empty()) models = std::string(kLmDir) + "," + kMtDir;
   std::vector<std::string> args = {"--models", models, "--device", "cpu", "--threads", "1"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  server_ = std::make_unique<ServerProcess>(testing::ServerBinary(), std::move(args));
+  server_ = StartServer(std::move(args));
   if (!server_->started()) return;
   channel_ = grpc::CreateChannel(server_->grpc_target(), grpc::InsecureChannelCredentials());
   stub_ = abcd::v1::Generator::NewStub(channel_);
-  http_ = std::make_unique<httplib::Client>("127.0.0.1", server_->http_port());
-  http_->set_read_timeout(30, 0);
+  http_ = HttpClient(*server_, /*read_timeout_s=*/30);
 }
 
 abcd::v1::GenerateRequest SessionClient::Request(const std::vector<int32_t>& prompt,

@@ -1,5 +1,6 @@
 // Test clients for the session, n-way and prefix-cache e2e tests: one served abcd-server
-// (tests/e2e/server_process.h) driven over gRPC and HTTP with token-id prompts.
+// (started by StartServer, tests/e2e/server_suite.h) driven over gRPC and HTTP with token-id
+// prompts.
 // Not thread-safe except where noted: one test thread drives a client.
 #pragma once
 
