@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
+#include <map>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -89,6 +91,26 @@ TEST(JinjaTemplate, MatchesJinja2OnEveryFixture) {
   }
   EXPECT_EQ(compared, static_cast<int>(expected.size()));
   EXPECT_GT(errors, 10);  // the alternation checks fired
+}
+
+// Every template in the folder is in expected.json (the generator was rerun after adding it),
+// over every conversation, and at least 25 of them are published ones (hf-*, whose sources
+// templates/README.md lists).
+TEST(JinjaTemplate, ExpectedCoversEveryTemplateIncludingTwentyFivePublishedOnes) {
+  const auto cases = nlohmann::ordered_json::parse(ReadFile(kDir + "/cases.json"));
+  const auto expected = nlohmann::ordered_json::parse(ReadFile(kDir + "/expected.json"));
+  std::map<std::string, size_t> renders;  // template -> entries
+  for (const auto& entry : expected) ++renders[entry["template"].get<std::string>()];
+  size_t files = 0, published = 0;
+  for (const auto& file : std::filesystem::directory_iterator(kDir + "/templates")) {
+    if (file.path().extension() != ".jinja") continue;
+    ++files;
+    const std::string name = file.path().stem().string();
+    if (absl::StartsWith(name, "hf-")) ++published;
+    EXPECT_EQ(renders[name], 2 * cases.size()) << name << ": rerun make_chat_fixtures.py";
+  }
+  EXPECT_EQ(renders.size(), files);
+  EXPECT_GE(published, 25u);
 }
 
 // A syntax error fails the parse; a well-formed construct outside the subset parses and fails
