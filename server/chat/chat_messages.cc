@@ -107,17 +107,34 @@ absl::StatusOr<Value> CallArguments(const Value& arguments, bool as_text, const 
   return Value::String(*std::move(text));
 }
 
-// Rewrites each call's function.arguments in `calls` (a fresh BoundedValue) for the template.
+// Checks each call in `calls` (a fresh BoundedValue) and rewrites its function.arguments for the
+// template: a call is an object whose "function" is an object with a string "name" (and an
+// "id", when given, is a string), as OpenAI's schema has them and templates read them.
 absl::Status TemplateToolCalls(Value& calls, bool as_text, const std::string& name) {
   for (size_t j = 0; j < calls.list->size(); ++j) {
     Value& call = (*calls.list)[j];
-    if (call.kind != Value::Kind::kDict) continue;
+    const std::string call_name = absl::StrCat(name, ".tool_calls[", j, "]");
+    if (call.kind != Value::Kind::kDict) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(call_name, " must be an object {\"id\", \"type\", \"function\"}"));
+    }
+    if (const Value* id = call.Find("id");
+        id != nullptr && id->kind != Value::Kind::kNone && !id->is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(call_name, ".id must be a string"));
+    }
     Value* function = const_cast<Value*>(call.Find("function"));
-    if (function == nullptr || function->kind != Value::Kind::kDict) continue;
+    if (function == nullptr || function->kind != Value::Kind::kDict) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(call_name, ".function must be an object {\"name\", \"arguments\"}"));
+    }
+    if (const Value* function_name = function->Find("name");
+        function_name == nullptr || !function_name->is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(call_name, ".function.name must be a string"));
+    }
     Value* arguments = const_cast<Value*>(function->Find("arguments"));
     if (arguments == nullptr) continue;
-    absl::StatusOr<Value> converted = CallArguments(
-        *arguments, as_text, absl::StrCat(name, ".tool_calls[", j, "].function.arguments"));
+    absl::StatusOr<Value> converted =
+        CallArguments(*arguments, as_text, absl::StrCat(call_name, ".function.arguments"));
     if (!converted.ok()) return converted.status();
     *arguments = *std::move(converted);
   }
@@ -197,6 +214,11 @@ absl::StatusOr<Value> ParseChatMessages(const nlohmann::json& messages, absl::st
     }
     if (absl::Status s = CopyString(m, "name", name, message); !s.ok()) return s;
     if (r == "tool") {
+      // OpenAI requires it: the id of the call this message answers.
+      if (const auto id = m.find("tool_call_id"); id == m.end() || id->is_null()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ".tool_call_id is required on tool messages (the id of the call answered)"));
+      }
       if (absl::Status s = CopyString(m, "tool_call_id", name, message); !s.ok()) return s;
     }
     out.push_back(Value::Dict(std::move(message)));

@@ -6,9 +6,11 @@
 //   "\n", as vLLM does for templates that expect a string). An assistant message may give null
 //   (or no content) when it carries `tool_calls`: the template sees "" (as vLLM passes it;
 //   most published templates fail on None there: Qwen3, gpt-oss, Granite, Phi-3.5, ...).
-// - assistant `tool_calls` ([{"id", "type": "function", "function": {"name", "arguments"}}]),
-//   tool `tool_call_id` and any message's `name` are passed through (strings, or for
-//   tool_calls the JSON value, nested at most kMaxToolCallNesting levels). A call's
+// - assistant `tool_calls` ([{"id", "type": "function", "function": {"name", "arguments"}}]:
+//   each call an object whose function is an object with a string name, its id a string when
+//   given), tool `tool_call_id` (required on a tool message, as OpenAI requires it) and any
+//   message's `name` are passed through (strings, or for tool_calls the JSON value, nested at
+//   most kMaxToolCallNesting levels). A call's
 //   `arguments` reach the template as the JSON value its text holds (OpenAI sends a string;
 //   transformers' templates expect a mapping, as vLLM converts it; null or "" is {}), or, with
 //   options.arguments_as_text, as JSON text (objects written as json.dumps writes them), for

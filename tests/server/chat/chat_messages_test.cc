@@ -130,9 +130,26 @@ TEST(ChatMessages, BadToolFieldsAreNamed) {
       {R"([{"role": "user", "content": "x", "name": []}])", "messages[0].name must be a string"},
       {R"([{"role": "robot", "content": "x"}])",
        "messages[0].role must be one of system, user, assistant, tool, developer, got \"robot\""},
-      {R"([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{\"a\": "}}]}])",
+      {R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{\"a\": "}}]}])",
        "messages[0].tool_calls[0].function.arguments must be JSON text (the call's arguments as "
        "a JSON string)"},
+      // OpenAI's schema: a tool message names the call it answers; a call's name is a string.
+      {R"([{"role": "tool", "content": "18 C"}])",
+       "messages[0].tool_call_id is required on tool messages (the id of the call answered)"},
+      {R"([{"role": "tool", "content": "18 C", "tool_call_id": null}])",
+       "messages[0].tool_call_id is required on tool messages (the id of the call answered)"},
+      {R"([{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [
+           {"id": "a", "function": {"name": "f", "arguments": "{}"}},
+           {"id": "b", "function": {"name": 5, "arguments": "{}"}}]}])",
+       "messages[1].tool_calls[1].function.name must be a string"},
+      {R"([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}])",
+       "messages[0].tool_calls[0].function.name must be a string"},
+      {R"([{"role": "assistant", "tool_calls": [{"id": 7, "function": {"name": "f"}}]}])",
+       "messages[0].tool_calls[0].id must be a string"},
+      {R"([{"role": "assistant", "tool_calls": [{"type": "function"}]}])",
+       "messages[0].tool_calls[0].function must be an object {\"name\", \"arguments\"}"},
+      {R"([{"role": "assistant", "tool_calls": ["get_weather"]}])",
+       "messages[0].tool_calls[0] must be an object {\"id\", \"type\", \"function\"}"},
   };
   for (const auto& c : cases) {
     absl::StatusOr<Value> parsed = ParseChatMessages(json::parse(c.messages));
@@ -154,7 +171,8 @@ TEST(ChatMessages, DeepToolCallsAreRefusedNotRecursedInto) {
   EXPECT_TRUE(absl::EndsWith(parsed.status().message(), "is nested deeper than 32 levels"));
   // The same nesting inside the arguments' JSON text is refused before it is parsed.
   const json text_calls = json::parse(
-      R"([{"role": "assistant", "tool_calls": [{"function": {"arguments": ")" + deep + "\"}}]}]");
+      R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": ")" + deep +
+      "\"}}]}]");
   parsed = ParseChatMessages(text_calls);
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().message(),
