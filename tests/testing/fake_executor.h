@@ -1,11 +1,14 @@
 // FakeExecutor: a scripted Executor for the frontends' in-process tests (tests/server/http/,
 // tests/server/grpc/). Each accepted request gets a thread that emits Behavior::pieces, then a
 // last event; it records what reached it and what was cancelled. A real CpuBackend over the
-// given model answers backend() (the frontends ask it for limits and names).
+// given model answers backend() (the frontends ask it for limits and names). GoldenModelSuite:
+// the fixture base that loads that model (the golden dec_abc) once per test suite.
 //
 // Thread-safety: every member may be called from any thread; events are delivered on the
 // request's own thread.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -163,6 +166,25 @@ class FakeExecutor final : public Executor {
   std::vector<std::thread> threads_;
   bool shutdown_ = false;
   std::string backend_failure_;
+};
+
+// A test suite whose executors (FakeExecutor, or a test's own) run over the golden dec_abc model
+// (ABCD_FIXTURE_DIR/golden/dec_abc), loaded in SetUpTestSuite and freed in TearDownTestSuite:
+// derive the fixture from it, ASSERT_NE(model_, nullptr) in SetUp and build executors over
+// *model_.
+class GoldenModelSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto model = Model::Load(std::string(ABCD_FIXTURE_DIR) + "/golden/dec_abc");
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+
+  static inline Model* model_ = nullptr;
 };
 
 }  // namespace abcd::testing

@@ -208,18 +208,8 @@ TEST_F(GrpcServiceTest, ChunkedImportIsRefusedWhenItsDataOutgrowsTheBudget) {
 }
 
 // The service over testing::FakeExecutor (a real CPU backend over the golden dec_abc model).
-class GrpcScriptedTest : public ::testing::Test {
+class GrpcScriptedTest : public testing::GoldenModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    auto model = Model::Load(std::string(ABCD_FIXTURE_DIR) + "/golden/dec_abc");
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-
   void SetUp() override {
     ASSERT_NE(model_, nullptr);
     auto lm = std::make_unique<ServedModel>();
@@ -257,15 +247,12 @@ class GrpcScriptedTest : public ::testing::Test {
     return reader->Finish();
   }
 
-  static Model* model_;
   ServedModels models_;
   testing::FakeExecutor* lm_ = nullptr;
   std::unique_ptr<GeneratorService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<abcd::v1::Generator::Stub> stub_;
 };
-
-Model* GrpcScriptedTest::model_ = nullptr;
 
 TEST_F(GrpcScriptedTest, GenerateStreamsEventsInOrderThenFinishReasonAndUsage) {
   testing::FakeExecutor::Behavior behavior;

@@ -32,6 +32,7 @@
 #include "server/http/chat_route.h"
 #include "server/http/completion_format.h"
 #include "server/http/http_service.h"
+#include "tests/testing/fake_executor.h"
 
 namespace abcd::http_testing {
 
@@ -111,18 +112,8 @@ inline std::vector<json> SseChunks(const std::string& body, bool* done) {
   return chunks;
 }
 
-class HttpOpenAiTest : public ::testing::Test {
+class HttpOpenAiTest : public testing::GoldenModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    auto model = Model::Load(std::string(ABCD_FIXTURE_DIR) + "/golden/dec_abc");
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-
   void SetUp() override {
     ASSERT_NE(model_, nullptr);
     auto tokenizer = Tokenizer::Load(std::string(ABCD_SOURCE_DIR) + "/models/tokenizers/lm.model");
@@ -193,7 +184,6 @@ class HttpOpenAiTest : public ::testing::Test {
     EXPECT_EQ(error["error"]["param"], field) << result->body;
   }
 
-  static inline Model* model_ = nullptr;
   std::unique_ptr<ServedModels> models_;
   const Tokenizer* tokenizer_ = nullptr;
   ScriptedExecutor* lm_ = nullptr;

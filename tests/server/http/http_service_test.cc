@@ -115,18 +115,8 @@ constexpr char kLm[] = "abc-lm-test";
 constexpr char kMt[] = "abc-mt-test";
 constexpr size_t kTestBodyLimit = 4096;
 
-class HttpServiceTest : public ::testing::Test {
+class HttpServiceTest : public testing::GoldenModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    auto model = Model::Load(std::string(ABCD_FIXTURE_DIR) + "/golden/dec_abc");
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-
   void SetUp() override {
     ASSERT_NE(model_, nullptr);
     models_ = std::make_unique<ServedModels>();
@@ -189,7 +179,6 @@ class HttpServiceTest : public ::testing::Test {
     return parsed;
   }
 
-  static Model* model_;
   std::unique_ptr<ServedModels> models_;
   FakeExecutor* lm_ = nullptr;
   FakeExecutor* mt_ = nullptr;
@@ -198,8 +187,6 @@ class HttpServiceTest : public ::testing::Test {
   std::mutex counts_mu_;
   std::map<std::string, int> counts_;
 };
-
-Model* HttpServiceTest::model_ = nullptr;
 
 TEST_F(HttpServiceTest, CompletionNonStreaming) {
   FakeExecutor::Behavior behavior;
