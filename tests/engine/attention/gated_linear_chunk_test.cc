@@ -8,38 +8,30 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "tests/engine/attention/chunk_scan_rows.h"
+
 namespace abcd {
 namespace gated_chunk_test {
 namespace {
 
-struct Rows {
-  std::vector<float> data;  // per row: q [K] | k [K] | v [V] | lambda [K] | 5 floats of padding
-  int64_t stride = 0;
-};
+using chunk_scan_testing::ChunkRows;
+using chunk_scan_testing::ChunkThreadNanos;
+using chunk_scan_testing::ExpectChunkNear;
+using chunk_scan_testing::UniformGates;
 
-Rows MakeRows(int64_t count, int K, int V, const std::function<float(int64_t)>& lambda,
-              std::mt19937& rng) {
-  Rows r;
-  r.stride = 3 * int64_t{K} + V + 5;
-  r.data.resize(static_cast<size_t>(count * r.stride));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t t = 0; t < count; ++t) {
-    float* row = r.data.data() + t * r.stride;
-    for (int64_t i = 0; i < 2 * int64_t{K} + V; ++i) row[i] = normal(rng);
-    for (int c = 0; c < K; ++c) row[2 * K + V + c] = lambda(t);
-  }
-  return r;
+// Per row: q [K] | k [K] | v [V] | lambda [K] | 5 floats of padding.
+ChunkRows MakeRows(int64_t count, int K, int V, const std::function<float(int64_t)>& lambda,
+                   std::mt19937& rng) {
+  return chunk_scan_testing::MakeChunkRows(count, K, V, /*gates=*/K, /*padding=*/5, lambda, rng);
 }
 
-GatedHeadRows View(const Rows& r, int64_t count, int K, bool fixed, float* out, int V) {
+GatedHeadRows View(const ChunkRows& r, int64_t count, int K, bool fixed, float* out, int V) {
   GatedHeadRows v;
   v.q = r.data.data();
   v.k = v.q + K;
@@ -53,22 +45,6 @@ GatedHeadRows View(const Rows& r, int64_t count, int K, bool fixed, float* out, 
   return v;
 }
 
-void ExpectNear(const std::vector<float>& expected, const std::vector<float>& actual,
-                const std::string& what) {
-  ASSERT_EQ(expected.size(), actual.size());
-  // Relative to each value and to the largest one: a read is a sum of K V products, and where
-  // they cancel the summation order alone moves it by a few ulps of the largest term.
-  float largest = 0.0f;
-  for (float a : expected) largest = std::max(largest, std::fabs(a));
-  int reported = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const float a = expected[i], b = actual[i];
-    if (!(std::fabs(a - b) <= 1e-4f * (1.0f + std::fabs(a)) + 1e-6f * largest) && reported++ < 5) {
-      ADD_FAILURE() << what << " [" << i << "]: " << a << " vs " << b;
-    }
-  }
-}
-
 void Check(int K, int V, int64_t count, bool fixed, const std::function<float(int64_t)>& lambda,
            const std::string& name) {
   SCOPED_TRACE(name + " K " + std::to_string(K) + " V " + std::to_string(V) + " rows " +
@@ -77,33 +53,30 @@ void Check(int K, int V, int64_t count, bool fixed, const std::function<float(in
   for (bool filled : {false, true}) {
     std::vector<float> expected_state(static_cast<size_t>(K) * V, 0.0f);
     if (filled) {
-      const Rows before = MakeRows(5, K, V, lambda, rng);
+      const ChunkRows before = MakeRows(5, K, V, lambda, rng);
       std::vector<float> scratch(static_cast<size_t>(5 * (V + 3)));
       GatedRowScan(View(before, 5, K, fixed, scratch.data(), V), K, V, expected_state.data());
     }
     std::vector<float> state = expected_state;
-    const Rows rows = MakeRows(count, K, V, lambda, rng);
+    const ChunkRows rows = MakeRows(count, K, V, lambda, rng);
     std::vector<float> expected(static_cast<size_t>(count * (V + 3)), -7.0f);
     std::vector<float> actual = expected;
     GatedRowScan(View(rows, count, K, fixed, expected.data(), V), K, V, expected_state.data());
     GatedChunkScan(View(rows, count, K, fixed, actual.data(), V), K, V, state.data());
-    ExpectNear(expected, actual, filled ? "reads (filled)" : "reads");
-    ExpectNear(expected_state, state, filled ? "state (filled)" : "state");
+    ExpectChunkNear(expected, actual, filled ? "reads (filled)" : "reads");
+    ExpectChunkNear(expected_state, state, filled ? "state (filled)" : "state");
   }
 }
 
 TEST(GatedLinearChunk, EqualsRowScan) {
   std::mt19937 rng(5);
-  auto uniform = [&rng](float lo, float hi) {
-    return [&rng, lo, hi](int64_t) { return std::uniform_real_distribution<float>(lo, hi)(rng); };
-  };
   const int shapes[][2] = {{12, 10}, {64, 64}, {32, 96}, {128, 128}, {256, 512}};
   for (const auto& shape : shapes) {
     const int K = shape[0], V = shape[1];
     for (int64_t count : {4, 33, 64, 65, 200}) {
-      Check(K, V, count, false, uniform(0.5f, 1.0f), "gla-like");
-      Check(K, V, count, false, uniform(0.97f, 1.0f), "slow decay");
-      Check(K, V, count, true, uniform(0.0f, 1.0f), "fixed decay");
+      Check(K, V, count, false, UniformGates(rng, 0.5f, 1.0f), "gla-like");
+      Check(K, V, count, false, UniformGates(rng, 0.97f, 1.0f), "slow decay");
+      Check(K, V, count, true, UniformGates(rng, 0.0f, 1.0f), "fixed decay");
     }
   }
 }
@@ -111,20 +84,11 @@ TEST(GatedLinearChunk, EqualsRowScan) {
 TEST(GatedLinearChunk, ShortChunksAndResets) {
   std::mt19937 rng(9);
   // Strong decays (chunks end after a few rows), exact resets, and near-zero decays.
-  Check(
-      64, 40, 150, false,
-      [&rng](int64_t) { return std::uniform_real_distribution<float>(0.01f, 0.2f)(rng); },
-      "strong decay");
+  Check(64, 40, 150, false, UniformGates(rng, 0.01f, 0.2f), "strong decay");
   Check(
       64, 40, 150, false, [](int64_t t) { return t % 37 == 5 ? 0.0f : 0.9f; }, "resets");
   Check(
       64, 40, 150, false, [](int64_t t) { return t % 11 == 3 ? 1e-30f : 0.95f; }, "near resets");
-}
-
-double ThreadNanos() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return 1e9 * static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec);
 }
 
 // Timing, not a check (--gtest_also_run_disabled_tests --gtest_filter='*Timing*'): one head's
@@ -135,21 +99,21 @@ TEST(GatedLinearChunk, DISABLED_Timing) {
   const int shapes[][2] = {{64, 64}, {128, 128}, {256, 512}};
   for (const auto& shape : shapes) {
     const int K = shape[0], V = shape[1];
-    const Rows rows = MakeRows(
+    const ChunkRows rows = MakeRows(
         512, K, V, [](int64_t) { return 0.95f; }, rng);
     std::vector<float> out(static_cast<size_t>(512 * (V + 3)));
     double best[2] = {1e30, 1e30};
     for (int rep = 0; rep < 5; ++rep) {
       for (int chunked = 0; chunked < 2; ++chunked) {
         std::vector<float> state(static_cast<size_t>(K) * V, 0.0f);
-        const double start = ThreadNanos();
+        const double start = ChunkThreadNanos();
         const GatedHeadRows view = View(rows, 512, K, false, out.data(), V);
         if (chunked == 1) {
           GatedChunkScan(view, K, V, state.data());
         } else {
           GatedRowScan(view, K, V, state.data());
         }
-        best[chunked] = std::min(best[chunked], ThreadNanos() - start);
+        best[chunked] = std::min(best[chunked], ChunkThreadNanos() - start);
       }
     }
     std::printf("K %3d V %3d: row scan %8.0f ns/row, chunks %8.0f (%.2fx)\n", K, V, best[0] / 512,

@@ -8,38 +8,30 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "tests/engine/attention/chunk_scan_rows.h"
+
 namespace abcd {
 namespace gsa_chunk_test {
 namespace {
 
-struct GsaRows {
-  std::vector<float> data;  // per row: q [K] | k [K] | v [V] | alpha [M] | 3 floats of padding
-  int64_t stride = 0;
-};
+using chunk_scan_testing::ChunkRows;
+using chunk_scan_testing::ChunkThreadNanos;
+using chunk_scan_testing::ExpectChunkNear;
+using chunk_scan_testing::UniformGates;
 
-GsaRows MakeGsaRows(int64_t count, int K, int V, int M, const std::function<float(int64_t)>& alpha,
-                    std::mt19937& rng) {
-  GsaRows r;
-  r.stride = 2 * int64_t{K} + V + M + 3;
-  r.data.resize(static_cast<size_t>(count * r.stride));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t t = 0; t < count; ++t) {
-    float* row = r.data.data() + t * r.stride;
-    for (int64_t i = 0; i < 2 * int64_t{K} + V; ++i) row[i] = normal(rng);
-    for (int m = 0; m < M; ++m) row[2 * K + V + m] = alpha(t);
-  }
-  return r;
+// Per row: q [K] | k [K] | v [V] | alpha [M] | 3 floats of padding.
+ChunkRows MakeGsaRows(int64_t count, int K, int V, int M,
+                      const std::function<float(int64_t)>& alpha, std::mt19937& rng) {
+  return chunk_scan_testing::MakeChunkRows(count, K, V, /*gates=*/M, /*padding=*/3, alpha, rng);
 }
 
-GsaHeadRows GsaView(const GsaRows& r, int64_t count, int K, int V, float* out) {
+GsaHeadRows GsaView(const ChunkRows& r, int64_t count, int K, int V, float* out) {
   GsaHeadRows v;
   v.q = r.data.data();
   v.k = v.q + K;
@@ -52,20 +44,6 @@ GsaHeadRows GsaView(const GsaRows& r, int64_t count, int K, int V, float* out) {
   return v;
 }
 
-void ExpectGsaNear(const std::vector<float>& expected, const std::vector<float>& actual,
-                   const std::string& what) {
-  ASSERT_EQ(expected.size(), actual.size());
-  float largest = 0.0f;
-  for (float a : expected) largest = std::max(largest, std::fabs(a));
-  int reported = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const float a = expected[i], b = actual[i];
-    if (!(std::fabs(a - b) <= 1e-4f * (1.0f + std::fabs(a)) + 1e-6f * largest) && reported++ < 5) {
-      ADD_FAILURE() << what << " [" << i << "]: " << a << " vs " << b;
-    }
-  }
-}
-
 void CheckGsa(int K, int V, int M, int64_t count, const std::function<float(int64_t)>& alpha,
               const std::string& name) {
   SCOPED_TRACE(name + " K " + std::to_string(K) + " V " + std::to_string(V) + " slots " +
@@ -75,35 +53,32 @@ void CheckGsa(int K, int V, int M, int64_t count, const std::function<float(int6
     std::vector<float> expected_keys(static_cast<size_t>(M) * K, 0.0f);
     std::vector<float> expected_values(static_cast<size_t>(M) * V, 0.0f);
     if (filled) {
-      const GsaRows before = MakeGsaRows(5, K, V, M, alpha, rng);
+      const ChunkRows before = MakeGsaRows(5, K, V, M, alpha, rng);
       std::vector<float> scratch(static_cast<size_t>(5 * (V + 3)));
       GsaRowScan(GsaView(before, 5, K, V, scratch.data()), K, V, M, expected_keys.data(),
                  expected_values.data());
     }
     std::vector<float> keys = expected_keys, values = expected_values;
-    const GsaRows rows = MakeGsaRows(count, K, V, M, alpha, rng);
+    const ChunkRows rows = MakeGsaRows(count, K, V, M, alpha, rng);
     std::vector<float> expected(static_cast<size_t>(count * (V + 3)), -7.0f);
     std::vector<float> actual = expected;
     GsaRowScan(GsaView(rows, count, K, V, expected.data()), K, V, M, expected_keys.data(),
                expected_values.data());
     GsaChunkScan(GsaView(rows, count, K, V, actual.data()), K, V, M, keys.data(), values.data());
-    ExpectGsaNear(expected, actual, filled ? "reads (filled)" : "reads");
-    ExpectGsaNear(expected_keys, keys, filled ? "keys (filled)" : "keys");
-    ExpectGsaNear(expected_values, values, filled ? "values (filled)" : "values");
+    ExpectChunkNear(expected, actual, filled ? "reads (filled)" : "reads");
+    ExpectChunkNear(expected_keys, keys, filled ? "keys (filled)" : "keys");
+    ExpectChunkNear(expected_values, values, filled ? "values (filled)" : "values");
   }
 }
 
 TEST(GsaChunk, EqualsRowScan) {
   std::mt19937 rng(5);
-  auto uniform = [&rng](float lo, float hi) {
-    return [&rng, lo, hi](int64_t) { return std::uniform_real_distribution<float>(lo, hi)(rng); };
-  };
   const int shapes[][3] = {{12, 10, 5}, {64, 64, 16}, {32, 96, 64}, {100, 40, 33}, {512, 512, 64}};
   for (const auto& shape : shapes) {
     const int K = shape[0], V = shape[1], M = shape[2];
     for (int64_t count : {4, 33, 64, 65, 200}) {
-      CheckGsa(K, V, M, count, uniform(0.8f, 1.0f), "gsa-like");
-      CheckGsa(K, V, M, count, uniform(0.99f, 1.0f), "slow gates");
+      CheckGsa(K, V, M, count, UniformGates(rng, 0.8f, 1.0f), "gsa-like");
+      CheckGsa(K, V, M, count, UniformGates(rng, 0.99f, 1.0f), "slow gates");
     }
   }
 }
@@ -111,20 +86,11 @@ TEST(GsaChunk, EqualsRowScan) {
 TEST(GsaChunk, ShortChunksAndResets) {
   std::mt19937 rng(9);
   // Strong gates (chunks end after a few rows), exact resets, and near-zero gates.
-  CheckGsa(
-      64, 40, 16, 150,
-      [&rng](int64_t) { return std::uniform_real_distribution<float>(0.01f, 0.3f)(rng); },
-      "strong gates");
+  CheckGsa(64, 40, 16, 150, UniformGates(rng, 0.01f, 0.3f), "strong gates");
   CheckGsa(
       64, 40, 16, 150, [](int64_t t) { return t % 37 == 5 ? 0.0f : 0.9f; }, "resets");
   CheckGsa(
       64, 40, 16, 150, [](int64_t t) { return t % 11 == 3 ? 1e-30f : 0.95f; }, "near resets");
-}
-
-double GsaThreadNanos() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return 1e9 * static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec);
 }
 
 // Timing, not a check (--gtest_also_run_disabled_tests --gtest_filter='GsaChunk.DISABLED_*'):
@@ -135,7 +101,7 @@ TEST(GsaChunk, DISABLED_Timing) {
   const int shapes[][3] = {{64, 64, 32}, {128, 128, 64}, {256, 256, 64}, {512, 512, 64}};
   for (const auto& shape : shapes) {
     const int K = shape[0], V = shape[1], M = shape[2];
-    const GsaRows rows = MakeGsaRows(
+    const ChunkRows rows = MakeGsaRows(
         512, K, V, M, [](int64_t) { return 0.92f; }, rng);
     std::vector<float> out(static_cast<size_t>(512 * (V + 3)));
     double best[2] = {1e30, 1e30};
@@ -144,13 +110,13 @@ TEST(GsaChunk, DISABLED_Timing) {
         std::vector<float> keys(static_cast<size_t>(M) * K, 0.0f);
         std::vector<float> values(static_cast<size_t>(M) * V, 0.0f);
         const GsaHeadRows view = GsaView(rows, 512, K, V, out.data());
-        const double start = GsaThreadNanos();
+        const double start = ChunkThreadNanos();
         if (chunked == 1) {
           GsaChunkScan(view, K, V, M, keys.data(), values.data());
         } else {
           GsaRowScan(view, K, V, M, keys.data(), values.data());
         }
-        best[chunked] = std::min(best[chunked], GsaThreadNanos() - start);
+        best[chunked] = std::min(best[chunked], ChunkThreadNanos() - start);
       }
     }
     std::printf("K %3d V %3d slots %2d: row scan %8.0f ns/row, chunks %8.0f (%.2fx)\n", K, V, M,
