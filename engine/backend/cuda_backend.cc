@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
                                 ? cuda_model.max_context() * cuda_model.kv_bytes_per_token()
                                 : 0;
   backend->slot_bytes_ = cuda_model.state_bytes_per_sequence() + backend->kv_slot_bytes_;
+  backend->snapshot_map_ = cuda_model.MakeStateMap(model.state_layout());
   if (options.parity_probe) {
     ABCD_RETURN_IF_ERROR(
         backend->RunParityProbe(options.weights == WeightType::kF32 ? 1e-3 : 5e-2));
@@ -84,7 +85,7 @@ absl::Status CudaBackend::Health() const {
   return health_;
 }
 
-absl::Status CudaBackend::Checked(absl::Status status) {
+absl::Status CudaBackend::Checked(absl::Status status) const {
   if (status.ok() || status.code() != absl::StatusCode::kInternal) return status;
   // Sticky errors answer every later call, this query included; a failed allocation does not.
   const cudaError_t stream = cudaStreamQuery(context_->stream());
@@ -246,6 +247,33 @@ absl::StatusOr<SequenceId> CudaBackend::Fork(SequenceId id) {
   const SequenceId copy = next_id_++;
   slots_[copy] = slot;
   return copy;
+}
+
+absl::StatusOr<std::string> CudaBackend::Snapshot(SequenceId id, std::string buffer) const {
+  if (!snapshot_map_.ok()) return snapshot_map_.status();
+  auto it = slots_.find(id);
+  if (it == slots_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  ABCD_RETURN_IF_ERROR(Checked(context_->MakeCurrent()));
+  absl::StatusOr<DeviceSnapshotStage> stage = cuda_model_->ReadState(it->second, *snapshot_map_);
+  if (!stage.ok()) return Checked(stage.status());
+  return stage->Snapshot(std::move(buffer));
+}
+
+absl::StatusOr<SequenceId> CudaBackend::Restore(absl::string_view snapshot) {
+  if (!snapshot_map_.ok()) return snapshot_map_.status();
+  ABCD_ASSIGN_OR_RETURN(DeviceSnapshotStage stage,
+                        DeviceSnapshotStage::FromSnapshot(*snapshot_map_, snapshot));
+  ABCD_RETURN_IF_ERROR(Checked(context_->MakeCurrent()));
+  absl::StatusOr<int> slot = cuda_model_->AcquireWithState(stage, *snapshot_map_);
+  if (!slot.ok()) return Checked(slot.status());
+  const SequenceId id = next_id_++;
+  slots_[id] = *slot;
+  return id;
+}
+
+absl::Status CudaBackend::CheckSnapshot(absl::string_view snapshot) const {
+  if (!snapshot_map_.ok()) return snapshot_map_.status();
+  return snapshot_map_->CheckSnapshot(snapshot);
 }
 
 absl::Status CudaBackend::Encode(std::span<const int32_t> /*source*/, SequenceId /*id*/) {

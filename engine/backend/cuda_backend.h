@@ -6,7 +6,8 @@
 // multi-row prompt chunk through the prefill scan, then returns the logits in row order.
 // Create() ends with a parity probe against the CPU Model (a prefill, batched steps and device
 // greedy sampling on a fixed token sequence); a backend that disagrees is refused, so callers fall
-// back to the CPU instead of serving wrong tokens. Every entry point makes the backend's device
+// back to the CPU instead of serving wrong tokens. Snapshots are the CPU backend's format, so a
+// session moves between the two. Every entry point makes the backend's device
 // current first, so one thread may create it and another drive it. Decoder-only models;
 // encoder-decoder models are Unimplemented here and stay on the CPU backend.
 #pragma once
@@ -61,6 +62,16 @@ class CudaBackend final : public DecodeBackend {
   absl::StatusOr<SequenceId> Acquire() override;
   void Release(SequenceId id) override;
   absl::StatusOr<SequenceId> Fork(SequenceId id) override;
+  // Snapshots in the StatePool format (device_snapshot.h): the CPU backend restores what this
+  // one saves and the reverse. A snapshot copies the slot's state and KV rows to the host and
+  // waits for them; its KV rows are fp32 whatever the CPU layout's format. Restore takes any
+  // format, and refuses (FAILED_PRECONDITION) a state longer than max_context.
+  bool snapshots_supported() const override { return snapshot_map_.ok(); }
+  using DecodeBackend::Snapshot;
+  absl::StatusOr<std::string> Snapshot(SequenceId id, std::string buffer) const override;
+  absl::StatusOr<SequenceId> Restore(absl::string_view snapshot) override;
+  // Reads only the immutable state map: any thread.
+  absl::Status CheckSnapshot(absl::string_view snapshot) const override;
   absl::Status Encode(std::span<const int32_t> source, SequenceId id) override;
   absl::Status Decode(std::span<const DecodeRow> rows, std::vector<float>* logits) override;
   // Checkpoints are fixed-block copies on the device that the state kernels write during the
@@ -89,7 +100,7 @@ class CudaBackend final : public DecodeBackend {
   absl::Status RunParityProbe(double tolerance);
   // Passes `status` through; when a device call failed, asks the stream whether the context is
   // poisoned and, if so, keeps the failure for Health().
-  absl::Status Checked(absl::Status status);
+  absl::Status Checked(absl::Status status) const;
 
   const Model& model_;
   std::unique_ptr<CudaContext> context_;
@@ -99,8 +110,12 @@ class CudaBackend final : public DecodeBackend {
   absl::flat_hash_map<SequenceId, int> slots_;
   SequenceId next_id_ = 1;
   double probe_relative_error_ = 0.0;
+  // Where a slot's state sits against the CPU layout; its error when the two disagree (then
+  // snapshots are refused with it).
+  absl::StatusOr<DeviceStateMap> snapshot_map_ =
+      absl::FailedPreconditionError("the CUDA backend has no state map yet");
   mutable absl::Mutex health_mu_;
-  absl::Status health_ ABSL_GUARDED_BY(health_mu_);
+  mutable absl::Status health_ ABSL_GUARDED_BY(health_mu_);
 };
 
 }  // namespace abcd::cuda

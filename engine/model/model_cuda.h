@@ -23,7 +23,8 @@
 // equals feeding the tokens one step at a time. Encoder-decoder models and dilated window
 // attention stay on the CPU backend (Create returns Unimplemented).
 // Files: model_cuda.cc (refusals, staging, graphs), model_cuda_forward.cc (the device's ops of
-// the one forward pass), model_cuda_weights.cc (weight upload); the attention kernels are chosen
+// the one forward pass), model_cuda_weights.cc (weight upload), model_cuda_state.cc (slot states
+// to and from StatePool snapshots, device_snapshot.h); the attention kernels are chosen
 // and launched by engine/attention/attention_cuda_dispatch.h, the state slots live in
 // engine/state/device_state_slots.h.
 // Not thread-safe: one engine thread owns it.
@@ -41,6 +42,7 @@
 #include "engine/model/model.h"
 #include "engine/ops/matmul_cuda.h"
 #include "engine/sampling/sampler_cuda.h"
+#include "engine/state/device_snapshot.h"
 #include "engine/state/device_state_slots.h"
 
 namespace abcd::cuda {
@@ -135,6 +137,16 @@ class CudaModel {
   void ClearCheckpoints(int slot);
   absl::Status Rollback(int slot, int checkpoint);
 
+  // Sessions and the prefix cache (DecodeBackend::Snapshot / Restore; model_cuda_state.cc):
+  // where each decoder layer's state lives in a slot, checked against the CPU model's `cpu`.
+  absl::StatusOr<DeviceStateMap> MakeStateMap(const StateLayout& cpu) const;
+  // Copies `slot`'s fixed block and the KV rows of its position into a stage of `map`
+  // (ForDevice) and waits for the copies.
+  absl::StatusOr<DeviceSnapshotStage> ReadState(int slot, const DeviceStateMap& map) const;
+  // A free slot holding `stage`'s state and position (no checkpoints); ResourceExhausted when
+  // all are in use. The slot is released again when a copy fails.
+  absl::StatusOr<int> AcquireWithState(const DeviceSnapshotStage& stage, const DeviceStateMap& map);
+
   // Benchmarks only: declares that `slot` already holds `position` tokens, without computing
   // them (softmax caches then attend over whatever their memory holds). Lets decode at a 32k
   // context be timed without 32k steps first.
@@ -149,6 +161,7 @@ class CudaModel {
     int64_t fused_width = 0;
     CudaAttention attention;
     int64_t state_offset = 0;  // floats into a sequence's state block (bounded types)
+    int64_t state_floats = 0;  // the layer's floats there (the CPU slot's fixed_floats)
     int softmax_index = -1;    // its KV caches among the slots' (softmax)
   };
   struct Graph;

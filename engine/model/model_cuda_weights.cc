@@ -76,6 +76,7 @@ absl::StatusOr<CudaModel::Layer> CudaModel::UploadLayer(const Model::Block& bloc
   if (!state.UsesKvCache()) {
     // Each layer's block starts 16-byte aligned (the kernels use float4 loads).
     layer.state_offset = static_cast<int64_t>(empty_state.size());
+    layer.state_floats = state.FixedFloats();
     empty_state.resize(RoundUp4(layer.state_offset + state.FixedFloats()));
     state.Init(empty_state.data() + layer.state_offset);
   }
