@@ -22,7 +22,9 @@
 #                                        #   hf        the Hugging Face types at the fla-hub 1.3B
 #                                        #             shapes (random bf16 checkpoints: gsa, gla,
 #                                        #             retnet, llama): abcd-bench-cuda decode at
-#                                        #             batch 1/64/256, contexts 128/4096
+#                                        #             batch 1/64/256, contexts 128/4096, then
+#                                        #             prefill of 2,048 tokens (gsa, llama; 1
+#                                        #             and 16 sequences) against the bf16 peak
 #                                        #   hf-server abcd-server on the GPU with gsa-1.3B and the
 #                                        #             same-width llama at 1/64/256 streams
 #                                        #             (neither hf phase is in the default set)
@@ -48,9 +50,10 @@
 #                2026-11-04: then seconds, and the phase fails)
 #   bench        >320 s (model generation ~60 s)
 #   server       44 s
-#   hf           ~240 s: the four 1.3B bf16 checkpoints (~2.6 GB each) written in parallel
+#   hf           ~270 s: the four 1.3B bf16 checkpoints (~2.6 GB each) written in parallel
 #                (a few minutes each on 2 cores here; estimated 60-120 s there), then 24 decode
-#                rows of abcd-bench-cuda
+#                rows of abcd-bench-cuda, then 4 prefill rows (estimated 30 s, two model loads;
+#                not yet run on a GPU)
 #   hf-server    ~150 s: 2 models x 3 stream counts x 14 s, plus each server's start (load,
 #                parity probe, graph capture), the checkpoints reused from hf
 # The issue's device items (parity, then speed) in one call, within 10 minutes:
@@ -264,6 +267,13 @@ case "$mode" in
               --models /tmp/abcd-gpu/hf/gsa,/tmp/abcd-gpu/hf/gla,/tmp/abcd-gpu/hf/retnet,/tmp/abcd-gpu/hf/llama \
               --batches 1,64,256 --contexts 128,4096 --json "$out/hf_bench.json" 2>&1 |
               tee "$out/hf_bench.txt" || status=1
+            # A 2,048-token prompt in one pass: tokens/s and the projections' TFLOP/s against
+            # the dense bf16 tensor peak (989 TFLOP/s on an H100 / H200 SXM; the goal is 40 %).
+            remaining=$((deadline - SECONDS > 1 ? deadline - SECONDS : 1))
+            timeout "$remaining" /tmp/abcd-gpu/bin/abcd-bench-cuda prefill \
+              --models /tmp/abcd-gpu/hf/gsa,/tmp/abcd-gpu/hf/llama --prefill_tokens 2048 \
+              --prefill_sequences 1,16 --repeats 3 --peak_tflops "${PEAK_TFLOPS:-989}" \
+              --json "$out/hf_prefill.json" 2>&1 | tee "$out/hf_prefill.txt" || status=1
             continue
           fi
           for type in gsa llama; do

@@ -5,6 +5,9 @@
 //              beside them) vs batch,
 //              softmax at several contexts, each next to the floor
 //              (weight_bytes + 2 * batch * state_bytes) / copy_bandwidth, and memory per sequence
+//   prefill    one forward pass over N prompt tokens (batch 1, or N / S tokens of each of S
+//              sequences): tokens/s and the projections' achieved TFLOP/s against a given
+//              bf16 tensor peak (--peak_tflops)
 //   reference  CudaModel against the PyTorch reference (bench_reference.py --device cuda, eager
 //              and with CUDA graphs) on the same checkpoint, tokens and GPU, as `abcd-bench
 //              reference` does on the CPU
@@ -42,6 +45,9 @@ constexpr char kUsage[] = R"(usage: abcd-bench-cuda COMMAND [options]
   decode     --models DIR[,DIR..] [--batches 1,2,4,...,1024] [--contexts 512,4096,32768]
              [--steps 50] [--weights bf16|fp16|fp32] [--no_graphs] [--memory_gb 60]
              [--gemv_max_rows N] (16-bit projections of <= N rows: GEMV kernel; 0: cuBLASLt)
+  prefill    --models DIR[,DIR..] [--prefill_tokens 2048] [--prefill_sequences 1,4,16]
+             [--repeats 3] [--weights bf16|fp16|fp32] [--peak_tflops 989]
+             (peak: the GPU's dense 16-bit tensor TFLOP/s; 989 for an H100 / H200 SXM)
   reference  --models DIR[,DIR..] [--reference_batches 1,256] [--reference_steps 64]
              [--repeats 3] [--weights bf16|fp32] [--python python3]
              [--script loadtest/bench_reference.py]
@@ -344,6 +350,120 @@ absl::StatusOr<nlohmann::json> RunCudaDecode(CudaContext& context, const Argumen
   return results;
 }
 
+// Multiply-adds per token of the decoder's projections (fused q|k|v|extra, output, FFN): what
+// a prefill's GEMMs compute per row. The LM head is left out (a prefill wants one row's logits).
+int64_t ProjectionMacsPerToken(const Model& model) {
+  int64_t macs = 0;
+  for (const Model::Block& block : model.decoder().blocks) {
+    const AttentionLayer& attention = *block.self_attention;
+    for (const PackedMatrix* matrix :
+         {&attention.fused_matrix(), &attention.out_matrix(), &block.fc1, &block.fc2}) {
+      macs += matrix->out() * matrix->in();
+    }
+  }
+  return macs;
+}
+
+// Prefill: one Forward() of `tokens` rows, the logits of each sequence's last row only (what a
+// server's prompt pass asks for), on fresh slots each time; best of `repeats` after a warm-up.
+absl::StatusOr<nlohmann::json> RunCudaPrefill(CudaContext& context, const Arguments& args) {
+  const std::vector<std::string> models = SplitList(args.String("models", ""));
+  if (models.empty()) return absl::InvalidArgumentError("prefill needs --models");
+  ABCD_ASSIGN_OR_RETURN(const int64_t tokens, args.Int("prefill_tokens", 2048));
+  ABCD_ASSIGN_OR_RETURN(const std::vector<int64_t> sequence_counts,
+                        ParseInts("prefill_sequences", args.String("prefill_sequences", "1,4,16")));
+  ABCD_ASSIGN_OR_RETURN(const int64_t repeats, args.Int("repeats", 3));
+  ABCD_ASSIGN_OR_RETURN(const double peak_tflops, args.Double("peak_tflops", 989));
+  if (tokens < 1 || repeats < 1 || !(peak_tflops > 0)) {
+    return absl::InvalidArgumentError(
+        "--prefill_tokens and --repeats must be >= 1, --peak_tflops > 0");
+  }
+  int64_t max_sequences = 1;
+  for (int64_t count : sequence_counts) {
+    if (count < 1 || count > tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--prefill_sequences: ", count, " is outside [1, ", tokens, "] (--prefill_tokens)"));
+    }
+    max_sequences = std::max(max_sequences, count);
+  }
+  cuda::CudaModelOptions options;
+  ABCD_ASSIGN_OR_RETURN(options.weights, WeightTypeFlag(args));
+  options.cuda_graphs = false;  // a prefill pass runs eagerly
+  options.max_sequences = static_cast<int>(max_sequences);
+  options.max_prefill_tokens = static_cast<int>(tokens);
+  options.max_context = tokens + 8;
+  std::cout << absl::StrFormat(
+      "== prefill: one forward pass of %d tokens (S sequences of %d / S), logits of each "
+      "sequence's last row; projections' TFLOP/s against a %.0f TFLOP/s peak ==\n",
+      tokens, tokens, peak_tflops);
+  std::cout << absl::StrFormat("%-10s %5s %10s %12s %10s %8s\n", "model", "S", "pass ms",
+                               "tokens/s", "TFLOP/s", "% peak");
+  nlohmann::json results = nlohmann::json::array();
+  for (const std::string& dir : models) {
+    ABCD_ASSIGN_OR_RETURN(std::unique_ptr<Model> cpu_model, Model::Load(dir));
+    const double flops_per_token = 2.0 * static_cast<double>(ProjectionMacsPerToken(*cpu_model));
+    ABCD_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model,
+                          CudaModel::Create(*cpu_model, context, options));
+    const std::vector<int32_t> prompt = Tokens(11, tokens, cpu_model->config().vocab_size);
+    for (int64_t count : sequence_counts) {
+      // S runs of tokens / S rows (the first ones one longer when S does not divide N).
+      auto pass = [&]() -> absl::StatusOr<double> {
+        std::vector<int> slots;
+        std::vector<CudaModel::SequenceTokens> entries;
+        std::vector<int64_t> logit_rows;
+        int64_t begin = 0;
+        absl::Status status;
+        for (int64_t s = 0; s < count && status.ok(); ++s) {
+          absl::StatusOr<int> slot = model->Acquire();
+          if (!slot.ok()) {
+            status = slot.status();
+            break;
+          }
+          slots.push_back(*slot);
+          const int64_t length = tokens / count + (s < tokens % count ? 1 : 0);
+          entries.emplace_back(*slot, std::span<const int32_t>(prompt).subspan(
+                                          static_cast<size_t>(begin), static_cast<size_t>(length)));
+          begin += length;
+          logit_rows.push_back(begin - 1);
+        }
+        std::vector<float> logits;
+        double seconds = 0;
+        if (status.ok()) status = context.Synchronize();  // the slots' resets
+        if (status.ok()) {
+          const auto start = BenchClock::now();
+          status = model->Forward(entries, logit_rows, &logits);  // waits for the logits
+          seconds = Seconds(BenchClock::now() - start);
+        }
+        for (int slot : slots) model->Release(slot);
+        ABCD_RETURN_IF_ERROR(status);
+        return seconds;
+      };
+      ABCD_RETURN_IF_ERROR(pass().status());  // warm-up
+      double best = 1e30;
+      for (int64_t r = 0; r < repeats; ++r) {
+        ABCD_ASSIGN_OR_RETURN(const double seconds, pass());
+        best = std::min(best, seconds);
+      }
+      const double tflops = flops_per_token * static_cast<double>(tokens) / best / 1e12;
+      const std::string label = ModelLabel(dir);
+      std::cout << absl::StrFormat("%-10s %5d %10.3f %12.0f %10.1f %7.1f%%\n", label, count,
+                                   best * 1e3, static_cast<double>(tokens) / best, tflops,
+                                   100 * tflops / peak_tflops);
+      results.push_back({{"model", label},
+                         {"tokens", tokens},
+                         {"sequences", count},
+                         {"pass_seconds", best},
+                         {"tokens_per_second", static_cast<double>(tokens) / best},
+                         {"projection_flops_per_token", flops_per_token},
+                         {"projection_tflops", tflops},
+                         {"peak_tflops", peak_tflops},
+                         {"fraction_of_peak", tflops / peak_tflops}});
+    }
+  }
+  std::cout << "\n";
+  return results;
+}
+
 // One pass of CudaModel over the reference's tokens: greedy device sampling every step (the
 // serving path: only ids come back), logits copied back at the last step for the comparison.
 absl::StatusOr<ReferencePass> CudaEnginePass(CudaContext& context, cuda::WeightType weights,
@@ -424,7 +544,7 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
                                context->sm_count(), date);
   const bool all = command == "all";
   if (!all && command != "bandwidth" && command != "kernels" && command != "decode" &&
-      command != "reference") {
+      command != "prefill" && command != "reference") {
     return absl::InvalidArgumentError(absl::StrCat("unknown command \"", command, "\""));
   }
   ABCD_ASSIGN_OR_RETURN(const int64_t megabytes, args.Int("bandwidth_mb", 1024));
@@ -440,6 +560,9 @@ absl::StatusOr<int> Run(const std::string& command, const Arguments& args) {
   }
   if (all || command == "decode") {
     ABCD_ASSIGN_OR_RETURN(out["decode"], RunCudaDecode(*context, args, bandwidth));
+  }
+  if (command == "prefill") {
+    ABCD_ASSIGN_OR_RETURN(out["prefill"], RunCudaPrefill(*context, args));
   }
   if ((all && args.Has("models")) || command == "reference") {
     ABCD_ASSIGN_OR_RETURN(out["reference"], RunCudaReference(*context, args, bandwidth));
@@ -459,10 +582,13 @@ int main(int argc, char** argv) {
     std::cout << abcd::bench::kUsage;
     return argc < 2 ? 2 : 0;
   }
-  const std::set<std::string> valued = {
-      "models",    "batches",    "contexts",       "steps",       "gemv_max_rows", "weights",
-      "memory_gb", "device",     "json",           "heads",       "head_dim",      "slots",
-      "features",  "iterations", "kernel_batches", "bandwidth_mb"};
+  const std::set<std::string> valued = {"models",       "batches",        "contexts",
+                                        "steps",        "gemv_max_rows",  "weights",
+                                        "memory_gb",    "device",         "json",
+                                        "heads",        "head_dim",       "slots",
+                                        "features",     "iterations",     "kernel_batches",
+                                        "bandwidth_mb", "prefill_tokens", "prefill_sequences",
+                                        "repeats",      "peak_tflops"};
   absl::StatusOr<abcd::Arguments> args = abcd::Arguments::Parse(
       std::vector<std::string>(argv + 2, argv + argc), valued, {"no_graphs"});
   if (!args.ok()) {
