@@ -571,7 +571,10 @@ absl::Status ParseGatedDeltaNet(const HfFields& f, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// generation_config.json: eos_token_id (int or list) adds stop ids; bos_token_id overrides.
+// generation_config.json: eos_token_id (int or list) adds stop ids. Its bos_token_id is not the
+// prompt's: transformers reads it only to start generate() without input ids, while a prompt
+// starts with what the tokenizer adds (LoadModelDirectoryConfig: tokenizer_config.json's
+// bos_token through tokenizer.json, else config.json's bos_token_id).
 absl::Status ApplyGenerationConfig(absl::string_view text, ModelConfig& c) {
   if (text.empty()) return absl::OkStatus();
   ABCD_RETURN_IF_ERROR(CheckJsonNesting(text, "generation_config.json"));
@@ -580,9 +583,6 @@ absl::Status ApplyGenerationConfig(absl::string_view text, ModelConfig& c) {
     return absl::InvalidArgumentError("generation_config.json is not a JSON object");
   }
   const HfFields f(root, "generation_config.json");
-  if (f.Present("bos_token_id")) {
-    ABCD_ASSIGN_OR_RETURN(c.bos_id, f.Int("bos_token_id", std::nullopt, 0, c.vocab_size - 1));
-  }
   const json* eos = f.Find("eos_token_id");
   if (eos == nullptr) return absl::OkStatus();
   const json list = eos->is_array() ? *eos : json::array({*eos});

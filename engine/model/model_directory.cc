@@ -1,7 +1,9 @@
 // LoadModelConfig and LoadModelDirectoryConfig (model_config.h): a config file, a model directory's
 // config, Hugging Face or abcd's own. Kept apart from model_config.cc, whose parsing of config text
 // needs no tokenizer (the model_config fuzzer builds it alone), while a Hugging Face directory's
-// add_bos may come from its tokenizer.json (engine/tokenizer/hf_tokenizer.h).
+// add_bos may come from its tokenizer.json (engine/tokenizer/hf_tokenizer.h), and its bos id
+// from tokenizer_config.json's bos_token as tokenizer.json's added tokens number it.
+#include <cstdint>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -30,6 +32,40 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
   return buffer.str();
 }
 
+// The id of tokenizer_config.json's bos_token (a string, or an AddedToken {"content": ...}) among
+// tokenizer.json's added_tokens, where transformers' tokenizer finds its special tokens; nullopt
+// without either file, a bos_token (Qwen's is null) or a matching added token. Only added_tokens
+// is kept from tokenizer.json (its vocabulary and merges are skipped while parsing).
+std::optional<int> TokenizerBosId(const std::string& dir) {
+  absl::StatusOr<std::string> text = ReadText(dir + "/tokenizer_config.json");
+  if (!text.ok() || !CheckJsonNesting(*text, "tokenizer_config.json").ok()) return std::nullopt;
+  const json config = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  const json* bos = nullptr;
+  if (config.is_object() && config.contains("bos_token")) bos = &config["bos_token"];
+  if (bos != nullptr && bos->is_object() && bos->contains("content")) bos = &(*bos)["content"];
+  if (bos == nullptr || !bos->is_string()) return std::nullopt;
+  text = ReadText(dir + "/tokenizer.json");
+  if (!text.ok() || !CheckJsonNesting(*text, "tokenizer.json").ok()) return std::nullopt;
+  const json tokenizer = json::parse(
+      *text,
+      [](int depth, json::parse_event_t event, json& parsed) {
+        return !(depth == 1 && event == json::parse_event_t::key && parsed != "added_tokens");
+      },
+      /*allow_exceptions=*/false);
+  if (!tokenizer.is_object() || !tokenizer.contains("added_tokens") ||
+      !tokenizer["added_tokens"].is_array()) {
+    return std::nullopt;
+  }
+  for (const json& token : tokenizer["added_tokens"]) {
+    if (token.is_object() && token.value("content", json()) == *bos && token.contains("id") &&
+        token["id"].is_number_integer() && token["id"].get<int64_t>() >= 0 &&
+        token["id"].get<int64_t>() <= INT32_MAX) {
+      return static_cast<int>(token["id"].get<int64_t>());
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> LoadModelDirectoryConfig(const std::string& dir) {
@@ -52,6 +88,12 @@ absl::StatusOr<ModelConfig> LoadModelDirectoryConfig(const std::string& dir) {
   // No add_bos_token: a tokenizer.json's post-processor says (engine/tokenizer/hf_tokenizer.h).
   if (std::optional<bool> adds = hf::TemplateAddsBos(dir); adds.has_value()) {
     config->add_bos = *adds;
+  }
+  // The bos a prompt starts with is the tokenizer's, as in transformers (config.json's
+  // bos_token_id may differ: DeepSeek-R1-Distill-Qwen's is 151643, <|endoftext|>, while its
+  // tokenizer adds its begin-of-sentence token, 151646).
+  if (std::optional<int> bos = TokenizerBosId(dir); bos.has_value() && *bos < config->vocab_size) {
+    config->bos_id = *bos;
   }
   return config;
 }

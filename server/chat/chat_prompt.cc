@@ -37,11 +37,7 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const ServedModel& model,
                                               tools.is_null() ? Value::None() : FromJson(tools)));
   ABCD_RETURN_IF_ERROR(model.executor->CheckInput("messages", text.size()));
   const ModelConfig& config = model.executor->backend().config();
-  ABCD_ASSIGN_OR_RETURN(
-      std::vector<int32_t> ids,
-      model.chat_template->EncodePrompt(*model.tokenizer, text, config.bos_id, config.eos_id));
-  ids.insert(ids.begin(), config.bos_id);
-  return ids;
+  return model.chat_template->EncodePrompt(*model.tokenizer, text, config.bos_id, config.eos_id);
 }
 
 absl::StatusOr<std::vector<int32_t>> ChatContinuationIds(const ServedModel& model,

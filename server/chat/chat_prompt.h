@@ -5,8 +5,10 @@
 //
 // `messages` is the JSON array of {"role", "content"} (validated by ParseChatMessages, errors
 // naming "messages[i]..."); it is rendered with the model's chat template, its size checked
-// as the model's "messages" input, and tokenized by ChatTemplate::EncodePrompt. The ids start
-// with the model's bos (the engine prepends bos itself: drop it before enqueueing).
+// as the model's "messages" input, and tokenized by ChatTemplate::EncodePrompt. The ids are the
+// prompt as the engine is given it (enqueue them as they are): the engine puts the model's bos
+// before them where its tokenizer adds one (PrefilledIds, server/core/model_tokenizer.h, gives
+// the ids prefilled, as /tokenize reports them).
 // FAILED_PRECONDITION for a model without a chat template or tokenizer (a translation model).
 // The render is bounded (ChatTemplate::Render) and runs on the caller's thread: a caller on an
 // I/O thread should move it to a worker and pass `cancelled` (polled during the render; true

@@ -18,4 +18,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(const std::string&
   return tokenizer;
 }
 
+std::vector<int32_t> PrefilledIds(const ModelConfig& config, std::vector<int32_t> prompt) {
+  if (config.add_bos || prompt.empty()) prompt.insert(prompt.begin(), config.bos_id);
+  return prompt;
+}
+
 }  // namespace abcd

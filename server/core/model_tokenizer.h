@@ -1,5 +1,5 @@
 // The tokenizer of a model directory, for abcd-server and abcd-cli, checked against the model's
-// config. Stateless; thread-safe.
+// config; and the ids the engine prefills for a tokenized prompt. Stateless; thread-safe.
 //
 // Which file: Tokenizer::LoadDirectory's choice (engine/tokenizer/tokenizer.h): `dir`/
 // tokenizer.json (Hugging Face `tokenizers` format) when present, as transformers'
@@ -15,8 +15,10 @@
 // embedding to a multiple of 64 or 128.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/model/model_config.h"
@@ -26,5 +28,14 @@ namespace abcd {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(const std::string& dir,
                                                               const ModelConfig& config);
+
+// The ids a decoder's engine prefills for `prompt`, the ids a request gives it
+// (RequestIntake::Prepare): the model's bos first where its tokenizer adds one
+// (ModelConfig::add_bos: tokenizer_config.json's add_bos_token, else a tokenizer.json's
+// post-processor, else true as SentencePiece Llama tokenizers do) or where `prompt` is empty
+// (decoding needs a token to start from), then `prompt`. What /tokenize reports, so that its
+// ids are those prefilled and, but for an empty prompt of a model without bos, those Hugging
+// Face's tokenizer gives with add_special_tokens.
+std::vector<int32_t> PrefilledIds(const ModelConfig& config, std::vector<int32_t> prompt);
 
 }  // namespace abcd

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -89,7 +90,7 @@ absl::Status RenderMessages(const abcd::v1::GenerateRequest& request, const Serv
         "messages: the call's deadline passed while the chat template rendered");
   }
   if (!ids.ok()) return ids.status();
-  out->prompt_token_ids.assign(ids->begin() + 1, ids->end());  // the engine prepends bos
+  out->prompt_token_ids = *std::move(ids);  // the engine puts bos first where the model has one
   return absl::OkStatus();
 }
 

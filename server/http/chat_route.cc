@@ -300,7 +300,6 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
                                                          cancelled, tools.tools));
   } else {
     ABCD_ASSIGN_OR_RETURN(ids, PrepareChatPrompt(*model, o, cancelled, tools.tools));
-    ids.erase(ids.begin());  // bos: the engine prepends it
   }
   o["prompt"] = std::move(ids);
   for (const char* chat_only :

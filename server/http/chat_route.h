@@ -112,9 +112,10 @@ absl::StatusOr<PreparedChat> PrepareChat(const ServedModels& models, absl::strin
                                          const ParseLimits& limits,
                                          const std::function<bool()>& cancelled = nullptr);
 
-// A model's rendered conversation as the engine prefills it (bos first): for POST /tokenize
-// with messages. `request` is the parsed body ("messages", optional "add_generation_prompt").
-// `tools` (null: none): the template's tools variable.
+// A model's rendered conversation as the engine is given it (chat::ChatPromptIds: without the bos
+// the engine may put first; PrefilledIds adds it for POST /tokenize with messages). `request` is
+// the parsed body ("messages", optional "add_generation_prompt"). `tools` (null: none): the
+// template's tools variable.
 absl::StatusOr<std::vector<int32_t>> PrepareChatPrompt(
     const ServedModel& model, const nlohmann::json& request,
     const std::function<bool()>& cancelled = nullptr,

@@ -6,6 +6,7 @@
 #include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "server/chat/chat_tools.h"
+#include "server/core/model_tokenizer.h"
 #include "server/http/chat_route.h"
 
 namespace abcd::http {
@@ -48,6 +49,7 @@ absl::StatusOr<nlohmann::json> AnswerTokenize(const ServedModels& models, absl::
     ABCD_ASSIGN_OR_RETURN(const chat::ToolRequest tools, chat::ParseToolRequest(parsed, ordered));
     ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                           PrepareChatPrompt(*model, parsed, cancelled, tools.tools));
+    ids = PrefilledIds(model->executor->backend().config(), std::move(ids));
     const size_t count = ids.size();
     return nlohmann::json{
         {"tokens", std::move(ids)}, {"count", count}, {"max_model_len", max_model_len}};
@@ -63,7 +65,7 @@ absl::StatusOr<nlohmann::json> AnswerTokenize(const ServedModels& models, absl::
     if (translation) {
       ids.push_back(config.eos_id);
     } else {
-      ids.insert(ids.begin(), config.bos_id);
+      ids = PrefilledIds(config, std::move(ids));
     }
   }
   const size_t count = ids.size();

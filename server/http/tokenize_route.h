@@ -5,12 +5,14 @@
 //               -> {"tokens": [ids], "count": N, "max_model_len": M}
 //               {"model"?, "messages": [...], "add_generation_prompt"?: true}: the conversation
 //               rendered with the model's chat template (chat_route.h), as a chat completion
-//               prefills it (bos first; add_special_tokens does not apply)
+//               prefills it (bos first where the model's tokenizer adds one: PrefilledIds,
+//               server/core/model_tokenizer.h; add_special_tokens does not apply)
 //   /detokenize {"model"?, "tokens": [ids]} -> {"prompt": "text"}
 //
 // The model is found by ServedModels::Resolve (empty: the default language model; a named
 // translation model tokenizes its source text). add_special_tokens puts bos first for a
-// language model and eos last for a translation source, as the engine feeds them, so `count` is
+// language model whose tokenizer adds one (and for an empty prompt: the engine starts from bos)
+// and eos last for a translation source, as the engine feeds them, so `count` is
 // the prompt_tokens a completion of that prompt reports. max_model_len is the longest prompt
 // the server accepts, in tokens with bos (--max_prompt_tokens). Errors name the field (ids
 // outside the vocabulary: "tokens[3] ..."); a prompt too large for any token limit is refused

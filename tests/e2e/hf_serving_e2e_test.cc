@@ -343,7 +343,7 @@ std::filesystem::path WriteJsonOnlyModel(const std::string& llama_dir, const Jso
                            {"bos_token", m.bos.empty() ? json() : json(m.bos)},
                            {"eos_token", m.eos}};
   std::ofstream(dir / "tokenizer_config.json") << tokenizer_config.dump();
-  for (const char* name : {"config.json", "generation_config.json"}) {  // the latter overrides
+  for (const char* name : {"config.json", "generation_config.json"}) {  // both say the same
     std::ifstream config_file(dir / name);
     json config = json::parse(config_file, nullptr, false);
     config_file.close();
@@ -406,10 +406,10 @@ TEST_F(HfServing, TokenizerJsonOnlyServesWithTheReferenceIdsAndRealTemplates) {
       EXPECT_EQ(count(959), 3);
       EXPECT_EQ(count(960), 2);  // <|eot_id|>
     } else {  // <|im_start|>, <|im_end|>: the default system prompt, user, assistant; no
-      // <|endoftext|> from the template (/tokenize puts config.json's bos first whether or not
-      // the model adds one: prompt[0])
-      EXPECT_EQ(prompt[1], 957);
-      EXPECT_EQ(count(956), 1);
+      // <|endoftext|> (config.json's bos_token_id): neither the template nor the tokenizer
+      // (bos_token null, a ByteLevel post-processor) puts one, so neither does the server
+      EXPECT_EQ(prompt[0], 957);
+      EXPECT_EQ(count(956), 0);
       EXPECT_EQ(count(957), 3);
       EXPECT_EQ(count(958), 2);
     }

@@ -122,9 +122,12 @@ TEST(HfConfig, RopeParametersWinOverTopLevelKeys) {
 TEST(HfConfig, EosListsAndGenerationConfig) {
   json config = Llama();
   config["eos_token_id"] = {2, 7};
-  absl::StatusOr<ModelConfig> c = Parse(config, R"({"eos_token_id": [2, 9], "bos_token_id": 1})",
+  absl::StatusOr<ModelConfig> c = Parse(config, R"({"eos_token_id": [2, 9], "bos_token_id": 5})",
                                         R"({"add_bos_token": false})");
   ASSERT_TRUE(c.ok()) << c.status();
+  // generation_config.json's bos_token_id is not the prompt's (transformers reads it only to
+  // start generate() without input ids): config.json's stands.
+  EXPECT_EQ(c->bos_id, 1);
   EXPECT_EQ(c->eos_id, 2);
   EXPECT_TRUE(c->IsStopToken(7));
   EXPECT_TRUE(c->IsStopToken(9));

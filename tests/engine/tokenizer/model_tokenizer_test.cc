@@ -2,7 +2,8 @@
 // the tokenizer. tokenizer.json is preferred; a tokenizer.json that does not load falls back
 // to a tokenizer.model beside it; alone it is refused naming the field; neither file, or more
 // pieces than vocab_size, is refused. And whether prompts start with bos where
-// tokenizer_config.json does not say: the tokenizer.json's post-processor decides.
+// tokenizer_config.json does not say: the tokenizer.json's post-processor decides; and which id
+// that bos is: the tokenizer's (LoadModelDirectoryConfig).
 #include "server/core/model_tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "engine/model/model_config.h"
+#include "nlohmann/json.hpp"
 
 namespace abcd {
 namespace {
@@ -111,6 +113,38 @@ TEST(ModelTokenizer, TokenizerJsonPostProcessorDecidesAddBos) {
   EXPECT_FALSE(add_bos());
   std::ofstream(fs::path(d.dir()) / "tokenizer_config.json") << R"({"add_bos_token": true})";
   EXPECT_TRUE(add_bos());  // tokenizer_config.json says
+}
+
+// The bos a prompt starts with is the tokenizer's, as in transformers: tokenizer_config.json's
+// bos_token as tokenizer.json's added tokens number it; else config.json's bos_token_id. Never
+// generation_config.json's (transformers reads it only to start generate() without input ids).
+TEST(ModelTokenizer, TheTokenizerDecidesTheBosId) {
+  ModelDir d;
+  std::ifstream golden(std::string(ABCD_FIXTURE_DIR) + "/golden/hf_llama/config.json");
+  nlohmann::json config = nlohmann::json::parse(golden);
+  config["vocab_size"] = 1024;  // the llama3 fixture's ids reach 964
+  config["bos_token_id"] = 3;
+  std::ofstream(fs::path(d.dir()) / "config.json") << config.dump();
+  std::ofstream(fs::path(d.dir()) / "generation_config.json")
+      << R"({"bos_token_id": 5, "eos_token_id": 2})";
+  const auto bos_id = [&](const std::string& tokenizer_config) {
+    if (!tokenizer_config.empty()) {
+      std::ofstream(fs::path(d.dir()) / "tokenizer_config.json") << tokenizer_config;
+    }
+    absl::StatusOr<ModelConfig> loaded = LoadModelDirectoryConfig(d.dir());
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return loaded.ok() ? loaded->bos_id : -1;
+  };
+  EXPECT_EQ(bos_id(""), 3);  // config.json's, not generation_config.json's 5
+  d.Copy(kJson, "tokenizer.json");
+  EXPECT_EQ(bos_id(""), 3);  // no tokenizer_config.json
+  EXPECT_EQ(bos_id(R"({"bos_token": "<|begin_of_text|>"})"), 956);
+  EXPECT_EQ(bos_id(R"({"bos_token": {"__type": "AddedToken", "content": "<|eot_id|>"}})"), 960);
+  EXPECT_EQ(bos_id(R"({"bos_token": null, "add_bos_token": false})"), 3);  // Qwen's
+  EXPECT_EQ(bos_id(R"({"bos_token": "<not a token>"})"), 3);
+  config["vocab_size"] = 900;  // an id the embedding lacks is not taken
+  std::ofstream(fs::path(d.dir()) / "config.json") << config.dump();
+  EXPECT_EQ(bos_id(R"({"bos_token": "<|begin_of_text|>"})"), 3);
 }
 
 }  // namespace

@@ -1,5 +1,11 @@
 // POST /v1/chat/completions (chat_route.h) and its tool calls on the real HttpService over the
 // scripted executor of http_openai_fixture.h.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "server/chat/chat_prompt.h"
 #include "tests/server/http/http_openai_fixture.h"
 
@@ -389,6 +395,71 @@ TEST_F(HttpChatTest, TokenizeRendersMessagesAsChatPrefillsThem) {
               models_->FindByName("abc-lm-test")->executor->backend().config().bos_id);
   EXPECT_EQ(body["tokens"].get<std::vector<int32_t>>(), want);
   EXPECT_EQ(body["count"], want.size());
+  // The same ids as a chat completion prefills: its prompt after the bos the engine adds (this
+  // model's tokenizer adds one).
+  ASSERT_EQ(Chat({{"messages", User("Hi")}})->status, 200);
+  want.erase(want.begin());
+  EXPECT_EQ(lm_->requests()[0].prompt_token_ids, want);
+}
+
+// A model whose tokenizer adds no bos (Qwen's tokenizer.json post-processor; here
+// tokenizer_config.json's add_bos_token false, over the golden hf_llama): no bos is invented, in
+// /tokenize's ids (prompt or messages) or in the chat prompt enqueued, and /tokenize's ids are
+// those prefilled; an empty prompt still gets the bos the engine starts from.
+TEST_F(HttpChatTest, ModelWithoutBosGetsNoneInvented) {
+  char pattern[] = "/tmp/abcd-http-no-bos-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::filesystem::path dir = pattern;
+  for (const char* name : {"config.json", "model.safetensors"}) {
+    std::filesystem::copy_file(std::string(ABCD_FIXTURE_DIR) + "/golden/hf_llama/" + name,
+                               dir / name);
+  }
+  std::ofstream(dir / "tokenizer_config.json") << R"({"add_bos_token": false})";
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_FALSE((*model)->config().add_bos);
+  const int32_t bos = (*model)->config().bos_id;
+  auto served = std::make_unique<ServedModel>();
+  served->name = "no-bos";
+  served->kind = ModelKind::kLanguageModel;
+  served->tokenizer =
+      *Tokenizer::Load(std::string(ABCD_SOURCE_DIR) + "/models/tokenizers/lm.model");
+  served->executor = std::make_unique<http_testing::ScriptedExecutor>(**model);
+  auto* executor = static_cast<http_testing::ScriptedExecutor*>(served->executor.get());
+  executor->set_events(generated_);
+  std::ifstream in(std::string(ABCD_FIXTURE_DIR) + "/chat/templates/chatml.jinja");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto chat = chat::ChatTemplate::FromText(text.str(), "chatml.jinja", "", "");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  served->chat_template = *chat;
+  models_->Add(std::move(served));
+  auto tokenize = [&](const json& body) {
+    httplib::Result result = client_->Post("/tokenize", body.dump(), "application/json");
+    EXPECT_TRUE(result && result->status == 200) << (result ? result->body : "no response");
+    return result ? json::parse(result->body)["tokens"].get<std::vector<int32_t>>()
+                  : std::vector<int32_t>();
+  };
+  const std::vector<int32_t> hi = *tokenizer_->Encode("Hi there");
+  EXPECT_EQ(tokenize({{"model", "no-bos"}, {"prompt", "Hi there"}}), hi);
+  EXPECT_EQ(tokenize({{"model", "no-bos"}, {"prompt", "Hi there"}, {"add_special_tokens", false}}),
+            hi);
+  EXPECT_EQ(tokenize({{"model", "no-bos"}, {"prompt", ""}}), std::vector<int32_t>{bos});
+  const std::vector<int32_t> chat_ids = tokenize({{"model", "no-bos"}, {"messages", User("Hi")}});
+  ASSERT_FALSE(chat_ids.empty());
+  EXPECT_EQ(std::count(chat_ids.begin(), chat_ids.end(), bos), 0);
+  EXPECT_EQ(chat_ids,
+            *tokenizer_->Encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
+  httplib::Result result = Chat({{"model", "no-bos"}, {"messages", User("Hi")}});
+  ASSERT_TRUE(result);
+  ASSERT_EQ(result->status, 200) << result->body;
+  ASSERT_EQ(executor->requests().size(), 1u);
+  EXPECT_EQ(executor->requests()[0].prompt_token_ids, chat_ids);
+  // The model lives in this test: the service and the executor over it go first.
+  client_.reset();
+  service_.reset();
+  models_.reset();
 }
 
 // A template whose every turn shows whether it was given tools, so a test sees where they
