@@ -2,23 +2,28 @@
 // Optional, additionalProperties as a schema, propertyNames, minLength/maxLength (code points),
 // format, pattern, minimum/maximum/exclusive bounds. Per keyword: texts the matcher accepts and
 // refuses; schemas in the shapes zod's z.toJSONSchema and pydantic's model_json_schema emit, and
-// those the npm zod itself writes (tests/fixtures/json_schema/zod.json); and seeded random
-// schemas over these keywords sampled with random logits through the token mask, every completed
-// output checked by an independent validator (below: nlohmann,
-// std::regex for patterns, hand-written format checks) and, where node and the pinned ajv are
-// installed (tests/engine/sampling/ajv/npm-ci.sh), by ajv with ajv-formats too.
+// those the npm zod itself writes (tests/fixtures/json_schema/zod.json); and 300 seeded random
+// schemas over these keywords sampled with random logits through the token mask (then finished
+// as a model ending its answer would: Generate), every output complete and checked by an
+// independent validator (below: nlohmann, std::regex for patterns, hand-written format checks)
+// and, where node and the pinned ajv are installed (tests/engine/sampling/ajv/npm-ci.sh), by ajv
+// with ajv-formats too.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <optional>
 #include <random>
 #include <regex>
 #include <string>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -452,33 +457,91 @@ std::shared_ptr<TokenVocabulary> Vocabulary() {
   return std::make_shared<TokenVocabulary>(std::move(v), std::vector<int32_t>{2});
 }
 
-// Samples `grammar` with uniform random logits; the text, or nullopt when cut at `steps`.
-// From step `wrap_up` on, the tokens that close a value (eos, a quote, "}", "]") get +8, as a
-// model that is finishing its answer would (the mask still decides what is allowed): a string
-// without maxLength otherwise runs, at 1 in ~270 for its closing quote, past most budgets.
+// The shortest bytes after which `start` holds a complete value (accepting()),
+// by breadth-first search over the matcher's states (equal Key()s are one state); nullopt when
+// `max_states` states were visited without one. `*dead_end`: the search ran out of states, so
+// no text completes `start` (json_grammar.h promises every text the matcher takes can be
+// completed, so a dead end is a grammar bug).
+std::optional<std::string> KeywordsShortestCompletion(const JsonMatcher& start, size_t max_states,
+                                                      bool* dead_end) {
+  *dead_end = false;
+  if (start.accepting()) return std::string();
+  std::deque<JsonMatcher> states(1);  // a deque: matchers stay put as it grows
+  states.front().CopyFrom(start);
+  std::vector<std::pair<int, char>> from = {{-1, 0}};  // each state's parent and byte
+  std::unordered_set<std::string> seen = {start.Key()};
+  for (size_t i = 0; i < states.size(); ++i) {
+    if (states.size() >= max_states) return std::nullopt;
+    for (int c = 0; c < 256; ++c) {
+      JsonMatcher next;
+      next.CopyFrom(states[i]);
+      if (!next.Advance(static_cast<uint8_t>(c)) || !seen.insert(next.Key()).second) continue;
+      states.emplace_back().CopyFrom(next);
+      from.emplace_back(static_cast<int>(i), static_cast<char>(c));
+      if (!next.accepting()) continue;
+      std::string path;
+      for (int at = static_cast<int>(from.size()) - 1; from[at].first >= 0; at = from[at].first) {
+        path += from[at].second;
+      }
+      return std::string(path.rbegin(), path.rend());
+    }
+  }
+  *dead_end = true;
+  return std::nullopt;
+}
+
+// Samples `grammar` with uniform random logits (a stress walk through the token mask); the
+// text, or nullopt when cut at `steps`. From step `wrap_up` on, the walk is a model finishing its
+// answer: the tokens that write the start of the shortest completion of the text so far
+// (KeywordsShortestCompletion; eos once the value is complete) get +10, the mask still deciding
+// what is allowed (`*tokens`: how many were sampled). Without it a string runs, at 1 in ~270 for
+// its closing quote, past most budgets, and one under an unanchored `pattern` (JSON Schema's
+// `pattern` matches anywhere in the string, so any text may surround the match) may never write its
+// match at random.
 std::optional<std::string> Generate(const std::shared_ptr<const JsonGrammar>& grammar,
                                     const std::shared_ptr<TokenVocabulary>& vocabulary,
-                                    std::mt19937& rng, int steps, int wrap_up = -1) {
+                                    std::mt19937& rng, int steps, int wrap_up = -1,
+                                    int* tokens = nullptr) {
   TokenConstraint constraint(grammar, vocabulary);
+  JsonMatcher matcher(grammar.get());  // the text so far, for the completion search
   SamplingParams params;
   params.seed = rng();
   Sampler sampler(params);
   std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
   std::vector<float> logits(vocabulary->vocab_size());
   std::string text;
+  std::optional<std::string> plan;  // the completion being written (wrap-up only)
+  int search_at = wrap_up;
   for (int step = 0; step < steps; ++step) {
     for (float& l : logits) l = uniform(rng);
     if (wrap_up >= 0 && step >= wrap_up) {
-      logits[2] += 8.0f;  // eos
-      for (const char closer : {'"', '}', ']'}) logits[3 + static_cast<uint8_t>(closer)] += 8.0f;
+      if (!plan.has_value() && step >= search_at) {
+        bool dead_end = false;
+        plan = KeywordsShortestCompletion(matcher, 20000, &dead_end);
+        EXPECT_FALSE(dead_end) << "no completion of " << text;
+        if (!plan.has_value()) search_at = step + 16;  // too far to search: walk on a while
+      }
+      if (plan.has_value() && plan->empty()) logits[2] += 10.0f;  // eos
+      for (int32_t id = 3; plan.has_value() && id < vocabulary->vocab_size(); ++id) {
+        const std::string& bytes = vocabulary->bytes(id);
+        if (!bytes.empty() && absl::StartsWith(*plan, bytes)) logits[id] += 10.0f;
+      }
     }
     const TokenMask& mask = constraint.Allowed();
     EXPECT_GT(mask.allowed, 0) << text;
     if (mask.allowed == 0) return std::nullopt;
     const int32_t token = sampler.Sample(logits, {}, &mask);
     EXPECT_TRUE(constraint.Accept(token).ok());
+    if (tokens != nullptr) *tokens = step + 1;
     if (token == 2) return text;
-    text += vocabulary->bytes(token);
+    const std::string& bytes = vocabulary->bytes(token);
+    text += bytes;
+    EXPECT_TRUE(matcher.Advance(bytes)) << text;
+    if (plan.has_value() && absl::StartsWith(*plan, bytes)) {
+      plan->erase(0, bytes.size());  // on the plan: the rest of it is still a completion
+    } else {
+      plan.reset();  // off it: search again from here
+    }
     if (constraint.complete()) return text;
   }
   return std::nullopt;
@@ -582,17 +645,25 @@ void CheckWithAjv(const std::vector<std::pair<json, std::string>>& pairs, const 
 
 using Outputs = std::vector<std::pair<json, std::string>>;
 
-// Seeded random schemas and the outputs sampled for them (the same in every call).
-Outputs RandomOutputs() {
+constexpr int kKeywordsRandomTrials = 300;
+
+// Seeded random schemas and the outputs sampled for them (the same in every call);
+// `*in_walk`: how many of them completed within the random walk, before the finishing.
+Outputs RandomOutputs(int* in_walk = nullptr) {
   const auto vocabulary = Vocabulary();
   std::mt19937 rng(45);
   Outputs pairs;
-  for (int trial = 0; trial < 250; ++trial) {
+  if (in_walk != nullptr) *in_walk = 0;
+  for (int trial = 0; trial < kKeywordsRandomTrials; ++trial) {
     const ordered_json schema = RandomSchema(rng, 2);
     auto grammar = JsonGrammar::FromSchema(schema, "schema");
     EXPECT_TRUE(grammar.ok()) << grammar.status() << " " << schema.dump();
     if (!grammar.ok()) continue;
-    const std::optional<std::string> text = Generate(*grammar, vocabulary, rng, 400);
+    // 400 tokens of the random walk, then up to 200 more finishing (Generate).
+    int tokens = 0;
+    const std::optional<std::string> text = Generate(*grammar, vocabulary, rng, 600, 400, &tokens);
+    EXPECT_TRUE(text.has_value()) << schema.dump() << " not complete after 600 tokens";
+    if (in_walk != nullptr && text.has_value() && tokens <= 400) ++*in_walk;
     if (text.has_value()) pairs.emplace_back(json::parse(schema.dump()), *text);
   }
   return pairs;
@@ -607,8 +678,11 @@ void ExpectValid(const Outputs& pairs) {
 }
 
 TEST(JsonSchemaKeywords, RandomSchemasWithRandomLogitsValidateIndependently) {
-  const Outputs pairs = RandomOutputs();
-  EXPECT_GT(pairs.size(), 200u);
+  int in_walk = 0;
+  const Outputs pairs = RandomOutputs(&in_walk);
+  EXPECT_EQ(pairs.size(), static_cast<size_t>(kKeywordsRandomTrials));
+  std::cout << pairs.size() << " of " << kKeywordsRandomTrials << " complete, " << in_walk
+            << " within the 400-token random walk\n";
   ExpectValid(pairs);
 }
 
