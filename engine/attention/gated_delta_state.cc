@@ -4,7 +4,7 @@
 #include <cmath>
 #include <utility>
 
-#include "absl/container/inlined_vector.h"
+#include "engine/attention/gated_delta_chunk.h"
 #include "engine/attention/mixer_math.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/vector_math.h"
@@ -92,23 +92,8 @@ void GatedDeltaState::Fold(int head, const KeyValueRow& row, float* S, const flo
                            float* out) const {
   const int K = o_.key_dim, V = o_.value_dim;
   const int qk_head = head / (o_.heads / o_.kv_heads);
-  const float* k = row.k + int64_t{qk_head} * K;
-  const float* v = row.v + int64_t{head} * V;
-  const float decay = row.extra[head];
-  const float beta = row.extra[o_.heads + head];
-  // v' = beta (v - (decay S)^T k), from the undecayed S: one pass for the read-out ...
-  absl::InlinedVector<float, 512> delta(static_cast<size_t>(V), 0.0f);
-  for (int c = 0; c < K; ++c) cpu::Axpy(delta.data(), k[c], S + int64_t{c} * V, V);
-  for (int j = 0; j < V; ++j) {
-    delta[static_cast<size_t>(j)] = beta * (v[j] - decay * delta[static_cast<size_t>(j)]);
-  }
-  // ... and one for S = decay S + k v'^T (and the read of the new S).
-  if (read != nullptr) std::fill(out, out + V, 0.0f);
-  for (int c = 0; c < K; ++c) {
-    float* s = S + int64_t{c} * V;
-    cpu::DecayAdd(s, decay, k[c], delta.data(), V);
-    if (read != nullptr) cpu::Axpy(out, read[c], s, V);
-  }
+  GatedDeltaFoldRow(row.k + int64_t{qk_head} * K, row.v + int64_t{head} * V, row.extra[head],
+                    row.extra[o_.heads + head], read, K, V, S, out);
 }
 
 void GatedDeltaState::UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const {
@@ -127,11 +112,23 @@ void GatedDeltaState::ReadHead(int head, const float* q, const StateRef& state, 
 void GatedDeltaState::ScanHead(int head, const ScanArgs& args, const RowRun& run) const {
   const int K = o_.key_dim, V = o_.value_dim;
   const int qk_head = head / (o_.heads / o_.kv_heads);
-  for (int64_t r = run.first; r < run.first + run.count; ++r) {
-    Fold(head, args.KeyValueOf(r),
-         args.states[static_cast<size_t>(r)].fixed + int64_t{head} * K * V,
-         args.rows + r * args.width + int64_t{qk_head} * K,
-         args.out + r * args.out_width + int64_t{head} * V);
+  const float* first = args.rows + run.first * args.width;
+  GatedDeltaHeadRows rows;
+  rows.q = first + int64_t{qk_head} * K;
+  rows.k = first + args.layout.k + int64_t{qk_head} * K;
+  rows.v = first + args.layout.v + int64_t{head} * V;
+  rows.decay = first + args.layout.extra + head;
+  rows.beta = first + args.layout.extra + o_.heads + head;
+  rows.stride = args.width;
+  rows.out = args.out + run.first * args.out_width + int64_t{head} * V;
+  rows.out_stride = args.out_width;
+  rows.rows = run.count;
+  // Every row of a run is one sequence's: one state.
+  float* S = args.states[static_cast<size_t>(run.first)].fixed + int64_t{head} * K * V;
+  if (run.count >= kGatedDeltaChunkMinRows && int64_t{K} * V >= kGatedDeltaChunkMinStateFloats) {
+    GatedDeltaChunkScan(rows, K, V, S);
+  } else {
+    GatedDeltaRowScan(rows, K, V, S);
   }
 }
 

@@ -42,7 +42,9 @@ class GatedDeltaState final : public AttentionState {
   int heads() const override { return o_.heads; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
-  // UpdateHead then ReadHead per row, the read fused into the update's second pass over S.
+  // UpdateHead then ReadHead per row (GatedDeltaRowScan, the read fused into the update's second
+  // pass over S), or fla's chunk form (GatedDeltaChunkScan, gated_delta_chunk.h) for runs of
+  // kGatedDeltaChunkMinRows rows and more of heads with K V >= kGatedDeltaChunkMinStateFloats.
   void ScanHead(int head, const ScanArgs& args, const RowRun& run) const override;
 
   int64_t PreparedWidth() const override;
