@@ -85,7 +85,13 @@ void AddedTokens::Split(absl::string_view text, bool normalized, bool at_start,
                         std::vector<Segment>& out) const {
   size_t done = 0;  // text before this is in `out`
   size_t pos = 0;
+  const std::vector<std::vector<size_t>>& starting_with = by_first_byte_[normalized];
   while (pos < text.size()) {
+    // Most bytes start no added token: skip them without a call.
+    if (starting_with[static_cast<uint8_t>(text[pos])].empty()) {
+      ++pos;
+      continue;
+    }
     const AddedToken* token = LongestAt(text, pos, normalized);
     if (token == nullptr) {
       ++pos;

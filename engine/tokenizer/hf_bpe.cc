@@ -28,6 +28,7 @@ struct Merge {
   int32_t rank;
   int32_t pos;
   int32_t new_id;
+  int32_t left, right;  // the pair's ids when queued
   // std::priority_queue pops the largest: the lowest rank, then the leftmost, is "largest".
   bool operator<(const Merge& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
 };
@@ -128,6 +129,9 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const json& spec,
     model->merges_[PairKey(a, b)] = {static_cast<int32_t>(rank), merged};
   }
 
+  for (int b = 0; b < 0x80; ++b) {
+    model->ascii_ids_[b] = model->TokenToId(std::string(1, static_cast<char>(b)));
+  }
   model->byte_ids_.assign(256, -1);
   for (int b = 0; b < 256; ++b) {
     model->byte_ids_[b] = model->TokenToId(absl::StrFormat("<0x%02X>", b));
@@ -176,7 +180,14 @@ absl::Status BpeModel::MergeWord(absl::string_view word, std::vector<int32_t>& i
     const size_t begin = pos;
     NextCodePoint(word, &pos);
     const absl::string_view ch = word.substr(begin, pos - begin);
-    if (auto it = vocab_.find(ch); it != vocab_.end()) {
+    if (const uint8_t first_byte = static_cast<uint8_t>(ch[0]); first_byte < 0x80) {
+      if (const int32_t id = ascii_ids_[first_byte]; id >= 0) {  // the table
+        if (pending_unk >= 0) add(pending_unk);
+        pending_unk = -1;
+        add(id);
+        continue;
+      }
+    } else if (auto it = vocab_.find(ch); it != vocab_.end()) {
       if (pending_unk >= 0) add(pending_unk);
       pending_unk = -1;
       add(it->second);
@@ -205,7 +216,8 @@ absl::Status BpeModel::MergeWord(absl::string_view word, std::vector<int32_t>& i
   for (size_t i = 0; i + 1 < symbols.size(); ++i) {
     auto it = merges_.find(PairKey(symbols[i].id, symbols[i + 1].id));
     if (it != merges_.end()) {
-      queue.push({it->second.first, static_cast<int32_t>(i), it->second.second});
+      queue.push({it->second.first, static_cast<int32_t>(i), it->second.second, symbols[i].id,
+                  symbols[i + 1].id});
     }
   }
   while (!queue.empty()) {
@@ -214,19 +226,27 @@ absl::Status BpeModel::MergeWord(absl::string_view word, std::vector<int32_t>& i
     Symbol& s = symbols[top.pos];
     if (s.removed || s.next < 0) continue;
     const int32_t right = s.next;
-    auto it = merges_.find(PairKey(s.id, symbols[right].id));
-    if (it == merges_.end() || it->second.second != top.new_id) continue;  // stale entry
+    // A stale entry is skipped as Hugging Face does: when the pair there now does not merge
+    // into the same id. An unchanged pair needs no look-up.
+    if (s.id != top.left || symbols[right].id != top.right) {
+      auto it = merges_.find(PairKey(s.id, symbols[right].id));
+      if (it == merges_.end() || it->second.second != top.new_id) continue;
+    }
     s.id = top.new_id;
     symbols[right].removed = true;
     s.next = symbols[right].next;
     if (s.next >= 0) symbols[s.next].prev = top.pos;
     if (s.prev >= 0) {
       auto p = merges_.find(PairKey(symbols[s.prev].id, s.id));
-      if (p != merges_.end()) queue.push({p->second.first, s.prev, p->second.second});
+      if (p != merges_.end()) {
+        queue.push({p->second.first, s.prev, p->second.second, symbols[s.prev].id, s.id});
+      }
     }
     if (s.next >= 0) {
       auto n = merges_.find(PairKey(s.id, symbols[s.next].id));
-      if (n != merges_.end()) queue.push({n->second.first, top.pos, n->second.second});
+      if (n != merges_.end()) {
+        queue.push({n->second.first, top.pos, n->second.second, s.id, symbols[s.next].id});
+      }
     }
   }
   for (const Symbol& s : symbols) {

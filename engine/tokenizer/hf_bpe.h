@@ -5,6 +5,7 @@
 // is left. Immutable after Parse; Tokenize is thread-safe (a per-thread word cache).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,7 +52,8 @@ class BpeModel {
   std::vector<bool> has_token_;
   // (left id << 32 | right id) -> (rank, merged id)
   absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
-  std::vector<int32_t> byte_ids_;  // <0xNN> ids for byte_fallback, -1 where absent
+  std::vector<int32_t> byte_ids_;        // <0xNN> ids for byte_fallback, -1 where absent
+  std::array<int32_t, 0x80> ascii_ids_;  // the id of each one-byte (ASCII) token, -1 if none
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
   bool fuse_unk_ = false;

@@ -12,6 +12,7 @@
 // (abcd caches words of up to 256 bytes per thread, as tokenizers does; the npm package's
 // encode is asynchronous, so bench.js also times one encodeBatch call per repeat.)
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -39,6 +40,20 @@ int main(int argc, char** argv) {
   // Paragraphs: the text cut at blank lines, as bench.js cuts it.
   const std::vector<std::string> paragraphs =
       absl::StrSplit(buffer.str(), "\n\n", absl::SkipEmpty());
+  // One untimed pass: the ids' count and checksum, which bench.js prints the same way, show
+  // that both encode the same paragraphs to the same ids.
+  size_t pass_tokens = 0;
+  uint32_t checksum = 0;
+  for (const std::string& p : paragraphs) {
+    absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer)->Encode(p);
+    if (!ids.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(ids.status().message()).c_str());
+      return 1;
+    }
+    pass_tokens += ids->size();
+    for (int32_t id : *ids) checksum = checksum * 31u + static_cast<uint32_t>(id);
+  }
+  std::printf("abcd: %zu tokens per pass, ids checksum %08x\n", pass_tokens, checksum);
   size_t bytes = 0, tokens = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < repeats; ++r) {
