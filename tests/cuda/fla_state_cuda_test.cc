@@ -8,13 +8,13 @@
 // rows. Skipped without a GPU.
 #include "engine/attention/fla_state_cuda.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/fla_rows_cuda_test.h"
 #include "tests/engine/attention/fla_cases.h"
 
 namespace abcd::cuda {
@@ -32,17 +32,9 @@ constexpr float kFlaLongReductionTolerance = 3e-4f;
 // (and nvcc contracts into FMAs): the tolerance the other linear-state CUDA tests use.
 constexpr float kFlaTolerance = 1e-4f;
 
-// How one pass's rows belong to sequences.
-struct Layout {
-  bool scan = false;            // the scan form (first/count) or decode (one row a sequence)
-  std::vector<int32_t> counts;  // rows per sequence (decode: all 1)
-  std::vector<bool> padding;    // per sequence: a padding row/run (null state)
-  int checkpoint_row = -1;      // the row whose state is checkpointed (-1: none)
-};
-
-class FlaCudaTest : public CudaTest {
+class FlaCudaTest : public FlaRowsCudaTest {
  protected:
-  void Compare(const FlaCase& c, const Layout& layout, int passes,
+  void Compare(const FlaCase& c, const FlaRowLayout& layout, int passes,
                float tolerance = kFlaTolerance) {
     const std::string what = c.name + (layout.scan ? " scan" : " decode");
     const AttentionState& state = *c.state;
@@ -52,129 +44,23 @@ class FlaCudaTest : public CudaTest {
     const CudaFlaMixer& mixer = *uploaded;
     ASSERT_EQ(mixer.prepared_width, state.PreparedWidth()) << what;
     ASSERT_EQ(mixer.state_floats, state.FixedFloats()) << what;
-    const int64_t floats = state.FixedFloats();
-    const int64_t sequences = static_cast<int64_t>(layout.counts.size());
-    const int64_t projection_width = mixer.projection_width, q_stride = projection_width + 3;
-    const int64_t width = mixer.attended_width, out_stride = width + 2;
-    const int64_t prepared_width = mixer.prepared_width;
-    const KernelRowLayout kernel_layout = state.PreparedLayout();
-
-    std::vector<float> host_states(static_cast<size_t>(sequences * floats));
-    for (int64_t s = 0; s < sequences; ++s) state.Init(host_states.data() + s * floats);
-    DeviceArray<float> device_blocks = Upload(host_states);
-    std::vector<float*> pointers;
-    for (int64_t s = 0; s < sequences; ++s) {
-      pointers.push_back(
-          layout.padding[static_cast<size_t>(s)] ? nullptr : device_blocks.data() + s * floats);
-    }
-    DeviceArray<float*> device_pointers = Upload(pointers);
-    std::vector<int32_t> first;
-    int32_t rows = 0;
-    for (int32_t count : layout.counts) {
-      first.push_back(rows);
-      rows += count;
-    }
-    const int32_t longest = *std::max_element(layout.counts.begin(), layout.counts.end());
-    DeviceArray<int32_t> device_first = Upload(first), device_count = Upload(layout.counts);
-    DeviceArray<float> prepared = Upload(std::vector<float>(rows * prepared_width, NAN));
-    DeviceArray<float> checkpoint = Upload(std::vector<float>(floats, NAN));
-    std::vector<float*> checkpoint_pointers(static_cast<size_t>(rows), nullptr);
-    if (layout.checkpoint_row >= 0) {
-      checkpoint_pointers[static_cast<size_t>(layout.checkpoint_row)] = checkpoint.data();
-    }
-    DeviceArray<float*> device_checkpoints = Upload(checkpoint_pointers);
-    std::vector<int64_t> next_position(static_cast<size_t>(sequences), 0);
-    CpuContext ctx(1);
-
-    for (int pass = 0; pass < passes; ++pass) {
-      const std::string at = what + " pass " + std::to_string(pass);
-      const std::vector<float> projection = RandomProjection(c, rows, 100 + pass);
-      std::vector<int64_t> positions(static_cast<size_t>(rows));
-      std::vector<StateRef> refs(static_cast<size_t>(rows));
-      for (int64_t s = 0; s < sequences; ++s) {
-        for (int32_t t = 0; t < layout.counts[static_cast<size_t>(s)]; ++t) {
-          const int64_t r = first[static_cast<size_t>(s)] + t;
-          positions[static_cast<size_t>(r)] = next_position[static_cast<size_t>(s)]++;
-          refs[static_cast<size_t>(r)].position = positions[static_cast<size_t>(r)];
-        }
-      }
-      // The CPU layer: prepare, the rows of each sequence in order, finish.
-      std::vector<float> host_prepared(static_cast<size_t>(rows * prepared_width));
-      state.PrepareRows(ctx, projection.data(), projection_width, rows, refs, host_prepared.data());
-      std::vector<float> expected(static_cast<size_t>(rows * width), 0.0f);
-      std::vector<float> expected_checkpoint;
-      for (int64_t s = 0; s < sequences; ++s) {
-        if (layout.padding[static_cast<size_t>(s)]) continue;
-        for (int32_t t = 0; t < layout.counts[static_cast<size_t>(s)]; ++t) {
-          const int64_t r = first[static_cast<size_t>(s)] + t;
-          const float* row = host_prepared.data() + r * prepared_width;
-          StateRef ref{host_states.data() + s * floats, nullptr, positions[static_cast<size_t>(r)]};
-          const KeyValueRow kv{row + kernel_layout.k, row + kernel_layout.v,
-                               row + kernel_layout.extra};
-          for (int h = 0; h < state.heads(); ++h) {
-            state.UpdateHead(h, kv, ref);
-            state.ReadHead(h, row, ref, expected.data() + r * width);
-          }
-          if (r == layout.checkpoint_row) {
-            expected_checkpoint.assign(ref.fixed, ref.fixed + floats);
-          }
-        }
-      }
-      state.FinishRows(ctx, host_prepared.data(), rows, expected.data());
-      for (int64_t s = 0; s < sequences; ++s) {
-        if (!layout.padding[static_cast<size_t>(s)]) continue;
-        const int64_t r0 = first[static_cast<size_t>(s)];
-        std::fill(expected.begin() + r0 * width,
-                  expected.begin() + (r0 + layout.counts[static_cast<size_t>(s)]) * width, 0.0f);
-      }
-
-      // The device layer over strided rows.
-      std::vector<float> strided = RandomFloats(rows * q_stride, 7 + pass);
-      for (int64_t r = 0; r < rows; ++r) {
-        std::copy(projection.begin() + r * projection_width,
-                  projection.begin() + (r + 1) * projection_width, strided.begin() + r * q_stride);
-      }
-      DeviceArray<float> device_projection = Upload(strided);
-      DeviceArray<int64_t> device_positions = Upload(positions);
-      DeviceArray<float> out = Upload(std::vector<float>(rows * out_stride, NAN));
-      StepRows step;
-      step.batch = rows;
-      step.q = device_projection.data();
-      step.q_stride = q_stride;
-      step.states = device_pointers.data();
-      step.out = out.data();
-      step.out_stride = out_stride;
-      if (layout.scan) {
-        step.sequences = sequences;
-        step.first = device_first.data();
-        step.count = device_count.data();
-        step.longest_run = longest;
-      }
-      if (layout.checkpoint_row >= 0) step.checkpoints = device_checkpoints.data();
-      const absl::Status status =
-          FlaMixerForward(context(), mixer, step, device_positions.data(), prepared.data());
-      ASSERT_TRUE(status.ok()) << at << ": " << status;
-      const std::vector<float> got = Download(out);
-      std::vector<float> attended(static_cast<size_t>(rows * width));
-      for (int64_t r = 0; r < rows; ++r) {
-        std::copy(got.begin() + r * out_stride, got.begin() + r * out_stride + width,
-                  attended.begin() + r * width);
-      }
-      ExpectClose(attended, expected, tolerance, at + " output");
-      ExpectClose(Download(device_blocks), host_states, tolerance, at + " state");
-      if (layout.checkpoint_row >= 0) {
-        ExpectClose(Download(checkpoint), expected_checkpoint, tolerance, at + " checkpoint");
-      }
-      if (HasFailure()) return;
-    }
+    CompareRows(
+        state, layout, passes, what,
+        {mixer.projection_width, mixer.attended_width, mixer.prepared_width},
+        /*prepare_reads_states=*/false,
+        [&](int32_t rows, uint32_t seed) { return RandomProjection(c, rows, seed); },
+        [&](const StepRows& step, float*, const int64_t* positions, float* prepared) {
+          return FlaMixerForward(context(), mixer, step, positions, prepared);
+        },
+        tolerance);
   }
 };
 
 TEST_F(FlaCudaTest, DecodeStepsMatchTheCpu) {
   for (const auto& c : AllCases()) {
     // Batch 1 (the key rows split across blocks) and batch 3 with a padding row.
-    Compare(*c, Layout{false, {1}, {false}, -1}, 3);
-    Compare(*c, Layout{false, {1, 1, 1}, {false, true, false}, 2}, 3);
+    Compare(*c, FlaRowLayout{false, {1}, {false}, -1}, 3);
+    Compare(*c, FlaRowLayout{false, {1, 1, 1}, {false, true, false}, 2}, 3);
     if (HasFailure()) return;
   }
 }
@@ -182,8 +68,8 @@ TEST_F(FlaCudaTest, DecodeStepsMatchTheCpu) {
 TEST_F(FlaCudaTest, ScanRunsMatchTheCpu) {
   for (const auto& c : AllCases()) {
     // A lone long run; then runs of 5, 1 (padding) and 3 rows with a checkpoint mid-run.
-    Compare(*c, Layout{true, {40}, {false}, -1}, 2);
-    Compare(*c, Layout{true, {5, 1, 3}, {false, true, false}, 2}, 2);
+    Compare(*c, FlaRowLayout{true, {40}, {false}, -1}, 2);
+    Compare(*c, FlaRowLayout{true, {5, 1, 3}, {false, true, false}, 2}, 2);
     if (HasFailure()) return;
   }
 }
@@ -203,8 +89,8 @@ TEST_F(FlaCudaTest, HubShapesMatchTheCpu) {
   for (size_t i = 0; i < cases.size(); ++i) {
     FlaCase* c = cases[i].get();
     c->name = names[i];
-    Compare(*c, Layout{false, {1}, {false}, -1}, 2, kFlaLongReductionTolerance);
-    Compare(*c, Layout{true, {6, 2}, {false, false}, 3}, 1, kFlaLongReductionTolerance);
+    Compare(*c, FlaRowLayout{false, {1}, {false}, -1}, 2, kFlaLongReductionTolerance);
+    Compare(*c, FlaRowLayout{true, {6, 2}, {false, false}, 3}, 1, kFlaLongReductionTolerance);
     if (HasFailure()) return;
   }
 }
