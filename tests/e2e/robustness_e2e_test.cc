@@ -39,7 +39,9 @@ int64_t RssBytes(pid_t pid) {
   while (std::getline(in, line)) {
     if (line.rfind("VmRSS:", 0) == 0) {
       int64_t kb = 0;
-      absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 6 - 3)), &kb);
+      if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 6 - 3)), &kb)) {
+        return 0;
+      }
       return kb * 1024;
     }
   }
