@@ -582,13 +582,14 @@ int main(int argc, char** argv) {
     std::cout << abcd::bench::kUsage;
     return argc < 2 ? 2 : 0;
   }
-  const std::set<std::string> valued = {"models",       "batches",        "contexts",
-                                        "steps",        "gemv_max_rows",  "weights",
-                                        "memory_gb",    "device",         "json",
-                                        "heads",        "head_dim",       "slots",
-                                        "features",     "iterations",     "kernel_batches",
-                                        "bandwidth_mb", "prefill_tokens", "prefill_sequences",
-                                        "repeats",      "peak_tflops"};
+  const std::set<std::string> valued = {"models",          "batches",        "contexts",
+                                        "steps",           "gemv_max_rows",  "weights",
+                                        "memory_gb",       "device",         "json",
+                                        "heads",           "head_dim",       "slots",
+                                        "features",        "iterations",     "kernel_batches",
+                                        "bandwidth_mb",    "prefill_tokens", "prefill_sequences",
+                                        "repeats",         "peak_tflops",    "reference_batches",
+                                        "reference_steps", "python",         "script"};
   absl::StatusOr<abcd::Arguments> args = abcd::Arguments::Parse(
       std::vector<std::string>(argv + 2, argv + argc), valued, {"no_graphs"});
   if (!args.ok()) {
