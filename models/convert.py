@@ -24,8 +24,10 @@ gsa (-> fla gsa, a hybrid with `attn` when layers stay softmax), and writes an H
 the engine loads. --max-tokens N > 0 then finetunes on N tokens (models/hf_train.py: train.py's
 windows and token schedule, --attention-only trains the attention parameters only, --distill ALPHA mixes
 in KL to the source model's logits), resumable by running the same command again. The text is
-tokenised with the source's own tokenizer.model (SentencePiece; a tokenizer.json-only source is
-refused for finetuning) and is the bundled Brown corpus (models/data/build_corpora.sh builds it) or
+tokenised with the source's own tokenizer: its tokenizer.model (SentencePiece, in Python), or, for a
+tokenizer.json-only source, its tokenizer.json through `abcd-cli tokenize` (the engine's tokenizer:
+the ids the server gives, bos where that tokenizer adds one; --abcd-cli PATH, else $ABCD_CLI, else
+build/server/abcd-cli), and is the bundled Brown corpus (models/data/build_corpora.sh builds it) or
 the user's: --train-text FILE... (plain text, a document per line, or JSONL with a "text" field) and
 optionally --valid-text FILE... (default: every 20th train window). The output keeps the source's
 tokenizer files and vocab_size. Errors (an
@@ -71,6 +73,8 @@ def main(argv=None):
     p.add_argument("--train-text", nargs="+", metavar="FILE", help="--from-hf: finetune on these files (plain text: a document per line; "
                    "JSONL: each record's \"text\") instead of the bundled Brown corpus")  # fmt: skip
     p.add_argument("--valid-text", nargs="+", metavar="FILE", help="--from-hf: validation text (default: every 20th train window)")
+    p.add_argument("--abcd-cli", metavar="PATH", help="--from-hf --max-tokens, a tokenizer.json-only source: the abcd-cli that "
+                   "tokenises the text (default: $ABCD_CLI, else build/server/abcd-cli)")  # fmt: skip
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--features", type=int, default=32, help="t2r feature size r")
     p.add_argument("--slots", type=int, default=32, help="abc slots n")
@@ -155,23 +159,28 @@ def convert_hf_main(args):
                 shutil.copyfile(source_dir / name, out / name)
         print(f"wrote {out} (not finetuned)")
         return
+    # The finetune's tokenizer: tokenizer.model (SentencePiece), else a tokenizer.json alone, which
+    # abcd-cli reads (hf_train.encode_documents is given the directory).
     tokenizer = source_dir / "tokenizer.model"
     if not tokenizer.exists():
-        if (source_dir / "tokenizer.json").exists():
-            raise convert_hf.ConversionError(f"--max-tokens: {source_dir} has tokenizer.json but no tokenizer.model; the finetune tokenises "
-                                             "in Python with SentencePiece, which cannot read tokenizer.json (convert without --max-tokens)")  # fmt: skip
-        raise convert_hf.ConversionError(f"--max-tokens: {tokenizer} is missing (the finetune tokenises its text with the source's tokenizer)")
-    pieces = hf_train_vocab(tokenizer)
+        if not (source_dir / "tokenizer.json").exists():
+            raise convert_hf.ConversionError(f"--max-tokens: {source_dir} has neither tokenizer.model nor tokenizer.json "
+                                             "(the finetune tokenises its text with the source's tokenizer)")  # fmt: skip
+        tokenizer = source_dir
+    try:
+        pieces = hf_train_vocab(tokenizer)
+    except hf_train.DataError as e:
+        raise convert_hf.ConversionError(f"--max-tokens: {e}") from None
     if pieces > cfg["vocab_size"]:
         raise convert_hf.ConversionError(f"--max-tokens: {tokenizer} has {pieces} pieces, more than the source's vocab_size {cfg['vocab_size']}")
-    own = filecmp.cmp(tokenizer, hf_train.TOKENIZER, shallow=False)
+    own = tokenizer.is_file() and filecmp.cmp(tokenizer, hf_train.TOKENIZER, shallow=False)
     tc = trainer.TrainConfig(task="lm", steps=10**9, max_tokens=args.max_tokens, batch_size=16, lr=args.lr, warmup=args.warmup,
                              seed=args.seed, threads=1, eval_every=0, final_eval_batches=0)  # fmt: skip
     for item in args.set:
         name, value = item.split("=", 1)
         setattr(tc, name, type(getattr(tc, name))(value))
     try:  # the text and its windows, before any model is built
-        hf_train.lm_data(tc.seq_len, cfg.get("bos_token_id") or 1, tokenizer, args.train_text, args.valid_text)
+        hf_train.lm_data(tc.seq_len, cfg.get("bos_token_id") or 1, tokenizer, args.train_text, args.valid_text, args.abcd_cli)
     except hf_train.DataError as e:
         raise convert_hf.ConversionError(str(e)) from None
     model = build_model(out_cfg)
@@ -187,11 +196,16 @@ def convert_hf_main(args):
     trainable = convert_hf.attention_parameter if args.attention_only else None
     hf_train.train_hf(model, out_cfg, tc, out, teacher=teacher, distill=args.distill, trainable=trainable, dtype=dtype, extra=extra,
                       tokenizer=tokenizer, train_files=args.train_text, valid_files=args.valid_text,
-                      tokenizer_dir=None if own else source_dir)  # fmt: skip
+                      tokenizer_dir=None if own else source_dir, abcd_cli=args.abcd_cli)  # fmt: skip
 
 
 def hf_train_vocab(tokenizer):
-    """Pieces of a SentencePiece model."""
+    """Pieces of a SentencePiece model, or the ids of a model directory's tokenizer.json (from it, as
+    the engine counts them: one past the largest vocab or added-token id)."""
+    import hf_train
+
+    if tokenizer.is_dir():
+        return hf_train.tokenizer_json_pieces(tokenizer / "tokenizer.json")
     import sentencepiece as spm
 
     return spm.SentencePieceProcessor(model_file=str(tokenizer)).get_piece_size()

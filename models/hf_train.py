@@ -15,6 +15,10 @@ min_lr_ratio * lr on max(step, token) progress; clipping at 1.0. `train_hf` adds
     is written every `checkpoint_every` steps and at the end; a run started again with the same
     settings continues from it (other settings: an error naming them); the batches of step s are
     a function of (seed, s), so a resumed run sees the data a straight run sees.
+The text is tokenised with a SentencePiece model (tokenizer.model, in Python), or, for a model
+directory whose tokenizer is a tokenizer.json alone, by `abcd-cli tokenize --jsonl --json` (the
+engine's tokenizer, ids equal to Hugging Face's tokenizers; Debian has no Python `tokenizers`):
+abcd_cli_path says which binary.
 The output directory gets an HF-layout model (config.json, model.safetensors in `dtype`, tokenizer
 files; models/FORMAT.md) and train_log.json. Single-threaded by default (TrainConfig.threads).
 """
@@ -22,7 +26,9 @@ files; models/FORMAT.md) and train_log.json. Single-threaded by default (TrainCo
 import argparse
 import json
 import math
+import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -38,6 +44,7 @@ import train as trainer  # noqa: E402
 from abcd_ref.hf import build_model, preset_config, write_checkpoint  # noqa: E402
 
 TOKENIZER = trainer.TOKENIZERS["lm"]
+ABCD_CLI = ROOT.parent / "build" / "server" / "abcd-cli"  # abcd_cli_path's default
 RESUME = "resume.pt"
 # The small Llama of models/README.md ("Uptraining"): d 256, 4 layers, 4 heads of 64, GQA with
 # 2 kv heads, SwiGLU 768 (8/3 d rounded up to 256), RoPE theta 1e4, untied head.
@@ -103,22 +110,69 @@ def read_documents(paths):
     return documents
 
 
-def text_windows(sp, documents, seq_len, bos_id):
-    """Windows [N, seq_len + 1] of bos + pieces of each document, concatenated (train.py's cut)."""
-    stream = []
-    for pieces in sp.encode(documents):
-        stream.append(bos_id)
-        stream.extend(pieces)
-    return trainer.lm_windows(stream, seq_len)
+def abcd_cli_path(path=None):
+    """The abcd-cli binary that tokenises text with a tokenizer.json: `path` (convert.py's --abcd-cli),
+    else $ABCD_CLI, else build/server/abcd-cli of this checkout; DataError when it is not there."""
+    cli = Path(path or os.environ.get("ABCD_CLI") or ABCD_CLI)
+    if not (cli.is_file() and os.access(cli, os.X_OK)):
+        raise DataError(f"{cli}: no abcd-cli there; it tokenises the text with tokenizer.json (build it: cmake --build build "
+                        "--target abcd-cli, or give its path with --abcd-cli PATH or $ABCD_CLI)")  # fmt: skip
+    return cli
 
 
-def lm_data(seq_len, bos_id=1, tokenizer=TOKENIZER, train_files=None, valid_files=None):
-    """(train windows, valid windows) [N, seq_len + 1] as models/train.py cuts them, tokenised with
-    the SentencePiece model `tokenizer`: from the bundled Brown corpus, or from `train_files`
-    (read_documents) with `valid_files` or, without them, every 20th train window held out."""
+def cli_encode(model_dir, documents, abcd_cli=None):
+    """The ids of each document under `model_dir`'s tokenizer as `abcd-cli tokenize --jsonl --json` gives
+    them (server/README.md): bos first where that tokenizer adds one (the ids abcd-server prefills for
+    the document as a prompt, and Hugging Face's tokenizer gives with add_special_tokens)."""
+    cli = abcd_cli_path(abcd_cli)
+    records = "".join(json.dumps(document) + "\n" for document in documents).encode()
+    command = [str(cli), "tokenize", "--model", str(model_dir), "--text-file", "-", "--jsonl", "--json"]
+    run = subprocess.run(command, input=records, capture_output=True, check=False)
+    if run.returncode != 0:
+        message = run.stderr.decode(errors="replace").strip().splitlines()
+        raise DataError(f"{cli} tokenize --model {model_dir}: {message[-1] if message else f'exit status {run.returncode}'}")
+    ids = [json.loads(line) for line in run.stdout.splitlines()]
+    if len(ids) != len(documents):
+        raise DataError(f"{cli} tokenize --model {model_dir}: {len(ids)} lines of ids for {len(documents)} documents")
+    return ids
+
+
+def tokenizer_json_pieces(path):
+    """The ids a tokenizer.json can give: one past the largest of model.vocab and added_tokens."""
+    try:
+        tokenizer = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: not readable JSON ({e})") from None
+    vocab = tokenizer.get("model", {}).get("vocab") if isinstance(tokenizer, dict) and isinstance(tokenizer.get("model"), dict) else None
+    if not isinstance(vocab, dict) or not vocab:
+        raise DataError(f"{path}: model.vocab: missing or not an object of token ids (a BPE tokenizer.json)")
+    ids = list(vocab.values()) + [t.get("id") for t in tokenizer.get("added_tokens") or [] if isinstance(t, dict)]
+    if not all(isinstance(i, int) and i >= 0 for i in ids):
+        raise DataError(f"{path}: model.vocab and added_tokens ids must be integers >= 0")
+    return max(ids) + 1
+
+
+def encode_documents(tokenizer, documents, bos_id, abcd_cli=None):
+    """Per document its ids: with a SentencePiece model file, bos + its pieces (train.py's cut); with a
+    model directory (a tokenizer.json alone), cli_encode's (bos where that tokenizer adds one)."""
+    if Path(tokenizer).is_dir():
+        return cli_encode(tokenizer, documents, abcd_cli)
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
+    return [[bos_id] + pieces for pieces in sp.encode(documents)]
+
+
+def text_windows(encoded, seq_len):
+    """Windows [N, seq_len + 1] of the documents' ids (encode_documents), concatenated (train.py's cut)."""
+    return trainer.lm_windows([i for ids in encoded for i in ids], seq_len)
+
+
+def lm_data(seq_len, bos_id=1, tokenizer=TOKENIZER, train_files=None, valid_files=None, abcd_cli=None):
+    """(train windows, valid windows) [N, seq_len + 1] as models/train.py cuts them, tokenised with
+    `tokenizer` (encode_documents: a SentencePiece model, or a model directory whose tokenizer.json
+    abcd-cli reads): from the bundled Brown corpus, or from `train_files` (read_documents) with
+    `valid_files` or, without them, every 20th train window held out."""
     if not train_files:
         if valid_files:
             raise DataError("--valid-text needs --train-text")
@@ -127,9 +181,9 @@ def lm_data(seq_len, bos_id=1, tokenizer=TOKENIZER, train_files=None, valid_file
                 raise DataError(f"{trainer.DATA / split} is missing: build the bundled corpus with models/data/build_corpora.sh, "
                                 "or give the finetuning text with --train-text FILE")  # fmt: skip
         train_files, valid_files = [trainer.DATA / "lm.train.txt"], [trainer.DATA / "lm.valid.txt"]
-    train_w = text_windows(sp, read_documents(train_files), seq_len, bos_id)
+    train_w = text_windows(encode_documents(tokenizer, read_documents(train_files), bos_id, abcd_cli), seq_len)
     if valid_files:
-        valid_w = text_windows(sp, read_documents(valid_files), seq_len, bos_id)
+        valid_w = text_windows(encode_documents(tokenizer, read_documents(valid_files), bos_id, abcd_cli), seq_len)
     else:
         held_out = torch.arange(len(train_w)) % 20 == 19
         train_w, valid_w = train_w[~held_out], train_w[held_out]
@@ -195,11 +249,12 @@ def log_line(text):
 
 
 def train_hf(model, config, tc, out_dir, teacher=None, distill=0.0, trainable=None, dtype="bf16", checkpoint_every=100, extra=None,
-             tokenizer=TOKENIZER, log=log_line, train_files=None, valid_files=None, tokenizer_dir=None):  # fmt: skip
+             tokenizer=TOKENIZER, log=log_line, train_files=None, valid_files=None, tokenizer_dir=None, abcd_cli=None):  # fmt: skip
     """Train `model` (an HF reference model of HF config dict `config`) with TrainConfig `tc`; write
     the HF directory to out_dir. Resumes from out_dir/resume.pt (same settings). Returns the summary.
-    The text (lm_data) is tokenised with the SentencePiece model `tokenizer`; without `tokenizer_dir`
-    it is copied to out_dir with the special ids it defines, with it the tokenizer files of that
+    The text (lm_data) is tokenised with the SentencePiece model `tokenizer`, or, where `tokenizer` is
+    a model directory with a tokenizer.json alone, by abcd-cli (`abcd_cli`: abcd_cli_path). Without
+    `tokenizer_dir` the SentencePiece model is copied to out_dir with the special ids it defines, with it the tokenizer files of that
     directory (convert_hf.TOKENIZER_FILES, tokenizer.json) are copied as they are and the config's
     vocab_size and special ids are kept."""
     out_dir = Path(out_dir)
@@ -232,7 +287,7 @@ def train_hf(model, config, tc, out_dir, teacher=None, distill=0.0, trainable=No
         opt.load_state_dict(saved["optimizer"])
         step, tokens, history, train_s = saved["step"], saved["tokens"], saved["history"], saved["train_s"]
         log(f"resumed from {resume_path}: step {step}, {tokens} tokens")
-    train_w, valid_w = lm_data(tc.seq_len, config.get("bos_token_id") or 1, tokenizer, train_files, valid_files)
+    train_w, valid_w = lm_data(tc.seq_len, config.get("bos_token_id") or 1, tokenizer, train_files, valid_files, abcd_cli)
     batches = Batches(train_w, tc.batch_size, tc.seed)
     log(f"{sum(p.numel() for p in model.parameters()):,} parameters ({sum(p.numel() for p in params.values() if p.requires_grad):,} trained); "
         f"{len(train_w)} train windows of {tc.seq_len + 1}; threads {torch.get_num_threads()}")  # fmt: skip

@@ -10,6 +10,8 @@ Run from the repository root: /usr/bin/python3 -m unittest models.tests.test_upt
 import contextlib
 import io
 import json
+import os
+import shutil
 import sys
 import tempfile
 import unittest
@@ -320,13 +322,13 @@ class OwnTokenizerFinetuneTest(unittest.TestCase):
         tiny.write_text("the cat.\n")
         json_only = self.tmp / "json-only"
         hf.write_checkpoint(json_only, hf.preset_config("llama"))
-        (json_only / "tokenizer.json").write_text("{}")
+        (json_only / "tokenizer.json").write_text("{}")  # read by the engine: the BPE vocab is missing
         cases = [
             ((str(self.source), "--train-text", str(self.tmp / "missing.txt")), "missing.txt: not found"),
             ((str(self.source), "--train-text", str(bad)), 'bad.jsonl:2: a JSONL record needs a string "text" field'),
             ((str(self.source), "--train-text", str(tiny)), "--train-text: too little text"),
             ((str(self.source), "--valid-text", str(self.text)), "--valid-text needs --train-text"),
-            ((str(json_only), "--train-text", str(self.text)), "has tokenizer.json but no tokenizer.model"),
+            ((str(json_only), "--train-text", str(self.text)), "tokenizer.json: model.vocab: missing"),
         ]
         if not HAVE_DATA:
             cases.append(((str(self.source),), "build the bundled corpus with models/data/build_corpora.sh"))
@@ -339,6 +341,74 @@ class OwnTokenizerFinetuneTest(unittest.TestCase):
         code, err = run_convert("--from-hf", str(self.source), "--to", "gsa", "--out", str(self.tmp / "x"), "--train-text", str(self.text))
         self.assertEqual(code, 2)
         self.assertIn("--train-text needs --max-tokens", err)
+
+
+FIXTURES = ROOT.parent / "tests" / "fixtures" / "tokenizer_json"
+
+
+@unittest.skipUnless(os.environ.get("ABCD_CLI") or hf_train.ABCD_CLI.exists(), "abcd-cli not built (ctest sets $ABCD_CLI)")
+class TokenizerJsonFinetuneTest(unittest.TestCase):
+    """--from-hf finetunes a source whose only tokenizer is a tokenizer.json (the llama3 fixture, a
+    byte-level BPE whose post-processor adds <|begin_of_text|>), tokenised by abcd-cli tokenize:
+    the documents' ids are Hugging Face's tokenizers' (npm, the fixture's reference), bos included."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp_dir = tempfile.TemporaryDirectory()
+        cls.tmp = Path(cls.tmp_dir.name)
+        cls.source = cls.tmp / "source"
+        config = hf.preset_config("llama", vocab_size=1024, num_hidden_layers=2, hidden_size=32, intermediate_size=64,
+                                  num_attention_heads=2, num_key_value_heads=1, head_dim=16, bos_token_id=956, eos_token_id=957)  # fmt: skip
+        hf.write_checkpoint(cls.source, config, seed=5)
+        shutil.copyfile(FIXTURES / "llama3.tokenizer.json", cls.source / "tokenizer.json")
+        (cls.source / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}))
+        cls.expected = json.loads((FIXTURES / "llama3.expected.json").read_text())["cases"]
+        cls.text = cls.tmp / "train.jsonl"
+        cls.text.write_text("".join(json.dumps({"text": t}) + "\n" for t in sentences(300, 2)))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp_dir.cleanup()
+
+    def test_documents_get_the_reference_ids(self):
+        documents = [case["text"] for case in self.expected]
+        encoded = hf_train.encode_documents(self.source, documents, bos_id=1)  # bos_id: SentencePiece only
+        for case, ids in zip(self.expected, encoded, strict=True):
+            self.assertEqual(ids, case["ids_with_special_tokens"], case["text"])
+        records = self.tmp / "cases.jsonl"
+        records.write_text("".join(json.dumps({"text": t}) + "\n" for t in documents))
+        train_w, _ = hf_train.lm_data(4, 1, self.source, [records], [records])  # the windows are those ids
+        stream = [i for ids in encoded for i in ids]
+        self.assertEqual(train_w[:, :-1].reshape(-1).tolist(), stream[: train_w.numel() - len(train_w)])
+
+    def test_convert_finetunes_and_keeps_the_tokenizer(self):
+        out = self.tmp / "t2r"
+        code, err = run_convert("--from-hf", str(self.source), "--to", "t2r", "--features", "8", "--out", str(out), "--train-text",
+                                str(self.text), "--max-tokens", "2560", "--set", "seq_len=16", "--dtype", "float32")  # fmt: skip
+        self.assertIsNone(code, err)
+        self.assertEqual((out / "tokenizer.json").read_bytes(), (self.source / "tokenizer.json").read_bytes())
+        self.assertFalse((out / "tokenizer.model").exists())
+        self.assertEqual(json.loads((out / "config.json").read_text())["vocab_size"], 1024)
+        log = json.loads((out / "train_log.json").read_text())
+        self.assertEqual(log["steps_done"], 10)
+        self.assertTrue(torch.isfinite(logits(out, ids(8, vocab=964))).all())  # the directory loads
+
+    def test_missing_abcd_cli_and_oversized_tokenizer_are_one_line(self):
+        small = self.tmp / "small-vocab"
+        shutil.copytree(self.source, small)
+        config = json.loads((small / "config.json").read_text())
+        (small / "config.json").write_text(json.dumps({**config, "vocab_size": 900}))
+        cases = [
+            ((str(self.source), "--abcd-cli", str(self.tmp / "no-cli")), "no-cli: no abcd-cli there"),
+            ((str(small),), "has 964 pieces, more than the source's vocab_size 900"),
+        ]
+        for (source, *rest), message in cases:
+            with self.subTest(message=message):
+                code, err = run_convert("--from-hf", source, "--to", "t2r", "--out", str(self.tmp / "x"), "--max-tokens", "64",
+                                        "--train-text", str(self.text), *rest)  # fmt: skip
+                self.assertEqual(code, 2)
+                self.assertIn(message, err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
 
 
 if __name__ == "__main__":

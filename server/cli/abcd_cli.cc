@@ -6,6 +6,8 @@
 //                     [--stop STR] [--ignore-eos] [--json]
 //   abcd-cli eval [--model DIR] --text FILE [--chunk N] [--json]
 //   abcd-cli translate [--model DIR] --text TEXT [--beam-size N] [--max-tokens N] [--json]
+//   abcd-cli tokenize [--model DIR] (--text TEXT | --text-file FILE [--lines | --jsonl])
+//                     [--no-special] [--json]
 //
 // translate: an encoder-decoder model through the same Executor (beam search over forked
 // states) that serves Translate in abcd-server, so the CLI output is the server's output.
@@ -15,6 +17,17 @@
 // prefixed with bos, the lines are concatenated, the stream is cut into non-overlapping chunks of
 // N tokens (default 128; a last chunk of one token is dropped), each chunk is scored from an empty
 // state, and every token of a chunk but the first is predicted. ppl = exp(mean NLL), in double.
+//
+// tokenize: the ids abcd-server's /tokenize gives (the same LoadModelTokenizer and
+// PrefilledIds; only config.json and the tokenizer are read, no weights). With special tokens
+// (the default) a decoder's text gets the model's bos first where its tokenizer adds one (or
+// where the text is empty), an encoder-decoder's source its eos last; --no-special: the text's
+// ids alone. Added tokens written in the text (<|eot_id|>) are matched, as Hugging Face's encode
+// does. --text-file FILE ("-": stdin) is one text, tokenised whole (the ids of the file in one
+// piece; it is read into memory); with --lines every line (without its "\n") and with --jsonl
+// every non-empty line's record ({"text": ...} or a JSON string) is a text of its own, read,
+// tokenised and printed one at a time (the finetune's documents, models/hf_train.py). Output: a
+// line per text, its ids separated by spaces, or with --json a JSON array.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -31,9 +44,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "engine/core/json_nesting.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/model.h"
+#include "engine/model/model_config.h"
 #include "engine/ops/matmul.h"
 #include "engine/runtime/engine_flags.h"
 #include "engine/runtime/generator.h"
@@ -56,6 +71,9 @@ constexpr char kUsage[] =
     "  abcd-cli eval [--model DIR] --text FILE [--chunk N] [--json]\n"
     "  abcd-cli translate [--model DIR] --text TEXT [--beam-size N] [--max-tokens N] [--json]\n"
     "  abcd-cli translate [--model DIR] --text-file FILE [--beam-size N] [--max-tokens N]\n"
+    "  abcd-cli tokenize [--model DIR] --text TEXT [--no-special] [--json]\n"
+    "  abcd-cli tokenize [--model DIR] --text-file FILE|- [--lines|--jsonl] [--no-special]\n"
+    "                    [--json]   (the ids /tokenize gives: bos where the tokenizer adds one)\n"
     "Without --model, $ABCD_MODEL or the bundled default model (translate: the bundled\n"
     "translation model) is used. generate, eval and translate also take --threads N (default: the\n"
     "cores this process may use), --weight-format f32|bf16|f16|int8 (default: the\n"
@@ -475,6 +493,111 @@ absl::Status RunTranslate(const Arguments& args) {
   return absl::OkStatus();
 }
 
+// tokenize's ids of one text: the tokenizer's, then what /tokenize adds with special tokens
+// (server/http/tokenize_route.cc): a decoder's PrefilledIds, an encoder-decoder source's eos.
+absl::StatusOr<std::vector<int32_t>> TokenizeText(const Tokenizer& tokenizer,
+                                                  const ModelConfig& config, bool special,
+                                                  absl::string_view text) {
+  ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode(text));
+  if (!special) return ids;
+  if (config.is_encoder_decoder()) {
+    ids.push_back(config.eos_id);
+    return ids;
+  }
+  return PrefilledIds(config, std::move(ids));
+}
+
+// One output line of tokenize: the ids separated by spaces, or a JSON array.
+void AppendTokenizeLine(const std::vector<int32_t>& ids, bool json, std::string* out) {
+  if (json) out->push_back('[');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out->push_back(json ? ',' : ' ');
+    absl::StrAppend(out, ids[i]);
+  }
+  if (json) out->push_back(']');
+  out->push_back('\n');
+}
+
+// --jsonl: the text of one record (a JSON string, or an object's string "text").
+absl::StatusOr<std::string> TokenizeJsonlText(const std::string& line, int64_t number) {
+  const std::string where = absl::StrCat("--text-file line ", number);
+  ABCD_RETURN_IF_ERROR(CheckJsonNesting(line, where));
+  const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (record.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(where, ": not JSON"));
+  if (record.is_string()) return record.get<std::string>();
+  if (record.is_object() && record.contains("text") && record["text"].is_string()) {
+    return record["text"].get<std::string>();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      where, ": a --jsonl record is a JSON string or an object with a string \"text\" field"));
+}
+
+absl::Status RunTokenize(const Arguments& args) {
+  const bool text_file = args.Has("text-file");
+  if (args.Has("text") == text_file) {
+    return absl::InvalidArgumentError("give exactly one of --text and --text-file");
+  }
+  const bool lines = args.Has("lines"), jsonl = args.Has("jsonl");
+  if (lines && jsonl) return absl::InvalidArgumentError("--lines and --jsonl are exclusive");
+  if ((lines || jsonl) && !text_file) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", lines ? "lines" : "jsonl", " needs --text-file"));
+  }
+  const bool json = args.Has("json"), special = !args.Has("no-special");
+  const std::string dir = ModelDir(args);
+  ABCD_ASSIGN_OR_RETURN(const ModelConfig config, LoadModelDirectoryConfig(dir));
+  ABCD_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer,
+                        LoadModelTokenizer(dir, config));
+  std::string out;
+  if (!text_file) {
+    ABCD_ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
+                          TokenizeText(*tokenizer, config, special, args.String("text", "")));
+    AppendTokenizeLine(ids, json, &out);
+    std::cout << out << std::flush;
+    return absl::OkStatus();
+  }
+  const std::string path = args.String("text-file", "");
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) return absl::NotFoundError(absl::StrCat("cannot read --text-file ", path));
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  if (!lines && !jsonl) {  // the whole file, one text
+    std::stringstream contents;
+    contents << in.rdbuf();
+    ABCD_ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
+                          TokenizeText(*tokenizer, config, special, contents.str()));
+    AppendTokenizeLine(ids, json, &out);
+    std::cout << out << std::flush;
+    return absl::OkStatus();
+  }
+  int64_t number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    std::string text;
+    if (jsonl) {
+      if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+      ABCD_ASSIGN_OR_RETURN(text, TokenizeJsonlText(line, number));
+    } else {
+      text = std::move(line);
+    }
+    absl::StatusOr<std::vector<int32_t>> ids = TokenizeText(*tokenizer, config, special, text);
+    if (!ids.ok()) {
+      return absl::Status(ids.status().code(),
+                          absl::StrCat("--text-file line ", number, ": ", ids.status().message()));
+    }
+    AppendTokenizeLine(*ids, json, &out);
+    if (out.size() >= (size_t{1} << 16)) {
+      std::cout << out;
+      out.clear();
+    }
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat("reading --text-file ", path, " failed"));
+  std::cout << out << std::flush;
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << kUsage;
@@ -506,6 +629,10 @@ int Main(int argc, char** argv) {
                           "weight-format", "cpu-compute", "kv-cache-format"},
                          {"json"});
     status = args.ok() ? RunTranslate(*args) : args.status();
+  } else if (command == "tokenize") {
+    absl::StatusOr<Arguments> args = Arguments::Parse(rest, {"model", "text", "text-file"},
+                                                      {"lines", "jsonl", "no-special", "json"});
+    status = args.ok() ? RunTokenize(*args) : args.status();
   } else if (command == "--help" || command == "help") {
     std::cout << kUsage;
     return 0;
