@@ -254,9 +254,9 @@ def train_hf(model, config, tc, out_dir, teacher=None, distill=0.0, trainable=No
     the HF directory to out_dir. Resumes from out_dir/resume.pt (same settings). Returns the summary.
     The text (lm_data) is tokenised with the SentencePiece model `tokenizer`, or, where `tokenizer` is
     a model directory with a tokenizer.json alone, by abcd-cli (`abcd_cli`: abcd_cli_path). Without
-    `tokenizer_dir` the SentencePiece model is copied to out_dir with the special ids it defines, with it the tokenizer files of that
-    directory (convert_hf.TOKENIZER_FILES, tokenizer.json) are copied as they are and the config's
-    vocab_size and special ids are kept."""
+    `tokenizer_dir` the SentencePiece model is copied to out_dir with the special ids it defines;
+    with it the tokenizer files of that directory (convert_hf.TOKENIZER_FILES, tokenizer.json) are
+    copied as they are and the config's vocab_size and special ids are kept."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if tc.threads:
