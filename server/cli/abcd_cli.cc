@@ -495,10 +495,16 @@ absl::Status RunTranslate(const Arguments& args) {
 
 // tokenize's ids of one text: the tokenizer's, then what /tokenize adds with special tokens
 // (server/http/tokenize_route.cc): a decoder's PrefilledIds, an encoder-decoder source's eos.
+// An error (text that is not UTF-8) is prefixed with `where`, the flag or line it came from.
 absl::StatusOr<std::vector<int32_t>> TokenizeText(const Tokenizer& tokenizer,
                                                   const ModelConfig& config, bool special,
-                                                  absl::string_view text) {
-  ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode(text));
+                                                  absl::string_view text, absl::string_view where) {
+  absl::StatusOr<std::vector<int32_t>> encoded = tokenizer.Encode(text);
+  if (!encoded.ok()) {
+    return absl::Status(encoded.status().code(),
+                        absl::StrCat(where, ": ", encoded.status().message()));
+  }
+  std::vector<int32_t> ids = *std::move(encoded);
   if (!special) return ids;
   if (config.is_encoder_decoder()) {
     ids.push_back(config.eos_id);
@@ -550,8 +556,9 @@ absl::Status RunTokenize(const Arguments& args) {
                         LoadModelTokenizer(dir, config));
   std::string out;
   if (!text_file) {
-    ABCD_ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
-                          TokenizeText(*tokenizer, config, special, args.String("text", "")));
+    ABCD_ASSIGN_OR_RETURN(
+        const std::vector<int32_t> ids,
+        TokenizeText(*tokenizer, config, special, args.String("text", ""), "--text"));
     AppendTokenizeLine(ids, json, &out);
     std::cout << out << std::flush;
     return absl::OkStatus();
@@ -567,7 +574,8 @@ absl::Status RunTokenize(const Arguments& args) {
     std::stringstream contents;
     contents << in.rdbuf();
     ABCD_ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
-                          TokenizeText(*tokenizer, config, special, contents.str()));
+                          TokenizeText(*tokenizer, config, special, contents.str(),
+                                       absl::StrCat("--text-file ", path)));
     AppendTokenizeLine(ids, json, &out);
     std::cout << out << std::flush;
     return absl::OkStatus();
@@ -582,12 +590,10 @@ absl::Status RunTokenize(const Arguments& args) {
     } else {
       text = std::move(line);
     }
-    absl::StatusOr<std::vector<int32_t>> ids = TokenizeText(*tokenizer, config, special, text);
-    if (!ids.ok()) {
-      return absl::Status(ids.status().code(),
-                          absl::StrCat("--text-file line ", number, ": ", ids.status().message()));
-    }
-    AppendTokenizeLine(*ids, json, &out);
+    ABCD_ASSIGN_OR_RETURN(
+        const std::vector<int32_t> ids,
+        TokenizeText(*tokenizer, config, special, text, absl::StrCat("--text-file line ", number)));
+    AppendTokenizeLine(ids, json, &out);
     if (out.size() >= (size_t{1} << 16)) {
       std::cout << out;
       out.clear();

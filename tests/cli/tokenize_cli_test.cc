@@ -164,6 +164,7 @@ TEST(TokenizeCli, BadInputNamesTheFlag) {
   const TokenizeModelDir model("llama3", 956, "<|begin_of_text|>");
   WriteTokenizeFile(model.file("bad.jsonl"), "{\"text\": \"a\"}\n\n{\"txt\": \"b\"}\n");
   WriteTokenizeFile(model.file("broken.jsonl"), "{\"text\": \n");
+  WriteTokenizeFile(model.file("latin1.txt"), "ok\ncaf\xe9\n");
   const std::string m = " --model " + model.dir();
   const struct {
     std::string args;
@@ -180,6 +181,10 @@ TEST(TokenizeCli, BadInputNamesTheFlag) {
        "--text-file line 3: a --jsonl record is a JSON string or an object with a string \"text\""},
       {"tokenize --jsonl --text-file " + model.file("broken.jsonl").string() + m, 2,
        "--text-file line 1: not JSON"},
+      {"tokenize --lines --text-file " + model.file("latin1.txt").string() + m, 2,
+       "--text-file line 2: tokenize: text is not valid UTF-8"},
+      {"tokenize --text-file " + model.file("latin1.txt").string() + m, 2,
+       "--text-file " + model.file("latin1.txt").string() + ": tokenize: text is not valid UTF-8"},
       {"tokenize --text a --model " + model.dir() + "/missing", 1, "config.json"},
       {"tokenize --text a --bos" + m, 2, "--bos"},
   };
