@@ -123,7 +123,7 @@ inline __m512i LoadQuad(const char* panel, int64_t q, int64_t pairs, __m512i ind
   return _mm512_permutexvar_epi16(index, both);
 }
 
-// W8A8 (LinearProducts::kInt8), one row (R = 1; several rows take StagedPanels below): P panels
+// W8A8 (LinearProducts::kInt8), up to 8 rows (more rows take StagedPanels below): P panels
 // x R rows of 8-bit activations. Per quad of input
 // columns (pairs 2q and 2q + 1 of a panel: 64 contiguous bytes), vpermw puts output j's four
 // weights in dword j, and vpdpbusd multiplies them by the row's broadcast activation quad (64
@@ -297,6 +297,16 @@ void StagedPanels(const LinearArgs& a, int64_t first_panel) {
   }
 }
 
+// Panels [p, end) for R rows, P at a time, each weight quad put in quad order as it streams
+// (BlockW8A8) instead of staged: for up to 8 rows this costs less than staging (cpu::Linear,
+// 2048 x 5632, 2 threads, Zen 4: 2 rows 208 -> 104 us, 4 rows 246 -> 168, 8 rows 341 -> 255),
+// and the sums are the same bits (the same fp32 additions in the same order).
+template <int P, int R>
+void UnstagedW8A8Rows(const LinearArgs& a, int64_t p, int64_t end) {
+  for (; p + P <= end; p += P) BlockW8A8<P, R>(a, p, 0);
+  for (; p < end; ++p) BlockW8A8<1, R>(a, p, 0);
+}
+
 }  // namespace
 
 void LinearPanelsAvx512VnniW8A8(const LinearArgs& args, int64_t first, int64_t count) {
@@ -307,6 +317,25 @@ void LinearPanelsAvx512VnniW8A8(const LinearArgs& args, int64_t first, int64_t c
     for (; p + 8 <= end; p += 8) BlockW8A8<8, 1>(args, p, 0);
     for (; p < end; ++p) BlockW8A8<1, 1>(args, p, 0);
     return;
+  }
+  // 2-4 rows: 4 panels x R rows (up to 16 sums); 5-8 rows: 2 panels x R (up to 16).
+  switch (args.rows) {
+    case 2:
+      return UnstagedW8A8Rows<4, 2>(args, p, end);
+    case 3:
+      return UnstagedW8A8Rows<4, 3>(args, p, end);
+    case 4:
+      return UnstagedW8A8Rows<4, 4>(args, p, end);
+    case 5:
+      return UnstagedW8A8Rows<2, 5>(args, p, end);
+    case 6:
+      return UnstagedW8A8Rows<2, 6>(args, p, end);
+    case 7:
+      return UnstagedW8A8Rows<2, 7>(args, p, end);
+    case 8:
+      return UnstagedW8A8Rows<2, 8>(args, p, end);
+    default:
+      break;
   }
   // 4 panels x 6 rows: 24 sums, 4 weight vectors and a broadcast.
   for (; p + kStagedPanels <= end; p += kStagedPanels) StagedPanels<kStagedPanels, 6>(args, p);
