@@ -1,4 +1,5 @@
-// What the chunk-scan tests share (gated_linear_chunk_test.cc, gsa_chunk_test.cc: a chunk form
+// What the chunk-scan tests share (gated_linear_chunk_test.cc, gsa_chunk_test.cc,
+// gated_delta_chunk_test.cc: a chunk form
 // against its row-by-row scan): random kernel rows strided as in a step, the closeness check of
 // reads and states, and the thread CPU clock of their disabled timing tests.
 //
@@ -46,17 +47,19 @@ inline std::function<float(int64_t)> UniformGates(std::mt19937& rng, float lo, f
 }
 
 // Fails (at most 5 messages naming `what` and the index) where `actual` is not `expected`
-// within 1e-4 of each value and 1e-6 of the largest: a read is a sum of K V products, and where
-// they cancel the summation order alone moves it by a few ulps of the largest term.
+// within 1e-4 of each value and `largest_tolerance` of the largest: a read is a sum of K V
+// products, and where they cancel the summation order alone moves it by a few ulps of the
+// largest term.
 inline void ExpectChunkNear(const std::vector<float>& expected, const std::vector<float>& actual,
-                            const std::string& what) {
+                            const std::string& what, float largest_tolerance = 1e-6f) {
   ASSERT_EQ(expected.size(), actual.size());
   float largest = 0.0f;
   for (float a : expected) largest = std::max(largest, std::fabs(a));
   int reported = 0;
   for (size_t i = 0; i < expected.size(); ++i) {
     const float a = expected[i], b = actual[i];
-    if (!(std::fabs(a - b) <= 1e-4f * (1.0f + std::fabs(a)) + 1e-6f * largest) && reported++ < 5) {
+    if (!(std::fabs(a - b) <= 1e-4f * (1.0f + std::fabs(a)) + largest_tolerance * largest) &&
+        reported++ < 5) {
       ADD_FAILURE() << what << " [" << i << "]: " << a << " vs " << b;
     }
   }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/attention/gated_delta_state.h"
+#include "tests/engine/attention/chunk_scan_rows.h"
 
 namespace abcd {
 namespace gated_delta_chunk_test {
@@ -67,20 +68,10 @@ GatedDeltaHeadRows View(const Rows& r, int64_t count, int K, int V, float* out) 
   return v;
 }
 
+// Reads and states within 1e-4 of each value and 1e-5 of the largest.
 void ExpectNear(const std::vector<float>& expected, const std::vector<float>& actual,
                 const std::string& what) {
-  ASSERT_EQ(expected.size(), actual.size());
-  // Relative to each value and to the largest one: a read is a sum of K V products, and where
-  // they cancel the summation order alone moves it by a few ulps of the largest term.
-  float largest = 0.0f;
-  for (float a : expected) largest = std::max(largest, std::fabs(a));
-  int reported = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const float a = expected[i], b = actual[i];
-    if (!(std::fabs(a - b) <= 1e-4f * (1.0f + std::fabs(a)) + 1e-5f * largest) && reported++ < 5) {
-      ADD_FAILURE() << what << " [" << i << "]: " << a << " vs " << b;
-    }
-  }
+  chunk_scan_testing::ExpectChunkNear(expected, actual, what, /*largest_tolerance=*/1e-5f);
 }
 
 void Check(int K, int V, int64_t count, const RowGate& decay, const RowGate& beta,
@@ -107,9 +98,7 @@ void Check(int K, int V, int64_t count, const RowGate& decay, const RowGate& bet
   }
 }
 
-RowGate Uniform(std::mt19937& rng, float lo, float hi) {
-  return [&rng, lo, hi](int64_t) { return std::uniform_real_distribution<float>(lo, hi)(rng); };
-}
+using chunk_scan_testing::UniformGates;
 
 TEST(GatedDeltaChunk, EqualsRowScan) {
   std::mt19937 rng(5);
@@ -117,8 +106,10 @@ TEST(GatedDeltaChunk, EqualsRowScan) {
   for (const auto& shape : shapes) {
     const int K = shape[0], V = shape[1];
     for (int64_t count : {1, 4, 33, 64, 65, 200}) {
-      Check(K, V, count, Uniform(rng, 0.5f, 1.0f), Uniform(rng, 0.0f, 1.0f), "decay 0.5-1");
-      Check(K, V, count, Uniform(rng, 0.97f, 1.0f), Uniform(rng, 0.0f, 2.0f), "slow, beta < 2");
+      Check(K, V, count, UniformGates(rng, 0.5f, 1.0f), UniformGates(rng, 0.0f, 1.0f),
+            "decay 0.5-1");
+      Check(K, V, count, UniformGates(rng, 0.97f, 1.0f), UniformGates(rng, 0.0f, 2.0f),
+            "slow, beta < 2");
     }
   }
 }
@@ -128,9 +119,9 @@ TEST(GatedDeltaChunk, BetaEdgesAndNoDecay) {
   const RowGate one = [](int64_t) { return 1.0f; };
   // beta 1 everywhere (k's old value replaced exactly), 0 everywhere (nothing written), and a
   // mix of both; decay exactly 1 (a plain delta rule).
-  Check(48, 40, 150, Uniform(rng, 0.8f, 1.0f), one, "beta 1");
+  Check(48, 40, 150, UniformGates(rng, 0.8f, 1.0f), one, "beta 1");
   Check(
-      48, 40, 150, Uniform(rng, 0.8f, 1.0f), [](int64_t) { return 0.0f; }, "beta 0");
+      48, 40, 150, UniformGates(rng, 0.8f, 1.0f), [](int64_t) { return 0.0f; }, "beta 0");
   Check(
       48, 40, 150, one, [](int64_t t) { return t % 3 == 0 ? 0.0f : 1.0f; }, "beta 0/1, decay 1");
   // The same key written again at once with beta 1: the second write replaces the first.
@@ -142,7 +133,7 @@ TEST(GatedDeltaChunk, ShortChunksAndResets) {
   const RowGate half = [](int64_t) { return 0.5f; };
   // Strong decays (chunks end after a few rows), exact resets, near-zero decays, and decays that
   // alone pass the chunk's bound (e^-60).
-  Check(64, 40, 150, Uniform(rng, 0.01f, 0.2f), Uniform(rng, 0.0f, 1.0f), "strong decay");
+  Check(64, 40, 150, UniformGates(rng, 0.01f, 0.2f), UniformGates(rng, 0.0f, 1.0f), "strong decay");
   Check(
       64, 40, 150, [](int64_t t) { return t % 37 == 5 ? 0.0f : 0.9f; }, half, "resets");
   Check(
@@ -218,11 +209,7 @@ TEST(GatedDeltaChunk, ScanHeadEqualsRowByRow) {
   }
 }
 
-double ThreadNanos() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return 1e9 * static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec);
-}
+using chunk_scan_testing::ChunkThreadNanos;
 
 // Timing, not a check (--gtest_also_run_disabled_tests --gtest_filter='GatedDeltaChunk.*Timing'):
 // one head's 512-row run at the bench models' shape (64 x 64), 128 x 128, 128 x 256 and the fla
@@ -239,14 +226,14 @@ TEST(GatedDeltaChunk, DISABLED_Timing) {
     for (int rep = 0; rep < 5; ++rep) {
       for (int chunked = 0; chunked < 2; ++chunked) {
         std::vector<float> state(static_cast<size_t>(K) * V, 0.0f);
-        const double start = ThreadNanos();
+        const double start = ChunkThreadNanos();
         const GatedDeltaHeadRows view = View(rows, 512, K, V, out.data());
         if (chunked == 1) {
           GatedDeltaChunkScan(view, K, V, state.data());
         } else {
           GatedDeltaRowScan(view, K, V, state.data());
         }
-        best[chunked] = std::min(best[chunked], ThreadNanos() - start);
+        best[chunked] = std::min(best[chunked], ChunkThreadNanos() - start);
       }
     }
     std::printf("K %3d V %3d: row scan %8.0f ns/row, chunks %8.0f (%.2fx)\n", K, V, best[0] / 512,
