@@ -62,7 +62,7 @@ def parse_args(argv):
     p.add_argument("--streams", default="1,8,32", help="serve row: concurrent SSE streams")
     p.add_argument("--serve-prompt", type=int, default=128, help="serve row: prompt ids per request (+ the bos)")
     p.add_argument("--serve-out", type=int, default=64, help="serve row: output tokens per request (ignore_eos)")
-    p.add_argument("--serve-requests", type=int, default=3, help="serve row: requests per stream (closed loop)")
+    p.add_argument("--serve-requests", type=int, default=8, help="serve row: requests per stream (closed loop; 8 so the p99s are not the maximum of a few)")
     p.add_argument("--abcd-server-args", default="", help="extra abcd-server flags for the serve row")
     p.add_argument("--json", help="also write the raw per-round results here (for --merge)")
     p.add_argument("--merge", help="comma-separated --json files of earlier runs: table of all of them, nothing run")
