@@ -108,6 +108,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
                         ParsePrefillPolicy(config.prefill_policy, "--prefill_policy"));
   options.iteration_budget_ms = config.iteration_budget_ms;
   options.prefill_step_share = config.prefill_step_share;
+  options.prefill_deadline_ms = config.prefill_deadline_ms;
   options.max_prompt_tokens = config.max_prompt_tokens;
   options.max_source_tokens = config.max_source_tokens;
   options.max_batch_source_tokens = config.max_batch_source_tokens;

@@ -20,6 +20,22 @@ std::vector<PrefillChunk> PlanPrefill(std::span<const int64_t> remaining, int64_
   return chunks;
 }
 
+std::vector<PrefillChunk> PlanPrefillOverdueFirst(std::span<const int64_t> overdue,
+                                                  std::span<const int64_t> others,
+                                                  int64_t token_budget) {
+  std::vector<PrefillChunk> chunks = PlanPrefill(overdue, token_budget);
+  int64_t left = std::max<int64_t>(token_budget, 1);
+  for (const PrefillChunk& chunk : chunks) left -= chunk.tokens;
+  if (chunks.empty() || left > 0) {
+    const std::vector<PrefillChunk> more =
+        PlanPrefill(others, chunks.empty() ? token_budget : left);
+    chunks.insert(chunks.end(), more.begin(), more.end());
+  }
+  std::sort(chunks.begin(), chunks.end(),
+            [](const PrefillChunk& a, const PrefillChunk& b) { return a.index < b.index; });
+  return chunks;
+}
+
 absl::StatusOr<PrefillPolicy> ParsePrefillPolicy(absl::string_view value, absl::string_view field) {
   if (value == "time") return PrefillPolicy::kTime;
   if (value == "tokens") return PrefillPolicy::kTokens;
@@ -31,9 +47,11 @@ std::string PrefillPolicyName(PrefillPolicy policy) {
   return policy == PrefillPolicy::kTime ? "time" : "tokens";
 }
 
-int64_t PrefillTokensForIteration(const PrefillSizing& sizing) {
-  const int64_t cap = std::max<int64_t>(sizing.token_budget, 1);
-  if (sizing.decode_rows <= 0) return cap;
+namespace {
+
+// The time policy's prompt tokens alone (PrefillTokensForIteration without overdue prompts),
+// for an iteration with decode rows; in [1, cap].
+int64_t PrefillTimeShareTokens(const PrefillSizing& sizing, int64_t cap) {
   const double extra = std::max(sizing.decode_step_share * sizing.decode_step_seconds,
                                 sizing.iteration_budget_seconds);
   if (sizing.prompt_row_seconds <= 0 || extra <= 0) {
@@ -42,6 +60,14 @@ int64_t PrefillTokensForIteration(const PrefillSizing& sizing) {
   const double tokens = std::floor(extra / sizing.prompt_row_seconds);
   if (!(tokens < static_cast<double>(cap))) return cap;  // also catches inf and nan
   return std::max<int64_t>(static_cast<int64_t>(tokens), 1);
+}
+
+}  // namespace
+
+int64_t PrefillTokensForIteration(const PrefillSizing& sizing) {
+  const int64_t cap = std::max<int64_t>(sizing.token_budget, 1);
+  if (sizing.decode_rows <= 0) return cap;
+  return std::max(PrefillTimeShareTokens(sizing, cap), std::min(sizing.overdue_tokens, cap));
 }
 
 void StepCostModel::Observe(int64_t decode_rows, int64_t prompt_rows, double seconds) {

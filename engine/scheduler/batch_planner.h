@@ -6,8 +6,10 @@
 // (kTime): StepCostModel learns, on the engine thread, what a decode row and a prompt row cost
 // from the wall time of the backend calls, and PrefillTokensForIteration sizes the prompt
 // tokens so that prefill adds at most about one decode step's time to an iteration that has
-// running streams. Plain values and functions; StepCostModel is not thread-safe (one
-// engine thread owns it).
+// running streams. A prompt that has waited past a deadline (overdue) lifts that limit for its
+// remaining tokens, so a wave of arrivals cannot crawl in behind the streams it started, at the
+// cost of a long iteration (an inter-token latency spike for the running streams). Plain values
+// and functions; StepCostModel is not thread-safe (one engine thread owns it).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,15 @@ struct PrefillChunk {
 // token is planned whenever something is waiting, even with a zero budget.
 std::vector<PrefillChunk> PlanPrefill(std::span<const int64_t> remaining, int64_t token_budget);
 
+// PlanPrefill with the overdue prompts served first: the budget goes to `overdue` (their
+// remaining tokens, 0 for the others) in order, and what is left of it to `others` in order
+// (admission is first come, first served except that a request waiting for a prefix snapshot
+// lets younger ones pass, so an overdue prompt can come after younger ones). Both spans have
+// one entry per request and no request is in both. Chunks come back in index order.
+std::vector<PrefillChunk> PlanPrefillOverdueFirst(std::span<const int64_t> overdue,
+                                                  std::span<const int64_t> others,
+                                                  int64_t token_budget);
+
 // kTime: prompt tokens per iteration from the measured costs (below), capped by the token
 // budget. kTokens: always the token budget (the pre-time behaviour: one long prompt stalls
 // running streams for the time of that many prompt tokens).
@@ -47,6 +58,10 @@ struct PrefillSizing {
   double iteration_budget_seconds = 0;  // the least extra time prefill may take (a floor)
   double decode_step_share = 1.0;       // extra time as a share of the decode step, > 0
   int64_t token_budget = 512;           // hard cap on prompt tokens per iteration
+  // Prompt tokens the overdue prompts (waiting longer than the prefill deadline since their
+  // enqueue) can take this iteration: their remaining tokens up to where prefill may go; <= 0:
+  // none overdue.
+  int64_t overdue_tokens = 0;
 };
 
 // Prompt tokens to feed this iteration under the time policy:
@@ -55,6 +70,7 @@ struct PrefillSizing {
 //    prompt_row_seconds), so the iteration takes at most about max(that share of one decode
 //    step, the budget) longer than the decode step alone;
 //  - while a cost is unknown (no measurement yet), as many prompt tokens as decode rows;
+//  - with overdue prompts, at least overdue_tokens (the TTFT bound: they all go in now);
 // always clamped to [1, token_budget] so a waiting prompt makes progress.
 // The decode step is the whole batch's, not only the rows decoding now: sized from the few
 // streams that happen to decode while many prompts wait, prefill would crawl, those prompts

@@ -34,6 +34,8 @@ ContinuousBatchingExecutor::ContinuousBatchingExecutor(std::unique_ptr<DecodeBac
       .prefill_token_budget = options_.prefill_token_budget,
       .iteration_budget_ms = options_.iteration_budget_ms,
       .prefill_step_share = options_.prefill_step_share,
+      .prefill_deadline_ms = options_.prefill_deadline_ms,
+      .now = absl::Now(),
       .costs = &costs_,
   };
   thread_ = std::thread([this] { Loop(); });
@@ -282,7 +284,9 @@ void ContinuousBatchingExecutor::EncodeSources() {
 }
 
 void ContinuousBatchingExecutor::Step() {
+  plan_params_.now = absl::Now();
   const IterationPlan plan = PlanIteration(running_, plan_params_);
+  if (plan.overdue_widened && options_.observer != nullptr) options_.observer->OnOverduePrefill();
   if (plan.empty()) {
     Publish(0);
     return;
@@ -413,6 +417,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(std::unique_ptr<Decod
   }
   if (!(options.prefill_step_share > 0 && options.prefill_step_share <= 16)) {
     return absl::InvalidArgumentError("prefill_step_share must be in (0, 16]");
+  }
+  if (!(options.prefill_deadline_ms >= 0 && options.prefill_deadline_ms <= 1e6)) {
+    return absl::InvalidArgumentError("prefill_deadline_ms must be in [0, 1000000]");
   }
   ABCD_RETURN_IF_ERROR(ValidateSpeculativeParams(options.speculative, "speculative"));
   return std::unique_ptr<Executor>(

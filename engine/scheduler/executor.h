@@ -147,6 +147,9 @@ class ExecutorObserver {
                                  int completion_tokens, double seconds) {}
   // A speculative verify step: `drafted` tokens proposed, `accepted` of them kept.
   virtual void OnSpeculation(int drafted, int accepted) {}
+  // An iteration whose prompt tokens overdue prompts raised above the time policy's share
+  // (ExecutorOptions::prefill_deadline_ms).
+  virtual void OnOverduePrefill() {}
 };
 
 struct ExecutorOptions {
@@ -163,7 +166,13 @@ struct ExecutorOptions {
   PrefillPolicy prefill_policy = PrefillPolicy::kTime;
   double iteration_budget_ms = 0;   // kTime: the least extra time prefill may take, >= 0
   double prefill_step_share = 1.0;  // kTime: in (0, 16]
-  int max_prompt_tokens = 4096;     // longer prompts are INVALID_ARGUMENT
+  // kTime: the TTFT bound. A prompt whose request has waited longer than this since its enqueue
+  // is overdue, and each iteration then takes at least all overdue prompts' remaining tokens
+  // (the oldest first, up to prefill_token_budget), even if that makes the iteration long for
+  // the running streams (an inter-token latency spike). A lone prompt never waits this long;
+  // a wave of arrivals does. In [0, 1000000]; 0: off.
+  double prefill_deadline_ms = 1000;
+  int max_prompt_tokens = 4096;  // longer prompts are INVALID_ARGUMENT
   // Encoder-decoder: longer sources (with their eos) are INVALID_ARGUMENT. One source is encoded
   // in one backend call, so this also bounds how long one iteration can take.
   int max_source_tokens = 512;

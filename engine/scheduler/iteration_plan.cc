@@ -76,26 +76,50 @@ IterationPlan PlanIteration(std::span<const std::unique_ptr<ActiveRequest>> runn
                             const PlanParams& params) {
   IterationPlan plan;
   PlanDecodeRows(running, params.backend_samples, plan);
+  const bool deadline_on =
+      params.prefill_policy == PrefillPolicy::kTime && params.prefill_deadline_ms > 0;
+  const absl::Duration deadline = absl::Milliseconds(params.prefill_deadline_ms);
   std::vector<int64_t> remaining;
+  std::vector<int64_t> overdue;  // the overdue prompts' remaining tokens, 0 for the others
   int64_t prefilling = 0;
+  int64_t overdue_tokens = 0;
   for (const auto& r : running) {
     remaining.push_back(r->encoded && !r->done ? PrefillUntil(*r) - r->prefilled : 0);
     prefilling += remaining.back() > 0;
+    const bool late = deadline_on && remaining.back() > 0 && params.now - r->enqueued > deadline;
+    overdue.push_back(late ? remaining.back() : 0);
+    overdue_tokens += overdue.back();
   }
   int64_t prefill_tokens = params.prefill_token_budget;
   if (params.prefill_policy == PrefillPolicy::kTime) {
     const StepCostModel unmeasured;
     const StepCostModel& costs = params.costs != nullptr ? *params.costs : unmeasured;
-    prefill_tokens = PrefillTokensForIteration({
+    PrefillSizing sizing = {
         .decode_rows = plan.decode_rows,
         .decode_step_seconds = costs.DecodeStepSeconds(plan.decode_rows + prefilling),
         .prompt_row_seconds = costs.PromptRowSeconds(),
         .iteration_budget_seconds = params.iteration_budget_ms / 1000.0,
         .decode_step_share = params.prefill_step_share,
         .token_budget = params.prefill_token_budget,
-    });
+        .overdue_tokens = 0,
+    };
+    prefill_tokens = PrefillTokensForIteration(sizing);
+    if (overdue_tokens > 0) {
+      // Sized again with the overdue prompts, to tell whether they widened the iteration.
+      const int64_t share = prefill_tokens;
+      sizing.overdue_tokens = overdue_tokens;
+      prefill_tokens = PrefillTokensForIteration(sizing);
+      plan.overdue_widened = prefill_tokens > share;
+    }
   }
-  for (const PrefillChunk& chunk : PlanPrefill(remaining, prefill_tokens)) {
+  std::vector<PrefillChunk> chunks;
+  if (overdue_tokens > 0) {
+    for (size_t i = 0; i < remaining.size(); ++i) remaining[i] -= overdue[i];  // the others
+    chunks = PlanPrefillOverdueFirst(overdue, remaining, prefill_tokens);
+  } else {
+    chunks = PlanPrefill(remaining, prefill_tokens);
+  }
+  for (const PrefillChunk& chunk : chunks) {
     const ActiveRequest& r = *running[chunk.index];
     plan.chunks.push_back({static_cast<size_t>(chunk.index), r.prefilled, chunk.tokens});
     for (int64_t t = r.prefilled; t < r.prefilled + chunk.tokens; ++t) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "engine/backend/decode_backend.h"
 #include "engine/scheduler/active_request.h"
 #include "engine/scheduler/batch_planner.h"
@@ -52,6 +53,9 @@ struct IterationPlan {
   std::vector<PlannedChunk> chunks;
   std::vector<PlannedDraft> drafts;
   int64_t decode_rows = 0;  // decode rows of both kinds (the rest of `rows` are prompt rows)
+  // kTime with a prefill deadline: overdue prompts raised the prompt tokens above the time
+  // policy's share this iteration (PrefillSizing::overdue_tokens).
+  bool overdue_widened = false;
 
   bool empty() const { return rows.empty() && sampled_rows.empty(); }
   int64_t prompt_rows() const {
@@ -75,6 +79,11 @@ struct PlanParams {
   int64_t prefill_token_budget = 512;
   double iteration_budget_ms = 0;
   double prefill_step_share = 1.0;
+  // kTime: a prompt whose request was enqueued more than this long before `now` is overdue, and
+  // the iteration takes all the overdue prompts' remaining tokens (up to prefill_token_budget);
+  // 0: off. Only prompts that can be prefilled count (encoded, tokens left).
+  double prefill_deadline_ms = 0;
+  absl::Time now;                        // the current time, passed in so the plan stays pure
   const StepCostModel* costs = nullptr;  // kTime: the measured row costs; null: none measured
 };
 

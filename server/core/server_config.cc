@@ -32,6 +32,7 @@ const std::set<std::string> kValued = {"config",
                                        "prefill_policy",
                                        "iteration_budget_ms",
                                        "prefill_step_share",
+                                       "prefill_deadline_ms",
                                        "max_prompt_tokens",
                                        "max_source_tokens",
                                        "max_batch_source_tokens",
@@ -147,10 +148,11 @@ std::string ServerUsage() {
   return "usage: abcd-server [--config FILE] [--host H] [--grpc_port P] [--http_port P]\n"
          "  [--models DIR[,DIR...]] [--state_budget_mb MB] [--max_waiting_requests N]\n"
          "  [--max_running_sequences N] [--prefill_token_budget N] [--prefill_policy time|tokens]\n"
-         "  [--iteration_budget_ms MS] [--prefill_step_share F] [--max_prompt_tokens N]\n"
-         "  [--max_source_tokens N] [--max_batch_source_tokens N] [--encode_token_budget N]\n"
-         "  [--max_tokens_limit N] [--http_threads N] [--http_max_connections N]\n"
-         "  [--http_max_inflight N] [--admin_port P] [--max_inflight_body_mb MB]\n"
+         "  [--iteration_budget_ms MS] [--prefill_step_share F] [--prefill_deadline_ms MS]\n"
+         "  [--max_prompt_tokens N] [--max_source_tokens N] [--max_batch_source_tokens N]\n"
+         "  [--encode_token_budget N] [--max_tokens_limit N] [--http_threads N]\n"
+         "  [--http_max_connections N] [--http_max_inflight N] [--admin_port P]\n"
+         "  [--max_inflight_body_mb MB]\n"
          "  [--drain_grace_seconds S] [--body_timeout_seconds S]\n"
          "  [--max_connection_age_seconds S] [--max_connection_age_grace_seconds S]\n"
          "  [--keepalive_time_seconds S]\n"
@@ -204,6 +206,12 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         args.Double("prefill_step_share", c.prefill_step_share));
   if (!(c.prefill_step_share > 0 && c.prefill_step_share <= 16)) {
     return absl::InvalidArgumentError("--prefill_step_share must be in (0, 16]");
+  }
+  ABCD_ASSIGN_OR_RETURN(c.prefill_deadline_ms,
+                        args.Double("prefill_deadline_ms", c.prefill_deadline_ms));
+  if (!(c.prefill_deadline_ms >= 0 && c.prefill_deadline_ms <= 1e6)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefill_deadline_ms must be in [0, 1000000], got ", c.prefill_deadline_ms));
   }
   ABCD_ASSIGN_OR_RETURN(c.max_prompt_tokens,
                         Ranged(args, "max_prompt_tokens", c.max_prompt_tokens, 1, 1 << 20));

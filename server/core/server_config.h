@@ -27,6 +27,11 @@ struct ServerConfig {
   std::string prefill_policy = "time";
   double iteration_budget_ms = 0;
   double prefill_step_share = 1.0;  // time: prefill's extra time as a share of a decode step
+  // time: a prompt that has waited longer than this since its enqueue is overdue, and every
+  // iteration then takes at least all overdue prompts' remaining tokens (up to
+  // prefill_token_budget), whatever that does to the running streams' inter-token latency.
+  // 0: off.
+  double prefill_deadline_ms = 1000;
   int max_prompt_tokens = 4096;
   int max_source_tokens = 512;         // translation: tokens of one source text (with eos)
   int max_batch_source_tokens = 8192;  // translation: source tokens of one batch together

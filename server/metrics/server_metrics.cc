@@ -108,10 +108,15 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     if (drafted > 0) speculative_drafted->Increment(drafted);
     if (accepted > 0) speculative_accepted->Increment(accepted);
   }
+  void OnOverduePrefill() override {
+    if (prefill_overdue != nullptr) prefill_overdue->Increment();
+  }
   // This model's speculative decoding counters (labelled with its name), set by AddModel before
   // the model's engine runs.
   prometheus::Counter* speculative_drafted = nullptr;
   prometheus::Counter* speculative_accepted = nullptr;
+  // Iterations widened for overdue prompts (labelled with the model's name), set by AddModel.
+  prometheus::Counter* prefill_overdue = nullptr;
 
   struct Totals {
     int64_t running_sequences = 0;
@@ -278,6 +283,14 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                "Draft tokens speculative decoding kept (the sampler returned them), per model; "
                "over abcd_speculative_draft_tokens_total: the acceptance rate.")
            .Register(registry);
+  prefill_overdue_ =
+      &prometheus::BuildCounter()
+           .Name("abcd_prefill_overdue_iterations_total")
+           .Help(
+               "Engine iterations whose prompt tokens were raised above the time policy's share "
+               "for prompts waiting longer than --prefill_deadline_ms, per model (each may be an "
+               "inter-token latency spike for the running streams).")
+           .Register(registry);
 }
 
 ServerMetrics::~ServerMetrics() = default;
@@ -321,6 +334,7 @@ ExecutorObserver* ServerMetrics::AddModel(const std::string& model_name,
   models_.push_back(std::make_unique<ModelObserver>(instruments_));
   models_.back()->speculative_drafted = &speculative_drafted_->Add(labels);
   models_.back()->speculative_accepted = &speculative_accepted_->Add(labels);
+  models_.back()->prefill_overdue = &prefill_overdue_->Add(labels);
   ModelObserver::PrefixCacheSeries& series = models_.back()->prefix_cache;
   series.bytes = &prefix_cache_bytes_->Add(labels);
   series.entries = &prefix_cache_entries_->Add(labels);

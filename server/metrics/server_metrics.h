@@ -25,6 +25,8 @@
 //                                                   miss
 //   abcd_speculative_draft_tokens_total{model}    counter  observers: OnSpeculation (tokens
 //   abcd_speculative_accepted_tokens_total{model} counter  drafted / kept by speculative decoding)
+//   abcd_prefill_overdue_iterations_total{model}  counter  observers: OnOverduePrefill
+//                                                   (iterations widened for overdue prompts)
 //
 // Registry and exposition are prometheus-cpp's (prometheus::Registry, TextSerializer); every
 // handle is resolved at start-up. Every {kind,status} pair is registered up front, so
@@ -135,6 +137,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* prefix_cache_lookups_ = nullptr;
   prometheus::Family<prometheus::Counter>* speculative_drafted_ = nullptr;
   prometheus::Family<prometheus::Counter>* speculative_accepted_ = nullptr;
+  prometheus::Family<prometheus::Counter>* prefill_overdue_ = nullptr;
 
   mutable absl::Mutex mu_;  // AddModel/AddRenderHook vs Render; never held by an observer
   std::vector<std::unique_ptr<ModelObserver>> models_ ABSL_GUARDED_BY(mu_);

@@ -6,7 +6,10 @@
 
 #include <memory>
 #include <numeric>
+#include <utility>
 #include <vector>
+
+#include "absl/time/time.h"
 
 namespace abcd {
 namespace executor_internal {
@@ -239,6 +242,74 @@ TEST(IterationPlan, TimePolicySizesPrefillFromTheMeasuredCosts) {
   std::vector<std::unique_ptr<ActiveRequest>> alone;
   alone.push_back(Request(9, 600, 0));
   EXPECT_EQ(PlanIteration(alone, params).prompt_rows(), 512);
+}
+
+// The TTFT bound (PlanParams::prefill_deadline_ms): a prompt enqueued longer ago than the
+// deadline gets its whole remainder (up to the token budget and to a due prefix snapshot); a
+// younger one the time policy's share. Only prompts that can be prefilled count.
+TEST(IterationPlan, OverduePromptGetsItsWholeRemainderAndAYoungOneTheTimeShare) {
+  const absl::Time start = absl::FromUnixSeconds(1000);
+  std::vector<std::unique_ptr<ActiveRequest>> running;
+  for (int i = 0; i < 4; ++i) running.push_back(Decoding(i + 1, 10));
+  running.push_back(Request(8, 200, 20));  // the older prompt, 180 tokens left
+  running.back()->enqueued = start;
+  running.push_back(Request(9, 100, 0));  // a younger one
+  running.back()->enqueued = start + absl::Milliseconds(900);
+  StepCostModel costs;  // a decode row 1 ms, a prompt row 0.1 ms
+  costs.Observe(4, 0, 0.004);
+  costs.Observe(0, 10, 0.001);
+  PlanParams params;
+  params.prefill_policy = PrefillPolicy::kTime;
+  params.prefill_token_budget = 512;
+  params.prefill_deadline_ms = 1000;
+  params.costs = &costs;
+  // Neither overdue: one decode step of the 6 sequences (6 ms) buys 60 prompt tokens.
+  params.now = start + absl::Milliseconds(1000);
+  IterationPlan plan = PlanIteration(running, params);
+  EXPECT_EQ(plan.prompt_rows(), 60);
+  EXPECT_FALSE(plan.overdue_widened);
+  // The older prompt overdue: its 180 remaining tokens, the younger one nothing this time.
+  params.now = start + absl::Milliseconds(1500);
+  plan = PlanIteration(running, params);
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].request, 4u);
+  EXPECT_EQ(plan.chunks[0].start, 20);
+  EXPECT_EQ(plan.chunks[0].tokens, 180);
+  EXPECT_TRUE(plan.overdue_widened);
+  // Both overdue: both remainders, capped by the token budget.
+  params.now = start + absl::Milliseconds(2000);
+  EXPECT_EQ(PlanIteration(running, params).prompt_rows(), 280);
+  params.prefill_token_budget = 200;
+  plan = PlanIteration(running, params);
+  EXPECT_EQ(plan.prompt_rows(), 200);
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  EXPECT_EQ(plan.chunks[1].tokens, 20);  // the oldest first
+  params.prefill_token_budget = 512;
+  // Off: the share again, however long they waited.
+  params.prefill_deadline_ms = 0;
+  plan = PlanIteration(running, params);
+  EXPECT_EQ(plan.prompt_rows(), 60);
+  EXPECT_FALSE(plan.overdue_widened);
+  params.prefill_deadline_ms = 1000;
+  // Overdue tokens stop where a prefix snapshot is due, like any chunk.
+  params.now = start + absl::Milliseconds(1500);
+  running[4]->snapshot_at = 100;
+  EXPECT_EQ(PlanIteration(running, params).prompt_rows(), 80);
+  running[4]->snapshot_at = 0;
+  // A younger prompt ahead of the overdue one in `running` (admitted first while the older one
+  // waited for a prefix snapshot) does not take the overdue one's tokens.
+  std::swap(running[4], running[5]);
+  plan = PlanIteration(running, params);
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].request, 5u);
+  EXPECT_EQ(plan.chunks[0].tokens, 180);
+  std::swap(running[4], running[5]);
+  // A prompt that cannot be prefilled yet (its source still encoding) is not waiting on
+  // prefill: the younger prompt, not yet overdue, gets the share of 5 sequences.
+  running[4]->encoded = false;
+  plan = PlanIteration(running, params);
+  EXPECT_EQ(plan.prompt_rows(), 50);
+  EXPECT_FALSE(plan.overdue_widened);
 }
 
 }  // namespace

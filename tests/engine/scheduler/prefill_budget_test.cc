@@ -131,9 +131,18 @@ struct Outcome {
   GenerationEvent long_prompt_end;
 };
 
+// Counts the iterations overdue prompts widened.
+class OverdueCounter final : public ExecutorObserver {
+ public:
+  void OnOverduePrefill() override { ++widened; }
+  std::atomic<int> widened{0};
+};
+
 // Two streams decode; then a long prompt arrives. Returns the Decode calls made until the long
-// prompt finished.
-Outcome RunLongPromptBesideTwoStreams(PrefillPolicy policy) {
+// prompt finished. `deadline_ms`: ExecutorOptions::prefill_deadline_ms (0: off, so the time
+// policy alone sizes the chunks).
+Outcome RunLongPromptBesideTwoStreams(PrefillPolicy policy, double deadline_ms = 0,
+                                      ExecutorObserver* observer = nullptr) {
   Outcome outcome;
   auto model = Model::Load(kLmDir);
   auto tokenizer = Tokenizer::Load(kLmDir + "/tokenizer.model");
@@ -143,6 +152,8 @@ Outcome RunLongPromptBesideTwoStreams(PrefillPolicy policy) {
   SleepingBackend* sleeping = backend.get();
   ExecutorOptions options;
   options.prefill_policy = policy;
+  options.prefill_deadline_ms = deadline_ms;
+  options.observer = observer;
   auto executor = Executor::Create(std::move(backend), **tokenizer, options);
   EXPECT_TRUE(executor.ok()) << executor.status();
   if (!executor.ok()) return outcome;
@@ -212,6 +223,23 @@ TEST(PrefillBudget, TimePolicyAddsAboutOneDecodeStepPerIteration) {
   EXPECT_LE(worst, 3.0);
 }
 
+// The TTFT bound: once the long prompt has waited past the deadline (20 ms, a couple of
+// iterations here), the rest of it goes in one iteration beside the streams instead of some
+// ten more small chunks, and the observer hears of it.
+TEST(PrefillBudget, OverduePromptGoesInWholeBesideTheStreams) {
+  OverdueCounter counter;
+  const Outcome outcome = RunLongPromptBesideTwoStreams(PrefillPolicy::kTime, 20, &counter);
+  ASSERT_TRUE(outcome.long_prompt_end.status.ok()) << outcome.long_prompt_end.status;
+  ASSERT_GE(outcome.long_prompt_end.prompt_tokens, 100);
+  int64_t largest = 0;
+  for (const Call& call : outcome.calls) {
+    if (call.logits_rows >= 2) largest = std::max(largest, call.rows - call.logits_rows);
+  }
+  // The time policy alone feeds some 3-15 tokens an iteration here (the test above).
+  EXPECT_GE(largest, outcome.long_prompt_end.prompt_tokens / 2);
+  EXPECT_GE(counter.widened.load(), 1);
+}
+
 TEST(PrefillBudget, TokenPolicyStallsRunningStreamsForTheWholePrompt) {
   const Outcome outcome = RunLongPromptBesideTwoStreams(PrefillPolicy::kTokens);
   ASSERT_TRUE(outcome.long_prompt_end.status.ok()) << outcome.long_prompt_end.status;
@@ -235,6 +263,13 @@ TEST(PrefillBudget, BadBudgetsAreRefusedNamingTheOption) {
       Executor::Create(std::make_unique<SleepingBackend>((*model)->config()), **tokenizer, options);
   ASSERT_FALSE(executor.ok());
   EXPECT_NE(executor.status().message().find("prefill_step_share"), std::string::npos);
+  options.prefill_step_share = 1;
+  options.prefill_deadline_ms = -1;
+  executor =
+      Executor::Create(std::make_unique<SleepingBackend>((*model)->config()), **tokenizer, options);
+  ASSERT_FALSE(executor.ok());
+  EXPECT_EQ(executor.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(executor.status().message().find("prefill_deadline_ms"), std::string::npos);
 }
 
 }  // namespace

@@ -82,6 +82,63 @@ TEST(BatchPlanner, TimePolicyBeforeAnyMeasurementTakesAsManyTokensAsDecodeRows) 
   EXPECT_EQ(PrefillTokensForIteration(s), 1);  // never zero
 }
 
+// Overdue prompts are served before younger ones that precede them; what is left of the budget
+// goes to the others in order, and the chunks come back in index order.
+TEST(BatchPlanner, OverduePromptsAreServedFirst) {
+  const std::vector<int64_t> overdue = {0, 0, 80, 0, 30};
+  const std::vector<int64_t> others = {50, 0, 0, 40, 0};
+  auto chunks = PlanPrefillOverdueFirst(overdue, others, 100);  // the overdue ones only
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0].index, 2);
+  EXPECT_EQ(chunks[0].tokens, 80);
+  EXPECT_EQ(chunks[1].index, 4);
+  EXPECT_EQ(chunks[1].tokens, 20);
+  chunks = PlanPrefillOverdueFirst(overdue, others, 150);  // 40 left for the first younger one
+  ASSERT_EQ(chunks.size(), 3u);
+  EXPECT_EQ(chunks[0].index, 0);
+  EXPECT_EQ(chunks[0].tokens, 40);
+  EXPECT_EQ(chunks[1].index, 2);
+  EXPECT_EQ(chunks[2].index, 4);
+  EXPECT_EQ(chunks[2].tokens, 30);
+  chunks = PlanPrefillOverdueFirst(overdue, others, 200);  // everything
+  ASSERT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(chunks[0].tokens, 50);
+  EXPECT_EQ(chunks[2].index, 3);
+  EXPECT_EQ(chunks[2].tokens, 40);
+  // None overdue: PlanPrefill over the others, progress with a zero budget included.
+  chunks = PlanPrefillOverdueFirst(std::vector<int64_t>(5, 0), others, 0);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(chunks[0].index, 0);
+  EXPECT_EQ(chunks[0].tokens, 1);
+}
+
+// The TTFT bound: overdue prompts' remaining tokens go in whole, whatever the time share, up
+// to the token budget; fewer than the share change nothing.
+TEST(BatchPlanner, OverduePromptsRaiseTheTimeShareToTheirRemainingTokens) {
+  PrefillSizing s;
+  s.decode_rows = 8;
+  s.decode_step_seconds = 0.004;
+  s.prompt_row_seconds = 0.0001;
+  s.token_budget = 512;
+  EXPECT_EQ(PrefillTokensForIteration(s), 40);  // the time share
+  s.overdue_tokens = 129;
+  EXPECT_EQ(PrefillTokensForIteration(s), 129);
+  s.overdue_tokens = 30;  // less than the share: the share
+  EXPECT_EQ(PrefillTokensForIteration(s), 40);
+  s.overdue_tokens = 32 * 129;  // a wave: the token budget stays the hard cap
+  EXPECT_EQ(PrefillTokensForIteration(s), 512);
+  s.overdue_tokens = -3;  // none overdue
+  EXPECT_EQ(PrefillTokensForIteration(s), 40);
+  // Before any measurement the share is one token a decode row; overdue tokens still go in.
+  s.decode_step_seconds = 0;
+  s.prompt_row_seconds = 0;
+  s.overdue_tokens = 100;
+  EXPECT_EQ(PrefillTokensForIteration(s), 100);
+  // Nothing decoding: the full budget either way.
+  s.decode_rows = 0;
+  EXPECT_EQ(PrefillTokensForIteration(s), 512);
+}
+
 TEST(BatchPlanner, PrefillPolicyParsesAndNamesTheFlag) {
   EXPECT_EQ(*ParsePrefillPolicy("time", "--prefill_policy"), PrefillPolicy::kTime);
   EXPECT_EQ(*ParsePrefillPolicy("tokens", "--prefill_policy"), PrefillPolicy::kTokens);

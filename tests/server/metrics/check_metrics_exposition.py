@@ -32,6 +32,7 @@ expected = {
     'abcd_prefix_cache_evictions': 'counter',
     'abcd_prefix_cache_lookups': 'counter', 'abcd_prefix_cache_miss_tokens': 'counter',
     'abcd_speculative_draft_tokens': 'counter', 'abcd_speculative_accepted_tokens': 'counter',
+    'abcd_prefill_overdue_iterations': 'counter',
 }
 families = {}
 for family in text_string_to_metric_families(text):

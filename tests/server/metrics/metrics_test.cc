@@ -91,6 +91,7 @@ TEST(ServerMetrics, ExportsTheWholeContract) {
       {"abcd_prefix_cache_lookups_total", "counter"},
       {"abcd_speculative_draft_tokens_total", "counter"},
       {"abcd_speculative_accepted_tokens_total", "counter"},
+      {"abcd_prefill_overdue_iterations_total", "counter"},
   };
   int type_lines = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -164,6 +165,22 @@ TEST(ServerMetrics, SpeculativeTokensPerModel) {
   EXPECT_EQ(SampleValue(text, "abcd_speculative_draft_tokens_total{model=\"abc-lm\"}"), "6");
   EXPECT_EQ(SampleValue(text, "abcd_speculative_accepted_tokens_total{model=\"abc-lm\"}"), "3");
   EXPECT_EQ(SampleValue(text, "abcd_speculative_draft_tokens_total{model=\"abc-lm-untrained\"}"),
+            "0");
+}
+
+// Iterations widened for overdue prompts (--prefill_deadline_ms): one per OnOverduePrefill, per
+// model.
+TEST(ServerMetrics, PrefillOverdueIterationsPerModel) {
+  ServerMetrics metrics;
+  ExecutorObserver* lm = metrics.AddModel("abc-lm", 4096);
+  metrics.AddModel("abc-lm-untrained", 1024);
+  const std::string series = "abcd_prefill_overdue_iterations_total{model=\"abc-lm\"}";
+  EXPECT_EQ(SampleValue(metrics.Render(), series), "0");
+  lm->OnOverduePrefill();
+  lm->OnOverduePrefill();
+  const std::string text = metrics.Render();
+  EXPECT_EQ(SampleValue(text, series), "2");
+  EXPECT_EQ(SampleValue(text, "abcd_prefill_overdue_iterations_total{model=\"abc-lm-untrained\"}"),
             "0");
 }
 
