@@ -608,7 +608,15 @@ absl::Status ApplyTokenizerConfig(absl::string_view text, ModelConfig& c) {
     return absl::InvalidArgumentError("tokenizer_config.json is not a JSON object");
   }
   const HfFields f(root, "tokenizer_config.json");
-  ABCD_ASSIGN_OR_RETURN(c.add_bos, f.Bool("add_bos_token", true));
+  // An add_bos_token the file has decides, as transformers rebuilds the post-processor from it
+  // (LlamaTokenizerFast; transformers 5 for every tokenizer.json): true adds bos, false none,
+  // and so does null (falsy there), where elsewhere null counts as absent. Without one: true,
+  // unless a tokenizer.json's post-processor says otherwise (LoadModelDirectoryConfig).
+  if (const auto it = root.find("add_bos_token"); it != root.end() && it->is_null()) {
+    c.add_bos = false;
+  } else {
+    ABCD_ASSIGN_OR_RETURN(c.add_bos, f.Bool("add_bos_token", true));
+  }
   ABCD_ASSIGN_OR_RETURN(const bool add_eos, f.Bool("add_eos_token", false));
   if (add_eos) return f.Error("add_eos_token", "true is not supported for generation");
   return absl::OkStatus();

@@ -85,7 +85,8 @@ absl::StatusOr<ModelConfig> LoadModelDirectoryConfig(const std::string& dir) {
   if (!config.ok()) {
     return absl::Status(config.status().code(), absl::StrCat(dir, "/", config.status().message()));
   }
-  // No add_bos_token: a tokenizer.json's post-processor says (engine/tokenizer/hf_tokenizer.h).
+  // No add_bos_token in tokenizer_config.json: a tokenizer.json's post-processor says
+  // (engine/tokenizer/hf_tokenizer.h); one there, even null, wins over it (ParseHfConfig).
   if (std::optional<bool> adds = hf::TemplateAddsBos(dir); adds.has_value()) {
     config->add_bos = *adds;
   }

@@ -68,7 +68,9 @@ class HfTokenizer {
 // not say (no add_bos_token) and a tokenizer.json is there: its post-processor decides, as it
 // does for transformers' fast tokenizers (Llama 3's TemplateProcessing puts <|begin_of_text|>
 // first; Qwen2's ByteLevel puts nothing). nullopt where tokenizer_config.json has
-// add_bos_token, or there is no tokenizer.json, or its post-processor does not parse.
+// add_bos_token, whatever its value (null included: transformers rebuilds the post-processor
+// from any add_bos_token it is given, so the field wins), or there is no tokenizer.json, or its
+// post-processor does not parse.
 std::optional<bool> TemplateAddsBos(const std::string& dir);
 
 }  // namespace abcd::hf

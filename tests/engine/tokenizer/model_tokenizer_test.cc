@@ -115,6 +115,29 @@ TEST(ModelTokenizer, TokenizerJsonPostProcessorDecidesAddBos) {
   EXPECT_TRUE(add_bos());  // tokenizer_config.json says
 }
 
+// An add_bos_token in tokenizer_config.json wins over the tokenizer.json post-processor, as
+// transformers rebuilds the post-processor from it (LlamaTokenizerFast, transformers 5): false
+// drops Llama 3's TemplateProcessing bos, and so does null (falsy there); true adds one to
+// Qwen2's ByteLevel. Without the field the post-processor decides.
+TEST(ModelTokenizer, AddBosTokenInTokenizerConfigWinsOverThePostProcessor) {
+  ModelDir d;
+  d.Copy(std::string(ABCD_FIXTURE_DIR) + "/golden/hf_llama/config.json", "config.json");
+  const auto add_bos = [&](const std::string& fixture, const std::string& tokenizer_config) {
+    d.Copy(kFixtures + fixture + ".tokenizer.json", "tokenizer.json");
+    std::ofstream(fs::path(d.dir()) / "tokenizer_config.json") << tokenizer_config;
+    absl::StatusOr<ModelConfig> config = LoadModelDirectoryConfig(d.dir());
+    EXPECT_TRUE(config.ok()) << config.status();
+    return config.ok() ? std::string(config->add_bos ? "bos" : "none") : "error";
+  };
+  EXPECT_EQ(add_bos("llama3", R"({"add_bos_token": false})"), "none");
+  EXPECT_EQ(add_bos("llama3", R"({"add_bos_token": null})"), "none");
+  EXPECT_EQ(add_bos("llama2", R"({"add_bos_token": false, "add_eos_token": false})"), "none");
+  EXPECT_EQ(add_bos("qwen2", R"({"add_bos_token": null, "bos_token": null})"), "none");
+  EXPECT_EQ(add_bos("qwen2", R"({"add_bos_token": true})"), "bos");
+  EXPECT_EQ(add_bos("llama3", R"({"bos_token": "<|begin_of_text|>"})"), "bos");  // the template's
+  EXPECT_EQ(add_bos("qwen2", R"({"bos_token": null})"), "none");                 // the template's
+}
+
 // The bos a prompt starts with is the tokenizer's, as in transformers: tokenizer_config.json's
 // bos_token as tokenizer.json's added tokens number it; else config.json's bos_token_id. Never
 // generation_config.json's (transformers reads it only to start generate() without input ids).
