@@ -14,9 +14,12 @@
 //
 // eval: perplexity of a decoder-only model on FILE, chunked exactly like
 // `models/evaluate.py lm` (see its docstring): every line (without its newline) is encoded and
-// prefixed with bos, the lines are concatenated, the stream is cut into non-overlapping chunks of
-// N tokens (default 128; a last chunk of one token is dropped), each chunk is scored from an empty
-// state, and every token of a chunk but the first is predicted. ppl = exp(mean NLL), in double.
+// prefixed with bos where the model's tokenizer adds one (PrefilledIds, the server's rule: the
+// ids /tokenize gives for the line; abcd's own models always do, a Hugging Face model as its
+// add_bos_token or tokenizer.json says; an empty line of a model without bos adds nothing), the
+// lines are concatenated, the stream is cut into non-overlapping chunks of N tokens (default 128;
+// a last chunk of one token is dropped), each chunk is scored from an empty state, and every
+// token of a chunk but the first is predicted. ppl = exp(mean NLL), in double.
 //
 // tokenize: the ids abcd-server's /tokenize gives (the same LoadModelTokenizer and
 // PrefilledIds; only config.json and the tokenizer are read, no weights). With special tokens
@@ -36,6 +39,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -326,8 +330,9 @@ absl::Status RunEval(const Arguments& args) {
   if (!lines.empty() && lines.back().empty()) lines.pop_back();  // the final newline
   std::vector<int32_t> stream;
   for (const std::string& line : lines) {
-    stream.push_back(config.bos_id);
     ABCD_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(line));
+    // (PrefilledIds gives an empty prompt a bos to decode from; the stream needs none.)
+    if (!ids.empty() || config.add_bos) ids = PrefilledIds(config, std::move(ids));
     stream.insert(stream.end(), ids.begin(), ids.end());
   }
   const int64_t total = static_cast<int64_t>(stream.size());

@@ -4,7 +4,8 @@
 // field or tensor, never a crash: a truncated shard, a missing tensor, a wrong shape,
 // unsupported config fields, an index naming a missing file, pytorch_model.bin only, a
 // tokenizer.json this engine cannot read (a Unigram model) and a tokenizer larger than
-// vocab_size; a tokenizer.json it can read serves.
+// vocab_size; a tokenizer.json it can read serves, and eval puts bos before a line where that
+// model's tokenizer adds one.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -258,10 +259,9 @@ TEST(HfCli, PytorchBinOnlyIsRefused) {
   ExpectOneLineError(RunCli("info --model " + f.dir()), {f.dir(), "pytorch_model.bin"});
 }
 
-// A tokenizer.json alone (a small SentencePiece-style BPE, fewer pieces than vocab_size)
-// serves: info names it, generate tokenizes the prompt and decodes with it.
-TEST(HfCli, TokenizerJsonAloneServes) {
-  const DamagedFixture f("hf_llama");
+// A small SentencePiece-style BPE tokenizer.json: <unk> <s> </s>, the metaspace, "▁h" and
+// the letters (31 pieces, fewer than hf_llama's vocab_size), no post-processor.
+json HfCliSmallTokenizer() {
   json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}, {"\u2581", 3}, {"\u2581h", 4}};
   for (char c = 'a'; c <= 'z'; ++c) vocab[std::string(1, c)] = static_cast<int>(vocab.size());
   json added = json::array();
@@ -281,7 +281,14 @@ TEST(HfCli, TokenizerJsonAloneServes) {
       {"model",
        {{"type", "BPE"}, {"unk_token", "<unk>"}, {"vocab", vocab}, {"merges", {"\u2581 h"}}}},
       {"decoder", {{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}}}};
-  WriteFile(f.file("tokenizer.json"), tokenizer.dump());
+  return tokenizer;
+}
+
+// A tokenizer.json alone (a small SentencePiece-style BPE, fewer pieces than vocab_size)
+// serves: info names it, generate tokenizes the prompt and decodes with it.
+TEST(HfCli, TokenizerJsonAloneServes) {
+  const DamagedFixture f("hf_llama");
+  WriteFile(f.file("tokenizer.json"), HfCliSmallTokenizer().dump());
   const CliResult info = RunCli("info --model " + f.dir());
   ASSERT_EQ(info.exit_code, 0) << info.output;
   EXPECT_NE(
@@ -291,6 +298,39 @@ TEST(HfCli, TokenizerJsonAloneServes) {
   const CliResult generated =
       RunCli("generate --prompt \"hi there\" --max-tokens 3 --model " + f.dir());
   EXPECT_EQ(generated.exit_code, 0) << generated.output;
+}
+
+// eval scores each line with bos first only where the model's tokenizer adds one, the ids
+// /tokenize gives for it (`tokenize --lines`): tokenizer_config.json's add_bos_token true, then
+// false, over the same three lines in one chunk.
+TEST(HfCli, EvalPutsBosWhereTheTokenizerAddsOne) {
+  const DamagedFixture f("hf_llama");
+  WriteFile(f.file("tokenizer.json"), HfCliSmallTokenizer().dump());
+  const std::string text = f.file("lines.txt").string();
+  WriteFile(text, "hi there\nthe cat\nhello world");
+  for (const bool add_bos : {true, false}) {
+    SCOPED_TRACE(add_bos ? "add_bos_token true" : "add_bos_token false");
+    WriteFile(f.file("tokenizer_config.json"), json{{"add_bos_token", add_bos}}.dump());
+    const CliResult lines =
+        RunCli("tokenize --lines --json --model " + f.dir() + " --text-file " + text);
+    ASSERT_EQ(lines.exit_code, 0) << lines.output;
+    size_t ids = 0;
+    int bos_first = 0;
+    for (absl::string_view line : absl::StrSplit(lines.output, '\n', absl::SkipEmpty())) {
+      const json line_ids = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      ASSERT_TRUE(line_ids.is_array() && !line_ids.empty()) << lines.output;
+      ids += line_ids.size();
+      if (line_ids[0] == 1) ++bos_first;  // config.json's bos_token_id
+    }
+    EXPECT_EQ(bos_first, add_bos ? 3 : 0) << lines.output;
+    const CliResult eval =
+        RunCli("eval --json --chunk 1000 --model " + f.dir() + " --text " + text);
+    ASSERT_EQ(eval.exit_code, 0) << eval.output;
+    const json result = json::parse(eval.output, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(result.is_object()) << eval.output;
+    EXPECT_EQ(result["chunks"], 1);
+    EXPECT_EQ(result["predicted_tokens"], ids - 1);  // all of the one chunk's tokens but its first
+  }
 }
 
 // The tokenizer: a tokenizer.json alone whose model is not BPE is refused (naming the file and
