@@ -125,6 +125,68 @@ ABCD_INLINE void Dot4(const float* q, const T* k0, int64_t stride, int head_dim,
   }
 }
 
+// Sixteen floats as one value (one AVX-512 register in the x86-64-v4 clone, two AVX or four SSE
+// registers in the others): the same per-lane arithmetic as Float8's in half the instructions
+// where the CPU has AVX-512 (DotHeads, AccumulateWideColumns).
+using F32x16 = float __attribute__((vector_size(64)));
+using U32x16 = uint32_t __attribute__((vector_size(64)));
+
+// sums[j] = q_j . key for the G (2 or 4) query heads q_j = q + j * head_dim of one key head,
+// each the same bits as Dot on that head: Dot's two vectors of partial sums are the low and high
+// halves of one sixteen-lane sum here (the same products added in the same order), then added and
+// summed across lanes as Dot does; the key's columns are loaded and widened once for all G heads.
+template <typename T, bool kPairs, int G>
+ABCD_INLINE void DotHeads(const float* q, const T* key, int head_dim, float* sums) {
+  static_assert(G == 2 || G == 4);
+  F32x16 acc[G] = {};
+  int c = 0;
+  for (; c + 16 <= head_dim; c += 16) {
+    Float8 x0, x1;
+    if constexpr (kPairs) {
+      LoadPairs(key + c, x0, x1);
+    } else {
+      Load8(key + c, x0);
+      Load8(key + c + 8, x1);
+    }
+    const F32x16 x =
+        __builtin_shufflevector(x0, x1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#pragma GCC unroll 4
+    for (int j = 0; j < G; ++j) {
+      F32x16 qv;
+      std::memcpy(&qv, q + j * head_dim + c, sizeof(qv));
+      acc[j] += qv * x;
+    }
+  }
+  Float8 a[G], b[G];
+#pragma GCC unroll 4
+  for (int j = 0; j < G; ++j) {
+    a[j] = __builtin_shufflevector(acc[j], acc[j], 0, 1, 2, 3, 4, 5, 6, 7);
+    b[j] = __builtin_shufflevector(acc[j], acc[j], 8, 9, 10, 11, 12, 13, 14, 15);
+  }
+  if constexpr (!kPairs) {
+    for (; c + 8 <= head_dim; c += 8) {
+      Float8 x;
+      Load8(key + c, x);
+#pragma GCC unroll 4
+      for (int j = 0; j < G; ++j) {
+        Float8 qc;
+        Load8(q + j * head_dim + c, qc);
+        a[j] += qc * x;
+      }
+    }
+  }
+  if constexpr (G == 4) {
+    Sum4x8(a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], sums);
+  } else {
+    sums[0] = Sum8(a[0] + b[0]);
+    sums[1] = Sum8(a[1] + b[1]);
+  }
+  for (; c < head_dim; ++c) {
+    const float k = Load(key, c);
+    for (int j = 0; j < G; ++j) sums[j] = std::fma(q[j * head_dim + c], k, sums[j]);
+  }
+}
+
 // scores[h * n + i] = q_h . keys[i] (head h's key columns) for `n` rows `stride` apart and
 // every query head h of `kv_heads` x `group` (q_h at q + h * head_dim). The rows are walked in
 // order, every head of a row before the next row, so memory is read front to back (reading one
@@ -148,13 +210,30 @@ ABCD_INLINE void ScoreRowsIn(const float* q, int kv_heads, int group, const T* k
       Dot4<T, kPairs>(q, keys + i * stride, stride, head_dim, scores + i);
     }
   }
+  // GQA: the query heads of a key head read its columns in fours or twos (DotHeads), the same
+  // bits as one at a time.
+  const int shared = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   for (; i < n; ++i) {
     const T* row = keys + i * stride;
     if (i + kPrefetchRows < ahead_rows) Prefetch(row + kPrefetchRows * stride, width);
     Prefetch(values + i * stride, width);
-    for (int h = 0; h < heads; ++h) {
-      scores[int64_t{h} * n + i] =
-          Dot<T, kPairs>(q + int64_t{h} * head_dim, row + int64_t{h / group} * head_dim, head_dim);
+    if (shared == 1) {
+      for (int h = 0; h < heads; ++h) {
+        scores[int64_t{h} * n + i] = Dot<T, kPairs>(q + int64_t{h} * head_dim,
+                                                    row + int64_t{h / group} * head_dim, head_dim);
+      }
+      continue;
+    }
+    for (int h = 0; h < heads; h += shared) {
+      float sums[4];
+      const float* qh = q + int64_t{h} * head_dim;
+      const T* key = row + int64_t{h / group} * head_dim;
+      if (shared == 4) {
+        DotHeads<T, kPairs, 4>(qh, key, head_dim, sums);
+      } else {
+        DotHeads<T, kPairs, 2>(qh, key, head_dim, sums);
+      }
+      for (int j = 0; j < shared; ++j) scores[int64_t{h + j} * n + i] = sums[j];
     }
   }
 }
@@ -211,6 +290,73 @@ ABCD_INLINE void AccumulateColumns(const float* weights, const T* values, int64_
   for (int v = 0; v < V; ++v) Store8(acc[v], out + c0 + 8 * v);
 }
 
+// AccumulateColumns over 32-column chunks with sixteen lanes a vector: columns [c0, c0 + 32 NC)
+// of out = out * rescale + sum_i weights[i] values[i][..], each column's value the same bits as
+// AccumulateColumns gives (the same multiply and add per column and row, in row order). kPairs:
+// the rows and out in pair order; a 64-byte load of a row holds two 16-column pair blocks, its
+// low halves the even columns of both and its high halves the odd ones, so the output is held
+// in that lane order (evens of both blocks, odds of both) and put back in pair order at the end.
+template <int NC, bool kPairs, typename T>
+ABCD_INLINE void AccumulateWideColumns(const float* weights, const T* values, int64_t count,
+                                       int64_t stride, int c0, float rescale, float* out) {
+  F32x16 acc[2 * NC];
+#pragma GCC unroll 8
+  for (int k = 0; k < NC; ++k) {
+    F32x16 first, second;  // out[c0 + 32k ..+16), out[c0 + 32k + 16 ..+16)
+    std::memcpy(&first, out + c0 + 32 * k, sizeof(first));
+    std::memcpy(&second, out + c0 + 32 * k + 16, sizeof(second));
+    if constexpr (kPairs) {
+      acc[2 * k] = __builtin_shufflevector(first, second, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19,
+                                           20, 21, 22, 23);
+      acc[2 * k + 1] = __builtin_shufflevector(first, second, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25,
+                                               26, 27, 28, 29, 30, 31);
+    } else {
+      acc[2 * k] = first;
+      acc[2 * k + 1] = second;
+    }
+    acc[2 * k] *= rescale;
+    acc[2 * k + 1] *= rescale;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const float w = weights[i];
+    const T* row = values + i * stride + c0;
+#pragma GCC unroll 8
+    for (int k = 0; k < NC; ++k) {
+      if constexpr (kPairs) {
+        U32x16 bits;
+        std::memcpy(&bits, row + 32 * k, sizeof(bits));
+        const U32x16 lo = bits << 16;
+        const U32x16 hi = bits & 0xFFFF0000u;
+        F32x16 even, odd;
+        std::memcpy(&even, &lo, sizeof(even));
+        std::memcpy(&odd, &hi, sizeof(odd));
+        acc[2 * k] += w * even;
+        acc[2 * k + 1] += w * odd;
+      } else {
+        Float8 x[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) Load8(row + 32 * k + 8 * v, x[v]);
+        acc[2 * k] += w * __builtin_shufflevector(x[0], x[1], 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                  12, 13, 14, 15);
+        acc[2 * k + 1] += w * __builtin_shufflevector(x[2], x[3], 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                      11, 12, 13, 14, 15);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < NC; ++k) {
+    F32x16 first = acc[2 * k], second = acc[2 * k + 1];
+    if constexpr (kPairs) {
+      first = __builtin_shufflevector(acc[2 * k], acc[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17,
+                                      18, 19, 20, 21, 22, 23);
+      second = __builtin_shufflevector(acc[2 * k], acc[2 * k + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24,
+                                       25, 26, 27, 28, 29, 30, 31);
+    }
+    std::memcpy(out + c0 + 32 * k, &first, sizeof(first));
+    std::memcpy(out + c0 + 32 * k + 16, &second, sizeof(second));
+  }
+}
+
 // out = out * rescale + sum_i weights[i] values[i] over `count` rows `stride` apart (kPairs:
 // rows and out in pair order, head_dim % 16 == 0).
 template <typename T, bool kPairs>
@@ -218,10 +364,10 @@ ABCD_INLINE void AccumulateIn(const float* weights, const T* values, int64_t cou
                               int head_dim, float rescale, float* out) {
   int c = 0;
   for (; c + 64 <= head_dim; c += 64) {
-    AccumulateColumns<8, kPairs>(weights, values, count, stride, c, rescale, out);
+    AccumulateWideColumns<2, kPairs>(weights, values, count, stride, c, rescale, out);
   }
   for (; c + 32 <= head_dim; c += 32) {
-    AccumulateColumns<4, kPairs>(weights, values, count, stride, c, rescale, out);
+    AccumulateWideColumns<1, kPairs>(weights, values, count, stride, c, rescale, out);
   }
   if constexpr (kPairs) {
     for (; c + 16 <= head_dim; c += 16) {

@@ -75,7 +75,8 @@ void SoftmaxState::ReadHead(int g, const float* q, const StateRef& state, float*
 namespace {
 
 // One task of SoftmaxState::Scan: a whole run of one head (ScanHead; end == 0), or rows
-// [begin, end) of a decode row's cache for every head, its partial reads at `slot`.
+// [begin, end) of a decode row's cache for every head, its partial reads at `slot` (-1: the
+// piece is the row's whole read, merged into the output by the task itself).
 struct ReadTask {
   int64_t run = 0;
   int head = 0;
@@ -108,7 +109,7 @@ void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
     return;
   }
   // Decode rows read every head in one walk over their cache, in pieces of kPieceRows rows
-  // (tasks for the pool's threads, merged after).
+  // (tasks for the pool's threads, merged after; a read of one piece is merged by its task).
   std::vector<ReadTask> tasks;
   int64_t slots = 0;
   for (size_t i = 0; i < args.runs.size(); ++i) {
@@ -123,12 +124,17 @@ void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
       UpdateHead(h, args.KeyValueOf(run.first), args.states[static_cast<size_t>(run.first)]);
     }
     const int64_t count = rows_read(run);
+    if (count > 0 && count <= kPieceRows) {
+      tasks.push_back({index, 0, 0, count, -1});
+      continue;
+    }
     for (int64_t begin = 0; begin < count; begin += kPieceRows) {
       tasks.push_back({index, 0, begin, std::min(count, begin + kPieceRows), slots++});
     }
   }
+  const int64_t width = int64_t{q_heads_} * head_dim_;
   std::vector<SoftmaxPartial> partials(static_cast<size_t>(slots * q_heads_));
-  std::vector<float> outs(static_cast<size_t>(slots * q_heads_ * head_dim_));
+  std::vector<float> outs(static_cast<size_t>(slots * width));
   ctx.pool().ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t t) {
     const ReadTask& task = tasks[static_cast<size_t>(t)];
     const RowRun& run = args.runs[static_cast<size_t>(task.run)];
@@ -137,16 +143,28 @@ void SoftmaxState::Scan(CpuContext& ctx, const ScanArgs& args) const {
       return;
     }
     const StateRef& state = args.states[static_cast<size_t>(run.first)];
-    ReadPartial(args.rows + run.first * args.width, *state.kv, task.begin, task.end,
-                partials.data() + task.slot * q_heads_,
-                outs.data() + task.slot * q_heads_ * head_dim_);
+    const float* q = args.rows + run.first * args.width;
+    if (task.slot >= 0) {
+      ReadPartial(q, *state.kv, task.begin, task.end, partials.data() + task.slot * q_heads_,
+                  outs.data() + task.slot * width);
+      return;
+    }
+    // The whole read in one piece: merged here, as the loop below merges a row's pieces.
+    absl::InlinedVector<SoftmaxPartial, 64> piece_partials(static_cast<size_t>(q_heads_));
+    absl::InlinedVector<float, 4096> piece_out(static_cast<size_t>(width));
+    ReadPartial(q, *state.kv, task.begin, task.end, piece_partials.data(), piece_out.data());
+    float* out = args.out + run.first * args.out_width;
+    for (int j = 0; j < q_heads_; ++j) {
+      SoftmaxMerge(piece_partials.data() + j, q_heads_, piece_out.data() + int64_t{j} * head_dim_,
+                   width, 1, head_dim_, out + int64_t{j} * head_dim_);
+    }
   });
-  // Merge each decode row's pieces (consecutive tasks and slots), normalising its read.
-  const int64_t width = int64_t{q_heads_} * head_dim_;
+  // Merge the pieces of each decode row read in several (consecutive tasks and slots),
+  // normalising its read.
   for (size_t t = 0; t < tasks.size();) {
     const ReadTask& first = tasks[t];
     size_t end = t + 1;
-    if (first.end == 0) {
+    if (first.end == 0 || first.slot < 0) {
       t = end;
       continue;
     }

@@ -230,12 +230,12 @@ void Model::FeedForward(CpuContext& ctx, const Block& block, const float* x_norm
 }
 
 void Model::Normalize(const float* x, int64_t rows, const std::vector<float>& weight,
-                      const std::vector<float>& bias, float* y) const {
+                      const std::vector<float>& bias, float* y, ThreadPool* pool) const {
   const int64_t d = config_.d_model;
   if (config_.norm_kind == NormKind::kRmsNorm) {
-    cpu::RmsNorm(x, rows, d, weight.data(), config_.layer_norm_eps, y);
+    cpu::RmsNorm(x, rows, d, weight.data(), config_.layer_norm_eps, y, pool);
   } else {
-    cpu::LayerNorm(x, rows, d, weight.data(), bias.data(), config_.layer_norm_eps, y);
+    cpu::LayerNorm(x, rows, d, weight.data(), bias.data(), config_.layer_norm_eps, y, pool);
   }
 }
 
@@ -356,19 +356,22 @@ class Model::CpuPass final : public DecoderOps {
       const auto& [weight, bias] = which == BlockNorm::kAttention
                                        ? std::tie(block.ln1_weight, block.ln1_bias)
                                        : std::tie(block.ln2_weight, block.ln2_bias);
-      cpu::LayerNorm(Buffer(from), n_, d_, weight.data(), bias.data(), eps, Buffer(to));
+      cpu::LayerNorm(Buffer(from), n_, d_, weight.data(), bias.data(), eps, Buffer(to),
+                     &ctx_.pool());
       return absl::OkStatus();
     }
     switch (which) {
       case BlockNorm::kAttention:
-        model_.Normalize(Buffer(from), n_, block.ln1_weight, block.ln1_bias, Buffer(to));
+        model_.Normalize(Buffer(from), n_, block.ln1_weight, block.ln1_bias, Buffer(to),
+                         &ctx_.pool());
         break;
       case BlockNorm::kCross:  // abcd's encoder-decoder models: LayerNorm
         cpu::LayerNorm(Buffer(from), n_, d_, block.ln_cross_weight.data(),
-                       block.ln_cross_bias.data(), eps, Buffer(to));
+                       block.ln_cross_bias.data(), eps, Buffer(to), &ctx_.pool());
         break;
       case BlockNorm::kFeedForward:
-        model_.Normalize(Buffer(from), n_, block.ln2_weight, block.ln2_bias, Buffer(to));
+        model_.Normalize(Buffer(from), n_, block.ln2_weight, block.ln2_bias, Buffer(to),
+                         &ctx_.pool());
         break;
     }
     return absl::OkStatus();
@@ -378,7 +381,7 @@ class Model::CpuPass final : public DecoderOps {
     const size_t l = static_cast<size_t>(layer);
     model_.decoder_->blocks[l].self_attention->ForwardCausal(
         ctx_, Buffer(from), n_, Bind(model_.layout_.self[l], /*self=*/true), delta_);
-    cpu::AddInPlace(Buffer(into), delta_, n_ * d_);
+    cpu::AddInPlace(Buffer(into), delta_, n_ * d_, &ctx_.pool());
     return absl::OkStatus();
   }
 
@@ -386,14 +389,14 @@ class Model::CpuPass final : public DecoderOps {
     const size_t l = static_cast<size_t>(layer);
     model_.decoder_->blocks[l].cross_attention->ForwardCross(
         ctx_, Buffer(from), n_, Bind(model_.layout_.cross[l], /*self=*/false), delta_);
-    cpu::AddInPlace(Buffer(into), delta_, n_ * d_);
+    cpu::AddInPlace(Buffer(into), delta_, n_ * d_, &ctx_.pool());
     return absl::OkStatus();
   }
 
   absl::Status FeedForward(int layer, DecoderBuffer from, DecoderBuffer into) override {
     model_.FeedForward(ctx_, model_.decoder_->blocks[static_cast<size_t>(layer)], Buffer(from), n_,
                        delta_);
-    cpu::AddInPlace(Buffer(into), delta_, n_ * d_);
+    cpu::AddInPlace(Buffer(into), delta_, n_ * d_, &ctx_.pool());
     return absl::OkStatus();
   }
 
@@ -418,7 +421,7 @@ class Model::CpuPass final : public DecoderOps {
     const float* final_rows = selected;  // post-LN: the last block's ln2 is the output
     if (final_norm_) {
       model_.Normalize(selected, wanted, model_.decoder_->ln_f_weight, model_.decoder_->ln_f_bias,
-                       normed_);
+                       normed_, &ctx_.pool());
       final_rows = normed_;
     }
     const size_t offset = logits_->size();

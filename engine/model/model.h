@@ -115,9 +115,10 @@ class Model {
   // names, legacy fla layouts included.
   absl::Status LoadHf(class WeightLoader& weights);
   absl::Status LoadHfBlock(int layer, class WeightLoader& weights, Block& block);
-  // The block norm of the config (LayerNorm with bias, or RMSNorm) over `rows` rows of d.
+  // The block norm of the config (LayerNorm with bias, or RMSNorm) over `rows` rows of d, the
+  // rows split across `pool`'s threads (may be null).
   void Normalize(const float* x, int64_t rows, const std::vector<float>& weight,
-                 const std::vector<float>& bias, float* y) const;
+                 const std::vector<float>& bias, float* y, ThreadPool* pool = nullptr) const;
   void BuildLayout();
   const PackedMatrix& head() const { return config_.tie_embeddings ? embedding_ : lm_head_; }
   void Embed(int32_t token, int64_t position, float* row) const;

@@ -11,12 +11,15 @@
 namespace abcd::cpu {
 
 // y[r] = (x[r] - mean) / sqrt(var + eps) * gamma + beta for each of `rows` rows of width d.
+// With a `pool` (may be null), a batch of rows is split across its threads (each row's values
+// are the same bits whatever the split).
 void LayerNorm(const float* x, int64_t rows, int64_t d, const float* gamma, const float* beta,
-               float eps, float* y);
+               float eps, float* y, ThreadPool* pool = nullptr);
 
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * gamma (RMSNorm, statistics in double), `rows` rows of
-// width d; x and y may be the same buffer.
-void RmsNorm(const float* x, int64_t rows, int64_t d, const float* gamma, float eps, float* y);
+// width d; x and y may be the same buffer. Rows split across `pool` as LayerNorm's.
+void RmsNorm(const float* x, int64_t rows, int64_t d, const float* gamma, float eps, float* y,
+             ThreadPool* pool = nullptr);
 
 // SwiGLU: out[r][i] = silu(gate_up[r][i]) * gate_up[r][ff + i] for `rows` rows of [gate; up]
 // (2 ff wide) into rows of ff, split across `pool`'s threads (may be null).
@@ -37,8 +40,8 @@ void RotateHalf(float* x, int heads, int half, const float* cos_sin);
 // `pool`'s threads when there is enough of it (pool may be null).
 void Activate(Activation activation, float* x, int64_t n, ThreadPool* pool = nullptr);
 
-// y += x over n values.
-void AddInPlace(float* y, const float* x, int64_t n);
+// y += x over n values, split across `pool`'s threads (may be null) when there are many.
+void AddInPlace(float* y, const float* x, int64_t n, ThreadPool* pool = nullptr);
 
 // Adds the sinusoidal encoding of `position` to row (width d, even): pe[2i] = sin(p /
 // 10000^(2i/d)), pe[2i+1] = cos(...). Computed in double, so any position is exact to fp32

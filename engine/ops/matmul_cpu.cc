@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -225,6 +226,34 @@ kernels::Format ToKernelFormat(WeightFormat format) {
   return kernels::Format::kF32;
 }
 
+// A step's activation rows prepared for the kernels (quantised or rounded) per pool task: at
+// least this many values a task, so that a few rows stay on the caller.
+constexpr int64_t kLinearPrepareMinValues = 16384;
+
+// prepare(first, count) over rows [0, rows) of `in` values, split across `pool` where there are
+// enough of them. Each row is prepared alone: the same bits whatever the split.
+template <typename Prepare>
+void PrepareLinearRows(int64_t rows, int64_t in, ThreadPool* pool, const Prepare& prepare) {
+  if (pool == nullptr || pool->size() == 1 || rows < 2 || rows * in < 2 * kLinearPrepareMinValues) {
+    prepare(int64_t{0}, rows);
+    return;
+  }
+  const int64_t tasks = std::min<int64_t>(rows, 2 * int64_t{pool->size()});
+  pool->ParallelFor(tasks, [&](int64_t t) {
+    const int64_t first = rows * t / tasks, last = rows * (t + 1) / tasks;
+    prepare(first, last - first);
+  });
+}
+
+// The prepared rows (and their scales), kept on the calling thread from call to call (grown to
+// the largest call, never shrunk), so a decode step's products allocate and fault in nothing.
+template <typename T>
+T* LinearStaging(int64_t count) {
+  thread_local std::vector<T> buffer;
+  if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(static_cast<size_t>(count));
+  return buffer.data();
+}
+
 }  // namespace
 
 const char* LinearKernelName() { return Chosen().name; }
@@ -248,47 +277,45 @@ void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bi
   args.in = w.in();
   args.panels = w.panel(0);
   args.panel_bytes = w.panel_stride();
-  // int8: the activations as int16 rows, quantised once here for every thread's panels.
-  std::unique_ptr<int16_t[]> x_int16;
-  std::unique_ptr<float[]> x_scales;
-  // W8A8: 8-bit activation rows instead.
-  std::unique_ptr<uint8_t[]> x_u8;
+  // int8: the activations as int16 rows, quantised once here for every thread's panels (W8A8:
+  // 8-bit rows instead); bf16 products: rounded to bf16 once. Rows split across the pool.
   const bool w8a8 =
       products == LinearProducts::kInt8 && w.format() == WeightFormat::kInt8 && W8A8Supported();
+  const int64_t in = w.in();
   if (w8a8) {
     args.scales = w.scales();
-    args.x_u8_stride = kernels::QuadStride(w.in());
-    x_u8 = std::make_unique_for_overwrite<uint8_t[]>(static_cast<size_t>(rows * args.x_u8_stride));
-    x_scales = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(rows));
-    kernels::QuantizeRowsU8(x, rows, w.in(), x_u8.get(), x_scales.get());
-    args.x_u8 = x_u8.get();
-    args.x_scales = x_scales.get();
+    args.x_u8_stride = kernels::QuadStride(in);
+    uint8_t* x_u8 = LinearStaging<uint8_t>(rows * args.x_u8_stride);
+    float* x_scales = LinearStaging<float>(rows);
+    PrepareLinearRows(rows, in, pool, [&](int64_t first, int64_t count) {
+      kernels::QuantizeRowsU8(x + first * in, count, in, x_u8 + first * args.x_u8_stride,
+                              x_scales + first);
+    });
+    args.x_u8 = x_u8;
+    args.x_scales = x_scales;
   } else if (w.format() == WeightFormat::kInt8) {
     args.scales = w.scales();
-    args.x_int16_stride = kernels::QuantizedStride(w.in());
-    x_int16 =
-        std::make_unique_for_overwrite<int16_t[]>(static_cast<size_t>(rows * args.x_int16_stride));
-    x_scales = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(rows));
-    if (kernels::CpuRunsAvx512Kernels()) {
-      kernels::QuantizeRowsAvx512(x, rows, w.in(), x_int16.get(), x_scales.get());
-    } else if (kernels::CpuRunsAvx2Kernels()) {
-      kernels::QuantizeRowsAvx2(x, rows, w.in(), x_int16.get(), x_scales.get());
-    } else {
-      kernels::QuantizeRows(x, rows, w.in(), x_int16.get(), x_scales.get());
-    }
-    args.x_int16 = x_int16.get();
-    args.x_scales = x_scales.get();
+    args.x_int16_stride = kernels::QuantizedStride(in);
+    int16_t* x_int16 = LinearStaging<int16_t>(rows * args.x_int16_stride);
+    float* x_scales = LinearStaging<float>(rows);
+    const auto quantize = kernels::CpuRunsAvx512Kernels() ? &kernels::QuantizeRowsAvx512
+                          : kernels::CpuRunsAvx2Kernels() ? &kernels::QuantizeRowsAvx2
+                                                          : &kernels::QuantizeRows;
+    PrepareLinearRows(rows, in, pool, [&](int64_t first, int64_t count) {
+      quantize(x + first * in, count, in, x_int16 + first * args.x_int16_stride, x_scales + first);
+    });
+    args.x_int16 = x_int16;
+    args.x_scales = x_scales;
   }
-  // bf16 products: the activations rounded to bf16 once here for every thread's panels.
-  std::unique_ptr<uint16_t[]> x_bf16;
   PanelKernel kernel = w8a8 ? &kernels::LinearPanelsAvx512VnniW8A8 : ChosenKernel();
   if (products == LinearProducts::kBf16 && w.format() == WeightFormat::kBF16 &&
       Bf16ProductsSupported()) {
-    args.x_bf16_stride = kernels::Bf16Stride(w.in());
-    x_bf16 =
-        std::make_unique_for_overwrite<uint16_t[]>(static_cast<size_t>(rows * args.x_bf16_stride));
-    kernels::RoundRowsToBf16(x, rows, w.in(), x_bf16.get());
-    args.x_bf16 = x_bf16.get();
+    args.x_bf16_stride = kernels::Bf16Stride(in);
+    uint16_t* x_bf16 = LinearStaging<uint16_t>(rows * args.x_bf16_stride);
+    PrepareLinearRows(rows, in, pool, [&](int64_t first, int64_t count) {
+      kernels::RoundRowsToBf16(x + first * in, count, in, x_bf16 + first * args.x_bf16_stride);
+    });
+    args.x_bf16 = x_bf16;
     kernel = &kernels::LinearPanelsAvx512Bf16;
   }
   args.bias = bias;

@@ -1,7 +1,8 @@
 // The softmax read of a KV cache (engine/attention/softmax_state.h) against a double-precision
 // reference: one head, and the grouped read of GQA (several query heads per key/value head,
-// the rows walked once for the group), over f32, bf16 and f16 rows, with counts on both sides of
-// the chunk boundaries (the widened bf16 chunk is 8192 / head_dim rows, the score chunk 256).
+// the rows walked once for the group, each head the same bits as its own read), over f32, bf16
+// and f16 rows, with counts on both sides of the chunk boundaries (the widened bf16 chunk is
+// 8192 / head_dim rows, the score chunk 256).
 #include "engine/attention/softmax_read.h"
 
 #include <cmath>
@@ -122,7 +123,9 @@ TEST(SoftmaxReadTest, GroupedReadsEqualTheReferenceForEveryQueryHead) {
         const std::vector<double> expected =
             Reference(qg, f16 ? keys_in_f16 : keys, f16 ? values_in_f16 : values, c.count, stride,
                       offset, c.head_dim);
-        // The single-head read of the same query head gives the same values.
+        // The single-head read of the same query head gives the same bits (the group's heads
+        // read each key row together, in fours or twos where the group allows, one head four
+        // rows at a time: the same sums, added in the same order).
         std::vector<float> one(static_cast<size_t>(c.head_dim));
         read_head(qg, one.data());
         for (int d = 0; d < c.head_dim; ++d) {
@@ -130,7 +133,9 @@ TEST(SoftmaxReadTest, GroupedReadsEqualTheReferenceForEveryQueryHead) {
           ASSERT_NEAR(got, expected[d], 2e-5 * (1 + std::fabs(expected[d])))
               << "group " << c.group << " head_dim " << c.head_dim << " count " << c.count
               << " format " << KvFormatName(format) << " head " << g << " dim " << d;
-          ASSERT_NEAR(got, one[static_cast<size_t>(d)], 1e-5 * (1 + std::fabs(expected[d])));
+          ASSERT_EQ(got, one[static_cast<size_t>(d)])
+              << "group " << c.group << " head_dim " << c.head_dim << " count " << c.count
+              << " format " << KvFormatName(format) << " head " << g << " dim " << d;
         }
       }
       for (size_t i = q.size(); i < out.size(); ++i) ASSERT_EQ(out[i], 12345.0f);
