@@ -1,7 +1,7 @@
 #include "engine/tokenizer/hf_bpe.h"
 
+#include <algorithm>
 #include <atomic>
-#include <queue>
 
 #include "absl/strings/str_format.h"
 #include "engine/core/status_macros.h"
@@ -16,22 +16,6 @@ constexpr size_t kCacheMaxWord = 256;    // longer words are not cached
 uint64_t PairKey(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
-
-struct Symbol {
-  int32_t id;
-  int32_t prev;  // index, -1 none
-  int32_t next;  // index, -1 none
-  bool removed;
-};
-
-struct Merge {
-  int32_t rank;
-  int32_t pos;
-  int32_t new_id;
-  int32_t left, right;  // the pair's ids when queued
-  // std::priority_queue pops the largest: the lowest rank, then the leftmost, is "largest".
-  bool operator<(const Merge& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-};
 
 using WordCache = absl::flat_hash_map<std::string, std::vector<int32_t>>;
 
@@ -142,7 +126,8 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const json& spec,
   return model;
 }
 
-absl::Status BpeModel::Tokenize(absl::string_view word, std::vector<int32_t>& ids) const {
+absl::Status BpeModel::Tokenize(absl::string_view word, std::vector<int32_t>& ids,
+                                Scratch& scratch) const {
   if (word.empty()) return absl::OkStatus();
   if (ignore_merges_) {
     if (auto it = vocab_.find(word); it != vocab_.end()) {
@@ -150,7 +135,7 @@ absl::Status BpeModel::Tokenize(absl::string_view word, std::vector<int32_t>& id
       return absl::OkStatus();
     }
   }
-  if (word.size() > kCacheMaxWord) return MergeWord(word, ids);
+  if (word.size() > kCacheMaxWord) return MergeWord(word, ids, scratch);
   thread_local absl::flat_hash_map<uint64_t, WordCache> caches;
   WordCache& cache = caches[cache_key_];
   if (auto it = cache.find(word); it != cache.end()) {
@@ -158,16 +143,20 @@ absl::Status BpeModel::Tokenize(absl::string_view word, std::vector<int32_t>& id
     return absl::OkStatus();
   }
   const size_t first = ids.size();
-  ABCD_RETURN_IF_ERROR(MergeWord(word, ids));
+  ABCD_RETURN_IF_ERROR(MergeWord(word, ids, scratch));
   if (cache.size() < kCacheEntries) {
     cache.emplace(std::string(word), std::vector<int32_t>(ids.begin() + first, ids.end()));
   }
   return absl::OkStatus();
 }
 
-absl::Status BpeModel::MergeWord(absl::string_view word, std::vector<int32_t>& ids) const {
+absl::Status BpeModel::MergeWord(absl::string_view word, std::vector<int32_t>& ids,
+                                 Scratch& scratch) const {
+  using Symbol = Scratch::Symbol;
+  using Merge = Scratch::Merge;
   // The characters as symbols (Hugging Face's merge_word), then merge_all.
-  std::vector<Symbol> symbols;
+  std::vector<Symbol>& symbols = scratch.symbols;
+  symbols.clear();
   symbols.reserve(word.size());
   const auto add = [&](int32_t id) {
     const int32_t index = static_cast<int32_t>(symbols.size());
@@ -212,17 +201,24 @@ absl::Status BpeModel::MergeWord(absl::string_view word, std::vector<int32_t>& i
   }
   if (pending_unk >= 0) add(pending_unk);
 
-  std::priority_queue<Merge> queue;
+  // A priority queue (as std::priority_queue keeps one) in the scratch's vector.
+  std::vector<Merge>& queue = scratch.queue;
+  queue.clear();
+  const auto push = [&queue](const Merge& merge) {
+    queue.push_back(merge);
+    std::push_heap(queue.begin(), queue.end());
+  };
   for (size_t i = 0; i + 1 < symbols.size(); ++i) {
     auto it = merges_.find(PairKey(symbols[i].id, symbols[i + 1].id));
     if (it != merges_.end()) {
-      queue.push({it->second.first, static_cast<int32_t>(i), it->second.second, symbols[i].id,
-                  symbols[i + 1].id});
+      push({it->second.first, static_cast<int32_t>(i), it->second.second, symbols[i].id,
+            symbols[i + 1].id});
     }
   }
   while (!queue.empty()) {
-    const Merge top = queue.top();
-    queue.pop();
+    std::pop_heap(queue.begin(), queue.end());
+    const Merge top = queue.back();
+    queue.pop_back();
     Symbol& s = symbols[top.pos];
     if (s.removed || s.next < 0) continue;
     const int32_t right = s.next;
@@ -239,13 +235,13 @@ absl::Status BpeModel::MergeWord(absl::string_view word, std::vector<int32_t>& i
     if (s.prev >= 0) {
       auto p = merges_.find(PairKey(symbols[s.prev].id, s.id));
       if (p != merges_.end()) {
-        queue.push({p->second.first, s.prev, p->second.second, symbols[s.prev].id, s.id});
+        push({p->second.first, s.prev, p->second.second, symbols[s.prev].id, s.id});
       }
     }
     if (s.next >= 0) {
       auto n = merges_.find(PairKey(s.id, symbols[s.next].id));
       if (n != merges_.end()) {
-        queue.push({n->second.first, top.pos, n->second.second, s.id, symbols[s.next].id});
+        push({n->second.first, top.pos, n->second.second, s.id, symbols[s.next].id});
       }
     }
   }

@@ -2,7 +2,8 @@
 // byte_fallback (<0xNN> pieces), unk_token and fuse_unk, ignore_merges. dropout (other than
 // 0/null), continuing_subword_prefix and end_of_word_suffix are refused at load naming the
 // field. Merging is Hugging Face's: the lowest-ranked pair present, leftmost first, until none
-// is left. Immutable after Parse; Tokenize is thread-safe (a per-thread word cache).
+// is left. Immutable after Parse; Tokenize is thread-safe (a per-thread word cache) with a
+// Scratch of the calling thread's own.
 #pragma once
 
 #include <array>
@@ -26,9 +27,32 @@ class BpeModel {
   static absl::StatusOr<std::unique_ptr<BpeModel>> Parse(const json& spec,
                                                          const std::string& field);
 
+  // What merging a word works in, kept from word to word by one Encode call so that merging
+  // allocates only when a word is longer than any before it. Not thread-safe: one per call.
+  class Scratch {
+   private:
+    friend class BpeModel;
+    struct Symbol {
+      int32_t id;
+      int32_t prev;  // index, -1 none
+      int32_t next;  // index, -1 none
+      bool removed;
+    };
+    struct Merge {
+      int32_t rank;
+      int32_t pos;
+      int32_t new_id;
+      int32_t left, right;  // the pair's ids when queued
+      // A max-heap (std::push_heap) pops the largest: the lowest rank, then the leftmost.
+      bool operator<(const Merge& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::vector<Symbol> symbols;
+    std::vector<Merge> queue;  // a heap
+  };
+
   // Appends the ids of one pre-tokenized word. An error only where a character is unknown and
   // the unk_token the file names is not in the vocab.
-  absl::Status Tokenize(absl::string_view word, std::vector<int32_t>& ids) const;
+  absl::Status Tokenize(absl::string_view word, std::vector<int32_t>& ids, Scratch& scratch) const;
 
   // The vocab's token for `id`, or nullptr where no token has it.
   const std::string* IdToToken(int32_t id) const {
@@ -45,7 +69,7 @@ class BpeModel {
 
  private:
   BpeModel() = default;
-  absl::Status MergeWord(absl::string_view word, std::vector<int32_t>& ids) const;
+  absl::Status MergeWord(absl::string_view word, std::vector<int32_t>& ids, Scratch& scratch) const;
 
   absl::flat_hash_map<std::string, int32_t> vocab_;
   std::vector<std::string> tokens_;  // by id

@@ -1,10 +1,12 @@
 #include "engine/tokenizer/hf_pre_tokenizers.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "engine/core/status_macros.h"
 #include "engine/tokenizer/hf_regex.h"
 #include "engine/tokenizer/hf_unicode.h"
@@ -20,80 +22,85 @@ enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext,
 
 using ByteRange = std::pair<size_t, size_t>;
 
-// Hugging Face's NormalizedString::split: the text cut at the matches of a pattern, each match
-// kept, removed or merged with a neighbour as `behavior` says.
-std::vector<ByteRange> SplitRanges(size_t size, const std::vector<ByteRange>& found,
-                                   Behavior behavior, bool invert) {
-  std::vector<std::pair<ByteRange, bool>> matches;  // covering [0, size), with is_match
-  size_t prev = 0;
-  for (const ByteRange& m : found) {
-    if (prev != m.first) matches.push_back({{prev, m.first}, invert});
-    matches.push_back({m, !invert});
-    prev = m.second;
-  }
-  if (prev != size) matches.push_back({{prev, size}, invert});
+// A buffer of the call's scratch for as long as this lives.
+class ScratchText {
+ public:
+  explicit ScratchText(PreTokenizeScratch& scratch) : scratch_(scratch), text_(scratch.Take()) {}
+  ~ScratchText() { scratch_.Release(); }
+  ScratchText(const ScratchText&) = delete;
+  ScratchText& operator=(const ScratchText&) = delete;
+  std::string& text() { return text_; }
 
-  std::vector<ByteRange> out;
+ private:
+  PreTokenizeScratch& scratch_;
+  std::string& text_;
+};
+
+// Hugging Face's NormalizedString::split, streamed: `text` cut at the matches of `regex`, each
+// match kept, removed or merged with a neighbour as `behavior` says, every non-empty part handed
+// to `sink` as the matches are found (at_start where it begins `text` and `at_start` holds).
+// Holds one part at a time, never the list of matches or parts.
+absl::Status SplitByPattern(absl::string_view text, bool at_start, const Regex& regex,
+                            Behavior behavior, bool invert, PieceSink sink) {
+  const auto emit = [&](ByteRange r) {
+    if (r.second == r.first) return absl::OkStatus();
+    return sink(text.substr(r.first, r.second - r.first), at_start && r.first == 0);
+  };
+  // The part waiting for what follows it: Contiguous and MergedWithPrevious may extend it;
+  // MergedWithNext holds a match there until a non-match joins it.
+  ByteRange held{0, 0};
+  bool holding = false;
   bool previous_match = false;
-  switch (behavior) {
-    case Behavior::kIsolated:
-      for (const auto& [range, is_match] : matches) out.push_back(range);
-      break;
-    case Behavior::kRemoved:
-      for (const auto& [range, is_match] : matches) {
-        if (!is_match) out.push_back(range);
-      }
-      break;
-    case Behavior::kContiguous:
-      for (const auto& [range, is_match] : matches) {
-        if (is_match == previous_match && !out.empty()) {
-          out.back().second = range.second;
-        } else {
-          out.push_back(range);
-        }
+  // Each stretch of `text` in order, a match or not (is_match already inverted by `invert`).
+  const auto add = [&](ByteRange r, bool is_match) -> absl::Status {
+    switch (behavior) {
+      case Behavior::kIsolated:
+        return emit(r);
+      case Behavior::kRemoved:
+        return is_match ? absl::OkStatus() : emit(r);
+      case Behavior::kContiguous:
+      case Behavior::kMergedWithPrevious: {
+        const bool joins = behavior == Behavior::kContiguous ? is_match == previous_match
+                                                             : is_match && !previous_match;
         previous_match = is_match;
-      }
-      break;
-    case Behavior::kMergedWithPrevious:
-      for (const auto& [range, is_match] : matches) {
-        if (is_match && !previous_match && !out.empty()) {
-          out.back().second = range.second;
-        } else {
-          out.push_back(range);
+        if (holding && joins) {
+          held.second = r.second;
+          return absl::OkStatus();
         }
-        previous_match = is_match;
+        const ByteRange out = held;
+        const bool had = holding;
+        held = r;
+        holding = true;
+        return had ? emit(out) : absl::OkStatus();
       }
-      break;
-    case Behavior::kMergedWithNext:
-      for (auto it = matches.rbegin(); it != matches.rend(); ++it) {
-        const auto& [range, is_match] = *it;
-        if (is_match && !previous_match && !out.empty()) {
-          out.back().first = range.first;
-        } else {
-          out.push_back(range);
+      case Behavior::kMergedWithNext:
+        if (holding) {
+          const ByteRange match = held;
+          if (!is_match) {  // the held match joins this stretch
+            holding = false;
+            return emit({match.first, r.second});
+          }
+          held = r;  // a match after a match: the first stands alone
+          return emit(match);
         }
-        previous_match = is_match;
-      }
-      std::reverse(out.begin(), out.end());
-      break;
-  }
-  return out;
-}
-
-// Splits every piece by `regex`, keeping the non-empty parts.
-absl::Status SplitPieces(std::vector<Piece>& pieces, const Regex& regex, Behavior behavior,
-                         bool invert) {
-  std::vector<Piece> out;
-  out.reserve(pieces.size());
-  for (Piece& piece : pieces) {
-    ABCD_ASSIGN_OR_RETURN(const std::vector<ByteRange> found, regex.FindAll(piece.text));
-    for (const ByteRange& r : SplitRanges(piece.text.size(), found, behavior, invert)) {
-      if (r.second == r.first) continue;
-      out.push_back(
-          {piece.text.substr(r.first, r.second - r.first), piece.at_start && r.first == 0});
+        if (!is_match) return emit(r);
+        held = r;
+        holding = true;
+        return absl::OkStatus();
     }
-  }
-  pieces = std::move(out);
+    return absl::OkStatus();
+  };
+  size_t covered = 0;
+  const auto on_match = [&](size_t begin, size_t end) -> absl::Status {
+    if (covered != begin) {
+      if (absl::Status gap = add({covered, begin}, invert); !gap.ok()) return gap;
+    }
+    covered = end;
+    return add({begin, end}, !invert);
+  };
+  ABCD_RETURN_IF_ERROR(regex.ForEachMatch(text, on_match));
+  if (covered != text.size()) ABCD_RETURN_IF_ERROR(add({covered, text.size()}, invert));
+  if (holding) return emit(held);
   return absl::OkStatus();
 }
 
@@ -101,8 +108,9 @@ class SplitPreTokenizer : public PreTokenizer {
  public:
   SplitPreTokenizer(std::unique_ptr<Regex> regex, Behavior behavior, bool invert)
       : regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
-  absl::Status PreTokenize(std::vector<Piece>& pieces) const override {
-    return SplitPieces(pieces, *regex_, behavior_, invert_);
+  absl::Status PreTokenize(absl::string_view text, bool at_start, PreTokenizeScratch& scratch,
+                           PieceSink sink) const override {
+    return SplitByPattern(text, at_start, *regex_, behavior_, invert_, sink);
   }
 
  private:
@@ -115,19 +123,22 @@ class ByteLevelPreTokenizer : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool add_prefix_space, std::unique_ptr<Regex> regex)
       : add_prefix_space_(add_prefix_space), regex_(std::move(regex)) {}
-  absl::Status PreTokenize(std::vector<Piece>& pieces) const override {
-    if (add_prefix_space_) {
-      for (Piece& piece : pieces) {
-        // Built anew rather than insert(0, " "): GCC 12 at -O3 reports a false -Wrestrict on
-        // the inlined in-place insert.
-        if (piece.text.empty() || piece.text[0] != ' ') piece.text = absl::StrCat(" ", piece.text);
-      }
+  absl::Status PreTokenize(absl::string_view text, bool at_start, PreTokenizeScratch& scratch,
+                           PieceSink sink) const override {
+    ScratchText prefixed(scratch);
+    absl::string_view input = text;
+    if (add_prefix_space_ && (text.empty() || text[0] != ' ')) {
+      prefixed.text().assign(1, ' ');
+      prefixed.text().append(text.data(), text.size());
+      input = prefixed.text();
     }
-    if (regex_ != nullptr) {
-      ABCD_RETURN_IF_ERROR(SplitPieces(pieces, *regex_, Behavior::kIsolated, false));
-    }
-    for (Piece& piece : pieces) piece.text = ByteLevelEncode(piece.text);
-    return absl::OkStatus();
+    ScratchText encoded(scratch);
+    const auto encode = [&](absl::string_view piece, bool piece_at_start) {
+      ByteLevelEncodeTo(piece, encoded.text());
+      return sink(encoded.text(), piece_at_start);
+    };
+    if (regex_ == nullptr) return encode(input, at_start);
+    return SplitByPattern(input, at_start, *regex_, Behavior::kIsolated, false, encode);
   }
 
  private:
@@ -139,17 +150,26 @@ class MetaspacePreTokenizer : public PreTokenizer {
  public:
   MetaspacePreTokenizer(MetaspaceSpec spec, std::unique_ptr<Regex> regex)
       : spec_(std::move(spec)), regex_(std::move(regex)) {}
-  absl::Status PreTokenize(std::vector<Piece>& pieces) const override {
-    for (Piece& piece : pieces) {
-      piece.text = absl::StrReplaceAll(piece.text, {{" ", spec_.replacement}});
-      const bool starts = piece.text.compare(0, spec_.replacement.size(), spec_.replacement) == 0;
-      if (!starts && (spec_.prepend_scheme == PrependScheme::kAlways ||
-                      (spec_.prepend_scheme == PrependScheme::kFirst && piece.at_start))) {
-        piece.text.insert(0, spec_.replacement);
-      }
+  absl::Status PreTokenize(absl::string_view text, bool at_start, PreTokenizeScratch& scratch,
+                           PieceSink sink) const override {
+    // Spaces become the replacement, which is put first where the text does not start with it
+    // (prepend_scheme "always", or "first" at the start of the input).
+    ScratchText replaced(scratch);
+    std::string& out = replaced.text();
+    out.clear();
+    const bool starts = absl::StartsWith(text, " ") || absl::StartsWith(text, spec_.replacement);
+    if (!starts && (spec_.prepend_scheme == PrependScheme::kAlways ||
+                    (spec_.prepend_scheme == PrependScheme::kFirst && at_start))) {
+      out.append(spec_.replacement);
     }
-    if (!spec_.split) return absl::OkStatus();
-    return SplitPieces(pieces, *regex_, Behavior::kMergedWithNext, false);
+    for (size_t pos = 0; pos < text.size();) {
+      const size_t space = std::min(text.find(' ', pos), text.size());
+      out.append(text.data() + pos, space - pos);
+      if (space < text.size()) out.append(spec_.replacement);
+      pos = space + 1;
+    }
+    if (!spec_.split) return sink(out, at_start);
+    return SplitByPattern(out, at_start, *regex_, Behavior::kMergedWithNext, false, sink);
   }
 
  private:
@@ -157,16 +177,26 @@ class MetaspacePreTokenizer : public PreTokenizer {
   std::unique_ptr<Regex> regex_;  // the replacement, literally
 };
 
+// Each part's pieces go through the parts after it, one piece at a time.
 class SequencePreTokenizer : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts)
       : parts_(std::move(parts)) {}
-  absl::Status PreTokenize(std::vector<Piece>& pieces) const override {
-    for (const auto& part : parts_) ABCD_RETURN_IF_ERROR(part->PreTokenize(pieces));
-    return absl::OkStatus();
+  absl::Status PreTokenize(absl::string_view text, bool at_start, PreTokenizeScratch& scratch,
+                           PieceSink sink) const override {
+    return From(0, text, at_start, scratch, sink);
   }
 
  private:
+  absl::Status From(size_t first, absl::string_view text, bool at_start,
+                    PreTokenizeScratch& scratch, PieceSink sink) const {
+    if (first == parts_.size()) return sink(text, at_start);
+    const auto next = [&](absl::string_view piece, bool piece_at_start) {
+      return From(first + 1, piece, piece_at_start, scratch, sink);
+    };
+    return parts_[first]->PreTokenize(text, at_start, scratch, next);
+  }
+
   std::vector<std::unique_ptr<PreTokenizer>> parts_;
 };
 

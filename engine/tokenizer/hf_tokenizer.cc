@@ -204,7 +204,14 @@ absl::StatusOr<std::vector<int32_t>> HfTokenizer::Encode(absl::string_view text)
   std::vector<int32_t> ids;
   std::vector<Segment> raw, normalized;
   added_->Split(text, /*normalized=*/false, /*at_start=*/true, raw);
-  std::vector<Piece> pieces;
+  // Each pre-token goes to the model as the pre-tokenizer finds it, through buffers reused from
+  // one to the next: no list of the pre-tokens is held, and the allocations do not grow with
+  // their number (hf_pre_tokenizers.h).
+  PreTokenizeScratch scratch;
+  BpeModel::Scratch merge_scratch;
+  const auto to_model = [&](absl::string_view piece, bool) {
+    return model_->Tokenize(piece, ids, merge_scratch);
+  };
   for (Segment& segment : raw) {
     if (segment.id >= 0) {
       ids.push_back(segment.id);
@@ -220,12 +227,12 @@ absl::StatusOr<std::vector<int32_t>> HfTokenizer::Encode(absl::string_view text)
     for (Segment& part : normalized) {
       if (part.id >= 0) {
         ids.push_back(part.id);
-        continue;
+      } else if (pre_tokenizer_ == nullptr) {
+        ABCD_RETURN_IF_ERROR(to_model(part.text, part.at_start));
+      } else {
+        ABCD_RETURN_IF_ERROR(
+            pre_tokenizer_->PreTokenize(part.text, part.at_start, scratch, to_model));
       }
-      pieces.clear();
-      pieces.push_back({std::move(part.text), part.at_start});
-      if (pre_tokenizer_ != nullptr) ABCD_RETURN_IF_ERROR(pre_tokenizer_->PreTokenize(pieces));
-      for (const Piece& piece : pieces) ABCD_RETURN_IF_ERROR(model_->Tokenize(piece.text, ids));
     }
   }
   return ids;

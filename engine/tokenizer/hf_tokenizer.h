@@ -37,6 +37,9 @@ class HfTokenizer {
   ~HfTokenizer();
 
   // The ids of `text` without the post-processor's special tokens. Invalid UTF-8 is an error.
+  // Each pre-token is merged as the pre-tokenizer finds it: besides the ids and a copy or two of
+  // the text, memory is bounded by the longest pre-token, and the number of allocations does not
+  // grow with the number of pre-tokens (only with new words, up to the word cache's size).
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const;
   // Special added tokens and ids no token has decode to nothing; a negative id is an error.
   absl::StatusOr<std::string> Decode(std::span<const int32_t> ids) const;

@@ -198,11 +198,16 @@ char32_t ByteToUnicode(uint8_t byte) { return Maps().to_unicode[byte]; }
 int UnicodeToByte(char32_t c) { return c < 512 ? Maps().to_byte[c] : -1; }
 
 std::string ByteLevelEncode(absl::string_view text) {
-  const ByteMaps& maps = Maps();
   std::string out;
+  ByteLevelEncodeTo(text, out);
+  return out;
+}
+
+void ByteLevelEncodeTo(absl::string_view text, std::string& out) {
+  const ByteMaps& maps = Maps();
+  out.clear();
   out.reserve(text.size() * 2);
   for (char ch : text) AppendUtf8(maps.to_unicode[static_cast<uint8_t>(ch)], &out);
-  return out;
 }
 
 absl::StatusOr<std::string> Normalize(absl::string_view text, NormalForm form) {

@@ -38,6 +38,8 @@ char32_t ByteToUnicode(uint8_t byte);
 int UnicodeToByte(char32_t c);
 // Every byte of `text` as its mapped code point, in UTF-8.
 std::string ByteLevelEncode(absl::string_view text);
+// The same into `out`, replacing what it held (its capacity is reused).
+void ByteLevelEncodeTo(absl::string_view text, std::string& out);
 
 enum class NormalForm { kNfc, kNfd, kNfkc, kNfkd };
 // `text` (valid UTF-8) in the normal form; an error only for invalid UTF-8.
