@@ -7,12 +7,13 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "loadtest/lib/prometheus_text.h"
 #include "nlohmann/json.hpp"
-#include "tests/e2e/server_process.h"
+#include "tests/e2e/server_suite.h"
 
 namespace abcd {
 namespace {
@@ -44,22 +45,18 @@ json ReadJson(const std::string& path) {
   return json::parse(text.str(), nullptr, false);
 }
 
-class LoadtestE2E : public ::testing::Test {
- protected:
+// One abcd-server for the suite (tests/e2e/server_suite.h).
+class LoadtestE2E : public testing::ServerSuite<LoadtestE2E> {
+ public:
   // The small untrained models: fast, and independent of which trained models ship.
-  static void SetUpTestSuite() {
+  static std::vector<std::string> ServerArgs() {
     const std::string models = std::string(ABCD_SOURCE_DIR) +
                                "/models/checkpoints/abc-lm-untrained," + ABCD_SOURCE_DIR +
                                "/models/checkpoints/abc-mt-untrained";
-    server_ =
-        new testing::ServerProcess(ABCD_SERVER, {"--models", models, "--drain_grace_seconds", "1"});
+    return {"--models", models, "--drain_grace_seconds", "1"};
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_TRUE(server_->started()) << server_->Log(); }
 
+ protected:
   std::string Target() const {
     // Gauges polled every 5 ms: a 16-token request now lasts a few milliseconds, so the default
     // 200 ms poll can miss every running sequence of a short run.
@@ -132,11 +129,7 @@ class LoadtestE2E : public ::testing::Test {
     EXPECT_EQ(s["generated_tokens"].get<double>(), r["total_output_tokens"].get<double>());
     EXPECT_EQ(s["draft_tokens"].get<double>(), 0.0) << "this server does not speculate";
   }
-
-  static testing::ServerProcess* server_;
 };
-
-testing::ServerProcess* LoadtestE2E::server_ = nullptr;
 
 TEST_F(LoadtestE2E, GrpcGenerateClosedLoop) {
   const std::string out = Output("grpc.json");
@@ -187,9 +180,8 @@ TEST_F(LoadtestE2E, HttpCompletionsOpenLoop) {
 // --conversations on sessions over both protocols: every later turn continues the session the
 // server named (a session hit each) and sends only its new prompt.
 TEST_F(LoadtestE2E, ConversationsOnSessionsOverGrpcAndHttp) {
-  httplib::Client http("127.0.0.1", server_->http_port());
-  const auto session_hits = [&http] {
-    httplib::Result metrics = http.Get("/metrics");
+  const auto session_hits = [this] {
+    httplib::Result metrics = http_->Get("/metrics");
     if (!metrics || metrics->status != 200) return -1.0;
     return loadtest::MetricSnapshot(loadtest::ParsePrometheusText(metrics->body))
         .Sum("abcd_session_hits_total");

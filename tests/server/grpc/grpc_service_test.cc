@@ -5,7 +5,8 @@
 // budget released. Also BodyBudget::TryResize. Over the HTTP tests' scripted executor
 // (tests/testing/fake_executor.h): Generate streams the engine's events in order with the finish
 // reason and usage last, a client's cancel reaches the executor, and the executor's refusals and
-// failures are the call's status.
+// failures are the call's status. Both suites start the service through one fixture
+// (InProcessGrpcTest).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "abcd/v1/generator.grpc.pb.h"
@@ -48,22 +50,21 @@ class CountingExecutor final : public Executor {
 constexpr int kMaxPromptTokens = 64;
 constexpr int64_t kBudgetBytes = int64_t{8} << 20;  // bodies over 1 MiB may use 6 MiB
 
-class GrpcServiceTest : public ::testing::Test {
+// The service in-process on a loopback port, serving one model whose executor the suite gives;
+// shut down after each test. `Base`: ::testing::Test, or GoldenModelSuite for an executor over
+// the golden model.
+template <typename Base>
+class InProcessGrpcTest : public Base {
  protected:
-  void SetUp() override {
+  // Serves `executor` as the model `name`, with `options`; from SetUp, under
+  // ASSERT_NO_FATAL_FAILURE.
+  void StartService(const std::string& name, std::unique_ptr<Executor> executor,
+                    const GrpcOptions& options) {
     auto model = std::make_unique<ServedModel>();
-    model->name = "fake";
-    auto executor = std::make_unique<CountingExecutor>();
-    executor_ = executor.get();
+    model->name = name;
     model->executor = std::move(executor);
     models_.Add(std::move(model));
     models_.set_ready(true);
-    GrpcOptions options;
-    options.max_prompt_tokens = kMaxPromptTokens;
-    options.max_choices = 16;
-    options.sessions = &sessions_;
-    options.body_budget = &budget_;
-    options.chunked_import_timeout = absl::Milliseconds(400);
     service_ = std::make_unique<GeneratorService>(models_, GrpcHooks{}, options);
     grpc::ServerBuilder builder;
     int port = 0;
@@ -74,7 +75,33 @@ class GrpcServiceTest : public ::testing::Test {
     stub_ = abcd::v1::Generator::NewStub(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   }
-  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
+  // The server and service go before the suite's own members (what `options` pointed at).
+  void TearDown() override {
+    stub_.reset();
+    if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+    server_.reset();
+    service_.reset();
+  }
+
+  ServedModels models_;
+  std::unique_ptr<GeneratorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<abcd::v1::Generator::Stub> stub_;
+};
+
+class GrpcServiceTest : public InProcessGrpcTest<::testing::Test> {
+ protected:
+  void SetUp() override {
+    auto executor = std::make_unique<CountingExecutor>();
+    executor_ = executor.get();
+    GrpcOptions options;
+    options.max_prompt_tokens = kMaxPromptTokens;
+    options.max_choices = 16;
+    options.sessions = &sessions_;
+    options.body_budget = &budget_;
+    options.chunked_import_timeout = absl::Milliseconds(400);
+    ASSERT_NO_FATAL_FAILURE(StartService("fake", std::move(executor), options));
+  }
 
   grpc::Status Generate(const abcd::v1::GenerateRequest& request) {
     grpc::ClientContext context;
@@ -92,13 +119,9 @@ class GrpcServiceTest : public ::testing::Test {
     return budget_.used() > 0;
   }
 
-  ServedModels models_;
   CountingExecutor* executor_ = nullptr;
   SessionOps sessions_{nullptr, models_, kBudgetBytes};  // no store: a whole import is refused
   BodyBudget budget_{kBudgetBytes, int64_t{1} << 20};
-  std::unique_ptr<GeneratorService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<abcd::v1::Generator::Stub> stub_;
 };
 
 TEST_F(GrpcServiceTest, NIsRefusedBeforeAnyWork) {
@@ -208,30 +231,17 @@ TEST_F(GrpcServiceTest, ChunkedImportIsRefusedWhenItsDataOutgrowsTheBudget) {
 }
 
 // The service over testing::FakeExecutor (a real CPU backend over the golden dec_abc model).
-class GrpcScriptedTest : public testing::GoldenModelSuite {
+class GrpcScriptedTest : public InProcessGrpcTest<testing::GoldenModelSuite> {
  protected:
   void SetUp() override {
     ASSERT_NE(model_, nullptr);
-    auto lm = std::make_unique<ServedModel>();
-    lm->name = "lm";
-    lm->executor = std::make_unique<testing::FakeExecutor>(*model_);
-    lm_ = static_cast<testing::FakeExecutor*>(lm->executor.get());
-    models_.Add(std::move(lm));
-    models_.set_ready(true);
+    auto executor = std::make_unique<testing::FakeExecutor>(*model_);
+    lm_ = executor.get();
     GrpcOptions options;
     options.max_prompt_tokens = kMaxPromptTokens;
     options.max_choices = 4;
-    service_ = std::make_unique<GeneratorService>(models_, GrpcHooks{}, options);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    stub_ = abcd::v1::Generator::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    ASSERT_NO_FATAL_FAILURE(StartService("lm", std::move(executor), options));
   }
-  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
 
   // Every response of a Generate call for `prompt`, and its status.
   grpc::Status Generate(const std::string& prompt,
@@ -247,11 +257,7 @@ class GrpcScriptedTest : public testing::GoldenModelSuite {
     return reader->Finish();
   }
 
-  ServedModels models_;
   testing::FakeExecutor* lm_ = nullptr;
-  std::unique_ptr<GeneratorService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<abcd::v1::Generator::Stub> stub_;
 };
 
 TEST_F(GrpcScriptedTest, GenerateStreamsEventsInOrderThenFinishReasonAndUsage) {
