@@ -205,6 +205,26 @@ ABCD_F16C_TARGET void Stage<F16c>(const F16c* rows, int64_t count, int64_t strid
 }
 #endif
 
+// A thread's buffers for CausalRun, kept from call to call (grown to the largest run, never
+// shrunk): a prompt chunk's read allocates, zeroes and faults in nothing but its outputs.
+struct CausalRunScratch {
+  std::vector<float> floats;
+  std::vector<uint16_t> queries_bf16;
+  std::vector<uint32_t> packed;
+  std::vector<SoftmaxPartial> runs;
+};
+
+CausalRunScratch& ThreadCausalRunScratch() {
+  thread_local CausalRunScratch scratch;
+  return scratch;
+}
+
+template <typename T>
+T* CausalRunGrow(std::vector<T>& buffer, int64_t count) {
+  if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(static_cast<size_t>(count));
+  return buffer.data();
+}
+
 // The causal run, blocked both ways: for each block of kKeyBlock cached rows, and each tile of
 // kQueryTile queries that reach it, the tile's scores against the block's keys (ScoreTile), the
 // rows past each query's position masked, each query's running softmax advanced, and the
@@ -218,48 +238,55 @@ ABCD_F16C_TARGET void Stage<F16c>(const F16c* rows, int64_t count, int64_t strid
 // kBf16Products (bf16 rows only): the queries are rounded to bf16 once, each block is packed
 // for vdpbf16ps instead of widened (softmax_bf16_kernels.h), and each tile's softmax weights are
 // rounded to bf16 before they multiply the values; the running softmax stays fp32.
+//
+// window > 0 (sliding windows): query row i reads only rows [first_position + i + 1 - window,
+// first_position + i]; the rows before its window are masked like those past its position, and
+// the queries whose window ends before a block skip it. window 0: every earlier row.
 template <typename T, bool kBf16Products = false>
 void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const T* values,
                int64_t first_position, int64_t rows, int64_t stride, int head_dim, float* out,
-               int64_t out_stride) {
+               int64_t out_stride, int64_t window = 0) {
   static_assert(!kBf16Products || std::is_same_v<T, uint16_t>);
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   constexpr bool kStaged = !std::is_same_v<T, float> && !kBf16Products;
   const int64_t total = first_position + rows;  // rows the last query reads
   const int64_t d = head_dim;
   const int64_t queries_count = rows * group;
-  // One buffer: the queries (copied), their outputs, a tile's scores, the widened block.
+  // One buffer: the queries (copied), their outputs, a tile's scores, the widened block. Only
+  // the outputs and the running softmaxes need initial values; the rest is written before read.
   const int64_t staged = kStaged ? 2 * kKeyBlock * d : 0;
-  std::vector<float> buffer(
-      static_cast<size_t>(2 * queries_count * d + kQueryTile * kKeyBlock + staged));
-  float* queries = buffer.data();
+  CausalRunScratch& scratch = ThreadCausalRunScratch();
+  float* queries =
+      CausalRunGrow(scratch.floats, 2 * queries_count * d + kQueryTile * kKeyBlock + staged);
   float* acc = queries + queries_count * d;
+  std::fill_n(acc, queries_count * d, 0.0f);
   float* scores = acc + queries_count * d;
   float* staged_keys = scores + kQueryTile * kKeyBlock;
   float* staged_values = staged_keys + staged / 2;
   // bf16 products: the rounded queries, the packed block and a tile's rounded weights.
-  std::vector<uint16_t> queries_bf16;
-  std::vector<uint32_t> packed;
+  uint16_t* queries_bf16 = nullptr;
   uint32_t* packed_keys = nullptr;
   uint32_t* packed_values = nullptr;
   uint32_t* weights = nullptr;
   if constexpr (kBf16Products) {
-    queries_bf16.resize(static_cast<size_t>(queries_count * d));
+    queries_bf16 = CausalRunGrow(scratch.queries_bf16, queries_count * d);
     const int64_t key_dwords = softmax_bf16::PackedKeyDwords(kKeyBlock, head_dim);
     const int64_t value_dwords = softmax_bf16::PackedValueDwords(kKeyBlock, head_dim);
-    packed.resize(static_cast<size_t>(key_dwords + value_dwords + kQueryTile * kKeyBlock / 2));
-    packed_keys = packed.data();
+    packed_keys =
+        CausalRunGrow(scratch.packed, key_dwords + value_dwords + kQueryTile * kKeyBlock / 2);
     packed_values = packed_keys + key_dwords;
     weights = packed_values + value_dwords;
   }
-  std::vector<SoftmaxPartial> runs(static_cast<size_t>(queries_count));
+  SoftmaxPartial* runs = CausalRunGrow(scratch.runs, queries_count);
+  std::fill_n(runs, queries_count, SoftmaxPartial{});
   float rescale[kQueryTile];
   int64_t limit[kQueryTile];
+  int64_t lower[kQueryTile] = {};  // window > 0: the rows before each query's window in this block
   for (int64_t i = 0; i < rows; ++i) {
     std::copy_n(q + i * q_stride, group * d, queries + i * group * d);
   }
   if constexpr (kBf16Products) {
-    cpu::kernels::RoundRowsToBf16(queries, queries_count, d, queries_bf16.data());
+    cpu::kernels::RoundRowsToBf16(queries, queries_count, d, queries_bf16);
   }
   for (int64_t first = 0; first < total; first += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, total - first);
@@ -290,15 +317,22 @@ void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const
       block_values = v;
       block_stride = stride;
     }
-    for (int64_t t0 = active * group; t0 < queries_count; t0 += kQueryTile) {
-      const int64_t count = std::min(kQueryTile, queries_count - t0);
+    // The queries that reach this block: from the first row at or past it to the last whose
+    // window starts before its end.
+    const int64_t reach =
+        window > 0 ? std::min(queries_count,
+                              std::max<int64_t>(0, first + n + window - 1 - first_position) * group)
+                   : queries_count;
+    for (int64_t t0 = active * group; t0 < reach; t0 += kQueryTile) {
+      const int64_t count = std::min(kQueryTile, reach - t0);
       for (int64_t t = 0; t < count; ++t) {
         const int64_t i = (t0 + t) / group;  // the run row of this query
         limit[t] = std::min(n, first_position + i + 1 - first);
+        if (window > 0) lower[t] = std::max<int64_t>(0, first_position + i + 1 - window - first);
       }
       if constexpr (kBf16Products) {
-        softmax_bf16::ScoreTile(queries_bf16.data() + t0 * d, count, packed_keys, head_dim, limit,
-                                scores, kKeyBlock);
+        softmax_bf16::ScoreTile(queries_bf16 + t0 * d, count, packed_keys, head_dim, limit, scores,
+                                kKeyBlock);
       } else {
         ScoreTile(queries + t0 * d, count, block_keys, block_stride, head_dim, limit, scores,
                   kKeyBlock);
@@ -306,7 +340,8 @@ void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const
       for (int64_t t = 0; t < count; ++t) {
         float* row = scores + t * kKeyBlock;
         std::fill(row + limit[t], row + n, kMasked);
-        rescale[t] = AdvanceRun(row, n, limit[t], runs[static_cast<size_t>(t0 + t)]);
+        if (window > 0) std::fill(row, row + lower[t], kMasked);
+        rescale[t] = AdvanceRun(row, n, limit[t], runs[t0 + t]);
       }
       if constexpr (kBf16Products) {
         softmax_bf16::RoundWeights(scores, kKeyBlock, count, n, weights, kKeyBlock / 2);
@@ -321,7 +356,7 @@ void CausalRun(const float* q, int64_t q_stride, int group, const T* keys, const
   for (int64_t i = 0; i < rows; ++i) {
     for (int g = 0; g < group; ++g) {
       const int64_t query = i * group + g;
-      const float inv = 1.0f / runs[static_cast<size_t>(query)].sum;
+      const float inv = 1.0f / runs[query].sum;
       const float* a = acc + query * d;
       float* o = out + i * out_stride + g * d;
       for (int64_t c = 0; c < d; ++c) o[c] = a[c] * inv;
@@ -336,6 +371,13 @@ void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const flo
                           int head_dim, float* out, int64_t out_stride) {
   CausalRun(q, q_stride, group, keys, values, first_position, rows, stride, head_dim, out,
             out_stride);
+}
+
+void SoftmaxReadWindowRun(const float* q, int64_t q_stride, int group, const float* keys,
+                          const float* values, int64_t first_position, int64_t rows, int64_t stride,
+                          int head_dim, int64_t window, float* out, int64_t out_stride) {
+  CausalRun(q, q_stride, group, keys, values, first_position, rows, stride, head_dim, out,
+            out_stride, window);
 }
 
 void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const uint16_t* keys,

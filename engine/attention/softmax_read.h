@@ -87,6 +87,13 @@ void SoftmaxReadCausalRun(const float* q, int64_t q_stride, int group, const F16
                           const F16* values, int64_t first_position, int64_t rows, int64_t stride,
                           int head_dim, float* out, int64_t out_stride);
 
+// A causal run through a sliding window (window >= 1): query row i reads only rows
+// [max(0, first_position + i + 1 - window), first_position + i]. Equal to SoftmaxReadGroup over
+// each row's window.
+void SoftmaxReadWindowRun(const float* q, int64_t q_stride, int group, const float* keys,
+                          const float* values, int64_t first_position, int64_t rows, int64_t stride,
+                          int head_dim, int64_t window, float* out, int64_t out_stride);
+
 // SoftmaxReadCausalRun over bf16 rows with bf16 products (opt-in, cpu::LinearProducts::kBf16;
 // only where cpu::Bf16ProductsSupported(), head_dim % 16 == 0): the queries and each block's
 // softmax weights are rounded to bf16 (nearest even) and multiplied by the rows with

@@ -312,6 +312,68 @@ void WindowState::ReadHead(int h, const float* q, const StateRef& state, float* 
                   out + offset);
 }
 
+namespace {
+
+// A thread's staging for WindowState::ScanHead's blocked reads (grown to the largest run, never
+// shrunk).
+struct WindowRunStaging {
+  std::vector<float> keys, values;
+};
+
+WindowRunStaging& ThreadWindowRunStaging(int64_t floats) {
+  thread_local WindowRunStaging staging;
+  if (static_cast<int64_t>(staging.keys.size()) < floats) {
+    staging.keys.resize(static_cast<size_t>(floats));
+    staging.values.resize(static_cast<size_t>(floats));
+  }
+  return staging;
+}
+
+}  // namespace
+
+void WindowState::ScanHead(int h, const ScanArgs& args, const RowRun& run) const {
+  const StateRef& first = args.states[static_cast<size_t>(run.first)];
+  bool blocked = dilation_ == 1 && run.count >= kSoftmaxBlockedRunRows && !first.verify;
+  for (int64_t i = 0; blocked && i < run.count; ++i) {
+    const StateRef& s = args.states[static_cast<size_t>(run.first + i)];
+    blocked = s.fixed == first.fixed && s.position == first.position + i && s.checkpoint == nullptr;
+  }
+  if (!blocked) {
+    AttentionState::ScanHead(h, args, run);
+    return;
+  }
+  // The head's keys and values of positions [oldest, last]: the ring's rows still in the first
+  // row's window, then the run's own rows; one causal run reads them, each query through its
+  // window. Then the ring takes the run's rows (the last `window` of them decide it).
+  const int64_t width = static_cast<int64_t>(n_heads_) * head_dim_;
+  const int64_t offset = static_cast<int64_t>(h) * head_dim_;
+  const int64_t oldest = std::max<int64_t>(0, first.position + 1 - window_);
+  const int64_t cached = first.position - oldest;
+  const int64_t staged_rows = cached + run.count;
+  WindowRunStaging& staging = ThreadWindowRunStaging(staged_rows * head_dim_);
+  float* keys = staging.keys.data();
+  float* values = staging.values.data();
+  for (int64_t j = 0; j < cached; ++j) {
+    const int64_t slot = (oldest + j) % span_;
+    std::copy_n(first.fixed + slot * width + offset, head_dim_, keys + j * head_dim_);
+    std::copy_n(first.fixed + (span_ + slot) * width + offset, head_dim_, values + j * head_dim_);
+  }
+  for (int64_t i = 0; i < run.count; ++i) {
+    const KeyValueRow row = args.KeyValueOf(run.first + i);
+    std::copy_n(row.k + offset, head_dim_, keys + (cached + i) * head_dim_);
+    std::copy_n(row.v + offset, head_dim_, values + (cached + i) * head_dim_);
+  }
+  const int group = q_heads_ / n_heads_;
+  const int64_t q_offset = offset * group;
+  SoftmaxReadWindowRun(args.rows + run.first * args.width + q_offset, args.width, group, keys,
+                       values, cached, run.count, head_dim_, head_dim_, window_,
+                       args.out + run.first * args.out_width + q_offset, args.out_width);
+  for (int64_t r = std::max(run.first, run.first + run.count - window_); r < run.first + run.count;
+       ++r) {
+    UpdateHead(h, args.KeyValueOf(r), args.states[static_cast<size_t>(r)]);
+  }
+}
+
 int64_t WindowState::PreparedWidth() const {
   if (!prepared()) return 0;
   return static_cast<int64_t>(q_heads_ + 2 * n_heads_) * head_dim_;

@@ -126,6 +126,11 @@ class WindowState final : public AttentionState {
   int heads() const override { return n_heads_; }
   void UpdateHead(int head, const KeyValueRow& row, const StateRef& state) const override;
   void ReadHead(int head, const float* q, const StateRef& state, float* out) const override;
+  // A run of kSoftmaxBlockedRunRows or more consecutive rows of one sequence (dilation 1, no
+  // speculative checkpoints or verify rows) is read in blocks, as softmax's prompt runs are
+  // (SoftmaxReadWindowRun over the ring's rows still in view and the run's own); other runs row
+  // by row.
+  void ScanHead(int head, const ScanArgs& args, const RowRun& run) const override;
 
   int64_t PreparedWidth() const override;
   KernelRowLayout PreparedLayout() const override;

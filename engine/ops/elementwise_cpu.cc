@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/core/parallel_row_ranges.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/vector_clones.h"
 #include "engine/ops/vector_math.h"
@@ -12,22 +13,6 @@ namespace {
 // A batch of fewer values stays on the caller: handing it to the pool's threads costs about as
 // much as normalising (or adding) a few thousand values.
 constexpr int64_t kElementwiseSplitMinValues = 16384;
-
-// fn(first, count) over rows [0, rows) of width d, split into about two pieces per thread of
-// `pool` where there are enough values (else on the caller alone). Each row is done alone: the
-// same bits whatever the split.
-template <typename Fn>
-void ElementwiseRowsSplit(int64_t rows, int64_t d, ThreadPool* pool, const Fn& fn) {
-  if (pool == nullptr || pool->size() == 1 || rows < 2 || rows * d < kElementwiseSplitMinValues) {
-    fn(int64_t{0}, rows);
-    return;
-  }
-  const int64_t tasks = std::min<int64_t>(rows, 2 * int64_t{pool->size()});
-  pool->ParallelFor(tasks, [&](int64_t t) {
-    const int64_t first = rows * t / tasks, last = rows * (t + 1) / tasks;
-    fn(first, last - first);
-  });
-}
 
 void LayerNormRows(const float* x, int64_t rows, int64_t d, const float* gamma, const float* beta,
                    float eps, float* y) {
@@ -64,14 +49,14 @@ void RmsNormRows(const float* x, int64_t rows, int64_t d, const float* gamma, fl
 
 void LayerNorm(const float* x, int64_t rows, int64_t d, const float* gamma, const float* beta,
                float eps, float* y, ThreadPool* pool) {
-  ElementwiseRowsSplit(rows, d, pool, [&](int64_t first, int64_t count) {
+  ParallelRowRanges(pool, rows, d, kElementwiseSplitMinValues, [&](int64_t first, int64_t count) {
     LayerNormRows(x + first * d, count, d, gamma, beta, eps, y + first * d);
   });
 }
 
 void RmsNorm(const float* x, int64_t rows, int64_t d, const float* gamma, float eps, float* y,
              ThreadPool* pool) {
-  ElementwiseRowsSplit(rows, d, pool, [&](int64_t first, int64_t count) {
+  ParallelRowRanges(pool, rows, d, kElementwiseSplitMinValues, [&](int64_t first, int64_t count) {
     RmsNormRows(x + first * d, count, d, gamma, eps, y + first * d);
   });
 }
@@ -162,10 +147,12 @@ void Activate(Activation activation, float* x, int64_t n, ThreadPool* pool) {
 void AddInPlace(float* y, const float* x, int64_t n, ThreadPool* pool) {
   // Pieces of whole 16-value groups: a batch's residual rows, split like the norms' rows.
   constexpr int64_t kGroup = 16;
-  ElementwiseRowsSplit((n + kGroup - 1) / kGroup, kGroup, pool, [&](int64_t first, int64_t count) {
-    const int64_t begin = first * kGroup, end = std::min(n, (first + count) * kGroup);
-    for (int64_t i = begin; i < end; ++i) y[i] += x[i];
-  });
+  ParallelRowRanges(pool, (n + kGroup - 1) / kGroup, kGroup, kElementwiseSplitMinValues,
+                    [&](int64_t first, int64_t count) {
+                      const int64_t begin = first * kGroup,
+                                    end = std::min(n, (first + count) * kGroup);
+                      for (int64_t i = begin; i < end; ++i) y[i] += x[i];
+                    });
 }
 
 void AddSinusoidalPosition(int64_t position, int64_t d, float* row) {

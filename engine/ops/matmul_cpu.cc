@@ -9,6 +9,7 @@
 #include <cpuid.h>
 #endif
 
+#include "engine/core/parallel_row_ranges.h"
 #include "engine/ops/matmul.h"
 #include "engine/ops/matmul_kernels.h"
 
@@ -226,24 +227,10 @@ kernels::Format ToKernelFormat(WeightFormat format) {
   return kernels::Format::kF32;
 }
 
-// A step's activation rows prepared for the kernels (quantised or rounded) per pool task: at
-// least this many values a task, so that a few rows stay on the caller.
-constexpr int64_t kLinearPrepareMinValues = 16384;
-
-// prepare(first, count) over rows [0, rows) of `in` values, split across `pool` where there are
-// enough of them. Each row is prepared alone: the same bits whatever the split.
-template <typename Prepare>
-void PrepareLinearRows(int64_t rows, int64_t in, ThreadPool* pool, const Prepare& prepare) {
-  if (pool == nullptr || pool->size() == 1 || rows < 2 || rows * in < 2 * kLinearPrepareMinValues) {
-    prepare(int64_t{0}, rows);
-    return;
-  }
-  const int64_t tasks = std::min<int64_t>(rows, 2 * int64_t{pool->size()});
-  pool->ParallelFor(tasks, [&](int64_t t) {
-    const int64_t first = rows * t / tasks, last = rows * (t + 1) / tasks;
-    prepare(first, last - first);
-  });
-}
+// A step's activation rows prepared for the kernels (quantised or rounded, each row alone) are
+// split across the pool from this many values on (at least 16384 a task), so that a few rows stay
+// on the caller.
+constexpr int64_t kLinearPrepareSplitValues = 2 * 16384;
 
 // The prepared rows (and their scales), kept on the calling thread from call to call (grown to
 // the largest call, never shrunk), so a decode step's products allocate and fault in nothing.
@@ -287,7 +274,7 @@ void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bi
     args.x_u8_stride = kernels::QuadStride(in);
     uint8_t* x_u8 = LinearStaging<uint8_t>(rows * args.x_u8_stride);
     float* x_scales = LinearStaging<float>(rows);
-    PrepareLinearRows(rows, in, pool, [&](int64_t first, int64_t count) {
+    ParallelRowRanges(pool, rows, in, kLinearPrepareSplitValues, [&](int64_t first, int64_t count) {
       kernels::QuantizeRowsU8(x + first * in, count, in, x_u8 + first * args.x_u8_stride,
                               x_scales + first);
     });
@@ -301,7 +288,7 @@ void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bi
     const auto quantize = kernels::CpuRunsAvx512Kernels() ? &kernels::QuantizeRowsAvx512
                           : kernels::CpuRunsAvx2Kernels() ? &kernels::QuantizeRowsAvx2
                                                           : &kernels::QuantizeRows;
-    PrepareLinearRows(rows, in, pool, [&](int64_t first, int64_t count) {
+    ParallelRowRanges(pool, rows, in, kLinearPrepareSplitValues, [&](int64_t first, int64_t count) {
       quantize(x + first * in, count, in, x_int16 + first * args.x_int16_stride, x_scales + first);
     });
     args.x_int16 = x_int16;
@@ -312,7 +299,7 @@ void Linear(const float* x, int64_t rows, const PackedMatrix& w, const float* bi
       Bf16ProductsSupported()) {
     args.x_bf16_stride = kernels::Bf16Stride(in);
     uint16_t* x_bf16 = LinearStaging<uint16_t>(rows * args.x_bf16_stride);
-    PrepareLinearRows(rows, in, pool, [&](int64_t first, int64_t count) {
+    ParallelRowRanges(pool, rows, in, kLinearPrepareSplitValues, [&](int64_t first, int64_t count) {
       kernels::RoundRowsToBf16(x + first * in, count, in, x_bf16 + first * args.x_bf16_stride);
     });
     args.x_bf16 = x_bf16;

@@ -1,8 +1,8 @@
 // The whole-run ScanHead overrides (abc learned controls, gsa, linear rfa/t2r/elu, gated linear
-// gla/retnet) against the row-by-row default (AttentionState::ScanHead: UpdateHead then ReadHead
-// per row): every read and the state after the run, for runs of 1, 2, 63, 64, 65 and 300 rows,
-// starting from the empty state and from one already holding rows, at a run offset inside the
-// step's rows.
+// gla/retnet, sliding windows) against the row-by-row default (AttentionState::ScanHead: UpdateHead
+// then ReadHead per row): every read and the state after the run, for runs of 1, 2, 63, 64, 65 and
+// 300 rows, starting from the empty state and from one already holding rows, at a run offset inside
+// the step's rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "engine/attention/gsa_chunk.h"
 #include "engine/attention/gsa_state.h"
 #include "engine/attention/linear_state.h"
+#include "engine/attention/softmax_state.h"
 
 namespace abcd {
 namespace {
@@ -227,6 +228,22 @@ TEST(ScanHead, GsaChunkFormEqualsRowByRow) {
   ASSERT_GE(64 * (256 + 256), kGsaChunkMinStateFloats);
   CheckCase({"gsa chunk form", state, MixerLayout(2, 1, 256, 256, 64), 2 * 256,
              [](std::mt19937& rng) { return Uniform(rng, 0.8f, 1.0f); }});
+}
+
+// Sliding windows read prompt runs in blocks (SoftmaxReadWindowRun over the ring's rows in view
+// and the run's own): windows shorter and longer than a run, one row, wider than a key block
+// (128 rows), a ring that wraps inside the run; grouped-query heads as Hugging Face windows have.
+TEST(ScanHead, WindowEqualsRowByRow) {
+  for (int window : {1, 5, 16, 100, 200}) {
+    auto state = std::make_shared<WindowState>(4, 12, window);
+    CheckCase({"window " + std::to_string(window), state, PlainLayout(4 * 12, 0), 4 * 12,
+               [](std::mt19937& rng) { return Normal(rng, 1.0f); }});
+  }
+  for (int window : {3, 70}) {
+    auto state = std::make_shared<WindowState>(4, 2, 16, window, std::vector<float>{});
+    CheckCase({"window GQA " + std::to_string(window), state, MixerLayout(4, 2, 16, 16, 0), 4 * 16,
+               [](std::mt19937& rng) { return Normal(rng, 1.0f); }});
+  }
 }
 
 // This thread's CPU time (a loaded machine's waits do not count).

@@ -2,6 +2,7 @@
 // the plain row-by-row reads they replace: a read split into pieces and merged
 // (flash-decoding), a causal run read in blocks (prefill), and a whole step of the state with
 // long decode rows split across two threads next to a prompt run, with GQA.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -128,6 +129,45 @@ TEST(SoftmaxScanTest, CausalRunEqualsEachRowsRead) {
     check(rows.keys.data(), rows.values.data(), "f32 causal run");
     check(rows.keys16.data(), rows.values16.data(), "bf16 causal run");
     check(rows.keys_f16.data(), rows.values_f16.data(), "f16 causal run");
+  }
+}
+
+// The sliding-window run: each query reads only the last `window` rows up to its own, windows
+// narrower and wider than a key block (128 rows) and than the run, from the start and deep in.
+TEST(SoftmaxScanTest, WindowRunEqualsEachRowsWindowRead) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Case {
+    int group, head_dim;
+    int64_t first_position, rows, window;
+  };
+  for (const Case& c : {Case{1, 64, 0, 300, 1}, Case{1, 64, 0, 300, 17}, Case{4, 32, 100, 130, 256},
+                        Case{2, 24, 255, 40, 256}, Case{1, 128, 500, 70, 129},
+                        Case{3, 20, 0, 513, 4096}, Case{1, 16, 2000, 200, 300}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "group " << c.group << ", head_dim " << c.head_dim << ", rows " << c.rows
+                 << " from " << c.first_position << ", window " << c.window);
+    const int64_t stride = 2 * int64_t{c.head_dim};  // head 1 of 2
+    const int64_t total = c.first_position + c.rows;
+    const Rows rows = RandomRows(total, stride, rng);
+    const int64_t width = int64_t{c.group} * c.head_dim;
+    const int64_t q_stride = width + 5, out_stride = width + 3;
+    std::vector<float> q(static_cast<size_t>(c.rows * q_stride));
+    for (float& x : q) x = normal(rng);
+    const float* keys = rows.keys.data() + c.head_dim;
+    const float* values = rows.values.data() + c.head_dim;
+    std::vector<float> run(static_cast<size_t>(c.rows * out_stride), 777.0f);
+    std::vector<float> expected = run;
+    SoftmaxReadWindowRun(q.data(), q_stride, c.group, keys, values, c.first_position, c.rows,
+                         stride, c.head_dim, c.window, run.data(), out_stride);
+    for (int64_t i = 0; i < c.rows; ++i) {
+      const int64_t position = c.first_position + i;
+      const int64_t oldest = std::max<int64_t>(0, position + 1 - c.window);
+      SoftmaxReadGroup(q.data() + i * q_stride, c.group, keys + oldest * stride,
+                       values + oldest * stride, position + 1 - oldest, stride, c.head_dim,
+                       expected.data() + i * out_stride);
+    }
+    ExpectNear(run, expected, "window run");
   }
 }
 

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "engine/core/parallel_row_ranges.h"
 #include "engine/core/thread_pool.h"
 #include "engine/ops/matmul_kernels.h"
 #include "engine/ops/packed_matrix.h"
@@ -443,6 +445,39 @@ TEST(ThreadPoolTest, WorkersThatFellAsleepWakeForTheNextJob) {
     pool.ParallelFor(64, [&](int64_t t) { sum.fetch_add(static_cast<int>(t)); });
   }
   EXPECT_EQ(sum.load(), 3 * (63 * 64 / 2));
+}
+
+TEST(ParallelRowRangesTest, CoversEveryRowOnceInContiguousRangesOrStaysOnTheCaller) {
+  ThreadPool pool(3);
+  struct Case {
+    ThreadPool* pool;
+    int64_t rows, per_row, min_values;
+    int64_t expected_ranges;
+  };
+  for (const Case& c : {Case{&pool, 100, 1000, 16384, 6},  // 2 ranges per thread
+                        Case{&pool, 4, 10000, 16384, 4},   // no more ranges than rows
+                        Case{&pool, 16, 1000, 16384, 1},   // 16,000 values: the caller alone
+                        Case{&pool, 1, 100000, 16384, 1},  // one row
+                        Case{&pool, 0, 100000, 16384, 1},  // no rows: one empty call
+                        Case{nullptr, 100, 1000, 16384, 1}}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(c.rows));
+    std::atomic<int64_t> ranges{0};
+    std::atomic<bool> ordered{true};
+    const std::thread::id caller = std::this_thread::get_id();
+    std::atomic<bool> off_caller{false};
+    ParallelRowRanges(c.pool, c.rows, c.per_row, c.min_values, [&](int64_t first, int64_t count) {
+      ranges.fetch_add(1);
+      if (first < 0 || count < 0 || first + count > c.rows) ordered = false;
+      if (std::this_thread::get_id() != caller) off_caller = true;
+      for (int64_t r = first; r < first + count; ++r) hits[static_cast<size_t>(r)].fetch_add(1);
+    });
+    EXPECT_EQ(ranges.load(), c.expected_ranges) << c.rows << " x " << c.per_row;
+    EXPECT_TRUE(ordered.load());
+    if (c.expected_ranges == 1) {
+      EXPECT_FALSE(off_caller.load());
+    }
+    for (int64_t r = 0; r < c.rows; ++r) ASSERT_EQ(hits[static_cast<size_t>(r)].load(), 1) << r;
+  }
 }
 
 }  // namespace
