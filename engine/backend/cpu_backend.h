@@ -38,6 +38,11 @@ class CpuBackend final : public DecodeBackend {
   absl::StatusOr<std::string> Snapshot(SequenceId id, std::string buffer) const override {
     return pool_.Snapshot(id, std::move(buffer));
   }
+  bool earlier_snapshots_supported() const override { return pool_.earlier_snapshots(); }
+  absl::StatusOr<std::string> SnapshotAt(SequenceId id, int64_t position,
+                                         std::string buffer) const override {
+    return pool_.SnapshotAt(id, position, std::move(buffer));
+  }
   absl::StatusOr<SequenceId> Restore(absl::string_view snapshot) override {
     return pool_.Restore(snapshot);
   }

@@ -15,6 +15,10 @@ absl::Status NoSnapshots(const DecodeBackend& backend) {
 absl::StatusOr<std::string> DecodeBackend::Snapshot(SequenceId, std::string) const {
   return NoSnapshots(*this);
 }
+absl::StatusOr<std::string> DecodeBackend::SnapshotAt(SequenceId, int64_t, std::string) const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the ", name(), " backend cannot save a sequence's state at an earlier position"));
+}
 absl::StatusOr<SequenceId> DecodeBackend::Restore(absl::string_view) { return NoSnapshots(*this); }
 absl::Status DecodeBackend::CheckSnapshot(absl::string_view) const { return NoSnapshots(*this); }
 absl::Status DecodeBackend::Rollback(SequenceId, int) {

@@ -80,6 +80,12 @@ class DecodeBackend {
   // `buffer`: storage the snapshot may be written into (its capacity reused: a recycled blob).
   virtual absl::StatusOr<std::string> Snapshot(SequenceId id, std::string buffer) const;
   absl::StatusOr<std::string> Snapshot(SequenceId id) const { return Snapshot(id, std::string()); }
+  // Whether SnapshotAt() can save a sequence's state as it was at an earlier position (true
+  // where every self-attention layer keeps a KV cache: its rows never change once written), so
+  // the prefix cache need not stop a prompt's prefill where it takes a snapshot.
+  virtual bool earlier_snapshots_supported() const { return false; }
+  virtual absl::StatusOr<std::string> SnapshotAt(SequenceId id, int64_t position,
+                                                 std::string buffer) const;
   // A new sequence holding the snapshot's state; RESOURCE_EXHAUSTED when there is no room.
   virtual absl::StatusOr<SequenceId> Restore(absl::string_view snapshot);
   // Whether Restore() would take `snapshot`: INVALID_ARGUMENT when it is corrupt,

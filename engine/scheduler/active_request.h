@@ -63,8 +63,12 @@ struct ActiveRequest {
   // Prefix cache: take a snapshot once prefill reaches this position (0: none; a pending mark
   // is held in the cache meanwhile), and one at the prompt's last token (snapshot_end_at = its
   // length - 1, so an exact repeat restores all but that token), each where prefill stops.
+  // With snapshots_cut (a backend whose KV-cache-only states can be cut back to an earlier
+  // position, DecodeBackend::SnapshotAt) prefill does not stop there: each is taken once prefill
+  // has passed it, cut from the later state, which saves a pass over the weights per snapshot.
   int64_t snapshot_at = 0;
   int64_t snapshot_end_at = 0;
+  bool snapshots_cut = false;
   bool cache_checked = false;  // the prefix cache was consulted (once, at admission)
 
   SequenceId sequence = 0;  // sampling path; beam path during prefill

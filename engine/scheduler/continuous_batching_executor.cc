@@ -171,6 +171,7 @@ bool ContinuousBatchingExecutor::PlanPrefixReuse(ActiveRequest& r) {
   if (!bytes.ok() || *bytes > prefix_cache_.budget_bytes() / 8) return true;
   const int64_t end = n - 1;
   const int64_t divergence = std::min(match.shared, end);
+  r.snapshots_cut = backend_->earlier_snapshots_supported();
   if (divergence >= kMinCachedPrefix && divergence > r.prefilled) {
     r.snapshot_at = divergence;
     prefix_cache_.MarkPending(prompt.first(divergence));
@@ -341,17 +342,23 @@ void ContinuousBatchingExecutor::StoreDueSnapshots() {
   const auto store = [this](ActiveRequest& r, int64_t length) {
     const std::span<const int32_t> prefix = std::span(r.prompt_ids).first(length);
     absl::StatusOr<std::string> snapshot =
-        backend_->Snapshot(r.sequence, prefix_cache_.TakeRecycled());
+        r.prefilled == length
+            ? backend_->Snapshot(r.sequence, prefix_cache_.TakeRecycled())
+            : backend_->SnapshotAt(r.sequence, length, prefix_cache_.TakeRecycled());
     if (snapshot.ok()) prefix_cache_.Insert(prefix, *std::move(snapshot));
     prefix_cache_.ClearPending(prefix);
   };
+  // Prefill stops exactly at a snapshot point, or passes it when the snapshot is cut.
+  const auto due = [](const ActiveRequest& r, int64_t at) {
+    return at > 0 && (r.prefilled == at || (r.snapshots_cut && r.prefilled > at));
+  };
   for (const auto& r : running_) {
     if (r->done) continue;
-    if (r->snapshot_at > 0 && r->prefilled == r->snapshot_at) {
+    if (due(*r, r->snapshot_at)) {
       store(*r, r->snapshot_at);
       r->snapshot_at = 0;
     }
-    if (r->snapshot_end_at > 0 && r->prefilled == r->snapshot_end_at) {
+    if (due(*r, r->snapshot_end_at)) {
       store(*r, r->snapshot_end_at);
       r->snapshot_end_at = 0;
     }

@@ -8,8 +8,10 @@ namespace abcd {
 namespace executor_internal {
 namespace {
 
-// Where r's prefill may go this iteration: a due prefix snapshot, else the prompt's end.
+// Where r's prefill may go this iteration: a due prefix snapshot (unless it is cut from a later
+// state), else the prompt's end.
 int64_t PrefillUntil(const ActiveRequest& r) {
+  if (r.snapshots_cut) return static_cast<int64_t>(r.prompt_ids.size());
   if (r.snapshot_at > r.prefilled) return r.snapshot_at;
   if (r.snapshot_end_at > r.prefilled) return r.snapshot_end_at;
   return static_cast<int64_t>(r.prompt_ids.size());

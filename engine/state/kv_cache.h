@@ -48,6 +48,19 @@ struct KvCache {
     return static_cast<int64_t>(half() ? keys16.size() : keys.size()) / width;
   }
   int64_t bytes_per_row() const { return 2 * width * KvValueBytes(format); }
+  // Bytes of storage held (the vectors' capacities, which may exceed capacity() rows).
+  int64_t storage_bytes() const {
+    return static_cast<int64_t>((keys.capacity() + values.capacity()) * sizeof(float) +
+                                (keys16.capacity() + values16.capacity()) * sizeof(uint16_t));
+  }
+  // No rows, storage kept (for reuse by another sequence).
+  void Empty() {
+    length = 0;
+    keys.clear();
+    values.clear();
+    keys16.clear();
+    values16.clear();
+  }
   // Grows (or shrinks) the storage to `rows` rows; rows below keep their contents.
   void Resize(int64_t rows) {
     const size_t n = static_cast<size_t>(rows * width);

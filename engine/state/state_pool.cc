@@ -60,7 +60,43 @@ SequenceId StatePool::Insert(std::unique_ptr<SequenceState> state, int64_t bytes
   const SequenceId id = next_id_++;
   bytes_in_use_ += bytes;
   sequences_.emplace(id, std::move(state));
+  TrimSpare();
   return id;
+}
+
+void StatePool::KeepSpare(std::vector<KvCache> kv) {
+  int64_t bytes = 0;
+  for (KvCache& cache : kv) {
+    cache.Empty();
+    bytes += cache.storage_bytes();
+  }
+  if (bytes == 0 || bytes_in_use_ + spare_kv_bytes_ + bytes > budget_bytes_) return;
+  spare_kv_.push_back(std::move(kv));
+  spare_kv_bytes_ += bytes;
+}
+
+std::vector<KvCache> StatePool::TakeSpare() {
+  std::vector<KvCache> kv;
+  if (!spare_kv_.empty()) {
+    kv = std::move(spare_kv_.back());
+    spare_kv_.pop_back();
+    for (const KvCache& cache : kv) spare_kv_bytes_ -= cache.storage_bytes();
+  }
+  kv.resize(layout_.kv_is_cross.size());
+  for (KvCache& cache : kv) {
+    cache.width = layout_.kv_width;
+    cache.format = layout_.kv_format;
+  }
+  return kv;
+}
+
+void StatePool::TrimSpare() {
+  size_t dropped = 0;
+  while (dropped < spare_kv_.size() && bytes_in_use_ + spare_kv_bytes_ > budget_bytes_) {
+    for (const KvCache& cache : spare_kv_[dropped]) spare_kv_bytes_ -= cache.storage_bytes();
+    ++dropped;
+  }
+  spare_kv_.erase(spare_kv_.begin(), spare_kv_.begin() + static_cast<std::ptrdiff_t>(dropped));
 }
 
 absl::StatusOr<SequenceId> StatePool::Acquire() {
@@ -72,11 +108,7 @@ absl::StatusOr<SequenceId> StatePool::Acquire() {
   }
   auto state = std::make_unique<SequenceState>();
   state->fixed = layout_.initial_fixed;
-  state->kv.resize(layout_.kv_is_cross.size());
-  for (KvCache& kv : state->kv) {
-    kv.width = layout_.kv_width;
-    kv.format = layout_.kv_format;
-  }
+  state->kv = TakeSpare();
   return Insert(std::move(state), bytes);
 }
 
@@ -85,6 +117,7 @@ void StatePool::Release(SequenceId id) {
   if (it == sequences_.end()) return;
   bytes_in_use_ -= ChargedBytes(*it->second);
   checkpoint_bytes_ -= static_cast<int64_t>(it->second->checkpoints.size()) * 4;
+  KeepSpare(std::move(it->second->kv));
   sequences_.erase(it);
 }
 
@@ -103,7 +136,8 @@ absl::StatusOr<SequenceId> StatePool::Fork(SequenceId id) {
   fork->source_length = source->source_length;
   fork->encoded = source->encoded;
   fork->fixed = source->fixed;
-  fork->kv = source->kv;
+  fork->kv = TakeSpare();
+  fork->kv = source->kv;  // element-wise: rows copied into the spare storage
   return Insert(std::move(fork), bytes);
 }
 
@@ -129,6 +163,7 @@ absl::Status StatePool::Grow(SequenceId id, bool cross, int64_t rows) {
     kv.Resize(target);
   }
   bytes_in_use_ += extra_bytes;
+  TrimSpare();
   return absl::OkStatus();
 }
 
@@ -153,6 +188,7 @@ absl::Status StatePool::ReserveCheckpoints(SequenceId id, int64_t slots) {
   state->checkpoints.resize(static_cast<size_t>(floats));
   bytes_in_use_ += extra_bytes;
   checkpoint_bytes_ += extra_bytes;
+  TrimSpare();
   return absl::OkStatus();
 }
 
@@ -200,26 +236,65 @@ absl::StatusOr<int64_t> StatePool::SequenceBytes(SequenceId id) const {
 absl::StatusOr<std::string> StatePool::Snapshot(SequenceId id, std::string buffer) const {
   const SequenceState* state = Get(id);
   if (state == nullptr) return NotFound(id);
+  return WriteSnapshot(*state, state->position, std::move(buffer));
+}
+
+bool StatePool::earlier_snapshots() const {
+  for (const StateLayout::Slot& slot : layout_.self) {
+    if (slot.kv_index < 0) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::string> StatePool::SnapshotAt(SequenceId id, int64_t position,
+                                                  std::string buffer) const {
+  const SequenceState* state = Get(id);
+  if (state == nullptr) return NotFound(id);
+  if (!earlier_snapshots()) {
+    return absl::FailedPreconditionError(
+        "snapshots at an earlier position need every self-attention layer to keep a KV cache");
+  }
+  if (position < 0 || position > state->position) {
+    return absl::OutOfRangeError(absl::StrCat("snapshot position ", position,
+                                              " outside the sequence's 0..", state->position));
+  }
+  for (size_t i = 0; i < state->kv.size(); ++i) {
+    if (!layout_.kv_is_cross[i] && state->kv[i].length < position) {
+      return absl::OutOfRangeError(
+          absl::StrCat("snapshot position ", position, " past the KV cache's rows"));
+    }
+  }
+  return WriteSnapshot(*state, position, std::move(buffer));
+}
+
+absl::StatusOr<std::string> StatePool::WriteSnapshot(const SequenceState& state, int64_t position,
+                                                     std::string buffer) const {
+  // Self-attention caches hold `position` rows; cross ones all theirs.
+  const auto rows = [&](size_t i) {
+    return layout_.kv_is_cross[i] ? state.kv[i].length : std::min(state.kv[i].length, position);
+  };
   Writer out(std::move(buffer));
-  size_t bytes = 64 + state->fixed.size() * 4;  // the header and the fixed state, with room
-  for (const KvCache& kv : state->kv) {
-    bytes += 9 + static_cast<size_t>(2 * kv.length * kv.width * KvValueBytes(kv.format));
+  size_t bytes = 64 + state.fixed.size() * 4;  // the header and the fixed state, with room
+  for (size_t i = 0; i < state.kv.size(); ++i) {
+    const KvCache& kv = state.kv[i];
+    bytes += 9 + static_cast<size_t>(2 * rows(i) * kv.width * KvValueBytes(kv.format));
   }
   out.Reserve(bytes);  // one allocation, no copy of the blob
   for (char c : kSnapshotMagic) out.Put(c);
   out.Put(layout_.fingerprint);
-  out.Put(state->position);
-  out.Put(state->source_length);
-  out.Put(static_cast<uint8_t>(state->encoded));
-  out.Put(static_cast<int64_t>(state->fixed.size()));
-  out.PutFloats(state->fixed.data(), static_cast<int64_t>(state->fixed.size()));
-  out.Put(static_cast<int64_t>(state->kv.size()));
+  out.Put(position);
+  out.Put(state.source_length);
+  out.Put(static_cast<uint8_t>(state.encoded));
+  out.Put(static_cast<int64_t>(state.fixed.size()));
+  out.PutFloats(state.fixed.data(), static_cast<int64_t>(state.fixed.size()));
+  out.Put(static_cast<int64_t>(state.kv.size()));
   // Rows in the cache's own format, copied as they are (a pool of another format converts them
   // when it restores the snapshot).
-  for (const KvCache& kv : state->kv) {
-    out.Put(kv.length);
+  for (size_t i = 0; i < state.kv.size(); ++i) {
+    const KvCache& kv = state.kv[i];
+    out.Put(rows(i));
     out.Put(static_cast<uint8_t>(kv.format));
-    const int64_t values = kv.length * kv.width;
+    const int64_t values = rows(i) * kv.width;
     if (kv.half()) {
       out.PutHalves(kv.keys16.data(), values);
       out.PutHalves(kv.values16.data(), values);
@@ -380,11 +455,16 @@ absl::Status StatePool::CheckSnapshot(absl::string_view snapshot) const {
 
 absl::StatusOr<SequenceId> StatePool::Restore(absl::string_view snapshot) {
   auto state = std::make_unique<SequenceState>();
-  if (absl::Status status = ParseSnapshot(snapshot, state.get()); !status.ok()) return status;
+  state->kv = TakeSpare();
+  absl::Status status = ParseSnapshot(snapshot, state.get());
   const int64_t bytes = ChargedBytes(*state);
-  if (bytes_in_use_ + bytes > budget_bytes_) {
-    return absl::ResourceExhaustedError(
+  if (status.ok() && bytes_in_use_ + bytes > budget_bytes_) {
+    status = absl::ResourceExhaustedError(
         absl::StrCat("state pool full: cannot restore a sequence of ", bytes, " bytes"));
+  }
+  if (!status.ok()) {
+    KeepSpare(std::move(state->kv));
+    return status;
   }
   return Insert(std::move(state), bytes);
 }

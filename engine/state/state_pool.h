@@ -11,6 +11,13 @@
 // one back (and cuts the KV caches to its position), so a sequence ends exactly as if only the
 // rows up to that one had been fed.
 //
+// A released sequence's KV caches keep their storage, emptied, for the next Acquire, Fork or
+// Restore (the most recently released first): a new sequence's KV growth then writes memory
+// that is already resident instead of copying rows into, and faulting in, fresh pages (on a
+// virtual machine a fresh page can cost 30x its copy). Spare storage is held only while
+// bytes_in_use() + spare_kv_bytes() <= budget_bytes() (the oldest goes first as use grows), so
+// the pool's memory stays within its budget.
+//
 // Acquire/Release/Fork/Snapshot/Restore/Rollback cost O(state bytes). Not thread-safe: one owner
 // (the engine loop) drives it; others read published copies of its counters.
 #pragma once
@@ -84,6 +91,14 @@ class StatePool {
   // `buffer`: storage to write into (cleared first; its capacity is reused, so a recycled blob
   // of the same size costs no fresh pages).
   absl::StatusOr<std::string> Snapshot(SequenceId id, std::string buffer = {}) const;
+  // The state as it was after `position` <= the sequence's position decoder tokens: its
+  // self-attention KV caches cut to `position` rows (rows never change once written; the cut
+  // copies only the rows kept). Only where every self-attention layer keeps a KV cache
+  // (earlier_snapshots()); FAILED_PRECONDITION otherwise, OUT_OF_RANGE for a position past the
+  // sequence's or one a Rollback has since cut away.
+  bool earlier_snapshots() const;
+  absl::StatusOr<std::string> SnapshotAt(SequenceId id, int64_t position,
+                                         std::string buffer = {}) const;
   absl::StatusOr<SequenceId> Restore(absl::string_view snapshot);
   // What Restore() would restore, without restoring it: the same INVALID_ARGUMENT and
   // FAILED_PRECONDITION errors (not the budget check). Allocates nothing in proportion to the
@@ -125,6 +140,8 @@ class StatePool {
   // The checkpoint slots' share of bytes_in_use().
   int64_t checkpoint_bytes_in_use() const { return checkpoint_bytes_; }
   int64_t size() const { return static_cast<int64_t>(sequences_.size()); }
+  // Storage of released sequences' KV caches kept for reuse (not part of bytes_in_use()).
+  int64_t spare_kv_bytes() const { return spare_kv_bytes_; }
   // Bytes charged to one sequence: fixed block plus reserved KvCache pages and checkpoint slots.
   absl::StatusOr<int64_t> SequenceBytes(SequenceId id) const;
 
@@ -135,6 +152,15 @@ class StatePool {
   // Validates `snapshot` against the layout; fills `state` when not null (Restore), else only
   // checks (CheckSnapshot). Never touches the pool.
   absl::Status ParseSnapshot(absl::string_view snapshot, SequenceState* state) const;
+  // `state` as after `position` tokens (self KV caches cut there) in the snapshot format.
+  absl::StatusOr<std::string> WriteSnapshot(const SequenceState& state, int64_t position,
+                                            std::string buffer) const;
+  // Spare KV storage: KeepSpare empties `kv` and keeps it when the budget allows; TakeSpare
+  // returns the most recently kept (or new empty caches); TrimSpare drops the oldest while
+  // bytes_in_use_ + spare_kv_bytes_ > budget_bytes_.
+  void KeepSpare(std::vector<KvCache> kv);
+  std::vector<KvCache> TakeSpare();
+  void TrimSpare();
 
   StateLayout layout_;
   int64_t budget_bytes_;
@@ -142,6 +168,8 @@ class StatePool {
   int64_t checkpoint_bytes_ = 0;
   SequenceId next_id_ = 1;
   absl::flat_hash_map<SequenceId, std::unique_ptr<SequenceState>> sequences_;
+  std::vector<std::vector<KvCache>> spare_kv_;  // oldest first
+  int64_t spare_kv_bytes_ = 0;
 };
 
 }  // namespace abcd

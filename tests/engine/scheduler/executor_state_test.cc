@@ -2,8 +2,8 @@
 // fresh request over the whole history, greedy and seeded), n choices from one prefill (choice i
 // equals the n = 1 request with seed + i) and the prefix cache (identical outputs, only the
 // unshared suffix prefilled). Run on the bundled abc-lm-untrained, on the dec_mixed golden
-// fixture (an abc layer and a softmax layer, so KV caches travel through snapshots too) and on
-// dec_txl (Transformer-XL rings).
+// fixture (an abc layer and a softmax layer, so KV caches travel through snapshots too), on
+// dec_txl (Transformer-XL rings) and on dec_softmax (KV caches only: snapshots cut back).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,6 +23,9 @@ const std::string kMixedDir = std::string(ABCD_FIXTURE_DIR) + "/golden/dec_mixed
 // Transformer-XL (issue 16): post-LN, no absolute positions, rings of 7 and 10 keys (prompts and
 // sessions here run far past them, so snapshots carry wrapped rings).
 const std::string kTxlDir = std::string(ABCD_FIXTURE_DIR) + "/golden/dec_txl";
+// Softmax layers only: prefix snapshots are cut from the state after the whole prompt
+// (DecodeBackend::SnapshotAt) instead of stopping prefill at them.
+const std::string kSoftmaxDir = std::string(ABCD_FIXTURE_DIR) + "/golden/dec_softmax";
 
 using testing::Collector;
 using testing::kLmDir;
@@ -323,9 +326,11 @@ TEST_P(ExecutorStateTest, LogprobsOfGeneratedAndPromptTokensAgree) {
             absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ExecutorStateTest, ::testing::Values(kLmDir, kMixedDir, kTxlDir),
+INSTANTIATE_TEST_SUITE_P(Models, ExecutorStateTest,
+                         ::testing::Values(kLmDir, kMixedDir, kTxlDir, kSoftmaxDir),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            if (param.param == kTxlDir) return std::string("Txl");
+                           if (param.param == kSoftmaxDir) return std::string("Softmax");
                            return param.param == kLmDir ? std::string("AbcLm")
                                                         : std::string("MixedSoftmax");
                          });

@@ -208,6 +208,18 @@ TEST(IterationPlan, PrefillStopsWhereAPrefixSnapshotIsDue) {
   EXPECT_TRUE(plan.row_owners.empty());
 }
 
+// A backend that cuts snapshots from a later state (KV caches only) is not stopped by them.
+TEST(IterationPlan, PrefillPassesSnapshotsThatAreCutFromALaterState) {
+  std::vector<std::unique_ptr<ActiveRequest>> running;
+  running.push_back(Request(1, 10, 0));
+  running.back()->snapshot_at = 4;
+  running.back()->snapshot_end_at = 9;
+  running.back()->snapshots_cut = true;
+  const IterationPlan plan = PlanIteration(running, Tokens(64));
+  ASSERT_EQ(plan.chunks.size(), 1u);
+  EXPECT_EQ(plan.chunks[0].tokens, 10);
+}
+
 TEST(IterationPlan, NoPrefillBeforeTheSourceIsEncodedOrAfterTheRequestEnded) {
   std::vector<std::unique_ptr<ActiveRequest>> running;
   running.push_back(Request(1, 3, 0));

@@ -87,6 +87,121 @@ TEST(StatePool, KvGrowthIsPagedAndRefusedAtomically) {
   EXPECT_EQ(pool.bytes_in_use(), 0);
 }
 
+// A released sequence's KV storage is reused by the next one (same memory, rows charged afresh,
+// the new rows zero), and spare storage never takes memory the budget's sequences need.
+TEST(StatePool, ReleasedKvStorageIsReusedWithinTheBudget) {
+  StatePool pool(SoftmaxLayout(), 2 * 64 * 32);  // room for 32 tokens in both layers
+  auto a = pool.Acquire();
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(pool.ReserveTokens(*a, 32).ok());
+  std::fill(pool.Get(*a)->kv[0].keys.begin(), pool.Get(*a)->kv[0].keys.end(), 9.0f);
+  const float* storage = pool.Get(*a)->kv[0].keys.data();
+  pool.Release(*a);
+  EXPECT_EQ(pool.bytes_in_use(), 0);
+  EXPECT_GE(pool.spare_kv_bytes(), 2 * 64 * 32);
+
+  auto b = pool.Acquire();  // takes the spare storage
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(pool.spare_kv_bytes(), 0);
+  EXPECT_EQ(pool.Get(*b)->kv[0].capacity(), 0);
+  EXPECT_EQ(pool.Get(*b)->kv[0].length, 0);
+  ASSERT_TRUE(pool.ReserveTokens(*b, 16).ok());
+  EXPECT_EQ(pool.bytes_in_use(), 2 * 64 * 16);
+  EXPECT_EQ(pool.Get(*b)->kv[0].keys.data(), storage);
+  for (float key : pool.Get(*b)->kv[0].keys) ASSERT_EQ(key, 0.0f);
+
+  auto c = pool.Acquire();  // nothing spare: new, empty storage
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(pool.Get(*c)->kv.size(), 2u);
+  EXPECT_EQ(pool.Get(*c)->kv[1].width, 8);
+  pool.Release(*b);  // kept: 32 rows of storage fit beside c's nothing
+  EXPECT_GT(pool.spare_kv_bytes(), 0);
+  ASSERT_TRUE(pool.ReserveTokens(*c, 32).ok());  // the budget's bytes: the spare goes
+  EXPECT_EQ(pool.spare_kv_bytes(), 0);
+  EXPECT_EQ(pool.bytes_in_use(), 2 * 64 * 32);
+  pool.Release(*c);  // the whole budget: kept
+  EXPECT_LE(pool.spare_kv_bytes(), pool.budget_bytes());
+
+  // Restore and Fork take spare storage too, and Restore gives it back on failure.
+  StatePool pool2(SoftmaxLayout(), 2 * 64 * 64);
+  auto d = pool2.Acquire();
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(pool2.ReserveTokens(*d, 3).ok());
+  pool2.Get(*d)->kv[1].Write(2, 0, std::vector<float>(8, 1.5f).data(),
+                             std::vector<float>(8, -1.5f).data(), 8);
+  pool2.Get(*d)->kv[0].length = pool2.Get(*d)->kv[1].length = 3;
+  pool2.Get(*d)->position = 3;
+  auto e = pool2.Acquire();
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE(pool2.ReserveTokens(*e, 16).ok());
+  const float* e_storage = pool2.Get(*e)->kv[1].values.data();
+  pool2.Release(*e);
+  auto fork = pool2.Fork(*d);
+  ASSERT_TRUE(fork.ok()) << fork.status();
+  EXPECT_EQ(pool2.spare_kv_bytes(), 0);
+  EXPECT_EQ(pool2.Get(*fork)->kv[1].values.data(), e_storage);
+  EXPECT_EQ(pool2.Get(*fork)->kv[1].values[2 * 8 + 5], -1.5f);
+  auto snapshot = pool2.Snapshot(*d);
+  ASSERT_TRUE(snapshot.ok());
+  pool2.Release(*fork);
+  pool2.Release(*d);
+  const int64_t spare = pool2.spare_kv_bytes();
+  EXPECT_EQ(pool2.Restore(snapshot->substr(0, snapshot->size() - 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool2.spare_kv_bytes(), spare);
+  auto restored = pool2.Restore(*snapshot);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(pool2.Get(*restored)->kv[1].keys[2 * 8 + 7], 1.5f);
+  EXPECT_EQ(pool2.Get(*restored)->kv[0].length, 3);
+}
+
+// A KV-cache-only state saved as it was at an earlier position restores exactly that state: its
+// caches cut to the position's rows. Refused where a self-attention layer keeps a fixed state.
+TEST(StatePool, SnapshotAtAnEarlierPositionCutsTheKvCaches) {
+  StateLayout layout = SoftmaxLayout();
+  layout.self = {{0, 0, 0}, {0, 0, 1}};
+  StatePool pool(layout, 1 << 20);
+  auto id = pool.Acquire();
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(pool.ReserveTokens(*id, 5).ok());
+  SequenceState& state = *pool.Get(*id);
+  for (int64_t row = 0; row < 5; ++row) {
+    const std::vector<float> k(8, static_cast<float>(row)), v(8, -static_cast<float>(row));
+    for (KvCache& kv : state.kv) kv.Write(row, 0, k.data(), v.data(), 8);
+  }
+  for (KvCache& kv : state.kv) kv.length = 5;
+  state.position = 5;
+  ASSERT_TRUE(pool.earlier_snapshots());
+  auto cut = pool.SnapshotAt(*id, 3);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  auto header = StatePool::ReadSnapshotHeader(*cut);
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->position, 3);
+  auto restored = pool.Restore(*cut);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  const SequenceState& back = *pool.Get(*restored);
+  EXPECT_EQ(back.position, 3);
+  for (const KvCache& kv : back.kv) {
+    EXPECT_EQ(kv.length, 3);
+    EXPECT_EQ(kv.keys[2 * 8 + 1], 2.0f);
+    EXPECT_EQ(kv.values[2 * 8 + 7], -2.0f);
+  }
+  EXPECT_EQ(*pool.SnapshotAt(*id, 5), *pool.Snapshot(*id));  // the position itself: the same
+  EXPECT_EQ(pool.SnapshotAt(*id, 6).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(pool.SnapshotAt(*id, -1).status().code(), absl::StatusCode::kOutOfRange);
+  state.kv[1].length = 2;  // as after a rollback
+  EXPECT_EQ(pool.SnapshotAt(*id, 3).status().code(), absl::StatusCode::kOutOfRange);
+
+  StateLayout mixed = BoundedLayout(4);
+  mixed.kv_is_cross = {false};
+  mixed.self = {{0, 4, -1}, {0, 0, 0}};
+  StatePool bounded(mixed, 1 << 20);
+  auto other = bounded.Acquire();
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(bounded.earlier_snapshots());
+  EXPECT_EQ(bounded.SnapshotAt(*other, 0).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(StatePool, SnapshotRejectsCorruptionAndOtherModels) {
   StatePool pool(BoundedLayout(6), 1 << 20);
   auto id = pool.Acquire();
