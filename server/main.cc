@@ -104,6 +104,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> LoadServedModel(const std::string& 
   options.max_waiting_requests = config.max_waiting_requests;
   options.max_running_sequences = config.max_running_sequences;
   options.prefill_token_budget = config.prefill_token_budget;
+  options.warmup_tokens =
+      config.warmup_tokens < 0 ? config.prefill_token_budget : config.warmup_tokens;
   ABCD_ASSIGN_OR_RETURN(options.prefill_policy,
                         ParsePrefillPolicy(config.prefill_policy, "--prefill_policy"));
   options.iteration_budget_ms = config.iteration_budget_ms;

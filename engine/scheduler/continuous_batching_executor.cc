@@ -28,6 +28,7 @@ ContinuousBatchingExecutor::ContinuousBatchingExecutor(std::unique_ptr<DecodeBac
                         ? options.prefix_cache_bytes
                         : 0) {
   stats_.state_bytes_capacity = capacity_bytes_;
+  stats_.warming_up = options_.warmup_tokens > 0 && !config_.is_encoder_decoder();
   plan_params_ = {
       .backend_samples = backend_samples_,
       .prefill_policy = options_.prefill_policy,
@@ -79,7 +80,36 @@ absl::StatusOr<std::vector<RequestId>> ContinuousBatchingExecutor::EnqueueBatch(
   return Queue(std::move(rs));
 }
 
+void ContinuousBatchingExecutor::Warmup() {
+  const int64_t fed = WarmupRows();
+  absl::MutexLock lock(&mu_);
+  stats_.warmup_tokens = fed;
+  stats_.warming_up = false;
+}
+
+int64_t ContinuousBatchingExecutor::WarmupRows() {
+  int64_t rows = std::min(options_.warmup_tokens, options_.prefill_token_budget);
+  if (config_.max_positions() > 0) rows = std::min(rows, int64_t{config_.max_positions()});
+  if (rows <= 0 || config_.is_encoder_decoder()) return 0;
+  absl::StatusOr<int64_t> bytes = backend_->RequestBytes(rows, 0, 0, 1);
+  if (!bytes.ok() || *bytes > capacity_bytes_) return 0;
+  absl::StatusOr<SequenceId> sequence = backend_->Acquire();
+  if (!sequence.ok()) return 0;
+  std::vector<DecodeRow> prompt;
+  prompt.reserve(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    // Any ids of the vocabulary: only the buffers' sizes matter.
+    const auto token = static_cast<int32_t>((i * 7919 + 1) % config_.vocab_size);
+    prompt.push_back({*sequence, token, i + 1 == rows});
+  }
+  std::vector<float> logits;
+  const bool fed = backend_->Decode(prompt, &logits).ok();
+  backend_->Release(*sequence);
+  return fed ? rows : 0;
+}
+
 void ContinuousBatchingExecutor::Loop() {
+  Warmup();
   while (true) {
     std::vector<RequestId> cancelled;
     bool stopping;

@@ -78,6 +78,11 @@ class ContinuousBatchingExecutor final : public Executor {
     return stopping_ || !incoming_.empty() || !cancelled_.empty();
   }
   void Loop();
+  // Feeds options_.warmup_tokens prompt rows through a scratch sequence (engine thread, before
+  // the loop takes requests) and publishes how many went in (WarmupRows: 0 when skipped; any
+  // failure only skips it).
+  void Warmup();
+  int64_t WarmupRows();
   void EndRequestsFromOutside(std::vector<RequestId> ids, const absl::Status& status);
   void ExpireDeadlines();
   // Prefix cache: plans r's start (a restored prefix, snapshot points). False: a running

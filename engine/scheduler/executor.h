@@ -126,6 +126,8 @@ struct ExecutorStats {
   int64_t prefix_cache_evictions = 0;
   PrefixCacheCounters prefix_cache_counters;  // lookups by outcome, missed tokens by reason
   int64_t iterations = 0;
+  int64_t warmup_tokens = 0;  // prompt rows the start-up warm-up fed (ExecutorOptions)
+  bool warming_up = false;    // the start-up warm-up has not finished (requests wait for it)
   bool draining = false;
   // Empty while the backend serves; else why it cannot (DecodeBackend::Health): the Executor
   // has ended every request and answers UNAVAILABLE from then on.
@@ -187,6 +189,11 @@ struct ExecutorOptions {
   // Decoder-only: state snapshots of prompt prefixes kept for reuse (prefix_cache.h), in bytes;
   // 0 turns the cache off. Outputs are identical with and without it.
   int64_t prefix_cache_bytes = 0;
+  // Decoder-only: prompt rows fed once through a scratch sequence (then released) when the
+  // engine thread starts, before any request, so that the first request does not pay for
+  // growing and faulting in the engine's buffers; at most prefill_token_budget and the model's
+  // positions. 0: none.
+  int warmup_tokens = 0;
   // The speculative decoding of requests that do not choose (off by default).
   SpeculativeParams speculative;
   std::string model_name;                // written into saved session blobs

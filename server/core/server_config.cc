@@ -29,6 +29,7 @@ const std::set<std::string> kValued = {"config",
                                        "max_waiting_requests",
                                        "max_running_sequences",
                                        "prefill_token_budget",
+                                       "warmup_tokens",
                                        "prefill_policy",
                                        "iteration_budget_ms",
                                        "prefill_step_share",
@@ -147,7 +148,8 @@ int64_t DefaultInflightBodyMb() {
 std::string ServerUsage() {
   return "usage: abcd-server [--config FILE] [--host H] [--grpc_port P] [--http_port P]\n"
          "  [--models DIR[,DIR...]] [--state_budget_mb MB] [--max_waiting_requests N]\n"
-         "  [--max_running_sequences N] [--prefill_token_budget N] [--prefill_policy time|tokens]\n"
+         "  [--max_running_sequences N] [--prefill_token_budget N] [--warmup_tokens N]\n"
+         "  [--prefill_policy time|tokens]\n"
          "  [--iteration_budget_ms MS] [--prefill_step_share F] [--prefill_deadline_ms MS]\n"
          "  [--max_prompt_tokens N] [--max_source_tokens N] [--max_batch_source_tokens N]\n"
          "  [--encode_token_budget N] [--max_tokens_limit N] [--http_threads N]\n"
@@ -195,6 +197,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
                         Ranged(args, "max_running_sequences", c.max_running_sequences, 1, 1 << 16));
   ABCD_ASSIGN_OR_RETURN(c.prefill_token_budget,
                         Ranged(args, "prefill_token_budget", c.prefill_token_budget, 1, 1 << 20));
+  ABCD_ASSIGN_OR_RETURN(c.warmup_tokens,
+                        Ranged(args, "warmup_tokens", c.warmup_tokens, -1, 1 << 20));
   c.prefill_policy = args.String("prefill_policy", c.prefill_policy);
   ABCD_RETURN_IF_ERROR(CheckPrefillPolicyFlag(c.prefill_policy, "--prefill_policy"));
   ABCD_ASSIGN_OR_RETURN(c.iteration_budget_ms,

@@ -21,6 +21,10 @@ struct ServerConfig {
   int max_waiting_requests = 256;   // per model; beyond it requests are refused
   int max_running_sequences = 256;  // per model batch cap
   int prefill_token_budget = 512;   // most prompt tokens prefilled per iteration (hard cap)
+  // Prompt rows fed once through each decoder-only model when it starts serving, so the first
+  // request does not pay for the engine's buffers (at most prefill_token_budget); -1: the
+  // budget, 0: none.
+  int warmup_tokens = -1;
   // time: prefill chunks sized so that, while streams decode, an iteration takes at most about
   // max(prefill_step_share x one decode step, iteration_budget_ms) longer; tokens:
   // prefill_token_budget every time.

@@ -262,6 +262,32 @@ TEST_P(ExecutorStateTest, PrefixCacheChangesOnlyThePrefill) {
   EXPECT_EQ(Tokens(events), Tokens(Run(*without, Request(longer, 5, 0.0f, 0))));
 }
 
+// The start-up warm-up feeds its rows through a scratch sequence it releases: the state pool is
+// empty again and every output is what an executor without it gives.
+TEST_P(ExecutorStateTest, WarmupChangesNoOutputAndHoldsNoState) {
+  ExecutorOptions warmed;
+  warmed.warmup_tokens = 24;
+  warmed.prefix_cache_bytes = int64_t{64} << 20;
+  auto with_warmup = Start(warmed);
+  ExecutorOptions cold;
+  cold.prefix_cache_bytes = int64_t{64} << 20;
+  auto without = Start(cold);
+  for (const auto& [temperature, seed] :
+       {std::pair{0.0f, uint64_t{0}}, std::pair{0.8f, uint64_t{11}}}) {
+    const auto events = Run(*with_warmup, Request(Prompt(30, 3), 6, temperature, seed));
+    ASSERT_TRUE(events.back().status.ok()) << events.back().status;
+    EXPECT_EQ(Tokens(events), Tokens(Run(*without, Request(Prompt(30, 3), 6, temperature, seed))))
+        << "temperature " << temperature;
+  }
+  const ExecutorStats stats = with_warmup->LatestStats();
+  EXPECT_EQ(stats.warmup_tokens, 24);
+  EXPECT_FALSE(stats.warming_up);
+  EXPECT_EQ(stats.state_bytes_in_use, 0);
+  EXPECT_EQ(stats.prefix_cache_queried_tokens, without->LatestStats().prefix_cache_queried_tokens);
+  EXPECT_EQ(without->LatestStats().warmup_tokens, 0);
+  EXPECT_FALSE(without->LatestStats().warming_up);
+}
+
 // Generated tokens carry their log-probability and the top alternatives; scoring the prompt
 // plus those tokens (echo, max_tokens 0) gives the same numbers, however prefill is chunked.
 TEST_P(ExecutorStateTest, LogprobsOfGeneratedAndPromptTokensAgree) {

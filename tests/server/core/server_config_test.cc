@@ -1,5 +1,5 @@
-// abcd-server's flag parsing (server/core/server_config.h): the prefill deadline flag's default,
-// accepted values and refusals naming the flag.
+// abcd-server's flag parsing (server/core/server_config.h): the prefill deadline and warm-up
+// flags' defaults, accepted values and refusals naming the flag.
 #include "server/core/server_config.h"
 
 #include <gtest/gtest.h>
@@ -38,6 +38,19 @@ TEST(ServerConfigFlags, BadPrefillDeadlineIsRefusedNamingTheFlag) {
     EXPECT_TRUE(absl::StartsWith(config.status().message(), "--prefill_deadline_ms must be"))
         << config.status();
   }
+}
+
+TEST(ServerConfigFlags, WarmupDefaultsToTheTokenBudgetAndZeroTurnsItOff) {
+  absl::StatusOr<ServerConfig> config = ParseDeadlineFlag({});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->warmup_tokens, -1);  // the prefill token budget
+  config = ParseDeadlineFlag({"--warmup_tokens", "0"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->warmup_tokens, 0);
+  config = ParseDeadlineFlag({"--warmup_tokens=-2"});
+  ASSERT_FALSE(config.ok());
+  EXPECT_TRUE(absl::StrContains(config.status().message(), "--warmup_tokens")) << config.status();
+  EXPECT_TRUE(absl::StrContains(ServerUsage(), "[--warmup_tokens N]"));
 }
 
 }  // namespace
