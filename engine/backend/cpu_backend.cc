@@ -37,7 +37,7 @@ absl::StatusOr<int64_t> CpuBackend::RequestBytes(int64_t prompt_tokens, int64_t 
 }
 
 BackendMemory CpuBackend::memory() const {
-  return {pool_.size(), pool_.bytes_in_use(), pool_.kv_bytes_in_use()};
+  return {pool_.size(), pool_.bytes_in_use(), pool_.kv_bytes_in_use(), pool_.spare_kv_bytes()};
 }
 
 }  // namespace abcd

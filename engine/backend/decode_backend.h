@@ -29,6 +29,7 @@ struct BackendMemory {
   int64_t sequences = 0;        // live sequences
   int64_t bytes_in_use = 0;     // state (and KV cache) bytes charged to live sequences
   int64_t kv_bytes_in_use = 0;  // the softmax KV caches' share of bytes_in_use
+  int64_t kv_spare_bytes = 0;   // released sequences' KV storage kept for reuse (not in use)
 };
 
 // One decode token of one sequence whose next token the backend samples itself.

@@ -423,6 +423,7 @@ void ContinuousBatchingExecutor::Publish(int64_t batch_size) {
     stats_.state_bytes_in_use = memory.bytes_in_use;
     stats_.state_bytes_capacity = capacity_bytes_;
     stats_.kv_cache_bytes = memory.kv_bytes_in_use;
+    stats_.kv_cache_spare_bytes = memory.kv_spare_bytes;
     stats_.prefix_cache_bytes = prefix_cache_.bytes();
     stats_.prefix_cache_entries = prefix_cache_.entries();
     stats_.prefix_cache_queried_tokens = prefix_counters_.queried_tokens;

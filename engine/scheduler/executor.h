@@ -118,6 +118,9 @@ struct ExecutorStats {
   int64_t state_bytes_in_use = 0;
   int64_t state_bytes_capacity = 0;
   int64_t kv_cache_bytes = 0;  // softmax layers' share of state_bytes_in_use
+  // Released sequences' KV storage kept for the next ones (not in state_bytes_in_use; in use
+  // plus spare stay within the capacity).
+  int64_t kv_cache_spare_bytes = 0;
   // The prefix cache (ExecutorOptions::prefix_cache_bytes); the counters are cumulative.
   int64_t prefix_cache_bytes = 0;
   int64_t prefix_cache_entries = 0;

@@ -73,6 +73,7 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     state_bytes_in_use_.store(stats.state_bytes_in_use, std::memory_order_relaxed);
     state_bytes_capacity_.store(stats.state_bytes_capacity, std::memory_order_relaxed);
     kv_cache_bytes_.store(stats.kv_cache_bytes, std::memory_order_relaxed);
+    kv_cache_spare_bytes_.store(stats.kv_cache_spare_bytes, std::memory_order_relaxed);
     prefix_cache_bytes_.store(stats.prefix_cache_bytes, std::memory_order_relaxed);
     prefix_cache_entries_.store(stats.prefix_cache_entries, std::memory_order_relaxed);
     prefix_cache_queried_.store(stats.prefix_cache_queried_tokens, std::memory_order_relaxed);
@@ -124,6 +125,7 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     int64_t state_bytes_in_use = 0;
     int64_t state_bytes_capacity = 0;
     int64_t kv_cache_bytes = 0;
+    int64_t kv_cache_spare_bytes = 0;
   };
   void AddTo(Totals& totals) const {
     totals.running_sequences += running_sequences_.load(std::memory_order_relaxed);
@@ -131,6 +133,7 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
     totals.state_bytes_in_use += state_bytes_in_use_.load(std::memory_order_relaxed);
     totals.state_bytes_capacity += state_bytes_capacity_.load(std::memory_order_relaxed);
     totals.kv_cache_bytes += kv_cache_bytes_.load(std::memory_order_relaxed);
+    totals.kv_cache_spare_bytes += kv_cache_spare_bytes_.load(std::memory_order_relaxed);
   }
 
   static constexpr int kMissReasons = 3;
@@ -171,6 +174,7 @@ class ServerMetrics::ModelObserver : public ExecutorObserver {
   std::atomic<int64_t> state_bytes_in_use_{0};
   std::atomic<int64_t> state_bytes_capacity_{0};
   std::atomic<int64_t> kv_cache_bytes_{0};
+  std::atomic<int64_t> kv_cache_spare_bytes_{0};
   std::atomic<int64_t> prefix_cache_bytes_{0};
   std::atomic<int64_t> prefix_cache_entries_{0};
   std::atomic<int64_t> prefix_cache_queried_{0};
@@ -228,6 +232,11 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   kv_cache_bytes_ = AddGauge(registry, "abcd_kv_cache_bytes",
                              "Bytes of softmax-layer KV cache (part of abcd_state_bytes_in_use), "
                              "summed over all served models.");
+  kv_cache_spare_bytes_ =
+      AddGauge(registry, "abcd_kv_cache_spare_bytes",
+               "Bytes of released sequences' KV cache storage kept for the next sequences (not "
+               "in abcd_state_bytes_in_use; the two together stay within the capacity), summed "
+               "over all served models.");
   state_bytes_per_sequence_ =
       &prometheus::BuildGauge()
            .Name("abcd_state_bytes_per_sequence")
@@ -374,6 +383,7 @@ std::string ServerMetrics::Render() const {
   state_bytes_in_use_->Set(static_cast<double>(totals.state_bytes_in_use));
   state_bytes_capacity_->Set(static_cast<double>(totals.state_bytes_capacity));
   kv_cache_bytes_->Set(static_cast<double>(totals.kv_cache_bytes));
+  kv_cache_spare_bytes_->Set(static_cast<double>(totals.kv_cache_spare_bytes));
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

@@ -13,6 +13,7 @@
 //   abcd_state_bytes_in_use                   gauge      }
 //   abcd_state_bytes_capacity                 gauge      }
 //   abcd_kv_cache_bytes                       gauge      }
+//   abcd_kv_cache_spare_bytes                 gauge      }
 //   abcd_state_bytes_per_sequence{model}      gauge      AddModel()
 //   abcd_prefix_cache_bytes{model}            gauge      } the model's latest ExecutorStats
 //   abcd_prefix_cache_entries{model}          gauge      } (observers: OnIteration), set at
@@ -127,6 +128,7 @@ class ServerMetrics {
   prometheus::Gauge* state_bytes_in_use_ = nullptr;
   prometheus::Gauge* state_bytes_capacity_ = nullptr;
   prometheus::Gauge* kv_cache_bytes_ = nullptr;
+  prometheus::Gauge* kv_cache_spare_bytes_ = nullptr;
   prometheus::Family<prometheus::Gauge>* state_bytes_per_sequence_ = nullptr;
   prometheus::Family<prometheus::Gauge>* prefix_cache_bytes_ = nullptr;
   prometheus::Family<prometheus::Gauge>* prefix_cache_entries_ = nullptr;

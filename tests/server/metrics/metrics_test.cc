@@ -81,6 +81,7 @@ TEST(ServerMetrics, ExportsTheWholeContract) {
       {"abcd_state_bytes_in_use", "gauge"},
       {"abcd_state_bytes_capacity", "gauge"},
       {"abcd_kv_cache_bytes", "gauge"},
+      {"abcd_kv_cache_spare_bytes", "gauge"},
       {"abcd_state_bytes_per_sequence", "gauge"},
       {"abcd_prefix_cache_bytes", "gauge"},
       {"abcd_prefix_cache_entries", "gauge"},
@@ -268,6 +269,7 @@ TEST(ServerMetrics, ObserversFeedGaugesHistogramsAndCounters) {
   stats.state_bytes_in_use = 3000;
   stats.state_bytes_capacity = int64_t{1} << 30;
   stats.kv_cache_bytes = 512;
+  stats.kv_cache_spare_bytes = 2048;
   lm->OnIteration(0, stats);  // empty batch: not observed
   stats.running_sequences = 4;
   lm->OnIteration(3, stats);  // the latest stats win
@@ -276,6 +278,7 @@ TEST(ServerMetrics, ObserversFeedGaugesHistogramsAndCounters) {
   mt_stats.waiting_requests = 5;
   mt_stats.state_bytes_in_use = 4000;
   mt_stats.state_bytes_capacity = int64_t{1} << 30;
+  mt_stats.kv_cache_spare_bytes = 1024;
   mt->OnIteration(2, mt_stats);
 
   lm->OnFirstToken(0.02);
@@ -295,6 +298,7 @@ TEST(ServerMetrics, ObserversFeedGaugesHistogramsAndCounters) {
   EXPECT_EQ(SampleValue(text, "abcd_state_bytes_in_use"), "7000");
   EXPECT_EQ(SampleValue(text, "abcd_state_bytes_capacity"), "2147483648");
   EXPECT_EQ(SampleValue(text, "abcd_kv_cache_bytes"), "512");
+  EXPECT_EQ(SampleValue(text, "abcd_kv_cache_spare_bytes"), "3072");
   EXPECT_EQ(SampleValue(text, "abcd_state_bytes_per_sequence{model=\"abc-lm\"}"), "1000");
   EXPECT_EQ(SampleValue(text, "abcd_state_bytes_per_sequence{model=\"abc-mt\"}"), "2000");
 
