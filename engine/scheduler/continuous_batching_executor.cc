@@ -28,7 +28,6 @@ ContinuousBatchingExecutor::ContinuousBatchingExecutor(std::unique_ptr<DecodeBac
                         ? options.prefix_cache_bytes
                         : 0) {
   stats_.state_bytes_capacity = capacity_bytes_;
-  stats_.warming_up = options_.warmup_tokens > 0 && !config_.is_encoder_decoder();
   plan_params_ = {
       .backend_samples = backend_samples_,
       .prefill_policy = options_.prefill_policy,
@@ -84,7 +83,6 @@ void ContinuousBatchingExecutor::Warmup() {
   const int64_t fed = WarmupRows();
   absl::MutexLock lock(&mu_);
   stats_.warmup_tokens = fed;
-  stats_.warming_up = false;
 }
 
 int64_t ContinuousBatchingExecutor::WarmupRows() {

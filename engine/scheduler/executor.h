@@ -130,7 +130,6 @@ struct ExecutorStats {
   PrefixCacheCounters prefix_cache_counters;  // lookups by outcome, missed tokens by reason
   int64_t iterations = 0;
   int64_t warmup_tokens = 0;  // prompt rows the start-up warm-up fed (ExecutorOptions)
-  bool warming_up = false;    // the start-up warm-up has not finished (requests wait for it)
   bool draining = false;
   // Empty while the backend serves; else why it cannot (DecodeBackend::Health): the Executor
   // has ended every request and answers UNAVAILABLE from then on.

@@ -111,16 +111,7 @@ class ServedModels {
     return all;
   }
 
-  // Loaded, every executor's start-up warm-up done, not draining, no backend failed.
-  bool ready() const {
-    return ready_.load() && !draining_.load() && !WarmingUp() && BackendFailure().empty();
-  }
-  bool WarmingUp() const {
-    for (const auto& m : models_) {
-      if (m->executor != nullptr && m->executor->LatestStats().warming_up) return true;
-    }
-    return false;
-  }
+  bool ready() const { return ready_.load() && !draining_.load() && BackendFailure().empty(); }
   // "<model>: <why>" for the first model whose backend failed for good (its Executor refuses
   // every request), else empty. The server is then not ready and its gRPC health NOT_SERVING,
   // so that an orchestrator restarts it.

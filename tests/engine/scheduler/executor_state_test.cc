@@ -287,10 +287,8 @@ TEST_P(ExecutorStateTest, WarmupChangesNoOutputAndHoldsNoState) {
   }
   EXPECT_EQ(stats.state_bytes_in_use, 0);
   EXPECT_EQ(stats.warmup_tokens, 24);
-  EXPECT_FALSE(stats.warming_up);
   EXPECT_EQ(stats.prefix_cache_queried_tokens, without->LatestStats().prefix_cache_queried_tokens);
   EXPECT_EQ(without->LatestStats().warmup_tokens, 0);
-  EXPECT_FALSE(without->LatestStats().warming_up);
 }
 
 // Generated tokens carry their log-probability and the top alternatives; scoring the prompt
